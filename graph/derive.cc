@@ -1,0 +1,279 @@
+#include "graph/derive.h"
+
+#include <charconv>
+#include <optional>
+#include <vector>
+
+#include "graph/zoo.h"
+
+namespace edgecost::graph {
+namespace {
+
+using v1::Phase;
+
+bool OwnsParameters(const Layer& layer) { return layer.param_count > 0; }
+
+// Which forward layers have trainable parameters under `trainable`.
+std::vector<bool> TrainableLayers(const ForwardGraph& forward, const Trainable& trainable) {
+  const auto& layers = forward.layers();
+  std::vector<bool> trains(layers.size(), false);
+  int remaining = trainable.last_k;
+  for (int i = forward.size() - 1; i >= 0; --i) {
+    switch (trainable.mode) {
+      case Trainable::Mode::kAll: trains[i] = OwnsParameters(layers[i]); break;
+      case Trainable::Mode::kBias: trains[i] = layers[i].bias_count > 0; break;
+      case Trainable::Mode::kLastK:
+        if (OwnsParameters(layers[i]) && remaining > 0) {
+          trains[i] = true;
+          --remaining;
+        }
+        break;
+    }
+  }
+  return trains;
+}
+
+std::string ForwardName(int index, const Layer& layer) {
+  return "layer" + std::to_string(index) + "_" + std::string(PoetClassName(layer.kind));
+}
+
+int64_t Bytes(const Shape& shape) { return NumElements(shape) * kBytesPerElement; }
+
+// Appends nodes to a TrainingGraph, keeping index, inputs and bytes consistent.
+class GraphWriter {
+ public:
+  explicit GraphWriter(v1::TrainingGraph* graph) : graph_(graph) {}
+
+  int size() const { return graph_->nodes_size(); }
+
+  v1::TrainingNode& Add(std::string name, Phase phase, std::string_view kind, const Shape& shape,
+                        int64_t output_bytes, const std::vector<int>& inputs, double flops) {
+    v1::TrainingNode* node = graph_->add_nodes();
+    node->set_index(static_cast<uint32_t>(graph_->nodes_size() - 1));
+    node->set_name(std::move(name));
+    node->set_phase(phase);
+    node->set_op_kind(std::string(kind));
+    for (int64_t d : shape) node->mutable_output_shape()->add_dims(d);
+    node->set_output_bytes(static_cast<uint64_t>(output_bytes));
+    for (int input : inputs) node->add_inputs(static_cast<uint32_t>(input));
+    node->set_forward_of(-1);
+    node->set_flops(flops);
+    return *node;
+  }
+
+  // A backward node differentiating forward node `of`.
+  int AddGrad(std::string name, std::string_view kind, std::string_view role, const Shape& shape,
+              int64_t output_bytes, const std::vector<int>& inputs, int of, double flops) {
+    v1::TrainingNode& node = Add(std::move(name), v1::PHASE_BACKWARD, kind, shape, output_bytes, inputs, flops);
+    node.set_forward_of(of);
+    node.set_role(std::string(role));
+    return static_cast<int>(node.index());
+  }
+
+ private:
+  v1::TrainingGraph* graph_;
+};
+
+void AddForwardNodes(const ForwardGraph& forward, GraphWriter& out, v1::TrainingGraph& graph) {
+  uint64_t param_count = 0;
+  for (int i = 0; i < forward.size(); ++i) {
+    const Layer& layer = forward.layers()[i];
+    const bool loss = layer.kind == OpKind::kCrossEntropyLoss;
+    v1::TrainingNode& node = out.Add(ForwardName(i, layer), loss ? v1::PHASE_LOSS : v1::PHASE_FORWARD,
+                                     OpKindName(layer.kind), layer.output_shape, Bytes(layer.output_shape),
+                                     layer.inputs, layer.flops);
+    node.set_param_count(static_cast<uint64_t>(layer.param_count));
+    for (const auto& [key, value] : layer.attributes) (*node.mutable_attributes())[key] = value;
+    param_count += static_cast<uint64_t>(layer.param_count);
+  }
+  graph.set_param_bytes(param_count * kBytesPerElement);
+}
+
+// POET: GradientLayer(out_layer=L_j, inputs=[L_{j+1}], grad_outputs=previous node) for j = n-2 .. 0.
+// Training everything keeps POET's chain down to the input layer; otherwise it stops below the
+// lowest trainable layer.
+void AddPoetBackward(const ForwardGraph& forward, const std::vector<bool>& trains, bool train_all,
+                     GraphWriter& out) {
+  int lowest = train_all ? 0 : forward.size();
+  for (int i = 0; i < lowest; ++i) {
+    if (trains[i]) {
+      lowest = i;
+      break;
+    }
+  }
+  const auto& layers = forward.layers();
+  int previous = forward.last();
+  for (int j = forward.size() - 2; j >= lowest; --j) {
+    const Shape& shape = layers[j + 1].output_shape;
+    previous = out.AddGrad("layer" + std::to_string(out.size()) + "_GradientLayer", OpKindName(layers[j].kind),
+                           "grad", shape, Bytes(shape), {j, j + 1, previous}, j, 2.0 * layers[j].flops);
+  }
+}
+
+void AddExactBackward(const ForwardGraph& forward, const std::vector<bool>& trains, bool bias_only,
+                      GraphWriter& out) {
+  const auto& layers = forward.layers();
+  const int n = forward.size();
+  // needs_grad[v]: v's output depends on a trainable parameter, so its gradient is needed.
+  std::vector<bool> needs_grad(n, false);
+  for (int v = 0; v < n; ++v) {
+    needs_grad[v] = trains[v];
+    for (int in : layers[v].inputs) needs_grad[v] = needs_grad[v] || needs_grad[in];
+  }
+  // contributions[v]: nodes whose outputs sum to the gradient of v's output.
+  std::vector<std::vector<int>> contributions(n);
+
+  const int loss = forward.last();
+  const Layer& loss_layer = layers[loss];
+  const int logits = loss_layer.inputs.at(0);
+  if (needs_grad[logits]) {
+    contributions[logits].push_back(out.AddGrad(ForwardName(loss, loss_layer) + ".grad",
+                                                OpKindName(loss_layer.kind), "grad", layers[logits].output_shape,
+                                                Bytes(layers[logits].output_shape), {logits}, loss,
+                                                2.0 * loss_layer.flops));
+  }
+
+  for (int v = loss - 1; v >= 0; --v) {
+    const std::vector<int>& parts = contributions[v];
+    if (!needs_grad[v] || parts.empty()) continue;
+    const Layer& layer = layers[v];
+    const std::string name = ForwardName(v, layer);
+    const Shape& y_shape = layer.output_shape;
+    const double y_elements = static_cast<double>(NumElements(y_shape));
+    const int dy = parts.size() == 1
+                       ? parts[0]
+                       : out.AddGrad(name + ".grad_sum", "sum", "grad_sum", y_shape, Bytes(y_shape), parts, v,
+                                     y_elements * static_cast<double>(parts.size() - 1));
+    if (layer.inputs.empty()) continue;
+    const int x = layer.inputs[0];
+    const Shape& x_shape = layers[x].output_shape;
+    const bool x_needs_grad = needs_grad[x];
+    const std::string_view kind = OpKindName(layer.kind);
+    // One backward node computing dX from `reads`, feeding x's gradient.
+    auto grad_input = [&](std::string_view role, const std::vector<int>& reads, double flops) {
+      contributions[x].push_back(out.AddGrad(name + "." + std::string(role), kind, role, x_shape, Bytes(x_shape),
+                                             reads, v, flops));
+    };
+
+    switch (layer.kind) {
+      case OpKind::kInput:
+        break;
+      case OpKind::kAdd:
+      case OpKind::kFlatten:
+        // dX is dY itself (a view): no node.
+        for (int in : layer.inputs) {
+          if (needs_grad[in]) contributions[in].push_back(dy);
+        }
+        break;
+      case OpKind::kConv2d:
+      case OpKind::kLinear:
+      case OpKind::kQkvProjection:
+      case OpKind::kLinearRelu: {
+        const bool fused_relu = layer.kind == OpKind::kLinearRelu;
+        const double relu_flops = fused_relu ? y_elements : 0.0;
+        // ReLU's mask comes from Y, so the fused op reads its own output too.
+        std::vector<int> with_mask = fused_relu ? std::vector<int>{v, dy} : std::vector<int>{dy};
+        if (trains[v] && bias_only) {
+          out.AddGrad(name + ".grad_bias", kind, "grad_bias", {layer.bias_count}, 0, with_mask, v,
+                      y_elements + relu_flops);
+        } else if (trains[v]) {
+          std::vector<int> reads = {x};
+          reads.insert(reads.end(), with_mask.begin(), with_mask.end());
+          out.AddGrad(name + ".grad_weight", kind, "grad_weight", {layer.param_count}, 0, reads, v,
+                      layer.flops + relu_flops);
+        }
+        if (x_needs_grad) grad_input("grad_input", with_mask, layer.flops + relu_flops);
+        break;
+      }
+      case OpKind::kBatchNorm2d: {
+        // One primitive gives dX, dgamma and dbeta; only dX is an activation.
+        const bool beta_only = !x_needs_grad && bias_only;
+        const std::vector<int> reads = beta_only ? std::vector<int>{dy} : std::vector<int>{x, dy};
+        if (x_needs_grad) {
+          grad_input("grad", reads, 2.0 * layer.flops);
+        } else {
+          out.AddGrad(name + (bias_only ? ".grad_bias" : ".grad_weight"), kind,
+                      bias_only ? "grad_bias" : "grad_weight", {layer.param_count}, 0, reads, v, 2.0 * layer.flops);
+        }
+        break;
+      }
+      case OpKind::kRelu:
+      case OpKind::kDropout:
+        grad_input("grad", {v, dy}, 2.0 * layer.flops);
+        break;
+      case OpKind::kMaxPool2d:
+      case OpKind::kAttentionScores:
+      case OpKind::kAttentionContext:
+        grad_input("grad", {x, dy}, 2.0 * layer.flops);
+        break;
+      case OpKind::kAvgPool2d:
+        grad_input("grad", {dy}, 2.0 * layer.flops);
+        break;
+      case OpKind::kCrossEntropyLoss:
+        break;  // only the last layer is a loss
+    }
+  }
+}
+
+}  // namespace
+
+Result<Derivation> ParseDerivation(std::string_view text) {
+  if (text == "poet") return Derivation::kPoet;
+  if (text == "exact") return Derivation::kExact;
+  return InvalidArgument("unknown derivation '" + std::string(text) + "'; use poet or exact");
+}
+
+std::string_view DerivationName(Derivation derivation) {
+  return derivation == Derivation::kPoet ? "poet" : "exact";
+}
+
+Result<Trainable> Trainable::Parse(std::string_view text) {
+  if (text == "all") return Trainable{};
+  if (text == "bias") return Trainable{Mode::kBias, 0};
+  if (text.starts_with("last:")) {
+    const std::string_view digits = text.substr(5);
+    int k = 0;
+    const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), k);
+    if (error == std::errc() && end == digits.data() + digits.size() && k >= 1) return Trainable{Mode::kLastK, k};
+  }
+  return InvalidArgument("unknown --trainable value '" + std::string(text) +
+                         "'; use all, last:K (K >= 1 layers with parameters) or bias");
+}
+
+std::string Trainable::ToString() const {
+  switch (mode) {
+    case Mode::kAll: return "all";
+    case Mode::kBias: return "bias";
+    case Mode::kLastK: return "last:" + std::to_string(last_k);
+  }
+  return "all";
+}
+
+Result<v1::TrainingGraph> DeriveTrainingGraph(const ForwardGraph& forward, Derivation derivation,
+                                             const Trainable& trainable) {
+  if (forward.size() < 2 || forward.layers().back().kind != OpKind::kCrossEntropyLoss) {
+    return InvalidArgument("model '" + forward.model() + "' must end in a loss layer to be trained");
+  }
+  v1::TrainingGraph graph;
+  graph.set_model(forward.model());
+  graph.set_derivation(std::string(DerivationName(derivation)));
+  graph.set_trainable(trainable.ToString());
+  graph.set_batch_size(static_cast<uint32_t>(forward.batch_size()));
+  GraphWriter out(&graph);
+  AddForwardNodes(forward, out, graph);
+  const std::vector<bool> trains = TrainableLayers(forward, trainable);
+  if (derivation == Derivation::kPoet) {
+    AddPoetBackward(forward, trains, trainable.mode == Trainable::Mode::kAll, out);
+  } else {
+    AddExactBackward(forward, trains, trainable.mode == Trainable::Mode::kBias, out);
+  }
+  return graph;
+}
+
+Result<v1::TrainingGraph> ZooTrainingGraph(std::string_view model, int batch_size, Derivation derivation,
+                                          const Trainable& trainable) {
+  EC_ASSIGN_OR_RETURN(ForwardGraph forward, BuildZooModel(model, batch_size));
+  return DeriveTrainingGraph(forward, derivation, trainable);
+}
+
+}  // namespace edgecost::graph

@@ -1,0 +1,76 @@
+// From a forward graph to a training graph: the loss, then the backward nodes
+// with their dependencies, in a topological order (every input precedes its user).
+//
+// Two derivations:
+//
+// `poet` reproduces POET's construction (poet/architectures/*.py): walking the
+// forward layers backwards, one "GradientLayer" node per forward layer L_j,
+// reading L_j's output, L_{j+1}'s output and the previous gradient node; its
+// output has L_{j+1}'s shape and its FLOPs are twice L_j's.
+//
+// `exact` uses what each op's backward really reads (dY is the incoming gradient,
+// X the op's input, Y its output; parameters are not activations and are not listed):
+//
+//   op kind            node(s)                      reads
+//   conv2d, linear,    grad_input  (dX = dY W)      dY
+//   qkv_projection     grad_weight (dW = dY^T X)    X, dY
+//                      grad_bias   (db = sum dY)    dY            (bias-only training)
+//   linear_relu        grad_input                   Y, dY         (ReLU mask from Y)
+//                      grad_weight                  X, Y, dY
+//                      grad_bias                    Y, dY
+//   batchnorm2d        grad (dX, dgamma, dbeta;     X, dY         (one oneDNN primitive;
+//                      one primitive)                              batch statistics from X)
+//   relu, dropout      grad                         Y, dY         (mask from Y)
+//   maxpool2d          grad                         X, dY         (argmax re-derived from X)
+//   avgpool2d          grad                         dY
+//   attention_scores,  grad                         X, dY
+//   attention_context
+//   cross_entropy_loss grad                         X             (softmax(X) - labels)
+//   add, flatten       none: dX is dY (a view)      -
+//   a tensor read by   grad_sum (sum of the         each consumer's gradient
+//   several ops        consumers' gradients)
+//
+// Gradient nodes are only created where needed: a tensor's gradient is needed
+// iff it depends on a trainable parameter. Weight-gradient outputs live in the
+// parameter-gradient buffers (with the parameters, outside the activation
+// budget, as in POET), so their output_bytes is 0.
+//
+// Trainable parameters (--trainable): `all`; `last:K`, the last K layers that own
+// parameters; `bias`, biases only (plus batch-norm shifts), as sparse on-device
+// fine-tuning does. Frozen layers get no weight-gradient node, and gradients
+// stop below the first trainable layer. The poet derivation cannot split a
+// layer's gradient, so `bias` keeps its whole chain and `last:K` truncates it.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "base/status.h"
+#include "graph/forward_graph.h"
+#include "proto/edgecost.pb.h"
+
+namespace edgecost::graph {
+
+inline constexpr int64_t kBytesPerElement = 4;  // f32 activations, as POET's TYPE
+
+enum class Derivation { kPoet, kExact };
+Result<Derivation> ParseDerivation(std::string_view text);
+std::string_view DerivationName(Derivation derivation);
+
+struct Trainable {
+  enum class Mode { kAll, kLastK, kBias };
+  Mode mode = Mode::kAll;
+  int last_k = 0;
+
+  static Result<Trainable> Parse(std::string_view text);  // "all", "last:K", "bias"
+  std::string ToString() const;
+};
+
+Result<v1::TrainingGraph> DeriveTrainingGraph(const ForwardGraph& forward, Derivation derivation,
+                                             const Trainable& trainable = {});
+
+// The zoo model's training graph in one call.
+Result<v1::TrainingGraph> ZooTrainingGraph(std::string_view model, int batch_size, Derivation derivation,
+                                          const Trainable& trainable = {});
+
+}  // namespace edgecost::graph

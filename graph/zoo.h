@@ -1,0 +1,24 @@
+// The model zoo: POET's eight models, built layer for layer as POET's
+// poet/architectures/ builds them, with a batch-size parameter.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+#include "graph/forward_graph.h"
+
+namespace edgecost::graph {
+
+struct ZooModel {
+  std::string_view name;
+  std::string_view description;
+};
+
+const std::vector<ZooModel>& ZooModels();
+
+// The forward graph (ending in its loss) of a zoo model; NotFound lists the valid names.
+Result<ForwardGraph> BuildZooModel(std::string_view name, int batch_size = 1);
+
+}  // namespace edgecost::graph

@@ -1,0 +1,47 @@
+#include "base/units.h"
+
+#include <gtest/gtest.h>
+
+namespace edgecost {
+namespace {
+
+TEST(ParseBytes, AcceptsPlainSiAndBinaryUnits) {
+  EXPECT_EQ(*ParseBytes("3000000"), 3000000);
+  EXPECT_EQ(*ParseBytes("3MB"), 3000000);
+  EXPECT_EQ(*ParseBytes("2.5MiB"), 2621440);
+  EXPECT_EQ(*ParseBytes("512 KiB"), 524288);
+  EXPECT_EQ(*ParseBytes("1.5gb"), 1500000000);
+  EXPECT_EQ(*ParseBytes("40B"), 40);
+}
+
+TEST(ParseBytes, RejectsGarbageWithAHint) {
+  for (const char* bad : {"", "MB", "3XB", "-1MB", "1e400"}) {
+    const Result<int64_t> r = ParseBytes(bad);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.status().code(), ErrorCode::kInvalidArgument);
+  }
+  EXPECT_NE(ParseBytes("3XB").status().message().find("KiB"), std::string::npos);
+}
+
+TEST(ParseRuntimeBudget, MultiplesAndSeconds) {
+  const RuntimeBudget x = *ParseRuntimeBudget("7.6x");
+  EXPECT_EQ(x.kind, RuntimeBudget::Kind::kMultiple);
+  EXPECT_DOUBLE_EQ(x.Seconds(2.0), 15.2);
+  const RuntimeBudget s = *ParseRuntimeBudget("1.2s");
+  EXPECT_EQ(s.kind, RuntimeBudget::Kind::kSeconds);
+  EXPECT_DOUBLE_EQ(s.Seconds(100.0), 1.2);
+  EXPECT_DOUBLE_EQ(ParseRuntimeBudget("800ms")->Seconds(1.0), 0.8);
+  EXPECT_FALSE(ParseRuntimeBudget("0x").ok());
+  EXPECT_FALSE(ParseRuntimeBudget("2h").ok());
+}
+
+TEST(Format, HumanUnits) {
+  EXPECT_EQ(FormatBytes(512), "512 B");
+  EXPECT_EQ(FormatBytes(3000000), "3.00 MB");
+  EXPECT_EQ(FormatSeconds(0.0456), "45.6 ms");
+  EXPECT_EQ(FormatJoules(7.889510), "7.89 J");
+  EXPECT_EQ(FormatJoules(0), "0 J");
+}
+
+}  // namespace
+}  // namespace edgecost

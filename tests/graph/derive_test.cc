@@ -1,0 +1,179 @@
+// The backward dependency rules of each op kind (graph/derive.h), on small graphs.
+#include "graph/derive.h"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "graph/zoo.h"
+
+namespace edgecost::graph {
+namespace {
+
+const v1::TrainingNode* Find(const v1::TrainingGraph& graph, const std::string& name) {
+  for (const v1::TrainingNode& node : graph.nodes()) {
+    if (node.name() == name) return &node;
+  }
+  return nullptr;
+}
+
+std::vector<uint32_t> Inputs(const v1::TrainingNode& node) { return {node.inputs().begin(), node.inputs().end()}; }
+
+int BackwardCount(const v1::TrainingGraph& graph) {
+  return static_cast<int>(std::count_if(graph.nodes().begin(), graph.nodes().end(),
+                                        [](const auto& n) { return n.phase() == v1::PHASE_BACKWARD; }));
+}
+
+// input -> conv -> relu -> flatten -> linear -> loss
+ForwardGraph SmallCnn() {
+  ForwardGraph g("small_cnn", 1);
+  int x = g.Input({1, 3, 4, 4});
+  x = g.Relu(g.Conv2d(x, 3, 2, 3, 1, 1));
+  x = g.Linear(g.Flatten(x), 32, 5);
+  g.CrossEntropyLoss(x, 5);
+  return g;
+}
+
+TEST(ExactDerivation, ConvReluLinearReadWhatTheirBackwardNeeds) {
+  const auto graph = DeriveTrainingGraph(SmallCnn(), Derivation::kExact);
+  ASSERT_TRUE(graph.ok()) << graph.status().message();
+  ASSERT_EQ(graph->nodes_size(), 11);
+
+  const auto* loss_grad = Find(*graph, "layer5_CrossEntropyLoss.grad");
+  ASSERT_TRUE(loss_grad);
+  EXPECT_EQ(Inputs(*loss_grad), (std::vector<uint32_t>{4}));  // logits only
+  const uint32_t d_logits = loss_grad->index();
+
+  const auto* linear_dw = Find(*graph, "layer4_LinearLayer.grad_weight");
+  ASSERT_TRUE(linear_dw);
+  EXPECT_EQ(Inputs(*linear_dw), (std::vector<uint32_t>{3, d_logits}));  // X and dY
+  EXPECT_EQ(linear_dw->output_bytes(), 0u);  // lives with the parameters
+
+  const auto* linear_dx = Find(*graph, "layer4_LinearLayer.grad_input");
+  ASSERT_TRUE(linear_dx);
+  EXPECT_EQ(Inputs(*linear_dx), (std::vector<uint32_t>{d_logits}));  // dY (and W, not an activation)
+  EXPECT_EQ(linear_dx->output_bytes(), 32u * 4);
+
+  // Flatten's backward is a view: ReLU's backward reads the linear layer's dX directly.
+  const auto* relu_grad = Find(*graph, "layer2_ReLULayer.grad");
+  ASSERT_TRUE(relu_grad);
+  EXPECT_EQ(Inputs(*relu_grad), (std::vector<uint32_t>{2, linear_dx->index()}));  // Y and dY
+  EXPECT_EQ(Find(*graph, "layer3_FlattenLayer.grad"), nullptr);
+
+  const auto* conv_dw = Find(*graph, "layer1_Conv2dLayer.grad_weight");
+  ASSERT_TRUE(conv_dw);
+  EXPECT_EQ(Inputs(*conv_dw), (std::vector<uint32_t>{0, relu_grad->index()}));
+  // The input image needs no gradient.
+  EXPECT_EQ(Find(*graph, "layer1_Conv2dLayer.grad_input"), nullptr);
+}
+
+TEST(ExactDerivation, AddPassesGradientsAndFanOutIsSummed) {
+  ForwardGraph g("skip", 1);
+  int x = g.Input({1, 4});
+  int a = g.Relu(g.Linear(x, 4, 4));       // 1, 2
+  int b = g.Linear(a, 4, 4);               // 3
+  int sum = g.Add(a, b);                   // 4
+  g.CrossEntropyLoss(g.Linear(sum, 4, 2), 2);  // 5, 6
+  const auto graph = DeriveTrainingGraph(g, Derivation::kExact);
+  ASSERT_TRUE(graph.ok());
+
+  // No node for add's backward: its dY feeds both branches.
+  const auto* d_sum = Find(*graph, "layer5_LinearLayer.grad_input");
+  ASSERT_TRUE(d_sum);
+  EXPECT_EQ(Find(*graph, "layer4_SkipAddLayer.grad"), nullptr);
+  const auto* b_dw = Find(*graph, "layer3_LinearLayer.grad_weight");
+  ASSERT_TRUE(b_dw);
+  EXPECT_EQ(Inputs(*b_dw), (std::vector<uint32_t>{2, d_sum->index()}));
+
+  // ReLU's output feeds add and b: its gradient is the sum of both contributions.
+  const auto* b_dx = Find(*graph, "layer3_LinearLayer.grad_input");
+  const auto* grad_sum = Find(*graph, "layer2_ReLULayer.grad_sum");
+  ASSERT_TRUE(b_dx && grad_sum);
+  std::vector<uint32_t> parts = Inputs(*grad_sum);
+  std::sort(parts.begin(), parts.end());
+  EXPECT_EQ(parts, (std::vector<uint32_t>{d_sum->index(), b_dx->index()}));
+  EXPECT_EQ(Inputs(*Find(*graph, "layer2_ReLULayer.grad")), (std::vector<uint32_t>{2, grad_sum->index()}));
+}
+
+TEST(ExactDerivation, NormalizationAndPoolingRules) {
+  ForwardGraph g("pools", 1);
+  int x = g.Input({1, 2, 4, 4});
+  int conv = g.Conv2d(x, 2, 2, 1, 1, 0);  // 1: gives the rest something to train
+  int bn = g.BatchNorm2d(conv);           // 2
+  int max = g.MaxPool2d(bn, 2, 2);        // 3
+  int avg = g.AvgPool2d(max, 2, 1);       // 4
+  g.CrossEntropyLoss(g.Linear(g.Flatten(avg), 2, 2), 2);
+  const auto graph = DeriveTrainingGraph(g, Derivation::kExact);
+  ASSERT_TRUE(graph.ok());
+  const auto* avg_grad = Find(*graph, "layer4_AvgPool2d.grad");
+  const auto* max_grad = Find(*graph, "layer3_MaxPool2d.grad");
+  const auto* bn_grad = Find(*graph, "layer2_BatchNorm2d.grad");
+  ASSERT_TRUE(avg_grad && max_grad && bn_grad);
+  EXPECT_EQ(avg_grad->inputs_size(), 1);  // dY only
+  EXPECT_EQ(Inputs(*max_grad), (std::vector<uint32_t>{2, avg_grad->index()}));  // X (argmax) and dY
+  EXPECT_EQ(Inputs(*bn_grad), (std::vector<uint32_t>{1, max_grad->index()}));       // X (statistics) and dY
+  EXPECT_EQ(bn_grad->output_bytes(), 2u * 4 * 4 * 4);
+}
+
+TEST(ExactDerivation, LastKTrainsOnlyTheTopLayers) {
+  const auto graph = DeriveTrainingGraph(SmallCnn(), Derivation::kExact, *Trainable::Parse("last:1"));
+  ASSERT_TRUE(graph.ok());
+  // Loss gradient and the last linear layer's weight gradient; nothing propagates below it.
+  EXPECT_EQ(BackwardCount(*graph), 2);
+  EXPECT_TRUE(Find(*graph, "layer4_LinearLayer.grad_weight"));
+  EXPECT_FALSE(Find(*graph, "layer4_LinearLayer.grad_input"));
+  EXPECT_EQ(graph->trainable(), "last:1");
+}
+
+TEST(ExactDerivation, BiasOnlyDropsWeightGradients) {
+  const auto graph = DeriveTrainingGraph(SmallCnn(), Derivation::kExact, *Trainable::Parse("bias"));
+  ASSERT_TRUE(graph.ok());
+  EXPECT_FALSE(Find(*graph, "layer4_LinearLayer.grad_weight"));
+  const auto* bias = Find(*graph, "layer4_LinearLayer.grad_bias");
+  ASSERT_TRUE(bias);
+  EXPECT_EQ(bias->inputs_size(), 1);  // dY only: no need to keep X
+  EXPECT_TRUE(Find(*graph, "layer1_Conv2dLayer.grad_bias"));
+  EXPECT_TRUE(Find(*graph, "layer2_ReLULayer.grad"));  // gradients still flow to the conv bias
+}
+
+TEST(PoetDerivation, OneGradientPerLayerReadingOutputNextAndPrevious) {
+  const auto graph = DeriveTrainingGraph(SmallCnn(), Derivation::kPoet);
+  ASSERT_TRUE(graph.ok());
+  ASSERT_EQ(graph->nodes_size(), 6 + 5);
+  // First gradient: GradientLayer(L4, [L5], L5) reads the linear output and the loss twice.
+  EXPECT_EQ(Inputs(graph->nodes(6)), (std::vector<uint32_t>{4, 5, 5}));
+  EXPECT_EQ(graph->nodes(6).output_bytes(), 5u * 4);  // the loss's shape
+  EXPECT_EQ(Inputs(graph->nodes(10)), (std::vector<uint32_t>{0, 1, 9}));
+  EXPECT_EQ(graph->nodes(10).flops(), 0.0);  // twice the input layer's zero FLOPs
+  // last:1 stops the chain below the last linear layer.
+  const auto last = DeriveTrainingGraph(SmallCnn(), Derivation::kPoet, *Trainable::Parse("last:1"));
+  EXPECT_EQ(BackwardCount(*last), 1);
+}
+
+TEST(Derivation, EveryZooGraphIsTopologicallyOrdered) {
+  for (const ZooModel& model : ZooModels()) {
+    for (Derivation derivation : {Derivation::kPoet, Derivation::kExact}) {
+      for (const char* trainable : {"all", "last:2", "bias"}) {
+        const auto graph = ZooTrainingGraph(model.name, 1, derivation, *Trainable::Parse(trainable));
+        ASSERT_TRUE(graph.ok()) << model.name;
+        for (const v1::TrainingNode& node : graph->nodes()) {
+          for (uint32_t input : node.inputs()) ASSERT_LT(input, node.index()) << model.name << " " << node.name();
+        }
+        EXPECT_GT(BackwardCount(*graph), 0) << model.name << " " << trainable;
+      }
+    }
+  }
+}
+
+TEST(Trainable, ParsesAndRejects) {
+  EXPECT_EQ(Trainable::Parse("last:3")->last_k, 3);
+  EXPECT_FALSE(Trainable::Parse("last:0").ok());
+  EXPECT_FALSE(Trainable::Parse("last:x").ok());
+  EXPECT_FALSE(Trainable::Parse("some").ok());
+  EXPECT_FALSE(ParseDerivation("checkmate").ok());
+}
+
+}  // namespace
+}  // namespace edgecost::graph
