@@ -166,6 +166,7 @@ Result<ForwardGraph> BuildZooModel(std::string_view name, int batch_size) {
   if (batch_size < 1) return InvalidArgument("batch size must be at least 1, got " + std::to_string(batch_size));
   std::string names;
   for (const Entry& e : Entries()) {
+    names += (names.empty() ? "" : ", ") + std::string(e.info.name);
     if (e.info.name != name) continue;
     if (name.find("bert") != std::string_view::npos || name == "transformer") {
       if (batch_size != 1) {
@@ -174,7 +175,6 @@ Result<ForwardGraph> BuildZooModel(std::string_view name, int batch_size) {
       }
     }
     return e.build(batch_size);
-    names += (names.empty() ? "" : ", ") + std::string(e.info.name);
   }
   return NotFound("no model '" + std::string(name) + "' in the zoo; choose one of " + names +
                   ", or pass a graph file");

@@ -1,0 +1,35 @@
+// Shared plumbing of the `edgecost` subcommands: exit codes, errors, JSON output.
+#pragma once
+
+#include <string>
+
+#include <CLI/CLI.hpp>
+#include <google/protobuf/message.h>
+
+#include "base/status.h"
+
+namespace edgecost::cli {
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailure = 1;  // the command ran and failed
+inline constexpr int kExitUsage = 2;    // the command line is wrong
+
+struct Context {
+  std::string db_path;  // --db; empty means EDGECOST_DB or the default location
+  int exit_code = kExitOk;
+};
+
+// Prints "edgecost: error: ..." and returns the exit code for it.
+int Failure(const Status& status);
+int UsageError(const Status& status);
+
+// Protobuf's canonical JSON mapping, indented, on stdout.
+void PrintJson(const google::protobuf::Message& message);
+
+// Each file cmd_*.cc registers one subcommand; its callback stores the exit code in ctx.
+void RegisterModelsCommand(CLI::App& app, Context& ctx);
+void RegisterGraphCommand(CLI::App& app, Context& ctx);
+void RegisterCostsCommand(CLI::App& app, Context& ctx);
+void RegisterDbCommand(CLI::App& app, Context& ctx);
+
+}  // namespace edgecost::cli

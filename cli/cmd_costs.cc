@@ -1,0 +1,143 @@
+#include <algorithm>
+#include <fstream>
+#include <iostream>
+
+#include "base/units.h"
+#include "cli/cli.h"
+#include "cli/graph_flags.h"
+#include "cli/table.h"
+#include "costdb/costdb.h"
+#include "graph/cost_source.h"
+#include "graph/graph_io.h"
+
+namespace edgecost::cli {
+namespace {
+
+struct CostsFlags {
+  GraphFlags graph;
+  std::string platform = "a72";
+  std::string source = std::string(graph::kPoetFlopsSource);
+  bool json = false;
+  bool store = false;
+  bool summary = false;
+  std::string out_path;
+};
+
+struct Totals {
+  int forward = 0, loss = 0, backward = 0;
+  double runtime_s = 0, compute_j = 0, page_in_j = 0, page_out_j = 0;
+  uint64_t forward_bytes = 0, largest_bytes = 0;
+};
+
+Totals Sum(const v1::CostTable& table) {
+  Totals t;
+  for (int i = 0; i < table.costs_size(); ++i) {
+    const v1::NodeCost& cost = table.costs(i);
+    const v1::Phase phase = table.graph().nodes(i).phase();
+    (phase == v1::PHASE_BACKWARD ? t.backward : phase == v1::PHASE_LOSS ? t.loss : t.forward)++;
+    t.runtime_s += cost.runtime_s();
+    t.compute_j += cost.compute_j();
+    t.page_in_j += cost.page_in_j();
+    t.page_out_j += cost.page_out_j();
+    if (phase != v1::PHASE_BACKWARD) t.forward_bytes += cost.ram_bytes();
+    t.largest_bytes = std::max<uint64_t>(t.largest_bytes, cost.ram_bytes());
+  }
+  return t;
+}
+
+void PrintSummary(const v1::CostTable& table, const Totals& t) {
+  const v1::TrainingGraph& g = table.graph();
+  std::cout << "model          " << g.model() << " (derivation " << g.derivation() << ", trainable "
+            << g.trainable() << ", batch size " << g.batch_size() << ")\n"
+            << "device         " << table.device() << ", cost source " << table.cost_source() << "\n";
+  if (!table.note().empty()) std::cout << "               " << table.note() << "\n";
+  std::cout << "nodes          " << g.nodes_size() << " (" << t.forward << " forward, " << t.loss << " loss, "
+            << t.backward << " backward)\n"
+            << "training step  " << FormatSeconds(t.runtime_s) << ", " << FormatJoules(t.compute_j)
+            << " (every node computed once: the energy floor of any schedule)\n"
+            << "activations    " << FormatBytes(static_cast<double>(t.forward_bytes)) << " of forward outputs, "
+            << "largest single output " << FormatBytes(static_cast<double>(t.largest_bytes)) << "\n"
+            << "parameters     " << FormatBytes(static_cast<double>(g.param_bytes()))
+            << " (outside the activation budget)\n"
+            << "paging         every output once: out " << FormatJoules(t.page_out_j) << ", in "
+            << FormatJoules(t.page_in_j) << "\n";
+}
+
+void PrintNodeTable(const v1::CostTable& table, const Totals& t) {
+  Table out({{"#"},
+             {"name", Table::Align::kLeft},
+             {"runtime"},
+             {"energy"},
+             {"output"},
+             {"page-in"},
+             {"page-out"}});
+  for (int i = 0; i < table.costs_size(); ++i) {
+    const v1::NodeCost& c = table.costs(i);
+    out.AddRow({std::to_string(i), table.graph().nodes(i).name(), FormatSeconds(c.runtime_s()),
+                FormatJoules(c.compute_j()), FormatBytes(static_cast<double>(c.ram_bytes())),
+                FormatJoules(c.page_in_j()), FormatJoules(c.page_out_j())});
+  }
+  out.AddRule();
+  out.AddRow({"", "total", FormatSeconds(t.runtime_s), FormatJoules(t.compute_j), "", FormatJoules(t.page_in_j),
+              FormatJoules(t.page_out_j)});
+  out.Print(std::cout);
+  std::cout << "\n";
+}
+
+int RunCosts(const CostsFlags& flags, const Context& ctx) {
+  auto spec = flags.graph.Spec();
+  if (!spec.ok()) return UsageError(spec.status());
+  auto table = graph::LoadCostTable(*spec, flags.platform, flags.source);
+  if (!table.ok()) return Failure(table.status());
+
+  if (!flags.out_path.empty()) {
+    std::ofstream out(flags.out_path);
+    out << graph::CostTableToTrainingGraphJson(*table);
+    if (!out.flush()) return Failure(PermissionDenied("cannot write " + flags.out_path));
+  }
+  int64_t stored_id = 0;
+  std::string db_path;
+  if (flags.store) {
+    db_path = ctx.db_path.empty() ? costdb::DefaultDbPath() : ctx.db_path;
+    auto db = costdb::CostDb::Open(db_path, costdb::OpenMode::kReadWrite);
+    if (!db.ok()) return Failure(db.status());
+    auto id = db->PutCostTable(*table);
+    if (!id.ok()) return Failure(id.status());
+    stored_id = *id;
+  }
+
+  if (flags.json) {
+    PrintJson(*table);
+    return kExitOk;
+  }
+  const Totals totals = Sum(*table);
+  if (!flags.summary) PrintNodeTable(*table, totals);
+  PrintSummary(*table, totals);
+  if (flags.store) std::cout << "stored         cost table #" << stored_id << " in " << db_path << "\n";
+  if (!flags.out_path.empty()) std::cout << "written        " << flags.out_path << " (training-graph/v1)\n";
+  return kExitOk;
+}
+
+}  // namespace
+
+void RegisterCostsCommand(CLI::App& app, Context& ctx) {
+  auto flags = std::make_shared<CostsFlags>();
+  CLI::App* cmd = app.add_subcommand("costs", "Per-node runtime, energy, memory and paging costs of a training graph");
+  flags->graph.AddTo(cmd);
+  std::vector<std::string> presets;
+  for (const auto& preset : graph::BoardPresets()) presets.emplace_back(preset.name);
+  cmd->add_option("--platform", flags->platform, "Board preset")->capture_default_str()->check(CLI::IsMember(presets));
+  cmd->add_option("--source", flags->source, "Cost source")->capture_default_str();
+  cmd->add_flag("--json", flags->json, "Print protobuf JSON (CostTable)");
+  cmd->add_flag("--store", flags->store, "Store the cost table in the cost database");
+  cmd->add_flag("--summary", flags->summary, "Print totals only, not the per-node table");
+  cmd->add_option("--out", flags->out_path, "Also write the table as training-graph/v1 JSON");
+  cmd->footer(
+      "Examples:\n"
+      "  edgecost costs resnet18_cifar --platform a72\n"
+      "  edgecost costs vgg16 --platform m4 --summary --store\n"
+      "  edgecost costs resnet50 --platform a72 --out resnet50.a72.json");
+  cmd->callback([flags, &ctx] { ctx.exit_code = RunCosts(*flags, ctx); });
+}
+
+}  // namespace edgecost::cli

@@ -1,0 +1,38 @@
+// The flags that name a training graph, shared by graph, costs and solve.
+#pragma once
+
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "graph/resolve.h"
+
+namespace edgecost::cli {
+
+struct GraphFlags {
+  std::string model_or_file;
+  int batch_size = 1;
+  std::string derivation = "poet";
+  std::string trainable = "all";
+
+  void AddTo(CLI::App* command, bool positional = true) {
+    if (positional) {
+      command->add_option("model", model_or_file, "Zoo model (see `edgecost models`) or graph file (.json)")
+          ->required();
+    }
+    command->add_option("--batch-size", batch_size, "Batch size of zoo models")->capture_default_str()
+        ->check(CLI::PositiveNumber);
+    command->add_option("--derivation", derivation,
+                        "Backward graph: poet (POET's one gradient per layer) or exact (true dependencies)")
+        ->capture_default_str()->check(CLI::IsMember({"poet", "exact"}));
+    command->add_option("--trainable", trainable, "Trained parameters: all, last:K or bias")->capture_default_str();
+  }
+
+  Result<graph::GraphSpec> Spec() const {
+    EC_ASSIGN_OR_RETURN(graph::Derivation d, graph::ParseDerivation(derivation));
+    EC_ASSIGN_OR_RETURN(graph::Trainable t, graph::Trainable::Parse(trainable));
+    return graph::GraphSpec{model_or_file, batch_size, d, t};
+  }
+};
+
+}  // namespace edgecost::cli

@@ -1,0 +1,41 @@
+// edgecost: measure what training costs on a device, and schedule it to fit.
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+
+#include "cli/cli.h"
+
+int main(int argc, char** argv) {
+  using namespace edgecost::cli;
+  CLI::App app{"edgecost: per-device costs of neural-network training, and energy-optimal schedules\n"
+               "that fit a RAM budget by recomputing and paging activations (POET, ICML 2022)."};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "edgecost 0.1.0");
+  Context ctx;
+  app.add_option("--db", ctx.db_path, "Cost database file (default: $EDGECOST_DB, else $XDG_DATA_HOME/edgecost/edgecost.db)");
+  app.footer(
+      "Examples:\n"
+      "  edgecost models\n"
+      "  edgecost graph resnet18_cifar --derivation exact\n"
+      "  edgecost costs resnet18_cifar --platform a72 --store\n"
+      "  edgecost db info");
+
+  RegisterModelsCommand(app, ctx);
+  RegisterGraphCommand(app, ctx);
+  RegisterCostsCommand(app, ctx);
+  RegisterDbCommand(app, ctx);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return kExitUsage;
+  }
+  return ctx.exit_code;
+}

@@ -1,0 +1,31 @@
+// Resolves what users name on the command line or in RPC requests, "MODEL|FILE",
+// into training graphs and cost tables, so that the CLI and the daemon share it.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "base/status.h"
+#include "graph/derive.h"
+#include "proto/edgecost.pb.h"
+
+namespace edgecost::graph {
+
+struct GraphSpec {
+  std::string model_or_file;  // a zoo model name, or a training-graph/v1 or node-link JSON file
+  int batch_size = 1;
+  Derivation derivation = Derivation::kPoet;
+  Trainable trainable;
+};
+
+// True when the argument names a graph file rather than a zoo model.
+bool IsGraphFile(std::string_view model_or_file);
+
+// The training graph of a zoo model, or the graph stored in a file.
+Result<v1::TrainingGraph> LoadTrainingGraph(const GraphSpec& spec);
+
+// Costs for the graph: an analytic source on a board preset for zoo models, or the
+// file's own costs for graph files (whose cost source the file names).
+Result<v1::CostTable> LoadCostTable(const GraphSpec& spec, std::string_view platform, std::string_view source);
+
+}  // namespace edgecost::graph

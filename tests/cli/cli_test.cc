@@ -1,0 +1,111 @@
+// The `edgecost` command as a user runs it: output, files and exit codes.
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+namespace {
+
+using ::testing::HasSubstr;
+
+struct CommandResult {
+  int exit_code;
+  std::string output;  // stdout and stderr
+};
+
+class CliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("edgecost_cli_test_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  CommandResult Edgecost(const std::string& args) {
+    const std::string command = "EDGECOST_DB='" + (dir_ / "costs.db").string() + "' " + EDGECOST_BIN + " " + args +
+                                " 2>&1";
+    FILE* pipe = ::popen(command.c_str(), "r");
+    EXPECT_NE(pipe, nullptr);
+    std::string output;
+    std::array<char, 4096> buffer{};
+    size_t n = 0;
+    while ((n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0) output.append(buffer.data(), n);
+    const int status = ::pclose(pipe);
+    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
+  }
+
+  std::filesystem::path dir_;
+};
+
+TEST_F(CliTest, ModelsListsTheZoo) {
+  const CommandResult run = Edgecost("models");
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  for (const char* model : {"linear", "vgg16", "vgg16_cifar", "resnet18", "resnet50", "resnet18_cifar", "bert",
+                            "transformer"}) {
+    EXPECT_THAT(run.output, HasSubstr(model));
+  }
+  EXPECT_THAT(run.output, HasSubstr("133"));  // resnet18_cifar's training nodes
+}
+
+TEST_F(CliTest, CostsPrintsTotalsAndStoresTheTable) {
+  const CommandResult run = Edgecost("costs resnet18_cifar --platform a72 --store --summary");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_THAT(run.output, HasSubstr("7.89 J"));  // POET's README optimum is the all-once floor
+  EXPECT_THAT(run.output, HasSubstr("stored"));
+  const CommandResult info = Edgecost("db info");
+  ASSERT_EQ(info.exit_code, 0) << info.output;
+  EXPECT_THAT(info.output, HasSubstr("node_costs"));
+  EXPECT_THAT(info.output, HasSubstr("133"));
+}
+
+TEST_F(CliTest, CostsWritesAGraphFileThatReadsBack) {
+  const std::string file = (dir_ / "r18.json").string();
+  ASSERT_EQ(Edgecost("costs resnet18_cifar --platform m4 --out " + file + " --summary").exit_code, 0);
+  const CommandResult again = Edgecost("costs " + file + " --json");
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_THAT(again.output, HasSubstr("\"costSource\": \"poet-flops\""));
+}
+
+TEST_F(CliTest, GraphFormats) {
+  EXPECT_THAT(Edgecost("graph transformer").output, HasSubstr("layer18_GradientLayer"));
+  EXPECT_THAT(Edgecost("graph linear --format dot").output, HasSubstr("digraph"));
+  EXPECT_THAT(Edgecost("graph linear --format json --derivation exact").output, HasSubstr("\"role\": \"grad_weight\""));
+}
+
+TEST_F(CliTest, ExitCodesSeparateUsageFromFailure) {
+  EXPECT_EQ(Edgecost("").exit_code, 2);                       // no subcommand
+  EXPECT_EQ(Edgecost("costs").exit_code, 2);                  // missing model
+  EXPECT_EQ(Edgecost("costs linear --platform z80").exit_code, 2);
+  EXPECT_EQ(Edgecost("graph linear --trainable last:x").exit_code, 2);
+  const CommandResult unknown = Edgecost("costs alexnet");
+  EXPECT_EQ(unknown.exit_code, 1);
+  EXPECT_THAT(unknown.output, HasSubstr("resnet18_cifar"));  // lists what exists
+  const CommandResult missing = Edgecost("costs /nonexistent/graph.json");
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_THAT(missing.output, HasSubstr("/nonexistent/graph.json"));
+  EXPECT_EQ(Edgecost("costs linear --platform jetsontx2").exit_code, 1);
+  EXPECT_EQ(Edgecost("--help").exit_code, 0);
+}
+
+TEST_F(CliTest, DbInfoOnAFileThatIsNotADatabaseLeavesItAlone) {
+  const std::filesystem::path notes = dir_ / "notes.txt";
+  std::ofstream(notes) << "not a database\n";
+  const CommandResult run = Edgecost("--db " + notes.string() + " db info");
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_THAT(run.output, HasSubstr("not"));
+  std::ifstream in(notes);
+  std::string content((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(content, "not a database\n");
+}
+
+}  // namespace
