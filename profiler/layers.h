@@ -1,0 +1,97 @@
+// Real kernels for every op kind of the zoo, forward and backward, on oneDNN.
+//
+// A Layer owns the tensors one op touches: its inputs X, output Y, parameters,
+// the forward intermediates its backward needs (batch statistics, pooling
+// workspace, dropout mask, softmax probabilities), the incoming gradient dY and
+// the gradients it produces. The profiler times one method per training-graph
+// node: Forward, BackwardInput (dX), BackwardWeights (dW and db) or
+// BackwardBias (db only). Tests compare the backward methods with numerical
+// gradients of Forward, so that backward nodes compute the real thing.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include "base/status.h"
+
+namespace edgecost::profiler {
+
+using Dims = std::vector<int64_t>;
+
+struct Tensor {
+  Dims dims;
+  std::vector<float> data;
+
+  explicit Tensor(Dims d = {});
+  int64_t size() const { return static_cast<int64_t>(data.size()); }
+  uint64_t bytes() const { return data.size() * sizeof(float); }
+};
+
+// What a layer is: the forward op's kind and attributes, and its shapes.
+struct LayerSpec {
+  std::string kind;                        // graph::OpKindName, e.g. "conv2d"
+  std::map<std::string, int64_t> attributes;
+  std::vector<Dims> input_shapes;
+  Dims output_shape;
+};
+
+class Layer {
+ public:
+  virtual ~Layer() = default;
+
+  virtual void Forward() = 0;
+  // dX for every input from dY. Ops without an input gradient do nothing.
+  virtual void BackwardInput() = 0;
+  virtual void BackwardWeights() {}
+  virtual void BackwardBias() {}
+  virtual bool HasParameters() const { return false; }
+
+  std::vector<Tensor>& inputs() { return inputs_; }
+  Tensor& output() { return output_; }
+  Tensor& grad_output() { return grad_output_; }
+  std::vector<Tensor>& grad_inputs() { return grad_inputs_; }
+  // Parameters and their gradients, in the same order (weights, then bias).
+  std::vector<Tensor*>& params() { return params_; }
+  std::vector<Tensor*>& grad_params() { return grad_params_; }
+
+  uint64_t scratchpad_bytes() const { return scratchpad_bytes_; }
+  uint64_t workspace_bytes() const { return workspace_bytes_; }
+
+ protected:
+  std::vector<Tensor> inputs_;
+  Tensor output_;
+  Tensor grad_output_;
+  std::vector<Tensor> grad_inputs_;
+  std::vector<Tensor*> params_;
+  std::vector<Tensor*> grad_params_;
+  uint64_t scratchpad_bytes_ = 0;
+  uint64_t workspace_bytes_ = 0;
+};
+
+// The oneDNN engine and stream every layer runs on (CPU).
+class Backend {
+ public:
+  Backend();
+  dnnl::engine& engine() { return engine_; }
+  dnnl::stream& stream() { return stream_; }
+  // The instruction set oneDNN dispatches to on this CPU, e.g. "avx2".
+  static std::string Isa();
+
+ private:
+  dnnl::engine engine_;
+  dnnl::stream stream_;
+};
+
+// Builds a layer with tensors filled with realistic values (seeded). An op kind
+// without a kernel is an Unimplemented error naming it.
+Result<std::unique_ptr<Layer>> MakeLayer(Backend& backend, const LayerSpec& spec, uint32_t seed = 1);
+
+// The sum of k gradients of the same shape (grad_sum nodes): inputs() are the parts.
+Result<std::unique_ptr<Layer>> MakeGradSum(Backend& backend, const Dims& shape, int parts, uint32_t seed = 1);
+
+}  // namespace edgecost::profiler
