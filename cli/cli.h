@@ -31,5 +31,6 @@ void RegisterModelsCommand(CLI::App& app, Context& ctx);
 void RegisterGraphCommand(CLI::App& app, Context& ctx);
 void RegisterCostsCommand(CLI::App& app, Context& ctx);
 void RegisterDbCommand(CLI::App& app, Context& ctx);
+void RegisterProfileCommand(CLI::App& app, Context& ctx);
 
 }  // namespace edgecost::cli

@@ -18,11 +18,13 @@ int main(int argc, char** argv) {
       "  edgecost models\n"
       "  edgecost graph resnet18_cifar --derivation exact\n"
       "  edgecost costs resnet18_cifar --platform a72 --store\n"
+      "  edgecost profile --model resnet18_cifar\n"
       "  edgecost db info");
 
   RegisterModelsCommand(app, ctx);
   RegisterGraphCommand(app, ctx);
   RegisterCostsCommand(app, ctx);
+  RegisterProfileCommand(app, ctx);
   RegisterDbCommand(app, ctx);
 
   try {

@@ -1,16 +1,21 @@
 // The cost database: one SQLite file holding devices and their fingerprints,
-// measured op costs with provenance, paging costs, training graphs, cost tables
-// and schedules. The typed API below is the only way in; no SQL lives elsewhere.
+// profiling runs, measured op costs with provenance, paging costs, training
+// graphs, cost tables and schedules. The typed API below is the only way in;
+// no SQL lives outside costdb/.
 //
 // Safety: WAL journal, foreign keys, every write in one transaction, schema
 // versioned by PRAGMA user_version with forward migrations. A file that is not
 // an edgecost database, or comes from a newer edgecost, is refused untouched.
+//
+// A CostDb is one SQLite connection: use it from one thread at a time and do
+// not carry it across fork(). Other processes may read while one writes.
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
@@ -19,18 +24,24 @@
 
 namespace edgecost::costdb {
 
+// The schema this build writes; files with a higher PRAGMA user_version are refused.
 inline constexpr int kSchemaVersion = 1;
 
-enum class OpenMode { kReadWrite, kReadOnly };
+enum class OpenMode {
+  kReadWrite,  // creates the file (and its folder) if missing, migrates to kSchemaVersion
+  kReadOnly,   // the file must exist at kSchemaVersion; every write is refused
+};
 
 struct OpenOptions {
   OpenMode mode = OpenMode::kReadWrite;
-  int busy_timeout_ms = 5000;  // how long a write waits for another writer
+  int busy_timeout_ms = 5000;  // how long to wait for another process's write to finish
 };
 
-// $EDGECOST_DB, else $XDG_DATA_HOME/edgecost/edgecost.db, else ~/.local/share/edgecost/edgecost.db.
+// $EDGECOST_DB, else $XDG_DATA_HOME/edgecost/edgecost.db, else
+// ~/.local/share/edgecost/edgecost.db. The CLI's --db flag overrides all three.
 std::string DefaultDbPath();
 
+// Selects the current cost table of one training graph on one device.
 struct CostTableKey {
   std::string model;
   std::string device;
@@ -40,78 +51,118 @@ struct CostTableKey {
   std::string trainable = "all";
 };
 
+enum class RunStatus { kRunning, kComplete, kFailed, kCancelled };
+
+// A profiling run: the provenance of the op costs it measured.
+struct StoredRun {
+  int64_t id = 0;
+  std::string fingerprint_hash;
+  std::string cost_source;
+  RunStatus status = RunStatus::kRunning;
+  std::string started_at;   // UTC, ISO 8601
+  std::string finished_at;  // empty while running
+  std::optional<double> idle_power_w;  // absent when no sensor measured it
+};
+
 struct StoredSchedule {
   int64_t id = 0;
   int64_t request_id = 0;
+  int64_t cost_table_id = 0;  // 0 if the schedule was not solved from a stored cost table
   v1::ScheduleRequest request;
   v1::Schedule::Status status = v1::Schedule::STATUS_UNSPECIFIED;
   double energy_j = 0;
   bool superseded = false;
-  std::string created_at;
+  std::string created_at;  // UTC, ISO 8601
 };
 
 struct DbInfo {
   std::string path;
   int schema_version = 0;
-  int64_t file_size_bytes = 0;
+  int64_t file_size_bytes = 0;  // the main file, without the -wal beside it
   std::string journal_mode;
-  std::map<std::string, int64_t> row_counts;  // per table
+  std::map<std::string, int64_t> row_counts;  // per table, from one snapshot
 };
 
 class CostDb {
  public:
-  static Result<CostDb> Open(const std::string& path, OpenOptions options = {});
-  static Result<CostDb> Open(const std::string& path, OpenMode mode) { return Open(path, OpenOptions{mode}); }
+  static Result<CostDb> Open(const std::string& path, OpenOptions options);
+  static Result<CostDb> Open(const std::string& path, OpenMode mode = OpenMode::kReadWrite) {
+    return Open(path, OpenOptions{.mode = mode});
+  }
 
   CostDb(CostDb&&) = default;
   CostDb& operator=(CostDb&&) = default;
+  CostDb(const CostDb&) = delete;
+  CostDb& operator=(const CostDb&) = delete;
 
   const std::string& path() const { return db_.path(); }
+  OpenMode mode() const { return mode_; }
 
-  // Devices. Upserting a device whose fingerprint hash changed keeps the old
-  // fingerprint, marked superseded, and makes the new one current.
+  // Records the device and makes its fingerprint current. A changed fingerprint
+  // supersedes the old one (kept, with its costs); a fingerprint seen before
+  // becomes current again. Returns the device id.
   Result<int64_t> UpsertDevice(const v1::Device& device);
+  // The device with its current fingerprint and its history, newest first.
   Result<v1::Device> GetDevice(const std::string& name);
   Result<std::vector<v1::Device>> ListDevices();
 
-  // Training graphs, idempotent on model, derivation, trainable and batch size.
+  // Idempotent on model, derivation, trainable and batch size. A graph that
+  // differs from the stored one (a newer derivation) supersedes it, so cost
+  // tables of the old graph are kept but no longer served.
   Result<int64_t> PutModelGraph(const v1::TrainingGraph& graph);
-  Result<std::vector<v1::TrainingGraph>> ListModelGraphs();
+  Result<std::vector<v1::TrainingGraph>> ListModelGraphs();  // current graphs only
 
-  // Cost tables: the graph, device and per-node costs in one transaction. An
-  // earlier table for the same graph, fingerprint and source is superseded, not deleted.
+  // Stores the graph, a preset device if needed, and every node cost in one
+  // transaction. An earlier table for the same graph, fingerprint and source is
+  // superseded, not deleted. A measured table's fingerprint must be recorded
+  // (UpsertDevice) first.
   Result<int64_t> PutCostTable(const v1::CostTable& table);
+  // The newest current table for `key`; NotFound says what to run otherwise.
   Result<v1::CostTable> GetCostTable(const CostTableKey& key);
   Result<v1::CostTable> GetCostTableById(int64_t id);
 
-  // Measured op costs, keyed by fingerprint and op signature, with the run that measured them.
+  // Profiling runs. FinishRun takes the idle power when it was measured.
   Result<int64_t> BeginRun(const std::string& fingerprint_hash, const std::string& cost_source);
-  Status FinishRun(int64_t run_id, const std::string& status);
+  Status FinishRun(int64_t run_id, RunStatus status, std::optional<double> idle_power_w = std::nullopt);
+  Result<StoredRun> GetRun(int64_t run_id);
+
+  // Measured op costs, one per fingerprint and op signature key; storing a key
+  // again replaces its cost. run_id 0 means no run (an imported cost).
   Status PutOpCost(const std::string& fingerprint_hash, int64_t run_id, const v1::OpCost& cost);
   Result<std::optional<v1::OpCost>> GetOpCost(const std::string& fingerprint_hash, const std::string& op_key);
-  Result<std::vector<v1::OpCost>> ListOpCosts(const std::string& fingerprint_hash);
+  Result<std::vector<v1::OpCost>> ListOpCosts(const std::string& fingerprint_hash);  // by op key
 
+  // Paging costs, one per fingerprint and storage path; Get returns the latest measured.
   Status PutPagingCost(const std::string& fingerprint_hash, const v1::PagingCost& cost);
   Result<std::optional<v1::PagingCost>> GetPagingCost(const std::string& fingerprint_hash);
 
-  // Schedules. A request is stored once; a new schedule for it supersedes the earlier ones.
+  // Schedules. An identical request is stored once; a new schedule for a
+  // request supersedes the earlier ones. cost_table_id 0 means none.
   Result<int64_t> PutScheduleRequest(const v1::ScheduleRequest& request);
   Result<int64_t> PutSchedule(int64_t request_id, int64_t cost_table_id, const v1::Schedule& schedule);
   Result<v1::Schedule> GetSchedule(int64_t id);
+  // Empty filters match everything; oldest first.
   Result<std::vector<StoredSchedule>> ListSchedules(const std::string& model = "", const std::string& device = "");
   Result<std::vector<std::pair<int64_t, v1::ScheduleRequest>>> ListScheduleRequests();
 
   Result<DbInfo> Info();
 
  private:
-  explicit CostDb(Db db) : db_(std::move(db)) {}
+  struct FingerprintRow {
+    int64_t id = 0;
+    std::string device;
+  };
+
+  CostDb(Db db, OpenMode mode) : db_(std::move(db)), mode_(mode) {}
   Status Migrate();
-  Result<int64_t> FingerprintId(const std::string& hash);
+  Result<Transaction> Read();
+  Result<Transaction> Write();  // refuses in read-only mode
+  Result<FingerprintRow> FindFingerprint(const std::string& hash);
   Result<int64_t> CostSourceId(const std::string& name);
-  Result<int64_t> PutModelGraphInTransaction(const v1::TrainingGraph& graph);
-  Result<int64_t> UpsertDeviceInTransaction(const v1::Device& device);
+  Result<std::vector<v1::Device>> ReadDevices(const std::optional<std::string>& name);
 
   Db db_;
+  OpenMode mode_ = OpenMode::kReadWrite;
 };
 
 }  // namespace edgecost::costdb

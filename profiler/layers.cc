@@ -130,6 +130,10 @@ class StepLayer : public Layer {
 
   // dst = sum of src over the axes where dst has extent 1 (bias gradients).
   void AddReduceSum(std::vector<Step>& pass, memory src, memory dst) {
+    if (src.get_desc().dims() == dst.get_desc().dims()) {  // nothing to reduce (batch of one): a copy
+      AddReorder(pass, src, dst);
+      return;
+    }
     dnnl::reduction::primitive_desc pd(
         dnnl::reduction::desc(algorithm::reduction_sum, src.get_desc(), dst.get_desc(), 0.f, 0.f), attr_,
         backend_.engine());

@@ -1,267 +1,550 @@
 #include "costdb/costdb.h"
 
+#include <grp.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <csignal>
+#include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
+#include <set>
 #include <string>
 
 #include <gmock/gmock.h>
-#include <gtest/gtest.h>
 #include <google/protobuf/util/message_differencer.h>
+#include <gtest/gtest.h>
 
-#include "graph/cost_source.h"
-#include "graph/derive.h"
+#include "tests/costdb/test_support.h"
 
 namespace edgecost::costdb {
 namespace {
 
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using google::protobuf::util::MessageDifferencer;
+using test_support::Graph;
+using test_support::InChild;
+using test_support::MeasuredDevice;
+using test_support::Snapshot;
+using test_support::Table;
 
-class CostDbTest : public ::testing::Test {
+namespace fs = std::filesystem;
+
+const CostTableKey kKey{"net", "a72", "poet-flops", 1, "poet", "all"};
+
+class CostDbTest : public test_support::TempDirTest {
  protected:
-  void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("edgecost_costdb_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
-    path_ = (dir_ / "costs.db").string();
+  CostDb OpenOrDie(OpenMode mode = OpenMode::kReadWrite) {
+    auto db = CostDb::Open(path_, mode);
+    EXPECT_TRUE(db.ok()) << db.status().message();
+    return std::move(*db);
   }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-
-  static v1::CostTable Table(const std::string& model, const std::string& platform) {
-    auto source = graph::MakePoetFlopsSource(platform);
-    return *(*source)->CostTableFor(*graph::ZooTrainingGraph(model, 1, graph::Derivation::kPoet));
+  // Writes PRAGMA user_version behind edgecost's back.
+  void SetUserVersion(int version) {
+    auto raw = Db::Open(path_, Db::Access::kReadWrite, 1000);
+    ASSERT_TRUE(raw.ok());
+    ASSERT_TRUE(raw->Exec("PRAGMA user_version = " + std::to_string(version)).ok());
   }
-
-  static std::string Bytes(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    std::stringstream out;
-    out << in.rdbuf();
-    return out.str();
+  // Expects both open modes to refuse the file with `code` and `message`, leaving it untouched.
+  void ExpectRefusedUntouched(ErrorCode code, const std::string& message) {
+    const test_support::FileSnapshot before = Snapshot(path_);
+    for (OpenMode mode : {OpenMode::kReadWrite, OpenMode::kReadOnly}) {
+      auto db = CostDb::Open(path_, mode);
+      ASSERT_FALSE(db.ok());
+      EXPECT_EQ(db.status().code(), code) << db.status().message();
+      EXPECT_THAT(db.status().message(), HasSubstr(message));
+      EXPECT_THAT(db.status().message(), ::testing::Not(HasSubstr("\n")));
+    }
+    EXPECT_TRUE(Snapshot(path_) == before) << "the refused file was modified";
   }
-
-  static v1::Device MeasuredDevice(const std::string& hash) {
-    v1::Device device;
-    device.set_name("pi4");
-    device.set_kind(v1::Device::KIND_MEASURED);
-    device.mutable_fingerprint()->set_cpu_model("Cortex-A72");
-    device.mutable_fingerprint()->set_online_cores(4);
-    device.mutable_fingerprint()->set_hash(hash);
-    return device;
-  }
-
-  std::filesystem::path dir_;
-  std::string path_;
 };
 
-TEST_F(CostDbTest, MigratesAnEmptyFileToTheLatestSchema) {
-  std::ofstream(path_).close();  // an empty file is a new database
-  auto db = CostDb::Open(path_);
-  ASSERT_TRUE(db.ok()) << db.status().message();
-  auto info = db->Info();
-  ASSERT_TRUE(info.ok());
-  EXPECT_EQ(info->schema_version, kSchemaVersion);
-  EXPECT_EQ(info->journal_mode, "wal");
-  EXPECT_EQ(info->row_counts.size(), 11u);
-  EXPECT_EQ(info->row_counts.at("node_costs"), 0);
+TEST_F(CostDbTest, MigratesAnEmptyFileFromZeroToTheLatestSchema) {
+  std::ofstream(path_).close();
+  EXPECT_EQ(*Db::Open(path_, Db::Access::kReadOnly, 1000)->QueryInt("PRAGMA user_version"), 0);
+  {
+    CostDb db = OpenOrDie();
+    auto info = db.Info();
+    ASSERT_TRUE(info.ok());
+    EXPECT_EQ(info->schema_version, kSchemaVersion);
+    EXPECT_EQ(info->journal_mode, "wal");
+    EXPECT_EQ(info->row_counts.size(), 11u);
+    for (const auto& [table, rows] : info->row_counts) EXPECT_EQ(rows, 0) << table;
+  }
+  auto raw = Db::Open(path_, Db::Access::kReadOnly, 1000);
+  EXPECT_EQ(*raw->QueryInt("PRAGMA user_version"), kSchemaVersion);
+  auto tables = raw->Prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name");
+  std::set<std::string> names;
+  while (*tables->Step()) names.insert(tables->Text(0));
+  EXPECT_EQ(names, (std::set<std::string>{"cost_sources", "cost_tables", "devices", "fingerprints", "models",
+                                          "node_costs", "op_costs", "paging_costs", "runs", "schedule_requests",
+                                          "schedules"}));
+  // Opening again is a no-op migration.
+  EXPECT_EQ(OpenOrDie().Info()->schema_version, kSchemaVersion);
 }
 
 TEST_F(CostDbTest, CreatesItsFolder) {
   const std::string nested = (dir_ / "a" / "b" / "costs.db").string();
   ASSERT_TRUE(CostDb::Open(nested).ok());
-  EXPECT_TRUE(std::filesystem::exists(nested));
+  EXPECT_TRUE(fs::exists(nested));
 }
 
-TEST_F(CostDbTest, CostTableRoundTripAndSupersede) {
-  auto db = CostDb::Open(path_);
-  ASSERT_TRUE(db.ok());
-  const v1::CostTable table = Table("resnet18_cifar", "a72");
-  auto first = db->PutCostTable(table);
+TEST_F(CostDbTest, DefaultPathHonoursTheEnvironment) {
+  const auto saved = [](const char* name) {
+    const char* value = std::getenv(name);
+    return value ? std::optional<std::string>(value) : std::nullopt;
+  };
+  const auto restore = [](const char* name, const std::optional<std::string>& value) {
+    value ? ::setenv(name, value->c_str(), 1) : ::unsetenv(name);
+  };
+  const auto db = saved("EDGECOST_DB"), xdg = saved("XDG_DATA_HOME"), home = saved("HOME");
+  ::setenv("EDGECOST_DB", "/x/costs.db", 1);
+  ::setenv("XDG_DATA_HOME", "/xdg", 1);
+  ::setenv("HOME", "/home/pi", 1);
+  EXPECT_EQ(DefaultDbPath(), "/x/costs.db");
+  ::unsetenv("EDGECOST_DB");
+  EXPECT_EQ(DefaultDbPath(), "/xdg/edgecost/edgecost.db");
+  ::unsetenv("XDG_DATA_HOME");
+  EXPECT_EQ(DefaultDbPath(), "/home/pi/.local/share/edgecost/edgecost.db");
+  restore("EDGECOST_DB", db);
+  restore("XDG_DATA_HOME", xdg);
+  restore("HOME", home);
+}
+
+TEST_F(CostDbTest, DeviceFingerprintChangesKeepHistory) {
+  CostDb db = OpenOrDie();
+  const auto first = db.UpsertDevice(MeasuredDevice("pi4", "aaa"));
   ASSERT_TRUE(first.ok()) << first.status().message();
-  const CostTableKey key{"resnet18_cifar", "a72", "poet-flops", 1, "poet", "all"};
-  auto back = db->GetCostTable(key);
-  ASSERT_TRUE(back.ok()) << back.status().message();
-  EXPECT_TRUE(MessageDifferencer::Equals(*back, table)) << back->ShortDebugString().substr(0, 200);
-
-  auto second = db->PutCostTable(table);
-  ASSERT_TRUE(second.ok());
-  EXPECT_NE(*first, *second);
-  EXPECT_EQ(db->GetCostTableById(*first)->costs_size(), 133);  // kept, not deleted
-  auto info = db->Info();
-  EXPECT_EQ(info->row_counts.at("cost_tables"), 2);
-  EXPECT_EQ(info->row_counts.at("node_costs"), 266);
-  EXPECT_EQ(info->row_counts.at("model_graphs"), 1);
-
-  const auto missing = db->GetCostTable({"resnet18_cifar", "m0", "poet-flops", 1, "poet", "all"});
-  EXPECT_EQ(missing.status().code(), ErrorCode::kNotFound);
-  EXPECT_THAT(missing.status().message(), HasSubstr("edgecost costs resnet18_cifar --platform m0 --store"));
-}
-
-TEST_F(CostDbTest, DeviceFingerprintChangeKeepsHistory) {
-  auto db = CostDb::Open(path_);
-  ASSERT_TRUE(db.ok());
-  ASSERT_TRUE(db->UpsertDevice(MeasuredDevice("aaa")).ok());
-  ASSERT_TRUE(db->UpsertDevice(MeasuredDevice("aaa")).ok());  // idempotent
-  ASSERT_TRUE(db->UpsertDevice(MeasuredDevice("bbb")).ok());
-  auto device = db->GetDevice("pi4");
+  EXPECT_EQ(*db.UpsertDevice(MeasuredDevice("pi4", "aaa")), *first);  // idempotent
+  ASSERT_TRUE(db.UpsertDevice(MeasuredDevice("pi4", "bbb")).ok());
+  ASSERT_TRUE(db.UpsertDevice(MeasuredDevice("pi4", "ccc")).ok());
+  auto device = db.GetDevice("pi4");
   ASSERT_TRUE(device.ok());
-  EXPECT_EQ(device->fingerprint().hash(), "bbb");
-  ASSERT_EQ(device->history_size(), 1);
-  EXPECT_EQ(device->history(0).hash(), "aaa");
-  EXPECT_EQ(device->fingerprint().online_cores(), 4u);
-  EXPECT_EQ(db->ListDevices()->size(), 1u);
-  EXPECT_EQ(db->GetDevice("nope").status().code(), ErrorCode::kNotFound);
+  EXPECT_TRUE(MessageDifferencer::Equals(*device->mutable_fingerprint(), MeasuredDevice("pi4", "ccc").fingerprint()));
+  EXPECT_EQ(device->kind(), v1::Device::KIND_MEASURED);
+  ASSERT_EQ(device->history_size(), 2);
+  EXPECT_EQ(device->history(0).hash(), "bbb");  // newest first
+  EXPECT_EQ(device->history(1).hash(), "aaa");
+
+  // The hardware went back to an earlier state: that fingerprint is current again.
+  ASSERT_TRUE(db.UpsertDevice(MeasuredDevice("pi4", "aaa")).ok());
+  EXPECT_EQ(db.GetDevice("pi4")->fingerprint().hash(), "aaa");
+  EXPECT_EQ(db.GetDevice("pi4")->history_size(), 2);
+
+  ASSERT_TRUE(db.PutCostTable(Table("net", "a72", 3)).ok());  // creates the preset device
+  auto devices = db.ListDevices();
+  ASSERT_TRUE(devices.ok());
+  ASSERT_EQ(devices->size(), 2u);
+  EXPECT_EQ((*devices)[0].name(), "a72");
+  EXPECT_EQ((*devices)[0].kind(), v1::Device::KIND_PRESET);
+  EXPECT_EQ((*devices)[0].fingerprint().hash(), "preset:a72");
+  EXPECT_EQ((*devices)[1].name(), "pi4");
+
+  EXPECT_EQ(db.GetDevice("nope").status().code(), ErrorCode::kNotFound);
+  EXPECT_EQ(db.UpsertDevice(MeasuredDevice("pi5", "aaa")).status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(db.UpsertDevice(MeasuredDevice("a72", "zzz")).status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(db.UpsertDevice(MeasuredDevice("pi4", "")).status().code(), ErrorCode::kInvalidArgument);
+  v1::Device no_kind = MeasuredDevice("pi6", "kkk");
+  no_kind.set_kind(v1::Device::KIND_UNSPECIFIED);
+  EXPECT_EQ(db.UpsertDevice(no_kind).status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(db.Info()->row_counts.at("fingerprints"), 4);
 }
 
-TEST_F(CostDbTest, OpCostsRunsAndPaging) {
-  auto db = CostDb::Open(path_);
-  ASSERT_TRUE(db.ok());
-  ASSERT_TRUE(db->UpsertDevice(MeasuredDevice("fp1")).ok());
-  auto run = db->BeginRun("fp1", "measured");
-  ASSERT_TRUE(run.ok()) << run.status().message();
+TEST_F(CostDbTest, ModelGraphsAreIdempotentAndVersioned) {
+  CostDb db = OpenOrDie();
+  const v1::TrainingGraph graph = Graph("net", 4);
+  const auto id = db.PutModelGraph(graph);
+  ASSERT_TRUE(id.ok()) << id.status().message();
+  EXPECT_EQ(*db.PutModelGraph(graph), *id);
+  v1::TrainingGraph other_batch = graph;
+  other_batch.set_batch_size(8);
+  EXPECT_NE(*db.PutModelGraph(other_batch), *id);
+
+  v1::TrainingGraph rederived = graph;  // same key, different graph: a newer derivation
+  rederived.set_param_bytes(1);
+  const auto new_id = db.PutModelGraph(rederived);
+  ASSERT_TRUE(new_id.ok());
+  EXPECT_NE(*new_id, *id);
+  auto graphs = db.ListModelGraphs();
+  ASSERT_TRUE(graphs.ok());
+  ASSERT_EQ(graphs->size(), 2u);  // current graphs only
+  EXPECT_TRUE(MessageDifferencer::Equals((*graphs)[0], rederived));
+  EXPECT_TRUE(MessageDifferencer::Equals((*graphs)[1], other_batch));
+  EXPECT_EQ(db.Info()->row_counts.at("models"), 3);
+}
+
+TEST_F(CostDbTest, CostTablesRoundTripAndSupersede) {
+  CostDb db = OpenOrDie();
+  const v1::CostTable first = Table("net", "a72", 50, 1);
+  const auto first_id = db.PutCostTable(first);
+  ASSERT_TRUE(first_id.ok()) << first_id.status().message();
+  auto back = db.GetCostTable(kKey);
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  v1::CostTable expected = first;
+  expected.set_fingerprint_hash("preset:a72");  // filled in for presets
+  EXPECT_TRUE(MessageDifferencer::Equals(*back, expected));
+
+  v1::CostTable second = Table("net", "a72", 50, 2);
+  second.mutable_paging()->set_storage_path("/sd");
+  second.mutable_paging()->set_page_in_latency_s(1e-4);
+  const auto second_id = db.PutCostTable(second);
+  ASSERT_TRUE(second_id.ok());
+  EXPECT_EQ(db.GetCostTable(kKey)->note(), "generation 2");
+  EXPECT_EQ(db.GetCostTable(kKey)->paging().storage_path(), "/sd");
+  EXPECT_EQ(db.GetCostTableById(*first_id)->note(), "generation 1");  // kept, not deleted
+  auto info = db.Info();
+  EXPECT_EQ(info->row_counts.at("cost_tables"), 2);
+  EXPECT_EQ(info->row_counts.at("node_costs"), 100);
+  EXPECT_EQ(info->row_counts.at("models"), 1);
+
+  const auto missing = db.GetCostTable({"net", "m0", "poet-flops", 1, "poet", "all"});
+  EXPECT_EQ(missing.status().code(), ErrorCode::kNotFound);
+  EXPECT_THAT(missing.status().message(), HasSubstr("edgecost costs net --platform m0 --store"));
+
+  // A new graph for the same key retires the tables computed for the old one.
+  v1::TrainingGraph rederived = first.graph();
+  rederived.set_param_bytes(1);
+  ASSERT_TRUE(db.PutModelGraph(rederived).ok());
+  EXPECT_EQ(db.GetCostTable(kKey).status().code(), ErrorCode::kNotFound);
+  EXPECT_TRUE(db.GetCostTableById(*second_id).ok());
+}
+
+TEST_F(CostDbTest, MeasuredCostTablesNeedTheirFingerprintAndFollowIt) {
+  CostDb db = OpenOrDie();
+  const v1::CostTable table = Table("net", "pi4", 5, 1, "fp1");
+  const auto unknown = db.PutCostTable(table);
+  EXPECT_EQ(unknown.status().code(), ErrorCode::kNotFound);
+  EXPECT_THAT(unknown.status().message(), HasSubstr("profile the device"));
+  ASSERT_TRUE(db.UpsertDevice(MeasuredDevice("pi4", "fp1")).ok());
+  ASSERT_TRUE(db.PutCostTable(table).ok());
+  const CostTableKey key{"net", "pi4", "measured", 1, "poet", "all"};
+  EXPECT_TRUE(MessageDifferencer::Equals(*db.GetCostTable(key), table));
+  EXPECT_EQ(db.PutCostTable(Table("net", "other", 5, 1, "fp1")).status().code(), ErrorCode::kInvalidArgument);
+
+  // A changed fingerprint starts a new set of costs: the old table is no longer served.
+  ASSERT_TRUE(db.UpsertDevice(MeasuredDevice("pi4", "fp2")).ok());
+  EXPECT_EQ(db.GetCostTable(key).status().code(), ErrorCode::kNotFound);
+  ASSERT_TRUE(db.UpsertDevice(MeasuredDevice("pi4", "fp1")).ok());
+  EXPECT_TRUE(db.GetCostTable(key).ok());
+}
+
+TEST_F(CostDbTest, AFailedCostTableLeavesNothingBehind) {
+  CostDb db = OpenOrDie();
+  v1::CostTable table = Table("net", "a72", 20);
+  table.mutable_costs(19)->set_node(3);  // a duplicate node, found only at the last insert
+  const auto put = db.PutCostTable(table);
+  ASSERT_FALSE(put.ok());
+  EXPECT_EQ(put.status().code(), ErrorCode::kInvalidArgument) << put.status().message();
+  const auto info = db.Info();  // kept alive: the loop reads from it
+  for (const auto& [name, rows] : info->row_counts) EXPECT_EQ(rows, 0) << name;
+
+  table.mutable_costs(19)->set_node(20);
+  EXPECT_EQ(db.PutCostTable(table).status().code(), ErrorCode::kInvalidArgument);
+  table.mutable_costs()->RemoveLast();
+  EXPECT_EQ(db.PutCostTable(table).status().code(), ErrorCode::kInvalidArgument);
+}
+
+v1::OpCost Conv(double median_s) {
   v1::OpCost cost;
-  cost.mutable_signature()->set_key("conv2d/fwd/1x3x32x32/k3s1p1");
-  cost.mutable_runtime()->set_median_s(1.5e-4);
+  v1::OpSignature& signature = *cost.mutable_signature();
+  signature.set_kind("conv2d");
+  signature.set_phase(v1::PHASE_FORWARD);
+  signature.set_dtype("f32");
+  signature.set_backend("onednn");
+  signature.set_threads(4);
+  (*signature.mutable_attributes())["stride"] = 1;
+  signature.set_key("conv2d/fwd/1x3x32x32/k3s1p1");
+  cost.mutable_runtime()->set_median_s(median_s);
+  cost.mutable_runtime()->set_stddev_s(1e-6);
+  cost.mutable_runtime()->set_ci95_low_s(median_s - 2e-6);
+  cost.mutable_runtime()->set_ci95_high_s(median_s + 2e-6);
   cost.mutable_runtime()->set_repetitions(31);
   cost.set_energy_j(0.002);
-  cost.set_energy_source(v1::ENERGY_SOURCE_ESTIMATED);
+  cost.set_dynamic_energy_j(0.0015);
+  cost.set_idle_power_w(2.5);
+  cost.set_energy_source(v1::ENERGY_SOURCE_COUNTER);
+  cost.set_energy_probe("rapl:package-0");
   cost.set_output_bytes(65536);
-  ASSERT_TRUE(db->PutOpCost("fp1", *run, cost).ok());
-  ASSERT_TRUE(db->FinishRun(*run, "complete").ok());
-  auto back = db->GetOpCost("fp1", cost.signature().key());
-  ASSERT_TRUE(back.ok() && back->has_value());
-  EXPECT_TRUE(MessageDifferencer::Equals(**back, cost));
-  EXPECT_FALSE(db->GetOpCost("fp1", "other")->has_value());
-  EXPECT_EQ(db->ListOpCosts("fp1")->size(), 1u);
-  EXPECT_EQ(db->PutOpCost("unknown-fingerprint", 0, cost).code(), ErrorCode::kNotFound);
-
-  v1::PagingCost paging;
-  paging.set_storage_path("/var/tmp");
-  paging.set_page_in_latency_s(1e-4);
-  paging.set_page_in_throughput_bytes_per_s(4e8);
-  ASSERT_TRUE(db->PutPagingCost("fp1", paging).ok());
-  EXPECT_TRUE(MessageDifferencer::Equals(**db->GetPagingCost("fp1"), paging));
+  cost.set_workspace_bytes(4096);
+  cost.set_rss_growth_bytes(-8192);
+  return cost;
 }
 
-TEST_F(CostDbTest, SchedulesAndRequests) {
-  auto db = CostDb::Open(path_);
-  ASSERT_TRUE(db.ok());
+TEST_F(CostDbTest, RunsAndOpCostsRoundTrip) {
+  CostDb db = OpenOrDie();
+  ASSERT_TRUE(db.UpsertDevice(MeasuredDevice("pi4", "fp1")).ok());
+  ASSERT_TRUE(db.UpsertDevice(MeasuredDevice("pi5", "fp9")).ok());
+  const auto run = db.BeginRun("fp1", "measured");
+  ASSERT_TRUE(run.ok()) << run.status().message();
+  auto started = db.GetRun(*run);
+  ASSERT_TRUE(started.ok());
+  EXPECT_EQ(started->status, RunStatus::kRunning);
+  EXPECT_EQ(started->fingerprint_hash, "fp1");
+  EXPECT_EQ(started->cost_source, "measured");
+  EXPECT_FALSE(started->started_at.empty());
+  EXPECT_TRUE(started->finished_at.empty());
+  EXPECT_EQ(started->idle_power_w, std::nullopt);
+
+  ASSERT_TRUE(db.PutOpCost("fp1", *run, Conv(1.5e-4)).ok());
+  auto back = db.GetOpCost("fp1", Conv(0).signature().key());
+  ASSERT_TRUE(back.ok() && back->has_value());
+  EXPECT_TRUE(MessageDifferencer::Equals(**back, Conv(1.5e-4)));
+  ASSERT_TRUE(db.PutOpCost("fp1", *run, Conv(2e-4)).ok());  // measured again: replaces
+  v1::OpCost relu = Conv(1e-5);
+  relu.mutable_signature()->set_key("a-relu");
+  ASSERT_TRUE(db.PutOpCost("fp1", 0, relu).ok());  // no run: imported
+  auto listed = db.ListOpCosts("fp1");
+  ASSERT_TRUE(listed.ok());
+  ASSERT_EQ(listed->size(), 2u);
+  EXPECT_EQ((*listed)[0].signature().key(), "a-relu");
+  EXPECT_DOUBLE_EQ((*listed)[1].runtime().median_s(), 2e-4);
+  EXPECT_FALSE(db.GetOpCost("fp1", "other")->has_value());
+  EXPECT_TRUE(db.ListOpCosts("fp9")->empty());
+
+  EXPECT_EQ(db.PutOpCost("unknown", 0, relu).code(), ErrorCode::kNotFound);
+  EXPECT_EQ(db.PutOpCost("fp9", *run, relu).code(), ErrorCode::kInvalidArgument);  // run of another device
+  EXPECT_EQ(db.PutOpCost("fp1", 999, relu).code(), ErrorCode::kNotFound);
+  EXPECT_EQ(db.PutOpCost("fp1", 0, v1::OpCost()).code(), ErrorCode::kInvalidArgument);
+
+  ASSERT_TRUE(db.FinishRun(*run, RunStatus::kComplete, 2.25).ok());
+  auto finished = db.GetRun(*run);
+  EXPECT_EQ(finished->status, RunStatus::kComplete);
+  EXPECT_FALSE(finished->finished_at.empty());
+  EXPECT_EQ(finished->idle_power_w, 2.25);
+  EXPECT_EQ(db.FinishRun(999, RunStatus::kFailed).code(), ErrorCode::kNotFound);
+  EXPECT_EQ(db.FinishRun(*run, RunStatus::kRunning).code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(db.BeginRun("unknown", "measured").status().code(), ErrorCode::kNotFound);
+}
+
+TEST_F(CostDbTest, PagingCostsRoundTrip) {
+  CostDb db = OpenOrDie();
+  ASSERT_TRUE(db.UpsertDevice(MeasuredDevice("pi4", "fp1")).ok());
+  EXPECT_FALSE(db.GetPagingCost("fp1")->has_value());
+  v1::PagingCost sd;
+  sd.set_storage_path("/sd");
+  sd.set_page_out_latency_s(2e-4);
+  sd.set_page_out_throughput_bytes_per_s(2e7);
+  sd.set_page_in_latency_s(1e-4);
+  sd.set_page_in_throughput_bytes_per_s(4e7);
+  sd.set_page_out_power_w(0.8);
+  sd.set_page_in_power_w(0.6);
+  sd.set_energy_source(v1::ENERGY_SOURCE_INTEGRATED);
+  ASSERT_TRUE(db.PutPagingCost("fp1", sd).ok());
+  EXPECT_TRUE(MessageDifferencer::Equals(**db.GetPagingCost("fp1"), sd));
+  sd.set_page_in_latency_s(3e-4);
+  ASSERT_TRUE(db.PutPagingCost("fp1", sd).ok());  // remeasured: replaces
+  EXPECT_DOUBLE_EQ((*db.GetPagingCost("fp1"))->page_in_latency_s(), 3e-4);
+  EXPECT_EQ(db.Info()->row_counts.at("paging_costs"), 1);
+  EXPECT_EQ(db.PutPagingCost("unknown", sd).code(), ErrorCode::kNotFound);
+  EXPECT_EQ(db.PutPagingCost("fp1", v1::PagingCost()).code(), ErrorCode::kInvalidArgument);
+}
+
+TEST_F(CostDbTest, SchedulesRoundTripAndSupersede) {
+  CostDb db = OpenOrDie();
+  const auto table_id = db.PutCostTable(Table("net", "a72", 3));
+  ASSERT_TRUE(table_id.ok());
   v1::ScheduleRequest request;
-  request.set_model("resnet18_cifar");
+  request.set_model("net");
   request.set_device("a72");
+  request.set_cost_source("poet-flops");
   request.set_ram_budget_bytes(3000000);
-  request.set_runtime_budget_multiple(7.6);
-  auto id = db->PutScheduleRequest(request);
+  request.set_runtime_budget_multiple(1.2);
+  const auto id = db.PutScheduleRequest(request);
   ASSERT_TRUE(id.ok());
-  EXPECT_EQ(*db->PutScheduleRequest(request), *id);  // stored once
+  EXPECT_EQ(*db.PutScheduleRequest(request), *id);  // stored once
+  v1::ScheduleRequest other = request;
+  other.set_device("m0");
+  const auto other_id = db.PutScheduleRequest(other);
+  EXPECT_NE(*other_id, *id);
+
   v1::Schedule schedule;
   schedule.set_status(v1::Schedule::STATUS_OPTIMAL);
+  *schedule.mutable_request() = request;
   schedule.mutable_energy()->set_total_j(7.88951);
-  auto first = db->PutSchedule(*id, 0, schedule);
-  auto second = db->PutSchedule(*id, 0, schedule);
-  ASSERT_TRUE(first.ok() && second.ok());
-  auto list = db->ListSchedules("resnet18_cifar");
+  schedule.set_peak_ram_bytes(2999000);
+  schedule.add_stages();
+  const auto first = db.PutSchedule(*id, *table_id, schedule);
+  ASSERT_TRUE(first.ok()) << first.status().message();
+  schedule.set_status(v1::Schedule::STATUS_FEASIBLE);
+  const auto second = db.PutSchedule(*id, *table_id, schedule);
+  ASSERT_TRUE(second.ok());
+  ASSERT_TRUE(db.PutSchedule(*other_id, 0, schedule).ok());
+  EXPECT_TRUE(MessageDifferencer::Equals(*db.GetSchedule(*second), schedule));
+
+  auto list = db.ListSchedules("net", "a72");
   ASSERT_TRUE(list.ok());
   ASSERT_EQ(list->size(), 2u);
+  EXPECT_EQ((*list)[0].id, *first);
   EXPECT_TRUE((*list)[0].superseded);
   EXPECT_FALSE((*list)[1].superseded);
+  EXPECT_EQ((*list)[1].status, v1::Schedule::STATUS_FEASIBLE);
+  EXPECT_EQ((*list)[1].cost_table_id, *table_id);
   EXPECT_DOUBLE_EQ((*list)[1].energy_j, 7.88951);
-  EXPECT_TRUE(db->ListSchedules("vgg16")->empty());
-  EXPECT_EQ(db->GetSchedule(*second)->status(), v1::Schedule::STATUS_OPTIMAL);
-  EXPECT_EQ(db->ListScheduleRequests()->size(), 1u);
+  EXPECT_TRUE(MessageDifferencer::Equals((*list)[1].request, request));
+  EXPECT_EQ(db.ListSchedules()->size(), 3u);
+  EXPECT_EQ(db.ListSchedules("", "m0")->size(), 1u);
+  EXPECT_EQ(db.ListSchedules("net", "m0")->back().cost_table_id, 0);
+  EXPECT_TRUE(db.ListSchedules("vgg16")->empty());
+  auto requests = db.ListScheduleRequests();
+  ASSERT_EQ(requests->size(), 2u);
+  EXPECT_EQ((*requests)[0].first, *id);
+  EXPECT_TRUE(MessageDifferencer::Equals((*requests)[1].second, other));
+
+  EXPECT_EQ(db.GetSchedule(999).status().code(), ErrorCode::kNotFound);
+  EXPECT_EQ(db.PutSchedule(999, 0, schedule).status().code(), ErrorCode::kNotFound);
+  EXPECT_EQ(db.PutSchedule(*id, 999, schedule).status().code(), ErrorCode::kNotFound);
 }
 
-TEST_F(CostDbTest, RefusesAFileThatIsNotSqliteAndLeavesItAlone) {
-  std::ofstream(path_) << "these are my notes, not a database\n";
-  const std::string before = Bytes(path_);
-  for (OpenMode mode : {OpenMode::kReadWrite, OpenMode::kReadOnly}) {
-    auto db = CostDb::Open(path_, mode);
-    ASSERT_FALSE(db.ok());
-    EXPECT_EQ(db.status().code(), ErrorCode::kInvalidArgument);
-    EXPECT_THAT(db.status().message(), HasSubstr("not an edgecost database"));
-  }
-  EXPECT_EQ(Bytes(path_), before);
-  EXPECT_FALSE(std::filesystem::exists(path_ + "-wal"));
-}
-
-TEST_F(CostDbTest, RefusesANewerSchemaAndLeavesItAlone) {
-  { ASSERT_TRUE(CostDb::Open(path_).ok()); }
-  {
-    auto raw = Db::Open(path_, false, 1000);
-    ASSERT_TRUE(raw.ok());
-    ASSERT_TRUE(raw->Exec("PRAGMA user_version = 99").ok());
-  }
-  const std::string before = Bytes(path_);
-  const auto mtime = std::filesystem::last_write_time(path_);
-  auto db = CostDb::Open(path_);
-  ASSERT_FALSE(db.ok());
-  EXPECT_EQ(db.status().code(), ErrorCode::kFailedPrecondition);
-  EXPECT_THAT(db.status().message(), HasSubstr("newer edgecost (schema 99 > 1)"));
-  EXPECT_EQ(Bytes(path_), before);
-  EXPECT_EQ(std::filesystem::last_write_time(path_), mtime);
-}
-
-TEST_F(CostDbTest, RefusesSomeoneElsesSqliteDatabase) {
-  {
-    auto raw = Db::Open(path_, false, 1000);
-    ASSERT_TRUE(raw->Exec("CREATE TABLE songs(title TEXT)").ok());
-  }
-  const std::string before = Bytes(path_);
-  auto db = CostDb::Open(path_);
-  ASSERT_FALSE(db.ok());
-  EXPECT_THAT(db.status().message(), HasSubstr("not an edgecost one"));
-  EXPECT_EQ(Bytes(path_), before);
-}
-
-TEST_F(CostDbTest, ReadOnlyLocationsAndModes) {
-  // /proc accepts no new files, even for root.
-  auto nowhere = CostDb::Open("/proc/edgecost-test/costs.db");
-  ASSERT_FALSE(nowhere.ok());
-  EXPECT_EQ(nowhere.status().code(), ErrorCode::kPermissionDenied);
-  EXPECT_THAT(nowhere.status().message(), HasSubstr("--db"));
-
+TEST_F(CostDbTest, ReadOnlyModeRefusesEveryWrite) {
   EXPECT_EQ(CostDb::Open(path_, OpenMode::kReadOnly).status().code(), ErrorCode::kNotFound);
-  { ASSERT_TRUE(CostDb::Open(path_)->PutCostTable(Table("linear", "m4")).ok()); }
-  auto reader = CostDb::Open(path_, OpenMode::kReadOnly);
-  ASSERT_TRUE(reader.ok());
-  const Result<int64_t> write = reader->PutCostTable(Table("linear", "m4"));
-  ASSERT_FALSE(write.ok());
-  EXPECT_EQ(write.status().code(), ErrorCode::kPermissionDenied);
-  EXPECT_THAT(write.status().message(), HasSubstr("read-only"));
+  std::ofstream(path_).close();
+  EXPECT_EQ(CostDb::Open(path_, OpenMode::kReadOnly).status().code(), ErrorCode::kFailedPrecondition);
+  {
+    CostDb db = OpenOrDie();
+    ASSERT_TRUE(db.UpsertDevice(MeasuredDevice("pi4", "fp1")).ok());
+    ASSERT_TRUE(db.PutCostTable(Table("net", "a72", 3)).ok());
+  }
+  const test_support::FileSnapshot before = Snapshot(path_);
+  {
+    CostDb db = OpenOrDie(OpenMode::kReadOnly);
+    EXPECT_TRUE(db.GetCostTable(kKey).ok());
+    v1::PagingCost paging;
+    paging.set_storage_path("/sd");
+    const std::vector<Status> writes = {
+        db.UpsertDevice(MeasuredDevice("pi4", "fp2")).status(),
+        db.PutModelGraph(Graph("x", 1)).status(),
+        db.PutCostTable(Table("net", "a72", 3)).status(),
+        db.BeginRun("fp1", "measured").status(),
+        db.FinishRun(1, RunStatus::kFailed),
+        db.PutOpCost("fp1", 0, Conv(1)),
+        db.PutPagingCost("fp1", paging),
+        db.PutScheduleRequest(v1::ScheduleRequest()).status(),
+        db.PutSchedule(1, 0, v1::Schedule()).status(),
+    };
+    for (const Status& status : writes) {
+      EXPECT_EQ(status.code(), ErrorCode::kPermissionDenied) << status.message();
+      EXPECT_THAT(status.message(), HasSubstr("opened read-only"));
+    }
+  }
+  EXPECT_TRUE(Snapshot(path_) == before);
+}
+
+TEST_F(CostDbTest, RefusesFilesThatAreNotSqliteUntouched) {
+  for (const std::string& contents : {std::string("these are my notes, not a database\n"), std::string("x"), std::string(8192, 'z')}) {
+    std::ofstream(path_, std::ios::trunc) << contents;
+    ExpectRefusedUntouched(ErrorCode::kInvalidArgument,
+                           "is not an edgecost database (not SQLite): pass another --db or move the file away");
+    EXPECT_FALSE(fs::exists(path_ + "-wal"));
+    EXPECT_FALSE(fs::exists(path_ + "-journal"));
+  }
+  fs::remove(path_);
+  fs::create_directory(path_);
+  EXPECT_EQ(CostDb::Open(path_).status().code(), ErrorCode::kInvalidArgument);
+}
+
+TEST_F(CostDbTest, RefusesANewerSchemaUntouched) {
+  { ASSERT_TRUE(OpenOrDie().PutCostTable(Table("net", "a72", 3)).ok()); }
+  SetUserVersion(kSchemaVersion + 98);
+  ExpectRefusedUntouched(ErrorCode::kFailedPrecondition,
+                         "was written by a newer edgecost (schema " + std::to_string(kSchemaVersion + 98) + " > " +
+                             std::to_string(kSchemaVersion) + "): upgrade edgecost");
+}
+
+TEST_F(CostDbTest, RefusesAnotherProgramsSqliteDatabaseUntouched) {
+  {
+    auto raw = Db::Open(path_, Db::Access::kReadWrite, 1000);
+    ASSERT_TRUE(raw->Exec("CREATE TABLE songs (title TEXT)").ok());
+  }
+  ExpectRefusedUntouched(ErrorCode::kInvalidArgument, "not an edgecost one");
+}
+
+TEST_F(CostDbTest, RefusesALocationThatCannotBeCreated) {
+  const auto db = CostDb::Open("/proc/edgecost-test/costs.db");  // /proc takes no new files, even from root
+  ASSERT_FALSE(db.ok());
+  EXPECT_EQ(db.status().code(), ErrorCode::kPermissionDenied);
+  EXPECT_THAT(db.status().message(), HasSubstr("--db"));
+}
+
+// Read-only files and folders. Root may write anything, so a root test run
+// drops to `nobody` in a child process; everyone else just runs the checks there.
+TEST_F(CostDbTest, ReadOnlyFileAndFolder) {
+  { ASSERT_TRUE(OpenOrDie().PutCostTable(Table("net", "a72", 3)).ok()); }  // closed: no -wal/-shm left
+  const std::string path = path_;
+  const std::string writable_dir = (dir_ / "open").string();
+  const std::string in_writable_dir = writable_dir + "/costs.db";
+  fs::create_directory(writable_dir);
+  fs::copy_file(path_, in_writable_dir);
+  fs::permissions(in_writable_dir, fs::perms::owner_read | fs::perms::group_read | fs::perms::others_read);
+  fs::permissions(writable_dir, fs::perms::all);
+  fs::permissions(path_, fs::perms::owner_read | fs::perms::group_read | fs::perms::others_read);
+  fs::permissions(dir_, fs::perms::owner_read | fs::perms::owner_exec | fs::perms::group_read |
+                            fs::perms::group_exec | fs::perms::others_read | fs::perms::others_exec);
+  const test_support::FileSnapshot before = Snapshot(path_);
+  const test_support::FileSnapshot before_writable_dir = Snapshot(in_writable_dir);
+
+  const std::string result = InChild([&]() -> std::string {
+    if (::geteuid() == 0) {
+      const gid_t nobody = 65534;
+      if (::setgroups(0, nullptr) != 0 || ::setgid(nobody) != 0 || ::setuid(nobody) != 0) return "skip";
+    }
+    const auto in_folder = CostDb::Open(path, OpenMode::kReadWrite);
+    if (in_folder.ok() || in_folder.status().code() != ErrorCode::kPermissionDenied ||
+        in_folder.status().message().find("is read-only") == std::string::npos) {
+      return "read-only folder: " + in_folder.status().message();
+    }
+    const auto file = CostDb::Open(in_writable_dir, OpenMode::kReadWrite);
+    if (file.ok() || file.status().code() != ErrorCode::kPermissionDenied ||
+        file.status().message().find("chmod u+w") == std::string::npos) {
+      return "read-only file: " + file.status().message();
+    }
+    // Reading still works, even where SQLite cannot create its -shm file.
+    for (const std::string& readable : {path, in_writable_dir}) {
+      auto reader = CostDb::Open(readable, OpenMode::kReadOnly);
+      if (!reader.ok()) return "reading " + readable + ": " + reader.status().message();
+      auto table = reader->GetCostTable(kKey);
+      if (!table.ok() || table->costs_size() != 3) return "reading " + readable + ": " + table.status().message();
+    }
+    return "";
+  });
+  if (result == "skip") GTEST_SKIP() << "cannot drop root privileges here";
+  EXPECT_EQ(result, "");
+  EXPECT_TRUE(Snapshot(path_) == before);
+  EXPECT_TRUE(Snapshot(in_writable_dir) == before_writable_dir);
 }
 
 TEST_F(CostDbTest, LockedDatabaseFailsClearlyAndChangesNothing) {
-  { ASSERT_TRUE(CostDb::Open(path_).ok()); }
-  int ready[2];
+  { ASSERT_TRUE(OpenOrDie().PutCostTable(Table("net", "a72", 3)).ok()); }
+  int ready[2], release[2];
   ASSERT_EQ(::pipe(ready), 0);
-  int release[2];
   ASSERT_EQ(::pipe(release), 0);
   const pid_t child = ::fork();
-  if (child == 0) {
-    // Another process holds the write lock until told to let go.
-    auto raw = Db::Open(path_, false, 1000);
+  if (child == 0) {  // another process holds the write lock until told to let go
+    auto raw = Db::Open(path_, Db::Access::kReadWrite, 1000);
     if (!raw.ok() || !raw->Exec("BEGIN IMMEDIATE").ok()) ::_exit(1);
     char byte = 1;
-    if (::write(ready[1], &byte, 1) != 1) ::_exit(1);
-    if (::read(release[0], &byte, 1) != 1) ::_exit(1);
+    if (::write(ready[1], &byte, 1) != 1 || ::read(release[0], &byte, 1) != 1) ::_exit(1);
     ::_exit(raw->Exec("ROLLBACK").ok() ? 0 : 1);
   }
   char byte = 0;
   ASSERT_EQ(::read(ready[0], &byte, 1), 1);
+  const test_support::FileSnapshot before = Snapshot(path_);
+  const test_support::FileSnapshot wal_before = Snapshot(path_ + "-wal");
   {
-    auto db = CostDb::Open(path_, OpenOptions{OpenMode::kReadWrite, /*busy_timeout_ms=*/50});
-    ASSERT_TRUE(db.ok()) << db.status().message();  // already migrated: opening needs no write
-    const Result<int64_t> put = db->PutCostTable(Table("linear", "a72"));
-    ASSERT_FALSE(put.ok());
-    EXPECT_EQ(put.status().code(), ErrorCode::kUnavailable);
-    EXPECT_THAT(put.status().message(), HasSubstr("locked by another process"));
-    EXPECT_EQ(db->Info()->row_counts.at("cost_tables"), 0);
+    auto db = CostDb::Open(path_, OpenOptions{.mode = OpenMode::kReadWrite, .busy_timeout_ms = 50});
+    ASSERT_TRUE(db.ok()) << db.status().message();  // already migrated: opening writes nothing
+    const std::vector<Status> writes = {db->PutCostTable(Table("net", "a72", 3, 2)).status(),
+                                        db->UpsertDevice(MeasuredDevice("pi4", "fp1")).status()};
+    for (const Status& status : writes) {
+      EXPECT_EQ(status.code(), ErrorCode::kUnavailable);
+      EXPECT_EQ(status.message(), path_ + " is locked by another process (pid " + std::to_string(child) +
+                                      "); retry when it finishes");
+    }
+    EXPECT_EQ(db->GetCostTable(kKey)->note(), "generation 0");  // reading still works
   }
+  EXPECT_TRUE(Snapshot(path_) == before);
+  EXPECT_TRUE(Snapshot(path_ + "-wal") == wal_before);
   ASSERT_EQ(::write(release[1], &byte, 1), 1);
   int status = 0;
   ASSERT_EQ(::waitpid(child, &status, 0), child);
@@ -270,30 +553,73 @@ TEST_F(CostDbTest, LockedDatabaseFailsClearlyAndChangesNothing) {
 
 // A reader in another process always sees whole cost tables while a writer adds them.
 TEST_F(CostDbTest, ConcurrentReaderSeesOnlyCompleteTables) {
-  { ASSERT_TRUE(CostDb::Open(path_).ok()); }
+  constexpr int kNodes = 200;
+  constexpr int kTables = 30;
+  { ASSERT_TRUE(OpenOrDie().UpsertDevice(MeasuredDevice("pi4", "fp1")).ok()); }
   const pid_t child = ::fork();
   if (child == 0) {
     auto db = CostDb::Open(path_);
     if (!db.ok()) ::_exit(1);
-    const v1::CostTable table = Table("resnet18_cifar", "a72");
-    for (int i = 0; i < 20; ++i) {
-      if (!db->PutCostTable(table).ok()) ::_exit(2);
+    for (int generation = 1; generation <= kTables; ++generation) {
+      if (!db->PutCostTable(Table("net", "a72", kNodes, generation)).ok()) ::_exit(2);
+      if (!db->PutOpCost("fp1", 0, Conv(generation)).ok()) ::_exit(3);
     }
     ::_exit(0);
   }
-  auto reader = CostDb::Open(path_, OpenMode::kReadOnly);
-  ASSERT_TRUE(reader.ok()) << reader.status().message();
+  CostDb reader = OpenOrDie(OpenMode::kReadOnly);
   int status = 0;
-  int reads = 0;
-  while (::waitpid(child, &status, WNOHANG) == 0 || reads == 0) {
-    auto info = reader->Info();
+  int tables_seen = 0;
+  for (bool writer_done = false; !writer_done;) {
+    writer_done = ::waitpid(child, &status, WNOHANG) == child;
+    auto info = reader.Info();
     ASSERT_TRUE(info.ok()) << info.status().message();
-    // Each table commits with all 133 node rows or not at all.
-    ASSERT_EQ(info->row_counts.at("node_costs"), 133 * info->row_counts.at("cost_tables"));
-    ++reads;
+    ASSERT_EQ(info->row_counts.at("node_costs"), kNodes * info->row_counts.at("cost_tables"));
+    auto table = reader.GetCostTable(kKey);
+    if (!table.ok()) {
+      ASSERT_EQ(table.status().code(), ErrorCode::kNotFound) << table.status().message();
+      continue;
+    }
+    ++tables_seen;
+    ASSERT_EQ(table->costs_size(), kNodes);
+    const int generation = std::stoi(table->note().substr(std::string("generation ").size()));
+    for (const v1::NodeCost& cost : table->costs()) ASSERT_EQ(std::floor(cost.runtime_s()), generation);
   }
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "writer failed";
-  EXPECT_EQ(reader->Info()->row_counts.at("cost_tables"), 20);
+  ASSERT_TRUE(WIFEXITED(status)) << "writer crashed";
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "writer failed";
+  EXPECT_GT(tables_seen, 0);
+  EXPECT_EQ(reader.Info()->row_counts.at("cost_tables"), kTables);
+  EXPECT_EQ(reader.GetCostTable(kKey)->note(), "generation " + std::to_string(kTables));
+}
+
+// A writer killed mid-transaction leaves only whole tables behind.
+TEST_F(CostDbTest, KilledWriterLeavesNothingHalfWritten) {
+  constexpr int kNodes = 500;
+  { ASSERT_TRUE(OpenOrDie().PutModelGraph(Graph("net", kNodes)).ok()); }
+  const pid_t child = ::fork();
+  if (child == 0) {
+    auto db = CostDb::Open(path_);
+    for (int generation = 1; db.ok(); ++generation) (void)db->PutCostTable(Table("net", "a72", kNodes, generation));
+    ::_exit(1);
+  }
+  {
+    CostDb reader = OpenOrDie(OpenMode::kReadOnly);
+    while (reader.Info()->row_counts.at("cost_tables") == 0) {
+    }  // the writer has committed a table and is likely inside the next one
+  }
+  ASSERT_EQ(::kill(child, SIGKILL), 0);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  {
+    auto raw = Db::Open(path_, Db::Access::kReadOnly, 1000);
+    auto check = raw->Prepare("PRAGMA integrity_check");
+    ASSERT_TRUE(*check->Step());
+    EXPECT_EQ(check->Text(0), "ok");
+  }
+  CostDb db = OpenOrDie();
+  const auto info = db.Info();
+  EXPECT_GT(info->row_counts.at("cost_tables"), 0);
+  EXPECT_EQ(info->row_counts.at("node_costs"), kNodes * info->row_counts.at("cost_tables"));
+  EXPECT_EQ(db.GetCostTable(kKey)->costs_size(), kNodes);
 }
 
 }  // namespace

@@ -1,0 +1,47 @@
+// What profiling one training-graph node means: which layer to build, which of
+// its passes to time, and the op signature under which the cost is stored, so
+// that identical ops (a ResNet repeats its blocks) are measured once.
+#pragma once
+
+#include <string>
+
+#include "base/status.h"
+#include "profiler/layers.h"
+#include "proto/edgecost.pb.h"
+
+namespace edgecost::profiler {
+
+enum class Pass {
+  kNone,             // no work: the input layer, a gradient of the input
+  kForward,
+  kBackwardInput,
+  kBackwardWeights,
+  kBackwardBias,
+  kBackwardAll,      // POET's one gradient node per layer: dX and, with parameters, dW
+  kGradSum,
+};
+
+struct NodeWork {
+  Pass pass = Pass::kNone;
+  LayerSpec spec;         // the forward layer the pass belongs to
+  int sum_parts = 0;      // kGradSum: how many gradients are added
+  v1::OpSignature signature;
+};
+
+// The work of node `index`; `threads` enters the signature (costs differ per thread count).
+Result<NodeWork> WorkForNode(const v1::TrainingGraph& graph, int index, int threads);
+
+// Builds the layer and returns a callable that runs the node's pass once.
+class NodeRunner {
+ public:
+  static Result<NodeRunner> Create(Backend& backend, const NodeWork& work, uint32_t seed = 1);
+  void Run();
+  uint64_t scratchpad_bytes() const;
+  uint64_t workspace_bytes() const;
+
+ private:
+  Pass pass_ = Pass::kNone;
+  std::unique_ptr<Layer> layer_;
+};
+
+}  // namespace edgecost::profiler

@@ -1,0 +1,59 @@
+// Profiling a training graph on this device: every distinct op measured once per
+// fingerprint (op signatures dedupe repeated blocks), in a shuffled order so
+// that heat and frequency drift bias no op, each cost stored as soon as it is
+// measured so that an interrupted run loses nothing and the next one resumes.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <string>
+
+#include "base/status.h"
+#include "costdb/costdb.h"
+#include "profiler/layers.h"
+#include "profiler/measure.h"
+#include "proto/edgecost.pb.h"
+
+namespace edgecost::profiler {
+
+struct ProfileProgress {
+  int done = 0;
+  int total = 0;
+  std::string op_key;
+  double elapsed_s = 0;
+  double eta_s = 0;
+};
+
+struct ProfileOptions {
+  int threads = 1;
+  bool force = false;            // measure again what the database already has
+  MeasureOptions measure;
+  uint32_t shuffle_seed = 1;
+  std::function<void(const ProfileProgress&)> on_progress;
+  const std::atomic<bool>* stop = nullptr;  // checked between ops (Ctrl-C, SIGTERM)
+};
+
+struct ProfileSummary {
+  int nodes = 0;
+  int distinct_ops = 0;
+  int measured = 0;          // this run
+  int reused = 0;            // already in the database for this fingerprint
+  int without_work = 0;      // the input layer and its gradient
+  int imprecise_energy = 0;  // windows shorter than the energy source needs
+  double elapsed_s = 0;
+  bool interrupted = false;
+};
+
+Result<ProfileSummary> ProfileGraph(costdb::CostDb& db, Backend& backend, const v1::TrainingGraph& graph,
+                                    const std::string& fingerprint_hash, int64_t run_id, EnergyMeter* meter,
+                                    const ProfileOptions& options);
+
+// The cost table of `graph` from the measured op costs and paging costs of a
+// fingerprint. A node whose op was never measured is a NotFound naming it.
+Result<v1::CostTable> MeasuredCostTable(costdb::CostDb& db, const v1::TrainingGraph& graph,
+                                        const std::string& device, const std::string& fingerprint_hash,
+                                        int threads);
+
+inline constexpr char kMeasuredSource[] = "measured";
+
+}  // namespace edgecost::profiler
