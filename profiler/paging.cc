@@ -93,7 +93,7 @@ void FitAffine(const std::vector<uint64_t>& bytes, const std::vector<double>& se
   const double denominator = n * sxx - sx * sx;
   double slope = denominator > 0 ? (n * sxy - sx * sy) / denominator : 0;
   double intercept = (sy - slope * sx) / n;
-  if (intercept < 0) {  // a negative latency is noise: refit through the origin
+  if (intercept < 0 || slope <= 0) {  // noise at small sizes: refit through the origin
     intercept = 0;
     slope = sxx > 0 ? sxy / sxx : 0;
   }

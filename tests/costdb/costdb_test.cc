@@ -603,8 +603,10 @@ TEST_F(CostDbTest, KilledWriterLeavesNothingHalfWritten) {
   }
   {
     CostDb reader = OpenOrDie(OpenMode::kReadOnly);
+    // Wait until the writer has committed a table and is likely inside the next one.
     while (reader.Info()->row_counts.at("cost_tables") == 0) {
-    }  // the writer has committed a table and is likely inside the next one
+      ASSERT_EQ(::waitpid(child, nullptr, WNOHANG), 0) << "the writer stopped early";
+    }
   }
   ASSERT_EQ(::kill(child, SIGKILL), 0);
   int status = 0;

@@ -1,0 +1,208 @@
+// Profiling into a real cost database: dedupe, resume, measured cost tables,
+// and the device fingerprint read from fake trees.
+#include "profiler/profile.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <gtest/gtest.h>
+
+#include "graph/derive.h"
+#include "profiler/fingerprint.h"
+#include "profiler/node_work.h"
+#include "profiler/paging.h"
+#include "profiler/power_model.h"
+
+namespace edgecost::profiler {
+namespace {
+
+class ProfileTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("edgecost_profile_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    db_ = std::make_unique<costdb::CostDb>(costdb::CostDb::Open((dir_ / "costs.db").string()).value());
+    v1::Device device;
+    device.set_name("test-device");
+    device.set_kind(v1::Device::KIND_MEASURED);
+    device.mutable_fingerprint()->set_hash("fp");
+    ASSERT_TRUE(db_->UpsertDevice(device).ok());
+    options_.threads = 1;
+    options_.measure.min_window_s = 0.0005;
+    options_.measure.warmup_runs = 1;
+    options_.measure.min_repetitions = 2;
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  Result<ProfileSummary> Profile(const v1::TrainingGraph& graph) {
+    auto run = db_->BeginRun("fp", kMeasuredSource);
+    if (!run.ok()) return run.status();
+    return ProfileGraph(*db_, backend_, graph, "fp", *run, &meter_, options_);
+  }
+
+  std::filesystem::path dir_;
+  std::unique_ptr<costdb::CostDb> db_;
+  Backend backend_;
+  EstimatedMeter meter_{PowerModel{}};
+  ProfileOptions options_;
+};
+
+TEST_F(ProfileTest, RepeatedBlocksAreMeasuredOnceAndASecondRunMeasuresNothing) {
+  const auto graph = graph::ZooTrainingGraph("resnet18_cifar", 1, graph::Derivation::kExact);
+  ASSERT_TRUE(graph.ok());
+  auto first = Profile(*graph);
+  ASSERT_TRUE(first.ok()) << first.status().message();
+  EXPECT_EQ(first->nodes, graph->nodes_size());
+  EXPECT_LT(first->distinct_ops, graph->nodes_size() / 2);  // the blocks repeat
+  EXPECT_EQ(first->measured, first->distinct_ops);
+  auto second = Profile(*graph);
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(second->measured, 0);
+  EXPECT_EQ(second->reused, first->distinct_ops);
+  options_.force = true;
+  EXPECT_EQ(Profile(*graph)->measured, first->distinct_ops);
+}
+
+TEST_F(ProfileTest, AnInterruptedRunKeepsItsWorkAndTheNextOneResumes) {
+  const auto graph = graph::ZooTrainingGraph("linear", 1, graph::Derivation::kExact);
+  std::atomic<bool> stop{false};
+  options_.stop = &stop;
+  options_.on_progress = [&](const ProfileProgress& p) {
+    if (p.done == 3) stop = true;  // as a signal handler would
+  };
+  auto interrupted = Profile(*graph);
+  ASSERT_TRUE(interrupted.ok());
+  EXPECT_TRUE(interrupted->interrupted);
+  EXPECT_EQ(interrupted->measured, 3);
+  EXPECT_EQ(db_->ListOpCosts("fp")->size(), 3u);
+
+  stop = false;
+  options_.on_progress = nullptr;
+  auto resumed = Profile(*graph);
+  ASSERT_TRUE(resumed.ok());
+  EXPECT_FALSE(resumed->interrupted);
+  EXPECT_EQ(resumed->reused, 3);
+  EXPECT_EQ(resumed->measured, resumed->distinct_ops - 3);
+}
+
+TEST_F(ProfileTest, MeasuredCostTableNeedsEveryOpAndPaging) {
+  const auto graph = graph::ZooTrainingGraph("linear", 1, graph::Derivation::kPoet);
+  EXPECT_EQ(MeasuredCostTable(*db_, *graph, "test-device", "fp", 1).status().code(), ErrorCode::kNotFound);
+  v1::PagingCost paging;
+  paging.set_page_in_latency_s(1e-4);
+  paging.set_page_in_throughput_bytes_per_s(1e8);
+  paging.set_page_out_latency_s(2e-4);
+  paging.set_page_out_throughput_bytes_per_s(5e7);
+  paging.set_page_in_power_w(3);
+  paging.set_page_out_power_w(3);
+  paging.set_storage_path("/var/tmp");
+  const Status put = db_->PutPagingCost("fp", paging);
+  ASSERT_TRUE(put.ok()) << put.message();
+  auto missing = MeasuredCostTable(*db_, *graph, "test-device", "fp", 1);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("edgecost profile --model linear"), std::string::npos);
+
+  ASSERT_TRUE(Profile(*graph).ok());
+  auto table = MeasuredCostTable(*db_, *graph, "test-device", "fp", 1);
+  ASSERT_TRUE(table.ok()) << table.status().message();
+  ASSERT_EQ(table->costs_size(), graph->nodes_size());
+  EXPECT_EQ(table->costs(0).runtime_s(), 0.0);  // the input layer does no work
+  for (int i = 1; i < table->costs_size(); ++i) {
+    if (graph->nodes(i).forward_of() == 0) continue;  // POET's gradient of the input layer
+    EXPECT_GT(table->costs(i).runtime_s(), 0.0) << graph->nodes(i).name();
+    EXPECT_GT(table->costs(i).compute_j(), 0.0) << graph->nodes(i).name();
+  }
+  const double bytes = static_cast<double>(graph->nodes(1).output_bytes());
+  EXPECT_DOUBLE_EQ(table->costs(1).page_in_j(), (1e-4 + bytes / 1e8) * 3);
+  EXPECT_NE(table->note().find("ESTIMATED"), std::string::npos);
+}
+
+TEST(NodeWork, IdenticalOpsShareASignatureAndThreadsSeparateThem) {
+  const auto graph = graph::ZooTrainingGraph("resnet18_cifar", 1, graph::Derivation::kExact);
+  // Blocks 2 and 6 of the first stage have identical 16-channel convolutions.
+  std::map<std::string, int> uses;
+  for (int i = 0; i < graph->nodes_size(); ++i) uses[WorkForNode(*graph, i, 2)->signature.key()]++;
+  int shared = 0;
+  for (const auto& [key, count] : uses) shared += count > 1;
+  EXPECT_GT(shared, 5);
+  EXPECT_NE(WorkForNode(*graph, 1, 1)->signature.key(), WorkForNode(*graph, 1, 2)->signature.key());
+  EXPECT_EQ(WorkForNode(*graph, 0, 1)->pass, Pass::kNone);
+}
+
+void Write(const std::filesystem::path& path, const std::string& text) {
+  std::filesystem::create_directories(path.parent_path());
+  std::ofstream(path) << text << "\n";
+}
+
+TEST(Fingerprint, EveryFieldChangesTheHash) {
+  const auto root = std::filesystem::temp_directory_path() / ("edgecost_fp_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(root);
+  const SystemRoots roots{(root / "sys").string(), (root / "proc").string()};
+  const auto cpufreq = root / "sys/devices/system/cpu/cpu0/cpufreq";
+  Write(root / "proc/cpuinfo", "processor : 0\nmodel name : Cortex-A72");
+  Write(root / "proc/meminfo", "MemTotal:        3884376 kB");
+  Write(root / "proc/sys/kernel/osrelease", "6.1.0-rpi7");
+  Write(root / "sys/devices/system/cpu/online", "0-3");
+  Write(cpufreq / "cpuinfo_min_freq", "600000");
+  Write(cpufreq / "cpuinfo_max_freq", "1800000");
+  Write(cpufreq / "scaling_governor", "ondemand");
+
+  const v1::Fingerprint base = ReadFingerprint(roots, "neon", root.string());
+  EXPECT_EQ(base.cpu_model(), "Cortex-A72");
+  EXPECT_EQ(base.online_cores(), 4u);
+  EXPECT_EQ(base.cpu_max_freq_khz(), 1800000u);
+  EXPECT_EQ(base.memory_bytes(), 3884376ull * 1024);
+  EXPECT_EQ(base.kernel_release(), "6.1.0-rpi7");
+  EXPECT_EQ(base.hash(), ReadFingerprint(roots, "neon", root.string()).hash());  // stable
+
+  const std::vector<std::pair<std::filesystem::path, std::string>> changes = {
+      {root / "proc/cpuinfo", "model name : Cortex-A76"},
+      {root / "sys/devices/system/cpu/online", "0-1"},
+      {cpufreq / "cpuinfo_min_freq", "700000"},
+      {cpufreq / "cpuinfo_max_freq", "1500000"},
+      {cpufreq / "scaling_governor", "powersave"},
+      {root / "proc/meminfo", "MemTotal: 1000 kB"},
+      {root / "proc/sys/kernel/osrelease", "6.6.0"},
+  };
+  for (const auto& [file, text] : changes) {
+    std::ifstream in(file);
+    const std::string saved((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    Write(file, text);
+    EXPECT_NE(ReadFingerprint(roots, "neon", root.string()).hash(), base.hash()) << file;
+    std::ofstream(file) << saved;
+  }
+  EXPECT_NE(ReadFingerprint(roots, "sve", root.string()).hash(), base.hash());
+  v1::Fingerprint other_disk = base;
+  other_disk.set_storage_device("mmcblk1 (179:0)");
+  EXPECT_NE(FingerprintHash(other_disk), base.hash());
+  std::filesystem::remove_all(root);
+}
+
+TEST(Paging, AffineFitRecoversLatencyAndThroughput) {
+  std::vector<uint64_t> bytes = {4096, 65536, 1 << 20, 8 << 20};
+  std::vector<double> seconds;
+  for (uint64_t b : bytes) seconds.push_back(2e-4 + static_cast<double>(b) / 4e7);
+  double latency = 0, throughput = 0;
+  FitAffine(bytes, seconds, &latency, &throughput);
+  EXPECT_NEAR(latency, 2e-4, 1e-9);
+  EXPECT_NEAR(throughput, 4e7, 1);
+}
+
+TEST(Paging, MeasuresTheDirectoryItIsGiven) {
+  const auto dir = std::filesystem::temp_directory_path() / ("edgecost_paging_" + std::to_string(::getpid()));
+  auto m = MeasurePaging({.dir = dir.string(), .sizes_bytes = {4096, 65536}, .repetitions = 2});
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  EXPECT_EQ(m->samples.size(), 2u);
+  EXPECT_GT(m->cost.page_out_throughput_bytes_per_s(), 0);
+  EXPECT_TRUE(std::filesystem::is_empty(dir));  // the probe file is removed
+  std::filesystem::remove_all(dir);
+  EXPECT_EQ(MeasurePaging({.dir = "/proc/edgecost"}).status().code(), ErrorCode::kPermissionDenied);
+}
+
+}  // namespace
+}  // namespace edgecost::profiler
