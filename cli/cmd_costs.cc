@@ -9,6 +9,7 @@
 #include "costdb/costdb.h"
 #include "graph/cost_source.h"
 #include "graph/graph_io.h"
+#include "profiler/profile.h"
 
 namespace edgecost::cli {
 namespace {
@@ -21,6 +22,7 @@ struct CostsFlags {
   bool store = false;
   bool summary = false;
   std::string out_path;
+  std::string device;
 };
 
 struct Totals {
@@ -84,9 +86,48 @@ void PrintNodeTable(const v1::CostTable& table, const Totals& t) {
   std::cout << "\n";
 }
 
+// Measured costs next to POET's estimate for the same graph.
+int RunMeasuredCosts(const CostsFlags& flags, const graph::GraphSpec& spec, const Context& ctx) {
+  auto db = costdb::CostDb::Open(ctx.db_path.empty() ? costdb::DefaultDbPath() : ctx.db_path,
+                                 costdb::OpenMode::kReadOnly);
+  if (!db.ok()) return Failure(db.status());
+  auto measured = profiler::LoadMeasuredCostTable(*db, spec, flags.device);
+  if (!measured.ok()) return Failure(measured.status());
+  if (flags.json) {
+    PrintJson(*measured);
+    return kExitOk;
+  }
+  auto estimate = graph::LoadCostTable(spec, flags.platform, graph::kPoetFlopsSource);
+  if (!estimate.ok()) return Failure(estimate.status());
+  const std::string poet = "poet-flops " + flags.platform;
+  Table out({{"#"}, {"name", Table::Align::kLeft}, {"runtime"}, {"energy"}, {poet + " runtime"},
+             {poet + " energy"}, {"op", Table::Align::kLeft}});
+  for (int i = 0; i < measured->costs_size(); ++i) {
+    const v1::NodeCost& m = measured->costs(i);
+    const v1::NodeCost& e = estimate->costs(i);
+    out.AddRow({std::to_string(i), measured->graph().nodes(i).name(), FormatSeconds(m.runtime_s()),
+                FormatJoules(m.compute_j()), FormatSeconds(e.runtime_s()), FormatJoules(e.compute_j()), m.op_key()});
+  }
+  const Totals t = Sum(*measured), te = Sum(*estimate);
+  out.AddRule();
+  out.AddRow({"", "total", FormatSeconds(t.runtime_s), FormatJoules(t.compute_j), FormatSeconds(te.runtime_s),
+              FormatJoules(te.compute_j), ""});
+  if (!flags.summary) {
+    out.Print(std::cout);
+    std::cout << "\n";
+  }
+  PrintSummary(*measured, t);
+  return kExitOk;
+}
+
 int RunCosts(const CostsFlags& flags, const Context& ctx) {
   auto spec = flags.graph.Spec();
   if (!spec.ok()) return UsageError(spec.status());
+  if (!flags.device.empty()) {
+    // Profiles use the exact derivation unless told otherwise.
+    if (flags.graph.derivation_option->count() == 0) spec->derivation = graph::Derivation::kExact;
+    return RunMeasuredCosts(flags, *spec, ctx);
+  }
   auto table = graph::LoadCostTable(*spec, flags.platform, flags.source);
   if (!table.ok()) return Failure(table.status());
 
@@ -132,11 +173,14 @@ void RegisterCostsCommand(CLI::App& app, Context& ctx) {
   cmd->add_flag("--store", flags->store, "Store the cost table in the cost database");
   cmd->add_flag("--summary", flags->summary, "Print totals only, not the per-node table");
   cmd->add_option("--out", flags->out_path, "Also write the table as training-graph/v1 JSON");
+  cmd->add_option("--device", flags->device,
+                  "Show measured costs of a profiled device (\"this\": this machine) next to poet-flops");
   cmd->footer(
       "Examples:\n"
       "  edgecost costs resnet18_cifar --platform a72\n"
       "  edgecost costs vgg16 --platform m4 --summary --store\n"
-      "  edgecost costs resnet50 --platform a72 --out resnet50.a72.json");
+      "  edgecost costs resnet50 --platform a72 --out resnet50.a72.json\n"
+      "  edgecost costs resnet18_cifar --device this");
   cmd->callback([flags, &ctx] { ctx.exit_code = RunCosts(*flags, ctx); });
 }
 

@@ -32,11 +32,6 @@ struct ProfileFlags {
   double core_power_w = profiler::PowerModel{}.active_w_per_core;
 };
 
-std::string Hostname() {
-  char name[256] = {};
-  return ::gethostname(name, sizeof name - 1) == 0 ? name : "this-device";
-}
-
 // One line per op, redrawn in place on a terminal.
 void ShowProgress(const profiler::ProfileProgress& p) {
   const bool tty = ::isatty(STDERR_FILENO);
@@ -74,7 +69,7 @@ int RunProfile(const ProfileFlags& flags, const Context& ctx) {
   std::error_code ec;
   std::filesystem::create_directories(paging_dir, ec);
   v1::Device device;
-  device.set_name(Hostname());
+  device.set_name(profiler::ThisDeviceName());
   device.set_kind(v1::Device::KIND_MEASURED);
   *device.mutable_fingerprint() =
       profiler::ReadFingerprint(profiler::SystemRoots::FromEnvironment(), profiler::Backend::Isa(), paging_dir);

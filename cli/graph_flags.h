@@ -14,6 +14,7 @@ struct GraphFlags {
   int batch_size = 1;
   std::string derivation = "poet";
   std::string trainable = "all";
+  CLI::Option* derivation_option = nullptr;  // to tell a default from an explicit choice
 
   void AddTo(CLI::App* command, bool positional = true) {
     if (positional) {
@@ -22,7 +23,7 @@ struct GraphFlags {
     }
     command->add_option("--batch-size", batch_size, "Batch size of zoo models")->capture_default_str()
         ->check(CLI::PositiveNumber);
-    command->add_option("--derivation", derivation,
+    derivation_option = command->add_option("--derivation", derivation,
                         "Backward graph: poet (POET's one gradient per layer) or exact (true dependencies)")
         ->capture_default_str()->check(CLI::IsMember({"poet", "exact"}));
     command->add_option("--trainable", trainable, "Trained parameters: all, last:K or bias")->capture_default_str();

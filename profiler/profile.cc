@@ -138,4 +138,18 @@ Result<v1::CostTable> MeasuredCostTable(costdb::CostDb& db, const v1::TrainingGr
   return table;
 }
 
+std::string ThisDeviceName() {
+  char name[256] = {};
+  return ::gethostname(name, sizeof name - 1) == 0 && name[0] ? name : "this-device";
+}
+
+Result<v1::CostTable> LoadMeasuredCostTable(costdb::CostDb& db, const graph::GraphSpec& spec, std::string device) {
+  if (device == "this") device = ThisDeviceName();
+  if (graph::IsGraphFile(spec.model_or_file)) {
+    return InvalidArgument("measured costs exist for zoo models; " + spec.model_or_file + " carries its own costs");
+  }
+  return db.GetCostTable({spec.model_or_file, device, kMeasuredSource, static_cast<uint32_t>(spec.batch_size),
+                          std::string(graph::DerivationName(spec.derivation)), spec.trainable.ToString()});
+}
+
 }  // namespace edgecost::profiler

@@ -10,6 +10,7 @@
 
 #include "base/status.h"
 #include "costdb/costdb.h"
+#include "graph/resolve.h"
 #include "profiler/layers.h"
 #include "profiler/measure.h"
 #include "proto/edgecost.pb.h"
@@ -53,6 +54,12 @@ Result<ProfileSummary> ProfileGraph(costdb::CostDb& db, Backend& backend, const 
 Result<v1::CostTable> MeasuredCostTable(costdb::CostDb& db, const v1::TrainingGraph& graph,
                                         const std::string& device, const std::string& fingerprint_hash,
                                         int threads);
+
+// The stored measured cost table of a zoo model on a device ("this": this machine).
+Result<v1::CostTable> LoadMeasuredCostTable(costdb::CostDb& db, const graph::GraphSpec& spec, std::string device);
+
+// This machine's device name in the database: its host name.
+std::string ThisDeviceName();
 
 inline constexpr char kMeasuredSource[] = "measured";
 
