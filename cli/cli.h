@@ -32,5 +32,6 @@ void RegisterGraphCommand(CLI::App& app, Context& ctx);
 void RegisterCostsCommand(CLI::App& app, Context& ctx);
 void RegisterDbCommand(CLI::App& app, Context& ctx);
 void RegisterProfileCommand(CLI::App& app, Context& ctx);
+void RegisterBenchCommand(CLI::App& app, Context& ctx);
 
 }  // namespace edgecost::cli

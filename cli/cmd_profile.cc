@@ -27,7 +27,7 @@ struct ProfileFlags {
   int threads = 0;
   bool force = false;
   std::string paging_dir;
-  double min_window_s = 0.02;
+  double min_window_s = profiler::MeasureOptions{}.min_window_s;
   double idle_power_w = profiler::PowerModel{}.idle_w;
   double core_power_w = profiler::PowerModel{}.active_w_per_core;
 };

@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
   RegisterCostsCommand(app, ctx);
   RegisterProfileCommand(app, ctx);
   RegisterDbCommand(app, ctx);
+  RegisterBenchCommand(app, ctx);
 
   try {
     app.parse(argc, argv);

@@ -45,7 +45,8 @@ RuntimeSummary Summarize(std::vector<double> samples_s) {
 
 Result<Measurement> Measure(const std::function<void()>& op, Clock& clock, EnergyMeter* meter,
                             const MeasureOptions& options) {
-  for (int i = 0; i < options.warmup_runs; ++i) op();
+  const double warmup_start_s = clock.NowS();
+  for (int i = 0; i < options.warmup_runs || clock.NowS() - warmup_start_s < options.warmup_s; ++i) op();
   // A window long enough for the sensor to update min_sensor_updates times, within the cap.
   double target_window_s = options.min_window_s;
   if (meter) target_window_s = std::max(target_window_s, options.min_sensor_updates * meter->UpdateIntervalS());

@@ -43,9 +43,10 @@ RuntimeSummary Summarize(std::vector<double> samples_s);
 
 struct MeasureOptions {
   int warmup_runs = 2;
+  double warmup_s = 0.01;         // and at least this long: caches, page faults, frequency
   int min_repetitions = 5;
   int max_repetitions = 100000;
-  double min_window_s = 0.02;     // at least this much timed work per op
+  double min_window_s = 0.1;      // at least this much timed work per op
   double max_window_s = 1.0;      // give up extending the window after this
   int min_sensor_updates = 10;    // energy needs this many sensor updates inside the window
 };

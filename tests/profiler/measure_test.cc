@@ -59,6 +59,7 @@ TEST(Measure, RepeatsUntilTheWindowCoversEnoughSensorUpdates) {
   };
   MeasureOptions options;
   options.warmup_runs = 3;
+  options.warmup_s = 0;
   options.min_window_s = 0.005;
   options.min_sensor_updates = 10;  // 10 x 10 ms = 100 ms window
   auto m = Measure(op, clock, &meter, options);
