@@ -107,25 +107,25 @@ int ForwardGraph::Relu(int x) {
 }
 
 namespace {
-Shape PoolShape(const Shape& in, int64_t kernel, int64_t stride) {
+Shape PoolShape(const Shape& in, int64_t kernel, int64_t stride, int64_t padding) {
   if (in.size() != 4) throw std::logic_error("pooling needs an NCHW input");
-  return {in[0], in[1], (in[2] - kernel) / stride + 1, (in[3] - kernel) / stride + 1};
+  return {in[0], in[1], (in[2] + 2 * padding - kernel) / stride + 1, (in[3] + 2 * padding - kernel) / stride + 1};
 }
 }  // namespace
 
-int ForwardGraph::MaxPool2d(int x, int64_t kernel, int64_t stride) {
-  Shape out = PoolShape(shape(x), kernel, stride);
+int ForwardGraph::MaxPool2d(int x, int64_t kernel, int64_t stride, int64_t padding) {
+  Shape out = PoolShape(shape(x), kernel, stride, padding);
   // POET: "Flops assume stride=1 for legacy reasons".
   const double flops = 2.0 * static_cast<double>(kernel * kernel * NumElements(out));
   return Append({.kind = OpKind::kMaxPool2d, .inputs = {x}, .output_shape = out, .flops = flops,
-                 .attributes = {{"kernel", kernel}, {"stride", stride}}});
+                 .attributes = {{"kernel", kernel}, {"stride", stride}, {"padding", padding}}});
 }
 
-int ForwardGraph::AvgPool2d(int x, int64_t kernel, int64_t stride) {
-  Shape out = PoolShape(shape(x), kernel, stride);
+int ForwardGraph::AvgPool2d(int x, int64_t kernel, int64_t stride, int64_t padding) {
+  Shape out = PoolShape(shape(x), kernel, stride, padding);
   const double flops = 2.0 * static_cast<double>(kernel * kernel * NumElements(out));
   return Append({.kind = OpKind::kAvgPool2d, .inputs = {x}, .output_shape = out, .flops = flops,
-                 .attributes = {{"kernel", kernel}, {"stride", stride}}});
+                 .attributes = {{"kernel", kernel}, {"stride", stride}, {"padding", padding}}});
 }
 
 int ForwardGraph::Flatten(int x) {

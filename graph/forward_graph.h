@@ -60,8 +60,8 @@ class ForwardGraph {
   int Conv2d(int x, int64_t in_channels, int64_t out_channels, int64_t kernel, int64_t stride, int64_t padding);
   int BatchNorm2d(int x);
   int Relu(int x);
-  int MaxPool2d(int x, int64_t kernel, int64_t stride);
-  int AvgPool2d(int x, int64_t kernel, int64_t stride);
+  int MaxPool2d(int x, int64_t kernel, int64_t stride, int64_t padding = 0);
+  int AvgPool2d(int x, int64_t kernel, int64_t stride, int64_t padding = 0);
   int Flatten(int x);
   int Linear(int x, int64_t in_features, int64_t out_features);
   int LinearRelu(int x, int64_t in_features, int64_t out_features);
@@ -74,6 +74,7 @@ class ForwardGraph {
 
   const std::string& model() const { return model_; }
   int batch_size() const { return batch_size_; }
+  void set_batch_size(int batch_size) { batch_size_ = batch_size; }
   const std::vector<Layer>& layers() const { return layers_; }
   int size() const { return static_cast<int>(layers_.size()); }
   int last() const { return size() - 1; }

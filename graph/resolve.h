@@ -12,16 +12,19 @@
 namespace edgecost::graph {
 
 struct GraphSpec {
-  std::string model_or_file;  // a zoo model name, or a training-graph/v1 or node-link JSON file
+  std::string model_or_file;  // a zoo model, an ONNX model (.onnx), or a training-graph/v1 or node-link JSON file
   int batch_size = 1;
   Derivation derivation = Derivation::kPoet;
   Trainable trainable;
 };
 
-// True when the argument names a graph file rather than a zoo model.
+// True when the argument names a graph file with costs (JSON) rather than a model.
 bool IsGraphFile(std::string_view model_or_file);
+bool IsOnnxModel(std::string_view model_or_file);
+// The model name graphs and cost tables are stored under: the zoo name, or the ONNX file's stem.
+std::string ModelName(std::string_view model_or_file);
 
-// The training graph of a zoo model, or the graph stored in a file.
+// The training graph of a zoo or ONNX model, or the graph stored in a file.
 Result<v1::TrainingGraph> LoadTrainingGraph(const GraphSpec& spec);
 
 // Costs for the graph: an analytic source on a board preset for zoo models, or the

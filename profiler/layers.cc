@@ -301,10 +301,12 @@ class Pool2d : public StepLayer {
     InitInputs(spec.input_shapes);
     InitOutput(spec.output_shape);
     const int64_t k = spec.attributes.at("kernel"), s = spec.attributes.at("stride");
+    const auto padding = spec.attributes.find("padding");
+    const int64_t p = padding == spec.attributes.end() ? 0 : padding->second;
     const Dims& x = inputs_[0].dims;
-    // POET floors the output size; the right padding absorbs what the last window leaves out.
-    const memory::dims strides = {s, s}, kernel = {k, k}, pad_l = {0, 0};
-    const memory::dims pad_r = {(output_.dims[2] - 1) * s + k - x[2], (output_.dims[3] - 1) * s + k - x[3]};
+    // The output size is floored; the right padding absorbs what the last window leaves out.
+    const memory::dims strides = {s, s}, kernel = {k, k}, pad_l = {p, p};
+    const memory::dims pad_r = {(output_.dims[2] - 1) * s + k - x[2] - p, (output_.dims[3] - 1) * s + k - x[3] - p};
     const algorithm alg = max ? algorithm::pooling_max : algorithm::pooling_avg_exclude_padding;
     dnnl::pooling_forward::primitive_desc fwd(
         dnnl::pooling_forward::desc(prop_kind::forward_training, alg, Plain(x), Plain(output_.dims), strides, kernel,

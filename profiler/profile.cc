@@ -146,10 +146,17 @@ std::string ThisDeviceName() {
 Result<v1::CostTable> LoadMeasuredCostTable(costdb::CostDb& db, const graph::GraphSpec& spec, std::string device) {
   if (device == "this") device = ThisDeviceName();
   if (graph::IsGraphFile(spec.model_or_file)) {
-    return InvalidArgument("measured costs exist for zoo models; " + spec.model_or_file + " carries its own costs");
+    return InvalidArgument("measured costs exist for models; " + spec.model_or_file + " carries its own costs");
   }
-  return db.GetCostTable({spec.model_or_file, device, kMeasuredSource, static_cast<uint32_t>(spec.batch_size),
-                          std::string(graph::DerivationName(spec.derivation)), spec.trainable.ToString()});
+  EC_ASSIGN_OR_RETURN(v1::TrainingGraph graph, graph::LoadTrainingGraph(spec));
+  Result<v1::CostTable> table = db.GetCostTable({graph.model(), device, kMeasuredSource, graph.batch_size(),
+                                                 graph.derivation(), graph.trainable()});
+  if (table.status().code() == ErrorCode::kNotFound) {
+    return NotFound("no measured costs for " + graph.model() + " (derivation " + graph.derivation() + ", trainable " +
+                    graph.trainable() + ", batch size " + std::to_string(graph.batch_size()) + ") on device " +
+                    device + "; run `edgecost profile --model " + spec.model_or_file + "` there");
+  }
+  return table;
 }
 
 }  // namespace edgecost::profiler
