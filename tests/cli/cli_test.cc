@@ -1,5 +1,7 @@
 // The `edgecost` command as a user runs it: output, files and exit codes.
+#include <signal.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdio>
@@ -106,6 +108,52 @@ TEST_F(CliTest, DbInfoOnAFileThatIsNotADatabaseLeavesItAlone) {
   std::ifstream in(notes);
   std::string content((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   EXPECT_EQ(content, "not a database\n");
+}
+
+// Starts `edgecost profile` in the background, waits until it has stored two ops,
+// then sends `signal`. Returns the exit status.
+int ProfileAndSignal(const std::filesystem::path& dir, int signal) {
+  const std::string log = (dir / "profile.log").string();
+  const pid_t child = ::fork();
+  if (child == 0) {
+    const std::string db = (dir / "costs.db").string();
+    ::freopen(log.c_str(), "w", stderr);
+    ::execl(EDGECOST_BIN, EDGECOST_BIN, "--db", db.c_str(), "profile", "--model", "resnet18_cifar", "--threads", "1",
+            static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  for (;;) {  // no deadline: the test's own timeout bounds a profile that never progresses
+    std::ifstream in(log);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (text.find("op 2/") != std::string::npos) break;
+    int status = 0;
+    if (::waitpid(child, &status, WNOHANG) == child) return status;  // finished before the signal
+    ::usleep(20000);
+  }
+  ::kill(child, signal);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  return status;
+}
+
+TEST_F(CliTest, ProfileKilledMidRunKeepsWhatItMeasuredAndResumes) {
+  const int status = ProfileAndSignal(dir_, SIGKILL);
+  ASSERT_TRUE(WIFSIGNALED(status)) << "the profile finished before it could be killed";
+  const CommandResult resumed = Edgecost("profile --model resnet18_cifar --threads 1 --min-window-s 0.005");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_THAT(resumed.output, ::testing::ContainsRegex("ops +43 distinct: [0-9]+ measured now, ([2-9]|[1-4][0-9]) already stored"));
+  EXPECT_EQ(Edgecost("db info").exit_code, 0);
+}
+
+TEST_F(CliTest, ProfileInterruptedByCtrlCStopsCleanly) {
+  const int status = ProfileAndSignal(dir_, SIGINT);
+  ASSERT_TRUE(WIFEXITED(status)) << "SIGINT should stop the profile at a safe point, not kill it";
+  EXPECT_EQ(WEXITSTATUS(status), 1);
+  std::ifstream in(dir_ / "profile.log");
+  const CommandResult resumed = Edgecost("profile --model resnet18_cifar --threads 1 --min-window-s 0.005");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_THAT(resumed.output, HasSubstr("already stored"));
+  EXPECT_THAT(resumed.output, HasSubstr("stored         cost table"));
 }
 
 }  // namespace
