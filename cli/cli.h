@@ -33,5 +33,6 @@ void RegisterCostsCommand(CLI::App& app, Context& ctx);
 void RegisterDbCommand(CLI::App& app, Context& ctx);
 void RegisterProfileCommand(CLI::App& app, Context& ctx);
 void RegisterBenchCommand(CLI::App& app, Context& ctx);
+void RegisterServeCommand(CLI::App& app, Context& ctx);
 
 }  // namespace edgecost::cli

@@ -5,6 +5,7 @@
 #include "cli/table.h"
 #include "graph/derive.h"
 #include "graph/zoo.h"
+#include "profiler/cost_tables.h"
 
 namespace edgecost::cli {
 namespace {
@@ -15,7 +16,12 @@ struct ModelsFlags {
 };
 
 int RunModels(const ModelsFlags& flags) {
-  v1::ListModelsResponse response;
+  auto response = profiler::DescribeZoo(flags.batch_size);
+  if (!response.ok()) return Failure(response.status());
+  if (flags.json) {
+    PrintJson(*response);
+    return kExitOk;
+  }
   Table table({{"model", Table::Align::kLeft},
                {"forward"},
                {"training (poet)"},
@@ -23,35 +29,19 @@ int RunModels(const ModelsFlags& flags) {
                {"parameters"},
                {"activations"},
                {"description", Table::Align::kLeft}});
-  for (const graph::ZooModel& model : graph::ZooModels()) {
+  for (int i = 0; i < response->models_size(); ++i) {
+    const v1::ModelInfo& info = response->models(i);
+    const graph::ZooModel& model = graph::ZooModels()[static_cast<size_t>(i)];
     const int batch = (model.name == "bert" || model.name == "transformer") ? 1 : flags.batch_size;
-    auto poet = graph::ZooTrainingGraph(model.name, batch, graph::Derivation::kPoet);
     auto exact = graph::ZooTrainingGraph(model.name, batch, graph::Derivation::kExact);
-    if (!poet.ok()) return Failure(poet.status());
     if (!exact.ok()) return Failure(exact.status());
-    v1::ModelInfo& info = *response.add_models();
-    info.set_name(std::string(model.name));
-    uint64_t activation_bytes = 0;
-    for (const v1::TrainingNode& node : poet->nodes()) {
-      if (node.phase() == v1::PHASE_FORWARD) {
-        info.set_forward_nodes(info.forward_nodes() + 1);
-        activation_bytes += node.output_bytes();
-      }
-    }
-    info.set_training_nodes(static_cast<uint32_t>(poet->nodes_size()));
-    info.set_param_bytes(poet->param_bytes());
-    info.set_activation_bytes(activation_bytes);
-    table.AddRow({info.name(), std::to_string(info.forward_nodes()), std::to_string(poet->nodes_size()),
+    table.AddRow({info.name(), std::to_string(info.forward_nodes()), std::to_string(info.training_nodes()),
                   std::to_string(exact->nodes_size()), FormatBytes(static_cast<double>(info.param_bytes())),
-                  FormatBytes(static_cast<double>(activation_bytes)), std::string(model.description)});
+                  FormatBytes(static_cast<double>(info.activation_bytes())), std::string(model.description)});
   }
-  if (flags.json) {
-    PrintJson(response);
-  } else {
-    table.Print(std::cout);
-    std::cout << "\nActivations: forward outputs at batch size " << flags.batch_size
-              << " (bert and transformer: one sequence), f32.\n";
-  }
+  table.Print(std::cout);
+  std::cout << "\nActivations: forward outputs at batch size " << flags.batch_size
+            << " (bert and transformer: one sequence), f32.\n";
   return kExitOk;
 }
 

@@ -1,0 +1,99 @@
+#include <pthread.h>
+#include <signal.h>
+
+#include <iostream>
+#include <thread>
+
+#include "cli/cli.h"
+#include "daemon/daemon.h"
+
+namespace edgecost::cli {
+namespace {
+
+struct ServeFlags {
+  std::string config_path;
+  std::string socket;
+  std::string tcp;  // HOST:PORT or PORT
+  std::string token_file;
+  bool restrict_mutations = false;
+  bool check_config = false;
+};
+
+Result<daemon::DaemonConfig> BuildConfig(const ServeFlags& flags, const Context& ctx) {
+  daemon::DaemonConfig config;
+  config.socket_path = daemon::DefaultSocketPath();
+  if (!flags.config_path.empty()) EC_RETURN_IF_ERROR(daemon::LoadConfigFile(flags.config_path, config));
+  // Flags win over the file.
+  if (!ctx.db_path.empty()) config.db_path = ctx.db_path;
+  if (!flags.socket.empty()) config.socket_path = flags.socket == "none" ? "" : flags.socket;
+  if (!flags.tcp.empty()) {
+    const size_t colon = flags.tcp.rfind(':');
+    if (colon != std::string::npos) config.tcp_host = flags.tcp.substr(0, colon);
+    config.tcp_port = std::atoi(flags.tcp.substr(colon == std::string::npos ? 0 : colon + 1).c_str());
+  }
+  if (!flags.token_file.empty()) config.token_file = flags.token_file;
+  if (flags.restrict_mutations) config.restrict_mutations = true;
+  EC_RETURN_IF_ERROR(daemon::ValidateConfig(config));
+  return config;
+}
+
+int RunServe(const ServeFlags& flags, const Context& ctx) {
+  auto config = BuildConfig(flags, ctx);
+  if (!config.ok()) return UsageError(config.status());
+  if (flags.check_config) {
+    std::cout << "config ok: socket " << (config->socket_path.empty() ? "none" : config->socket_path) << ", TCP "
+              << (config->tcp_port >= 0 ? config->tcp_host + ":" + std::to_string(config->tcp_port) : "off") << "\n";
+    return kExitOk;
+  }
+  // Signals go to one thread that turns them into a clean stop.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  daemon::Daemon agent(*config);
+  auto port = agent.Start();
+  if (!port.ok()) return Failure(port.status());
+  std::cerr << "edgecost serving";
+  if (!config->socket_path.empty()) std::cerr << " on unix:" << config->socket_path;
+  if (config->tcp_port >= 0) std::cerr << " and http://" << config->tcp_host << ":" << *port;
+  std::cerr << std::endl;
+  std::thread waiter([&agent, signals] {
+    for (;;) {
+      int signal = 0;
+      sigwait(&signals, &signal);
+      if (signal == SIGHUP) continue;  // hardware re-check arrives with the watcher
+      std::cerr << "edgecost: stopping (" << strsignal(signal) << ")" << std::endl;
+      agent.Stop();
+      return;
+    }
+  });
+  agent.Run();
+  waiter.join();
+  return kExitOk;
+}
+
+}  // namespace
+
+void RegisterServeCommand(CLI::App& app, Context& ctx) {
+  auto flags = std::make_shared<ServeFlags>();
+  CLI::App* cmd = app.add_subcommand("serve", "Run the agent: serve costs, schedules and jobs over Twirp (HTTP/1.1)");
+  cmd->add_option("--config", flags->config_path, "TOML config file ([server], [limits], [database])");
+  cmd->add_option("--socket", flags->socket, "Unix socket (default $XDG_RUNTIME_DIR/edgecost.sock; none to disable)");
+  cmd->add_option("--tcp", flags->tcp, "Also listen on TCP, HOST:PORT (loopback unless a host is given)");
+  cmd->add_option("--token-file", flags->token_file, "Bearer token for TCP and restricted calls");
+  cmd->add_flag("--restrict-mutations", flags->restrict_mutations, "Profile, solve and cancel need the token");
+  cmd->add_flag("--check-config", flags->check_config, "Validate the configuration and exit");
+  cmd->footer(
+      "Examples:\n"
+      "  edgecost serve --socket /tmp/edgecost.sock\n"
+      "  curl --unix-socket /tmp/edgecost.sock -H 'Content-Type: application/json' \\\n"
+      "       -d '{\"model\":\"resnet18_cifar\",\"device\":\"a72\"}' \\\n"
+      "       http://localhost/twirp/edgecost.v1.CostService/GetCostTable\n"
+      "  edgecost serve --tcp 127.0.0.1:8080 --token-file /etc/edgecost/token");
+  cmd->callback([flags, &ctx] { ctx.exit_code = RunServe(*flags, ctx); });
+}
+
+}  // namespace edgecost::cli

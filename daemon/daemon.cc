@@ -1,0 +1,263 @@
+#include "daemon/daemon.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <optional>
+#include <sstream>
+
+#include <toml++/toml.h>
+
+#include "costdb/costdb.h"
+#include "profiler/cost_tables.h"
+
+namespace edgecost::daemon {
+namespace {
+
+constexpr double kLatencyBucketsS[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1, 5};
+
+std::string Trim(std::string text) {
+  while (!text.empty() && (text.back() == '\n' || text.back() == '\r' || text.back() == ' ')) text.pop_back();
+  return text;
+}
+
+// Compares without an early exit, so the time taken says nothing about the token.
+bool ConstantTimeEquals(const std::string& a, const std::string& b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+// One database connection per worker thread: SQLite connections are not shared across threads.
+Result<costdb::CostDb*> ThreadDb(const std::string& path) {
+  thread_local std::map<std::string, costdb::CostDb> connections;
+  auto it = connections.find(path);
+  if (it == connections.end()) {
+    EC_ASSIGN_OR_RETURN(costdb::CostDb db, costdb::CostDb::Open(path, costdb::OpenMode::kReadWrite));
+    it = connections.emplace(path, std::move(db)).first;
+  }
+  return &it->second;
+}
+
+}  // namespace
+
+std::string DefaultSocketPath() {
+  const char* runtime = std::getenv("XDG_RUNTIME_DIR");
+  return runtime && *runtime ? std::string(runtime) + "/edgecost.sock" : "/run/edgecost/edgecost.sock";
+}
+
+Status LoadConfigFile(const std::string& path, DaemonConfig& config) {
+  toml::table table;
+  try {
+    table = toml::parse_file(path);
+  } catch (const toml::parse_error& e) {
+    std::ostringstream where;
+    where << e.source().begin;
+    return InvalidArgument(path + ":" + where.str() + ": " + std::string(e.description()));
+  }
+  for (const auto& [section, node] : table) {
+    if (section != "server" && section != "limits" && section != "database") {
+      return InvalidArgument(path + ": unknown section [" + std::string(section.str()) + "]");
+    }
+    const toml::table* entries = node.as_table();
+    if (!entries) return InvalidArgument(path + ": '" + std::string(section.str()) + "' must be a section");
+    for (const auto& [key_view, value] : *entries) {
+      const std::string key(key_view.str());
+      const std::string name = std::string(section.str()) + "." + key;
+      auto text = [&]() -> Result<std::string> {
+        if (auto s = value.value<std::string>()) return *s;
+        return InvalidArgument(path + ": " + name + " must be a string");
+      };
+      auto number = [&]() -> Result<double> {
+        if (auto d = value.value<double>()) return *d;
+        return InvalidArgument(path + ": " + name + " must be a number");
+      };
+      if (name == "database.path") {
+        EC_ASSIGN_OR_RETURN(config.db_path, text());
+      } else if (name == "server.socket") {
+        EC_ASSIGN_OR_RETURN(config.socket_path, text());
+      } else if (name == "server.socket_mode") {
+        EC_ASSIGN_OR_RETURN(std::string mode, text());
+        config.socket_mode = static_cast<unsigned>(std::strtoul(mode.c_str(), nullptr, 8));
+      } else if (name == "server.socket_group") {
+        EC_ASSIGN_OR_RETURN(config.socket_group, text());
+      } else if (name == "server.tcp_host") {
+        EC_ASSIGN_OR_RETURN(config.tcp_host, text());
+      } else if (name == "server.tcp_port") {
+        EC_ASSIGN_OR_RETURN(double port, number());
+        config.tcp_port = static_cast<int>(port);
+      } else if (name == "server.token_file") {
+        EC_ASSIGN_OR_RETURN(config.token_file, text());
+      } else if (name == "server.restrict_mutations") {
+        if (auto b = value.value<bool>()) {
+          config.restrict_mutations = *b;
+        } else {
+          return InvalidArgument(path + ": " + name + " must be true or false");
+        }
+      } else if (name == "limits.max_body_bytes") {
+        EC_ASSIGN_OR_RETURN(double v, number());
+        config.limits.max_body_bytes = static_cast<size_t>(v);
+      } else if (name == "limits.max_header_bytes") {
+        EC_ASSIGN_OR_RETURN(double v, number());
+        config.limits.max_header_bytes = static_cast<size_t>(v);
+      } else if (name == "limits.read_timeout_s") {
+        EC_ASSIGN_OR_RETURN(config.limits.read_timeout_s, number());
+      } else if (name == "limits.write_timeout_s") {
+        EC_ASSIGN_OR_RETURN(config.limits.write_timeout_s, number());
+      } else if (name == "limits.max_connections") {
+        EC_ASSIGN_OR_RETURN(double v, number());
+        config.limits.max_connections = static_cast<int>(v);
+      } else if (name == "limits.worker_threads") {
+        EC_ASSIGN_OR_RETURN(double v, number());
+        config.limits.worker_threads = static_cast<int>(v);
+      } else {
+        return InvalidArgument(path + ": unknown key " + name);
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+Status ValidateConfig(const DaemonConfig& config) {
+  if (config.socket_path.empty() && config.tcp_port < 0) {
+    return InvalidArgument("nothing to listen on: give a Unix socket, a TCP port, or both");
+  }
+  if (config.tcp_port >= 0 || config.restrict_mutations) {
+    if (config.token_file.empty()) {
+      return InvalidArgument("TCP and restricted calls need a bearer token: set server.token_file (or --token-file)");
+    }
+    std::ifstream in(config.token_file);
+    std::string token;
+    std::getline(in, token);
+    if (!in && token.empty()) return PermissionDenied("cannot read the token file " + config.token_file);
+    if (Trim(token).size() < 16) return InvalidArgument("the token in " + config.token_file + " is shorter than 16 characters");
+  }
+  if (config.limits.max_connections < 1 || config.limits.worker_threads < 1) {
+    return InvalidArgument("limits.max_connections and limits.worker_threads must be at least 1");
+  }
+  return Status::Ok();
+}
+
+Daemon::Daemon(DaemonConfig config) : config_(std::move(config)) {
+  if (config_.db_path.empty()) config_.db_path = costdb::DefaultDbPath();
+  if (!config_.token_file.empty()) {
+    std::ifstream in(config_.token_file);
+    std::getline(in, token_);
+    token_ = Trim(token_);
+  }
+  RegisterRoutes();
+}
+
+Daemon::~Daemon() = default;
+
+void Daemon::RegisterRoutes() {
+  const std::string db = config_.db_path;
+  router_.Add<v1::ListDevicesRequest, v1::ListDevicesResponse>(
+      "CostService", "ListDevices", [db](const v1::ListDevicesRequest&, const CallContext&) -> Result<v1::ListDevicesResponse> {
+        EC_ASSIGN_OR_RETURN(costdb::CostDb * cost_db, ThreadDb(db));
+        EC_ASSIGN_OR_RETURN(std::vector<v1::Device> devices, cost_db->ListDevices());
+        v1::ListDevicesResponse response;
+        for (v1::Device& device : devices) *response.add_devices() = std::move(device);
+        return response;
+      });
+  router_.Add<v1::GetDeviceRequest, v1::Device>(
+      "CostService", "GetDevice", [db](const v1::GetDeviceRequest& request, const CallContext&) -> Result<v1::Device> {
+        if (request.name().empty()) return InvalidArgument("name is required");
+        EC_ASSIGN_OR_RETURN(costdb::CostDb * cost_db, ThreadDb(db));
+        return cost_db->GetDevice(request.name());
+      });
+  router_.Add<v1::ListModelsRequest, v1::ListModelsResponse>(
+      "CostService", "ListModels",
+      [](const v1::ListModelsRequest&, const CallContext&) { return profiler::DescribeZoo(1); });
+  router_.Add<v1::GetCostTableRequest, v1::CostTable>(
+      "CostService", "GetCostTable",
+      [db](const v1::GetCostTableRequest& request, const CallContext&) -> Result<v1::CostTable> {
+        EC_ASSIGN_OR_RETURN(costdb::CostDb * cost_db, ThreadDb(db));
+        return profiler::ResolveCostTable(cost_db, request);
+      });
+  router_.Add<v1::GetPagingCostsRequest, v1::PagingCost>(
+      "CostService", "GetPagingCosts",
+      [db](const v1::GetPagingCostsRequest& request, const CallContext&) -> Result<v1::PagingCost> {
+        if (request.device().empty()) return InvalidArgument("device is required");
+        EC_ASSIGN_OR_RETURN(costdb::CostDb * cost_db, ThreadDb(db));
+        EC_ASSIGN_OR_RETURN(v1::Device device, cost_db->GetDevice(request.device()));
+        EC_ASSIGN_OR_RETURN(std::optional<v1::PagingCost> paging, cost_db->GetPagingCost(device.fingerprint().hash()));
+        if (!paging) return NotFound("no paging costs for " + request.device() + "; profile it first");
+        return *paging;
+      });
+}
+
+HttpResponse Daemon::Handle(const HttpRequest& request) {
+  const auto start = std::chrono::steady_clock::now();
+  if (request.target == "/healthz") return {200, "text/plain", "ok\n"};
+  if (request.target == "/metrics") return {200, "text/plain; version=0.0.4", MetricsText()};
+
+  const bool has_token = !token_.empty() && ConstantTimeEquals(request.authorization, "Bearer " + token_);
+  HttpResponse response;
+  if (request.over_tcp && !has_token) {
+    response = TwirpError("unauthenticated", 401, "TCP callers need 'Authorization: Bearer <token>'");
+  } else if (config_.restrict_mutations && router_.Mutates(request.target) && !has_token) {
+    response = TwirpError("permission_denied", 403, "this call changes state and is restricted to token holders");
+  } else {
+    response = router_.Handle(request, CallContext{.authenticated = true});
+  }
+
+  const double elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const std::string route = router_.Has(request.target) ? request.target : "unknown";
+  std::lock_guard lock(stats_mutex_);
+  RouteStats& stats = stats_[route];
+  if (stats.latency_buckets.empty()) stats.latency_buckets.assign(std::size(kLatencyBucketsS), 0);
+  ++stats.requests;
+  if (response.status >= 400) ++stats.errors;
+  stats.latency_sum_s += elapsed_s;
+  for (size_t b = 0; b < std::size(kLatencyBucketsS); ++b) {
+    if (elapsed_s <= kLatencyBucketsS[b]) ++stats.latency_buckets[b];
+  }
+  return response;
+}
+
+std::string Daemon::MetricsText() {
+  std::ostringstream out;
+  std::lock_guard lock(stats_mutex_);
+  out << "# HELP edgecost_requests_total Twirp requests by route.\n# TYPE edgecost_requests_total counter\n";
+  for (const auto& [route, s] : stats_) out << "edgecost_requests_total{route=\"" << route << "\"} " << s.requests << "\n";
+  out << "# HELP edgecost_request_errors_total Twirp requests answered with an error.\n"
+         "# TYPE edgecost_request_errors_total counter\n";
+  for (const auto& [route, s] : stats_) out << "edgecost_request_errors_total{route=\"" << route << "\"} " << s.errors << "\n";
+  out << "# HELP edgecost_request_seconds Time to answer a request.\n# TYPE edgecost_request_seconds histogram\n";
+  for (const auto& [route, s] : stats_) {
+    for (size_t b = 0; b < std::size(kLatencyBucketsS); ++b) {
+      out << "edgecost_request_seconds_bucket{route=\"" << route << "\",le=\"" << kLatencyBucketsS[b] << "\"} "
+          << s.latency_buckets[b] << "\n";
+    }
+    out << "edgecost_request_seconds_bucket{route=\"" << route << "\",le=\"+Inf\"} " << s.requests << "\n"
+        << "edgecost_request_seconds_sum{route=\"" << route << "\"} " << s.latency_sum_s << "\n"
+        << "edgecost_request_seconds_count{route=\"" << route << "\"} " << s.requests << "\n";
+  }
+  return out.str();
+}
+
+Result<int> Daemon::Start() {
+  EC_RETURN_IF_ERROR(ValidateConfig(config_));
+  // Open the database once here so that a bad file fails the start, not the first request.
+  EC_RETURN_IF_ERROR(costdb::CostDb::Open(config_.db_path, costdb::OpenMode::kReadWrite).status());
+  server_ = std::make_unique<HttpServer>([this](const HttpRequest& r) { return Handle(r); }, config_.limits);
+  if (!config_.socket_path.empty()) {
+    EC_RETURN_IF_ERROR(server_->ListenUnix(config_.socket_path, config_.socket_mode, config_.socket_group));
+  }
+  int port = 0;
+  if (config_.tcp_port >= 0) {
+    EC_ASSIGN_OR_RETURN(port, server_->ListenTcp(config_.tcp_host, config_.tcp_port));
+  }
+  return port;
+}
+
+void Daemon::Run() {
+  if (server_) server_->Run();
+}
+
+void Daemon::Stop() {
+  if (server_) server_->Stop();
+}
+
+}  // namespace edgecost::daemon

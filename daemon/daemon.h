@@ -1,0 +1,71 @@
+// The edgecost agent: one per device, serving cost tables, schedules and jobs
+// over Twirp, with /metrics (Prometheus text) and /healthz.
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "base/status.h"
+#include "daemon/http_server.h"
+#include "daemon/twirp.h"
+
+namespace edgecost::daemon {
+
+struct DaemonConfig {
+  std::string db_path;                 // empty: the default cost database
+  std::string socket_path;             // empty: no Unix socket
+  unsigned socket_mode = 0660;
+  std::string socket_group;            // empty: the daemon's own group
+  std::string tcp_host = "127.0.0.1";  // loopback unless told otherwise
+  int tcp_port = -1;                   // -1: no TCP; 0: any free port
+  std::string token_file;              // required with TCP
+  bool restrict_mutations = false;     // profile, solve, cancel only with the token, even on the socket
+  ServerLimits limits;
+};
+
+// $XDG_RUNTIME_DIR/edgecost.sock, else /run/edgecost/edgecost.sock.
+std::string DefaultSocketPath();
+
+// Reads a TOML config file (keys as in DaemonConfig, grouped under [server] and
+// [limits]) over `config`. Unknown keys are errors naming the key.
+Status LoadConfigFile(const std::string& path, DaemonConfig& config);
+// Checks a config for what would fail at start: TCP without a token, unreadable token file.
+Status ValidateConfig(const DaemonConfig& config);
+
+class Daemon {
+ public:
+  explicit Daemon(DaemonConfig config);
+  ~Daemon();
+
+  // Binds the listeners; returns the TCP port actually bound, or 0.
+  Result<int> Start();
+  // Serves until Stop() (e.g. from a SIGTERM handler).
+  void Run();
+  void Stop();
+
+  // The full request path: auth, metrics, Twirp dispatch. Public so tests can call it without sockets.
+  HttpResponse Handle(const HttpRequest& request);
+
+ private:
+  void RegisterRoutes();
+  std::string MetricsText();
+
+  DaemonConfig config_;
+  std::string token_;
+  TwirpRouter router_;
+  std::unique_ptr<HttpServer> server_;
+
+  struct RouteStats {
+    uint64_t requests = 0;
+    uint64_t errors = 0;
+    std::vector<uint64_t> latency_buckets;  // cumulative counts per kLatencyBucketsS
+    double latency_sum_s = 0;
+  };
+  std::mutex stats_mutex_;
+  std::map<std::string, RouteStats> stats_;
+};
+
+}  // namespace edgecost::daemon

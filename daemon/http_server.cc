@@ -1,0 +1,226 @@
+#include "daemon/http_server.h"
+
+#include <grp.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <chrono>
+#include <filesystem>
+#include <optional>
+#include <thread>
+#include <vector>
+
+namespace edgecost::daemon {
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using local = asio::local::stream_protocol;
+using tcp = asio::ip::tcp;
+
+std::chrono::milliseconds Millis(double seconds) {
+  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+}
+
+// A Twirp-shaped error for failures the transport answers itself.
+HttpResponse TransportError(int status, const std::string& code, const std::string& message) {
+  return {status, "application/json", "{\"code\":\"" + code + "\",\"msg\":\"" + message + "\"}"};
+}
+
+}  // namespace
+
+struct HttpServer::Impl {
+  Impl(HttpHandler h, ServerLimits l)
+      : handler(std::move(h)), limits(l), workers(static_cast<size_t>(std::max(1, l.worker_threads))) {}
+
+  HttpHandler handler;
+  ServerLimits limits;
+  asio::io_context io;
+  asio::thread_pool workers;
+  std::unique_ptr<local::acceptor> unix_acceptor;
+  std::unique_ptr<tcp::acceptor> tcp_acceptor;
+  std::string unix_path;
+  std::atomic<int> connections{0};
+
+  template <typename Protocol>
+  void Accept(typename Protocol::acceptor& acceptor, bool over_tcp);
+};
+
+namespace {
+
+template <typename Protocol>
+class Session : public std::enable_shared_from_this<Session<Protocol>> {
+ public:
+  Session(typename Protocol::socket socket, HttpServer::Impl& server, bool over_tcp)
+      : stream_(std::move(socket)), server_(server), over_tcp_(over_tcp) {}
+  ~Session() { server_.connections.fetch_sub(1); }
+
+  void Start() { ReadNext(); }
+
+ private:
+  void ReadNext() {
+    parser_.emplace();
+    parser_->header_limit(static_cast<uint32_t>(server_.limits.max_header_bytes));
+    parser_->body_limit(server_.limits.max_body_bytes);
+    stream_.expires_after(Millis(server_.limits.read_timeout_s));
+    http::async_read(stream_, buffer_, *parser_,
+                     [self = this->shared_from_this()](beast::error_code ec, size_t) { self->OnRead(ec); });
+  }
+
+  void OnRead(beast::error_code ec) {
+    if (ec == http::error::body_limit) {
+      return Respond(TransportError(413, "resource_exhausted", "request body over the limit"), false);
+    }
+    if (ec == http::error::header_limit) {
+      return Respond(TransportError(431, "resource_exhausted", "request headers over the limit"), false);
+    }
+    if (ec == http::error::end_of_stream || ec) {
+      // A timeout, a reset or garbage: drop the connection; other clients are unaffected.
+      if (ec && ec != http::error::end_of_stream && ec != beast::error::timeout && ec != asio::error::eof &&
+          ec != asio::error::operation_aborted && ec != asio::error::connection_reset) {
+        return Respond(TransportError(400, "malformed", "malformed HTTP request"), false);
+      }
+      beast::error_code ignored;
+      stream_.socket().shutdown(Protocol::socket::shutdown_both, ignored);
+      return;
+    }
+    auto& message = parser_->get();
+    keep_alive_ = message.keep_alive();
+    HttpRequest request;
+    request.method = std::string(message.method_string());
+    request.target = std::string(message.target());
+    request.content_type = std::string(message[http::field::content_type]);
+    request.authorization = std::string(message[http::field::authorization]);
+    request.body = std::move(message.body());
+    request.over_tcp = over_tcp_;
+    stream_.expires_never();  // the handler may take a while; the write has its own deadline
+    asio::post(server_.workers, [self = this->shared_from_this(), request = std::move(request)] {
+      HttpResponse response = self->server_.handler(request);
+      asio::post(self->stream_.get_executor(), [self, response = std::move(response)]() mutable {
+        self->Respond(std::move(response), self->keep_alive_);
+      });
+    });
+  }
+
+  void Respond(HttpResponse response, bool keep_alive) {
+    response_ = {};
+    response_.version(11);
+    response_.result(static_cast<http::status>(response.status));
+    response_.set(http::field::server, "edgecost");
+    response_.set(http::field::content_type, response.content_type);
+    response_.keep_alive(keep_alive);
+    response_.body() = std::move(response.body);
+    response_.prepare_payload();
+    stream_.expires_after(Millis(server_.limits.write_timeout_s));
+    http::async_write(stream_, response_,
+                      [self = this->shared_from_this(), keep_alive](beast::error_code ec, size_t) {
+                        if (!ec && keep_alive) return self->ReadNext();
+                        beast::error_code ignored;
+                        self->stream_.socket().shutdown(Protocol::socket::shutdown_both, ignored);
+                      });
+  }
+
+  beast::basic_stream<Protocol> stream_;
+  beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  http::response<http::string_body> response_;
+  HttpServer::Impl& server_;
+  bool over_tcp_;
+  bool keep_alive_ = false;
+};
+
+}  // namespace
+
+template <typename Protocol>
+void HttpServer::Impl::Accept(typename Protocol::acceptor& acceptor, bool over_tcp) {
+  acceptor.async_accept(asio::make_strand(io), [this, &acceptor, over_tcp](beast::error_code ec,
+                                                                           typename Protocol::socket socket) {
+    if (ec == asio::error::operation_aborted) return;  // stopped
+    if (!ec) {
+      if (connections.fetch_add(1) >= limits.max_connections) {
+        connections.fetch_sub(1);
+        beast::error_code ignored;
+        socket.close(ignored);  // over the limit: refuse rather than let one client starve the rest
+      } else {
+        std::make_shared<Session<Protocol>>(std::move(socket), *this, over_tcp)->Start();
+      }
+    }
+    Accept<Protocol>(acceptor, over_tcp);
+  });
+}
+
+HttpServer::HttpServer(HttpHandler handler, ServerLimits limits)
+    : impl_(std::make_unique<Impl>(std::move(handler), limits)) {}
+
+HttpServer::~HttpServer() {
+  Stop();
+  if (!impl_->unix_path.empty()) {
+    std::error_code ec;
+    std::filesystem::remove(impl_->unix_path, ec);
+  }
+}
+
+Status HttpServer::ListenUnix(const std::string& path, unsigned mode, const std::string& group) {
+  std::error_code fs_ec;
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path(), fs_ec);
+  if (std::filesystem::is_socket(path, fs_ec)) {
+    // A socket nobody answers on is left from a crash; one that answers belongs to a running daemon.
+    local::socket probe(impl_->io);
+    beast::error_code ec;
+    probe.connect(local::endpoint(path), ec);
+    if (!ec) return FailedPrecondition("another edgecost daemon is serving on " + path);
+    std::filesystem::remove(path, fs_ec);
+  }
+  try {
+    impl_->unix_acceptor = std::make_unique<local::acceptor>(impl_->io, local::endpoint(path));
+  } catch (const boost::system::system_error& e) {
+    return PermissionDenied("cannot listen on " + path + ": " + e.what() + "; choose another --socket");
+  }
+  impl_->unix_path = path;
+  if (::chmod(path.c_str(), mode) != 0) return PermissionDenied("cannot set the mode of " + path);
+  if (!group.empty()) {
+    const struct group* g = ::getgrnam(group.c_str());
+    if (!g) return InvalidArgument("no group '" + group + "' for the socket");
+    if (::chown(path.c_str(), static_cast<uid_t>(-1), g->gr_gid) != 0) {
+      return PermissionDenied("cannot give " + path + " to group " + group);
+    }
+  }
+  impl_->Accept<local>(*impl_->unix_acceptor, false);
+  return Status::Ok();
+}
+
+Result<int> HttpServer::ListenTcp(const std::string& host, int port) {
+  try {
+    const auto address = asio::ip::make_address(host);
+    impl_->tcp_acceptor = std::make_unique<tcp::acceptor>(impl_->io, tcp::endpoint(address, static_cast<uint16_t>(port)));
+  } catch (const boost::system::system_error& e) {
+    return Unavailable("cannot listen on " + host + ":" + std::to_string(port) + ": " + e.what());
+  }
+  impl_->Accept<tcp>(*impl_->tcp_acceptor, true);
+  return static_cast<int>(impl_->tcp_acceptor->local_endpoint().port());
+}
+
+void HttpServer::Run() {
+  std::vector<std::thread> threads;
+  for (int i = 1; i < impl_->limits.io_threads; ++i) threads.emplace_back([this] { impl_->io.run(); });
+  impl_->io.run();
+  for (std::thread& t : threads) t.join();
+}
+
+void HttpServer::Stop() {
+  asio::post(impl_->io, [this] {
+    beast::error_code ignored;
+    if (impl_->unix_acceptor) impl_->unix_acceptor->close(ignored);
+    if (impl_->tcp_acceptor) impl_->tcp_acceptor->close(ignored);
+  });
+  impl_->workers.join();  // answer what was asked
+  impl_->io.stop();
+}
+
+int HttpServer::active_connections() const { return impl_->connections.load(); }
+
+}  // namespace edgecost::daemon

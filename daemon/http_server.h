@@ -1,0 +1,67 @@
+// HTTP/1.1 transport (Boost.Beast on Boost.Asio) over a Unix socket and/or TCP,
+// kept apart from request handling: the server is given a handler, so tests can
+// inject one. Requests run on a bounded worker pool, off the I/O threads, and
+// every connection has limits on header size, body size, read and write time.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "base/status.h"
+
+namespace edgecost::daemon {
+
+struct HttpRequest {
+  std::string method;
+  std::string target;
+  std::string content_type;
+  std::string authorization;  // the Authorization header, if any
+  std::string body;
+  bool over_tcp = false;      // false: the Unix socket, protected by file permissions
+};
+
+struct HttpResponse {
+  int status = 200;
+  std::string content_type = "application/json";
+  std::string body;
+};
+
+using HttpHandler = std::function<HttpResponse(const HttpRequest&)>;
+
+struct ServerLimits {
+  size_t max_header_bytes = 16 * 1024;
+  size_t max_body_bytes = 4 * 1024 * 1024;
+  double read_timeout_s = 10;   // a slow client is dropped after this
+  double write_timeout_s = 10;
+  int max_connections = 512;    // beyond this, new connections are closed at once
+  int io_threads = 1;
+  int worker_threads = 2;       // handlers run here
+};
+
+class HttpServer {
+ public:
+  HttpServer(HttpHandler handler, ServerLimits limits);
+  ~HttpServer();
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  // Listens on a Unix socket with the given mode (and group, if not empty); replaces a stale socket file.
+  Status ListenUnix(const std::string& path, unsigned mode, const std::string& group);
+  // Listens on TCP; port 0 picks a free one. Returns the bound port.
+  Result<int> ListenTcp(const std::string& host, int port);
+
+  // Serves until Stop(); returns after in-flight requests are answered.
+  void Run();
+  void Stop();
+
+  int active_connections() const;
+
+  struct Impl;  // opaque; public so that connection handlers in the .cc can name it
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace edgecost::daemon

@@ -1,0 +1,94 @@
+#include "daemon/twirp.h"
+
+#include <google/protobuf/util/json_util.h>
+
+namespace edgecost::daemon {
+namespace {
+
+std::string JsonEscape(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      out += ' ';
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+bool IsJson(const std::string& content_type) { return content_type.rfind("application/json", 0) == 0; }
+bool IsProtobuf(const std::string& content_type) { return content_type.rfind("application/protobuf", 0) == 0; }
+
+}  // namespace
+
+std::pair<const char*, int> TwirpCode(ErrorCode code) {
+  switch (code) {
+    case ErrorCode::kOk: return {"ok", 200};
+    case ErrorCode::kInvalidArgument: return {"invalid_argument", 400};
+    case ErrorCode::kNotFound: return {"not_found", 404};
+    case ErrorCode::kAlreadyExists: return {"already_exists", 409};
+    case ErrorCode::kFailedPrecondition: return {"failed_precondition", 412};
+    case ErrorCode::kPermissionDenied: return {"permission_denied", 403};
+    case ErrorCode::kUnavailable: return {"unavailable", 503};
+    case ErrorCode::kResourceExhausted: return {"resource_exhausted", 429};
+    case ErrorCode::kDeadlineExceeded: return {"deadline_exceeded", 408};
+    case ErrorCode::kCancelled: return {"canceled", 408};
+    case ErrorCode::kUnimplemented: return {"unimplemented", 501};
+    case ErrorCode::kInternal: return {"internal", 500};
+  }
+  return {"unknown", 500};
+}
+
+HttpResponse TwirpError(const char* code, int status, const std::string& message) {
+  return {status, "application/json", "{\"code\":\"" + std::string(code) + "\",\"msg\":\"" + JsonEscape(message) + "\"}"};
+}
+
+bool TwirpRouter::Mutates(const std::string& target) const {
+  auto it = routes_.find(target);
+  return it != routes_.end() && it->second.mutates;
+}
+
+HttpResponse TwirpRouter::Handle(const HttpRequest& request, const CallContext& ctx) const {
+  auto it = routes_.find(request.target);
+  if (request.method != "POST" || it == routes_.end()) {
+    return TwirpError("bad_route", 404, "no route " + request.method + " " + request.target);
+  }
+  const bool json = IsJson(request.content_type);
+  if (!json && !IsProtobuf(request.content_type)) {
+    return TwirpError("bad_route", 404, "unexpected Content-Type '" + request.content_type +
+                                            "'; use application/json or application/protobuf");
+  }
+  std::unique_ptr<google::protobuf::Message> input = it->second.make_request();
+  if (json) {
+    google::protobuf::util::JsonParseOptions options;
+    options.ignore_unknown_fields = false;
+    const auto status = google::protobuf::util::JsonStringToMessage(request.body.empty() ? "{}" : request.body,
+                                                                    input.get(), options);
+    if (!status.ok()) return TwirpError("malformed", 400, "the JSON body does not decode: " + status.ToString());
+  } else if (!input->ParseFromString(request.body)) {
+    return TwirpError("malformed", 400, "the protobuf body does not decode");
+  }
+  Result<std::unique_ptr<google::protobuf::Message>> output = it->second.call(*input, ctx);
+  if (!output.ok()) {
+    const auto [code, status] = TwirpCode(output.status().code());
+    return TwirpError(code, status, output.status().message());
+  }
+  HttpResponse response;
+  if (json) {
+    google::protobuf::util::JsonPrintOptions options;
+    options.always_print_primitive_fields = false;
+    const auto status = google::protobuf::util::MessageToJsonString(**output, &response.body, options);
+    if (!status.ok()) return TwirpError("internal", 500, "cannot encode the response: " + status.ToString());
+    response.content_type = "application/json";
+  } else {
+    (*output)->SerializeToString(&response.body);
+    response.content_type = "application/protobuf";
+  }
+  return response;
+}
+
+}  // namespace edgecost::daemon

@@ -1,0 +1,58 @@
+#include "profiler/cost_tables.h"
+
+#include "graph/cost_source.h"
+#include "graph/resolve.h"
+#include "graph/zoo.h"
+#include "profiler/profile.h"
+
+namespace edgecost::profiler {
+
+Result<v1::CostTable> ResolveCostTable(costdb::CostDb* db, const v1::GetCostTableRequest& request) {
+  if (request.model().empty()) return InvalidArgument("model is required");
+  const std::string device = request.device().empty() ? "this" : request.device();
+  const bool preset = graph::FindBoardPreset(device).ok();
+  std::string source = request.cost_source();
+  if (source.empty()) source = preset ? std::string(graph::kPoetFlopsSource) : kMeasuredSource;
+  std::string derivation = request.derivation();
+  if (derivation.empty()) derivation = source == kMeasuredSource ? "exact" : "poet";
+
+  graph::GraphSpec spec;
+  spec.model_or_file = request.model();
+  spec.batch_size = request.batch_size() == 0 ? 1 : static_cast<int>(request.batch_size());
+  EC_ASSIGN_OR_RETURN(spec.derivation, graph::ParseDerivation(derivation));
+  EC_ASSIGN_OR_RETURN(spec.trainable, graph::Trainable::Parse(request.trainable().empty() ? "all" : request.trainable()));
+  if (graph::IsGraphFile(spec.model_or_file)) {
+    return InvalidArgument("'" + spec.model_or_file + "' looks like a file; ask for a model by name");
+  }
+  if (source == kMeasuredSource) {
+    if (db == nullptr) return FailedPrecondition("measured costs need the cost database");
+    return LoadMeasuredCostTable(*db, spec, device);
+  }
+  if (!preset) {
+    return InvalidArgument("cost source '" + source + "' needs a board preset as device, not '" + device + "'");
+  }
+  return graph::LoadCostTable(spec, device, source);
+}
+
+Result<v1::ListModelsResponse> DescribeZoo(int batch_size) {
+  v1::ListModelsResponse response;
+  for (const graph::ZooModel& model : graph::ZooModels()) {
+    const bool sequence_model = model.name == "bert" || model.name == "transformer";  // no batch dimension
+    EC_ASSIGN_OR_RETURN(v1::TrainingGraph poet,
+                        graph::ZooTrainingGraph(model.name, sequence_model ? 1 : batch_size, graph::Derivation::kPoet));
+    v1::ModelInfo& info = *response.add_models();
+    info.set_name(std::string(model.name));
+    uint64_t activation_bytes = 0;
+    for (const v1::TrainingNode& node : poet.nodes()) {
+      if (node.phase() != v1::PHASE_FORWARD) continue;
+      info.set_forward_nodes(info.forward_nodes() + 1);
+      activation_bytes += node.output_bytes();
+    }
+    info.set_training_nodes(static_cast<uint32_t>(poet.nodes_size()));
+    info.set_param_bytes(poet.param_bytes());
+    info.set_activation_bytes(activation_bytes);
+  }
+  return response;
+}
+
+}  // namespace edgecost::profiler

@@ -1,0 +1,20 @@
+// Resolving a cost-table request, shared by the CLI and the daemon: an analytic
+// source on a board preset is computed on the fly; a measured device's table
+// comes from the cost database.
+#pragma once
+
+#include "base/status.h"
+#include "costdb/costdb.h"
+#include "proto/edgecost.pb.h"
+
+namespace edgecost::profiler {
+
+// Empty fields take defaults: device "this"; cost source "measured" for a measured
+// device, "poet-flops" for a board preset; derivation "exact" for measured costs,
+// "poet" for poet-flops; trainable "all"; batch size 1. `db` may be null for presets.
+Result<v1::CostTable> ResolveCostTable(costdb::CostDb* db, const v1::GetCostTableRequest& request);
+
+// What `edgecost models` and ListModels show for each zoo model.
+Result<v1::ListModelsResponse> DescribeZoo(int batch_size);
+
+}  // namespace edgecost::profiler
