@@ -34,5 +34,6 @@ void RegisterDbCommand(CLI::App& app, Context& ctx);
 void RegisterProfileCommand(CLI::App& app, Context& ctx);
 void RegisterBenchCommand(CLI::App& app, Context& ctx);
 void RegisterServeCommand(CLI::App& app, Context& ctx);
+void RegisterSolveCommand(CLI::App& app, Context& ctx);
 
 }  // namespace edgecost::cli

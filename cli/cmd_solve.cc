@@ -6,11 +6,12 @@
 
 #include "base/units.h"
 #include "cli/cli.h"
-#include "cli/graph_flags.h"
 #include "cli/table.h"
 #include "costdb/costdb.h"
 #include "graph/cost_source.h"
+#include "profiler/cost_tables.h"
 #include "solver/problem.h"
+#include "solver/heuristics.h"
 #include "solver/simulator.h"
 #include "solver/solve.h"
 #include "solver/svg.h"
@@ -19,22 +20,24 @@ namespace edgecost::cli {
 namespace {
 
 struct SolveFlags {
-  GraphFlags graph;
-  std::string model;
+  std::string model = "resnet18_cifar";
   std::string graph_file;
   std::string platform = "a72";
-  std::string source = std::string(graph::kPoetFlopsSource);
+  std::string device;
+  int batch_size = 1;
+  std::string derivation;
+  std::string trainable = "all";
   std::string ram_budget;
   std::string runtime_budget = "1x";
   bool no_paging = false;
   bool no_remat = false;
   bool count_paging_time = false;
   double time_limit_s = 60;
-  int threads = 0;
+  int threads = 1;
   std::string strategy = "optimal";
   bool compare = false;
   bool min_ram = false;
-  bool store = true;
+  bool no_store = false;
   bool json = false;
   std::string out_path;
   std::string svg_path;
@@ -50,44 +53,243 @@ const char* StatusName(v1::Schedule::Status status) {
   }
 }
 
-std::string Percent(double fraction) {
+std::string Fixed(double value, int digits = 6) {
   std::ostringstream out;
-  out.precision(3);
-  out << fraction * 100 << "%";
+  out.setf(std::ios::fixed);
+  out.precision(digits);
+  out << value;
   return out.str();
+}
+
+bool HasSchedule(const v1::Schedule& s) {
+  return s.status() == v1::Schedule::STATUS_OPTIMAL || s.status() == v1::Schedule::STATUS_FEASIBLE;
 }
 
 void PrintSchedule(const v1::Schedule& s) {
   std::cout << "status         " << StatusName(s.status());
   if (s.status() == v1::Schedule::STATUS_FEASIBLE) {
-    std::cout << ", gap " << Percent(s.gap()) << " of the energy above the floor";
+    std::cout << ", gap " << Fixed(s.gap() * 100, 3) << "% of the energy above the floor";
   }
   std::cout << "\n";
   if (!s.message().empty()) std::cout << "               " << s.message() << "\n";
-  if (s.status() == v1::Schedule::STATUS_INFEASIBLE || s.status() == v1::Schedule::STATUS_NO_SOLUTION) {
+  if (!HasSchedule(s)) {
     if (s.min_feasible_ram_bytes() > 0) {
       std::cout << "smallest RAM   " << s.min_feasible_ram_bytes() << " B ("
                 << FormatBytes(static_cast<double>(s.min_feasible_ram_bytes()))
-                << ") is feasible at this runtime budget\n";
+                << ") has a schedule at this runtime budget (found by the heuristics)\n";
     }
     return;
   }
   const v1::EnergyBreakdown& e = s.energy();
-  std::cout.precision(6);
-  std::cout << std::fixed;
-  std::cout << "energy         " << e.total_j() << " J = compute " << e.compute_j() << " + recompute "
-            << e.recompute_j() << " + page-in " << e.page_in_j() << " + page-out " << e.page_out_j() << "\n"
-            << "lower bound    " << s.lower_bound_j() << " J (floor " << s.floor_j()
-            << " J: every node computed once)\n";
-  std::cout.unsetf(std::ios::fixed);
-  std::cout << "peak RAM       " << s.peak_ram_bytes() << " B of " << s.ram_budget_bytes() << " B budget\n"
+  std::cout << "energy         " << Fixed(e.total_j()) << " J = compute " << Fixed(e.compute_j()) << " + recompute "
+            << Fixed(e.recompute_j()) << " + page-in " << Fixed(e.page_in_j()) << " + page-out "
+            << Fixed(e.page_out_j()) << "\n"
+            << "lower bound    " << Fixed(s.lower_bound_j()) << " J (floor " << Fixed(s.floor_j())
+            << " J: every node computed once)\n"
+            << "peak RAM       " << s.peak_ram_bytes() << " B of " << s.ram_budget_bytes() << " B budget\n"
             << "runtime        " << FormatSeconds(s.runtime_s()) << " of " << FormatSeconds(s.runtime_budget_s())
             << " budget\n"
             << "operations     " << s.recomputations() << " recomputations, " << s.page_outs() << " page-outs, "
             << s.page_ins() << " page-ins\n"
-            << "solve time     " << FormatSeconds(s.solve_time_s()) << " (first feasible after "
+            << "solve time     " << FormatSeconds(s.solve_time_s()) << " (first schedule after "
             << FormatSeconds(s.time_to_first_feasible_s()) << ")\n";
 }
 
+Result<v1::ScheduleRequest> BuildRequest(const SolveFlags& flags) {
+  v1::ScheduleRequest request;
+  if (!flags.graph_file.empty()) {
+    request.set_graph_file(flags.graph_file);
+  } else {
+    request.set_model(flags.model);
+    request.set_device(flags.device.empty() ? flags.platform : flags.device);
+    request.set_cost_source(flags.device.empty() ? std::string(graph::kPoetFlopsSource) : "measured");
+    request.set_batch_size(static_cast<uint32_t>(flags.batch_size));
+    request.set_derivation(flags.derivation);
+    request.set_trainable(flags.trainable);
+  }
+  if (flags.ram_budget.empty()) return InvalidArgument("--ram-budget is required (e.g. 3MB, 2.5MiB, 3000000)");
+  EC_ASSIGN_OR_RETURN(int64_t ram, ParseBytes(flags.ram_budget));
+  if (ram <= 0) return InvalidArgument("--ram-budget must be positive");
+  request.set_ram_budget_bytes(static_cast<uint64_t>(ram));
+  EC_ASSIGN_OR_RETURN(RuntimeBudget runtime, ParseRuntimeBudget(flags.runtime_budget));
+  if (runtime.kind == RuntimeBudget::Kind::kMultiple) {
+    request.set_runtime_budget_multiple(runtime.value);
+  } else {
+    request.set_runtime_budget_s(runtime.value);
+  }
+  request.set_disable_paging(flags.no_paging);
+  request.set_disable_remat(flags.no_remat);
+  request.set_count_paging_time(flags.count_paging_time);
+  request.set_time_limit_s(flags.time_limit_s);
+  request.set_threads(static_cast<uint32_t>(flags.threads));
+  request.set_strategy(flags.strategy);
+  return request;
+}
+
+Status WriteFile(const std::string& path, const std::string& text) {
+  std::ofstream out(path);
+  out << text;
+  return out.flush() ? Status::Ok() : PermissionDenied("cannot write " + path);
+}
+
+int RunCompare(const solver::Problem& problem, const SolveFlags& flags) {
+  Table table({{"strategy", Table::Align::kLeft}, {"status", Table::Align::kLeft}, {"energy J"}, {"vs optimal"},
+               {"recompute"}, {"page in/out"}, {"peak RAM"}, {"runtime"}});
+  double optimal_j = 0;
+  for (const char* strategy : {"optimal", "checkpoint-all", "sqrt", "revolve", "paging-only"}) {
+    if (std::string(strategy) == "paging-only" && !problem.allow_paging) continue;
+    solver::SolveOptions options{strategy, flags.time_limit_s, flags.threads, false};
+    auto s = solver::Solve(problem, options);
+    if (!s.ok()) return Failure(s.status());
+    if (std::string(strategy) == "optimal" && HasSchedule(*s)) optimal_j = s->energy().total_j();
+    if (!HasSchedule(*s)) {
+      table.AddRow({strategy, s->status() == v1::Schedule::STATUS_INFEASIBLE ? "infeasible" : "no schedule"});
+      continue;
+    }
+    const std::string versus = optimal_j > 0 ? "+" + Fixed((s->energy().total_j() / optimal_j - 1) * 100, 2) + "%" : "";
+    table.AddRow({strategy, s->status() == v1::Schedule::STATUS_OPTIMAL ? "optimal" : "feasible",
+                  Fixed(s->energy().total_j()), versus, std::to_string(s->recomputations()),
+                  std::to_string(s->page_ins()) + "/" + std::to_string(s->page_outs()),
+                  FormatBytes(static_cast<double>(s->peak_ram_bytes())), FormatSeconds(s->runtime_s())});
+  }
+  table.Print(std::cout);
+  return kExitOk;
+}
+
+int RunSolve(const SolveFlags& flags, const Context& ctx) {
+  auto request = BuildRequest(flags);
+  if (!request.ok()) return UsageError(request.status());
+  const std::string db_path = ctx.db_path.empty() ? costdb::DefaultDbPath() : ctx.db_path;
+  std::optional<costdb::CostDb> db;
+  if (!flags.no_store || !flags.device.empty()) {
+    auto opened = costdb::CostDb::Open(db_path, costdb::OpenMode::kReadWrite);
+    if (!opened.ok()) return Failure(opened.status());
+    db.emplace(std::move(opened).value());
+  }
+  auto table = profiler::CostTableForRequest(db ? &*db : nullptr, *request);
+  if (!table.ok()) return Failure(table.status());
+  auto problem = solver::ProblemFromCostTable(*table, *request);
+  if (!problem.ok()) return UsageError(problem.status());
+
+  if (flags.compare) return RunCompare(*problem, flags);
+  if (flags.min_ram) {
+    auto ram = solver::MinFeasibleRam(*problem);
+    if (!ram.ok()) return Failure(ram.status());
+    std::cout << "smallest RAM budget with a schedule at " << flags.runtime_budget << ": " << *ram << " B ("
+              << FormatBytes(static_cast<double>(*ram)) << "), found by the heuristics to 0.1%; lower bound "
+              << solver::MemoryLowerBound(*problem) << " B (the largest node with its inputs)\n";
+    return kExitOk;
+  }
+
+  auto schedule = solver::Solve(*problem, {flags.strategy, flags.time_limit_s, flags.threads, true});
+  if (!schedule.ok()) return UsageError(schedule.status());
+  *schedule->mutable_request() = *request;
+  if (db) {
+    auto request_id = db->PutScheduleRequest(*request);
+    auto table_id = request_id.ok() ? db->PutCostTable(*table) : Result<int64_t>(request_id.status());
+    if (!table_id.ok()) return Failure(table_id.status());
+    if (auto id = db->PutSchedule(*request_id, *table_id, *schedule); !id.ok()) return Failure(id.status());
+  }
+  if (!flags.out_path.empty()) {
+    std::string json;
+    google::protobuf::util::JsonPrintOptions options;
+    options.add_whitespace = true;
+    (void)google::protobuf::util::MessageToJsonString(*schedule, &json, options);
+    if (Status s = WriteFile(flags.out_path, json); !s.ok()) return Failure(s);
+  }
+  if (!flags.svg_path.empty() && HasSchedule(*schedule)) {
+    if (Status s = WriteFile(flags.svg_path, solver::ScheduleToSvg(*problem, *schedule)); !s.ok()) return Failure(s);
+  }
+  if (flags.json) {
+    PrintJson(*schedule);
+  } else {
+    std::cout << "problem        " << table->graph().model() << " on " << table->device() << " ("
+              << table->cost_source() << "), " << problem->size() << " nodes, RAM budget "
+              << request->ram_budget_bytes() << " B, runtime budget " << flags.runtime_budget << "\n";
+    PrintSchedule(*schedule);
+    if (!flags.out_path.empty()) std::cout << "written        " << flags.out_path << "\n";
+    if (!flags.svg_path.empty() && HasSchedule(*schedule)) std::cout << "written        " << flags.svg_path << "\n";
+  }
+  return HasSchedule(*schedule) ? kExitOk : kExitFailure;
+}
+
+int RunCheck(const std::string& path, const Context& ctx) {
+  std::ifstream in(path);
+  if (!in) return Failure(NotFound("cannot read " + path));
+  std::stringstream text;
+  text << in.rdbuf();
+  v1::Schedule schedule;
+  if (!google::protobuf::util::JsonStringToMessage(text.str(), &schedule).ok()) {
+    return Failure(InvalidArgument(path + " is not a schedule (protobuf JSON of edgecost.v1.Schedule)"));
+  }
+  std::optional<costdb::CostDb> db;
+  if (schedule.request().cost_source() == "measured") {
+    auto opened = costdb::CostDb::Open(ctx.db_path.empty() ? costdb::DefaultDbPath() : ctx.db_path,
+                                       costdb::OpenMode::kReadOnly);
+    if (!opened.ok()) return Failure(opened.status());
+    db.emplace(std::move(opened).value());
+  }
+  auto table = profiler::CostTableForRequest(db ? &*db : nullptr, schedule.request());
+  if (!table.ok()) return Failure(table.status());
+  auto problem = solver::ProblemFromCostTable(*table, schedule.request());
+  if (!problem.ok()) return Failure(problem.status());
+  const solver::Replay replay = solver::Simulate(*problem, schedule);
+  if (!replay.valid) {
+    std::cout << "invalid        " << replay.violation << "\n";
+    return kExitFailure;
+  }
+  std::cout << "valid          energy " << Fixed(replay.energy.total_j()) << " J, peak RAM " << replay.peak_ram_bytes
+            << " B of " << problem->ram_budget_bytes << " B, runtime " << FormatSeconds(replay.runtime_s) << " of "
+            << FormatSeconds(problem->runtime_budget_s) << "\n";
+  if (std::fabs(replay.energy.total_j() - schedule.energy().total_j()) > 1e-9 * std::max(1.0, replay.energy.total_j())) {
+    std::cout << "note           the file claims " << Fixed(schedule.energy().total_j()) << " J\n";
+  }
+  return kExitOk;
+}
+
 }  // namespace
+
+void RegisterSolveCommand(CLI::App& app, Context& ctx) {
+  auto flags = std::make_shared<SolveFlags>();
+  CLI::App* cmd = app.add_subcommand("solve", "Energy-optimal schedule of recomputation and paging within RAM and "
+                                              "runtime budgets");
+  cmd->add_option("--model", flags->model, "Zoo or ONNX model")->capture_default_str();
+  cmd->add_option("--graph", flags->graph_file, "A graph file with costs (training-graph/v1 or node-link JSON)");
+  cmd->add_option("--platform", flags->platform, "Board preset for poet-flops costs")->capture_default_str();
+  cmd->add_option("--device", flags->device, "Use measured costs of a profiled device (\"this\": this machine)");
+  cmd->add_option("--batch-size", flags->batch_size, "Batch size")->capture_default_str();
+  cmd->add_option("--derivation", flags->derivation, "poet or exact (default: poet for presets, exact for devices)");
+  cmd->add_option("--trainable", flags->trainable, "all, last:K or bias")->capture_default_str();
+  cmd->add_option("--ram-budget", flags->ram_budget, "RAM for activations: 3000000, 3MB, 2.5MiB");
+  cmd->add_option("--runtime-budget", flags->runtime_budget, "Multiple of a plain step (7.6x) or seconds (1.2s)")
+      ->capture_default_str();
+  cmd->add_flag("--no-paging", flags->no_paging, "Recompute only");
+  cmd->add_flag("--no-remat", flags->no_remat, "Page only");
+  cmd->add_flag("--count-paging-time", flags->count_paging_time, "Paging time counts against the runtime budget");
+  cmd->add_option("--time-limit-s", flags->time_limit_s, "Solver time limit")->capture_default_str();
+  cmd->add_option("--threads", flags->threads, "Solver threads")->capture_default_str();
+  cmd->add_option("--strategy", flags->strategy, "optimal, checkpoint-all, sqrt, revolve, paging-only")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"optimal", "checkpoint-all", "sqrt", "revolve", "paging-only", "greedy"}));
+  cmd->add_flag("--compare", flags->compare, "Every strategy side by side");
+  cmd->add_flag("--min-ram", flags->min_ram, "Search the smallest RAM budget with a schedule");
+  cmd->add_flag("--no-store", flags->no_store, "Do not store the request and schedule in the cost database");
+  cmd->add_flag("--json", flags->json, "Print the schedule as protobuf JSON");
+  cmd->add_option("--out", flags->out_path, "Write the schedule (protobuf JSON) to a file");
+  cmd->add_option("--svg", flags->svg_path, "Draw the schedule: stages down, nodes across");
+  cmd->footer(
+      "Examples:\n"
+      "  edgecost solve --model resnet18_cifar --platform a72 --ram-budget 3MB --runtime-budget 7.6x\n"
+      "  edgecost solve --model resnet18_cifar --ram-budget 1.5MB --runtime-budget 1.5x --compare\n"
+      "  edgecost solve --model resnet18_cifar --device this --ram-budget 1MB --out s.json --svg s.svg\n"
+      "  edgecost solve --graph checkmate_graph.json --ram-budget 2GB --runtime-budget 1.2x");
+  cmd->callback([flags, &ctx] { ctx.exit_code = RunSolve(*flags, ctx); });
+
+  auto path = std::make_shared<std::string>();
+  CLI::App* check = app.add_subcommand("check", "Replay a schedule file and name its first violation");
+  check->add_option("schedule", *path, "Schedule JSON written by `edgecost solve --out`")->required();
+  check->footer("Example:\n  edgecost check schedule.json");
+  check->callback([path, &ctx] { ctx.exit_code = RunCheck(*path, ctx); });
+}
+
 }  // namespace edgecost::cli

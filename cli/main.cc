@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
   RegisterModelsCommand(app, ctx);
   RegisterGraphCommand(app, ctx);
   RegisterCostsCommand(app, ctx);
+  RegisterSolveCommand(app, ctx);
   RegisterProfileCommand(app, ctx);
   RegisterServeCommand(app, ctx);
   RegisterDbCommand(app, ctx);

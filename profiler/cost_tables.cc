@@ -1,6 +1,7 @@
 #include "profiler/cost_tables.h"
 
 #include "graph/cost_source.h"
+#include "graph/graph_io.h"
 #include "graph/resolve.h"
 #include "graph/zoo.h"
 #include "profiler/profile.h"
@@ -32,6 +33,18 @@ Result<v1::CostTable> ResolveCostTable(costdb::CostDb* db, const v1::GetCostTabl
     return InvalidArgument("cost source '" + source + "' needs a board preset as device, not '" + device + "'");
   }
   return graph::LoadCostTable(spec, device, source);
+}
+
+Result<v1::CostTable> CostTableForRequest(costdb::CostDb* db, const v1::ScheduleRequest& request) {
+  if (!request.graph_file().empty()) return graph::ReadCostTableFile(request.graph_file());
+  v1::GetCostTableRequest table;
+  table.set_model(request.model());
+  table.set_device(request.device());
+  table.set_cost_source(request.cost_source());
+  table.set_batch_size(request.batch_size());
+  table.set_derivation(request.derivation());
+  table.set_trainable(request.trainable());
+  return ResolveCostTable(db, table);
 }
 
 Result<v1::ListModelsResponse> DescribeZoo(int batch_size) {

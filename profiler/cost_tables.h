@@ -14,6 +14,9 @@ namespace edgecost::profiler {
 // "poet" for poet-flops; trainable "all"; batch size 1. `db` may be null for presets.
 Result<v1::CostTable> ResolveCostTable(costdb::CostDb* db, const v1::GetCostTableRequest& request);
 
+// The cost table a schedule request is about: its graph file, or its model on its device.
+Result<v1::CostTable> CostTableForRequest(costdb::CostDb* db, const v1::ScheduleRequest& request);
+
 // What `edgecost models` and ListModels show for each zoo model.
 Result<v1::ListModelsResponse> DescribeZoo(int batch_size);
 

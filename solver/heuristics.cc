@@ -1,0 +1,272 @@
+#include "solver/heuristics.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <set>
+
+namespace edgecost::solver {
+namespace {
+
+std::vector<int> LastUse(const Problem& p) {
+  std::vector<int> last(static_cast<size_t>(p.size()), -1);
+  for (int v = 0; v < p.size(); ++v) {
+    for (int u : p.preds[static_cast<size_t>(v)]) last[static_cast<size_t>(u)] = std::max(last[static_cast<size_t>(u)], v);
+  }
+  return last;
+}
+
+Candidate Evaluate(const Problem& p, Plan plan) {
+  Replay replay = Simulate(p, plan);
+  return {std::move(plan), std::move(replay)};
+}
+
+std::vector<int> ForwardChain(const Problem& p) {
+  std::vector<int> chain;
+  for (int i = 0; i < p.size(); ++i) {
+    if (!p.backward[static_cast<size_t>(i)]) chain.push_back(i);
+  }
+  return chain;
+}
+
+// The cheapest valid candidate of a family of checkpoint sets.
+std::optional<Candidate> BestOf(const Problem& p, const std::vector<std::vector<int>>& checkpoint_sets) {
+  const std::vector<int> chain = ForwardChain(p);
+  std::optional<Candidate> best;
+  for (const std::vector<int>& keep : checkpoint_sets) {
+    std::vector<Policy> policies(static_cast<size_t>(p.size()), Policy::kKeep);
+    for (int node : chain) policies[static_cast<size_t>(node)] = Policy::kRecomputeOnce;
+    for (int node : keep) policies[static_cast<size_t>(node)] = Policy::kKeep;
+    if (!p.allow_remat) continue;
+    Candidate c = Evaluate(p, BuildPlan(p, policies));
+    if (c.replay.valid && (!best || c.replay.energy.total_j() < best->replay.energy.total_j())) best = std::move(c);
+  }
+  return best;
+}
+
+// Griewank's binomial placement: with s checkpoints for a chain of l steps, the first
+// checkpoint goes after beta(s, r-1) steps where r is the smallest repetition count with beta(s, r) >= l.
+void BinomialCheckpoints(int first, int length, int slots, std::vector<int>& out) {
+  if (length <= 1 || slots <= 0) return;
+  auto beta = [](int s, int r) {
+    double b = 1;
+    for (int i = 1; i <= s; ++i) b = b * (r + i) / i;  // C(s + r, s)
+    return b;
+  };
+  int r = 0;
+  while (beta(slots, r) < length) ++r;
+  int step = std::max(1, std::min(length - 1, static_cast<int>(beta(slots, r - 1 < 0 ? 0 : r - 1))));
+  if (r == 0) step = 1;
+  out.push_back(first + step);
+  BinomialCheckpoints(first + step, length - step, slots - 1, out);
+}
+
+}  // namespace
+
+int64_t MemoryLowerBound(const Problem& p) {
+  int64_t bound = 0;
+  for (int v = 0; v < p.size(); ++v) {
+    int64_t bytes = p.ram_bytes[static_cast<size_t>(v)];
+    for (int u : p.preds[static_cast<size_t>(v)]) bytes += p.ram_bytes[static_cast<size_t>(u)];
+    bound = std::max(bound, bytes);
+  }
+  return bound;
+}
+
+Plan BuildPlan(const Problem& p, const std::vector<Policy>& policies) {
+  const int n = p.size();
+  const std::vector<int> last_use = LastUse(p);
+  Plan plan(n);
+  // Pass 1: which tensors each stage needs at its start, and what it must recompute.
+  std::vector<std::vector<int>> needs(static_cast<size_t>(n));  // needs[u]: stages needing u resident at start
+  std::vector<int> recomputed_at(static_cast<size_t>(n), -1);   // kRecomputeOnce: the stage it was recomputed in
+  auto policy = [&](int u) {
+    const bool long_lived = last_use[static_cast<size_t>(u)] >= u + 2;
+    return long_lived ? policies[static_cast<size_t>(u)] : Policy::kKeep;
+  };
+  for (int t = 0; t < n; ++t) {
+    plan.compute[t][t] = 1;
+    std::vector<int> work(p.preds[static_cast<size_t>(t)].begin(), p.preds[static_cast<size_t>(t)].end());
+    std::set<int> seen(work.begin(), work.end());
+    while (!work.empty()) {
+      const int u = work.back();
+      work.pop_back();
+      const size_t su = static_cast<size_t>(u);
+      const Policy pol = policy(u);
+      const bool short_lived_here = last_use[su] < u + 2 && t <= last_use[su];
+      bool available = false;
+      switch (pol) {
+        case Policy::kKeep: available = short_lived_here || last_use[su] >= u + 2; break;
+        case Policy::kPage: available = true; break;
+        case Policy::kRecompute: available = t == u + 1; break;
+        case Policy::kRecomputeOnce: available = t == u + 1 || (recomputed_at[su] >= 0 && recomputed_at[su] < t); break;
+      }
+      if (available) {
+        needs[su].push_back(t);
+        continue;
+      }
+      plan.compute[t][u] = 1;  // recompute it here, and whatever it needs
+      if (pol == Policy::kRecomputeOnce && recomputed_at[su] < 0) recomputed_at[su] = t;
+      for (int w : p.preds[su]) {
+        if (seen.insert(w).second) work.push_back(w);
+      }
+    }
+  }
+  // Pass 2: residency, and paging, from the needs.
+  for (int u = 0; u < n; ++u) {
+    const size_t su = static_cast<size_t>(u);
+    std::vector<int>& need = needs[su];
+    std::sort(need.begin(), need.end());
+    need.erase(std::unique(need.begin(), need.end()), need.end());
+    if (need.empty()) continue;
+    const Policy pol = policy(u);
+    if (pol == Policy::kKeep) {
+      for (int t = u + 1; t <= need.back(); ++t) plan.resident[t][u] = 1;
+    } else if (pol == Policy::kRecompute) {
+      for (int t : need) plan.resident[t][u] = 1;  // only u + 1
+    } else if (pol == Policy::kRecomputeOnce) {
+      for (int t : need) {
+        if (t == u + 1) plan.resident[t][u] = 1;
+      }
+      if (recomputed_at[su] >= 0) {
+        for (int t = recomputed_at[su] + 1; t <= need.back(); ++t) plan.resident[t][u] = 1;
+      }
+    } else {  // kPage: resident through u + 2 at most, then from storage
+      const bool far_need = need.back() >= u + 3;
+      int resident_until = u;
+      for (int t : need) {
+        if (t <= u + 2 || !far_need) {
+          for (int s = u + 1; s <= t; ++s) plan.resident[s][u] = 1;
+          resident_until = std::max(resident_until, t);
+        }
+      }
+      if (far_need) {
+        plan.resident[u + 1][u] = 1;
+        plan.page_out[u + 1][u] = 1;
+        for (int t = u + 2; t < n; ++t) plan.stored[t][u] = 1;
+        int previous = resident_until;
+        for (int t : need) {
+          if (t <= u + 2) continue;
+          if (previous == t - 1 && plan.resident[t - 1][u]) {
+            plan.resident[t][u] = 1;  // still here from the last use: keep it
+          } else {
+            plan.page_in[t - 1][u] = 1;
+            plan.resident[t][u] = 1;
+          }
+          previous = t;
+        }
+      }
+    }
+  }
+  return plan;
+}
+
+Candidate CheckpointAll(const Problem& p) {
+  return Evaluate(p, BuildPlan(p, std::vector<Policy>(static_cast<size_t>(p.size()), Policy::kKeep)));
+}
+
+Candidate PagingOnly(const Problem& p) {
+  return Evaluate(p, BuildPlan(p, std::vector<Policy>(static_cast<size_t>(p.size()),
+                                                      p.allow_paging ? Policy::kPage : Policy::kKeep)));
+}
+
+std::optional<Candidate> Greedy(const Problem& p) {
+  const int n = p.size();
+  const std::vector<int> last_use = LastUse(p);
+  std::vector<Policy> policies(static_cast<size_t>(n), Policy::kKeep);
+  std::set<std::pair<int, Policy>> tried;
+  Candidate current = Evaluate(p, BuildPlan(p, policies));
+  for (int iteration = 0; !current.replay.valid && iteration < 4 * n; ++iteration) {
+    const int t = current.replay.violation_stage;
+    if (t < 0) break;  // a runtime violation: recomputation made it too slow
+    // Candidates: long-lived tensors resident at the start of the violating stage.
+    double best_score = -1;
+    int best_node = -1;
+    Policy best_policy = Policy::kKeep;
+    for (int u = 0; u < t; ++u) {
+      const size_t su = static_cast<size_t>(u);
+      if (!current.plan.resident[t][u] || last_use[su] < u + 2 || policies[su] != Policy::kKeep) continue;
+      const double bytes = static_cast<double>(p.ram_bytes[su]);
+      const int later_uses = std::max(1, static_cast<int>(std::count_if(
+                                             p.preds.begin() + u + 2, p.preds.end(), [u](const std::vector<int>& pr) {
+                                               return std::find(pr.begin(), pr.end(), u) != pr.end();
+                                             })));
+      std::vector<std::pair<Policy, double>> options;
+      if (p.allow_paging) options.push_back({Policy::kPage, p.page_out_j[su] + later_uses * p.page_in_j[su]});
+      if (p.allow_remat) {
+        options.push_back({Policy::kRecomputeOnce, p.compute_j[su]});
+        options.push_back({Policy::kRecompute, later_uses * p.compute_j[su]});
+      }
+      for (const auto& [policy, cost_j] : options) {
+        if (tried.count({u, policy})) continue;
+        const double score = bytes / (cost_j + 1e-12);
+        if (score > best_score) {
+          best_score = score;
+          best_node = u;
+          best_policy = policy;
+        }
+      }
+    }
+    if (best_node < 0) break;
+    tried.insert({best_node, best_policy});
+    policies[static_cast<size_t>(best_node)] = best_policy;
+    current = Evaluate(p, BuildPlan(p, policies));
+  }
+  if (!current.replay.valid) return std::nullopt;
+  // Undo what the budget allows, most expensive first.
+  std::vector<int> changed;
+  for (int u = 0; u < n; ++u) {
+    if (policies[static_cast<size_t>(u)] != Policy::kKeep) changed.push_back(u);
+  }
+  std::sort(changed.begin(), changed.end(), [&](int a, int b) {
+    return p.compute_j[static_cast<size_t>(a)] + p.page_in_j[static_cast<size_t>(a)] >
+           p.compute_j[static_cast<size_t>(b)] + p.page_in_j[static_cast<size_t>(b)];
+  });
+  for (int u : changed) {
+    for (Policy alternative : {Policy::kKeep, Policy::kPage, Policy::kRecomputeOnce}) {
+      if (alternative == policies[static_cast<size_t>(u)]) break;
+      if ((alternative == Policy::kPage && !p.allow_paging) || (alternative == Policy::kRecomputeOnce && !p.allow_remat)) {
+        continue;
+      }
+      std::vector<Policy> trial = policies;
+      trial[static_cast<size_t>(u)] = alternative;
+      Candidate c = Evaluate(p, BuildPlan(p, trial));
+      if (c.replay.valid && c.replay.energy.total_j() < current.replay.energy.total_j()) {
+        policies = std::move(trial);
+        current = std::move(c);
+        break;
+      }
+    }
+  }
+  return current;
+}
+
+std::optional<Candidate> SqrtCheckpointing(const Problem& p) {
+  const std::vector<int> chain = ForwardChain(p);
+  const int length = static_cast<int>(chain.size());
+  std::vector<std::vector<int>> sets;
+  for (int segments = 1; segments <= length; ++segments) {
+    // checkpoint_sequential keeps each segment's input; the last segment runs without checkpointing.
+    std::vector<int> keep;
+    const int size = (length + segments - 1) / segments;
+    for (int start = 0; start < length; start += size) keep.push_back(chain[static_cast<size_t>(start)]);
+    for (int i = length - size; i < length; ++i) keep.push_back(chain[static_cast<size_t>(std::max(0, i))]);
+    sets.push_back(std::move(keep));
+  }
+  return BestOf(p, sets);
+}
+
+std::optional<Candidate> Revolve(const Problem& p) {
+  const std::vector<int> chain = ForwardChain(p);
+  const int length = static_cast<int>(chain.size());
+  for (int slots = 1; slots <= length; ++slots) {
+    std::vector<int> positions = {0};
+    BinomialCheckpoints(0, length, slots, positions);
+    std::vector<int> keep;
+    for (int pos : positions) keep.push_back(chain[static_cast<size_t>(std::min(pos, length - 1))]);
+    if (auto best = BestOf(p, {keep})) return best;  // the fewest checkpoints that fit
+  }
+  return std::nullopt;
+}
+
+}  // namespace edgecost::solver

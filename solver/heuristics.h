@@ -1,0 +1,47 @@
+// Schedules built from one decision per long-lived tensor (an output still
+// needed two or more stages after it is computed):
+//   kKeep        resident until its last use (checkpoint);
+//   kPage        written out after it is computed, read back before each use;
+//   kRecompute   dropped, recomputed in every stage that needs it;
+//   kRecomputeOnce  dropped, recomputed at its first later use and kept from
+//                there (how checkpoint_sequential replays a segment).
+// The greedy heuristic starts from keeping everything and, while the schedule
+// is over the RAM budget, gives the tensor resident at the peak with the best
+// bytes-per-joule trade a cheaper-in-memory policy; then it undoes what it can.
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "solver/plan.h"
+#include "solver/problem.h"
+#include "solver/simulator.h"
+
+namespace edgecost::solver {
+
+enum class Policy { kKeep, kPage, kRecompute, kRecomputeOnce };
+
+// The plan that carries out `policies` (indexed by node; ignored for short-lived nodes).
+Plan BuildPlan(const Problem& problem, const std::vector<Policy>& policies);
+
+struct Candidate {
+  Plan plan;
+  Replay replay;
+};
+
+// Every node computed once, every output kept until its last use.
+Candidate CheckpointAll(const Problem& problem);
+// Every long-lived output paged out and back in: the least memory without recomputation.
+Candidate PagingOnly(const Problem& problem);
+// Greedy memory reduction as described above; nullopt when it cannot meet the budget.
+std::optional<Candidate> Greedy(const Problem& problem);
+// PyTorch's checkpoint_sequential on the forward chain, with the segment count that costs least.
+std::optional<Candidate> SqrtCheckpointing(const Problem& problem);
+// Binomial (Revolve-style) checkpoint placement on the forward chain with the fewest checkpoints
+// that fit; segments are replayed once, as in one level of Revolve's recursion.
+std::optional<Candidate> Revolve(const Problem& problem);
+
+// Memory no schedule can go below: some node's inputs and output together.
+int64_t MemoryLowerBound(const Problem& problem);
+
+}  // namespace edgecost::solver

@@ -1,0 +1,353 @@
+#include "solver/milp.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <map>
+
+#include <CbcEventHandler.hpp>
+#include <CbcModel.hpp>
+#include <CglClique.hpp>
+#include <CglGomory.hpp>
+#include <CglKnapsackCover.hpp>
+#include <CglMixedIntegerRounding2.hpp>
+#include <CglProbing.hpp>
+#include <CoinPackedMatrix.hpp>
+#include <OsiClpSolverInterface.hpp>
+
+namespace edgecost::solver {
+namespace {
+
+double Now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+// Columns, rows and their bounds, built up before handing them to CBC.
+class Model {
+ public:
+  int AddBinary(double cost) { return AddColumn(cost, 0, 1, true); }
+  int AddFixedOne(double cost) { return AddColumn(cost, 1, 1, true); }
+  int AddContinuous(double lo, double hi) { return AddColumn(0, lo, hi, false); }
+
+  // lo <= sum coef * x <= hi
+  void AddRow(const std::vector<std::pair<int, double>>& terms, double lo, double hi) {
+    std::vector<int> index;
+    std::vector<double> value;
+    for (const auto& [col, coef] : terms) {
+      if (col < 0 || coef == 0) continue;
+      index.push_back(col);
+      value.push_back(coef);
+    }
+    if (index.empty()) return;
+    rows_.appendRow(static_cast<int>(index.size()), index.data(), value.data());
+    row_lo_.push_back(lo);
+    row_hi_.push_back(hi);
+  }
+
+  int columns() const { return static_cast<int>(cost_.size()); }
+  int rows() const { return static_cast<int>(row_lo_.size()); }
+
+  void LoadInto(OsiClpSolverInterface& solver) {
+    rows_.setDimensions(rows(), columns());
+    solver.loadProblem(rows_, col_lo_.data(), col_hi_.data(), cost_.data(), row_lo_.data(), row_hi_.data());
+    for (int c = 0; c < columns(); ++c) {
+      if (integer_[static_cast<size_t>(c)]) solver.setInteger(c);
+    }
+  }
+
+ private:
+  int AddColumn(double cost, double lo, double hi, bool integer) {
+    cost_.push_back(cost);
+    col_lo_.push_back(lo);
+    col_hi_.push_back(hi);
+    integer_.push_back(integer);
+    return columns() - 1;
+  }
+
+  CoinPackedMatrix rows_{false, 0, 0};
+  std::vector<double> cost_, col_lo_, col_hi_, row_lo_, row_hi_;
+  std::vector<bool> integer_;
+};
+
+// Records when CBC first holds a solution.
+class FirstSolution : public CbcEventHandler {
+ public:
+  FirstSolution(double start, double* first) : start_(start), first_(first) {}
+  CbcEventHandler* clone() const override { return new FirstSolution(*this); }
+  CbcAction event(CbcEvent which) override {
+    if ((which == solution || which == heuristicSolution) && *first_ < 0) *first_ = Now() - start_;
+    return noAction;
+  }
+
+ private:
+  double start_;
+  double* first_;
+};
+
+struct Formulation {
+  int n = 0;
+  std::vector<std::vector<int>> x, s, d, in, out;  // [t][i], -1 when absent
+  std::map<std::tuple<int, int, int>, int> free;   // (t, i, k) -> column
+  std::vector<std::vector<int>> u;                 // memory after step k of stage t
+  double energy_scale = 1;
+  double bytes_scale = 1;
+};
+
+Formulation Build(const Problem& p, const MilpOptions& options, Model& m) {
+  const int n = p.size();
+  const bool prune = !options.poet_formulation;
+  Formulation f;
+  f.n = n;
+  std::vector<int> last_use(static_cast<size_t>(n), -1);
+  std::vector<std::vector<int>> succs(static_cast<size_t>(n));
+  for (int v = 0; v < n; ++v) {
+    for (int w : p.preds[static_cast<size_t>(v)]) {
+      last_use[static_cast<size_t>(w)] = std::max(last_use[static_cast<size_t>(w)], v);
+      succs[static_cast<size_t>(w)].push_back(v);
+    }
+  }
+  double mean_j = 0;
+  for (double j : p.compute_j) mean_j += j;
+  mean_j /= n;
+  f.energy_scale = mean_j > 0 ? mean_j : 1;
+  f.bytes_scale = static_cast<double>(std::max<int64_t>(1, p.ram_budget_bytes));
+  auto E = [&](double joules) { return joules / f.energy_scale; };
+  auto B = [&](int i) { return static_cast<double>(p.ram_bytes[static_cast<size_t>(i)]) / f.bytes_scale; };
+  auto lu = [&](int i) { return prune ? last_use[static_cast<size_t>(i)] : n; };
+
+  auto grid = [n] { return std::vector<std::vector<int>>(static_cast<size_t>(n), std::vector<int>(static_cast<size_t>(n), -1)); };
+  f.x = grid();
+  f.s = grid();
+  f.d = grid();
+  f.in = grid();
+  f.out = grid();
+  f.u = grid();
+  for (int t = 0; t < n; ++t) {
+    f.x[t][t] = m.AddFixedOne(E(p.compute_j[static_cast<size_t>(t)]));
+    for (int i = 0; i < t; ++i) {
+      const bool has_consumers = !succs[static_cast<size_t>(i)].empty() || !prune;
+      if (p.allow_remat && has_consumers) f.x[t][i] = m.AddBinary(E(p.compute_j[static_cast<size_t>(i)]));
+      if (lu(i) >= t) f.s[t][i] = m.AddBinary(0);
+      if (p.allow_paging) {
+        if (lu(i) >= t + 1 && t >= i + 2) f.d[t][i] = m.AddBinary(0);
+        if (f.d[t][i] >= 0 && t + 1 < n && lu(i) >= t + 1) f.in[t][i] = m.AddBinary(E(p.page_in_j[static_cast<size_t>(i)]));
+        if (f.s[t][i] >= 0 && lu(i) >= t + 2) f.out[t][i] = m.AddBinary(E(p.page_out_j[static_cast<size_t>(i)]));
+      }
+    }
+  }
+  // Transitions between stages and paging preconditions.
+  for (int t = 0; t < n; ++t) {
+    for (int i = 0; i < t; ++i) {
+      if (f.in[t][i] >= 0) m.AddRow({{f.in[t][i], 1}, {f.d[t][i], -1}}, -1e30, 0);
+      if (f.out[t][i] >= 0) m.AddRow({{f.out[t][i], 1}, {f.s[t][i], -1}}, -1e30, 0);
+    }
+    if (t + 1 >= n) continue;
+    for (int i = 0; i <= t; ++i) {
+      if (f.s[t + 1][i] >= 0) {
+        m.AddRow({{f.s[t + 1][i], 1}, {f.s[t][i], -1}, {f.x[t][i], -1}, {f.in[t][i], -1}}, -1e30, 0);
+      }
+      if (f.d[t + 1][i] >= 0) {
+        m.AddRow({{f.d[t + 1][i], 1}, {f.d[t][i], -1}, {f.out[t][i], -1}}, -1e30, 0);
+      }
+    }
+  }
+  // Inputs present, frees, and memory.
+  double big_runtime = 0;
+  std::vector<std::pair<int, double>> runtime_terms;
+  const double runtime_scale = std::max(p.PlainRuntimeS(), 1e-12);
+  for (int t = 0; t < n; ++t) {
+    for (int k = 0; k <= t; ++k) {
+      if (f.x[t][k] < 0) continue;
+      runtime_terms.push_back({f.x[t][k], p.runtime_s[static_cast<size_t>(k)] / runtime_scale});
+      for (int i : p.preds[static_cast<size_t>(k)]) {
+        m.AddRow({{f.x[t][k], 1}, {f.s[t][i], -1}, {f.x[t][i], -1}}, -1e30, 0);
+        if (f.x[t][i] < 0 && f.s[t][i] < 0) continue;  // can never be present: no free
+        const int col = m.AddBinary(0);
+        f.free[{t, i, k}] = col;
+        m.AddRow({{col, 1}, {f.x[t][k], -1}}, -1e30, 0);
+        if (t + 1 < n && f.s[t + 1][i] >= 0) m.AddRow({{col, 1}, {f.s[t + 1][i], 1}}, -1e30, 1);
+        int later = 0;
+        std::vector<std::pair<int, double>> hazard = {{col, 1.0}};
+        for (int j : succs[static_cast<size_t>(i)]) {
+          if (j <= k || j > t || f.x[t][j] < 0) continue;
+          m.AddRow({{col, 1}, {f.x[t][j], 1}}, -1e30, 1);
+          hazard.push_back({f.x[t][j], 1.0});
+          ++later;
+        }
+        if (options.poet_formulation) {
+          // POET's lower side: free >= compute(k) - kept - later uses.
+          std::vector<std::pair<int, double>> lower = {{col, 1}, {f.x[t][k], -1}};
+          if (t + 1 < n && f.s[t + 1][i] >= 0) lower.push_back({f.s[t + 1][i], 1});
+          for (size_t h = 1; h < hazard.size(); ++h) lower.push_back({hazard[h].first, 1});
+          m.AddRow(lower, 0, 1e30);
+        }
+        (void)later;
+      }
+    }
+    // u[t][k] = resident + outputs so far - frees before k, within the budget (column bounds).
+    int previous = -1;
+    int previous_k = -1;
+    for (int k = 0; k <= t; ++k) {
+      if (f.x[t][k] < 0) continue;
+      const int col = m.AddContinuous(0, 1.0);
+      f.u[t][k] = col;
+      std::vector<std::pair<int, double>> terms = {{col, 1}, {f.x[t][k], -B(k)}};
+      if (previous < 0) {
+        for (int i = 0; i < t; ++i) {
+          if (f.s[t][i] >= 0) terms.push_back({f.s[t][i], -B(i)});
+        }
+      } else {
+        terms.push_back({previous, -1});
+        for (int i : p.preds[static_cast<size_t>(previous_k)]) {
+          auto it = f.free.find({t, i, previous_k});
+          if (it != f.free.end()) terms.push_back({it->second, B(i)});
+        }
+      }
+      m.AddRow(terms, 0, 0);
+      previous = col;
+      previous_k = k;
+    }
+  }
+  big_runtime = p.runtime_budget_s / runtime_scale;
+  if (p.count_paging_time) {
+    for (int t = 0; t < n; ++t) {
+      for (int i = 0; i < t; ++i) {
+        if (f.in[t][i] >= 0) runtime_terms.push_back({f.in[t][i], p.page_in_s[static_cast<size_t>(i)] / runtime_scale});
+        if (f.out[t][i] >= 0) runtime_terms.push_back({f.out[t][i], p.page_out_s[static_cast<size_t>(i)] / runtime_scale});
+      }
+    }
+  }
+  m.AddRow(runtime_terms, -1e30, big_runtime + 1e-9);
+  return f;
+}
+
+// Column values of a plan, including the frees and memory the simulator would see.
+std::vector<double> Values(const Problem& p, const Formulation& f, const Plan& plan, int columns) {
+  std::vector<double> v(static_cast<size_t>(columns), 0.0);
+  const int n = f.n;
+  auto set = [&](int col, double value) {
+    if (col >= 0) v[static_cast<size_t>(col)] = value;
+  };
+  for (int t = 0; t < n; ++t) {
+    for (int i = 0; i <= t; ++i) {
+      set(f.x[t][i], plan.compute[t][i]);
+      if (i < t) {
+        set(f.s[t][i], plan.resident[t][i]);
+        set(f.d[t][i], plan.stored[t][i]);
+        set(f.in[t][i], plan.page_in[t][i]);
+        set(f.out[t][i], plan.page_out[t][i]);
+      }
+    }
+  }
+  for (const auto& [key, col] : f.free) {
+    const auto [t, i, k] = key;
+    bool freed = plan.compute[t][k] && !(t + 1 < n && plan.resident[t + 1][i]);
+    for (int j = k + 1; j <= t && freed; ++j) {
+      if (plan.compute[t][j] && std::find(p.preds[static_cast<size_t>(j)].begin(), p.preds[static_cast<size_t>(j)].end(), i) !=
+                                    p.preds[static_cast<size_t>(j)].end()) {
+        freed = false;
+      }
+    }
+    set(col, freed ? 1 : 0);
+  }
+  for (int t = 0; t < n; ++t) {
+    double memory = 0;
+    for (int i = 0; i < t; ++i) {
+      if (plan.resident[t][i]) memory += static_cast<double>(p.ram_bytes[static_cast<size_t>(i)]) / f.bytes_scale;
+    }
+    int previous_k = -1;
+    for (int k = 0; k <= t; ++k) {
+      if (f.u[t][k] < 0) continue;
+      if (previous_k >= 0) {
+        for (int i : p.preds[static_cast<size_t>(previous_k)]) {
+          auto it = f.free.find({t, i, previous_k});
+          if (it != f.free.end() && v[static_cast<size_t>(it->second)] > 0.5) {
+            memory -= static_cast<double>(p.ram_bytes[static_cast<size_t>(i)]) / f.bytes_scale;
+          }
+        }
+      }
+      if (plan.compute[t][k]) memory += static_cast<double>(p.ram_bytes[static_cast<size_t>(k)]) / f.bytes_scale;
+      set(f.u[t][k], memory);
+      previous_k = k;
+    }
+  }
+  return v;
+}
+
+Plan PlanOf(const Formulation& f, const double* v) {
+  Plan plan(f.n);
+  auto on = [&](int col) { return col >= 0 && v[col] > 0.5; };
+  for (int t = 0; t < f.n; ++t) {
+    for (int i = 0; i < f.n; ++i) {
+      plan.compute[t][i] = on(f.x[t][i]);
+      plan.resident[t][i] = on(f.s[t][i]);
+      plan.stored[t][i] = on(f.d[t][i]);
+      plan.page_in[t][i] = on(f.in[t][i]);
+      plan.page_out[t][i] = on(f.out[t][i]);
+    }
+  }
+  return plan;
+}
+
+}  // namespace
+
+MilpResult SolveMilp(const Problem& p, const MilpOptions& options) {
+  const double start = Now();
+  MilpResult result;
+  Model m;
+  const Formulation f = Build(p, options, m);
+  result.columns = m.columns();
+  result.rows = m.rows();
+
+  OsiClpSolverInterface solver;
+  m.LoadInto(solver);
+  solver.messageHandler()->setLogLevel(0);
+  solver.setHintParam(OsiDoReducePrint, true, OsiHintTry);
+  CbcModel model(solver);
+  model.setLogLevel(0);
+  model.messageHandler()->setLogLevel(0);
+  model.setMaximumSeconds(std::max(0.1, options.time_limit_s - (Now() - start)));
+  if (options.threads > 1) model.setNumberThreads(options.threads);
+  // Prove, don't stop early: the default gap tolerances would let "optimal" mean "close".
+  model.setAllowableGap(1e-9);
+  model.setAllowableFractionGap(1e-9);
+  CglProbing probing;
+  probing.setUsingObjective(1);
+  probing.setMaxPass(1);
+  probing.setMaxLook(20);
+  CglGomory gomory;
+  CglKnapsackCover knapsack;
+  CglClique clique;
+  CglMixedIntegerRounding2 mir;
+  model.addCutGenerator(&probing, -1, "Probing");
+  model.addCutGenerator(&gomory, -1, "Gomory");
+  model.addCutGenerator(&knapsack, -1, "Knapsack");
+  model.addCutGenerator(&clique, -1, "Clique");
+  model.addCutGenerator(&mir, -1, "MIR");
+  FirstSolution handler(start, &result.first_solution_s);
+  model.passInEventHandler(&handler);
+  if (options.incumbent) {
+    const std::vector<double> values = Values(p, f, *options.incumbent, m.columns());
+    double objective = 0;
+    const double* cost = model.solver()->getObjCoefficients();
+    for (int c = 0; c < m.columns(); ++c) objective += cost[c] * values[static_cast<size_t>(c)];
+    model.setBestSolution(values.data(), m.columns(), objective, true);
+    result.first_solution_s = Now() - start;
+  }
+  try {
+    model.branchAndBound();
+  } catch (const CoinError&) {
+    // CBC failed: the caller keeps the schedule it already has.
+    result.solve_time_s = Now() - start;
+    return result;
+  }
+  result.solve_time_s = Now() - start;
+  result.proven_infeasible = model.isProvenInfeasible() && !options.incumbent;
+  if (model.bestSolution()) {
+    result.plan = PlanOf(f, model.bestSolution());
+    result.objective_j = model.getObjValue() * f.energy_scale;
+    result.proven_optimal = model.isProvenOptimal();
+  }
+  result.lower_bound_j = model.getBestPossibleObjValue() * f.energy_scale;
+  return result;
+}
+
+}  // namespace edgecost::solver

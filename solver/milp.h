@@ -1,0 +1,47 @@
+// The scheduling MILP, solved in process with COIN-OR CBC.
+//
+// Same decisions as POET's formulation (compute, resident, stored, page in/out,
+// free), with these differences that make it smaller and tighter:
+//  - a variable exists only where it can be nonzero: resident/stored outputs only
+//    while some consumer is still to come, paging only for outputs needed two
+//    stages on, frees only on edges whose consumer can run in the stage;
+//  - the free decision is bounded from above only (free <= compute of the
+//    consumer, <= not kept, <= not used again in the stage): freeing less than
+//    allowed only wastes memory, so POET's two-sided big-M is unnecessary, and
+//    every solution replays in the simulator with at most the memory it claims;
+//  - bytes are scaled by the budget and joules by the mean compute energy;
+//  - a feasible heuristic schedule is handed to CBC as its first incumbent;
+//  - no CglPreProcess (seen to mark non-optimal schedules optimal here).
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "solver/plan.h"
+#include "solver/problem.h"
+
+namespace edgecost::solver {
+
+struct MilpOptions {
+  double time_limit_s = 60;
+  int threads = 1;
+  const Plan* incumbent = nullptr;  // a valid schedule to start from
+  bool poet_formulation = false;    // POET's own formulation: all T x T variables, two-sided big-M frees
+};
+
+struct MilpResult {
+  std::optional<Plan> plan;      // the best schedule CBC found (not yet replayed)
+  double objective_j = 0;        // its energy
+  double lower_bound_j = 0;      // CBC's proven bound
+  bool proven_optimal = false;
+  bool proven_infeasible = false;
+  double solve_time_s = 0;
+  double first_solution_s = -1;  // when CBC had its first solution (its own or the incumbent)
+  int columns = 0;
+  int rows = 0;
+};
+
+MilpResult SolveMilp(const Problem& problem, const MilpOptions& options);
+
+}  // namespace edgecost::solver

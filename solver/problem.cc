@@ -1,0 +1,72 @@
+#include "solver/problem.h"
+
+#include <algorithm>
+#include <numeric>
+
+namespace edgecost::solver {
+
+double Problem::PlainRuntimeS() const { return std::accumulate(runtime_s.begin(), runtime_s.end(), 0.0); }
+
+double Problem::FloorJ() const { return std::accumulate(compute_j.begin(), compute_j.end(), 0.0); }
+
+Result<Problem> ProblemFromCostTable(const v1::CostTable& table, const v1::ScheduleRequest& request) {
+  const v1::TrainingGraph& graph = table.graph();
+  if (table.costs_size() != graph.nodes_size() || graph.nodes_size() == 0) {
+    return InvalidArgument("the cost table has " + std::to_string(table.costs_size()) + " costs for " +
+                           std::to_string(graph.nodes_size()) + " nodes");
+  }
+  Problem p;
+  const int n = graph.nodes_size();
+  p.preds.resize(static_cast<size_t>(n));
+  const v1::PagingCost& paging = table.paging();
+  const bool paging_times = paging.page_in_throughput_bytes_per_s() > 0 && paging.page_out_throughput_bytes_per_s() > 0;
+  for (int i = 0; i < n; ++i) {
+    const v1::TrainingNode& node = graph.nodes(i);
+    const v1::NodeCost& cost = table.costs(i);
+    p.names.push_back(node.name());
+    p.backward.push_back(node.phase() == v1::PHASE_BACKWARD);
+    p.runtime_s.push_back(cost.runtime_s());
+    p.compute_j.push_back(cost.compute_j());
+    p.ram_bytes.push_back(static_cast<int64_t>(cost.ram_bytes()));
+    p.page_in_j.push_back(cost.page_in_j());
+    p.page_out_j.push_back(cost.page_out_j());
+    if (paging_times) {
+      const double bytes = static_cast<double>(cost.ram_bytes());
+      p.page_in_s.push_back(paging.page_in_latency_s() + bytes / paging.page_in_throughput_bytes_per_s());
+      p.page_out_s.push_back(paging.page_out_latency_s() + bytes / paging.page_out_throughput_bytes_per_s());
+    }
+    std::vector<int>& preds = p.preds[static_cast<size_t>(i)];
+    for (uint32_t input : node.inputs()) {
+      if (static_cast<int>(input) >= i) {
+        return InvalidArgument("node " + std::to_string(i) + " ('" + node.name() + "') reads node " +
+                               std::to_string(input) + ", which does not precede it");
+      }
+      preds.push_back(static_cast<int>(input));
+    }
+    std::sort(preds.begin(), preds.end());
+    preds.erase(std::unique(preds.begin(), preds.end()), preds.end());  // POET lists some edges twice
+  }
+  if (request.ram_budget_bytes() == 0) return InvalidArgument("a RAM budget is required");
+  p.ram_budget_bytes = static_cast<int64_t>(request.ram_budget_bytes());
+  switch (request.runtime_budget_case()) {
+    case v1::ScheduleRequest::kRuntimeBudgetMultiple:
+      if (request.runtime_budget_multiple() <= 0) return InvalidArgument("the runtime budget must be positive");
+      p.runtime_budget_s = request.runtime_budget_multiple() * p.PlainRuntimeS();
+      break;
+    case v1::ScheduleRequest::kRuntimeBudgetS:
+      if (request.runtime_budget_s() <= 0) return InvalidArgument("the runtime budget must be positive");
+      p.runtime_budget_s = request.runtime_budget_s();
+      break;
+    default:
+      p.runtime_budget_s = p.PlainRuntimeS();  // no recomputation allowed beyond one plain step
+  }
+  p.allow_paging = !request.disable_paging();
+  p.allow_remat = !request.disable_remat();
+  p.count_paging_time = request.count_paging_time();
+  if (p.count_paging_time && p.page_in_s.empty()) {
+    return InvalidArgument("--count-paging-time needs paging times, which this cost table does not have");
+  }
+  return p;
+}
+
+}  // namespace edgecost::solver

@@ -1,0 +1,35 @@
+// One entry point for every strategy: heuristics for a first schedule, the MILP
+// for the optimum and its proof, baselines for comparison. Every schedule
+// returned has been replayed by the simulator; "optimal" is claimed only when a
+// lower bound meets the energy within kOptimalityTolerance of the energy above
+// the floor.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "base/status.h"
+#include "solver/problem.h"
+
+namespace edgecost::solver {
+
+inline constexpr double kOptimalityTolerance = 1e-6;  // relative, on the energy above the floor
+
+struct SolveOptions {
+  std::string strategy = "optimal";  // optimal, checkpoint-all, sqrt, revolve, paging-only, greedy
+  double time_limit_s = 60;
+  int threads = 1;
+  bool search_min_ram = true;        // for an infeasible budget, look for the smallest feasible one
+};
+
+Result<v1::Schedule> Solve(const Problem& problem, const SolveOptions& options);
+
+// The smallest RAM budget (bytes) for which the heuristics find a schedule at the
+// problem's runtime budget; not a proof of minimality. NotFound when none does.
+Result<int64_t> MinFeasibleRam(const Problem& problem);
+
+// Fills energy, counts, peak RAM and runtime of `schedule` from a replay; an
+// invalid schedule is an Internal error naming the violation.
+Status FillFromReplay(const Problem& problem, v1::Schedule& schedule);
+
+}  // namespace edgecost::solver
