@@ -1,6 +1,7 @@
 #include "solver/milp.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <chrono>
 #include <cmath>
 #include <map>
@@ -29,15 +30,14 @@ class Model {
 
   // lo <= sum coef * x <= hi
   void AddRow(const std::vector<std::pair<int, double>>& terms, double lo, double hi) {
-    std::vector<int> index;
-    std::vector<double> value;
+    const size_t before = entry_col_.size();
     for (const auto& [col, coef] : terms) {
       if (col < 0 || coef == 0) continue;
-      index.push_back(col);
-      value.push_back(coef);
+      entry_row_.push_back(rows());
+      entry_col_.push_back(col);
+      entry_value_.push_back(coef);
     }
-    if (index.empty()) return;
-    rows_.appendRow(static_cast<int>(index.size()), index.data(), value.data());
+    if (entry_col_.size() == before) return;
     row_lo_.push_back(lo);
     row_hi_.push_back(hi);
   }
@@ -46,8 +46,11 @@ class Model {
   int rows() const { return static_cast<int>(row_lo_.size()); }
 
   void LoadInto(OsiClpSolverInterface& solver) {
-    rows_.setDimensions(rows(), columns());
-    solver.loadProblem(rows_, col_lo_.data(), col_hi_.data(), cost_.data(), row_lo_.data(), row_hi_.data());
+    // Built from triplets in one go: appending rows one at a time copies the matrix each time.
+    CoinPackedMatrix matrix(false, entry_row_.data(), entry_col_.data(), entry_value_.data(),
+                            static_cast<CoinBigIndex>(entry_value_.size()));
+    matrix.setDimensions(rows(), columns());
+    solver.loadProblem(matrix, col_lo_.data(), col_hi_.data(), cost_.data(), row_lo_.data(), row_hi_.data());
     for (int c = 0; c < columns(); ++c) {
       if (integer_[static_cast<size_t>(c)]) solver.setInteger(c);
     }
@@ -62,7 +65,8 @@ class Model {
     return columns() - 1;
   }
 
-  CoinPackedMatrix rows_{false, 0, 0};
+  std::vector<int> entry_row_, entry_col_;
+  std::vector<double> entry_value_;
   std::vector<double> cost_, col_lo_, col_hi_, row_lo_, row_hi_;
   std::vector<bool> integer_;
 };
@@ -302,8 +306,9 @@ MilpResult SolveMilp(const Problem& p, const MilpOptions& options) {
   solver.messageHandler()->setLogLevel(0);
   solver.setHintParam(OsiDoReducePrint, true, OsiHintTry);
   CbcModel model(solver);
-  model.setLogLevel(0);
-  model.messageHandler()->setLogLevel(0);
+  const int cbc_log = std::getenv("EDGECOST_CBC_LOG") ? 1 : 0;  // CBC's own progress, for diagnosis
+  model.setLogLevel(cbc_log);
+  model.messageHandler()->setLogLevel(cbc_log);
   model.setMaximumSeconds(std::max(0.1, options.time_limit_s - (Now() - start)));
   if (options.threads > 1) model.setNumberThreads(options.threads);
   // Prove, don't stop early: the default gap tolerances would let "optimal" mean "close".
@@ -316,6 +321,8 @@ MilpResult SolveMilp(const Problem& p, const MilpOptions& options) {
   CglGomory gomory;
   CglKnapsackCover knapsack;
   CglClique clique;
+  clique.setStarCliqueReport(false);
+  clique.setRowCliqueReport(false);
   CglMixedIntegerRounding2 mir;
   model.addCutGenerator(&probing, -1, "Probing");
   model.addCutGenerator(&gomory, -1, "Gomory");

@@ -99,6 +99,59 @@ TEST_F(CliTest, ExitCodesSeparateUsageFromFailure) {
   EXPECT_EQ(Edgecost("--help").exit_code, 0);
 }
 
+TEST_F(CliTest, SolveWritesAScheduleThatCheckAccepts) {
+  const std::string schedule = (dir_ / "schedule.json").string();
+  const CommandResult run = Edgecost("solve --model resnet18_cifar --platform a72 --ram-budget 3MB --runtime-budget 7.6x"
+                                     " --out " + schedule + " --svg " + (dir_ / "schedule.svg").string());
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_THAT(run.output, HasSubstr("optimal (proven)"));
+  EXPECT_THAT(run.output, HasSubstr("7.889510 J"));
+  std::ifstream svg(dir_ / "schedule.svg");
+  const std::string picture((std::istreambuf_iterator<char>(svg)), std::istreambuf_iterator<char>());
+  EXPECT_THAT(picture, HasSubstr("<svg"));
+  EXPECT_THAT(picture, HasSubstr("page-out"));  // the legend names every cell kind
+
+  const CommandResult check = Edgecost("check " + schedule);
+  EXPECT_EQ(check.exit_code, 0) << check.output;
+  EXPECT_THAT(check.output, HasSubstr("valid"));
+
+  // Stage 0 keeps nothing: stage 1 then lacks its input.
+  std::ifstream in(schedule);
+  std::string json((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t keep = json.find("\"keep\"");
+  ASSERT_NE(keep, std::string::npos);
+  const size_t open = json.find('[', keep);
+  json.erase(open + 1, json.find(']', open) - open - 1);
+  const std::string broken = (dir_ / "broken.json").string();
+  std::ofstream(broken) << json;
+  const CommandResult bad = Edgecost("check " + broken);
+  EXPECT_EQ(bad.exit_code, 1) << bad.output;
+  EXPECT_THAT(bad.output, HasSubstr("stage 1, node 0"));
+  EXPECT_THAT(bad.output, HasSubstr("kept for the next stage but neither resident"));
+}
+
+TEST_F(CliTest, SolveSaysWhyABudgetCannotBeMet) {
+  const CommandResult small = Edgecost("solve --model resnet18_cifar --platform a72 --ram-budget 100kB");
+  EXPECT_EQ(small.exit_code, 1) << small.output;
+  EXPECT_THAT(small.output, HasSubstr("infeasible"));
+  EXPECT_THAT(small.output, HasSubstr("smallest RAM"));
+  const CommandResult fast = Edgecost("solve --model resnet18_cifar --platform a72 --ram-budget 3MB --runtime-budget 0.5x");
+  EXPECT_EQ(fast.exit_code, 1) << fast.output;
+  EXPECT_THAT(fast.output, HasSubstr("one plain training step takes"));
+  const CommandResult unit = Edgecost("solve --model resnet18_cifar --ram-budget 3XB");
+  EXPECT_EQ(unit.exit_code, 2) << unit.output;
+  EXPECT_THAT(unit.output, HasSubstr("unknown size unit"));
+}
+
+TEST_F(CliTest, SolveComparesTheBaselines) {
+  const CommandResult run = Edgecost("solve --model resnet18_cifar --platform a72 --ram-budget 2MB --runtime-budget 2x"
+                                     " --compare --time-limit-s 3");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  for (const char* strategy : {"optimal", "checkpoint-all", "sqrt", "revolve", "paging-only"}) {
+    EXPECT_THAT(run.output, HasSubstr(strategy));
+  }
+}
+
 TEST_F(CliTest, DbInfoOnAFileThatIsNotADatabaseLeavesItAlone) {
   const std::filesystem::path notes = dir_ / "notes.txt";
   std::ofstream(notes) << "not a database\n";

@@ -1,0 +1,251 @@
+// The solver against exhaustive enumeration on small graphs, its switches, and
+// POET's README instance.
+#include "solver/solve.h"
+
+#include <cmath>
+#include <limits>
+
+#include <gtest/gtest.h>
+
+#include "graph/graph_io.h"
+#include "solver/heuristics.h"
+#include "solver/simulator.h"
+#include "tests/solver/test_problems.h"
+#include "tests/test_paths.h"
+
+namespace edgecost::solver {
+namespace {
+
+using testing::Graph;
+using testing::TrainingChain;
+
+// The cheapest valid plan, by exhaustive search over every stage's choices:
+// which earlier nodes to recompute, page in and page out, and which outputs to
+// keep for the next stage. Branches are cut only where no completion can be
+// valid (the simulator rejects a stage already taken) or cheaper than the best
+// plan found (every later stage computes its node at least). What is on storage
+// is the union of the page-outs so far: keeping a copy there is free. +inf if
+// no plan is valid.
+class Enumerator {
+ public:
+  explicit Enumerator(const Problem& p) : p_(p), n_(p.size()), plan_(n_) {}
+
+  double Best() {
+    Stage(0);
+    return best_;
+  }
+
+ private:
+  static std::vector<int> Members(const std::vector<char>& row, int below) {
+    std::vector<int> out;
+    for (int i = 0; i < below; ++i) {
+      if (row[static_cast<size_t>(i)]) out.push_back(i);
+    }
+    return out;
+  }
+
+  template <typename F>
+  static void Subsets(const std::vector<int>& items, F&& visit) {
+    for (uint32_t mask = 0; mask < (1u << items.size()); ++mask) {
+      std::vector<int> chosen;
+      for (size_t b = 0; b < items.size(); ++b) {
+        if (mask >> b & 1) chosen.push_back(items[b]);
+      }
+      visit(chosen);
+    }
+  }
+
+  void Stage(int t) {
+    std::vector<int> earlier;
+    for (int i = 0; i < t; ++i) earlier.push_back(i);
+    const auto recomputable = p_.allow_remat ? earlier : std::vector<int>{};
+    const auto pageable_out = p_.allow_paging ? Members(plan_.resident[t], t) : std::vector<int>{};
+    const auto pageable_in = p_.allow_paging ? Members(plan_.stored[t], t) : std::vector<int>{};
+    Subsets(recomputable, [&](const std::vector<int>& recompute) {
+      Subsets(pageable_out, [&](const std::vector<int>& out) {
+        Subsets(pageable_in, [&](const std::vector<int>& in) {
+          Choose(t, recompute, out, in);
+        });
+      });
+    });
+  }
+
+  void Choose(int t, const std::vector<int>& recompute, const std::vector<int>& out, const std::vector<int>& in) {
+    auto& c = plan_.compute[t];
+    std::fill(c.begin(), c.end(), 0);
+    c[t] = 1;
+    for (int i : recompute) c[i] = 1;
+    std::fill(plan_.page_out[t].begin(), plan_.page_out[t].end(), 0);
+    std::fill(plan_.page_in[t].begin(), plan_.page_in[t].end(), 0);
+    for (int i : out) plan_.page_out[t][i] = 1;
+    for (int i : in) plan_.page_in[t][i] = 1;
+    if (t + 1 == n_) {
+      const Replay r = Simulate(p_, plan_);
+      if (r.valid) best_ = std::min(best_, r.energy.total_j());
+      return;
+    }
+    std::vector<int> keepable;
+    for (int i = 0; i <= t; ++i) {
+      if (plan_.resident[t][i] || c[i] || plan_.page_in[t][i]) keepable.push_back(i);
+    }
+    for (int i = 0; i < n_; ++i) plan_.stored[t + 1][i] = plan_.stored[t][i] || plan_.page_out[t][i];
+    Subsets(keepable, [&](const std::vector<int>& keep) {
+      auto& s = plan_.resident[t + 1];
+      std::fill(s.begin(), s.end(), 0);
+      for (int i : keep) s[i] = 1;
+      // Stage t + 1 is still empty, so the replay stops there at the latest.
+      const Replay r = Simulate(p_, plan_);
+      if (r.violation_stage <= t) return;
+      const auto& e = r.energy;
+      double bound_j = e.compute_j() + e.recompute_j() + e.page_in_j() + e.page_out_j();
+      double runtime_s = r.runtime_s;
+      for (int j = t + 1; j < n_; ++j) {
+        bound_j += p_.compute_j[static_cast<size_t>(j)];
+        runtime_s += p_.runtime_s[static_cast<size_t>(j)];
+      }
+      if (bound_j >= best_ || runtime_s > p_.runtime_budget_s) return;
+      Stage(t + 1);
+      plan_.compute[t + 1].assign(static_cast<size_t>(n_), 0);  // Stage(t + 1) filled it
+    });
+  }
+
+  const Problem& p_;
+  const int n_;
+  Plan plan_;
+  double best_ = std::numeric_limits<double>::infinity();
+};
+
+double BruteForce(const Problem& p) { return Enumerator(p).Best(); }
+
+void ExpectMatchesBruteForce(Problem p, const std::string& name) {
+  SCOPED_TRACE(name + ", budget " + std::to_string(p.ram_budget_bytes));
+  const double best = BruteForce(p);
+  auto schedule = Solve(p, {"optimal", 30, 1, false});
+  ASSERT_TRUE(schedule.ok()) << schedule.status().message();
+  if (std::isinf(best)) {
+    EXPECT_TRUE(schedule->status() == v1::Schedule::STATUS_INFEASIBLE) << schedule->message();
+    return;
+  }
+  ASSERT_EQ(schedule->status(), v1::Schedule::STATUS_OPTIMAL) << schedule->message();
+  EXPECT_NEAR(schedule->energy().total_j(), best, 1e-9);
+  EXPECT_TRUE(Simulate(p, *schedule).valid);
+}
+
+TEST(SolveAgainstEnumeration, ChainsWithRecomputation) {
+  for (int forward : {2, 3}) {  // 4 and 6 nodes
+    Problem base = TrainingChain(forward, 0);
+    base.allow_paging = false;
+    for (int64_t budget : {10, 20, 30, 40, 60}) {
+      Problem p = base;
+      p.ram_budget_bytes = budget;
+      ExpectMatchesBruteForce(p, "chain of " + std::to_string(2 * forward));
+    }
+  }
+}
+
+TEST(SolveAgainstEnumeration, DiamondAndSkipConnection) {
+  const std::vector<std::pair<std::string, Problem>> graphs = {
+      {"diamond", Graph(4, {{0, 1}, {0, 2}, {1, 3}, {2, 3}}, 0)},
+      {"skip", Graph(5, {{0, 1}, {1, 2}, {2, 3}, {3, 4}, {0, 4}, {1, 3}}, 0)},
+  };
+  for (const auto& [name, graph] : graphs) {
+    for (int64_t budget : {20, 30, 40}) {
+      Problem p = graph;
+      p.allow_paging = false;
+      p.ram_budget_bytes = budget;
+      ExpectMatchesBruteForce(p, name);
+    }
+  }
+}
+
+TEST(SolveAgainstEnumeration, PagingWithAndWithoutRecomputation) {
+  for (int forward : {2, 3}) {
+    for (bool remat : {false, true}) {
+      if (forward == 3 && remat) continue;  // some 20 s of enumeration
+      Problem p = TrainingChain(forward, 0);
+      p.allow_remat = remat;
+      for (int64_t budget : {20, 30, 40}) {
+        p.ram_budget_bytes = budget;
+        ExpectMatchesBruteForce(p, "chain of " + std::to_string(2 * forward) + (remat ? ", paging and recomputation" : ", paging only"));
+      }
+    }
+  }
+}
+
+TEST(Solve, PagesWhenRecomputingCostsMoreAndRecomputesWhenPagingDoes) {
+  Problem p = TrainingChain(3, 30);
+  p.compute_j[0] = 5;  // the long-lived activation is expensive to recompute
+  p.page_in_j.assign(6, 0.1);
+  p.page_out_j.assign(6, 0.1);
+  auto paged = Solve(p, {"optimal", 30, 1, false});
+  ASSERT_TRUE(paged.ok());
+  ASSERT_EQ(paged->status(), v1::Schedule::STATUS_OPTIMAL) << paged->message();
+  EXPECT_GT(paged->page_outs(), 0u);
+  EXPECT_EQ(paged->recomputations(), 0u);
+
+  p.compute_j[0] = 0.01;
+  p.page_in_j.assign(6, 2.0);
+  p.page_out_j.assign(6, 2.0);
+  auto recomputed = Solve(p, {"optimal", 30, 1, false});
+  ASSERT_TRUE(recomputed.ok());
+  ASSERT_EQ(recomputed->status(), v1::Schedule::STATUS_OPTIMAL) << recomputed->message();
+  EXPECT_GT(recomputed->recomputations(), 0u);
+  EXPECT_EQ(recomputed->page_outs(), 0u);
+}
+
+TEST(Solve, SwitchesAreHonoured) {
+  Problem p = TrainingChain(3, 30);
+  p.allow_paging = false;
+  auto no_paging = Solve(p, {"optimal", 30, 1, false});
+  ASSERT_TRUE(no_paging.ok());
+  EXPECT_EQ(no_paging->page_outs() + no_paging->page_ins(), 0u);
+  p.allow_paging = true;
+  p.allow_remat = false;
+  auto no_remat = Solve(p, {"optimal", 30, 1, false});
+  ASSERT_TRUE(no_remat.ok());
+  EXPECT_EQ(no_remat->recomputations(), 0u);
+  p.allow_paging = false;
+  auto neither = Solve(p, {"optimal", 30, 1, true});
+  ASSERT_TRUE(neither.ok());
+  EXPECT_EQ(neither->status(), v1::Schedule::STATUS_INFEASIBLE);
+}
+
+TEST(Solve, TooSmallABudgetIsInfeasibleWithTheSmallestThatWorks) {
+  Problem p = TrainingChain(3, 15);  // a backward node with its two inputs needs 30 B
+  auto schedule = Solve(p, {"optimal", 30, 1, true});
+  ASSERT_TRUE(schedule.ok());
+  EXPECT_EQ(schedule->status(), v1::Schedule::STATUS_INFEASIBLE);
+  EXPECT_NE(schedule->message().find("30 B"), std::string::npos) << schedule->message();
+  EXPECT_GE(schedule->min_feasible_ram_bytes(), 30u);
+}
+
+TEST(Solve, BaselinesReplayAndCostAtLeastTheOptimum) {
+  Problem p = TrainingChain(4, 40);
+  auto optimal = Solve(p, {"optimal", 30, 1, false});
+  ASSERT_TRUE(optimal.ok());
+  for (const char* strategy : {"checkpoint-all", "sqrt", "revolve", "paging-only"}) {
+    auto s = Solve(p, {strategy, 30, 1, false});
+    ASSERT_TRUE(s.ok()) << strategy;
+    if (s->status() != v1::Schedule::STATUS_OPTIMAL && s->status() != v1::Schedule::STATUS_FEASIBLE) continue;
+    EXPECT_TRUE(Simulate(p, *s).valid) << strategy;
+    EXPECT_GE(s->energy().total_j(), optimal->energy().total_j() - 1e-9) << strategy;
+  }
+}
+
+TEST(Solve, PoetReadmeInstance) {
+  auto table = graph::ReadCostTableFile(edgecost::testing::PoetInstance("resnet18_cifar", "a72"));
+  ASSERT_TRUE(table.ok()) << table.status().message();
+  v1::ScheduleRequest request;
+  request.set_ram_budget_bytes(3000000);
+  request.set_runtime_budget_multiple(7.6);
+  auto p = ProblemFromCostTable(*table, request);
+  ASSERT_TRUE(p.ok());
+  auto schedule = Solve(*p, {"optimal", 30, 1, false});
+  ASSERT_TRUE(schedule.ok());
+  EXPECT_EQ(schedule->status(), v1::Schedule::STATUS_OPTIMAL);
+  EXPECT_NEAR(schedule->energy().total_j(), 7.889510, 5e-7);
+  EXPECT_LE(schedule->peak_ram_bytes(), 3000000u);
+}
+
+}  // namespace
+}  // namespace edgecost::solver
