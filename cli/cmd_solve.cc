@@ -48,7 +48,7 @@ const char* StatusName(v1::Schedule::Status status) {
     case v1::Schedule::STATUS_OPTIMAL: return "optimal (proven)";
     case v1::Schedule::STATUS_FEASIBLE: return "feasible";
     case v1::Schedule::STATUS_INFEASIBLE: return "infeasible (proven)";
-    case v1::Schedule::STATUS_NO_SOLUTION: return "no schedule found within the time limit";
+    case v1::Schedule::STATUS_NO_SOLUTION: return "no schedule found";
     default: return "unknown";
   }
 }

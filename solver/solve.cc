@@ -138,13 +138,17 @@ Result<v1::Schedule> Solve(const Problem& p, const SolveOptions& options) {
   } else {
     return InvalidArgument("unknown strategy '" + strategy + "'; use optimal, checkpoint-all, sqrt, revolve, paging-only");
   }
-  if (found && !found->replay.valid) found.reset();
+  std::string why_not = "no placement of its checkpoints fits both budgets";
+  if (found && !found->replay.valid) {
+    why_not = "its schedule fails: " + found->replay.violation;
+    found.reset();
+  }
   const double first_feasible_s = Now() - start;
 
   if (strategy != "optimal") {
     if (!found) {
       v1::Schedule s = NoSchedule(p, strategy, v1::Schedule::STATUS_NO_SOLUTION,
-                                  "the " + strategy + " strategy finds no schedule within these budgets",
+                                  "the " + strategy + " strategy does not meet these budgets; " + why_not,
                                   options.search_min_ram);
       s.set_solve_time_s(Now() - start);
       return s;
