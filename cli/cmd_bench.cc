@@ -2,6 +2,7 @@
 
 #include "cli/cli.h"
 #include "profiler/bench.h"
+#include "solver/bench.h"
 
 namespace edgecost::cli {
 
@@ -15,6 +16,20 @@ void RegisterBenchCommand(CLI::App& app, Context& ctx) {
   prof->add_option("--threads", profiler_options->threads, "oneDNN threads (default: all cores)");
   prof->callback([profiler_options, &ctx] {
     const Status status = profiler::RunProfilerBenchmark(std::cout, *profiler_options);
+    ctx.exit_code = status.ok() ? kExitOk : Failure(status);
+  });
+
+  auto solver_options = std::make_shared<solver::SolverBenchOptions>();
+  CLI::App* solve = bench->add_subcommand("solver", "POET's instances at several budgets: status, energy, gap, time "
+                                                     "to first schedule and to proof, next to POET's formulation "
+                                                     "(about 15 minutes at full time limits)");
+  solve->add_option("--time-scale", solver_options->time_scale, "Multiply every time limit (0.1: a quick look)")
+      ->check(CLI::PositiveNumber);
+  solve->add_option("--poet-time-limit-s", solver_options->poet_time_limit_s,
+                    "Time limit of POET's formulation per instance, before scaling");
+  solve->add_option("--threads", solver_options->threads, "CBC threads")->check(CLI::PositiveNumber);
+  solve->callback([solver_options, &ctx] {
+    const Status status = solver::RunSolverBenchmark(std::cout, *solver_options);
     ctx.exit_code = status.ok() ? kExitOk : Failure(status);
   });
 }

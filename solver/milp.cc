@@ -305,6 +305,20 @@ MilpResult SolveMilp(const Problem& p, const MilpOptions& options) {
   m.LoadInto(solver);
   solver.messageHandler()->setLogLevel(0);
   solver.setHintParam(OsiDoReducePrint, true, OsiHintTry);
+  // The root LP alone can take minutes on graphs of a few hundred nodes, and CBC
+  // neither bounds its time nor tells a stopped LP from a cut-off one (it then
+  // calls the incumbent optimal). So solve it here, within the time limit.
+  solver.getModelPtr()->setMaximumWallSeconds(std::max(0.1, options.time_limit_s - (Now() - start)));
+  solver.initialSolve();
+  result.solve_time_s = Now() - start;
+  if (solver.isProvenPrimalInfeasible()) {
+    result.proven_infeasible = !options.incumbent;
+    return result;
+  }
+  if (!solver.isProvenOptimal()) return result;  // out of time: no bound, no schedule beyond the incumbent
+  result.lower_bound_j = solver.getObjValue() * f.energy_scale;
+  // Lift the LP's limit again: CBC would take a node LP stopped by it for a pruned node.
+  solver.getModelPtr()->setMaximumWallSeconds(-1);
   CbcModel model(solver);
   const int cbc_log = std::getenv("EDGECOST_CBC_LOG") ? 1 : 0;  // CBC's own progress, for diagnosis
   model.setLogLevel(cbc_log);
@@ -353,7 +367,7 @@ MilpResult SolveMilp(const Problem& p, const MilpOptions& options) {
     result.objective_j = model.getObjValue() * f.energy_scale;
     result.proven_optimal = model.isProvenOptimal();
   }
-  result.lower_bound_j = model.getBestPossibleObjValue() * f.energy_scale;
+  result.lower_bound_j = std::max(result.lower_bound_j, model.getBestPossibleObjValue() * f.energy_scale);
   return result;
 }
 

@@ -124,6 +124,8 @@ Result<v1::Schedule> Solve(const Problem& p, const SolveOptions& options) {
     found = SqrtCheckpointing(p);
   } else if (strategy == "revolve") {
     found = Revolve(p);
+  } else if (strategy == "optimal" && options.poet_formulation) {
+    // POET hands CBC nothing to start from.
   } else if (strategy == "greedy" || strategy == "optimal") {
     Candidate all = CheckpointAll(p);
     if (all.replay.valid) {
@@ -177,6 +179,7 @@ Result<v1::Schedule> Solve(const Problem& p, const SolveOptions& options) {
   milp.time_limit_s = std::max(0.5, options.time_limit_s - (Now() - start));
   milp.threads = options.threads;
   milp.incumbent = found ? &found->plan : nullptr;
+  milp.poet_formulation = options.poet_formulation;
   const MilpResult result = SolveMilp(p, milp);
   std::string message = "MILP: " + std::to_string(result.columns) + " variables, " + std::to_string(result.rows) +
                         " constraints";

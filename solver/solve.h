@@ -20,6 +20,7 @@ struct SolveOptions {
   double time_limit_s = 60;
   int threads = 1;
   bool search_min_ram = true;        // for an infeasible budget, look for the smallest feasible one
+  bool poet_formulation = false;     // "optimal" through POET's own MILP, with no heuristic start: for comparison
 };
 
 Result<v1::Schedule> Solve(const Problem& problem, const SolveOptions& options);

@@ -1,0 +1,20 @@
+// `edgecost bench solver`: POET's instances at several budgets, solved by
+// edgecost's MILP and by POET's own formulation through the same CBC, printed
+// as a table of figures (a benchmark, not a test).
+#pragma once
+
+#include <ostream>
+
+#include "base/status.h"
+
+namespace edgecost::solver {
+
+struct SolverBenchOptions {
+  double time_scale = 1.0;         // multiplies every instance's time limit (0.1 for a quick look)
+  double poet_time_limit_s = 120;  // POET's formulation, per instance it runs on
+  int threads = 1;
+};
+
+Status RunSolverBenchmark(std::ostream& out, const SolverBenchOptions& options);
+
+}  // namespace edgecost::solver
