@@ -35,5 +35,6 @@ void RegisterProfileCommand(CLI::App& app, Context& ctx);
 void RegisterBenchCommand(CLI::App& app, Context& ctx);
 void RegisterServeCommand(CLI::App& app, Context& ctx);
 void RegisterSolveCommand(CLI::App& app, Context& ctx);
+void RegisterProbesCommand(CLI::App& app, Context& ctx);
 
 }  // namespace edgecost::cli

@@ -1,6 +1,7 @@
 #include <iostream>
 
 #include "cli/cli.h"
+#include "probes/bench.h"
 #include "profiler/bench.h"
 #include "solver/bench.h"
 
@@ -16,6 +17,12 @@ void RegisterBenchCommand(CLI::App& app, Context& ctx) {
   prof->add_option("--threads", profiler_options->threads, "oneDNN threads (default: all cores)");
   prof->callback([profiler_options, &ctx] {
     const Status status = profiler::RunProfilerBenchmark(std::cout, *profiler_options);
+    ctx.exit_code = status.ok() ? kExitOk : Failure(status);
+  });
+
+  CLI::App* probes = bench->add_subcommand("probes", "Cost of a probe read and CPU of a 1 kHz sampling thread");
+  probes->callback([&ctx] {
+    const Status status = probes::RunProbesBenchmark(std::cout);
     ctx.exit_code = status.ok() ? kExitOk : Failure(status);
   });
 

@@ -13,7 +13,9 @@
 #include "costdb/costdb.h"
 #include "profiler/fingerprint.h"
 #include "profiler/paging.h"
+#include "probes/registry.h"
 #include "profiler/power_model.h"
+#include "profiler/probe_meter.h"
 #include "profiler/profile.h"
 
 namespace edgecost::cli {
@@ -30,6 +32,7 @@ struct ProfileFlags {
   double min_window_s = profiler::MeasureOptions{}.min_window_s;
   double idle_power_w = profiler::PowerModel{}.idle_w;
   double core_power_w = profiler::PowerModel{}.active_w_per_core;
+  std::string probes_config;
 };
 
 // One line per op, redrawn in place on a terminal.
@@ -76,13 +79,26 @@ int RunProfile(const ProfileFlags& flags, const Context& ctx) {
   const std::string hash = device.fingerprint().hash();
   if (auto id = db->UpsertDevice(device); !id.ok()) return Failure(id.status());
 
-  // No energy sensor is read yet by the profiler: every energy figure is a labelled estimate.
-  profiler::EstimatedMeter meter({flags.idle_power_w, flags.core_power_w});
   std::cerr << "device " << device.name() << " (fingerprint " << hash << "): " << device.fingerprint().cpu_model()
             << ", " << device.fingerprint().online_cores() << " cores online, oneDNN ISA "
-            << device.fingerprint().dnnl_isa() << ", " << threads << " threads\n"
-            << "energy: no power sensor is used by the profiler; energy is estimated by " << meter.Name()
-            << " and labelled ESTIMATED\n";
+            << device.fingerprint().dnnl_isa() << ", " << threads << " threads\n";
+  // The best source that measures energy; the power model only when there is none.
+  auto probes_config = probes::LoadProbesConfig(flags.probes_config);
+  if (!probes_config.ok()) return UsageError(probes_config.status());
+  probes::Detected detected = probes::DetectAll(*probes_config);
+  std::unique_ptr<profiler::EnergyMeter> owned_meter;
+  if (!detected.probes.empty()) {
+    std::cerr << "energy: measuring idle power of " << detected.probes.front()->info().name << " for 1 s ...\n";
+    auto measured = profiler::ProbeMeter::Start(std::move(detected.probes.front()));
+    if (!measured.ok()) return Failure(measured.status());
+    owned_meter = std::move(*measured);
+    std::cerr << "energy: measured by " << owned_meter->Name() << ", idle " << owned_meter->IdlePowerW() << " W\n";
+  } else {
+    owned_meter = std::make_unique<profiler::EstimatedMeter>(profiler::PowerModel{flags.idle_power_w, flags.core_power_w});
+    std::cerr << "energy: no sensor measures energy here (see `edgecost probes`); estimated by " << owned_meter->Name()
+              << " and labelled ESTIMATED\n";
+  }
+  profiler::EnergyMeter& meter = *owned_meter;
 
   auto run = db->BeginRun(hash, profiler::kMeasuredSource);
   if (!run.ok()) return Failure(run.status());
@@ -164,6 +180,9 @@ void RegisterProfileCommand(CLI::App& app, Context& ctx) {
       ->capture_default_str();
   cmd->add_option("--core-power-w", flags->core_power_w, "Power model: extra power per busy core")
       ->capture_default_str();
+  cmd->add_option("--probes-config", flags->probes_config,
+                  "TOML config with a [probes] section: external meters, nested rails (see `edgecost probes`)")
+      ->check(CLI::ExistingFile);
   cmd->footer(
       "Interrupting (Ctrl-C) keeps every op measured so far; the next run resumes.\n"
       "Examples:\n"

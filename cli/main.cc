@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
   RegisterGraphCommand(app, ctx);
   RegisterCostsCommand(app, ctx);
   RegisterSolveCommand(app, ctx);
+  RegisterProbesCommand(app, ctx);
   RegisterProfileCommand(app, ctx);
   RegisterServeCommand(app, ctx);
   RegisterDbCommand(app, ctx);

@@ -1,0 +1,134 @@
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <thread>
+
+#include "cli/cli.h"
+#include "probes/perf_counters.h"
+#include "probes/registry.h"
+
+namespace edgecost::cli {
+namespace {
+
+struct ProbesFlags {
+  std::string config_path;
+  std::string sysfs_root;
+  bool watch = false;
+  double interval_s = 1.0;
+};
+
+std::atomic<bool> g_interrupted{false};
+
+std::string Seconds(double s) {
+  char text[32];
+  if (s <= 0) return "-";
+  if (s < 1e-3) std::snprintf(text, sizeof text, "%.0f us", s * 1e6);
+  else if (s < 1) std::snprintf(text, sizeof text, "%.0f ms", s * 1e3);
+  else std::snprintf(text, sizeof text, "%.1f s", s);
+  return text;
+}
+
+void PrintInfo(const probes::ProbeInfo& info) {
+  std::string domains;
+  for (const std::string& d : info.domains) domains += (domains.empty() ? "" : ", ") + d;
+  const bool power = info.kind == probes::ReadingKind::kPower;
+  std::printf("%-9s %-28s %-12s", info.source.c_str(), info.name.c_str(),
+              !info.available ? "unavailable" : (info.measured ? "available" : "ESTIMATED"));
+  if (info.available && info.source != "perf") {
+    std::printf(" %s, %s", power ? "power (W), integrated" : "energy counter (J)", domains.c_str());
+    if (info.resolution > 0) std::printf("; resolution %g %s", info.resolution, power ? "W" : "J");
+    if (info.measured) std::printf("; updates every %s", Seconds(info.update_interval_s).c_str());
+  }
+  std::printf("\n");
+  if (!info.reason.empty()) std::printf("%-9s   %s: %s\n", "", info.available ? "note" : "why", info.reason.c_str());
+  if (!info.fix.empty() && !info.available) std::printf("%-9s   fix: %s\n", "", info.fix.c_str());
+}
+
+// Live power per source, about once per interval, until Ctrl-C.
+int Watch(probes::Detected& detected, double interval_s) {
+  if (detected.probes.empty()) {
+    std::cout << "No source measures power here; nothing to watch (the estimate is not a measurement).\n";
+    return kExitFailure;
+  }
+  ::signal(SIGINT, [](int) { g_interrupted = true; });
+  ::signal(SIGTERM, [](int) { g_interrupted = true; });
+  std::vector<std::vector<double>> last(detected.probes.size());
+  auto previous = std::chrono::steady_clock::now();
+  for (size_t i = 0; i < detected.probes.size(); ++i) {
+    if (auto v = detected.probes[i]->Read(); v.ok()) last[i] = *v;
+  }
+  std::cout << "Power per source every " << interval_s << " s; Ctrl-C stops.\n";
+  while (!g_interrupted) {
+    std::this_thread::sleep_for(std::chrono::duration<double>(interval_s));
+    const auto now = std::chrono::steady_clock::now();
+    const double dt = std::chrono::duration<double>(now - previous).count();
+    previous = now;
+    std::string line;
+    for (size_t i = 0; i < detected.probes.size(); ++i) {
+      probes::Probe& probe = *detected.probes[i];
+      Result<std::vector<double>> values = probe.Read();
+      if (!values.ok()) {
+        line += "  " + probe.info().name + ": " + values.status().message();
+        continue;
+      }
+      for (size_t d = 0; d < values->size(); ++d) {
+        double watts = (*values)[d];
+        if (probe.info().kind == probes::ReadingKind::kEnergyCounter) {
+          double delta = d < last[i].size() ? watts - last[i][d] : 0;
+          if (delta < 0) delta += probe.WrapJ(d);
+          watts = delta / dt;
+        }
+        char cell[128];
+        std::snprintf(cell, sizeof cell, "  %s/%s %.3f W", probe.info().source.c_str(), probe.info().domains[d].c_str(),
+                      watts);
+        line += cell;
+      }
+      last[i] = *values;
+    }
+    std::cout << line << std::endl;
+  }
+  return kExitOk;
+}
+
+int RunProbes(const ProbesFlags& flags) {
+  Result<probes::ProbesConfig> config = probes::LoadProbesConfig(flags.config_path);
+  if (!config.ok()) return UsageError(config.status());
+  if (!flags.sysfs_root.empty()) config->sys_root = flags.sysfs_root;
+  probes::Detected detected = probes::DetectAll(*config);
+  if (flags.watch) return Watch(detected, flags.interval_s);
+
+  std::cout << "Energy sources (sysfs root " << config->sys_root << "):\n";
+  for (const probes::ProbeInfo& info : detected.infos) PrintInfo(info);
+  std::vector<probes::ProbeInfo> counters;
+  probes::PerfCounters perf = probes::PerfCounters::Open(probes::DefaultPerfEvents(), config->proc_root, counters);
+  std::cout << "\nPerformance counters (perf_event_open through libpfm4, this process):\n";
+  for (const probes::ProbeInfo& info : counters) PrintInfo(info);
+  const bool measured = !detected.probes.empty();
+  std::cout << "\nEnergy will be "
+            << (measured ? "measured by " + detected.probes.front()->info().source + " " +
+                               detected.probes.front()->info().name
+                         : std::string("ESTIMATED from the device power model: no sensor measures energy here"))
+            << ".\n";
+  return kExitOk;
+}
+
+}  // namespace
+
+void RegisterProbesCommand(CLI::App& app, Context& ctx) {
+  auto flags = std::make_shared<ProbesFlags>();
+  CLI::App* cmd = app.add_subcommand("probes", "List every energy and counter source, what is missing and how to fix it");
+  cmd->add_option("--config", flags->config_path, "TOML config with a [probes] section (meters, nested rails, estimate)")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--sysfs-root", flags->sysfs_root, "Read sysfs from this tree instead of /sys (also $EDGECOST_SYSFS_ROOT)")
+      ->check(CLI::ExistingDirectory);
+  cmd->add_flag("--watch", flags->watch, "Print live power per source until interrupted");
+  cmd->add_option("--interval-s", flags->interval_s, "Seconds between --watch lines")->capture_default_str()
+      ->check(CLI::Range(0.05, 3600.0));
+  cmd->footer("Examples:\n  edgecost probes\n  edgecost probes --watch\n  edgecost probes --sysfs-root /tmp/fake-sys");
+  cmd->callback([flags, &ctx] { ctx.exit_code = RunProbes(*flags); });
+}
+
+}  // namespace edgecost::cli
