@@ -181,15 +181,9 @@ int RunSolve(const SolveFlags& flags, const Context& ctx) {
     return kExitOk;
   }
 
-  auto schedule = solver::Solve(*problem, {flags.strategy, flags.time_limit_s, flags.threads, true});
-  if (!schedule.ok()) return UsageError(schedule.status());
-  *schedule->mutable_request() = *request;
-  if (db) {
-    auto request_id = db->PutScheduleRequest(*request);
-    auto table_id = request_id.ok() ? db->PutCostTable(*table) : Result<int64_t>(request_id.status());
-    if (!table_id.ok()) return Failure(table_id.status());
-    if (auto id = db->PutSchedule(*request_id, *table_id, *schedule); !id.ok()) return Failure(id.status());
-  }
+  auto solved = profiler::SolveRequest(db ? &*db : nullptr, *request, !flags.no_store);
+  if (!solved.ok()) return UsageError(solved.status());
+  const v1::Schedule* schedule = &solved->schedule;
   if (!flags.out_path.empty()) {
     std::string json;
     google::protobuf::util::JsonPrintOptions options;

@@ -14,6 +14,7 @@
 namespace edgecost::daemon {
 namespace {
 
+constexpr double kMaxSolveTimeS = 600;  // a solve over RPC holds a worker thread
 constexpr double kLatencyBucketsS[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1, 5};
 
 std::string Trim(std::string text) {
@@ -184,6 +185,45 @@ void Daemon::RegisterRoutes() {
         EC_ASSIGN_OR_RETURN(std::optional<v1::PagingCost> paging, cost_db->GetPagingCost(device.fingerprint().hash()));
         if (!paging) return NotFound("no paging costs for " + request.device() + "; profile it first");
         return *paging;
+      });
+  router_.Add<v1::ScheduleRequest, v1::Schedule>(
+      "SolverService", "Solve",
+      [db](const v1::ScheduleRequest& request, const CallContext&) -> Result<v1::Schedule> {
+        if (request.ram_budget_bytes() == 0) return InvalidArgument("ram_budget_bytes is required");
+        if (request.time_limit_s() > kMaxSolveTimeS) {
+          return InvalidArgument("time_limit_s is at most " + std::to_string(kMaxSolveTimeS) + " s over RPC");
+        }
+        EC_ASSIGN_OR_RETURN(costdb::CostDb * cost_db, ThreadDb(db));
+        EC_ASSIGN_OR_RETURN(profiler::SolvedRequest solved, profiler::SolveRequest(cost_db, request));
+        solved.schedule.set_id(static_cast<uint64_t>(solved.schedule_id));
+        return solved.schedule;
+      },
+      /*mutates=*/true);
+  router_.Add<v1::GetScheduleRequest, v1::Schedule>(
+      "SolverService", "GetSchedule",
+      [db](const v1::GetScheduleRequest& request, const CallContext&) -> Result<v1::Schedule> {
+        if (request.id() == 0) return InvalidArgument("id is required");
+        EC_ASSIGN_OR_RETURN(costdb::CostDb * cost_db, ThreadDb(db));
+        EC_ASSIGN_OR_RETURN(v1::Schedule schedule, cost_db->GetSchedule(static_cast<int64_t>(request.id())));
+        schedule.set_id(request.id());
+        return schedule;
+      });
+  router_.Add<v1::ListSchedulesRequest, v1::ListSchedulesResponse>(
+      "SolverService", "ListSchedules",
+      [db](const v1::ListSchedulesRequest& request, const CallContext&) -> Result<v1::ListSchedulesResponse> {
+        EC_ASSIGN_OR_RETURN(costdb::CostDb * cost_db, ThreadDb(db));
+        EC_ASSIGN_OR_RETURN(std::vector<costdb::StoredSchedule> stored,
+                            cost_db->ListSchedules(request.model(), request.device()));
+        v1::ListSchedulesResponse response;
+        for (const costdb::StoredSchedule& s : stored) {
+          v1::ScheduleSummary* summary = response.add_schedules();
+          summary->set_id(static_cast<uint64_t>(s.id));
+          *summary->mutable_request() = s.request;
+          summary->set_status(s.status);
+          summary->set_energy_j(s.energy_j);
+          summary->set_superseded(s.superseded);
+        }
+        return response;
       });
 }
 

@@ -17,6 +17,17 @@ Result<v1::CostTable> ResolveCostTable(costdb::CostDb* db, const v1::GetCostTabl
 // The cost table a schedule request is about: its graph file, or its model on its device.
 Result<v1::CostTable> CostTableForRequest(costdb::CostDb* db, const v1::ScheduleRequest& request);
 
+// Solves a schedule request against its cost table and, with a database, stores
+// the request, the table and the schedule when `store` (the schedule's id is
+// returned, else 0). Empty fields take defaults: strategy "optimal", 60 s,
+// one thread. Shared by `edgecost solve` and SolverService.Solve.
+struct SolvedRequest {
+  v1::CostTable table;
+  v1::Schedule schedule;
+  int64_t schedule_id = 0;
+};
+Result<SolvedRequest> SolveRequest(costdb::CostDb* db, const v1::ScheduleRequest& request, bool store = true);
+
 // What `edgecost models` and ListModels show for each zoo model.
 Result<v1::ListModelsResponse> DescribeZoo(int batch_size);
 

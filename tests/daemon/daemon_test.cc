@@ -1,0 +1,127 @@
+// `edgecost serve` as users run it: a real process on a temporary Unix socket
+// and a loopback port, called with curl, in JSON and protobuf.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "proto/edgecost.pb.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+std::string Shell(const std::string& command) {
+  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
+  std::string output;
+  std::array<char, 4096> buffer{};
+  size_t n = 0;
+  while ((n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0) output.append(buffer.data(), n);
+  ::pclose(pipe);
+  return output;
+}
+
+class DaemonTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = fs::temp_directory_path() / ("edgecost_daemon_test_" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    std::ofstream(dir_ / "token") << "0123456789abcdef0123456789abcdef\n";
+    port_ = 20000 + ::getpid() % 20000;
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      const std::string db = (dir_ / "costs.db").string();
+      const std::string socket = (dir_ / "edgecost.sock").string();
+      const std::string tcp = "127.0.0.1:" + std::to_string(port_);
+      const std::string token = (dir_ / "token").string();
+      ::execl(EDGECOST_BIN, EDGECOST_BIN, "--db", db.c_str(), "serve", "--socket", socket.c_str(), "--tcp",
+              tcp.c_str(), "--token-file", token.c_str(), static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    for (int i = 0; i < 100 && Shell("curl -s --unix-socket " + Socket() + " http://localhost/healthz") != "ok\n"; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+  static void TearDownTestSuite() {
+    ::kill(pid_, SIGTERM);
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+    fs::remove_all(dir_);
+  }
+
+  static std::string Socket() { return (dir_ / "edgecost.sock").string(); }
+
+  // A Twirp call over the socket with a JSON body; returns "<http status> <body>".
+  static std::string Call(const std::string& method, const std::string& json, const std::string& extra = "") {
+    return Shell("curl -s -w ' %{http_code}' --unix-socket " + Socket() + " -H 'Content-Type: application/json' " +
+               extra + " -d '" + json + "' http://localhost/twirp/edgecost.v1." + method);
+  }
+
+  static fs::path dir_;
+  static int port_;
+  static pid_t pid_;
+};
+
+fs::path DaemonTest::dir_;
+int DaemonTest::port_ = 0;
+pid_t DaemonTest::pid_ = 0;
+
+TEST_F(DaemonTest, CostTableInJsonAndProtobuf) {
+  const std::string json = Call("CostService/GetCostTable", R"({"model":"resnet18_cifar","device":"a72"})");
+  EXPECT_THAT(json, HasSubstr("poet-flops"));
+  EXPECT_THAT(json, ::testing::EndsWith(" 200"));
+
+  edgecost::v1::GetCostTableRequest request;
+  request.set_model("resnet18_cifar");
+  request.set_device("a72");
+  std::ofstream(dir_ / "request.bin", std::ios::binary) << request.SerializeAsString();
+  Shell("curl -s --unix-socket " + Socket() + " -H 'Content-Type: application/protobuf' --data-binary @" +
+      (dir_ / "request.bin").string() + " -o " + (dir_ / "table.bin").string() +
+      " http://localhost/twirp/edgecost.v1.CostService/GetCostTable");
+  std::ifstream in(dir_ / "table.bin", std::ios::binary);
+  edgecost::v1::CostTable table;
+  ASSERT_TRUE(table.ParseFromIstream(&in));
+  EXPECT_EQ(table.costs_size(), 133);
+}
+
+TEST_F(DaemonTest, ErrorsAreTwirpErrorsAndTheDaemonKeepsServing) {
+  EXPECT_THAT(Call("CostService/NoSuchMethod", "{}"), HasSubstr("bad_route"));
+  EXPECT_THAT(Call("CostService/GetCostTable", "{not json"), HasSubstr("malformed"));
+  EXPECT_THAT(Call("CostService/GetDevice", "{}"), HasSubstr("invalid_argument"));
+  EXPECT_THAT(Call("SolverService/Solve", R"({"model":"resnet18_cifar","device":"a72"})"),
+              HasSubstr("ram_budget_bytes is required"));
+  // TCP needs the token.
+  const std::string url = "http://127.0.0.1:" + std::to_string(port_) + "/twirp/edgecost.v1.CostService/ListModels";
+  EXPECT_THAT(Shell("curl -s -H 'Content-Type: application/json' -d '{}' " + url), HasSubstr("unauthenticated"));
+  EXPECT_THAT(Shell("curl -s -H 'Content-Type: application/json' -H 'Authorization: Bearer "
+                  "0123456789abcdef0123456789abcdef' -d '{}' " + url),
+              HasSubstr("resnet18_cifar"));
+  EXPECT_EQ(Shell("curl -s --unix-socket " + Socket() + " http://localhost/healthz"), "ok\n");
+}
+
+TEST_F(DaemonTest, SolveStoresTheScheduleForLater) {
+  const std::string solved = Call("SolverService/Solve",
+                                  R"({"model":"resnet18_cifar","device":"a72","ramBudgetBytes":"3000000",)"
+                                  R"("runtimeBudgetMultiple":7.6})");
+  EXPECT_THAT(solved, HasSubstr("STATUS_OPTIMAL"));
+  EXPECT_THAT(solved, HasSubstr("7.88951"));
+  EXPECT_THAT(Call("SolverService/ListSchedules", R"({"model":"resnet18_cifar"})"), HasSubstr("STATUS_OPTIMAL"));
+  EXPECT_THAT(Call("SolverService/GetSchedule", R"({"id":"1"})"), HasSubstr("\"stages\""));
+  EXPECT_THAT(Call("SolverService/GetSchedule", R"({"id":"99"})"), HasSubstr("not_found"));
+  EXPECT_THAT(Shell("curl -s --unix-socket " + Socket() + " http://localhost/metrics"),
+              HasSubstr("edgecost_requests_total{route=\"/twirp/edgecost.v1.SolverService/Solve\"}"));
+}
+
+}  // namespace
