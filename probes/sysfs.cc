@@ -106,6 +106,17 @@ constexpr char kRaplFix[] =
 }  // namespace
 
 void DetectRapl(const std::string& sys_root, Detected& out) {
+  // The perf `power` PMU counts the same RAPL energy; powercap is read instead
+  // since it needs no CAP_PERFMON for system-wide events.
+  const fs::path power_pmu = fs::path(sys_root) / "bus/event_source/devices/power";
+  if (fs::exists(power_pmu / "type")) {
+    ProbeInfo info{.source = "rapl", .name = "perf power PMU"};
+    for (const fs::path& event : Entries(power_pmu / "events", "energy-")) {
+      if (event.extension().empty()) info.domains.push_back(event.filename().string());
+    }
+    info.reason = "present; edgecost reads the same counters through powercap, which needs no CAP_PERFMON";
+    out.infos.push_back(info);
+  }
   const fs::path powercap = fs::path(sys_root) / "class/powercap";
   std::vector<fs::path> packages;
   for (const fs::path& p : Entries(powercap, "intel-rapl:")) {

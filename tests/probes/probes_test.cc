@@ -174,12 +174,24 @@ TEST_F(FakeSys, RaplReadableOnlyByRootIsExplained) {
   EXPECT_EQ(WEXITSTATUS(status), 0) << "an unreadable energy_uj was not reported with its CVE and fix";
 }
 
+TEST_F(FakeSys, PerfPowerPmuIsListedWithItsEvents) {
+  Write("bus/event_source/devices/power/type", "23");
+  Write("bus/event_source/devices/power/events/energy-pkg", "event=0x02");
+  Write("bus/event_source/devices/power/events/energy-pkg.unit", "Joules");
+  Detected d;
+  DetectRapl(root_.string(), d);
+  const ProbeInfo* pmu = Find(d, "rapl", "perf power PMU");
+  ASSERT_NE(pmu, nullptr);
+  EXPECT_THAT(pmu->domains, ::testing::ElementsAre("energy-pkg"));
+}
+
 TEST_F(FakeSys, NoRaplSaysSo) {
   Detected d;
   DetectRapl(root_.string(), d);
   ASSERT_EQ(d.infos.size(), 1u);
   EXPECT_FALSE(d.infos[0].available);
   EXPECT_THAT(d.infos[0].reason, HasSubstr("does not exist"));
+  EXPECT_THAT(d.infos[0].fix, HasSubstr("intel_rapl"));
 }
 
 TEST_F(FakeSys, HwmonIna3221RailsWithNestingAndIna219BothForms) {
