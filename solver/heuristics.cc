@@ -1,6 +1,7 @@
 #include "solver/heuristics.h"
 
 #include <algorithm>
+#include <numeric>
 #include <cmath>
 #include <limits>
 #include <set>
@@ -212,29 +213,39 @@ std::optional<Candidate> Greedy(const Problem& p) {
     policies[static_cast<size_t>(best_node)] = best_policy;
     current = Evaluate(p, BuildPlan(p, policies));
   }
-  if (!current.replay.valid) return std::nullopt;
-  // Undo what the budget allows, most expensive first.
-  std::vector<int> changed;
-  for (int u = 0; u < n; ++u) {
-    if (policies[static_cast<size_t>(u)] != Policy::kKeep) changed.push_back(u);
+  if (!current.replay.valid && p.allow_paging) {
+    // Adding choices one by one found nothing: start from paging every tensor instead.
+    policies.assign(static_cast<size_t>(n), Policy::kPage);
+    current = Evaluate(p, BuildPlan(p, policies));
   }
-  std::sort(changed.begin(), changed.end(), [&](int a, int b) {
+  if (!current.replay.valid) return std::nullopt;
+  // Improve one node at a time, most expensive first, to its cheapest valid
+  // alternative (keeping where the budget allows, else the cheaper of paging
+  // and recomputing), until a pass changes nothing.
+  std::vector<int> order(static_cast<size_t>(n));
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](int a, int b) {
     return p.compute_j[static_cast<size_t>(a)] + p.page_in_j[static_cast<size_t>(a)] >
            p.compute_j[static_cast<size_t>(b)] + p.page_in_j[static_cast<size_t>(b)];
   });
-  for (int u : changed) {
-    for (Policy alternative : {Policy::kKeep, Policy::kPage, Policy::kRecomputeOnce}) {
-      if (alternative == policies[static_cast<size_t>(u)]) break;
-      if ((alternative == Policy::kPage && !p.allow_paging) || (alternative == Policy::kRecomputeOnce && !p.allow_remat)) {
-        continue;
-      }
-      std::vector<Policy> trial = policies;
-      trial[static_cast<size_t>(u)] = alternative;
-      Candidate c = Evaluate(p, BuildPlan(p, trial));
-      if (c.replay.valid && c.replay.energy.total_j() < current.replay.energy.total_j()) {
-        policies = std::move(trial);
-        current = std::move(c);
-        break;
+  for (bool improved = true; improved;) {
+    improved = false;
+    for (int u : order) {
+      if (policies[static_cast<size_t>(u)] == Policy::kKeep || last_use[static_cast<size_t>(u)] < u + 2) continue;
+      for (Policy alternative : {Policy::kKeep, Policy::kPage, Policy::kRecomputeOnce, Policy::kRecompute}) {
+        if (alternative == policies[static_cast<size_t>(u)]) continue;
+        if ((alternative == Policy::kPage && !p.allow_paging) ||
+            (alternative != Policy::kKeep && alternative != Policy::kPage && !p.allow_remat)) {
+          continue;
+        }
+        std::vector<Policy> trial = policies;
+        trial[static_cast<size_t>(u)] = alternative;
+        Candidate c = Evaluate(p, BuildPlan(p, trial));
+        if (c.replay.valid && c.replay.energy.total_j() < current.replay.energy.total_j() * (1 - 1e-12)) {
+          policies = std::move(trial);
+          current = std::move(c);
+          improved = true;
+        }
       }
     }
   }
