@@ -57,6 +57,7 @@ Status LoadConfigFile(const std::string& path, DaemonConfig& config) {
     return InvalidArgument(path + ":" + where.str() + ": " + std::string(e.description()));
   }
   for (const auto& [section, node] : table) {
+    if (section == "probes") continue;  // read by probes::LoadProbesConfig
     if (section != "server" && section != "limits" && section != "database") {
       return InvalidArgument(path + ": unknown section [" + std::string(section.str()) + "]");
     }

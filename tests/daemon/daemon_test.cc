@@ -125,3 +125,14 @@ TEST_F(DaemonTest, SolveStoresTheScheduleForLater) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(DaemonConfig, TheShippedConfigChecksOut) {
+  const std::string output = Shell(std::string(EDGECOST_BIN) + " serve --config packaging/edgecost.toml --check-config");
+  EXPECT_THAT(output, HasSubstr("Config ok"));
+  const std::string bad = Shell(std::string(EDGECOST_BIN) + " serve --config packaging/edgecost.service --check-config");
+  EXPECT_THAT(bad, HasSubstr("edgecost.service"));
+}
+
+}  // namespace
