@@ -130,7 +130,7 @@ namespace {
 
 TEST(DaemonConfig, TheShippedConfigChecksOut) {
   const std::string output = Shell(std::string(EDGECOST_BIN) + " serve --config packaging/edgecost.toml --check-config");
-  EXPECT_THAT(output, HasSubstr("Config ok"));
+  EXPECT_THAT(output, HasSubstr("config ok"));
   const std::string bad = Shell(std::string(EDGECOST_BIN) + " serve --config packaging/edgecost.service --check-config");
   EXPECT_THAT(bad, HasSubstr("edgecost.service"));
 }
