@@ -13,10 +13,9 @@
 #include "costdb/costdb.h"
 #include "profiler/fingerprint.h"
 #include "profiler/paging.h"
-#include "probes/registry.h"
 #include "profiler/power_model.h"
-#include "profiler/probe_meter.h"
 #include "profiler/profile.h"
+#include "profiler/profile_job.h"
 
 namespace edgecost::cli {
 namespace {
@@ -56,111 +55,39 @@ int RunProfile(const ProfileFlags& flags, const Context& ctx) {
   if (flags.graph.derivation.empty()) return UsageError(InvalidArgument("--derivation is empty"));
   auto spec = flags.graph.Spec();
   if (!spec.ok()) return UsageError(spec.status());
-  auto graph = graph::LoadTrainingGraph(*spec);
-  if (!graph.ok()) return Failure(graph.status());
+  profiler::ProfileJobOptions options;
+  options.db_path = ctx.db_path.empty() ? costdb::DefaultDbPath() : ctx.db_path;
+  options.graph = *spec;
+  options.threads = flags.threads;
+  options.force = flags.force;
+  options.paging_dir = flags.paging_dir;
+  options.min_window_s = flags.min_window_s;
+  options.estimate = {flags.idle_power_w, flags.core_power_w};
+  options.probes_config = flags.probes_config;
 
-  const std::string db_path = ctx.db_path.empty() ? costdb::DefaultDbPath() : ctx.db_path;
-  auto db = costdb::CostDb::Open(db_path, costdb::OpenMode::kReadWrite);
-  if (!db.ok()) return Failure(db.status());
-  const int threads = flags.threads > 0 ? flags.threads : omp_get_num_procs();
-  omp_set_num_threads(threads);
-
-  profiler::Backend backend;
-  const std::string paging_dir = flags.paging_dir.empty()
-                                     ? (std::filesystem::path(db_path).parent_path() / "paging").string()
-                                     : flags.paging_dir;
-  std::error_code ec;
-  std::filesystem::create_directories(paging_dir, ec);
-  v1::Device device;
-  device.set_name(profiler::ThisDeviceName());
-  device.set_kind(v1::Device::KIND_MEASURED);
-  *device.mutable_fingerprint() =
-      profiler::ReadFingerprint(profiler::SystemRoots::FromEnvironment(), profiler::Backend::Isa(), paging_dir);
-  const std::string hash = device.fingerprint().hash();
-  if (auto id = db->UpsertDevice(device); !id.ok()) return Failure(id.status());
-
-  std::cerr << "device " << device.name() << " (fingerprint " << hash << "): " << device.fingerprint().cpu_model()
-            << ", " << device.fingerprint().online_cores() << " cores online, oneDNN ISA "
-            << device.fingerprint().dnnl_isa() << ", " << threads << " threads\n";
-  // The best source that measures energy; the power model only when there is none.
-  auto probes_config = probes::LoadProbesConfig(flags.probes_config);
-  if (!probes_config.ok()) return UsageError(probes_config.status());
-  probes::Detected detected = probes::DetectAll(*probes_config);
-  std::unique_ptr<profiler::EnergyMeter> owned_meter;
-  if (!detected.probes.empty()) {
-    std::cerr << "energy: measuring idle power of " << detected.probes.front()->info().name << " for 1 s ...\n";
-    auto measured = profiler::ProbeMeter::Start(std::move(detected.probes.front()));
-    if (!measured.ok()) return Failure(measured.status());
-    owned_meter = std::move(*measured);
-    std::cerr << "energy: measured by " << owned_meter->Name() << ", idle " << owned_meter->IdlePowerW() << " W\n";
-  } else {
-    owned_meter = std::make_unique<profiler::EstimatedMeter>(profiler::PowerModel{flags.idle_power_w, flags.core_power_w});
-    std::cerr << "energy: no sensor measures energy here (see `edgecost probes`); estimated by " << owned_meter->Name()
-              << " and labelled ESTIMATED\n";
-  }
-  profiler::EnergyMeter& meter = *owned_meter;
-
-  auto run = db->BeginRun(hash, profiler::kMeasuredSource);
-  if (!run.ok()) return Failure(run.status());
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
-
-  auto paging = db->GetPagingCost(hash);
-  if (!paging.ok()) return Failure(paging.status());
-  if (!*paging || flags.force) {
-    std::cerr << "measuring paging storage in " << paging_dir << " ...\n";
-    auto measured = profiler::MeasurePaging({.dir = paging_dir});
-    if (!measured.ok()) return Failure(measured.status());
-    v1::PagingCost cost = measured->cost;
-    // Paging keeps one core busy waiting on storage: estimated power of idle plus one core.
-    cost.set_page_in_power_w(flags.idle_power_w + flags.core_power_w);
-    cost.set_page_out_power_w(flags.idle_power_w + flags.core_power_w);
-    cost.set_energy_source(v1::ENERGY_SOURCE_ESTIMATED);
-    if (auto s = db->PutPagingCost(hash, cost); !s.ok()) return Failure(s);
-    std::cerr << "paging: out " << FormatSeconds(cost.page_out_latency_s()) << " + "
-              << FormatBytes(cost.page_out_throughput_bytes_per_s()) << "/s, in "
-              << FormatSeconds(cost.page_in_latency_s()) << " + " << FormatBytes(cost.page_in_throughput_bytes_per_s())
-              << "/s" << (measured->direct_io ? " (O_DIRECT)" : " (page cache dropped; no O_DIRECT here)") << "\n";
-  }
-
-  profiler::ProfileOptions options;
-  options.threads = threads;
-  options.force = flags.force;
-  options.measure.min_window_s = flags.min_window_s;
-  options.on_progress = ShowProgress;
-  options.stop = &g_stop;
-  auto summary = profiler::ProfileGraph(*db, backend, *graph, hash, *run, &meter, options);
+  auto result = profiler::RunProfileJob(options, &g_stop, ShowProgress,
+                                        [](const std::string& line) { std::cerr << line << "\n"; });
   std::signal(SIGINT, SIG_DFL);
   std::signal(SIGTERM, SIG_DFL);
-  if (!summary.ok()) {
-    (void)db->FinishRun(*run, costdb::RunStatus::kFailed);
-    return Failure(summary.status());
-  }
-  if (auto s = db->FinishRun(*run, summary->interrupted ? costdb::RunStatus::kCancelled : costdb::RunStatus::kComplete, meter.IdlePowerW()); !s.ok()) return Failure(s);
+  if (!result.ok()) return Failure(result.status());
 
-  std::cout << "profiled       " << graph->model() << " (derivation " << graph->derivation() << ", "
-            << graph->nodes_size() << " nodes) on " << device.name() << "\n"
-            << "ops            " << summary->distinct_ops << " distinct: " << summary->measured << " measured now, "
-            << summary->reused << " already stored";
-  if (summary->without_work) std::cout << ", " << summary->without_work << " nodes without work";
-  std::cout << "\ntime           " << FormatSeconds(summary->elapsed_s) << "\n";
-  if (summary->interrupted) {
+  const profiler::ProfileSummary& summary = result->summary;
+  std::cout << "profiled       " << result->graph.model() << " (derivation " << result->graph.derivation() << ", "
+            << result->graph.nodes_size() << " nodes) on " << result->device.name() << "\n"
+            << "ops            " << summary.distinct_ops << " distinct: " << summary.measured << " measured now, "
+            << summary.reused << " already stored";
+  if (summary.without_work) std::cout << ", " << summary.without_work << " nodes without work";
+  std::cout << "\ntime           " << FormatSeconds(summary.elapsed_s) << "\n";
+  if (summary.interrupted) {
     std::cout << "interrupted    what was measured is stored; run the same command again to resume\n";
     return kExitFailure;
   }
-  auto table = profiler::MeasuredCostTable(*db, *graph, device.name(), hash, threads);
-  if (!table.ok()) return Failure(table.status());
-  auto id = db->PutCostTable(*table);
-  if (!id.ok()) return Failure(id.status());
-  double runtime_s = 0, energy_j = 0;
-  for (const v1::NodeCost& c : table->costs()) {
-    runtime_s += c.runtime_s();
-    energy_j += c.compute_j();
-  }
-  std::cout << "training step  " << FormatSeconds(runtime_s) << ", " << FormatJoules(energy_j)
-            << " (estimated energy)\n"
-            << "stored         cost table #" << *id << " (device " << device.name() << ", source measured) in "
-            << db_path << "\n";
+  std::cout << "training step  " << FormatSeconds(result->step_runtime_s) << ", " << FormatJoules(result->step_energy_j)
+            << (result->energy_measured ? " (measured by " + result->energy_source + ")" : std::string(" (ESTIMATED energy)"))
+            << "\nstored         cost table #" << result->cost_table_id << " (device " << result->device.name()
+            << ", source measured) in " << options.db_path << "\n";
   return kExitOk;
 }
 

@@ -1,0 +1,107 @@
+#include "profiler/profile_job.h"
+
+#include <omp.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <sstream>
+
+#include "base/units.h"
+#include "costdb/costdb.h"
+#include "probes/registry.h"
+#include "profiler/fingerprint.h"
+#include "profiler/layers.h"
+#include "profiler/paging.h"
+#include "profiler/probe_meter.h"
+
+namespace edgecost::profiler {
+
+Result<ProfileJobResult> RunProfileJob(const ProfileJobOptions& options, const std::atomic<bool>* stop,
+                                       const std::function<void(const ProfileProgress&)>& on_progress,
+                                       const std::function<void(const std::string&)>& log) {
+  ProfileJobResult result;
+  EC_ASSIGN_OR_RETURN(result.graph, graph::LoadTrainingGraph(options.graph));
+  EC_ASSIGN_OR_RETURN(costdb::CostDb db, costdb::CostDb::Open(options.db_path, costdb::OpenMode::kReadWrite));
+  const int threads = options.threads > 0 ? options.threads : omp_get_num_procs();
+  omp_set_num_threads(threads);
+
+  Backend backend;
+  const std::string paging_dir = options.paging_dir.empty()
+                                     ? (std::filesystem::path(options.db_path).parent_path() / "paging").string()
+                                     : options.paging_dir;
+  std::error_code ec;
+  std::filesystem::create_directories(paging_dir, ec);
+  v1::Device& device = result.device;
+  device.set_name(ThisDeviceName());
+  device.set_kind(v1::Device::KIND_MEASURED);
+  *device.mutable_fingerprint() = ReadFingerprint(SystemRoots::FromEnvironment(), Backend::Isa(), paging_dir);
+  const std::string hash = device.fingerprint().hash();
+  EC_RETURN_IF_ERROR(db.UpsertDevice(device).status());
+  std::ostringstream line;
+  line << "device " << device.name() << " (fingerprint " << hash << "): " << device.fingerprint().cpu_model() << ", "
+       << device.fingerprint().online_cores() << " cores online, oneDNN ISA " << device.fingerprint().dnnl_isa()
+       << ", " << threads << " threads";
+  log(line.str());
+
+  // The best source that measures energy; the power model only when there is none.
+  EC_ASSIGN_OR_RETURN(probes::ProbesConfig probes_config, probes::LoadProbesConfig(options.probes_config));
+  probes::Detected detected = probes::DetectAll(probes_config);
+  std::unique_ptr<EnergyMeter> meter;
+  if (!detected.probes.empty()) {
+    log("energy: measuring idle power of " + detected.probes.front()->info().name + " for 1 s ...");
+    EC_ASSIGN_OR_RETURN(meter, ProbeMeter::Start(std::move(detected.probes.front())));
+    result.energy_measured = true;
+    char idle[32];
+    std::snprintf(idle, sizeof idle, "%.3f W", meter->IdlePowerW());
+    log("energy: measured by " + meter->Name() + ", idle " + idle);
+  } else {
+    meter = std::make_unique<EstimatedMeter>(options.estimate);
+    log("energy: no sensor measures energy here (see `edgecost probes`); estimated by " + meter->Name() +
+        " and labelled ESTIMATED");
+  }
+  result.energy_source = meter->Name();
+
+  EC_ASSIGN_OR_RETURN(int64_t run, db.BeginRun(hash, kMeasuredSource));
+  EC_ASSIGN_OR_RETURN(std::optional<v1::PagingCost> paging, db.GetPagingCost(hash));
+  if (!paging || options.force) {
+    log("measuring paging storage in " + paging_dir + " ...");
+    EC_ASSIGN_OR_RETURN(PagingMeasurement measured, MeasurePaging({.dir = paging_dir}));
+    v1::PagingCost cost = measured.cost;
+    // Paging keeps one core busy waiting on storage: estimated power of idle plus one core.
+    cost.set_page_in_power_w(options.estimate.idle_w + options.estimate.active_w_per_core);
+    cost.set_page_out_power_w(options.estimate.idle_w + options.estimate.active_w_per_core);
+    cost.set_energy_source(v1::ENERGY_SOURCE_ESTIMATED);
+    EC_RETURN_IF_ERROR(db.PutPagingCost(hash, cost));
+    log("paging: out " + FormatSeconds(cost.page_out_latency_s()) + " + " +
+        FormatBytes(cost.page_out_throughput_bytes_per_s()) + "/s, in " + FormatSeconds(cost.page_in_latency_s()) +
+        " + " + FormatBytes(cost.page_in_throughput_bytes_per_s()) + "/s" +
+        (measured.direct_io ? " (O_DIRECT)" : " (page cache dropped; no O_DIRECT here)"));
+  }
+
+  ProfileOptions profile;
+  profile.threads = threads;
+  profile.force = options.force;
+  profile.measure.min_window_s = options.min_window_s;
+  profile.on_progress = on_progress;
+  profile.stop = stop;
+  Result<ProfileSummary> summary = ProfileGraph(db, backend, result.graph, hash, run, meter.get(), profile);
+  if (!summary.ok()) {
+    (void)db.FinishRun(run, costdb::RunStatus::kFailed);
+    return summary.status();
+  }
+  result.summary = *summary;
+  EC_RETURN_IF_ERROR(db.FinishRun(run, summary->interrupted ? costdb::RunStatus::kCancelled : costdb::RunStatus::kComplete,
+                                  meter->IdlePowerW()));
+  if (summary->interrupted) return result;
+
+  EC_ASSIGN_OR_RETURN(v1::CostTable table, MeasuredCostTable(db, result.graph, device.name(), hash, threads));
+  EC_ASSIGN_OR_RETURN(result.cost_table_id, db.PutCostTable(table));
+  for (const v1::NodeCost& c : table.costs()) {
+    result.step_runtime_s += c.runtime_s();
+    result.step_energy_j += c.compute_j();
+  }
+  return result;
+}
+
+}  // namespace edgecost::profiler

@@ -1,0 +1,46 @@
+// One whole profile of a training graph on this device, as `edgecost profile`
+// and the daemon's JobService run it: fingerprint, energy source, paging
+// storage, every distinct op, and the measured cost table, all stored in the
+// cost database as they are measured.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <string>
+
+#include "base/status.h"
+#include "graph/resolve.h"
+#include "profiler/power_model.h"
+#include "profiler/profile.h"
+
+namespace edgecost::profiler {
+
+struct ProfileJobOptions {
+  std::string db_path;
+  graph::GraphSpec graph;
+  int threads = 0;              // 0: all cores
+  bool force = false;
+  std::string paging_dir;       // empty: "paging" beside the database
+  double min_window_s = MeasureOptions{}.min_window_s;
+  PowerModel estimate;          // energy when no probe measures it
+  std::string probes_config;    // TOML with a [probes] section, or empty
+};
+
+struct ProfileJobResult {
+  v1::Device device;
+  v1::TrainingGraph graph;
+  ProfileSummary summary;
+  std::string energy_source;    // the probe, or the estimate's name
+  bool energy_measured = false;
+  int64_t cost_table_id = 0;    // 0 when interrupted
+  double step_runtime_s = 0;    // one training step, from the stored table
+  double step_energy_j = 0;
+};
+
+// `log` gets a line for each stage (device, energy source, paging); `stop` is
+// checked between ops, and what was measured stays stored.
+Result<ProfileJobResult> RunProfileJob(const ProfileJobOptions& options, const std::atomic<bool>* stop,
+                                       const std::function<void(const ProfileProgress&)>& on_progress,
+                                       const std::function<void(const std::string&)>& log);
+
+}  // namespace edgecost::profiler
