@@ -147,6 +147,7 @@ Daemon::Daemon(DaemonConfig config) : config_(std::move(config)) {
     std::getline(in, token_);
     token_ = Trim(token_);
   }
+  jobs_ = std::make_unique<JobManager>(config_.db_path);
   RegisterRoutes();
 }
 
@@ -187,9 +188,10 @@ void Daemon::RegisterRoutes() {
         if (!paging) return NotFound("no paging costs for " + request.device() + "; profile it first");
         return *paging;
       });
+  JobManager* jobs = jobs_.get();
   router_.Add<v1::ScheduleRequest, v1::Schedule>(
       "SolverService", "Solve",
-      [db](const v1::ScheduleRequest& request, const CallContext&) -> Result<v1::Schedule> {
+      [db, jobs](const v1::ScheduleRequest& request, const CallContext&) -> Result<v1::Schedule> {
         if (request.ram_budget_bytes() == 0) return InvalidArgument("ram_budget_bytes is required");
         if (request.time_limit_s() > kMaxSolveTimeS) {
           return InvalidArgument("time_limit_s is at most " + std::to_string(kMaxSolveTimeS) + " s over RPC");
@@ -197,6 +199,11 @@ void Daemon::RegisterRoutes() {
         EC_ASSIGN_OR_RETURN(costdb::CostDb * cost_db, ThreadDb(db));
         EC_ASSIGN_OR_RETURN(profiler::SolvedRequest solved, profiler::SolveRequest(cost_db, request));
         solved.schedule.set_id(static_cast<uint64_t>(solved.schedule_id));
+        v1::Event event;
+        event.set_kind("schedule");
+        event.set_schedule_id(solved.schedule.id());
+        event.set_message("schedule #" + std::to_string(solved.schedule.id()) + " stored for " + request.model());
+        jobs->Emit(std::move(event));
         return solved.schedule;
       },
       /*mutates=*/true);
@@ -223,6 +230,32 @@ void Daemon::RegisterRoutes() {
           summary->set_status(s.status);
           summary->set_energy_j(s.energy_j);
           summary->set_superseded(s.superseded);
+        }
+        return response;
+      });
+
+  router_.Add<v1::StartProfileRequest, v1::Job>(
+      "JobService", "StartProfile",
+      [jobs](const v1::StartProfileRequest& request, const CallContext&) { return jobs->StartProfile(request); },
+      /*mutates=*/true);
+  router_.Add<v1::GetJobRequest, v1::Job>(
+      "JobService", "GetJob", [jobs](const v1::GetJobRequest& request, const CallContext&) { return jobs->Get(request.id()); });
+  router_.Add<v1::CancelJobRequest, v1::Job>(
+      "JobService", "CancelJob",
+      [jobs](const v1::CancelJobRequest& request, const CallContext&) { return jobs->Cancel(request.id()); },
+      /*mutates=*/true);
+  router_.Add<v1::ListJobsRequest, v1::ListJobsResponse>(
+      "JobService", "ListJobs", [jobs](const v1::ListJobsRequest&, const CallContext&) -> Result<v1::ListJobsResponse> {
+        v1::ListJobsResponse response;
+        for (v1::Job& job : jobs->List()) *response.add_jobs() = std::move(job);
+        return response;
+      });
+  router_.Add<v1::WatchEventsRequest, v1::WatchEventsResponse>(
+      "JobService", "WatchEvents",
+      [jobs](const v1::WatchEventsRequest& request, const CallContext&) -> Result<v1::WatchEventsResponse> {
+        v1::WatchEventsResponse response;
+        for (v1::Event& event : jobs->Watch(request.after_sequence(), request.wait_s())) {
+          *response.add_events() = std::move(event);
         }
         return response;
       });
@@ -298,6 +331,7 @@ void Daemon::Run() {
 }
 
 void Daemon::Stop() {
+  if (jobs_) jobs_->Shutdown();  // the running profile stops at its next op; measured ops are stored
   if (server_) server_->Stop();
 }
 

@@ -10,6 +10,7 @@
 
 #include "base/status.h"
 #include "daemon/http_server.h"
+#include "daemon/jobs.h"
 #include "daemon/twirp.h"
 
 namespace edgecost::daemon {
@@ -56,6 +57,7 @@ class Daemon {
   DaemonConfig config_;
   std::string token_;
   TwirpRouter router_;
+  std::unique_ptr<JobManager> jobs_;
   std::unique_ptr<HttpServer> server_;
 
   struct RouteStats {

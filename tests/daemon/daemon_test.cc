@@ -124,6 +124,27 @@ TEST_F(DaemonTest, SolveStoresTheScheduleForLater) {
               HasSubstr("edgecost_requests_total{route=\"/twirp/edgecost.v1.SolverService/Solve\"}"));
 }
 
+TEST_F(DaemonTest, ProfileJobRunsOffTheIoThreadsAndReportsEvents) {
+  const std::string started = Call("JobService/StartProfile", R"({"model":"linear","threads":1})");
+  ASSERT_THAT(started, HasSubstr("STATE_QUEUED"));
+  // Queries stay answered while the job runs.
+  EXPECT_THAT(Call("CostService/ListModels", "{}"), HasSubstr("resnet18_cifar"));
+  std::string job;
+  for (int i = 0; i < 600; ++i) {  // a bound, not a timing assertion: linear takes seconds
+    job = Call("JobService/GetJob", R"({"id":"1"})");
+    if (job.find("STATE_SUCCEEDED") != std::string::npos || job.find("STATE_FAILED") != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_THAT(job, HasSubstr("STATE_SUCCEEDED"));
+  EXPECT_THAT(Call("JobService/ListJobs", "{}"), HasSubstr("profile"));
+  const std::string events = Call("JobService/WatchEvents", R"({"afterSequence":"0","waitS":1})");
+  EXPECT_THAT(events, HasSubstr("STATE_RUNNING"));
+  EXPECT_THAT(events, HasSubstr("STATE_SUCCEEDED"));
+  EXPECT_THAT(Call("CostService/GetCostTable", R"({"model":"linear","device":"this"})"), HasSubstr("measured"));
+  EXPECT_THAT(Call("JobService/CancelJob", R"({"id":"42"})"), HasSubstr("not_found"));
+  EXPECT_THAT(Call("JobService/StartProfile", "{}"), HasSubstr("model is required"));
+}
+
 }  // namespace
 
 namespace {
