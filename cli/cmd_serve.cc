@@ -64,7 +64,10 @@ int RunServe(const ServeFlags& flags, const Context& ctx) {
     for (;;) {
       int signal = 0;
       sigwait(&signals, &signal);
-      if (signal == SIGHUP) continue;  // hardware re-check arrives with the watcher
+      if (signal == SIGHUP) {  // look at the hardware now
+        if (Status s = agent.CheckHardware("SIGHUP"); !s.ok()) std::cerr << "edgecost: " << s.message() << std::endl;
+        continue;
+      }
       std::cerr << "edgecost: stopping (" << strsignal(signal) << ")" << std::endl;
       agent.Stop();
       return;

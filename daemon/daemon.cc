@@ -2,14 +2,19 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <optional>
+#include <set>
 #include <sstream>
 
 #include <toml++/toml.h>
 
 #include "costdb/costdb.h"
 #include "profiler/cost_tables.h"
+#include "profiler/fingerprint.h"
+#include "profiler/layers.h"
+#include "profiler/profile.h"
 
 namespace edgecost::daemon {
 namespace {
@@ -96,6 +101,14 @@ Status LoadConfigFile(const std::string& path, DaemonConfig& config) {
         } else {
           return InvalidArgument(path + ": " + name + " must be true or false");
         }
+      } else if (name == "server.fingerprint_check_s") {
+        EC_ASSIGN_OR_RETURN(config.fingerprint_check_s, number());
+      } else if (name == "server.reprofile_on_change") {
+        if (auto b = value.value<bool>()) {
+          config.reprofile_on_change = *b;
+        } else {
+          return InvalidArgument(path + ": " + name + " must be true or false");
+        }
       } else if (name == "limits.max_body_bytes") {
         EC_ASSIGN_OR_RETURN(double v, number());
         config.limits.max_body_bytes = static_cast<size_t>(v);
@@ -151,7 +164,49 @@ Daemon::Daemon(DaemonConfig config) : config_(std::move(config)) {
   RegisterRoutes();
 }
 
-Daemon::~Daemon() = default;
+Daemon::~Daemon() {
+  Stop();
+  if (watcher_.joinable()) watcher_.join();
+}
+
+Status Daemon::CheckHardware(const std::string& why) {
+  EC_ASSIGN_OR_RETURN(costdb::CostDb db, costdb::CostDb::Open(config_.db_path, costdb::OpenMode::kReadWrite));
+  const std::string paging_dir = (std::filesystem::path(config_.db_path).parent_path() / "paging").string();
+  v1::Device device;
+  device.set_name(profiler::ThisDeviceName());
+  device.set_kind(v1::Device::KIND_MEASURED);
+  *device.mutable_fingerprint() =
+      profiler::ReadFingerprint(profiler::SystemRoots::FromEnvironment(), profiler::Backend::Isa(), paging_dir);
+  Result<v1::Device> stored = db.GetDevice(device.name());
+  const std::string before = stored.ok() ? stored->fingerprint().hash() : "";
+  if (before == device.fingerprint().hash()) return Status::Ok();
+  EC_RETURN_IF_ERROR(db.UpsertDevice(device).status());
+  v1::Event event;
+  event.set_kind("fingerprint");
+  if (before.empty()) {
+    event.set_message("fingerprint " + device.fingerprint().hash() + " recorded for " + device.name() + " (" + why + ")");
+    jobs_->Emit(event);
+    return Status::Ok();
+  }
+  event.set_message("hardware of " + device.name() + " changed (" + why + "): fingerprint " + before + " -> " +
+                    device.fingerprint().hash() + "; old costs and schedules are kept");
+  jobs_->Emit(event);
+  EC_ASSIGN_OR_RETURN(auto requests, db.ListScheduleRequests());
+  if (config_.reprofile_on_change) {
+    std::set<std::string> models;
+    for (const auto& [id, request] : requests) {
+      const bool measured = request.device().empty() || request.device() == "this" || request.device() == device.name();
+      if (measured && !request.model().empty() && request.graph_file().empty()) models.insert(request.model());
+    }
+    for (const std::string& model : models) {
+      v1::StartProfileRequest profile;
+      profile.set_model(model);
+      EC_RETURN_IF_ERROR(jobs_->StartProfile(profile).status());
+    }
+  }
+  if (!requests.empty()) EC_RETURN_IF_ERROR(jobs_->StartRegeneration("hardware changed").status());
+  return Status::Ok();
+}
 
 void Daemon::RegisterRoutes() {
   const std::string db = config_.db_path;
@@ -323,6 +378,18 @@ Result<int> Daemon::Start() {
   if (config_.tcp_port >= 0) {
     EC_ASSIGN_OR_RETURN(port, server_->ListenTcp(config_.tcp_host, config_.tcp_port));
   }
+  EC_RETURN_IF_ERROR(CheckHardware("start"));
+  if (config_.fingerprint_check_s > 0) {
+    watcher_ = std::thread([this] {
+      std::unique_lock lock(watcher_mutex_);
+      while (!watcher_wake_.wait_for(lock, std::chrono::duration<double>(config_.fingerprint_check_s),
+                                     [this] { return stopping_; })) {
+        lock.unlock();
+        (void)CheckHardware("periodic");  // a failed check is retried at the next period
+        lock.lock();
+      }
+    });
+  }
   return port;
 }
 
@@ -331,6 +398,11 @@ void Daemon::Run() {
 }
 
 void Daemon::Stop() {
+  {
+    std::lock_guard lock(watcher_mutex_);
+    stopping_ = true;
+  }
+  watcher_wake_.notify_all();
   if (jobs_) jobs_->Shutdown();  // the running profile stops at its next op; measured ops are stored
   if (server_) server_->Stop();
 }

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
+#include <thread>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -24,6 +26,8 @@ struct DaemonConfig {
   int tcp_port = -1;                   // -1: no TCP; 0: any free port
   std::string token_file;              // required with TCP
   bool restrict_mutations = false;     // profile, solve, cancel only with the token, even on the socket
+  double fingerprint_check_s = 300;    // how often to look for hardware changes; 0: only at start and on SIGHUP
+  bool reprofile_on_change = true;     // re-profile the models with measured schedules when the hardware changes
   ServerLimits limits;
 };
 
@@ -47,6 +51,11 @@ class Daemon {
   void Run();
   void Stop();
 
+  // Reads this device's fingerprint; when it differs from the stored one, records
+  // it, queues re-profiles (if configured) and the regeneration of every stored
+  // schedule request, and emits a "fingerprint" event. `why`: "start", "SIGHUP", "periodic".
+  Status CheckHardware(const std::string& why);
+
   // The full request path: auth, metrics, Twirp dispatch. Public so tests can call it without sockets.
   HttpResponse Handle(const HttpRequest& request);
 
@@ -59,6 +68,10 @@ class Daemon {
   TwirpRouter router_;
   std::unique_ptr<JobManager> jobs_;
   std::unique_ptr<HttpServer> server_;
+  std::thread watcher_;
+  std::mutex watcher_mutex_;
+  std::condition_variable watcher_wake_;
+  bool stopping_ = false;
 
   struct RouteStats {
     uint64_t requests = 0;

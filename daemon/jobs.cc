@@ -4,6 +4,8 @@
 #include <ctime>
 
 #include "graph/zoo.h"
+#include "costdb/costdb.h"
+#include "profiler/cost_tables.h"
 #include "profiler/profile_job.h"
 
 namespace edgecost::daemon {
@@ -36,17 +38,14 @@ void JobManager::Shutdown() {
   event_ready_.notify_all();
 }
 
-Result<v1::Job> JobManager::StartProfile(const v1::StartProfileRequest& request) {
-  if (request.model().empty()) return InvalidArgument("model is required");
-  auto entry = std::make_unique<Entry>();
-  entry->request = request;
+Result<v1::Job> JobManager::Enqueue(std::unique_ptr<Entry> entry, const std::string& kind, const std::string& message) {
   std::unique_lock lock(mutex_);
   if (shutting_down_) return Unavailable("the daemon is shutting down");
   entry->job.set_id(next_id_++);
-  entry->job.set_kind("profile");
+  entry->job.set_kind(kind);
   entry->job.set_state(v1::Job::STATE_QUEUED);
   entry->job.set_created_at(NowRfc3339());
-  entry->job.set_message("queued: profile " + request.model());
+  entry->job.set_message(message);
   const v1::Job job = entry->job;
   queue_.push_back(job.id());
   jobs_[job.id()] = std::move(entry);
@@ -58,6 +57,17 @@ Result<v1::Job> JobManager::StartProfile(const v1::StartProfileRequest& request)
   Emit(event);
   work_ready_.notify_all();
   return job;
+}
+
+Result<v1::Job> JobManager::StartProfile(const v1::StartProfileRequest& request) {
+  if (request.model().empty()) return InvalidArgument("model is required");
+  auto entry = std::make_unique<Entry>();
+  entry->request = request;
+  return Enqueue(std::move(entry), "profile", "queued: profile " + request.model());
+}
+
+Result<v1::Job> JobManager::StartRegeneration(const std::string& why) {
+  return Enqueue(std::make_unique<Entry>(), "regenerate", "queued: regenerate stored schedules (" + why + ")");
 }
 
 Result<v1::Job> JobManager::Get(uint64_t id) {
@@ -139,38 +149,81 @@ void JobManager::Worker() {
       job.set_state(v1::Job::STATE_RUNNING);
       job.set_message("running");
     });
-    profiler::ProfileJobOptions options;
-    options.db_path = db_path_;
-    options.graph.model_or_file = entry->request.model();
-    options.graph.derivation = graph::Derivation::kExact;
-    options.threads = static_cast<int>(entry->request.threads());
-    options.force = entry->request.force();
-    double last_reported = -1;
-    auto progress = [&](const profiler::ProfileProgress& p) {
-      const double fraction = p.total ? static_cast<double>(p.done) / p.total : 1.0;
-      if (fraction - last_reported < 0.05 && p.done != p.total) return;  // an event per 5%, not per op
-      last_reported = fraction;
-      Update(*entry, [&](v1::Job& job) {
-        job.set_progress(fraction);
-        job.set_message("op " + std::to_string(p.done) + "/" + std::to_string(p.total));
-      });
-    };
-    auto log = [&](const std::string& line) { Update(*entry, [&](v1::Job& job) { job.set_message(line); }); };
-    Result<profiler::ProfileJobResult> result = profiler::RunProfileJob(options, &entry->stop, progress, log);
-    Update(*entry, [&](v1::Job& job) {
-      if (!result.ok()) {
-        job.set_state(v1::Job::STATE_FAILED);
-        job.set_message(result.status().message());
-      } else if (result->summary.interrupted) {
-        job.set_state(v1::Job::STATE_CANCELLED);
-        job.set_message("stopped; " + std::to_string(result->summary.measured) + " ops measured and kept");
-      } else {
-        job.set_state(v1::Job::STATE_SUCCEEDED);
-        job.set_progress(1);
-        job.set_message("cost table #" + std::to_string(result->cost_table_id) + " stored");
-      }
-    });
+    if (entry->job.kind() == "profile") {
+      RunProfile(*entry);
+    } else {
+      RunRegeneration(*entry);
+    }
   }
+}
+
+void JobManager::RunProfile(Entry& entry) {
+  profiler::ProfileJobOptions options;
+  options.db_path = db_path_;
+  options.graph.model_or_file = entry.request.model();
+  options.graph.derivation = graph::Derivation::kExact;
+  options.threads = static_cast<int>(entry.request.threads());
+  options.force = entry.request.force();
+  double last_reported = -1;
+  auto progress = [&](const profiler::ProfileProgress& p) {
+    const double fraction = p.total ? static_cast<double>(p.done) / p.total : 1.0;
+    if (fraction - last_reported < 0.05 && p.done != p.total) return;  // an event per 5%, not per op
+    last_reported = fraction;
+    Update(entry, [&](v1::Job& job) {
+      job.set_progress(fraction);
+      job.set_message("op " + std::to_string(p.done) + "/" + std::to_string(p.total));
+    });
+  };
+  auto log = [&](const std::string& line) { Update(entry, [&](v1::Job& job) { job.set_message(line); }); };
+  Result<profiler::ProfileJobResult> result = profiler::RunProfileJob(options, &entry.stop, progress, log);
+  Update(entry, [&](v1::Job& job) {
+    if (!result.ok()) {
+      job.set_state(v1::Job::STATE_FAILED);
+      job.set_message(result.status().message());
+    } else if (result->summary.interrupted) {
+      job.set_state(v1::Job::STATE_CANCELLED);
+      job.set_message("stopped; " + std::to_string(result->summary.measured) + " ops measured and kept");
+    } else {
+      job.set_state(v1::Job::STATE_SUCCEEDED);
+      job.set_progress(1);
+      job.set_message("cost table #" + std::to_string(result->cost_table_id) + " stored");
+    }
+  });
+}
+
+void JobManager::RunRegeneration(Entry& entry) {
+  Result<costdb::CostDb> db = costdb::CostDb::Open(db_path_, costdb::OpenMode::kReadWrite);
+  Result<std::vector<std::pair<int64_t, v1::ScheduleRequest>>> requests =
+      db.ok() ? db->ListScheduleRequests() : Result<std::vector<std::pair<int64_t, v1::ScheduleRequest>>>(db.status());
+  if (!requests.ok()) {
+    Update(entry, [&](v1::Job& job) {
+      job.set_state(v1::Job::STATE_FAILED);
+      job.set_message(requests.status().message());
+    });
+    return;
+  }
+  int solved = 0, failed = 0;
+  for (size_t i = 0; i < requests->size() && !entry.stop; ++i) {
+    const v1::ScheduleRequest& request = (*requests)[i].second;
+    Result<profiler::SolvedRequest> result = profiler::SolveRequest(&*db, request);
+    v1::Event event;
+    event.set_kind("schedule");
+    if (result.ok()) {
+      ++solved;
+      event.set_schedule_id(static_cast<uint64_t>(result->schedule_id));
+      event.set_message("schedule #" + std::to_string(result->schedule_id) + " regenerated for " + request.model());
+    } else {
+      ++failed;
+      event.set_message("request #" + std::to_string((*requests)[i].first) + " (" + request.model() +
+                        ") not regenerated: " + result.status().message());
+    }
+    Emit(std::move(event));
+    Update(entry, [&](v1::Job& job) { job.set_progress(static_cast<double>(i + 1) / requests->size()); });
+  }
+  Update(entry, [&](v1::Job& job) {
+    job.set_state(entry.stop ? v1::Job::STATE_CANCELLED : failed ? v1::Job::STATE_FAILED : v1::Job::STATE_SUCCEEDED);
+    job.set_message(std::to_string(solved) + " schedules regenerated, " + std::to_string(failed) + " failed");
+  });
 }
 
 }  // namespace edgecost::daemon

@@ -23,6 +23,9 @@ class JobManager {
   ~JobManager();  // stops the running job at a safe point and joins
 
   Result<v1::Job> StartProfile(const v1::StartProfileRequest& request);
+  // After a hardware change: a job that solves every stored schedule request
+  // again against the current costs (queued after any re-profiles).
+  Result<v1::Job> StartRegeneration(const std::string& why);
   Result<v1::Job> Get(uint64_t id);
   Result<v1::Job> Cancel(uint64_t id);
   std::vector<v1::Job> List();
@@ -37,10 +40,13 @@ class JobManager {
  private:
   struct Entry {
     v1::Job job;
-    v1::StartProfileRequest request;
+    v1::StartProfileRequest request;  // kind "profile"
     std::atomic<bool> stop{false};
   };
   void Worker();
+  Result<v1::Job> Enqueue(std::unique_ptr<Entry> entry, const std::string& kind, const std::string& message);
+  void RunProfile(Entry& entry);
+  void RunRegeneration(Entry& entry);
   void Update(Entry& entry, const std::function<void(v1::Job&)>& change);  // and emits
 
   const std::string db_path_;

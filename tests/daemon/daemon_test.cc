@@ -40,8 +40,10 @@ class DaemonTest : public ::testing::Test {
     fs::create_directories(dir_);
     std::ofstream(dir_ / "token") << "0123456789abcdef0123456789abcdef\n";
     port_ = 20000 + ::getpid() % 20000;
+    WriteCpus("0-1");
     pid_ = ::fork();
     if (pid_ == 0) {
+      ::setenv("EDGECOST_SYSFS_ROOT", (dir_ / "sys").c_str(), 1);  // a fake tree the test can change
       const std::string db = (dir_ / "costs.db").string();
       const std::string socket = (dir_ / "edgecost.sock").string();
       const std::string tcp = "127.0.0.1:" + std::to_string(port_);
@@ -59,6 +61,12 @@ class DaemonTest : public ::testing::Test {
     int status = 0;
     ::waitpid(pid_, &status, 0);
     fs::remove_all(dir_);
+  }
+
+  // The fake tree's online CPUs: part of the fingerprint.
+  static void WriteCpus(const std::string& list) {
+    fs::create_directories(dir_ / "sys/devices/system/cpu");
+    std::ofstream(dir_ / "sys/devices/system/cpu/online") << list << "\n";
   }
 
   static std::string Socket() { return (dir_ / "edgecost.sock").string(); }
@@ -143,6 +151,25 @@ TEST_F(DaemonTest, ProfileJobRunsOffTheIoThreadsAndReportsEvents) {
   EXPECT_THAT(Call("CostService/GetCostTable", R"({"model":"linear","device":"this"})"), HasSubstr("measured"));
   EXPECT_THAT(Call("JobService/CancelJob", R"({"id":"42"})"), HasSubstr("not_found"));
   EXPECT_THAT(Call("JobService/StartProfile", "{}"), HasSubstr("model is required"));
+}
+
+TEST_F(DaemonTest, ChangedHardwareAndSighupRegenerateStoredSchedules) {
+  Call("SolverService/Solve", R"({"model":"linear","device":"a72","ramBudgetBytes":"4000","runtimeBudgetMultiple":2})");
+  const std::string before = Call("JobService/WatchEvents", R"({"afterSequence":"0"})");
+  const size_t last = before.rfind("\"sequence\"");
+  ASSERT_NE(last, std::string::npos) << before;
+  const std::string after = before.substr(last + 10, before.find(',', last) - last - 10);  // ": \"N\""
+
+  WriteCpus("0");
+  ::kill(pid_, SIGHUP);
+  std::string events;
+  for (int i = 0; i < 100 && events.find("schedules regenerated") == std::string::npos; ++i) {
+    events = Call("JobService/WatchEvents", "{\"afterSequence\"" + after + ",\"waitS\":1}");
+  }
+  EXPECT_THAT(events, HasSubstr("hardware of"));
+  EXPECT_THAT(events, HasSubstr("regenerated for linear"));
+  EXPECT_THAT(Call("SolverService/ListSchedules", R"({"model":"linear"})"), HasSubstr("\"superseded\":true"));
+  EXPECT_THAT(Call("CostService/ListDevices", "{}"), HasSubstr("\"onlineCores\":1"));
 }
 
 }  // namespace
