@@ -1,6 +1,7 @@
 #include <iostream>
 
 #include "cli/cli.h"
+#include "daemon/bench.h"
 #include "probes/bench.h"
 #include "profiler/bench.h"
 #include "solver/bench.h"
@@ -23,6 +24,18 @@ void RegisterBenchCommand(CLI::App& app, Context& ctx) {
   CLI::App* probes = bench->add_subcommand("probes", "Cost of a probe read and CPU of a 1 kHz sampling thread");
   probes->callback([&ctx] {
     const Status status = probes::RunProbesBenchmark(std::cout);
+    ctx.exit_code = status.ok() ? kExitOk : Failure(status);
+  });
+
+  auto daemon_options = std::make_shared<daemon::DaemonBenchOptions>();
+  CLI::App* serve = bench->add_subcommand("daemon", "GetCostTable throughput and p50/p99 latency at 1, 16 and 256 "
+                                                    "connections over loopback");
+  serve->add_option("--seconds", daemon_options->seconds_per_level, "Seconds per concurrency level")
+      ->capture_default_str()->check(CLI::Range(0.5, 60.0));
+  serve->add_option("--worker-threads", daemon_options->worker_threads, "Daemon worker threads")
+      ->capture_default_str()->check(CLI::Range(1, 256));
+  serve->callback([daemon_options, &ctx] {
+    const Status status = daemon::RunDaemonBenchmark(std::cout, *daemon_options);
     ctx.exit_code = status.ok() ? kExitOk : Failure(status);
   });
 

@@ -19,7 +19,8 @@
 namespace edgecost::daemon {
 namespace {
 
-constexpr double kMaxSolveTimeS = 600;  // a solve over RPC holds a worker thread
+constexpr double kMaxSolveTimeS = 600;
+constexpr size_t kMaxCachedTables = 256;  // a solve over RPC holds a worker thread
 constexpr double kLatencyBucketsS[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1, 5};
 
 std::string Trim(std::string text) {
@@ -229,9 +230,20 @@ void Daemon::RegisterRoutes() {
       [](const v1::ListModelsRequest&, const CallContext&) { return profiler::DescribeZoo(1); });
   router_.Add<v1::GetCostTableRequest, v1::CostTable>(
       "CostService", "GetCostTable",
-      [db](const v1::GetCostTableRequest& request, const CallContext&) -> Result<v1::CostTable> {
+      [db, this](const v1::GetCostTableRequest& request, const CallContext&) -> Result<v1::CostTable> {
+        // Analytic tables depend on the request alone: computed once. Measured ones change, so are read each time.
+        const std::string key = request.SerializeAsString();
+        {
+          std::lock_guard lock(analytic_tables_mutex_);
+          if (auto it = analytic_tables_.find(key); it != analytic_tables_.end()) return it->second;
+        }
         EC_ASSIGN_OR_RETURN(costdb::CostDb * cost_db, ThreadDb(db));
-        return profiler::ResolveCostTable(cost_db, request);
+        EC_ASSIGN_OR_RETURN(v1::CostTable table, profiler::ResolveCostTable(cost_db, request));
+        if (table.cost_source() != profiler::kMeasuredSource) {
+          std::lock_guard lock(analytic_tables_mutex_);
+          if (analytic_tables_.size() < kMaxCachedTables) analytic_tables_.emplace(key, table);
+        }
+        return table;
       });
   router_.Add<v1::GetPagingCostsRequest, v1::PagingCost>(
       "CostService", "GetPagingCosts",

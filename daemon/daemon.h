@@ -13,6 +13,7 @@
 #include "base/status.h"
 #include "daemon/http_server.h"
 #include "daemon/jobs.h"
+#include "proto/edgecost.pb.h"
 #include "daemon/twirp.h"
 
 namespace edgecost::daemon {
@@ -79,6 +80,8 @@ class Daemon {
     std::vector<uint64_t> latency_buckets;  // cumulative counts per kLatencyBucketsS
     double latency_sum_s = 0;
   };
+  std::mutex analytic_tables_mutex_;
+  std::map<std::string, v1::CostTable> analytic_tables_;  // by serialized GetCostTableRequest
   std::mutex stats_mutex_;
   std::map<std::string, RouteStats> stats_;
 };
