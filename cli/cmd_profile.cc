@@ -1,18 +1,13 @@
-#include <omp.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <csignal>
-#include <filesystem>
 #include <iostream>
 
 #include "base/units.h"
 #include "cli/cli.h"
 #include "cli/graph_flags.h"
-#include "cli/table.h"
 #include "costdb/costdb.h"
-#include "profiler/fingerprint.h"
-#include "profiler/paging.h"
 #include "profiler/power_model.h"
 #include "profiler/profile.h"
 #include "profiler/profile_job.h"
