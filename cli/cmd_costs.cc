@@ -7,6 +7,7 @@
 #include "cli/graph_flags.h"
 #include "cli/table.h"
 #include "costdb/costdb.h"
+#include "daemon/client.h"
 #include "graph/cost_source.h"
 #include "graph/graph_io.h"
 #include "profiler/profile.h"
@@ -120,7 +121,30 @@ int RunMeasuredCosts(const CostsFlags& flags, const graph::GraphSpec& spec, cons
   return kExitOk;
 }
 
+// The table from a daemon: the same request the CLI would resolve locally.
+int RunRemoteCosts(const CostsFlags& flags, const Context& ctx) {
+  if (flags.store || !flags.out_path.empty()) return UsageError(InvalidArgument("--store and --out are local only"));
+  v1::GetCostTableRequest request;
+  request.set_model(flags.graph.model_or_file);
+  request.set_device(flags.device.empty() ? flags.platform : flags.device);
+  if (flags.device.empty()) request.set_cost_source(flags.source);
+  request.set_batch_size(static_cast<uint32_t>(flags.graph.batch_size));
+  if (flags.graph.derivation_option->count() > 0) request.set_derivation(flags.graph.derivation);
+  request.set_trainable(flags.graph.trainable);
+  v1::CostTable table;
+  if (Status s = daemon::CallRemote(ctx.remote, "CostService/GetCostTable", request, table); !s.ok()) return Failure(s);
+  if (flags.json) {
+    PrintJson(table);
+    return kExitOk;
+  }
+  const Totals totals = Sum(table);
+  if (!flags.summary) PrintNodeTable(table, totals);
+  PrintSummary(table, totals);
+  return kExitOk;
+}
+
 int RunCosts(const CostsFlags& flags, const Context& ctx) {
+  if (!ctx.remote.empty()) return RunRemoteCosts(flags, ctx);
   auto spec = flags.graph.Spec();
   if (!spec.ok()) return UsageError(spec.status());
   if (!flags.device.empty()) {

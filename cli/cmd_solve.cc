@@ -8,6 +8,7 @@
 #include "cli/cli.h"
 #include "cli/table.h"
 #include "costdb/costdb.h"
+#include "daemon/client.h"
 #include "graph/cost_source.h"
 #include "profiler/cost_tables.h"
 #include "solver/problem.h"
@@ -156,9 +157,36 @@ int RunCompare(const solver::Problem& problem, const SolveFlags& flags) {
   return kExitOk;
 }
 
+// Solved by a daemon, which also stores the schedule.
+int RunRemoteSolve(const SolveFlags& flags, const Context& ctx, const v1::ScheduleRequest& request) {
+  if (flags.compare || flags.min_ram || !flags.svg_path.empty()) {
+    return UsageError(InvalidArgument("--compare, --min-ram and --svg are local only"));
+  }
+  v1::Schedule schedule;
+  if (Status s = daemon::CallRemote(ctx.remote, "SolverService/Solve", request, schedule); !s.ok()) return Failure(s);
+  if (!flags.out_path.empty()) {
+    std::string json;
+    google::protobuf::util::JsonPrintOptions options;
+    options.add_whitespace = true;
+    (void)google::protobuf::util::MessageToJsonString(schedule, &json, options);
+    if (Status s = WriteFile(flags.out_path, json); !s.ok()) return Failure(s);
+  }
+  if (flags.json) {
+    PrintJson(schedule);
+  } else {
+    std::cout << "problem        " << request.model() << " on " << request.device() << " via " << ctx.remote
+              << ", RAM budget " << request.ram_budget_bytes() << " B, runtime budget " << flags.runtime_budget << "\n";
+    PrintSchedule(schedule);
+    std::cout << "stored         schedule #" << schedule.id() << " in the daemon's database\n";
+    if (!flags.out_path.empty()) std::cout << "written        " << flags.out_path << "\n";
+  }
+  return HasSchedule(schedule) ? kExitOk : kExitFailure;
+}
+
 int RunSolve(const SolveFlags& flags, const Context& ctx) {
   auto request = BuildRequest(flags);
   if (!request.ok()) return UsageError(request.status());
+  if (!ctx.remote.empty()) return RunRemoteSolve(flags, ctx, *request);
   const std::string db_path = ctx.db_path.empty() ? costdb::DefaultDbPath() : ctx.db_path;
   std::optional<costdb::CostDb> db;
   if (!flags.no_store || !flags.device.empty()) {

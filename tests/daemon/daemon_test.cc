@@ -172,6 +172,22 @@ TEST_F(DaemonTest, ChangedHardwareAndSighupRegenerateStoredSchedules) {
   EXPECT_THAT(Call("CostService/ListDevices", "{}"), HasSubstr("\"onlineCores\":1"));
 }
 
+TEST_F(DaemonTest, CommandsRunAgainstTheDaemonWithRemote) {
+  const std::string bin = EDGECOST_BIN;
+  const std::string costs = Shell(bin + " --remote unix:" + Socket() + " costs resnet18_cifar --platform a72 --summary");
+  EXPECT_THAT(costs, HasSubstr("133"));
+  const std::string solved = Shell(bin + " --remote unix:" + Socket() +
+                                   " solve --model resnet18_cifar --platform a72 --ram-budget 3MB --runtime-budget 7.6x");
+  EXPECT_THAT(solved, HasSubstr("optimal (proven)"));
+  EXPECT_THAT(solved, HasSubstr("in the daemon's database"));
+  const std::string tcp = "http://127.0.0.1:" + std::to_string(port_);
+  EXPECT_THAT(Shell(bin + " --remote " + tcp + " costs linear --summary"), HasSubstr("EDGECOST_TOKEN"));
+  EXPECT_THAT(Shell("EDGECOST_TOKEN=0123456789abcdef0123456789abcdef " + bin + " --remote " + tcp +
+                    " costs linear --summary"),
+              HasSubstr("linear"));
+  EXPECT_THAT(Shell(bin + " --remote unix:/nonexistent.sock costs linear"), HasSubstr("cannot reach the daemon"));
+}
+
 }  // namespace
 
 namespace {

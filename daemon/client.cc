@@ -1,0 +1,84 @@
+#include "daemon/client.h"
+
+#include <boost/asio.hpp>
+#include <boost/beast.hpp>
+#include <cstdlib>
+
+#include <nlohmann/json.hpp>
+
+namespace edgecost::daemon {
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+
+// Twirp error codes back to ours, so exit codes and messages match local runs.
+Status FromTwirp(const std::string& body, unsigned http_status) {
+  std::string code = "internal", message = "HTTP " + std::to_string(http_status);
+  try {
+    const nlohmann::json error = nlohmann::json::parse(body);
+    code = error.value("code", code);
+    message = error.value("msg", message);
+  } catch (const std::exception&) {
+  }
+  if (code == "invalid_argument" || code == "malformed" || code == "bad_route") return InvalidArgument(message);
+  if (code == "not_found") return NotFound(message);
+  if (code == "unauthenticated" || code == "permission_denied") {
+    return PermissionDenied(message + " (set $EDGECOST_TOKEN to the daemon's token)");
+  }
+  if (code == "failed_precondition") return FailedPrecondition(message);
+  if (code == "unavailable") return Unavailable(message);
+  return Internal(message);
+}
+
+template <typename Stream>
+Status Exchange(Stream& stream, const std::string& host, const std::string& method,
+                const google::protobuf::Message& request, google::protobuf::Message& response) {
+  http::request<http::string_body> call(http::verb::post, "/twirp/edgecost.v1." + method, 11);
+  call.set(http::field::host, host);
+  call.set(http::field::content_type, "application/protobuf");
+  if (const char* token = std::getenv("EDGECOST_TOKEN"); token && *token) {
+    call.set(http::field::authorization, std::string("Bearer ") + token);
+  }
+  call.body() = request.SerializeAsString();
+  call.prepare_payload();
+  http::write(stream, call);
+  beast::flat_buffer buffer;
+  http::response_parser<http::string_body> parser;
+  parser.body_limit(256 << 20);  // cost tables of large graphs
+  http::read(stream, buffer, parser);
+  const auto& reply = parser.get();
+  if (reply.result() != http::status::ok) return FromTwirp(reply.body(), reply.result_int());
+  if (!response.ParseFromString(reply.body())) return Internal("the daemon's reply to " + method + " does not parse");
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status CallRemote(const std::string& remote, const std::string& method, const google::protobuf::Message& request,
+                  google::protobuf::Message& response) {
+  try {
+    asio::io_context io;
+    if (remote.rfind("unix:", 0) == 0) {
+      asio::local::stream_protocol::socket socket(io);
+      socket.connect(asio::local::stream_protocol::endpoint(remote.substr(5)));
+      return Exchange(socket, "localhost", method, request, response);
+    }
+    if (remote.rfind("http://", 0) == 0) {
+      std::string address = remote.substr(7);
+      address = address.substr(0, address.find('/'));
+      const size_t colon = address.rfind(':');
+      if (colon == std::string::npos) return InvalidArgument("--remote " + remote + ": give http://HOST:PORT");
+      asio::ip::tcp::resolver resolver(io);
+      beast::tcp_stream stream(io);
+      stream.connect(resolver.resolve(address.substr(0, colon), address.substr(colon + 1)));
+      return Exchange(stream, address, method, request, response);
+    }
+    return InvalidArgument("--remote " + remote + ": use unix:PATH or http://HOST:PORT");
+  } catch (const std::exception& e) {
+    return Unavailable("cannot reach the daemon at " + remote + ": " + e.what());
+  }
+}
+
+}  // namespace edgecost::daemon
