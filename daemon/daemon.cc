@@ -11,6 +11,7 @@
 #include <toml++/toml.h>
 
 #include "costdb/costdb.h"
+#include "graph/resolve.h"
 #include "profiler/cost_tables.h"
 #include "profiler/fingerprint.h"
 #include "profiler/layers.h"
@@ -18,6 +19,14 @@
 
 namespace edgecost::daemon {
 namespace {
+
+// Callers name zoo models; reading files on their behalf would expose whatever the daemon's user can read.
+Status RejectFiles(const std::string& model) {
+  if (graph::IsGraphFile(model) || graph::IsOnnxModel(model) || model.find('/') != std::string::npos) {
+    return InvalidArgument("'" + model + "' is a file: over RPC, name a zoo model (files are read by the local CLI)");
+  }
+  return Status::Ok();
+}
 
 constexpr double kMaxSolveTimeS = 600;
 constexpr size_t kMaxCachedTables = 256;  // a solve over RPC holds a worker thread
@@ -231,6 +240,7 @@ void Daemon::RegisterRoutes() {
   router_.Add<v1::GetCostTableRequest, v1::CostTable>(
       "CostService", "GetCostTable",
       [db, this](const v1::GetCostTableRequest& request, const CallContext&) -> Result<v1::CostTable> {
+        EC_RETURN_IF_ERROR(RejectFiles(request.model()));
         // Analytic tables depend on the request alone: computed once. Measured ones change, so are read each time.
         const std::string key = request.SerializeAsString();
         {
@@ -260,6 +270,8 @@ void Daemon::RegisterRoutes() {
       "SolverService", "Solve",
       [db, jobs](const v1::ScheduleRequest& request, const CallContext&) -> Result<v1::Schedule> {
         if (request.ram_budget_bytes() == 0) return InvalidArgument("ram_budget_bytes is required");
+        EC_RETURN_IF_ERROR(RejectFiles(request.model()));
+        if (!request.graph_file().empty()) return RejectFiles(request.graph_file());
         if (request.time_limit_s() > kMaxSolveTimeS) {
           return InvalidArgument("time_limit_s is at most " + std::to_string(kMaxSolveTimeS) + " s over RPC");
         }
