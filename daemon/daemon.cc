@@ -78,7 +78,8 @@ Status LoadConfigFile(const std::string& path, DaemonConfig& config) {
     }
     const toml::table* entries = node.as_table();
     if (!entries) return InvalidArgument(path + ": '" + std::string(section.str()) + "' must be a section");
-    for (const auto& [key_view, value] : *entries) {
+    for (const auto& [key_view, node_value] : *entries) {
+      const toml::node& value = node_value;  // lambdas cannot capture structured bindings before clang 16
       const std::string key(key_view.str());
       const std::string name = std::string(section.str()) + "." + key;
       auto text = [&]() -> Result<std::string> {
