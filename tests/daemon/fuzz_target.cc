@@ -10,12 +10,15 @@
 #include <filesystem>
 #include <string>
 
+#include <google/protobuf/stubs/logging.h>
+
 #include "daemon/daemon.h"
 
 namespace {
 
 edgecost::daemon::Daemon& FuzzedDaemon() {
   static edgecost::daemon::Daemon* daemon = [] {
+    google::protobuf::SetLogHandler(nullptr);  // protobuf logs every invalid UTF-8 string it parses
     edgecost::daemon::DaemonConfig config;
     const auto dir = std::filesystem::temp_directory_path() / ("edgecost_fuzz_" + std::to_string(::getpid()));
     std::filesystem::create_directories(dir);
