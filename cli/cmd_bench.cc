@@ -34,6 +34,7 @@ void RegisterBenchCommand(CLI::App& app, Context& ctx) {
       ->capture_default_str()->check(CLI::Range(0.5, 60.0));
   serve->add_option("--worker-threads", daemon_options->worker_threads, "Daemon worker threads")
       ->capture_default_str()->check(CLI::Range(1, 256));
+  serve->add_flag("--protobuf", daemon_options->protobuf, "Binary protobuf bodies instead of JSON");
   serve->callback([daemon_options, &ctx] {
     const Status status = daemon::RunDaemonBenchmark(std::cout, *daemon_options);
     ctx.exit_code = status.ok() ? kExitOk : Failure(status);

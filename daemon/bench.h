@@ -11,6 +11,7 @@ namespace edgecost::daemon {
 struct DaemonBenchOptions {
   double seconds_per_level = 3;
   int worker_threads = 4;
+  bool protobuf = false;  // binary bodies instead of JSON
 };
 
 Status RunDaemonBenchmark(std::ostream& out, const DaemonBenchOptions& options);

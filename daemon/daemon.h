@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 
 #include "base/status.h"
@@ -80,8 +81,10 @@ class Daemon {
     std::vector<uint64_t> latency_buckets;  // cumulative counts per kLatencyBucketsS
     double latency_sum_s = 0;
   };
-  std::mutex analytic_tables_mutex_;
-  std::map<std::string, v1::CostTable> analytic_tables_;  // by serialized GetCostTableRequest
+  HttpResponse HandleCostTableCached(const HttpRequest& request);
+  std::mutex cost_table_cache_mutex_;
+  std::set<std::string> analytic_requests_;                   // serialized GetCostTableRequests
+  std::map<std::string, HttpResponse> cost_table_responses_;  // by encoding and request
   std::mutex stats_mutex_;
   std::map<std::string, RouteStats> stats_;
 };
