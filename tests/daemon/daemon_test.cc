@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <thread>
 
@@ -41,6 +42,11 @@ class DaemonTest : public ::testing::Test {
     std::ofstream(dir_ / "token") << "0123456789abcdef0123456789abcdef\n";
     port_ = 20000 + ::getpid() % 20000;
     WriteCpus("0-1");
+    StartDaemon();
+  }
+
+  // Starts `edgecost serve` on the suite's socket, port and database, and waits until it answers.
+  static void StartDaemon() {
     pid_ = ::fork();
     if (pid_ == 0) {
       ::setenv("EDGECOST_SYSFS_ROOT", (dir_ / "sys").c_str(), 1);  // a fake tree the test can change
@@ -56,6 +62,18 @@ class DaemonTest : public ::testing::Test {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
   }
+
+  // Polls GetJob until `done` holds for its answer (bounded; not a timing assertion).
+  static std::string WaitForJob(const std::string& id, const std::function<bool(const std::string&)>& done) {
+    std::string job;
+    for (int i = 0; i < 1200; ++i) {
+      job = Call("JobService/GetJob", "{\"id\":\"" + id + "\"}");
+      if (done(job)) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return job;
+  }
+
   static void TearDownTestSuite() {
     ::kill(pid_, SIGTERM);
     int status = 0;
@@ -187,6 +205,35 @@ TEST_F(DaemonTest, CommandsRunAgainstTheDaemonWithRemote) {
                     " costs linear --summary"),
               HasSubstr("linear"));
   EXPECT_THAT(Shell(bin + " --remote unix:/nonexistent.sock costs linear"), HasSubstr("cannot reach the daemon"));
+}
+
+TEST_F(DaemonTest, KilledDuringAJobRestartsWithAConsistentDatabase) {
+  const std::string started = Call("JobService/StartProfile", R"({"model":"resnet18_cifar","threads":1})");
+  const size_t at = started.find("\"id\":\"");
+  ASSERT_NE(at, std::string::npos) << started;
+  const std::string id = started.substr(at + 6, started.find('"', at + 6) - at - 6);
+  const std::string running = WaitForJob(id, [](const std::string& job) {
+    return job.find("\"progress\"") != std::string::npos || job.find("STATE_FAILED") != std::string::npos;
+  });
+  ASSERT_THAT(running, HasSubstr("STATE_RUNNING"));
+  ::kill(pid_, SIGKILL);  // mid-profile
+  int status = 0;
+  ::waitpid(pid_, &status, 0);
+
+  StartDaemon();
+  const std::string info = Shell(std::string(EDGECOST_BIN) + " --db " + (dir_ / "costs.db").string() + " db info");
+  EXPECT_THAT(info, HasSubstr("op_costs"));  // the database opens and answers
+  // The profile resumes: a new job measures what is missing and completes.
+  const std::string again = Call("JobService/StartProfile", R"({"model":"resnet18_cifar","threads":1})");
+  const size_t at2 = again.find("\"id\":\"");
+  ASSERT_NE(at2, std::string::npos) << again;
+  const std::string finished = WaitForJob(again.substr(at2 + 6, again.find('"', at2 + 6) - at2 - 6),
+                                          [](const std::string& job) {
+                                            return job.find("STATE_SUCCEEDED") != std::string::npos ||
+                                                   job.find("STATE_FAILED") != std::string::npos;
+                                          });
+  EXPECT_THAT(finished, HasSubstr("STATE_SUCCEEDED"));
+  EXPECT_THAT(Call("CostService/GetCostTable", R"({"model":"resnet18_cifar","device":"this"})"), HasSubstr("measured"));
 }
 
 }  // namespace
