@@ -1,6 +1,9 @@
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <thread>
 #include <csignal>
 #include <iostream>
 
@@ -8,6 +11,7 @@
 #include "cli/cli.h"
 #include "cli/graph_flags.h"
 #include "costdb/costdb.h"
+#include "daemon/client.h"
 #include "profiler/power_model.h"
 #include "profiler/profile.h"
 #include "profiler/profile_job.h"
@@ -46,7 +50,43 @@ void ShowProgress(const profiler::ProfileProgress& p) {
   }
 }
 
+// Profiled by a daemon as a job, followed until it ends; Ctrl-C cancels it.
+int RunRemoteProfile(const ProfileFlags& flags, const Context& ctx) {
+  v1::StartProfileRequest request;
+  request.set_model(flags.graph.model_or_file);
+  request.set_force(flags.force);
+  request.set_threads(static_cast<uint32_t>(std::max(0, flags.threads)));
+  v1::Job job;
+  if (Status s = daemon::CallRemote(ctx.remote, "JobService/StartProfile", request, job); !s.ok()) return Failure(s);
+  std::cerr << "job " << job.id() << " on " << ctx.remote << ": " << job.message() << "\n";
+  std::signal(SIGINT, OnSignal);
+  std::signal(SIGTERM, OnSignal);
+  bool cancelled = false;
+  std::string last_message;
+  while (job.state() == v1::Job::STATE_QUEUED || job.state() == v1::Job::STATE_RUNNING) {
+    if (g_stop && !cancelled) {
+      v1::CancelJobRequest cancel;
+      cancel.set_id(job.id());
+      (void)daemon::CallRemote(ctx.remote, "JobService/CancelJob", cancel, job);
+      cancelled = true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    v1::GetJobRequest get;
+    get.set_id(job.id());
+    if (Status s = daemon::CallRemote(ctx.remote, "JobService/GetJob", get, job); !s.ok()) return Failure(s);
+    if (job.message() != last_message) {
+      std::cerr << "job " << job.id() << " " << static_cast<int>(100 * job.progress()) << "%: " << job.message() << "\n";
+      last_message = job.message();
+    }
+  }
+  std::signal(SIGINT, SIG_DFL);
+  std::signal(SIGTERM, SIG_DFL);
+  std::cout << "job            " << job.id() << " " << v1::Job::State_Name(job.state()) << ": " << job.message() << "\n";
+  return job.state() == v1::Job::STATE_SUCCEEDED ? kExitOk : kExitFailure;
+}
+
 int RunProfile(const ProfileFlags& flags, const Context& ctx) {
+  if (!ctx.remote.empty()) return RunRemoteProfile(flags, ctx);
   if (flags.graph.derivation.empty()) return UsageError(InvalidArgument("--derivation is empty"));
   auto spec = flags.graph.Spec();
   if (!spec.ok()) return UsageError(spec.status());

@@ -13,7 +13,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "edgecost 0.1.0");
   Context ctx;
   app.add_option("--remote", ctx.remote,
-                 "Run costs and solve against a daemon: unix:PATH or http://HOST:PORT (token from $EDGECOST_TOKEN)");
+                 "Run costs, solve and profile against a daemon: unix:PATH or http://HOST:PORT (token from $EDGECOST_TOKEN)");
   app.add_option("--db", ctx.db_path, "Cost database file (default: $EDGECOST_DB, else $XDG_DATA_HOME/edgecost/edgecost.db)");
   app.footer(
       "Examples:\n"

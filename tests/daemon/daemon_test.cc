@@ -205,6 +205,8 @@ TEST_F(DaemonTest, CommandsRunAgainstTheDaemonWithRemote) {
                     " costs linear --summary"),
               HasSubstr("linear"));
   EXPECT_THAT(Shell(bin + " --remote unix:/nonexistent.sock costs linear"), HasSubstr("cannot reach the daemon"));
+  EXPECT_THAT(Shell(bin + " --remote unix:" + Socket() + " profile --model linear --threads 1"),
+              HasSubstr("STATE_SUCCEEDED"));
 }
 
 TEST_F(DaemonTest, KilledDuringAJobRestartsWithAConsistentDatabase) {
