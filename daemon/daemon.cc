@@ -13,6 +13,7 @@
 
 #include "costdb/costdb.h"
 #include "graph/resolve.h"
+#include "probes/registry.h"
 #include "profiler/cost_tables.h"
 #include "profiler/fingerprint.h"
 #include "profiler/layers.h"
@@ -84,7 +85,10 @@ Status LoadConfigFile(const std::string& path, DaemonConfig& config) {
     return InvalidArgument(path + ":" + where.str() + ": " + std::string(e.description()));
   }
   for (const auto& [section, node] : table) {
-    if (section == "probes") continue;  // read by probes::LoadProbesConfig
+    if (section == "probes") {  // read by probes::LoadProbesConfig
+      config.probes_config = path;
+      continue;
+    }
     if (section != "server" && section != "limits" && section != "database") {
       return InvalidArgument(path + ": unknown section [" + std::string(section.str()) + "]");
     }
@@ -184,6 +188,9 @@ Daemon::Daemon(DaemonConfig config) : config_(std::move(config)) {
     token_ = Trim(token_);
   }
   jobs_ = std::make_unique<JobManager>(config_.db_path);
+  if (Result<probes::ProbesConfig> probes = probes::LoadProbesConfig(config_.probes_config); probes.ok()) {
+    probes_ = probes::DetectAll(*probes);
+  }
   RegisterRoutes();
 }
 
@@ -396,8 +403,32 @@ HttpResponse Daemon::HandleCostTableCached(const HttpRequest& request) {
   return response;
 }
 
+// Jobs by state, and every measuring probe: power sources as gauges, energy
+// counters as raw totals (a wrap looks like a counter reset, which rate() handles).
+void Daemon::JobAndProbeMetrics(std::ostream& out) {
+  std::map<std::string, int> states;
+  for (const v1::Job& job : jobs_->List()) ++states[v1::Job::State_Name(job.state())];
+  out << "# HELP edgecost_jobs Jobs by state.\n# TYPE edgecost_jobs gauge\n";
+  for (const auto& [state, count] : states) out << "edgecost_jobs{state=\"" << state << "\"} " << count << "\n";
+  out << "# HELP edgecost_probe_power_watts Live power per probe and rail.\n# TYPE edgecost_probe_power_watts gauge\n"
+         "# HELP edgecost_probe_energy_joules_total Energy counters per probe and domain.\n"
+         "# TYPE edgecost_probe_energy_joules_total counter\n";
+  std::lock_guard lock(probes_mutex_);
+  for (const auto& probe : probes_.probes) {
+    Result<std::vector<double>> values = probe->Read();
+    if (!values.ok()) continue;
+    const bool power = probe->info().kind == probes::ReadingKind::kPower;
+    for (size_t d = 0; d < values->size() && d < probe->info().domains.size(); ++d) {
+      out << (power ? "edgecost_probe_power_watts" : "edgecost_probe_energy_joules_total") << "{source=\""
+          << probe->info().source << "\",probe=\"" << probe->info().name << "\",domain=\"" << probe->info().domains[d]
+          << "\"} " << (*values)[d] << "\n";
+    }
+  }
+}
+
 std::string Daemon::MetricsText() {
   std::ostringstream out;
+  JobAndProbeMetrics(out);
   std::lock_guard lock(stats_mutex_);
   out << "# HELP edgecost_requests_total Twirp requests by route.\n# TYPE edgecost_requests_total counter\n";
   for (const auto& [route, s] : stats_) out << "edgecost_requests_total{route=\"" << route << "\"} " << s.requests << "\n";

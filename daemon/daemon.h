@@ -14,6 +14,7 @@
 #include "base/status.h"
 #include "daemon/http_server.h"
 #include "daemon/jobs.h"
+#include "probes/sysfs.h"
 #include "proto/edgecost.pb.h"
 #include "daemon/twirp.h"
 
@@ -28,6 +29,7 @@ struct DaemonConfig {
   int tcp_port = -1;                   // -1: no TCP; 0: any free port
   std::string token_file;              // required with TCP
   bool restrict_mutations = false;     // profile, solve, cancel only with the token, even on the socket
+  std::string probes_config;            // the config file, for its [probes] section (meters, rails)
   double fingerprint_check_s = 300;    // how often to look for hardware changes; 0: only at start and on SIGHUP
   bool reprofile_on_change = true;     // re-profile the models with measured schedules when the hardware changes
   ServerLimits limits;
@@ -82,6 +84,9 @@ class Daemon {
     double latency_sum_s = 0;
   };
   HttpResponse HandleCostTableCached(const HttpRequest& request);
+  void JobAndProbeMetrics(std::ostream& out);
+  std::mutex probes_mutex_;
+  probes::Detected probes_;  // read at each scrape of /metrics
   std::mutex cost_table_cache_mutex_;
   std::set<std::string> analytic_requests_;                   // serialized GetCostTableRequests
   std::map<std::string, HttpResponse> cost_table_responses_;  // by encoding and request

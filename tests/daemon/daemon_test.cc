@@ -147,8 +147,9 @@ TEST_F(DaemonTest, SolveStoresTheScheduleForLater) {
   EXPECT_THAT(Call("SolverService/ListSchedules", R"({"model":"resnet18_cifar"})"), HasSubstr("STATUS_OPTIMAL"));
   EXPECT_THAT(Call("SolverService/GetSchedule", R"({"id":"1"})"), HasSubstr("\"stages\""));
   EXPECT_THAT(Call("SolverService/GetSchedule", R"({"id":"99"})"), HasSubstr("not_found"));
-  EXPECT_THAT(Shell("curl -s --unix-socket " + Socket() + " http://localhost/metrics"),
-              HasSubstr("edgecost_requests_total{route=\"/twirp/edgecost.v1.SolverService/Solve\"}"));
+  const std::string metrics = Shell("curl -s --unix-socket " + Socket() + " http://localhost/metrics");
+  EXPECT_THAT(metrics, HasSubstr("edgecost_requests_total{route=\"/twirp/edgecost.v1.SolverService/Solve\"}"));
+  EXPECT_THAT(metrics, HasSubstr("# TYPE edgecost_probe_power_watts gauge"));
 }
 
 TEST_F(DaemonTest, ProfileJobRunsOffTheIoThreadsAndReportsEvents) {
