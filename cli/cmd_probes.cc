@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <memory>
 #include <thread>
 
 #include "cli/cli.h"
@@ -47,7 +48,8 @@ void PrintInfo(const probes::ProbeInfo& info) {
   if (!info.fix.empty() && !info.available) std::printf("%-9s   fix: %s\n", "", info.fix.c_str());
 }
 
-// Live power per source, about once per interval, until Ctrl-C.
+// Live power per source, about once per interval, until Ctrl-C: the energy each
+// monitor gathered over the interval (counters differenced, power integrated) over its length.
 int Watch(probes::Detected& detected, double interval_s) {
   if (detected.probes.empty()) {
     std::cout << "No source measures power here; nothing to watch (the estimate is not a measurement).\n";
@@ -55,39 +57,35 @@ int Watch(probes::Detected& detected, double interval_s) {
   }
   ::signal(SIGINT, [](int) { g_interrupted = true; });
   ::signal(SIGTERM, [](int) { g_interrupted = true; });
-  std::vector<std::vector<double>> last(detected.probes.size());
-  auto previous = std::chrono::steady_clock::now();
-  for (size_t i = 0; i < detected.probes.size(); ++i) {
-    if (auto v = detected.probes[i]->Read(); v.ok()) last[i] = *v;
+  std::vector<std::unique_ptr<probes::EnergyMonitor>> monitors;
+  std::vector<std::vector<double>> last_j;
+  for (auto& probe : detected.probes) {
+    monitors.push_back(std::make_unique<probes::EnergyMonitor>(std::move(probe)));
+    if (Status s = monitors.back()->Start(); !s.ok()) return Failure(s);
+    last_j.emplace_back(monitors.back()->info().domains.size(), 0.0);
   }
   std::cout << "Power per source every " << interval_s << " s; Ctrl-C stops.\n";
+  double previous_s = probes::SteadyNowS();
   while (!g_interrupted) {
     std::this_thread::sleep_for(std::chrono::duration<double>(interval_s));
-    const auto now = std::chrono::steady_clock::now();
-    const double dt = std::chrono::duration<double>(now - previous).count();
-    previous = now;
+    const double now_s = probes::SteadyNowS();
     std::string line;
-    for (size_t i = 0; i < detected.probes.size(); ++i) {
-      probes::Probe& probe = *detected.probes[i];
-      Result<std::vector<double>> values = probe.Read();
-      if (!values.ok()) {
-        line += "  " + probe.info().name + ": " + values.status().message();
+    for (size_t i = 0; i < monitors.size(); ++i) {
+      const probes::ProbeInfo& info = monitors[i]->info();
+      Result<std::vector<double>> energy = monitors[i]->EnergyJ();
+      if (!energy.ok()) {
+        line += "  " + info.name + ": " + energy.status().message();
         continue;
       }
-      for (size_t d = 0; d < values->size(); ++d) {
-        double watts = (*values)[d];
-        if (probe.info().kind == probes::ReadingKind::kEnergyCounter) {
-          double delta = d < last[i].size() ? watts - last[i][d] : 0;
-          if (delta < 0) delta += probe.WrapJ(d);
-          watts = delta / dt;
-        }
+      for (size_t d = 0; d < energy->size() && d < last_j[i].size(); ++d) {
         char cell[128];
-        std::snprintf(cell, sizeof cell, "  %s/%s %.3f W", probe.info().source.c_str(), probe.info().domains[d].c_str(),
-                      watts);
+        std::snprintf(cell, sizeof cell, "  %s/%s %.3f W", info.source.c_str(), info.domains[d].c_str(),
+                      ((*energy)[d] - last_j[i][d]) / (now_s - previous_s));
         line += cell;
       }
-      last[i] = *values;
+      last_j[i] = *energy;
     }
+    previous_s = now_s;
     std::cout << line << std::endl;
   }
   return kExitOk;

@@ -157,6 +157,15 @@ int RunCompare(const solver::Problem& problem, const SolveFlags& flags) {
   return kExitOk;
 }
 
+// --out: the schedule in protobuf's JSON mapping, indented.
+Status WriteScheduleJson(const std::string& path, const v1::Schedule& schedule) {
+  std::string json;
+  google::protobuf::util::JsonPrintOptions options;
+  options.add_whitespace = true;
+  (void)google::protobuf::util::MessageToJsonString(schedule, &json, options);
+  return WriteFile(path, json);
+}
+
 // Solved by a daemon, which also stores the schedule.
 int RunRemoteSolve(const SolveFlags& flags, const Context& ctx, const v1::ScheduleRequest& request) {
   if (flags.compare || flags.min_ram || !flags.svg_path.empty()) {
@@ -165,11 +174,7 @@ int RunRemoteSolve(const SolveFlags& flags, const Context& ctx, const v1::Schedu
   v1::Schedule schedule;
   if (Status s = daemon::CallRemote(ctx.remote, "SolverService/Solve", request, schedule); !s.ok()) return Failure(s);
   if (!flags.out_path.empty()) {
-    std::string json;
-    google::protobuf::util::JsonPrintOptions options;
-    options.add_whitespace = true;
-    (void)google::protobuf::util::MessageToJsonString(schedule, &json, options);
-    if (Status s = WriteFile(flags.out_path, json); !s.ok()) return Failure(s);
+    if (Status s = WriteScheduleJson(flags.out_path, schedule); !s.ok()) return Failure(s);
   }
   if (flags.json) {
     PrintJson(schedule);
@@ -194,13 +199,12 @@ int RunSolve(const SolveFlags& flags, const Context& ctx) {
     if (!opened.ok()) return Failure(opened.status());
     db.emplace(std::move(opened).value());
   }
-  auto table = profiler::CostTableForRequest(db ? &*db : nullptr, *request);
-  if (!table.ok()) return Failure(table.status());
-  auto problem = solver::ProblemFromCostTable(*table, *request);
-  if (!problem.ok()) return UsageError(problem.status());
-
-  if (flags.compare) return RunCompare(*problem, flags);
-  if (flags.min_ram) {
+  if (flags.compare || flags.min_ram) {
+    auto table = profiler::CostTableForRequest(db ? &*db : nullptr, *request);
+    if (!table.ok()) return Failure(table.status());
+    auto problem = solver::ProblemFromCostTable(*table, *request);
+    if (!problem.ok()) return UsageError(problem.status());
+    if (flags.compare) return RunCompare(*problem, flags);
     auto ram = solver::MinFeasibleRam(*problem);
     if (!ram.ok()) return Failure(ram.status());
     std::cout << "smallest RAM budget with a schedule at " << flags.runtime_budget << ": " << *ram << " B ("
@@ -210,29 +214,31 @@ int RunSolve(const SolveFlags& flags, const Context& ctx) {
   }
 
   auto solved = profiler::SolveRequest(db ? &*db : nullptr, *request, !flags.no_store);
-  if (!solved.ok()) return UsageError(solved.status());
-  const v1::Schedule* schedule = &solved->schedule;
-  if (!flags.out_path.empty()) {
-    std::string json;
-    google::protobuf::util::JsonPrintOptions options;
-    options.add_whitespace = true;
-    (void)google::protobuf::util::MessageToJsonString(*schedule, &json, options);
-    if (Status s = WriteFile(flags.out_path, json); !s.ok()) return Failure(s);
+  if (!solved.ok()) {
+    return solved.status().code() == ErrorCode::kInvalidArgument ? UsageError(solved.status())
+                                                                 : Failure(solved.status());
   }
-  if (!flags.svg_path.empty() && HasSchedule(*schedule)) {
-    if (Status s = WriteFile(flags.svg_path, solver::ScheduleToSvg(*problem, *schedule)); !s.ok()) return Failure(s);
+  const v1::CostTable& table = solved->table;
+  const v1::Schedule& schedule = solved->schedule;
+  if (!flags.out_path.empty()) {
+    if (Status s = WriteScheduleJson(flags.out_path, schedule); !s.ok()) return Failure(s);
+  }
+  if (!flags.svg_path.empty() && HasSchedule(schedule)) {
+    if (Status s = WriteFile(flags.svg_path, solver::ScheduleToSvg(solved->problem, schedule)); !s.ok()) {
+      return Failure(s);
+    }
   }
   if (flags.json) {
-    PrintJson(*schedule);
+    PrintJson(schedule);
   } else {
-    std::cout << "problem        " << table->graph().model() << " on " << table->device() << " ("
-              << table->cost_source() << "), " << problem->size() << " nodes, RAM budget "
+    std::cout << "problem        " << table.graph().model() << " on " << table.device() << " ("
+              << table.cost_source() << "), " << solved->problem.size() << " nodes, RAM budget "
               << request->ram_budget_bytes() << " B, runtime budget " << flags.runtime_budget << "\n";
-    PrintSchedule(*schedule);
+    PrintSchedule(schedule);
     if (!flags.out_path.empty()) std::cout << "written        " << flags.out_path << "\n";
-    if (!flags.svg_path.empty() && HasSchedule(*schedule)) std::cout << "written        " << flags.svg_path << "\n";
+    if (!flags.svg_path.empty() && HasSchedule(schedule)) std::cout << "written        " << flags.svg_path << "\n";
   }
-  return HasSchedule(*schedule) ? kExitOk : kExitFailure;
+  return HasSchedule(schedule) ? kExitOk : kExitFailure;
 }
 
 int RunCheck(const std::string& path, const Context& ctx) {

@@ -2,7 +2,6 @@
 
 #include <chrono>
 #include <cstdlib>
-#include <filesystem>
 #include <fstream>
 #include <optional>
 #include <set>
@@ -15,9 +14,8 @@
 #include "graph/resolve.h"
 #include "probes/registry.h"
 #include "profiler/cost_tables.h"
-#include "profiler/fingerprint.h"
-#include "profiler/layers.h"
 #include "profiler/profile.h"
+#include "profiler/profile_job.h"
 
 namespace edgecost::daemon {
 namespace {
@@ -201,12 +199,7 @@ Daemon::~Daemon() {
 
 Status Daemon::CheckHardware(const std::string& why) {
   EC_ASSIGN_OR_RETURN(costdb::CostDb db, costdb::CostDb::Open(config_.db_path, costdb::OpenMode::kReadWrite));
-  const std::string paging_dir = (std::filesystem::path(config_.db_path).parent_path() / "paging").string();
-  v1::Device device;
-  device.set_name(profiler::ThisDeviceName());
-  device.set_kind(v1::Device::KIND_MEASURED);
-  *device.mutable_fingerprint() =
-      profiler::ReadFingerprint(profiler::SystemRoots::FromEnvironment(), profiler::Backend::Isa(), paging_dir);
+  const v1::Device device = profiler::ThisDevice(profiler::DefaultPagingDir(config_.db_path));
   Result<v1::Device> stored = db.GetDevice(device.name());
   const std::string before = stored.ok() ? stored->fingerprint().hash() : "";
   if (before == device.fingerprint().hash()) return Status::Ok();

@@ -73,12 +73,12 @@ Result<v1::ListModelsResponse> DescribeZoo(int batch_size) {
 Result<SolvedRequest> SolveRequest(costdb::CostDb* db, const v1::ScheduleRequest& request, bool store) {
   SolvedRequest solved;
   EC_ASSIGN_OR_RETURN(solved.table, CostTableForRequest(db, request));
-  EC_ASSIGN_OR_RETURN(solver::Problem problem, solver::ProblemFromCostTable(solved.table, request));
+  EC_ASSIGN_OR_RETURN(solved.problem, solver::ProblemFromCostTable(solved.table, request));
   solver::SolveOptions options;
   if (!request.strategy().empty()) options.strategy = request.strategy();
   if (request.time_limit_s() > 0) options.time_limit_s = request.time_limit_s();
   if (request.threads() > 0) options.threads = static_cast<int>(request.threads());
-  EC_ASSIGN_OR_RETURN(solved.schedule, solver::Solve(problem, options));
+  EC_ASSIGN_OR_RETURN(solved.schedule, solver::Solve(solved.problem, options));
   *solved.schedule.mutable_request() = request;
   if (db && store) {
     EC_ASSIGN_OR_RETURN(int64_t request_id, db->PutScheduleRequest(request));

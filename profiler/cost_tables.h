@@ -6,6 +6,7 @@
 #include "base/status.h"
 #include "costdb/costdb.h"
 #include "proto/edgecost.pb.h"
+#include "solver/problem.h"
 
 namespace edgecost::profiler {
 
@@ -23,6 +24,7 @@ Result<v1::CostTable> CostTableForRequest(costdb::CostDb* db, const v1::Schedule
 // one thread. Shared by `edgecost solve` and SolverService.Solve.
 struct SolvedRequest {
   v1::CostTable table;
+  solver::Problem problem;  // the table and the request's budgets, as solved
   v1::Schedule schedule;
   int64_t schedule_id = 0;
 };

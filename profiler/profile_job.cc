@@ -17,6 +17,18 @@
 
 namespace edgecost::profiler {
 
+std::string DefaultPagingDir(const std::string& db_path) {
+  return (std::filesystem::path(db_path).parent_path() / "paging").string();
+}
+
+v1::Device ThisDevice(const std::string& paging_dir) {
+  v1::Device device;
+  device.set_name(ThisDeviceName());
+  device.set_kind(v1::Device::KIND_MEASURED);
+  *device.mutable_fingerprint() = ReadFingerprint(SystemRoots::FromEnvironment(), Backend::Isa(), paging_dir);
+  return device;
+}
+
 Result<ProfileJobResult> RunProfileJob(const ProfileJobOptions& options, const std::atomic<bool>* stop,
                                        const std::function<void(const ProfileProgress&)>& on_progress,
                                        const std::function<void(const std::string&)>& log) {
@@ -27,15 +39,10 @@ Result<ProfileJobResult> RunProfileJob(const ProfileJobOptions& options, const s
   omp_set_num_threads(threads);
 
   Backend backend;
-  const std::string paging_dir = options.paging_dir.empty()
-                                     ? (std::filesystem::path(options.db_path).parent_path() / "paging").string()
-                                     : options.paging_dir;
+  const std::string paging_dir = options.paging_dir.empty() ? DefaultPagingDir(options.db_path) : options.paging_dir;
   std::error_code ec;
   std::filesystem::create_directories(paging_dir, ec);
-  v1::Device& device = result.device;
-  device.set_name(ThisDeviceName());
-  device.set_kind(v1::Device::KIND_MEASURED);
-  *device.mutable_fingerprint() = ReadFingerprint(SystemRoots::FromEnvironment(), Backend::Isa(), paging_dir);
+  const v1::Device& device = result.device = ThisDevice(paging_dir);
   const std::string hash = device.fingerprint().hash();
   EC_RETURN_IF_ERROR(db.UpsertDevice(device).status());
   std::ostringstream line;

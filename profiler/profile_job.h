@@ -37,6 +37,13 @@ struct ProfileJobResult {
   double step_energy_j = 0;
 };
 
+// "paging" beside the database: where paged tensors go unless told otherwise.
+std::string DefaultPagingDir(const std::string& db_path);
+
+// This machine as a measured device, with its fingerprint read now (the storage
+// part from the device behind `paging_dir`).
+v1::Device ThisDevice(const std::string& paging_dir);
+
 // `log` gets a line for each stage (device, energy source, paging); `stop` is
 // checked between ops, and what was measured stays stored.
 Result<ProfileJobResult> RunProfileJob(const ProfileJobOptions& options, const std::atomic<bool>* stop,

@@ -109,8 +109,9 @@ Status RunSolverBenchmark(std::ostream& out, const SolverBenchOptions& options) 
     request.set_ram_budget_bytes(static_cast<uint64_t>(ram));
     request.set_runtime_budget_multiple(instance.runtime_multiple);
     EC_ASSIGN_OR_RETURN(Problem problem, ProblemFromCostTable(table, request));
-    const std::string name = instance.model + "/" + instance.platform + " " + std::to_string(ram) + " B " +
-                             Seconds(instance.runtime_multiple).substr(0, 3) + "x";
+    char name[96];
+    std::snprintf(name, sizeof name, "%s/%s %lld B %.1fx", instance.model.c_str(), instance.platform.c_str(),
+                  static_cast<long long>(ram), instance.runtime_multiple);
 
     SolveOptions solve;
     solve.time_limit_s = instance.time_limit_s * options.time_scale;
