@@ -53,6 +53,7 @@ inline Status NotFound(std::string m) { return {ErrorCode::kNotFound, std::move(
 inline Status FailedPrecondition(std::string m) { return {ErrorCode::kFailedPrecondition, std::move(m)}; }
 inline Status PermissionDenied(std::string m) { return {ErrorCode::kPermissionDenied, std::move(m)}; }
 inline Status Unavailable(std::string m) { return {ErrorCode::kUnavailable, std::move(m)}; }
+inline Status ResourceExhausted(std::string m) { return {ErrorCode::kResourceExhausted, std::move(m)}; }
 inline Status Internal(std::string m) { return {ErrorCode::kInternal, std::move(m)}; }
 
 template <typename T>

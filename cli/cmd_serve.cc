@@ -4,8 +4,11 @@
 #include <iostream>
 #include <thread>
 
+#include <spdlog/spdlog.h>
+
 #include "cli/cli.h"
 #include "daemon/daemon.h"
+#include "daemon/log.h"
 
 namespace edgecost::cli {
 namespace {
@@ -15,6 +18,9 @@ struct ServeFlags {
   std::string socket;
   std::string tcp;  // HOST:PORT or PORT
   std::string token_file;
+  std::string probes_config;
+  std::string log_level = "info";
+  int concurrent_solves = 0;  // 0: the config's, else the default
   bool restrict_mutations = false;
   bool check_config = false;
 };
@@ -32,6 +38,8 @@ Result<daemon::DaemonConfig> BuildConfig(const ServeFlags& flags, const Context&
     config.tcp_port = std::atoi(flags.tcp.substr(colon == std::string::npos ? 0 : colon + 1).c_str());
   }
   if (!flags.token_file.empty()) config.token_file = flags.token_file;
+  if (!flags.probes_config.empty()) config.probes_config = flags.probes_config;
+  if (flags.concurrent_solves > 0) config.concurrent_solves = flags.concurrent_solves;
   if (flags.restrict_mutations) config.restrict_mutations = true;
   EC_RETURN_IF_ERROR(daemon::ValidateConfig(config));
   return config;
@@ -53,28 +61,34 @@ int RunServe(const ServeFlags& flags, const Context& ctx) {
   sigaddset(&signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  daemon::Daemon agent(*config);
+  if (Status s = daemon::SetUpLogging(flags.log_level); !s.ok()) return UsageError(s);
+  auto owned = std::make_unique<daemon::Daemon>(*config);
+  daemon::Daemon& agent = *owned;
   auto port = agent.Start();
   if (!port.ok()) return Failure(port.status());
-  std::cerr << "edgecost serving";
-  if (!config->socket_path.empty()) std::cerr << " on unix:" << config->socket_path;
-  if (config->tcp_port >= 0) std::cerr << " and http://" << config->tcp_host << ":" << *port;
-  std::cerr << std::endl;
+  spdlog::info("event=serving socket={} tcp={} db={} concurrent_solves={}",
+               config->socket_path.empty() ? "none" : "unix:" + config->socket_path,
+               config->tcp_port >= 0 ? "http://" + config->tcp_host + ":" + std::to_string(*port) : "off",
+               daemon::Quoted(config->db_path.empty() ? "default" : config->db_path), config->concurrent_solves);
   std::thread waiter([&agent, signals] {
     for (;;) {
       int signal = 0;
       sigwait(&signals, &signal);
       if (signal == SIGHUP) {  // look at the hardware now
-        if (Status s = agent.CheckHardware("SIGHUP"); !s.ok()) std::cerr << "edgecost: " << s.message() << std::endl;
+        if (Status s = agent.CheckHardware("SIGHUP"); !s.ok()) {
+          spdlog::error("event=fingerprint_check_failed why=SIGHUP message={}", daemon::Quoted(s.message()));
+        }
         continue;
       }
-      std::cerr << "edgecost: stopping (" << strsignal(signal) << ")" << std::endl;
+      spdlog::info("event=stopping signal={}", sigabbrev_np(signal));
       agent.Stop();
       return;
     }
   });
   agent.Run();
   waiter.join();
+  owned.reset();  // the running job stops at a safe point and is stored
+  spdlog::info("event=stopped");
   return kExitOk;
 }
 
@@ -88,6 +102,12 @@ void RegisterServeCommand(CLI::App& app, Context& ctx) {
   cmd->add_option("--tcp", flags->tcp, "Also listen on TCP, HOST:PORT (loopback unless a host is given)");
   cmd->add_option("--token-file", flags->token_file, "Bearer token for TCP and restricted calls");
   cmd->add_flag("--restrict-mutations", flags->restrict_mutations, "Profile, solve and cancel need the token");
+  cmd->add_option("--probes-config", flags->probes_config,
+                  "TOML file whose [probes] section names meters and rails for /metrics and profiles");
+  cmd->add_option("--concurrent-solves", flags->concurrent_solves, "Solve calls running at once (default: half the cores)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--log-level", flags->log_level, "trace, debug (one line per request), info, warn or error")
+      ->capture_default_str();
   cmd->add_flag("--check-config", flags->check_config, "Validate the configuration and exit");
   cmd->footer(
       "Examples:\n"

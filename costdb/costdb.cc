@@ -159,12 +159,23 @@ CREATE TABLE schedules (
 CREATE INDEX schedules_by_request ON schedules(request_id);
 CREATE INDEX schedules_by_cost_table ON schedules(cost_table_id);
 )sql",
+    // 1 -> 2: the daemon's jobs, so that a restart keeps their history and resumes the unfinished.
+    R"sql(
+CREATE TABLE jobs (
+  id INTEGER PRIMARY KEY,
+  kind TEXT NOT NULL,                 -- "profile", "regenerate"
+  state INTEGER NOT NULL,             -- edgecost.v1.Job.State number
+  job BLOB NOT NULL,                  -- edgecost.v1.Job
+  profile_request BLOB NOT NULL,      -- edgecost.v1.StartProfileRequest; empty for other kinds
+  updated_at TEXT NOT NULL
+);
+)sql",
 };
 static_assert(std::size(kMigrations) == kSchemaVersion, "one migration step per schema version");
 
 constexpr const char* kTables[] = {"devices",     "fingerprints", "cost_sources", "runs",
                                    "op_costs",    "paging_costs", "models",       "cost_tables",
-                                   "node_costs",  "schedule_requests", "schedules"};
+                                   "node_costs",  "schedule_requests", "schedules",    "jobs"};
 
 constexpr std::string_view kSqliteMagic("SQLite format 3\0", 16);
 
@@ -922,6 +933,33 @@ Result<std::vector<std::pair<int64_t, v1::ScheduleRequest>>> CostDb::ListSchedul
     return Status::Ok();
   }));
   return requests;
+}
+
+Status CostDb::PutJob(const StoredJob& stored) {
+  static const std::string kSql =
+      UpsertSql("jobs", {"id"}, {"id", "kind", "state", "job", "profile_request", "updated_at"});
+  EC_ASSIGN_OR_RETURN(Transaction tx, Write());
+  EC_ASSIGN_OR_RETURN(Statement stmt, db_.Prepare(kSql));
+  EC_RETURN_IF_ERROR(stmt.Bind(1, static_cast<int64_t>(stored.job.id()))
+                         .Bind(2, stored.job.kind())
+                         .Bind(3, static_cast<int64_t>(stored.job.state()))
+                         .BindBlob(4, Serialize(stored.job))
+                         .BindBlob(5, Serialize(stored.profile_request))
+                         .Bind(6, NowUtc())
+                         .Run());
+  return tx.Commit();
+}
+
+Result<std::vector<StoredJob>> CostDb::ListJobs() {
+  EC_ASSIGN_OR_RETURN(Statement stmt, db_.Prepare("SELECT job, profile_request FROM jobs ORDER BY id"));
+  std::vector<StoredJob> jobs;
+  EC_RETURN_IF_ERROR(ForEachRow(stmt, [&]() -> Status {
+    StoredJob& stored = jobs.emplace_back();
+    EC_ASSIGN_OR_RETURN(stored.job, Parse<v1::Job>(stmt.Blob(0), "job", path()));
+    EC_ASSIGN_OR_RETURN(stored.profile_request, Parse<v1::StartProfileRequest>(stmt.Blob(1), "profile request", path()));
+    return Status::Ok();
+  }));
+  return jobs;
 }
 
 Result<DbInfo> CostDb::Info() {

@@ -25,7 +25,7 @@
 namespace edgecost::costdb {
 
 // The schema this build writes; files with a higher PRAGMA user_version are refused.
-inline constexpr int kSchemaVersion = 1;
+inline constexpr int kSchemaVersion = 2;
 
 enum class OpenMode {
   kReadWrite,  // creates the file (and its folder) if missing, migrates to kSchemaVersion
@@ -73,6 +73,12 @@ struct StoredSchedule {
   double energy_j = 0;
   bool superseded = false;
   std::string created_at;  // UTC, ISO 8601
+};
+
+// A daemon job and, for a profile, the request that started it.
+struct StoredJob {
+  v1::Job job;
+  v1::StartProfileRequest profile_request;
 };
 
 struct DbInfo {
@@ -144,6 +150,10 @@ class CostDb {
   // Empty filters match everything; oldest first.
   Result<std::vector<StoredSchedule>> ListSchedules(const std::string& model = "", const std::string& device = "");
   Result<std::vector<std::pair<int64_t, v1::ScheduleRequest>>> ListScheduleRequests();
+
+  // The daemon's jobs, by id; storing a job again replaces it.
+  Status PutJob(const StoredJob& stored);
+  Result<std::vector<StoredJob>> ListJobs();
 
   Result<DbInfo> Info();
 

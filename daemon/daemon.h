@@ -11,6 +11,9 @@
 #include <set>
 #include <string>
 
+#include <boost/asio/post.hpp>
+#include <boost/asio/thread_pool.hpp>
+
 #include "base/status.h"
 #include "daemon/http_server.h"
 #include "daemon/jobs.h"
@@ -19,6 +22,9 @@
 #include "daemon/twirp.h"
 
 namespace edgecost::daemon {
+
+// Half the cores, at least one: solves are CPU-bound, and queries and profiles need the rest.
+int DefaultConcurrentSolves();
 
 struct DaemonConfig {
   std::string db_path;                 // empty: the default cost database
@@ -32,7 +38,9 @@ struct DaemonConfig {
   std::string probes_config;            // the config file, for its [probes] section (meters, rails)
   double fingerprint_check_s = 300;    // how often to look for hardware changes; 0: only at start and on SIGHUP
   bool reprofile_on_change = true;     // re-profile the models with measured schedules when the hardware changes
+  int concurrent_solves = DefaultConcurrentSolves();  // Solve calls running at once; up to 4x as many wait
   ServerLimits limits;
+
 };
 
 // $XDG_RUNTIME_DIR/edgecost.sock, else /run/edgecost/edgecost.sock.
@@ -60,8 +68,9 @@ class Daemon {
   // schedule request, and emits a "fingerprint" event. `why`: "start", "SIGHUP", "periodic".
   Status CheckHardware(const std::string& why);
 
-  // The full request path: auth, metrics, Twirp dispatch. Public so tests can call it without sockets.
-  HttpResponse Handle(const HttpRequest& request);
+  // The full request path: auth, metrics, Twirp dispatch; `reply` gets the
+  // answer, perhaps later and from another thread. Public so tests can call it without sockets.
+  void Handle(HttpRequest request, HttpReply reply);
 
  private:
   void RegisterRoutes();
@@ -71,6 +80,10 @@ class Daemon {
   std::string token_;
   TwirpRouter router_;
   std::unique_ptr<JobManager> jobs_;
+  // Solves run here, not on the HTTP workers, so that queries stay answered while they search.
+  boost::asio::thread_pool solve_pool_;
+  std::atomic<int> solves_in_flight_{0};  // running and waiting
+  std::atomic<bool> stop_solves_{false};
   std::unique_ptr<HttpServer> server_;
   std::thread watcher_;
   std::mutex watcher_mutex_;
@@ -83,7 +96,9 @@ class Daemon {
     std::vector<uint64_t> latency_buckets;  // cumulative counts per kLatencyBucketsS
     double latency_sum_s = 0;
   };
-  HttpResponse HandleCostTableCached(const HttpRequest& request);
+  void HandleCostTableCached(const HttpRequest& request, HttpReply reply);
+  void Record(const std::string& target, int status, double elapsed_s);
+  Result<v1::Schedule> SolveAndStore(const v1::ScheduleRequest& request);
   void JobAndProbeMetrics(std::ostream& out);
   std::mutex probes_mutex_;
   probes::Detected probes_;  // read at each scrape of /metrics

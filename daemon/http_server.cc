@@ -98,10 +98,11 @@ class Session : public std::enable_shared_from_this<Session<Protocol>> {
     request.body = std::move(message.body());
     request.over_tcp = over_tcp_;
     stream_.expires_never();  // the handler may take a while; the write has its own deadline
-    asio::post(server_.workers, [self = this->shared_from_this(), request = std::move(request)] {
-      HttpResponse response = self->server_.handler(request);
-      asio::post(self->stream_.get_executor(), [self, response = std::move(response)]() mutable {
-        self->Respond(std::move(response), self->keep_alive_);
+    asio::post(server_.workers, [self = this->shared_from_this(), request = std::move(request)]() mutable {
+      self->server_.handler(std::move(request), [self](HttpResponse response) {
+        asio::post(self->stream_.get_executor(), [self, response = std::move(response)]() mutable {
+          self->Respond(std::move(response), self->keep_alive_);
+        });
       });
     });
   }

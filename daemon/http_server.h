@@ -1,6 +1,6 @@
 // HTTP/1.1 transport (Boost.Beast on Boost.Asio) over a Unix socket and/or TCP,
 // kept apart from request handling: the server is given a handler, so tests can
-// inject one. Requests run on a bounded worker pool, off the I/O threads, and
+// inject one. Handlers start on a bounded worker pool, off the I/O threads, and
 // every connection has limits on header size, body size, read and write time.
 #pragma once
 
@@ -28,7 +28,11 @@ struct HttpResponse {
   std::string body;
 };
 
-using HttpHandler = std::function<HttpResponse(const HttpRequest&)>;
+// Answers one request: called once, from any thread.
+using HttpReply = std::function<void(HttpResponse)>;
+// Runs on a worker thread, off the I/O threads, and answers through `reply`,
+// at once or later (a long poll, a solve on its own pool) without holding the worker.
+using HttpHandler = std::function<void(HttpRequest, HttpReply)>;
 
 struct ServerLimits {
   size_t max_header_bytes = 16 * 1024;

@@ -3,8 +3,12 @@
 #include <chrono>
 #include <ctime>
 
+#include <boost/asio/post.hpp>
+#include <spdlog/spdlog.h>
+
 #include "graph/zoo.h"
 #include "costdb/costdb.h"
+#include "daemon/log.h"
 #include "profiler/cost_tables.h"
 #include "profiler/profile_job.h"
 
@@ -23,29 +27,81 @@ std::string NowRfc3339() {
 
 }  // namespace
 
-JobManager::JobManager(std::string db_path) : db_path_(std::move(db_path)), worker_([this] { Worker(); }) {}
+JobManager::JobManager(std::string db_path, std::string probes_config)
+    : db_path_(std::move(db_path)), probes_config_(std::move(probes_config)), timers_work_(timers_.get_executor()), timer_thread_([this] { timers_.run(); }) {}
 
 JobManager::~JobManager() {
   Shutdown();
   if (worker_.joinable()) worker_.join();
+  timers_work_.reset();
+  timers_.stop();
+  timer_thread_.join();
+}
+
+Status JobManager::Open() {
+  EC_ASSIGN_OR_RETURN(costdb::CostDb db, costdb::CostDb::Open(db_path_, costdb::OpenMode::kReadWrite));
+  EC_ASSIGN_OR_RETURN(std::vector<costdb::StoredJob> stored, db.ListJobs());
+  std::lock_guard lock(mutex_);
+  db_.emplace(std::move(db));
+  for (costdb::StoredJob& s : stored) {
+    auto entry = std::make_unique<Entry>();
+    entry->job = std::move(s.job);
+    entry->request = std::move(s.profile_request);
+    const uint64_t id = entry->job.id();
+    next_id_ = std::max(next_id_, id + 1);
+    const v1::Job::State state = entry->job.state();
+    if (state == v1::Job::STATE_QUEUED || state == v1::Job::STATE_RUNNING) {
+      entry->job.set_state(v1::Job::STATE_QUEUED);
+      entry->job.set_message("queued again: the daemon stopped while it was " +
+                             std::string(state == v1::Job::STATE_RUNNING ? "running" : "queued"));
+      StoreLocked(*entry);
+      queue_.push_back(id);
+    }
+    jobs_[id] = std::move(entry);
+  }
+  spdlog::info("event=jobs_loaded stored={} queued_again={}", jobs_.size(), queue_.size());
+  worker_ = std::thread([this] { Worker(); });
+  return Status::Ok();
 }
 
 void JobManager::Shutdown() {
-  std::lock_guard lock(mutex_);
-  shutting_down_ = true;
-  for (auto& [id, entry] : jobs_) entry->stop = true;
+  std::map<uint64_t, Watcher> watchers;
+  {
+    std::lock_guard lock(mutex_);
+    shutting_down_ = true;
+    for (auto& [id, entry] : jobs_) entry->stop = true;
+    watchers.swap(watchers_);
+  }
   work_ready_.notify_all();
-  event_ready_.notify_all();
+  for (auto& [id, watcher] : watchers) watcher.done({});
+}
+
+// A write that fails leaves the job running; the next update tries again.
+void JobManager::StoreLocked(const Entry& entry) {
+  if (db_) (void)db_->PutJob({entry.job, entry.request});
+}
+
+void JobManager::SetStopped(const Entry& entry, v1::Job& job, const std::string& what_was_done) {
+  if (entry.cancelled) {
+    job.set_state(v1::Job::STATE_CANCELLED);
+    job.set_message("cancelled; " + what_was_done);
+  } else {  // stored as queued: the next start runs it again
+    job.set_state(v1::Job::STATE_QUEUED);
+    job.set_message("stopped by the daemon's shutdown; " + what_was_done + "; resumes at the next start");
+  }
 }
 
 Result<v1::Job> JobManager::Enqueue(std::unique_ptr<Entry> entry, const std::string& kind, const std::string& message) {
   std::unique_lock lock(mutex_);
   if (shutting_down_) return Unavailable("the daemon is shutting down");
+  if (!db_) return Unavailable("the daemon is starting; try again");
   entry->job.set_id(next_id_++);
   entry->job.set_kind(kind);
   entry->job.set_state(v1::Job::STATE_QUEUED);
   entry->job.set_created_at(NowRfc3339());
   entry->job.set_message(message);
+  StoreLocked(*entry);
+  spdlog::info("event=job id={} kind={} state=STATE_QUEUED message={}", entry->job.id(), kind, Quoted(message));
   const v1::Job job = entry->job;
   queue_.push_back(job.id());
   jobs_[job.id()] = std::move(entry);
@@ -84,8 +140,11 @@ Result<v1::Job> JobManager::Cancel(uint64_t id) {
     auto it = jobs_.find(id);
     if (it == jobs_.end()) return NotFound("no job " + std::to_string(id));
     entry = it->second.get();
-    entry->stop = true;
-    if (entry->job.state() != v1::Job::STATE_QUEUED) return entry->job;  // the worker notices at the next op
+    entry->cancelled = true;
+    if (entry->job.state() != v1::Job::STATE_QUEUED) {
+      entry->stop = true;  // a running job stops at its next op; a finished one stays as it is
+      return entry->job;
+    }
     std::erase(queue_, id);
   }
   Update(*entry, [](v1::Job& job) {
@@ -102,20 +161,7 @@ std::vector<v1::Job> JobManager::List() {
   return jobs;
 }
 
-void JobManager::Emit(v1::Event event) {
-  std::lock_guard lock(mutex_);
-  const uint64_t sequence = events_.empty() ? 1 : events_.back().sequence() + 1;
-  event.set_sequence(sequence);
-  events_.push_back(std::move(event));
-  if (events_.size() > kMaxEvents) events_.erase(events_.begin(), events_.begin() + kMaxEvents / 10);
-  event_ready_.notify_all();
-}
-
-std::vector<v1::Event> JobManager::Watch(uint64_t after_sequence, double wait_s) {
-  std::unique_lock lock(mutex_);
-  auto newer = [&] { return !events_.empty() && events_.back().sequence() > after_sequence; };
-  event_ready_.wait_for(lock, std::chrono::duration<double>(std::min(std::max(wait_s, 0.0), kMaxWatchS)),
-                        [&] { return newer() || shutting_down_; });
+std::vector<v1::Event> JobManager::EventsAfterLocked(uint64_t after_sequence) const {
   std::vector<v1::Event> out;
   for (const v1::Event& e : events_) {
     if (e.sequence() > after_sequence) out.push_back(e);
@@ -123,11 +169,62 @@ std::vector<v1::Event> JobManager::Watch(uint64_t after_sequence, double wait_s)
   return out;
 }
 
+void JobManager::Emit(v1::Event event) {
+  std::vector<std::pair<Watcher, std::vector<v1::Event>>> ready;
+  {
+    std::lock_guard lock(mutex_);
+    event.set_sequence(++last_sequence_);
+    events_.push_back(std::move(event));
+    if (events_.size() > kMaxEvents) events_.erase(events_.begin(), events_.begin() + kMaxEvents / 10);
+    // Every watcher waits for anything newer than what it had, and this is newer.
+    for (auto& [id, watcher] : watchers_) {
+      std::vector<v1::Event> events = EventsAfterLocked(watcher.after_sequence);
+      ready.emplace_back(std::move(watcher), std::move(events));
+    }
+    watchers_.clear();
+  }
+  for (auto& [watcher, events] : ready) {
+    boost::asio::post(timers_, [timer = watcher.timer] { timer->cancel(); });
+    watcher.done(std::move(events));
+  }
+}
+
+void JobManager::Watch(uint64_t after_sequence, double wait_s, EventsCallback done) {
+  std::unique_lock lock(mutex_);
+  if (after_sequence > last_sequence_) after_sequence = 0;  // asked of an earlier run of the daemon
+  std::vector<v1::Event> events = EventsAfterLocked(after_sequence);
+  if (!events.empty() || shutting_down_ || wait_s <= 0) {
+    lock.unlock();
+    return done(std::move(events));
+  }
+  const uint64_t id = next_watcher_++;
+  auto timer = std::make_shared<boost::asio::steady_timer>(
+      timers_, std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                   std::chrono::duration<double>(std::min(wait_s, kMaxWatchS))));
+  timer->async_wait([this, id](const boost::system::error_code&) { FinishWatch(id); });
+  watchers_.emplace(id, Watcher{after_sequence, std::move(done), std::move(timer)});
+}
+
+void JobManager::FinishWatch(uint64_t watcher_id) {
+  std::unique_lock lock(mutex_);
+  auto it = watchers_.find(watcher_id);
+  if (it == watchers_.end()) return;  // answered by an event already
+  Watcher watcher = std::move(it->second);
+  watchers_.erase(it);
+  lock.unlock();
+  watcher.done({});
+}
+
 void JobManager::Update(Entry& entry, const std::function<void(v1::Job&)>& change) {
   v1::Event event;
   {
     std::lock_guard lock(mutex_);
+    const v1::Job::State before = entry.job.state();
     change(entry.job);
+    spdlog::log(entry.job.state() != before ? spdlog::level::info : spdlog::level::debug,
+                "event=job id={} kind={} state={} progress={:.2f} message={}", entry.job.id(), entry.job.kind(),
+                v1::Job::State_Name(entry.job.state()), entry.job.progress(), Quoted(entry.job.message()));
+    StoreLocked(entry);
     event.set_kind("job");
     event.set_message(entry.job.message());
     *event.mutable_job() = entry.job;
@@ -160,6 +257,7 @@ void JobManager::Worker() {
 void JobManager::RunProfile(Entry& entry) {
   profiler::ProfileJobOptions options;
   options.db_path = db_path_;
+  options.probes_config = probes_config_;
   options.graph.model_or_file = entry.request.model();
   options.graph.derivation = graph::Derivation::kExact;
   options.threads = static_cast<int>(entry.request.threads());
@@ -181,8 +279,7 @@ void JobManager::RunProfile(Entry& entry) {
       job.set_state(v1::Job::STATE_FAILED);
       job.set_message(result.status().message());
     } else if (result->summary.interrupted) {
-      job.set_state(v1::Job::STATE_CANCELLED);
-      job.set_message("stopped; " + std::to_string(result->summary.measured) + " ops measured and kept");
+      SetStopped(entry, job, std::to_string(result->summary.measured) + " ops measured and kept");
     } else {
       job.set_state(v1::Job::STATE_SUCCEEDED);
       job.set_progress(1);
@@ -221,8 +318,10 @@ void JobManager::RunRegeneration(Entry& entry) {
     Update(entry, [&](v1::Job& job) { job.set_progress(static_cast<double>(i + 1) / requests->size()); });
   }
   Update(entry, [&](v1::Job& job) {
-    job.set_state(entry.stop ? v1::Job::STATE_CANCELLED : failed ? v1::Job::STATE_FAILED : v1::Job::STATE_SUCCEEDED);
-    job.set_message(std::to_string(solved) + " schedules regenerated, " + std::to_string(failed) + " failed");
+    const std::string counts = std::to_string(solved) + " schedules regenerated, " + std::to_string(failed) + " failed";
+    if (entry.stop) return SetStopped(entry, job, counts);
+    job.set_state(failed ? v1::Job::STATE_FAILED : v1::Job::STATE_SUCCEEDED);
+    job.set_message(counts);
   });
 }
 

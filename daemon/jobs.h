@@ -1,26 +1,41 @@
-// Profile jobs off the I/O threads, one at a time (measurements running side
-// by side would disturb each other), and the event log that WatchEvents
-// long-polls: job changes and stored schedules, each with a sequence number.
+// Profile and regeneration jobs off the I/O threads, one at a time
+// (measurements running side by side would disturb each other), kept in the
+// cost database so that a restart keeps their history and resumes the
+// unfinished; and the event log that WatchEvents long-polls: job changes,
+// stored schedules and hardware changes, each with a sequence number.
 #pragma once
 
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+
 #include "base/status.h"
+#include "costdb/costdb.h"
 #include "proto/edgecost.pb.h"
 
 namespace edgecost::daemon {
 
 class JobManager {
  public:
-  explicit JobManager(std::string db_path);
+  // `probes_config`: the TOML file whose [probes] section profiles measure with, or empty.
+  JobManager(std::string db_path, std::string probes_config);
   ~JobManager();  // stops the running job at a safe point and joins
+
+  // Loads the jobs of earlier runs and queues again those that a crash or a
+  // stop interrupted (a profile resumes where its stored measurements end),
+  // then starts the worker. No job is taken before this.
+  Status Open();
 
   Result<v1::Job> StartProfile(const v1::StartProfileRequest& request);
   // After a hardware change: a job that solves every stored schedule request
@@ -30,11 +45,16 @@ class JobManager {
   Result<v1::Job> Cancel(uint64_t id);
   std::vector<v1::Job> List();
 
-  // Events after `after_sequence`, waiting up to `wait_s` for the first one.
-  std::vector<v1::Event> Watch(uint64_t after_sequence, double wait_s);
+  // Calls `done` once, from any thread, with the events after `after_sequence`:
+  // at once if there are any, else at the next event, after `wait_s` or at
+  // shutdown. No thread is held while it waits. Sequences start again at 1
+  // when the daemon does, so an `after_sequence` beyond the last one gets
+  // every event kept.
+  using EventsCallback = std::function<void(std::vector<v1::Event>)>;
+  void Watch(uint64_t after_sequence, double wait_s, EventsCallback done);
   void Emit(v1::Event event);  // also for schedules stored by SolverService
 
-  // Stops taking work and stops the running job; used at shutdown.
+  // Stops taking work, stops the running job and answers every watcher; used at shutdown.
   void Shutdown();
 
  private:
@@ -42,22 +62,41 @@ class JobManager {
     v1::Job job;
     v1::StartProfileRequest request;  // kind "profile"
     std::atomic<bool> stop{false};
+    bool cancelled = false;  // by CancelJob; otherwise a stop is the daemon's shutdown, and the job resumes at the next start
+  };
+  struct Watcher {
+    uint64_t after_sequence = 0;
+    EventsCallback done;
+    std::shared_ptr<boost::asio::steady_timer> timer;
   };
   void Worker();
   Result<v1::Job> Enqueue(std::unique_ptr<Entry> entry, const std::string& kind, const std::string& message);
   void RunProfile(Entry& entry);
   void RunRegeneration(Entry& entry);
-  void Update(Entry& entry, const std::function<void(v1::Job&)>& change);  // and emits
+  void Update(Entry& entry, const std::function<void(v1::Job&)>& change);  // stores it and emits
+  void StoreLocked(const Entry& entry);
+  static void SetStopped(const Entry& entry, v1::Job& job, const std::string& what_was_done);
+  std::vector<v1::Event> EventsAfterLocked(uint64_t after_sequence) const;
+  void FinishWatch(uint64_t watcher_id);  // its time is up
 
   const std::string db_path_;
+  const std::string probes_config_;
   std::mutex mutex_;
-  std::condition_variable work_ready_, event_ready_;
+  std::condition_variable work_ready_;
+  std::optional<costdb::CostDb> db_;  // the jobs table; used under mutex_
   std::map<uint64_t, std::unique_ptr<Entry>> jobs_;
   std::deque<uint64_t> queue_;
-  std::vector<v1::Event> events_;
+  std::deque<v1::Event> events_;
+  uint64_t last_sequence_ = 0;
+  std::map<uint64_t, Watcher> watchers_;
+  uint64_t next_watcher_ = 1;
   uint64_t next_id_ = 1;
   bool shutting_down_ = false;
   std::thread worker_;
+  // Watchers' deadlines: timers on one thread of their own.
+  boost::asio::io_context timers_;
+  boost::asio::executor_work_guard<boost::asio::io_context::executor_type> timers_work_;
+  std::thread timer_thread_;
 };
 
 }  // namespace edgecost::daemon

@@ -52,15 +52,15 @@ bool TwirpRouter::Mutates(const std::string& target) const {
   return it != routes_.end() && it->second.mutates;
 }
 
-HttpResponse TwirpRouter::Handle(const HttpRequest& request, const CallContext& ctx) const {
+void TwirpRouter::Handle(const HttpRequest& request, const CallContext& ctx, HttpReply reply) const {
   auto it = routes_.find(request.target);
   if (request.method != "POST" || it == routes_.end()) {
-    return TwirpError("bad_route", 404, "no route " + request.method + " " + request.target);
+    return reply(TwirpError("bad_route", 404, "no route " + request.method + " " + request.target));
   }
   const bool json = IsJson(request.content_type);
   if (!json && !IsProtobuf(request.content_type)) {
-    return TwirpError("bad_route", 404, "unexpected Content-Type '" + request.content_type +
-                                            "'; use application/json or application/protobuf");
+    return reply(TwirpError("bad_route", 404, "unexpected Content-Type '" + request.content_type +
+                                                  "'; use application/json or application/protobuf"));
   }
   std::unique_ptr<google::protobuf::Message> input = it->second.make_request();
   if (json) {
@@ -68,27 +68,29 @@ HttpResponse TwirpRouter::Handle(const HttpRequest& request, const CallContext& 
     options.ignore_unknown_fields = false;
     const auto status = google::protobuf::util::JsonStringToMessage(request.body.empty() ? "{}" : request.body,
                                                                     input.get(), options);
-    if (!status.ok()) return TwirpError("malformed", 400, "the JSON body does not decode: " + status.ToString());
+    if (!status.ok()) return reply(TwirpError("malformed", 400, "the JSON body does not decode: " + status.ToString()));
   } else if (!input->ParseFromString(request.body)) {
-    return TwirpError("malformed", 400, "the protobuf body does not decode");
+    return reply(TwirpError("malformed", 400, "the protobuf body does not decode"));
   }
-  Result<std::unique_ptr<google::protobuf::Message>> output = it->second.call(*input, ctx);
-  if (!output.ok()) {
-    const auto [code, status] = TwirpCode(output.status().code());
-    return TwirpError(code, status, output.status().message());
-  }
-  HttpResponse response;
-  if (json) {
-    google::protobuf::util::JsonPrintOptions options;
-    options.always_print_primitive_fields = false;
-    const auto status = google::protobuf::util::MessageToJsonString(**output, &response.body, options);
-    if (!status.ok()) return TwirpError("internal", 500, "cannot encode the response: " + status.ToString());
-    response.content_type = "application/json";
-  } else {
-    (*output)->SerializeToString(&response.body);
-    response.content_type = "application/protobuf";
-  }
-  return response;
+  it->second.call(std::move(input), ctx, [json, reply = std::move(reply)](
+                                             Result<std::unique_ptr<google::protobuf::Message>> output) {
+    if (!output.ok()) {
+      const auto [code, status] = TwirpCode(output.status().code());
+      return reply(TwirpError(code, status, output.status().message()));
+    }
+    HttpResponse response;
+    if (json) {
+      google::protobuf::util::JsonPrintOptions options;
+      options.always_print_primitive_fields = false;
+      const auto status = google::protobuf::util::MessageToJsonString(**output, &response.body, options);
+      if (!status.ok()) return reply(TwirpError("internal", 500, "cannot encode the response: " + status.ToString()));
+      response.content_type = "application/json";
+    } else {
+      (*output)->SerializeToString(&response.body);
+      response.content_type = "application/protobuf";
+    }
+    reply(std::move(response));
+  });
 }
 
 }  // namespace edgecost::daemon

@@ -25,33 +25,53 @@ HttpResponse TwirpError(const char* code, int status, const std::string& message
 
 class TwirpRouter {
  public:
+  template <typename Response>
+  using Done = std::function<void(Result<Response>)>;  // called once, from any thread
   template <typename Request, typename Response>
   using Method = std::function<Result<Response>(const Request&, const CallContext&)>;
+  template <typename Request, typename Response>
+  using AsyncMethod = std::function<void(const Request&, const CallContext&, Done<Response>)>;
 
-  // Registers `service`/`method`; `mutates` marks calls restricted to token holders when so configured.
+  // Registers `service`/`method`, answered on the calling worker thread.
+  // `mutates` marks calls restricted to token holders when so configured.
   template <typename Request, typename Response>
   void Add(const std::string& service, const std::string& method, Method<Request, Response> fn, bool mutates = false) {
+    AddAsync<Request, Response>(
+        service, method,
+        [fn = std::move(fn)](const Request& request, const CallContext& ctx, Done<Response> done) {
+          done(fn(request, ctx));
+        },
+        mutates);
+  }
+
+  // Registers a method that answers later through `done`, e.g. from its own pool
+  // or when an event arrives, so that it holds no worker thread while it waits.
+  template <typename Request, typename Response>
+  void AddAsync(const std::string& service, const std::string& method, AsyncMethod<Request, Response> fn,
+                bool mutates = false) {
     routes_["/twirp/edgecost.v1." + service + "/" + method] = Route{
         [] { return std::unique_ptr<google::protobuf::Message>(new Request); },
-        [fn](const google::protobuf::Message& request,
-             const CallContext& ctx) -> Result<std::unique_ptr<google::protobuf::Message>> {
-          Result<Response> response = fn(static_cast<const Request&>(request), ctx);
-          if (!response.ok()) return response.status();
-          return std::unique_ptr<google::protobuf::Message>(new Response(std::move(response).value()));
+        [fn = std::move(fn)](std::unique_ptr<google::protobuf::Message> request, const CallContext& ctx,
+                             Done<std::unique_ptr<google::protobuf::Message>> done) {
+          const Request& typed = static_cast<const Request&>(*request);
+          fn(typed, ctx, [done = std::move(done)](Result<Response> response) {
+            if (!response.ok()) return done(response.status());
+            done(std::unique_ptr<google::protobuf::Message>(new Response(std::move(response).value())));
+          });
         },
         mutates};
   }
 
-  // Decodes, dispatches and encodes one call. `ctx` says who is calling.
-  HttpResponse Handle(const HttpRequest& request, const CallContext& ctx) const;
+  // Decodes, dispatches and encodes one call; `reply` gets the answer. `ctx` says who is calling.
+  void Handle(const HttpRequest& request, const CallContext& ctx, HttpReply reply) const;
   bool Mutates(const std::string& target) const;
   bool Has(const std::string& target) const { return routes_.count(target) > 0; }
 
  private:
   struct Route {
     std::function<std::unique_ptr<google::protobuf::Message>()> make_request;
-    std::function<Result<std::unique_ptr<google::protobuf::Message>>(const google::protobuf::Message&,
-                                                                     const CallContext&)> call;
+    std::function<void(std::unique_ptr<google::protobuf::Message>, const CallContext&,
+                       Done<std::unique_ptr<google::protobuf::Message>>)> call;
     bool mutates;
   };
   std::map<std::string, Route> routes_;

@@ -70,7 +70,8 @@ Result<v1::ListModelsResponse> DescribeZoo(int batch_size) {
   return response;
 }
 
-Result<SolvedRequest> SolveRequest(costdb::CostDb* db, const v1::ScheduleRequest& request, bool store) {
+Result<SolvedRequest> SolveRequest(costdb::CostDb* db, const v1::ScheduleRequest& request, bool store,
+                                   const std::atomic<bool>* stop) {
   SolvedRequest solved;
   EC_ASSIGN_OR_RETURN(solved.table, CostTableForRequest(db, request));
   EC_ASSIGN_OR_RETURN(solved.problem, solver::ProblemFromCostTable(solved.table, request));
@@ -78,6 +79,7 @@ Result<SolvedRequest> SolveRequest(costdb::CostDb* db, const v1::ScheduleRequest
   if (!request.strategy().empty()) options.strategy = request.strategy();
   if (request.time_limit_s() > 0) options.time_limit_s = request.time_limit_s();
   if (request.threads() > 0) options.threads = static_cast<int>(request.threads());
+  options.stop = stop;
   EC_ASSIGN_OR_RETURN(solved.schedule, solver::Solve(solved.problem, options));
   *solved.schedule.mutable_request() = request;
   if (db && store) {

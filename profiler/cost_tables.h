@@ -3,6 +3,8 @@
 // comes from the cost database.
 #pragma once
 
+#include <atomic>
+
 #include "base/status.h"
 #include "costdb/costdb.h"
 #include "proto/edgecost.pb.h"
@@ -21,14 +23,16 @@ Result<v1::CostTable> CostTableForRequest(costdb::CostDb* db, const v1::Schedule
 // Solves a schedule request against its cost table and, with a database, stores
 // the request, the table and the schedule when `store` (the schedule's id is
 // returned, else 0). Empty fields take defaults: strategy "optimal", 60 s,
-// one thread. Shared by `edgecost solve` and SolverService.Solve.
+// one thread. `stop` ends the search early with the best schedule so far.
+// Shared by `edgecost solve` and SolverService.Solve.
 struct SolvedRequest {
   v1::CostTable table;
   solver::Problem problem;  // the table and the request's budgets, as solved
   v1::Schedule schedule;
   int64_t schedule_id = 0;
 };
-Result<SolvedRequest> SolveRequest(costdb::CostDb* db, const v1::ScheduleRequest& request, bool store = true);
+Result<SolvedRequest> SolveRequest(costdb::CostDb* db, const v1::ScheduleRequest& request, bool store = true,
+                                   const std::atomic<bool>* stop = nullptr);
 
 // What `edgecost models` and ListModels show for each zoo model.
 Result<v1::ListModelsResponse> DescribeZoo(int batch_size);

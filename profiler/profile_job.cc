@@ -22,6 +22,10 @@ std::string DefaultPagingDir(const std::string& db_path) {
 }
 
 v1::Device ThisDevice(const std::string& paging_dir) {
+  // The fingerprint names the storage under the paging folder: create it first,
+  // or a missing folder would fingerprint its parent's storage instead.
+  std::error_code ec;
+  std::filesystem::create_directories(paging_dir, ec);
   v1::Device device;
   device.set_name(ThisDeviceName());
   device.set_kind(v1::Device::KIND_MEASURED);
@@ -40,8 +44,6 @@ Result<ProfileJobResult> RunProfileJob(const ProfileJobOptions& options, const s
 
   Backend backend;
   const std::string paging_dir = options.paging_dir.empty() ? DefaultPagingDir(options.db_path) : options.paging_dir;
-  std::error_code ec;
-  std::filesystem::create_directories(paging_dir, ec);
   const v1::Device& device = result.device = ThisDevice(paging_dir);
   const std::string hash = device.fingerprint().hash();
   EC_RETURN_IF_ERROR(db.UpsertDevice(device).status());

@@ -71,19 +71,20 @@ class Model {
   std::vector<bool> integer_;
 };
 
-// Records when CBC first holds a solution.
-class FirstSolution : public CbcEventHandler {
+// Records when CBC first holds a solution, and stops the search when asked to.
+class SearchEvents : public CbcEventHandler {
  public:
-  FirstSolution(double start, double* first) : start_(start), first_(first) {}
-  CbcEventHandler* clone() const override { return new FirstSolution(*this); }
+  SearchEvents(double start, double* first, const std::atomic<bool>* stop) : start_(start), first_(first), stop_(stop) {}
+  CbcEventHandler* clone() const override { return new SearchEvents(*this); }
   CbcAction event(CbcEvent which) override {
     if ((which == solution || which == heuristicSolution) && *first_ < 0) *first_ = Now() - start_;
-    return noAction;
+    return stop_ && stop_->load() ? stop : noAction;
   }
 
  private:
   double start_;
   double* first_;
+  const std::atomic<bool>* stop_;
 };
 
 struct Formulation {
@@ -315,7 +316,8 @@ MilpResult SolveMilp(const Problem& p, const MilpOptions& options) {
     result.proven_infeasible = !options.incumbent;
     return result;
   }
-  if (!solver.isProvenOptimal()) return result;  // out of time: no bound, no schedule beyond the incumbent
+  // Out of time (or stopped): no bound, no schedule beyond the incumbent.
+  if (!solver.isProvenOptimal() || (options.stop && *options.stop)) return result;
   result.lower_bound_j = solver.getObjValue() * f.energy_scale;
   // Lift the LP's limit again: CBC would take a node LP stopped by it for a pruned node.
   solver.getModelPtr()->setMaximumWallSeconds(-1);
@@ -343,7 +345,7 @@ MilpResult SolveMilp(const Problem& p, const MilpOptions& options) {
   model.addCutGenerator(&knapsack, -1, "Knapsack");
   model.addCutGenerator(&clique, -1, "Clique");
   model.addCutGenerator(&mir, -1, "MIR");
-  FirstSolution handler(start, &result.first_solution_s);
+  SearchEvents handler(start, &result.first_solution_s, options.stop);
   model.passInEventHandler(&handler);
   if (options.incumbent) {
     const std::vector<double> values = Values(p, f, *options.incumbent, m.columns());

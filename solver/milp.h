@@ -14,6 +14,8 @@
 //  - no CglPreProcess (seen to mark non-optimal schedules optimal here).
 #pragma once
 
+#include <atomic>
+
 #include <functional>
 #include <optional>
 #include <string>
@@ -28,6 +30,7 @@ struct MilpOptions {
   int threads = 1;
   const Plan* incumbent = nullptr;  // a valid schedule to start from
   bool poet_formulation = false;    // POET's own formulation: all T x T variables, two-sided big-M frees
+  const std::atomic<bool>* stop = nullptr;  // checked at every branch-and-bound event
 };
 
 struct MilpResult {

@@ -180,6 +180,7 @@ Result<v1::Schedule> Solve(const Problem& p, const SolveOptions& options) {
   milp.threads = options.threads;
   milp.incumbent = found ? &found->plan : nullptr;
   milp.poet_formulation = options.poet_formulation;
+  milp.stop = options.stop;
   const MilpResult result = SolveMilp(p, milp);
   std::string message = "MILP: " + std::to_string(result.columns) + " variables, " + std::to_string(result.rows) +
                         " constraints";

@@ -5,6 +5,8 @@
 // the floor.
 #pragma once
 
+#include <atomic>
+
 #include <functional>
 #include <string>
 
@@ -21,6 +23,9 @@ struct SolveOptions {
   int threads = 1;
   bool search_min_ram = true;        // for an infeasible budget, look for the smallest feasible one
   bool poet_formulation = false;     // "optimal" through POET's own MILP, with no heuristic start: for comparison
+  // Set from another thread (e.g. at shutdown): the MILP stops at its next
+  // branch-and-bound event and the best schedule so far is returned.
+  const std::atomic<bool>* stop = nullptr;
 };
 
 Result<v1::Schedule> Solve(const Problem& problem, const SolveOptions& options);

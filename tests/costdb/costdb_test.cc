@@ -70,7 +70,7 @@ TEST_F(CostDbTest, MigratesAnEmptyFileFromZeroToTheLatestSchema) {
     ASSERT_TRUE(info.ok());
     EXPECT_EQ(info->schema_version, kSchemaVersion);
     EXPECT_EQ(info->journal_mode, "wal");
-    EXPECT_EQ(info->row_counts.size(), 11u);
+    EXPECT_EQ(info->row_counts.size(), 12u);
     for (const auto& [table, rows] : info->row_counts) EXPECT_EQ(rows, 0) << table;
   }
   auto raw = Db::Open(path_, Db::Access::kReadOnly, 1000);
@@ -78,11 +78,34 @@ TEST_F(CostDbTest, MigratesAnEmptyFileFromZeroToTheLatestSchema) {
   auto tables = raw->Prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name");
   std::set<std::string> names;
   while (*tables->Step()) names.insert(tables->Text(0));
-  EXPECT_EQ(names, (std::set<std::string>{"cost_sources", "cost_tables", "devices", "fingerprints", "models",
+  EXPECT_EQ(names, (std::set<std::string>{"cost_sources", "cost_tables", "devices", "fingerprints", "jobs", "models",
                                           "node_costs", "op_costs", "paging_costs", "runs", "schedule_requests",
                                           "schedules"}));
   // Opening again is a no-op migration.
   EXPECT_EQ(OpenOrDie().Info()->schema_version, kSchemaVersion);
+}
+
+TEST_F(CostDbTest, JobsAreKeptAndReplacedById) {
+  CostDb db = OpenOrDie();
+  StoredJob profile;
+  profile.job.set_id(1);
+  profile.job.set_kind("profile");
+  profile.job.set_state(v1::Job::STATE_RUNNING);
+  profile.profile_request.set_model("linear");
+  ASSERT_TRUE(db.PutJob(profile).ok());
+  StoredJob regenerate;
+  regenerate.job.set_id(2);
+  regenerate.job.set_kind("regenerate");
+  ASSERT_TRUE(db.PutJob(regenerate).ok());
+  profile.job.set_state(v1::Job::STATE_SUCCEEDED);
+  ASSERT_TRUE(db.PutJob(profile).ok());
+
+  auto jobs = db.ListJobs();
+  ASSERT_TRUE(jobs.ok()) << jobs.status().message();
+  ASSERT_EQ(jobs->size(), 2u);
+  EXPECT_EQ((*jobs)[0].job.state(), v1::Job::STATE_SUCCEEDED);
+  EXPECT_EQ((*jobs)[0].profile_request.model(), "linear");
+  EXPECT_EQ((*jobs)[1].job.kind(), "regenerate");
 }
 
 TEST_F(CostDbTest, CreatesItsFolder) {
