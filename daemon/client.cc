@@ -29,6 +29,7 @@ Status FromTwirp(const std::string& body, unsigned http_status) {
   }
   if (code == "failed_precondition") return FailedPrecondition(message);
   if (code == "unavailable") return Unavailable(message);
+  if (code == "resource_exhausted") return ResourceExhausted(message);
   return Internal(message);
 }
 

@@ -288,6 +288,7 @@ void Daemon::RegisterRoutes() {
   router_.AddAsync<v1::ScheduleRequest, v1::Schedule>(
       "SolverService", "Solve",
       [this](const v1::ScheduleRequest& request, const CallContext&, TwirpRouter::Done<v1::Schedule> done) {
+        if (stop_solves_) return done(Unavailable("the daemon is shutting down"));
         const int limit = 5 * config_.concurrent_solves;  // running, and four times as many waiting
         if (solves_in_flight_.fetch_add(1) >= limit) {
           solves_in_flight_.fetch_sub(1);
@@ -439,6 +440,9 @@ void Daemon::JobAndProbeMetrics(std::ostream& out) {
   for (const v1::Job& job : jobs_->List()) ++states[v1::Job::State_Name(job.state())];
   out << "# HELP edgecost_jobs Jobs by state.\n# TYPE edgecost_jobs gauge\n";
   for (const auto& [state, count] : states) out << "edgecost_jobs{state=\"" << state << "\"} " << count << "\n";
+  out << "# HELP edgecost_solves_in_flight Solve calls running or waiting for a solver thread.\n"
+         "# TYPE edgecost_solves_in_flight gauge\nedgecost_solves_in_flight "
+      << solves_in_flight_.load() << "\n";
   out << "# HELP edgecost_probe_power_watts Live power per probe and rail.\n# TYPE edgecost_probe_power_watts gauge\n"
          "# HELP edgecost_probe_energy_joules_total Energy counters per probe and domain.\n"
          "# TYPE edgecost_probe_energy_joules_total counter\n";

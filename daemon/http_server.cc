@@ -45,6 +45,7 @@ struct HttpServer::Impl {
   std::unique_ptr<tcp::acceptor> tcp_acceptor;
   std::string unix_path;
   std::atomic<int> connections{0};
+  std::atomic<int> unanswered{0};  // requests read whose response is not yet written
 
   template <typename Protocol>
   void Accept(typename Protocol::acceptor& acceptor, bool over_tcp);
@@ -98,16 +99,17 @@ class Session : public std::enable_shared_from_this<Session<Protocol>> {
     request.body = std::move(message.body());
     request.over_tcp = over_tcp_;
     stream_.expires_never();  // the handler may take a while; the write has its own deadline
+    server_.unanswered.fetch_add(1);
     asio::post(server_.workers, [self = this->shared_from_this(), request = std::move(request)]() mutable {
       self->server_.handler(std::move(request), [self](HttpResponse response) {
         asio::post(self->stream_.get_executor(), [self, response = std::move(response)]() mutable {
-          self->Respond(std::move(response), self->keep_alive_);
+          self->Respond(std::move(response), self->keep_alive_, /*answers_a_request=*/true);
         });
       });
     });
   }
 
-  void Respond(HttpResponse response, bool keep_alive) {
+  void Respond(HttpResponse response, bool keep_alive, bool answers_a_request = false) {
     response_ = {};
     response_.version(11);
     response_.result(static_cast<http::status>(response.status));
@@ -118,7 +120,8 @@ class Session : public std::enable_shared_from_this<Session<Protocol>> {
     response_.prepare_payload();
     stream_.expires_after(Millis(server_.limits.write_timeout_s));
     http::async_write(stream_, response_,
-                      [self = this->shared_from_this(), keep_alive](beast::error_code ec, size_t) {
+                      [self = this->shared_from_this(), keep_alive, answers_a_request](beast::error_code ec, size_t) {
+                        if (answers_a_request) self->server_.unanswered.fetch_sub(1);
                         if (!ec && keep_alive) return self->ReadNext();
                         beast::error_code ignored;
                         self->stream_.socket().shutdown(Protocol::socket::shutdown_both, ignored);
@@ -218,7 +221,13 @@ void HttpServer::Stop() {
     if (impl_->unix_acceptor) impl_->unix_acceptor->close(ignored);
     if (impl_->tcp_acceptor) impl_->tcp_acceptor->close(ignored);
   });
-  impl_->workers.join();  // answer what was asked
+  impl_->workers.join();
+  // Answer what was asked: handlers that answer later (Solve, WatchEvents) are
+  // told to stop by their owners first; wait for their writes, within the write limit.
+  const auto deadline = std::chrono::steady_clock::now() + Millis(impl_->limits.write_timeout_s);
+  while (impl_->unanswered.load() > 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
   impl_->io.stop();
 }
 

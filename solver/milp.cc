@@ -297,6 +297,7 @@ Plan PlanOf(const Formulation& f, const double* v) {
 MilpResult SolveMilp(const Problem& p, const MilpOptions& options) {
   const double start = Now();
   MilpResult result;
+  if (options.stop && *options.stop) return result;  // asked to stop before it began: the caller keeps its incumbent
   Model m;
   const Formulation f = Build(p, options, m);
   result.columns = m.columns();

@@ -1,12 +1,5 @@
 // `edgecost serve` as users run it: a real process on a temporary Unix socket
 // and a loopback port, called with curl, in JSON and protobuf.
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <array>
-#include <chrono>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -17,21 +10,13 @@
 #include <gtest/gtest.h>
 
 #include "proto/edgecost.pb.h"
+#include "tests/daemon/serve_process.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
-
-std::string Shell(const std::string& command) {
-  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
-  std::string output;
-  std::array<char, 4096> buffer{};
-  size_t n = 0;
-  while ((n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0) output.append(buffer.data(), n);
-  ::pclose(pipe);
-  return output;
-}
+using namespace edgecost::test_support;
 
 class DaemonTest : public ::testing::Test {
  protected:
@@ -47,37 +32,18 @@ class DaemonTest : public ::testing::Test {
 
   // Starts `edgecost serve` on the suite's socket, port and database, and waits until it answers.
   static void StartDaemon() {
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      ::setenv("EDGECOST_SYSFS_ROOT", (dir_ / "sys").c_str(), 1);  // a fake tree the test can change
-      const std::string db = (dir_ / "costs.db").string();
-      const std::string socket = (dir_ / "edgecost.sock").string();
-      const std::string tcp = "127.0.0.1:" + std::to_string(port_);
-      const std::string token = (dir_ / "token").string();
-      ::execl(EDGECOST_BIN, EDGECOST_BIN, "--db", db.c_str(), "serve", "--socket", socket.c_str(), "--tcp",
-              tcp.c_str(), "--token-file", token.c_str(), static_cast<char*>(nullptr));
-      ::_exit(127);
-    }
-    for (int i = 0; i < 100 && Shell("curl -s --unix-socket " + Socket() + " http://localhost/healthz") != "ok\n"; ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
+    pid_ = SpawnServe({"--db", (dir_ / "costs.db").string(), "serve", "--socket", Socket(), "--tcp",
+                       "127.0.0.1:" + std::to_string(port_), "--token-file", (dir_ / "token").string()},
+                      Socket(), dir_ / "sys", dir_ / "serve.log");
   }
 
-  // Polls GetJob until `done` holds for its answer (bounded; not a timing assertion).
+  // Polls GetJob until `done` holds for its answer.
   static std::string WaitForJob(const std::string& id, const std::function<bool(const std::string&)>& done) {
-    std::string job;
-    for (int i = 0; i < 1200; ++i) {
-      job = Call("JobService/GetJob", "{\"id\":\"" + id + "\"}");
-      if (done(job)) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    return job;
+    return PollUntil([&] { return Call("JobService/GetJob", "{\"id\":\"" + id + "\"}"); }, done);
   }
 
   static void TearDownTestSuite() {
-    ::kill(pid_, SIGTERM);
-    int status = 0;
-    ::waitpid(pid_, &status, 0);
+    StopProcess(pid_);
     fs::remove_all(dir_);
   }
 
@@ -89,11 +55,7 @@ class DaemonTest : public ::testing::Test {
 
   static std::string Socket() { return (dir_ / "edgecost.sock").string(); }
 
-  // A Twirp call over the socket with a JSON body; returns "<http status> <body>".
-  static std::string Call(const std::string& method, const std::string& json, const std::string& extra = "") {
-    return Shell("curl -s -w ' %{http_code}' --unix-socket " + Socket() + " -H 'Content-Type: application/json' " +
-               extra + " -d '" + json + "' http://localhost/twirp/edgecost.v1." + method);
-  }
+  static std::string Call(const std::string& method, const std::string& json) { return CallJson(Socket(), method, json); }
 
   static fs::path dir_;
   static int port_;
@@ -219,22 +181,16 @@ TEST_F(DaemonTest, KilledDuringAJobRestartsWithAConsistentDatabase) {
     return job.find("\"progress\"") != std::string::npos || job.find("STATE_FAILED") != std::string::npos;
   });
   ASSERT_THAT(running, HasSubstr("STATE_RUNNING"));
-  ::kill(pid_, SIGKILL);  // mid-profile
-  int status = 0;
-  ::waitpid(pid_, &status, 0);
+  StopProcess(pid_, SIGKILL);  // mid-profile
 
   StartDaemon();
   const std::string info = Shell(std::string(EDGECOST_BIN) + " --db " + (dir_ / "costs.db").string() + " db info");
   EXPECT_THAT(info, HasSubstr("op_costs"));  // the database opens and answers
-  // The profile resumes: a new job measures what is missing and completes.
-  const std::string again = Call("JobService/StartProfile", R"({"model":"resnet18_cifar","threads":1})");
-  const size_t at2 = again.find("\"id\":\"");
-  ASSERT_NE(at2, std::string::npos) << again;
-  const std::string finished = WaitForJob(again.substr(at2 + 6, again.find('"', at2 + 6) - at2 - 6),
-                                          [](const std::string& job) {
-                                            return job.find("STATE_SUCCEEDED") != std::string::npos ||
-                                                   job.find("STATE_FAILED") != std::string::npos;
-                                          });
+  // The job outlived the process: it is queued again, measures what is missing and completes.
+  EXPECT_THAT(Call("JobService/ListJobs", "{}"), HasSubstr("\"id\":\"" + id + "\""));
+  const std::string finished = WaitForJob(id, [](const std::string& job) {
+    return job.find("STATE_SUCCEEDED") != std::string::npos || job.find("STATE_FAILED") != std::string::npos;
+  });
   EXPECT_THAT(finished, HasSubstr("STATE_SUCCEEDED"));
   EXPECT_THAT(Call("CostService/GetCostTable", R"({"model":"resnet18_cifar","device":"this"})"), HasSubstr("measured"));
 }
