@@ -935,6 +935,21 @@ Result<std::vector<std::pair<int64_t, v1::ScheduleRequest>>> CostDb::ListSchedul
   return requests;
 }
 
+Result<std::vector<std::string>> CostDb::ListModelsWithCosts(const std::string& fingerprint_hash,
+                                                             const std::string& cost_source) {
+  EC_ASSIGN_OR_RETURN(Statement stmt, db_.Prepare(
+      "SELECT DISTINCT m.name FROM cost_tables t JOIN models m ON m.id = t.model_id "
+      "JOIN fingerprints f ON f.id = t.fingerprint_id JOIN cost_sources s ON s.id = t.cost_source_id "
+      "WHERE f.hash = ? AND s.name = ? AND t.superseded_at IS NULL ORDER BY m.name"));
+  stmt.Bind(1, fingerprint_hash).Bind(2, cost_source);  // a binding error surfaces at the first step
+  std::vector<std::string> names;
+  EC_RETURN_IF_ERROR(ForEachRow(stmt, [&]() -> Status {
+    names.push_back(stmt.Text(0));
+    return Status::Ok();
+  }));
+  return names;
+}
+
 Status CostDb::PutJob(const StoredJob& stored) {
   static const std::string kSql =
       UpsertSql("jobs", {"id"}, {"id", "kind", "state", "job", "profile_request", "updated_at"});

@@ -126,6 +126,9 @@ class CostDb {
   // The newest current table for `key`; NotFound says what to run otherwise.
   Result<v1::CostTable> GetCostTable(const CostTableKey& key);
   Result<v1::CostTable> GetCostTableById(int64_t id);
+  // Names of the models with a current cost table from `cost_source` on the fingerprint, by name.
+  Result<std::vector<std::string>> ListModelsWithCosts(const std::string& fingerprint_hash,
+                                                       const std::string& cost_source);
 
   // Profiling runs. FinishRun takes the idle power when it was measured.
   Result<int64_t> BeginRun(const std::string& fingerprint_hash, const std::string& cost_source);

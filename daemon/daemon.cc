@@ -226,19 +226,15 @@ Status Daemon::CheckHardware(const std::string& why) {
   event.set_message("hardware of " + device.name() + " changed (" + why + "): fingerprint " + before + " -> " +
                     device.fingerprint().hash() + "; old costs and schedules are kept");
   jobs_->Emit(event);
-  EC_ASSIGN_OR_RETURN(auto requests, db.ListScheduleRequests());
-  if (config_.reprofile_on_change) {
-    std::set<std::string> models;
-    for (const auto& [id, request] : requests) {
-      const bool measured = request.device().empty() || request.device() == "this" || request.device() == device.name();
-      if (measured && !request.model().empty() && request.graph_file().empty()) models.insert(request.model());
-    }
+  if (config_.reprofile_on_change) {  // the models measured on the old hardware, measured again on the new
+    EC_ASSIGN_OR_RETURN(std::vector<std::string> models, db.ListModelsWithCosts(before, profiler::kMeasuredSource));
     for (const std::string& model : models) {
       v1::StartProfileRequest profile;
       profile.set_model(model);
       EC_RETURN_IF_ERROR(jobs_->StartProfile(profile).status());
     }
   }
+  EC_ASSIGN_OR_RETURN(auto requests, db.ListScheduleRequests());
   if (!requests.empty()) EC_RETURN_IF_ERROR(jobs_->StartRegeneration("hardware changed").status());
   return Status::Ok();
 }

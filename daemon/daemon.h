@@ -37,7 +37,7 @@ struct DaemonConfig {
   bool restrict_mutations = false;     // profile, solve, cancel only with the token, even on the socket
   std::string probes_config;            // the config file, for its [probes] section (meters, rails)
   double fingerprint_check_s = 300;    // how often to look for hardware changes; 0: only at start and on SIGHUP
-  bool reprofile_on_change = true;     // re-profile the models with measured schedules when the hardware changes
+  bool reprofile_on_change = true;     // on a hardware change, profile again the models measured on the old hardware
   int concurrent_solves = DefaultConcurrentSolves();  // Solve calls running at once; up to 4x as many wait
   ServerLimits limits;
 

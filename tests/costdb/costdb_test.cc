@@ -85,6 +85,19 @@ TEST_F(CostDbTest, MigratesAnEmptyFileFromZeroToTheLatestSchema) {
   EXPECT_EQ(OpenOrDie().Info()->schema_version, kSchemaVersion);
 }
 
+TEST_F(CostDbTest, ListsTheModelsMeasuredOnAFingerprint) {
+  CostDb db = OpenOrDie();
+  ASSERT_TRUE(db.UpsertDevice(MeasuredDevice("pi4", "aaa")).ok());
+  ASSERT_TRUE(db.PutCostTable(Table("net", "pi4", 3, 0, "aaa")).ok());
+  ASSERT_TRUE(db.PutCostTable(Table("alpha", "pi4", 2, 0, "aaa")).ok());
+  ASSERT_TRUE(db.PutCostTable(Table("net", "pi4", 3, 1, "aaa")).ok());  // supersedes the first: listed once
+  ASSERT_TRUE(db.PutCostTable(Table("analytic", "a72", 2)).ok());
+  ASSERT_TRUE(db.UpsertDevice(MeasuredDevice("pi4", "bbb")).ok());
+  EXPECT_THAT(*db.ListModelsWithCosts("aaa", "measured"), ElementsAre("alpha", "net"));
+  EXPECT_TRUE(db.ListModelsWithCosts("bbb", "measured")->empty());
+  EXPECT_TRUE(db.ListModelsWithCosts("aaa", "poet-flops")->empty());
+}
+
 TEST_F(CostDbTest, JobsAreKeptAndReplacedById) {
   CostDb db = OpenOrDie();
   StoredJob profile;

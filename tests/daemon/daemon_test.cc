@@ -149,6 +149,7 @@ TEST_F(DaemonTest, ChangedHardwareAndSighupRegenerateStoredSchedules) {
     events = Call("JobService/WatchEvents", "{\"afterSequence\"" + after + ",\"waitS\":1}");
   }
   EXPECT_THAT(events, HasSubstr("hardware of"));
+  EXPECT_THAT(events, HasSubstr("queued: profile linear"));  // measured on the old hardware by an earlier test
   EXPECT_THAT(events, HasSubstr("regenerated for linear"));
   EXPECT_THAT(Call("SolverService/ListSchedules", R"({"model":"linear"})"), HasSubstr("\"superseded\":true"));
   EXPECT_THAT(Call("CostService/ListDevices", "{}"), HasSubstr("\"onlineCores\":1"));
