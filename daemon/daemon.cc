@@ -438,7 +438,10 @@ void Daemon::JobAndProbeMetrics(std::ostream& out) {
   for (const auto& [state, count] : states) out << "edgecost_jobs{state=\"" << state << "\"} " << count << "\n";
   out << "# HELP edgecost_solves_in_flight Solve calls running or waiting for a solver thread.\n"
          "# TYPE edgecost_solves_in_flight gauge\nedgecost_solves_in_flight "
-      << solves_in_flight_.load() << "\n";
+      << solves_in_flight_.load() << "\n"
+      << "# HELP edgecost_event_watchers WatchEvents long polls waiting for an event.\n"
+         "# TYPE edgecost_event_watchers gauge\nedgecost_event_watchers "
+      << jobs_->WatcherCount() << "\n";
   out << "# HELP edgecost_probe_power_watts Live power per probe and rail.\n# TYPE edgecost_probe_power_watts gauge\n"
          "# HELP edgecost_probe_energy_joules_total Energy counters per probe and domain.\n"
          "# TYPE edgecost_probe_energy_joules_total counter\n";

@@ -205,6 +205,11 @@ void JobManager::Watch(uint64_t after_sequence, double wait_s, EventsCallback do
   watchers_.emplace(id, Watcher{after_sequence, std::move(done), std::move(timer)});
 }
 
+size_t JobManager::WatcherCount() {
+  std::lock_guard lock(mutex_);
+  return watchers_.size();
+}
+
 void JobManager::FinishWatch(uint64_t watcher_id) {
   std::unique_lock lock(mutex_);
   auto it = watchers_.find(watcher_id);

@@ -53,6 +53,7 @@ class JobManager {
   using EventsCallback = std::function<void(std::vector<v1::Event>)>;
   void Watch(uint64_t after_sequence, double wait_s, EventsCallback done);
   void Emit(v1::Event event);  // also for schedules stored by SolverService
+  size_t WatcherCount();       // long polls waiting for an event
 
   // Stops taking work, stops the running job and answers every watcher; used at shutdown.
   void Shutdown();

@@ -231,6 +231,38 @@ TEST_F(RpcTest, ManyClientsWhileAProfileRuns) {
   }
 }
 
+// Long polls hold no worker thread: with 24 of them waiting on a daemon of
+// two workers, queries are answered, and one event answers them all.
+TEST_F(RpcTest, WatchersWaitWithoutHoldingWorkers) {
+  v1::WatchEventsRequest latest;
+  const auto so_far = Remote<v1::WatchEventsResponse>("JobService/WatchEvents", latest);
+  v1::WatchEventsRequest watch;
+  watch.set_after_sequence(so_far.events_size() ? so_far.events(so_far.events_size() - 1).sequence() : 0);
+  watch.set_wait_s(60);
+  constexpr int kWatchers = 24;
+  std::vector<v1::WatchEventsResponse> answers(kWatchers);
+  std::vector<std::thread> watchers;
+  for (int i = 0; i < kWatchers; ++i) {
+    watchers.emplace_back([&, i] { answers[i] = Remote<v1::WatchEventsResponse>("JobService/WatchEvents", watch); });
+  }
+  auto metrics = [] { return Shell("curl -s --unix-socket " + Socket() + " http://localhost/metrics"); };
+  const std::string all_waiting = "edgecost_event_watchers " + std::to_string(kWatchers) + "\n";
+  ASSERT_THAT(PollUntil(metrics, [&](const std::string& m) { return m.find(all_waiting) != std::string::npos; }),
+              HasSubstr(all_waiting));
+  EXPECT_THAT(CallJson(Socket(), "CostService/ListModels", "{}"), ::testing::EndsWith(" 200"));
+
+  v1::ScheduleRequest solve;  // its stored schedule is the event
+  solve.set_model("linear");
+  solve.set_device("a72");
+  solve.set_ram_budget_bytes(5000);
+  const auto schedule = Remote<v1::Schedule>("SolverService/Solve", solve);
+  for (std::thread& t : watchers) t.join();
+  for (const auto& answer : answers) {
+    EXPECT_TRUE(std::any_of(answer.events().begin(), answer.events().end(),
+                            [&](const v1::Event& e) { return e.schedule_id() == schedule.id(); }));
+  }
+}
+
 TEST_F(RpcTest, SocketHasItsModeAndConfiguredGroup) {
   struct stat info {};
   ASSERT_EQ(::stat(Socket().c_str(), &info), 0);
