@@ -7,6 +7,7 @@
 #include <set>
 #include <sstream>
 
+#include <boost/asio/post.hpp>
 #include <google/protobuf/util/json_util.h>
 #include <spdlog/spdlog.h>
 #include <toml++/toml.h>

@@ -11,7 +11,6 @@
 #include <set>
 #include <string>
 
-#include <boost/asio/post.hpp>
 #include <boost/asio/thread_pool.hpp>
 
 #include "base/status.h"
@@ -40,7 +39,6 @@ struct DaemonConfig {
   bool reprofile_on_change = true;     // on a hardware change, profile again the models measured on the old hardware
   int concurrent_solves = DefaultConcurrentSolves();  // Solve calls running at once; up to 4x as many wait
   ServerLimits limits;
-
 };
 
 // $XDG_RUNTIME_DIR/edgecost.sock, else /run/edgecost/edgecost.sock.

@@ -28,13 +28,15 @@ std::string NowRfc3339() {
 }  // namespace
 
 JobManager::JobManager(std::string db_path, std::string probes_config)
-    : db_path_(std::move(db_path)), probes_config_(std::move(probes_config)), timers_work_(timers_.get_executor()), timer_thread_([this] { timers_.run(); }) {}
+    : db_path_(std::move(db_path)),
+      probes_config_(std::move(probes_config)),
+      timers_work_(timers_.get_executor()),
+      timer_thread_([this] { timers_.run(); }) {}
 
 JobManager::~JobManager() {
   Shutdown();
   if (worker_.joinable()) worker_.join();
-  timers_work_.reset();
-  timers_.stop();
+  timers_work_.reset();  // every watcher was answered and its timer cancelled: the timer thread runs out
   timer_thread_.join();
 }
 
@@ -73,7 +75,7 @@ void JobManager::Shutdown() {
     watchers.swap(watchers_);
   }
   work_ready_.notify_all();
-  for (auto& [id, watcher] : watchers) watcher.done({});
+  for (auto& [id, watcher] : watchers) Answer(watcher, {});
 }
 
 // A write that fails leaves the job running; the next update tries again.
@@ -183,10 +185,13 @@ void JobManager::Emit(v1::Event event) {
     }
     watchers_.clear();
   }
-  for (auto& [watcher, events] : ready) {
-    boost::asio::post(timers_, [timer = watcher.timer] { timer->cancel(); });
-    watcher.done(std::move(events));
-  }
+  for (auto& [watcher, events] : ready) Answer(watcher, std::move(events));
+}
+
+// The timer is cancelled and released on the timer thread, the only one that touches it.
+void JobManager::Answer(Watcher& watcher, std::vector<v1::Event> events) {
+  boost::asio::post(timers_, [timer = std::move(watcher.timer)] { timer->cancel(); });
+  watcher.done(std::move(events));
 }
 
 void JobManager::Watch(uint64_t after_sequence, double wait_s, EventsCallback done) {
@@ -217,7 +222,7 @@ void JobManager::FinishWatch(uint64_t watcher_id) {
   Watcher watcher = std::move(it->second);
   watchers_.erase(it);
   lock.unlock();
-  watcher.done({});
+  Answer(watcher, {});
 }
 
 void JobManager::Update(Entry& entry, const std::function<void(v1::Job&)>& change) {

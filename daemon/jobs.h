@@ -79,6 +79,7 @@ class JobManager {
   static void SetStopped(const Entry& entry, v1::Job& job, const std::string& what_was_done);
   std::vector<v1::Event> EventsAfterLocked(uint64_t after_sequence) const;
   void FinishWatch(uint64_t watcher_id);  // its time is up
+  void Answer(Watcher& watcher, std::vector<v1::Event> events);
 
   const std::string db_path_;
   const std::string probes_config_;
