@@ -7,6 +7,7 @@
 #include <map>
 
 #include <CbcEventHandler.hpp>
+#include <ClpEventHandler.hpp>
 #include <CbcModel.hpp>
 #include <CglClique.hpp>
 #include <CglGomory.hpp>
@@ -84,6 +85,17 @@ class SearchEvents : public CbcEventHandler {
  private:
   double start_;
   double* first_;
+  const std::atomic<bool>* stop_;
+};
+
+// Stops Clp's simplex when asked to: the root LP of a large graph can take minutes.
+class LpStop : public ClpEventHandler {
+ public:
+  explicit LpStop(const std::atomic<bool>* stop) : stop_(stop) {}
+  ClpEventHandler* clone() const override { return new LpStop(*this); }
+  int event(Event which) override { return which == endOfIteration && stop_->load() ? 0 : -1; }  // 0: stop
+
+ private:
   const std::atomic<bool>* stop_;
 };
 
@@ -311,6 +323,10 @@ MilpResult SolveMilp(const Problem& p, const MilpOptions& options) {
   // neither bounds its time nor tells a stopped LP from a cut-off one (it then
   // calls the incumbent optimal). So solve it here, within the time limit.
   solver.getModelPtr()->setMaximumWallSeconds(std::max(0.1, options.time_limit_s - (Now() - start)));
+  if (options.stop) {
+    LpStop lp_stop(options.stop);
+    solver.getModelPtr()->passInEventHandler(&lp_stop);  // Clp keeps a copy
+  }
   solver.initialSolve();
   result.solve_time_s = Now() - start;
   if (solver.isProvenPrimalInfeasible()) {
@@ -320,8 +336,10 @@ MilpResult SolveMilp(const Problem& p, const MilpOptions& options) {
   // Out of time (or stopped): no bound, no schedule beyond the incumbent.
   if (!solver.isProvenOptimal() || (options.stop && *options.stop)) return result;
   result.lower_bound_j = solver.getObjValue() * f.energy_scale;
-  // Lift the LP's limit again: CBC would take a node LP stopped by it for a pruned node.
+  // Lift the LP's limit and stop handler again: CBC would take a node LP stopped by them for a pruned node.
   solver.getModelPtr()->setMaximumWallSeconds(-1);
+  const ClpEventHandler carry_on;
+  solver.getModelPtr()->passInEventHandler(&carry_on);
   CbcModel model(solver);
   const int cbc_log = std::getenv("EDGECOST_CBC_LOG") ? 1 : 0;  // CBC's own progress, for diagnosis
   model.setLogLevel(cbc_log);

@@ -2,8 +2,11 @@
 // POET's README instance.
 #include "solver/solve.h"
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <limits>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -245,6 +248,32 @@ TEST(Solve, PoetReadmeInstance) {
   EXPECT_EQ(schedule->status(), v1::Schedule::STATUS_OPTIMAL);
   EXPECT_NEAR(schedule->energy().total_j(), 7.889510, 5e-7);
   EXPECT_LE(schedule->peak_ram_bytes(), 3000000u);
+}
+
+// A stop (the daemon's shutdown) ends a long search with the best valid
+// schedule so far: set before the solve, and set while it searches.
+TEST(Solve, AStopEndsTheSearchWithAValidSchedule) {
+  auto table = graph::ReadCostTableFile(edgecost::testing::PoetInstance("resnet18_cifar", "a72"));
+  ASSERT_TRUE(table.ok()) << table.status().message();
+  v1::ScheduleRequest request;
+  request.set_ram_budget_bytes(1500000);  // far from provable: a 55% gap after 60 s
+  request.set_runtime_budget_multiple(1.5);
+  auto p = ProblemFromCostTable(*table, request);
+  ASSERT_TRUE(p.ok());
+  for (int delay_ms : {0, 300}) {
+    std::atomic<bool> stop{delay_ms == 0};
+    SolveOptions options{"optimal", 600, 1, false};
+    options.stop = &stop;
+    std::thread stopper([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+      stop = true;
+    });
+    auto schedule = Solve(*p, options);  // returns once stopped, long before 600 s
+    stopper.join();
+    ASSERT_TRUE(schedule.ok()) << schedule.status().message();
+    EXPECT_EQ(schedule->status(), v1::Schedule::STATUS_FEASIBLE) << schedule->message();
+    EXPECT_TRUE(Simulate(*p, *schedule).valid);
+  }
 }
 
 }  // namespace
