@@ -97,7 +97,7 @@ int RunServe(const ServeFlags& flags, const Context& ctx) {
 void RegisterServeCommand(CLI::App& app, Context& ctx) {
   auto flags = std::make_shared<ServeFlags>();
   CLI::App* cmd = app.add_subcommand("serve", "Run the agent: serve costs, schedules and jobs over Twirp (HTTP/1.1)");
-  cmd->add_option("--config", flags->config_path, "TOML config file ([server], [limits], [database])");
+  cmd->add_option("--config", flags->config_path, "TOML config file ([server], [limits], [database], [probes])");
   cmd->add_option("--socket", flags->socket, "Unix socket (default $XDG_RUNTIME_DIR/edgecost.sock; none to disable)");
   cmd->add_option("--tcp", flags->tcp, "Also listen on TCP, HOST:PORT (loopback unless a host is given)");
   cmd->add_option("--token-file", flags->token_file, "Bearer token for TCP and restricted calls");
@@ -107,6 +107,7 @@ void RegisterServeCommand(CLI::App& app, Context& ctx) {
   cmd->add_option("--concurrent-solves", flags->concurrent_solves, "Solve calls running at once (default: half the cores)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--log-level", flags->log_level, "trace, debug (one line per request), info, warn or error")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}))
       ->capture_default_str();
   cmd->add_flag("--check-config", flags->check_config, "Validate the configuration and exit");
   cmd->footer(
