@@ -335,9 +335,14 @@ void Daemon::RegisterRoutes() {
       [jobs](const v1::CancelJobRequest& request, const CallContext&) { return jobs->Cancel(request.id()); },
       /*mutates=*/true);
   router_.Add<v1::ListJobsRequest, v1::ListJobsResponse>(
-      "JobService", "ListJobs", [jobs](const v1::ListJobsRequest&, const CallContext&) -> Result<v1::ListJobsResponse> {
+      "JobService", "ListJobs",
+      [jobs](const v1::ListJobsRequest& request, const CallContext&) -> Result<v1::ListJobsResponse> {
+        std::vector<v1::Job> all = jobs->List();  // by id, oldest first
+        const size_t limit = request.limit() > 0 ? request.limit() : 100;
         v1::ListJobsResponse response;
-        for (v1::Job& job : jobs->List()) *response.add_jobs() = std::move(job);
+        for (size_t i = all.size() > limit ? all.size() - limit : 0; i < all.size(); ++i) {
+          *response.add_jobs() = std::move(all[i]);
+        }
         return response;
       });
   router_.AddAsync<v1::WatchEventsRequest, v1::WatchEventsResponse>(

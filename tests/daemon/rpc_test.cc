@@ -131,6 +131,11 @@ TEST_F(RpcTest, EveryMethodInProtobuf) {
   EXPECT_EQ(WaitForJob(first.id(), Finished).state(), v1::Job::STATE_SUCCEEDED);
   const auto jobs = Remote<v1::ListJobsResponse>("JobService/ListJobs", v1::ListJobsRequest());
   EXPECT_GE(jobs.jobs_size(), 2);
+  v1::ListJobsRequest newest;
+  newest.set_limit(1);
+  const auto last = Remote<v1::ListJobsResponse>("JobService/ListJobs", newest);
+  ASSERT_EQ(last.jobs_size(), 1);
+  EXPECT_EQ(last.jobs(0).id(), second.id());
 
   // The profile measured paging on this device.
   v1::GetPagingCostsRequest paging_request;
