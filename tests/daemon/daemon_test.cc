@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <string>
 #include <thread>
 
@@ -137,16 +138,20 @@ TEST_F(DaemonTest, ProfileJobRunsOffTheIoThreadsAndReportsEvents) {
 
 TEST_F(DaemonTest, ChangedHardwareAndSighupRegenerateStoredSchedules) {
   Call("SolverService/Solve", R"({"model":"linear","device":"a72","ramBudgetBytes":"4000","runtimeBudgetMultiple":2})");
-  const std::string before = Call("JobService/WatchEvents", R"({"afterSequence":"0"})");
-  const size_t last = before.rfind("\"sequence\"");
-  ASSERT_NE(last, std::string::npos) << before;
-  const std::string after = before.substr(last + 10, before.find(',', last) - last - 10);  // ": \"N\""
+  // The sequence of the newest event in a WatchEvents answer: `"sequence":"N"`.
+  auto last_sequence = [](const std::string& answer, const std::string& otherwise) {
+    const size_t at = answer.rfind("\"sequence\":\"");
+    return at == std::string::npos ? otherwise : answer.substr(at + 12, answer.find('"', at + 12) - at - 12);
+  };
+  std::string after = last_sequence(Call("JobService/WatchEvents", R"({"afterSequence":"0"})"), "0");
 
   WriteCpus("0");
   ::kill(pid_, SIGHUP);
-  std::string events;
-  for (int i = 0; i < 100 && events.find("schedules regenerated") == std::string::npos; ++i) {
-    events = Call("JobService/WatchEvents", "{\"afterSequence\"" + after + ",\"waitS\":1}");
+  std::string events;  // everything after the SIGHUP, followed as a client would (bounded)
+  for (int i = 0; i < 600 && events.find("schedules regenerated") == std::string::npos; ++i) {
+    const std::string answer = Call("JobService/WatchEvents", "{\"afterSequence\":\"" + after + "\",\"waitS\":1}");
+    events += answer;
+    after = last_sequence(answer, after);
   }
   EXPECT_THAT(events, HasSubstr("hardware of"));
   EXPECT_THAT(events, HasSubstr("queued: profile linear"));  // measured on the old hardware by an earlier test
@@ -173,7 +178,7 @@ TEST_F(DaemonTest, CommandsRunAgainstTheDaemonWithRemote) {
               HasSubstr("STATE_SUCCEEDED"));
 }
 
-TEST_F(DaemonTest, KilledDuringAJobRestartsWithAConsistentDatabase) {
+TEST_F(DaemonTest, StoppedOrKilledDuringAJobRestartsAndResumesIt) {
   const std::string started = Call("JobService/StartProfile", R"({"model":"resnet18_cifar","threads":1})");
   const size_t at = started.find("\"id\":\"");
   ASSERT_NE(at, std::string::npos) << started;
@@ -182,7 +187,20 @@ TEST_F(DaemonTest, KilledDuringAJobRestartsWithAConsistentDatabase) {
     return job.find("\"progress\"") != std::string::npos || job.find("STATE_FAILED") != std::string::npos;
   });
   ASSERT_THAT(running, HasSubstr("STATE_RUNNING"));
-  StopProcess(pid_, SIGKILL);  // mid-profile
+
+  // SIGTERM: the job stops at its next op and is stored to resume; the process exits cleanly.
+  const int status = StopProcess(pid_, SIGTERM);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  std::ifstream log(dir_ / "serve.log");
+  const std::string logged((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  EXPECT_THAT(logged, HasSubstr("resumes at the next start"));
+  StartDaemon();
+  const std::string resumed = WaitForJob(id, [](const std::string& job) {
+    return job.find("STATE_RUNNING") != std::string::npos || job.find("STATE_FAILED") != std::string::npos;
+  });
+  ASSERT_THAT(resumed, HasSubstr("STATE_RUNNING"));
+
+  StopProcess(pid_, SIGKILL);  // mid-profile, with no chance to store anything
 
   StartDaemon();
   const std::string info = Shell(std::string(EDGECOST_BIN) + " --db " + (dir_ / "costs.db").string() + " db info");
