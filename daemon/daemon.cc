@@ -360,6 +360,10 @@ Result<v1::Schedule> Daemon::SolveAndStore(const v1::ScheduleRequest& request) {
   if (request.ram_budget_bytes() == 0) return InvalidArgument("ram_budget_bytes is required");
   EC_RETURN_IF_ERROR(RejectFiles(request.model()));
   if (!request.graph_file().empty()) return RejectFiles(request.graph_file());
+  if (request.threads() > std::max(1u, std::thread::hardware_concurrency())) {
+    return InvalidArgument("threads is at most " + std::to_string(std::max(1u, std::thread::hardware_concurrency())) +
+                           " here, the number of cores");
+  }
   if (request.time_limit_s() > kMaxSolveTimeS) {
     return InvalidArgument("time_limit_s is at most " + std::to_string(kMaxSolveTimeS) + " s over RPC");
   }

@@ -1,6 +1,7 @@
 #include "solver/problem.h"
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 
 namespace edgecost::solver {
@@ -50,11 +51,15 @@ Result<Problem> ProblemFromCostTable(const v1::CostTable& table, const v1::Sched
   p.ram_budget_bytes = static_cast<int64_t>(request.ram_budget_bytes());
   switch (request.runtime_budget_case()) {
     case v1::ScheduleRequest::kRuntimeBudgetMultiple:
-      if (request.runtime_budget_multiple() <= 0) return InvalidArgument("the runtime budget must be positive");
+      if (!(request.runtime_budget_multiple() > 0) || !std::isfinite(request.runtime_budget_multiple())) {
+        return InvalidArgument("the runtime budget must be a positive number");  // NaN and infinity included
+      }
       p.runtime_budget_s = request.runtime_budget_multiple() * p.PlainRuntimeS();
       break;
     case v1::ScheduleRequest::kRuntimeBudgetS:
-      if (request.runtime_budget_s() <= 0) return InvalidArgument("the runtime budget must be positive");
+      if (!(request.runtime_budget_s() > 0) || !std::isfinite(request.runtime_budget_s())) {
+        return InvalidArgument("the runtime budget must be a positive number");
+      }
       p.runtime_budget_s = request.runtime_budget_s();
       break;
     default:

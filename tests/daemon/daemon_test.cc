@@ -92,6 +92,12 @@ TEST_F(DaemonTest, ErrorsAreTwirpErrorsAndTheDaemonKeepsServing) {
   EXPECT_THAT(Call("CostService/GetCostTable", R"({"model":"/etc/passwd.json"})"), HasSubstr("name a zoo model"));
   EXPECT_THAT(Call("SolverService/Solve", R"({"model":"resnet18_cifar","device":"a72"})"),
               HasSubstr("ram_budget_bytes is required"));
+  // Found by the libFuzzer run: NaN decodes from JSON ("NaN") and protobuf alike.
+  EXPECT_THAT(Call("SolverService/Solve",
+                   R"({"model":"linear","device":"a72","ramBudgetBytes":"4000","runtimeBudgetMultiple":"NaN"})"),
+              HasSubstr("must be a positive number"));
+  EXPECT_THAT(Call("SolverService/Solve", R"({"model":"linear","device":"a72","ramBudgetBytes":"4000","threads":100000})"),
+              HasSubstr("threads is at most"));
   // TCP needs the token.
   const std::string url = "http://127.0.0.1:" + std::to_string(port_) + "/twirp/edgecost.v1.CostService/ListModels";
   EXPECT_THAT(Shell("curl -s -H 'Content-Type: application/json' -d '{}' " + url), HasSubstr("unauthenticated"));

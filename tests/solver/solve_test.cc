@@ -250,6 +250,19 @@ TEST(Solve, PoetReadmeInstance) {
   EXPECT_LE(schedule->peak_ram_bytes(), 3000000u);
 }
 
+TEST(Problem, RuntimeBudgetsMustBePositiveNumbers) {
+  auto table = graph::ReadCostTableFile(edgecost::testing::PoetInstance("resnet18_cifar", "a72"));
+  ASSERT_TRUE(table.ok()) << table.status().message();
+  for (double bad : {0.0, -1.0, std::nan(""), std::numeric_limits<double>::infinity()}) {
+    v1::ScheduleRequest request;
+    request.set_ram_budget_bytes(3000000);
+    request.set_runtime_budget_multiple(bad);
+    EXPECT_EQ(ProblemFromCostTable(*table, request).status().code(), ErrorCode::kInvalidArgument) << bad;
+    request.set_runtime_budget_s(bad);
+    EXPECT_EQ(ProblemFromCostTable(*table, request).status().code(), ErrorCode::kInvalidArgument) << bad;
+  }
+}
+
 // A stop (the daemon's shutdown) ends a long search with the best valid
 // schedule so far: set before the solve, and set while it searches.
 TEST(Solve, AStopEndsTheSearchWithAValidSchedule) {
