@@ -198,7 +198,7 @@ void JobManager::Watch(uint64_t after_sequence, double wait_s, EventsCallback do
   std::unique_lock lock(mutex_);
   if (after_sequence > last_sequence_) after_sequence = 0;  // asked of an earlier run of the daemon
   std::vector<v1::Event> events = EventsAfterLocked(after_sequence);
-  if (!events.empty() || shutting_down_ || wait_s <= 0) {
+  if (!events.empty() || shutting_down_ || !(wait_s > 0)) {  // NaN too: answer now
     lock.unlock();
     return done(std::move(events));
   }

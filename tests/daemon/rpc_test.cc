@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -161,6 +162,11 @@ TEST_F(RpcTest, EveryMethodInProtobuf) {
 
   v1::WatchEventsRequest watch;  // everything so far, without waiting
   const auto events = Remote<v1::WatchEventsResponse>("JobService/WatchEvents", watch);
+  ASSERT_GT(events.events_size(), 0);
+  v1::WatchEventsRequest not_a_time;  // nothing newer, and a NaN wait: answered at once, empty
+  not_a_time.set_after_sequence(events.events(events.events_size() - 1).sequence());
+  not_a_time.set_wait_s(std::nan(""));
+  EXPECT_EQ(Remote<v1::WatchEventsResponse>("JobService/WatchEvents", not_a_time).events_size(), 0);
   EXPECT_TRUE(std::any_of(events.events().begin(), events.events().end(), [&](const v1::Event& e) {
     return e.kind() == "schedule" && e.schedule_id() == schedule.id();
   }));
