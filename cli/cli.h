@@ -35,6 +35,7 @@ void RegisterDbCommand(CLI::App& app, Context& ctx);
 void RegisterProfileCommand(CLI::App& app, Context& ctx);
 void RegisterBenchCommand(CLI::App& app, Context& ctx);
 void RegisterServeCommand(CLI::App& app, Context& ctx);
+void RegisterJobsCommand(CLI::App& app, Context& ctx);
 void RegisterSolveCommand(CLI::App& app, Context& ctx);
 void RegisterProbesCommand(CLI::App& app, Context& ctx);
 

@@ -30,6 +30,7 @@ int main(int argc, char** argv) {
   RegisterProbesCommand(app, ctx);
   RegisterProfileCommand(app, ctx);
   RegisterServeCommand(app, ctx);
+  RegisterJobsCommand(app, ctx);
   RegisterDbCommand(app, ctx);
   RegisterBenchCommand(app, ctx);
 

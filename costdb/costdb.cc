@@ -977,6 +977,14 @@ Result<std::vector<StoredJob>> CostDb::ListJobs() {
   return jobs;
 }
 
+Status CostDb::DeleteJob(uint64_t id) {
+  EC_ASSIGN_OR_RETURN(Transaction tx, Write());
+  EC_ASSIGN_OR_RETURN(Statement stmt, db_.Prepare("DELETE FROM jobs WHERE id = ?"));
+  EC_RETURN_IF_ERROR(stmt.Bind(1, id).Run());
+  if (db_.Changes() == 0) return NotFound("no job " + std::to_string(id));
+  return tx.Commit();
+}
+
 Result<DbInfo> CostDb::Info() {
   EC_ASSIGN_OR_RETURN(Transaction tx, Read());  // counts from one snapshot agree with each other
   DbInfo info;

@@ -157,6 +157,7 @@ class CostDb {
   // The daemon's jobs, by id; storing a job again replaces it.
   Status PutJob(const StoredJob& stored);
   Result<std::vector<StoredJob>> ListJobs();
+  Status DeleteJob(uint64_t id);  // NotFound if there is none
 
   Result<DbInfo> Info();
 

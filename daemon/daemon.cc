@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -23,13 +24,6 @@
 namespace edgecost::daemon {
 namespace {
 
-// Callers name zoo models; reading files on their behalf would expose whatever the daemon's user can read.
-Status RejectFiles(const std::string& model) {
-  if (graph::IsGraphFile(model) || graph::IsOnnxModel(model) || model.find('/') != std::string::npos) {
-    return InvalidArgument("'" + model + "' is a file: over RPC, name a zoo model (files are read by the local CLI)");
-  }
-  return Status::Ok();
-}
 
 constexpr double kMaxSolveTimeS = 600;  // a solve over RPC holds a worker thread
 constexpr size_t kMaxCachedTables = 256;
@@ -39,7 +33,7 @@ constexpr char kCostTableRoute[] = "/twirp/edgecost.v1.CostService/GetCostTable"
 // that equal requests spelled differently share an entry. Empty if it does not decode.
 std::string CostTableCacheKey(const HttpRequest& request) {
   v1::GetCostTableRequest decoded;
-  const bool json = request.content_type.rfind("application/json", 0) == 0;
+  const bool json = IsJson(request.content_type);
   const bool ok = json ? google::protobuf::util::JsonStringToMessage(request.body, &decoded).ok()
                        : decoded.ParseFromString(request.body);
   return ok ? request.content_type + '\n' + decoded.SerializeAsString() : std::string();
@@ -262,7 +256,7 @@ void Daemon::RegisterRoutes() {
   router_.Add<v1::GetCostTableRequest, v1::CostTable>(
       "CostService", "GetCostTable",
       [db, this](const v1::GetCostTableRequest& request, const CallContext&) -> Result<v1::CostTable> {
-        EC_RETURN_IF_ERROR(RejectFiles(request.model()));
+        EC_RETURN_IF_ERROR(graph::CheckModelName(request.model()));
         EC_ASSIGN_OR_RETURN(costdb::CostDb * cost_db, ThreadDb(db));
         EC_ASSIGN_OR_RETURN(v1::CostTable table, profiler::ResolveCostTable(cost_db, request));
         if (table.cost_source() != profiler::kMeasuredSource) {
@@ -292,7 +286,7 @@ void Daemon::RegisterRoutes() {
           return done(ResourceExhausted(std::to_string(limit) + " solves are running or waiting; try again later"));
         }
         boost::asio::post(solve_pool_, [this, request, done = std::move(done)] {
-          done(SolveAndStore(request));
+          done(Guarded([&] { return SolveAndStore(request); }));
           solves_in_flight_.fetch_sub(1);
         });
       },
@@ -301,6 +295,9 @@ void Daemon::RegisterRoutes() {
       "SolverService", "GetSchedule",
       [db](const v1::GetScheduleRequest& request, const CallContext&) -> Result<v1::Schedule> {
         if (request.id() == 0) return InvalidArgument("id is required");
+        if (request.id() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+          return NotFound("no schedule " + std::to_string(request.id()));
+        }
         EC_ASSIGN_OR_RETURN(costdb::CostDb * cost_db, ThreadDb(db));
         EC_ASSIGN_OR_RETURN(v1::Schedule schedule, cost_db->GetSchedule(static_cast<int64_t>(request.id())));
         schedule.set_id(request.id());
@@ -358,8 +355,9 @@ void Daemon::RegisterRoutes() {
 
 Result<v1::Schedule> Daemon::SolveAndStore(const v1::ScheduleRequest& request) {
   if (request.ram_budget_bytes() == 0) return InvalidArgument("ram_budget_bytes is required");
-  EC_RETURN_IF_ERROR(RejectFiles(request.model()));
-  if (!request.graph_file().empty()) return RejectFiles(request.graph_file());
+  // Reading files on a caller's behalf would expose whatever the daemon's user can read.
+  if (!request.graph_file().empty()) return InvalidArgument("graph_file is read by the local CLI only; name a model");
+  EC_RETURN_IF_ERROR(graph::CheckModelName(request.model()));
   if (request.threads() > std::max(1u, std::thread::hardware_concurrency())) {
     return InvalidArgument("threads is at most " + std::to_string(std::max(1u, std::thread::hardware_concurrency())) +
                            " here, the number of cores");
@@ -384,19 +382,26 @@ Result<v1::Schedule> Daemon::SolveAndStore(const v1::ScheduleRequest& request) {
 
 void Daemon::Handle(HttpRequest request, HttpReply reply) {
   if (request.target == "/healthz") return reply({200, "text/plain", "ok\n"});
+  const bool has_token = !token_.empty() && ConstantTimeEquals(request.authorization, "Bearer " + token_);
+  if (request.over_tcp && !has_token) {
+    // The connection closes too, so unauthenticated callers hold no connection between attempts.
+    HttpResponse refused = TwirpError("unauthenticated", 401, "TCP callers need 'Authorization: Bearer <token>'");
+    refused.close_connection = true;
+    Record(request.target, refused.status, 0);
+    return reply(std::move(refused));
+  }
   if (request.target == "/metrics") return reply({200, "text/plain; version=0.0.4", MetricsText()});
 
   const auto start = std::chrono::steady_clock::now();
   HttpReply measured = [this, target = request.target, start, reply = std::move(reply)](HttpResponse response) {
     const double elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     Record(target, response.status, elapsed_s);
+    if (response.status >= 500 && response.status != 503) {
+      spdlog::error("event=request_failed route={} status={} body={}", Quoted(target), response.status, Quoted(response.body));
+    }
     spdlog::debug("event=request route={} status={} latency_ms={:.3f}", target, response.status, elapsed_s * 1e3);
     reply(std::move(response));
   };
-  const bool has_token = !token_.empty() && ConstantTimeEquals(request.authorization, "Bearer " + token_);
-  if (request.over_tcp && !has_token) {
-    return measured(TwirpError("unauthenticated", 401, "TCP callers need 'Authorization: Bearer <token>'"));
-  }
   if (config_.restrict_mutations && router_.Mutates(request.target) && !has_token) {
     return measured(TwirpError("permission_denied", 403, "this call changes state and is restricted to token holders"));
   }
@@ -492,6 +497,8 @@ std::string Daemon::MetricsText() {
 
 Result<int> Daemon::Start() {
   EC_RETURN_IF_ERROR(ValidateConfig(config_));
+  EC_ASSIGN_OR_RETURN(DbLock lock, DbLock::Acquire(config_.db_path));
+  db_lock_.emplace(std::move(lock));
   // Open the database once here so that a bad file fails the start, not the first request.
   EC_RETURN_IF_ERROR(costdb::CostDb::Open(config_.db_path, costdb::OpenMode::kReadWrite).status());
   EC_RETURN_IF_ERROR(jobs_->Open());

@@ -8,12 +8,14 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 
 #include <boost/asio/thread_pool.hpp>
 
 #include "base/status.h"
+#include "daemon/db_lock.h"
 #include "daemon/http_server.h"
 #include "daemon/jobs.h"
 #include "probes/sysfs.h"
@@ -75,6 +77,7 @@ class Daemon {
   std::string MetricsText();
 
   DaemonConfig config_;
+  std::optional<DbLock> db_lock_;  // held from Start() on: one daemon per database
   std::string token_;
   TwirpRouter router_;
   std::unique_ptr<JobManager> jobs_;

@@ -26,10 +26,6 @@ std::chrono::milliseconds Millis(double seconds) {
   return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
 }
 
-// A Twirp-shaped error for failures the transport answers itself.
-HttpResponse TransportError(int status, const std::string& code, const std::string& message) {
-  return {status, "application/json", "{\"code\":\"" + code + "\",\"msg\":\"" + message + "\"}"};
-}
 
 }  // namespace
 
@@ -44,11 +40,15 @@ struct HttpServer::Impl {
   std::unique_ptr<local::acceptor> unix_acceptor;
   std::unique_ptr<tcp::acceptor> tcp_acceptor;
   std::string unix_path;
-  std::atomic<int> connections{0};
+  // Counted per listener, so that clients on TCP, who may not even hold the
+  // token, can never use up the connections of the Unix socket.
+  std::atomic<int> unix_connections{0};
+  std::atomic<int> tcp_connections{0};
   std::atomic<int> unanswered{0};  // requests read whose response is not yet written
 
   template <typename Protocol>
   void Accept(typename Protocol::acceptor& acceptor, bool over_tcp);
+  std::atomic<int>& Connections(bool over_tcp) { return over_tcp ? tcp_connections : unix_connections; }
 };
 
 namespace {
@@ -58,7 +58,7 @@ class Session : public std::enable_shared_from_this<Session<Protocol>> {
  public:
   Session(typename Protocol::socket socket, HttpServer::Impl& server, bool over_tcp)
       : stream_(std::move(socket)), server_(server), over_tcp_(over_tcp) {}
-  ~Session() { server_.connections.fetch_sub(1); }
+  ~Session() { server_.Connections(over_tcp_).fetch_sub(1); }
 
   void Start() { ReadNext(); }
 
@@ -74,16 +74,16 @@ class Session : public std::enable_shared_from_this<Session<Protocol>> {
 
   void OnRead(beast::error_code ec) {
     if (ec == http::error::body_limit) {
-      return Respond(TransportError(413, "resource_exhausted", "request body over the limit"), false);
+      return Respond(JsonError(413, "resource_exhausted", "request body over the limit"), false);
     }
     if (ec == http::error::header_limit) {
-      return Respond(TransportError(431, "resource_exhausted", "request headers over the limit"), false);
+      return Respond(JsonError(431, "resource_exhausted", "request headers over the limit"), false);
     }
     if (ec == http::error::end_of_stream || ec) {
       // A timeout, a reset or garbage: drop the connection; other clients are unaffected.
       if (ec && ec != http::error::end_of_stream && ec != beast::error::timeout && ec != asio::error::eof &&
           ec != asio::error::operation_aborted && ec != asio::error::connection_reset) {
-        return Respond(TransportError(400, "malformed", "malformed HTTP request"), false);
+        return Respond(JsonError(400, "malformed", "malformed HTTP request"), false);
       }
       beast::error_code ignored;
       stream_.socket().shutdown(Protocol::socket::shutdown_both, ignored);
@@ -101,11 +101,21 @@ class Session : public std::enable_shared_from_this<Session<Protocol>> {
     stream_.expires_never();  // the handler may take a while; the write has its own deadline
     server_.unanswered.fetch_add(1);
     asio::post(server_.workers, [self = this->shared_from_this(), request = std::move(request)]() mutable {
-      self->server_.handler(std::move(request), [self](HttpResponse response) {
+      auto answered = std::make_shared<std::atomic<bool>>(false);
+      HttpReply reply = [self, answered](HttpResponse response) {
+        if (answered->exchange(true)) return;  // one answer per request, whatever the handler does
         asio::post(self->stream_.get_executor(), [self, response = std::move(response)]() mutable {
-          self->Respond(std::move(response), self->keep_alive_, /*answers_a_request=*/true);
+          const bool keep_alive = self->keep_alive_ && !response.close_connection;
+          self->Respond(std::move(response), keep_alive, /*answers_a_request=*/true);
         });
-      });
+      };
+      try {
+        self->server_.handler(std::move(request), reply);
+      } catch (const std::exception& e) {  // the handler's bug must not end the server
+        reply(JsonError(500, "internal", std::string("unexpected error: ") + e.what()));
+      } catch (...) {
+        reply(JsonError(500, "internal", "unexpected error"));
+      }
     });
   }
 
@@ -145,8 +155,8 @@ void HttpServer::Impl::Accept(typename Protocol::acceptor& acceptor, bool over_t
                                                                            typename Protocol::socket socket) {
     if (ec == asio::error::operation_aborted) return;  // stopped
     if (!ec) {
-      if (connections.fetch_add(1) >= limits.max_connections) {
-        connections.fetch_sub(1);
+      if (Connections(over_tcp).fetch_add(1) >= limits.max_connections) {
+        Connections(over_tcp).fetch_sub(1);
         beast::error_code ignored;
         socket.close(ignored);  // over the limit: refuse rather than let one client starve the rest
       } else {
@@ -231,6 +241,6 @@ void HttpServer::Stop() {
   impl_->io.stop();
 }
 
-int HttpServer::active_connections() const { return impl_->connections.load(); }
+int HttpServer::active_connections() const { return impl_->unix_connections.load() + impl_->tcp_connections.load(); }
 
 }  // namespace edgecost::daemon

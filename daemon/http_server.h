@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "base/status.h"
 
@@ -26,7 +27,18 @@ struct HttpResponse {
   int status = 200;
   std::string content_type = "application/json";
   std::string body;
+  bool close_connection = false;  // close after this response, whatever the client asked
 };
+
+// An error as a Twirp error object, {"code":"...","msg":"..."}, with the message escaped.
+inline HttpResponse JsonError(int status, std::string_view code, std::string_view message) {
+  std::string body = "{\"code\":\"" + std::string(code) + "\",\"msg\":\"";
+  for (char c : message) {
+    if (c == '"' || c == '\\') body += '\\';
+    body += static_cast<unsigned char>(c) < 0x20 ? ' ' : c;
+  }
+  return {status, "application/json", body + "\"}"};
+}
 
 // Answers one request: called once, from any thread.
 using HttpReply = std::function<void(HttpResponse)>;
@@ -39,7 +51,7 @@ struct ServerLimits {
   size_t max_body_bytes = 4 * 1024 * 1024;
   double read_timeout_s = 10;   // a slow client is dropped after this
   double write_timeout_s = 10;
-  int max_connections = 512;    // beyond this, new connections are closed at once
+  int max_connections = 512;    // per listener: beyond this, its new connections are closed at once
   int io_threads = 1;
   int worker_threads = 2;       // handlers run here
 };
@@ -60,7 +72,7 @@ class HttpServer {
   void Run();
   void Stop();
 
-  int active_connections() const;
+  int active_connections() const;  // on every listener
 
   struct Impl;  // opaque; public so that connection handlers in the .cc can name it
 

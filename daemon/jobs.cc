@@ -2,10 +2,12 @@
 
 #include <chrono>
 #include <ctime>
+#include <thread>
 
 #include <boost/asio/post.hpp>
 #include <spdlog/spdlog.h>
 
+#include "graph/resolve.h"
 #include "graph/zoo.h"
 #include "costdb/costdb.h"
 #include "daemon/log.h"
@@ -17,11 +19,14 @@ namespace {
 
 constexpr size_t kMaxEvents = 10000;  // older events are dropped; sequences keep counting
 constexpr double kMaxWatchS = 60;
+constexpr uint32_t kMaxCrashes = 2;  // a job that took the daemon down this often is not run again
 
 std::string NowRfc3339() {
   const std::time_t now = std::time(nullptr);
+  std::tm utc{};
+  gmtime_r(&now, &utc);  // gmtime's static buffer is shared with other threads
   char text[32];
-  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &utc);
   return text;
 }
 
@@ -43,27 +48,57 @@ JobManager::~JobManager() {
 Status JobManager::Open() {
   EC_ASSIGN_OR_RETURN(costdb::CostDb db, costdb::CostDb::Open(db_path_, costdb::OpenMode::kReadWrite));
   EC_ASSIGN_OR_RETURN(std::vector<costdb::StoredJob> stored, db.ListJobs());
-  std::lock_guard lock(mutex_);
-  db_.emplace(std::move(db));
-  for (costdb::StoredJob& s : stored) {
-    auto entry = std::make_unique<Entry>();
-    entry->job = std::move(s.job);
-    entry->request = std::move(s.profile_request);
-    const uint64_t id = entry->job.id();
-    next_id_ = std::max(next_id_, id + 1);
-    const v1::Job::State state = entry->job.state();
-    if (state == v1::Job::STATE_QUEUED || state == v1::Job::STATE_RUNNING) {
-      entry->job.set_state(v1::Job::STATE_QUEUED);
-      entry->job.set_message("queued again: the daemon stopped while it was " +
-                             std::string(state == v1::Job::STATE_RUNNING ? "running" : "queued"));
-      StoreLocked(*entry);
-      queue_.push_back(id);
+  std::vector<v1::Event> events;
+  {
+    std::lock_guard lock(mutex_);
+    db_.emplace(std::move(db));
+    for (costdb::StoredJob& s : stored) {
+      auto entry = std::make_unique<Entry>();
+      entry->job = std::move(s.job);
+      entry->request = std::move(s.profile_request);
+      const uint64_t id = entry->job.id();
+      next_id_ = std::max(next_id_, id + 1);
+      if (std::optional<v1::Event> event = ResumeOrRefuseLocked(*entry)) events.push_back(std::move(*event));
+      jobs_[id] = std::move(entry);
     }
-    jobs_[id] = std::move(entry);
+    spdlog::info("event=jobs_loaded stored={} queued_again={}", jobs_.size(), queue_.size());
   }
-  spdlog::info("event=jobs_loaded stored={} queued_again={}", jobs_.size(), queue_.size());
+  for (v1::Event& event : events) Emit(std::move(event));
   worker_ = std::thread([this] { Worker(); });
   return Status::Ok();
+}
+
+// A job left queued runs again; one left running was interrupted by a crash
+// (a clean stop stores it as queued), and one that crashed the daemon twice is
+// not run a third time. A stored request that today's rules refuse fails with the reason.
+std::optional<v1::Event> JobManager::ResumeOrRefuseLocked(Entry& entry) {
+  v1::Job& job = entry.job;
+  const v1::Job::State state = job.state();
+  if (state != v1::Job::STATE_QUEUED && state != v1::Job::STATE_RUNNING) return std::nullopt;
+  if (state == v1::Job::STATE_RUNNING) job.set_crashes(job.crashes() + 1);
+  const Status valid = job.kind() == "profile" ? CheckProfileRequest(entry.request) : Status::Ok();
+  if (!valid.ok()) {
+    job.set_state(v1::Job::STATE_FAILED);
+    job.set_message("not run: " + valid.message());
+  } else if (job.crashes() >= kMaxCrashes) {
+    job.set_state(v1::Job::STATE_FAILED);
+    job.set_message("poisoned: the daemon died " + std::to_string(job.crashes()) +
+                    " times while running this job, so it is not run again (`edgecost jobs forget " +
+                    std::to_string(job.id()) + "` removes it)");
+  } else {
+    job.set_state(v1::Job::STATE_QUEUED);
+    job.set_message("queued again: the daemon " +
+                    std::string(state == v1::Job::STATE_RUNNING ? "died while it was running" : "stopped while it was queued"));
+    queue_.push_back(job.id());
+  }
+  StoreLocked(entry);
+  if (job.state() != v1::Job::STATE_FAILED) return std::nullopt;
+  spdlog::warn("event=job id={} kind={} state=STATE_FAILED message={}", job.id(), job.kind(), Quoted(job.message()));
+  v1::Event event;
+  event.set_kind("job");
+  event.set_message(job.message());
+  *event.mutable_job() = job;
+  return event;
 }
 
 void JobManager::Shutdown() {
@@ -80,7 +115,10 @@ void JobManager::Shutdown() {
 
 // A write that fails leaves the job running; the next update tries again.
 void JobManager::StoreLocked(const Entry& entry) {
-  if (db_) (void)db_->PutJob({entry.job, entry.request});
+  if (!db_) return;
+  if (Status s = db_->PutJob({entry.job, entry.request}); !s.ok()) {
+    spdlog::error("event=job_not_stored id={} message={}", entry.job.id(), Quoted(s.message()));
+  }
 }
 
 void JobManager::SetStopped(const Entry& entry, v1::Job& job, const std::string& what_was_done) {
@@ -117,8 +155,23 @@ Result<v1::Job> JobManager::Enqueue(std::unique_ptr<Entry> entry, const std::str
   return job;
 }
 
+Status CheckProfileRequest(const v1::StartProfileRequest& request) {
+  EC_RETURN_IF_ERROR(graph::CheckModelName(request.model()));
+  if (!graph::BuildZooModel(request.model()).ok()) {
+    std::string names;
+    for (const graph::ZooModel& model : graph::ZooModels()) names += (names.empty() ? "" : ", ") + std::string(model.name);
+    return NotFound("no zoo model '" + request.model() + "' to profile; the zoo has " + names +
+                    " (other models are profiled with the local `edgecost profile --model FILE`)");
+  }
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  if (request.threads() > cores) {
+    return InvalidArgument("threads is at most " + std::to_string(cores) + " here, the number of cores");
+  }
+  return Status::Ok();
+}
+
 Result<v1::Job> JobManager::StartProfile(const v1::StartProfileRequest& request) {
-  if (request.model().empty()) return InvalidArgument("model is required");
+  EC_RETURN_IF_ERROR(CheckProfileRequest(request));
   auto entry = std::make_unique<Entry>();
   entry->request = request;
   return Enqueue(std::move(entry), "profile", "queued: profile " + request.model());
@@ -256,10 +309,18 @@ void JobManager::Worker() {
       job.set_state(v1::Job::STATE_RUNNING);
       job.set_message("running");
     });
-    if (entry->job.kind() == "profile") {
-      RunProfile(*entry);
-    } else {
-      RunRegeneration(*entry);
+    try {
+      if (entry->job.kind() == "profile") {
+        RunProfile(*entry);
+      } else {
+        RunRegeneration(*entry);
+      }
+    } catch (const std::exception& e) {  // a job's failure is the job's, never the daemon's
+      spdlog::error("event=job_exception id={} what={}", entry->job.id(), Quoted(e.what()));
+      Update(*entry, [&](v1::Job& job) {
+        job.set_state(v1::Job::STATE_FAILED);
+        job.set_message(std::string("internal error: ") + e.what());
+      });
     }
   }
 }

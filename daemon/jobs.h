@@ -26,6 +26,10 @@
 
 namespace edgecost::daemon {
 
+// What a profile job may ask for, checked when it is started and again when a
+// stored one is loaded: a zoo model by name (never a file), at most one thread per core.
+Status CheckProfileRequest(const v1::StartProfileRequest& request);
+
 class JobManager {
  public:
   // `probes_config`: the TOML file whose [probes] section profiles measure with, or empty.
@@ -71,6 +75,7 @@ class JobManager {
     std::shared_ptr<boost::asio::steady_timer> timer;
   };
   void Worker();
+  std::optional<v1::Event> ResumeOrRefuseLocked(Entry& entry);
   Result<v1::Job> Enqueue(std::unique_ptr<Entry> entry, const std::string& kind, const std::string& message);
   void RunProfile(Entry& entry);
   void RunRegeneration(Entry& entry);

@@ -1,29 +1,31 @@
 #include "daemon/twirp.h"
 
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <memory>
+#include <string_view>
+
 #include <google/protobuf/util/json_util.h>
 
 namespace edgecost::daemon {
 namespace {
 
-std::string JsonEscape(const std::string& text) {
-  std::string out;
-  for (char c : text) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      out += ' ';
-    } else {
-      out += c;
-    }
+// The media type alone, before any parameters: "application/json; charset=utf-8" is JSON, "application/jsonx" is not.
+bool IsMediaType(const std::string& content_type, std::string_view type) {
+  if (content_type.size() < type.size() ||
+      !std::equal(type.begin(), type.end(), content_type.begin(), [](char a, char b) { return a == std::tolower(static_cast<unsigned char>(b)); })) {
+    return false;
   }
-  return out;
+  const std::string_view rest = std::string_view(content_type).substr(type.size());
+  const size_t end = rest.find_first_not_of(" \t");
+  return end == std::string_view::npos || rest[end] == ';';
 }
-
-bool IsJson(const std::string& content_type) { return content_type.rfind("application/json", 0) == 0; }
-bool IsProtobuf(const std::string& content_type) { return content_type.rfind("application/protobuf", 0) == 0; }
+bool IsProtobuf(const std::string& content_type) { return IsMediaType(content_type, "application/protobuf"); }
 
 }  // namespace
+
+bool IsJson(const std::string& content_type) { return IsMediaType(content_type, "application/json"); }
 
 std::pair<const char*, int> TwirpCode(ErrorCode code) {
   switch (code) {
@@ -44,7 +46,7 @@ std::pair<const char*, int> TwirpCode(ErrorCode code) {
 }
 
 HttpResponse TwirpError(const char* code, int status, const std::string& message) {
-  return {status, "application/json", "{\"code\":\"" + std::string(code) + "\",\"msg\":\"" + JsonEscape(message) + "\"}"};
+  return JsonError(status, code, message);
 }
 
 bool TwirpRouter::Mutates(const std::string& target) const {
@@ -72,8 +74,10 @@ void TwirpRouter::Handle(const HttpRequest& request, const CallContext& ctx, Htt
   } else if (!input->ParseFromString(request.body)) {
     return reply(TwirpError("malformed", 400, "the protobuf body does not decode"));
   }
-  it->second.call(std::move(input), ctx, [json, reply = std::move(reply)](
-                                             Result<std::unique_ptr<google::protobuf::Message>> output) {
+  // Answered once: a handler that throws after answering is not answered twice.
+  auto answered = std::make_shared<std::atomic<bool>>(false);
+  auto done = [json, answered, reply](Result<std::unique_ptr<google::protobuf::Message>> output) {
+    if (answered->exchange(true)) return;
     if (!output.ok()) {
       const auto [code, status] = TwirpCode(output.status().code());
       return reply(TwirpError(code, status, output.status().message()));
@@ -90,7 +94,13 @@ void TwirpRouter::Handle(const HttpRequest& request, const CallContext& ctx, Htt
       response.content_type = "application/protobuf";
     }
     reply(std::move(response));
+  };
+  // The service boundary: no exception from a handler goes further.
+  const Status thrown = Guarded([&]() -> Status {
+    it->second.call(std::move(input), ctx, done);
+    return Status::Ok();
   });
+  if (!thrown.ok()) done(thrown);
 }
 
 }  // namespace edgecost::daemon

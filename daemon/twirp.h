@@ -19,6 +19,22 @@ struct CallContext {
   bool authenticated = false;  // over the Unix socket, or with a valid bearer token
 };
 
+// Runs `fn`, turning an exception that escapes it into an Internal error, so
+// that a bug answers one call with 500 and the daemon goes on serving.
+template <typename Fn>
+auto Guarded(Fn&& fn) -> decltype(fn()) {
+  try {
+    return fn();
+  } catch (const std::exception& e) {
+    return Internal(std::string("unexpected error: ") + e.what());
+  } catch (...) {
+    return Internal("unexpected error");
+  }
+}
+
+// True for "application/json", with or without parameters; the other encoding is "application/protobuf".
+bool IsJson(const std::string& content_type);
+
 // Twirp code and HTTP status for an error.
 std::pair<const char*, int> TwirpCode(ErrorCode code);
 HttpResponse TwirpError(const char* code, int status, const std::string& message);

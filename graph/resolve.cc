@@ -1,5 +1,7 @@
 #include "graph/resolve.h"
 
+#include <algorithm>
+#include <cctype>
 #include <filesystem>
 
 #include "graph/cost_source.h"
@@ -11,9 +13,26 @@ namespace edgecost::graph {
 bool IsOnnxModel(std::string_view model_or_file) { return model_or_file.ends_with(".onnx"); }
 
 bool IsGraphFile(std::string_view model_or_file) {
-  const std::string name(model_or_file);
-  if (IsOnnxModel(name)) return false;
-  return name.ends_with(".json") || name.find('/') != std::string::npos || std::filesystem::is_regular_file(name);
+  if (IsOnnxModel(model_or_file)) return false;
+  return model_or_file.ends_with(".json") || model_or_file.find('/') != std::string_view::npos;
+}
+
+Status CheckModelName(std::string_view name) {
+  constexpr size_t kMaxModelNameLength = 128;
+  const auto allowed = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-'; };
+  if (name.empty()) return InvalidArgument("model is required");
+  if (name.size() > kMaxModelNameLength) {
+    return InvalidArgument("a model name has at most " + std::to_string(kMaxModelNameLength) + " characters, not " +
+                           std::to_string(name.size()));
+  }
+  if (IsGraphFile(name) || IsOnnxModel(name)) {
+    return InvalidArgument("'" + std::string(name) +
+                           "' is a file name: name a model here (files are read by the local CLI only)");
+  }
+  if (!std::isalnum(static_cast<unsigned char>(name.front())) || !std::all_of(name.begin(), name.end(), allowed)) {
+    return InvalidArgument("a model name is letters, digits, '.', '_' and '-', starting with a letter or digit");
+  }
+  return Status::Ok();
 }
 
 std::string ModelName(std::string_view model_or_file) {

@@ -18,9 +18,15 @@ struct GraphSpec {
   Trainable trainable;
 };
 
-// True when the argument names a graph file with costs (JSON) rather than a model.
+// True when the argument names a graph file with costs (a .json name or a path)
+// rather than a model. Decided by the name alone: the file system is not asked.
 bool IsGraphFile(std::string_view model_or_file);
 bool IsOnnxModel(std::string_view model_or_file);
+
+// The rule for a model named by a caller who must not reach files (RPC): 1 to
+// 128 characters of [A-Za-z0-9._-], starting with a letter or digit, and not
+// a graph or ONNX file name. Such a name is only ever looked up, never opened.
+Status CheckModelName(std::string_view name);
 // The model name graphs and cost tables are stored under: the zoo name, or the ONNX file's stem.
 std::string ModelName(std::string_view model_or_file);
 

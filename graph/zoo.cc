@@ -163,7 +163,9 @@ const std::vector<ZooModel>& ZooModels() {
 }
 
 Result<ForwardGraph> BuildZooModel(std::string_view name, int batch_size) {
-  if (batch_size < 1) return InvalidArgument("batch size must be at least 1, got " + std::to_string(batch_size));
+  if (batch_size < 1 || batch_size > kMaxBatchSize) {
+    return InvalidArgument("batch size must be 1 to " + std::to_string(kMaxBatchSize) + ", not " + std::to_string(batch_size));
+  }
   std::string names;
   for (const Entry& e : Entries()) {
     names += (names.empty() ? "" : ", ") + std::string(e.info.name);

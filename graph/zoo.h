@@ -18,6 +18,9 @@ struct ZooModel {
 
 const std::vector<ZooModel>& ZooModels();
 
+// Beyond this, activation sizes of the larger models leave what any device or file holds.
+inline constexpr int kMaxBatchSize = 65536;
+
 // The forward graph (ending in its loss) of a zoo model; NotFound lists the valid names.
 Result<ForwardGraph> BuildZooModel(std::string_view name, int batch_size = 1);
 

@@ -21,6 +21,9 @@ Result<v1::CostTable> ResolveCostTable(costdb::CostDb* db, const v1::GetCostTabl
 
   graph::GraphSpec spec;
   spec.model_or_file = request.model();
+  if (request.batch_size() > static_cast<uint32_t>(graph::kMaxBatchSize)) {
+    return InvalidArgument("batch_size is at most " + std::to_string(graph::kMaxBatchSize));
+  }
   spec.batch_size = request.batch_size() == 0 ? 1 : static_cast<int>(request.batch_size());
   EC_ASSIGN_OR_RETURN(spec.derivation, graph::ParseDerivation(derivation));
   EC_ASSIGN_OR_RETURN(spec.trainable, graph::Trainable::Parse(request.trainable().empty() ? "all" : request.trainable()));

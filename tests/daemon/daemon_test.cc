@@ -89,7 +89,7 @@ TEST_F(DaemonTest, ErrorsAreTwirpErrorsAndTheDaemonKeepsServing) {
   EXPECT_THAT(Call("CostService/NoSuchMethod", "{}"), HasSubstr("bad_route"));
   EXPECT_THAT(Call("CostService/GetCostTable", "{not json"), HasSubstr("malformed"));
   EXPECT_THAT(Call("CostService/GetDevice", "{}"), HasSubstr("invalid_argument"));
-  EXPECT_THAT(Call("CostService/GetCostTable", R"({"model":"/etc/passwd.json"})"), HasSubstr("name a zoo model"));
+  EXPECT_THAT(Call("CostService/GetCostTable", R"({"model":"/etc/passwd.json"})"), HasSubstr("is a file name: name a model"));
   EXPECT_THAT(Call("SolverService/Solve", R"({"model":"resnet18_cifar","device":"a72"})"),
               HasSubstr("ram_budget_bytes is required"));
   // Found by the libFuzzer run: NaN decodes from JSON ("NaN") and protobuf alike.

@@ -4,9 +4,11 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include <boost/asio.hpp>
 
@@ -26,15 +28,21 @@ using ::testing::StartsWith;
 
 class HttpServerTest : public ::testing::Test {
  protected:
+  // Answers "/throw" by throwing, "/close" with a response that closes the
+  // connection; everything else from another thread, later, as Solve and WatchEvents do.
   void Start(ServerLimits limits) {
-    // Answers from another thread, later, as Solve and WatchEvents do.
     server_ = std::make_unique<HttpServer>(
         [](HttpRequest request, HttpReply reply) {
+          if (request.target == "/throw") throw std::runtime_error("a handler's bug");
+          if (request.target == "/close") return reply({401, "text/plain", "go away", /*close_connection=*/true});
           std::thread([request = std::move(request), reply = std::move(reply)] {
             reply({200, "text/plain", "echo " + request.target + " " + std::to_string(request.body.size())});
           }).detach();
         },
         limits);
+    unix_path_ = (std::filesystem::temp_directory_path() / ("edgecost_http_test_" + std::to_string(::getpid()) + ".sock"))
+                     .string();
+    ASSERT_TRUE(server_->ListenUnix(unix_path_, 0600, "").ok());
     auto port = server_->ListenTcp("127.0.0.1", 0);
     ASSERT_TRUE(port.ok()) << port.status().message();
     port_ = *port;
@@ -50,13 +58,20 @@ class HttpServerTest : public ::testing::Test {
     socket.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), static_cast<uint16_t>(port_)));
     return socket;
   }
+  asio::local::stream_protocol::socket ConnectUnix() {
+    asio::local::stream_protocol::socket socket(io_);
+    socket.connect(asio::local::stream_protocol::endpoint(unix_path_));
+    return socket;
+  }
   // Writes `raw` and reads until the server closes or a full response with a body arrives.
-  static std::string Exchange(tcp::socket& socket, const std::string& raw) {
+  template <typename Socket>
+  static std::string Exchange(Socket& socket, const std::string& raw) {
     boost::system::error_code ec;  // a write to a connection the server closed fails; the read says so
     asio::write(socket, asio::buffer(raw), ec);
     return ReadAll(socket);
   }
-  static std::string ReadAll(tcp::socket& socket) {
+  template <typename Socket>
+  static std::string ReadAll(Socket& socket) {
     std::string out;
     char buffer[4096];
     boost::system::error_code ec;
@@ -77,6 +92,7 @@ class HttpServerTest : public ::testing::Test {
   }
 
   asio::io_context io_;
+  std::string unix_path_;
   std::unique_ptr<HttpServer> server_;
   std::thread runner_;
   int port_ = 0;
@@ -138,6 +154,38 @@ TEST_F(HttpServerTest, ConnectionsBeyondTheLimitAreClosedAtOnce) {
   EXPECT_THAT(answer, HasSubstr("echo /4"));
 }
 
+// Each listener has its own limit: connections on TCP, which anyone on the
+// network can open before any token is checked, never lock out the socket.
+TEST_F(HttpServerTest, TcpConnectionsCannotUseUpTheSocketsConnections) {
+  ServerLimits limits;
+  limits.max_connections = 2;
+  Start(limits);
+  std::vector<tcp::socket> idle;
+  for (int i = 0; i < 3; ++i) idle.push_back(Connect());  // two held, the third closed at once
+  EXPECT_EQ(ReadAll(idle.back()), "");
+  for (int i = 0; i < 5; ++i) {
+    auto local = ConnectUnix();
+    EXPECT_THAT(Exchange(local, Post("/local", "")), HasSubstr("echo /local 0")) << "call " << i;
+  }
+}
+
+TEST_F(HttpServerTest, AThrowingHandlerAnswers500AndTheServerGoesOn) {
+  Start(ServerLimits{});
+  auto client = Connect();
+  const std::string answer = Exchange(client, Post("/throw", ""));
+  EXPECT_THAT(answer, StartsWith("HTTP/1.1 500"));
+  EXPECT_THAT(answer, HasSubstr("a handler's bug"));
+  auto next = Connect();
+  EXPECT_THAT(Exchange(next, Post("/after", "")), HasSubstr("echo /after"));
+}
+
+TEST_F(HttpServerTest, AResponseCanCloseAKeptAliveConnection) {
+  Start(ServerLimits{});
+  auto client = Connect();  // HTTP/1.1 keeps the connection open unless the response closes it
+  EXPECT_THAT(Exchange(client, Post("/close", "")), HasSubstr("go away"));
+  EXPECT_EQ(Exchange(client, Post("/again", "")), "") << "the connection was closed";
+}
+
 // Calls straight into Daemon::Handle: state-changing calls need the token
 // when restrict_mutations is set, even over the Unix socket; reads do not.
 TEST(DaemonAuth, RestrictedCallsNeedTheToken) {
@@ -150,10 +198,11 @@ TEST(DaemonAuth, RestrictedCallsNeedTheToken) {
   config.restrict_mutations = true;
   config.fingerprint_check_s = 0;
   Daemon daemon(config);
-  auto call = [&](const std::string& method, const std::string& authorization, bool over_tcp = false) {
+  auto call = [&](const std::string& method, const std::string& authorization, bool over_tcp = false,
+                  const std::string& content_type = "application/json") {
     HttpRequest request{.method = "POST",
-                        .target = "/twirp/edgecost.v1." + method,
-                        .content_type = "application/json",
+                        .target = method.starts_with("/") ? method : "/twirp/edgecost.v1." + method,
+                        .content_type = content_type,
                         .authorization = authorization,
                         .body = R"({"id":"42"})",
                         .over_tcp = over_tcp};
@@ -168,6 +217,16 @@ TEST(DaemonAuth, RestrictedCallsNeedTheToken) {
   EXPECT_EQ(call("JobService/GetJob", "").status, 404);        // reads need no token on the socket
   EXPECT_EQ(call("JobService/GetJob", "", /*over_tcp=*/true).status, 401);
   EXPECT_EQ(call("JobService/GetJob", token, /*over_tcp=*/true).status, 404);
+  const HttpResponse refused = call("JobService/GetJob", "", /*over_tcp=*/true);
+  EXPECT_TRUE(refused.close_connection) << "an unauthenticated caller keeps no connection";
+  // Metrics over TCP are the daemon's business too; /healthz says nothing and stays open.
+  EXPECT_EQ(call("/metrics", "", /*over_tcp=*/true).status, 401);
+  EXPECT_EQ(call("/metrics", token, /*over_tcp=*/true).status, 200);
+  EXPECT_EQ(call("/healthz", "", /*over_tcp=*/true).status, 200);
+  // Media types are matched whole: parameters are fine, a longer name is not JSON.
+  EXPECT_EQ(call("JobService/GetJob", "", false, "application/json; charset=utf-8").status, 404);
+  EXPECT_EQ(call("JobService/GetJob", "", false, "application/jsonx").body,
+            R"({"code":"bad_route","msg":"unexpected Content-Type 'application/jsonx'; use application/json or application/protobuf"})");
   std::filesystem::remove_all(dir);
 }
 

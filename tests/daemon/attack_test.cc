@@ -1,0 +1,230 @@
+// Regression tests for an attack pass that took the agent down with single
+// requests. Each sends its reproduction to a real `edgecost serve`, then checks
+// that the daemon still answers /healthz and a normal query, and that what it
+// had stored is still there.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "costdb/costdb.h"
+#include "daemon/client.h"
+#include "daemon/jobs.h"
+#include "proto/edgecost.pb.h"
+#include "tests/daemon/serve_process.h"
+
+namespace edgecost {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::EndsWith;
+using ::testing::HasSubstr;
+using ::testing::Not;
+using namespace test_support;
+
+const std::string kLongName(256, 'A');
+// The methods that take a model, and the other fields each needs.
+const std::vector<std::pair<std::string, std::string>> kModelMethods = {
+    {"CostService/GetCostTable", R"(,"device":"a72")"},
+    {"SolverService/Solve", R"(,"device":"a72","ramBudgetBytes":"4000")"},
+    {"JobService/StartProfile", ""}};
+
+class AttackTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = fs::temp_directory_path() / ("edgecost_attack_test_" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    pid_ = SpawnServe({"--db", Db(), "serve", "--socket", Socket()}, Socket(), "/nonexistent-sysfs", dir_ / "serve.log");
+    const std::string stored = CallJson(Socket(), "SolverService/Solve",
+                                        R"({"model":"linear","device":"a72","ramBudgetBytes":"4000"})");
+    ASSERT_THAT(stored, EndsWith(" 200"));
+    baseline_id_ = stored.substr(stored.find("\"id\":\"") + 6);
+    baseline_id_ = baseline_id_.substr(0, baseline_id_.find('"'));
+  }
+  static void TearDownTestSuite() {
+    StopProcess(pid_);
+    fs::remove_all(dir_);
+  }
+  static std::string Socket() { return (dir_ / "edgecost.sock").string(); }
+  static std::string Db() { return (dir_ / "costs.db").string(); }
+
+  // The daemon lives, answers a normal query, and still has what it stored before the attack.
+  static void ExpectStillServing() {
+    ASSERT_EQ(::waitpid(pid_, nullptr, WNOHANG), 0) << "the daemon died; its log:\n" << Shell("cat " + (dir_ / "serve.log").string());
+    EXPECT_TRUE(Serving(Socket()));
+    EXPECT_THAT(CallJson(Socket(), "CostService/GetCostTable", R"({"model":"linear","device":"a72"})"), EndsWith(" 200"));
+    EXPECT_THAT(CallJson(Socket(), "SolverService/GetSchedule", R"({"id":")" + baseline_id_ + R"("})"), EndsWith(" 200"));
+  }
+
+  static fs::path dir_;
+  static pid_t pid_;
+  static std::string baseline_id_;
+};
+
+fs::path AttackTest::dir_;
+pid_t AttackTest::pid_ = 0;
+std::string AttackTest::baseline_id_;
+
+TEST_F(AttackTest, ALongModelNameIsRefusedByEveryMethod) {
+  for (const auto& [method, fields] : kModelMethods) {
+    const std::string answer = CallJson(Socket(), method, R"({"model":")" + kLongName + "\"" + fields + "}");
+    EXPECT_THAT(answer, HasSubstr("at most 128 characters")) << method;
+    EXPECT_THAT(answer, EndsWith(" 400")) << method;
+  }
+  EXPECT_THAT(CallJson(Socket(), "JobService/ListJobs", "{}"), Not(HasSubstr(kLongName)));
+  ExpectStillServing();
+}
+
+TEST_F(AttackTest, ASolveNamingAGraphFileIsRefused) {
+  const std::string answer = CallJson(
+      Socket(), "SolverService/Solve",
+      R"({"model":"linear","device":"a72","ramBudgetBytes":"100000","runtimeBudgetMultiple":2,"graphFile":"foo"})");
+  EXPECT_THAT(answer, HasSubstr("graph_file is read by the local CLI only"));
+  EXPECT_THAT(answer, EndsWith(" 400"));
+  ExpectStillServing();
+}
+
+// One rule for every method: a model is a name, looked up and never opened.
+TEST_F(AttackTest, ModelsThatAreFilesAreNeverOpened) {
+  for (const char* model : {"/etc/shadow", "/dev/zero", "../costs.db", "costs.db/", "graph.json", "model.onnx", ".hidden",
+                            "with space", "nul\\u0000byte"}) {
+    for (const auto& [method, fields] : kModelMethods) {
+      const std::string answer = CallJson(Socket(), method, std::string(R"({"model":")") + model + "\"" + fields + "}");
+      EXPECT_THAT(answer, EndsWith(" 400")) << method << " " << model;
+      EXPECT_THAT(answer, Not(HasSubstr("last read"))) << method << " " << model;
+    }
+  }
+  EXPECT_THAT(CallJson(Socket(), "JobService/ListJobs", "{}"), Not(HasSubstr("shadow")));
+  ExpectStillServing();
+}
+
+TEST_F(AttackTest, NumbersOutOfRangeAreRefused) {
+  EXPECT_THAT(CallJson(Socket(), "JobService/StartProfile", R"({"model":"linear","threads":4000000000})"),
+              EndsWith(" 400"));
+  EXPECT_THAT(CallJson(Socket(), "JobService/StartProfile", R"({"model":"no_such_model"})"), EndsWith(" 404"));
+  EXPECT_THAT(CallJson(Socket(), "CostService/GetCostTable", R"({"model":"resnet50","device":"a72","batchSize":4000000000})"),
+              EndsWith(" 400"));
+  EXPECT_THAT(CallJson(Socket(), "SolverService/GetSchedule", R"({"id":"18446744073709551615"})"), EndsWith(" 404"));
+  EXPECT_THAT(CallJson(Socket(), "JobService/WatchEvents", R"({"afterSequence":"18446744073709551615","waitS":-1})"),
+              EndsWith(" 200"));
+  ExpectStillServing();
+}
+
+TEST_F(AttackTest, ASecondDaemonOnTheSameDatabaseIsRefused) {
+  const std::string second = Shell(std::string(EDGECOST_BIN) + " --db " + Db() + " serve --socket " +
+                                   (dir_ / "second.sock").string() + " 2>&1; echo exit=$?");
+  EXPECT_THAT(second, HasSubstr("another edgecost daemon (pid " + std::to_string(pid_) + ")"));
+  EXPECT_THAT(second, EndsWith("exit=1\n"));
+  ExpectStillServing();
+}
+
+// A model name resolves to the zoo even when a file of that name is in the daemon's working directory.
+TEST_F(AttackTest, AFileNamedLikeAModelIsNotRead) {
+  std::ofstream("linear") << "not a graph\n";
+  EXPECT_THAT(CallJson(Socket(), "CostService/GetCostTable", R"({"model":"linear","device":"a72"})"), EndsWith(" 200"));
+  fs::remove("linear");
+  ExpectStillServing();
+}
+
+// Jobs stored by an older daemon, or left running by a crash, are loaded
+// without running what today's rules refuse or what crashed the daemon twice.
+TEST(JobsAtStart, RefusedAndPoisonedJobsFailWithTheirReasonAndAnEvent) {
+  const fs::path dir = fs::temp_directory_path() / ("edgecost_jobs_start_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  const std::string db_path = (dir / "costs.db").string();
+  {
+    auto db = costdb::CostDb::Open(db_path);
+    ASSERT_TRUE(db.ok()) << db.status().message();
+    costdb::StoredJob refused;  // queued by a daemon that let any name through
+    refused.job.set_id(1);
+    refused.job.set_kind("profile");
+    refused.job.set_state(v1::Job::STATE_QUEUED);
+    refused.profile_request.set_model(kLongName);
+    costdb::StoredJob poisoned;  // running when the daemon died, for the second time
+    poisoned.job.set_id(2);
+    poisoned.job.set_kind("regenerate");
+    poisoned.job.set_state(v1::Job::STATE_RUNNING);
+    poisoned.job.set_crashes(1);
+    costdb::StoredJob resumed;  // running when the daemon died, the first time
+    resumed.job.set_id(3);
+    resumed.job.set_kind("regenerate");
+    resumed.job.set_state(v1::Job::STATE_RUNNING);
+    for (const auto& job : {refused, poisoned, resumed}) ASSERT_TRUE(db->PutJob(job).ok());
+  }
+  {
+    daemon::JobManager jobs(db_path, "");
+    ASSERT_TRUE(jobs.Open().ok());
+    const auto first = jobs.Get(1), second = jobs.Get(2);
+    EXPECT_EQ(first->state(), v1::Job::STATE_FAILED);
+    EXPECT_THAT(first->message(), HasSubstr("not run: a model name has at most 128 characters"));
+    EXPECT_EQ(second->state(), v1::Job::STATE_FAILED);
+    EXPECT_EQ(second->crashes(), 2u);
+    EXPECT_THAT(second->message(), HasSubstr("poisoned"));
+    std::promise<std::vector<v1::Event>> events;
+    jobs.Watch(0, 0, [&](std::vector<v1::Event> e) { events.set_value(std::move(e)); });
+    const std::vector<v1::Event> seen = events.get_future().get();
+    EXPECT_TRUE(std::any_of(seen.begin(), seen.end(), [](const v1::Event& e) {
+      return e.job().id() == 2 && e.message().find("poisoned") != std::string::npos;
+    }));
+    const auto third = PollUntil([&] { return v1::Job::State_Name(jobs.Get(3)->state()); },
+                                 [](const std::string& state) { return state == "STATE_SUCCEEDED"; });
+    EXPECT_EQ(third, "STATE_SUCCEEDED");
+    EXPECT_EQ(jobs.Get(3)->crashes(), 1u);
+  }
+  auto db = costdb::CostDb::Open(db_path);  // what the next start will see
+  auto stored = db->ListJobs();
+  ASSERT_TRUE(stored.ok());
+  ASSERT_EQ(stored->size(), 3u);
+  EXPECT_EQ((*stored)[1].job.state(), v1::Job::STATE_FAILED);
+  fs::remove_all(dir);
+}
+
+// The whole loop with a real daemon: a profile killed twice with kill -9 is
+// not run a third time, the daemon serves, and `edgecost jobs` clears it once
+// the daemon is stopped (and refuses while it serves).
+TEST(CrashLoopGuard, AJobThatKilledTheDaemonTwiceIsPoisoned) {
+  const fs::path dir = fs::temp_directory_path() / ("edgecost_crash_loop_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string db = (dir / "costs.db").string(), socket = (dir / "edgecost.sock").string();
+  const std::string cli = std::string(EDGECOST_BIN) + " --db " + db + " ";
+  auto serve = [&] { return SpawnServe({"--db", db, "serve", "--socket", socket}, socket, "/nonexistent-sysfs", dir / "serve.log"); };
+  auto job_state = [&] { return CallJson(socket, "JobService/GetJob", R"({"id":"1"})"); };
+  auto wait_running = [&] {
+    return PollUntil(job_state, [](const std::string& a) { return a.find("STATE_RUNNING") != std::string::npos; });
+  };
+
+  pid_t pid = serve();
+  ASSERT_THAT(CallJson(socket, "JobService/StartProfile", R"({"model":"resnet18_cifar","threads":1,"force":true})"),
+              EndsWith(" 200"));
+  ASSERT_THAT(wait_running(), HasSubstr("STATE_RUNNING"));
+  StopProcess(pid, SIGKILL);
+  pid = serve();  // the first crash: run again
+  ASSERT_THAT(wait_running(), HasSubstr("\"crashes\":1"));
+  StopProcess(pid, SIGKILL);
+  pid = serve();  // the second: poisoned
+  const std::string poisoned = job_state();
+  EXPECT_THAT(poisoned, HasSubstr("STATE_FAILED"));
+  EXPECT_THAT(poisoned, HasSubstr("poisoned"));
+  EXPECT_THAT(CallJson(socket, "JobService/WatchEvents", "{}"), HasSubstr("poisoned"));
+  EXPECT_THAT(CallJson(socket, "CostService/GetCostTable", R"({"model":"linear","device":"a72"})"), EndsWith(" 200"));
+
+  EXPECT_THAT(Shell(cli + "jobs forget 1 2>&1; echo exit=$?"), HasSubstr("a daemon (pid " + std::to_string(pid) + ")"));
+  EXPECT_THAT(Shell(std::string(EDGECOST_BIN) + " --remote unix:" + socket + " jobs"), HasSubstr("poisoned"));
+  StopProcess(pid);
+  EXPECT_THAT(Shell(cli + "jobs list"), HasSubstr("failed"));
+  EXPECT_THAT(Shell(cli + "jobs forget 1; echo exit=$?"), HasSubstr("1 job forgotten\nexit=0"));
+  EXPECT_THAT(Shell(cli + "jobs"), HasSubstr("no jobs"));
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace edgecost
