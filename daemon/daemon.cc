@@ -226,7 +226,12 @@ Status Daemon::CheckHardware(const std::string& why) {
     for (const std::string& model : models) {
       v1::StartProfileRequest profile;
       profile.set_model(model);
-      EC_RETURN_IF_ERROR(jobs_->StartProfile(profile).status());
+      if (Result<v1::Job> job = jobs_->StartProfile(profile); !job.ok()) {  // e.g. an ONNX model: its file is the CLI's
+        v1::Event skipped;
+        skipped.set_kind("fingerprint");
+        skipped.set_message(model + " is not profiled again: " + job.status().message());
+        jobs_->Emit(std::move(skipped));
+      }
     }
   }
   EC_ASSIGN_OR_RETURN(auto requests, db.ListScheduleRequests());
