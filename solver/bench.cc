@@ -2,12 +2,12 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <numeric>
 #include <string>
 #include <vector>
 
 #include "graph/graph_io.h"
+#include "graph/cost_source.h"
 #include "graph/resolve.h"
 #include "solver/solve.h"
 
@@ -37,20 +37,11 @@ const std::vector<Instance>& Instances() {
   return instances;
 }
 
-// POET's exported instance when ../shared is at hand, else the same graph from
-// the zoo (tests check the two agree to 1e-9).
-Result<v1::CostTable> LoadInstance(const Instance& instance, std::string& origin) {
-  const char* shared = std::getenv("EDGECOST_SHARED_DIR");
-  const std::string path = std::string(shared ? shared : "../shared") + "/reference/poet-instances/" + instance.model +
-                           "." + instance.platform + ".json";
-  if (std::filesystem::exists(path)) {
-    origin = path;
-    return graph::ReadCostTableFile(path);
-  }
-  origin = "zoo (poet-flops)";
+// POET's instance, from the zoo: tests check that it equals POET's exported graph to 1e-9.
+Result<v1::CostTable> LoadInstance(const Instance& instance) {
   graph::GraphSpec spec;
   spec.model_or_file = instance.model;
-  return graph::LoadCostTable(spec, instance.platform, "poet-flops");
+  return graph::LoadCostTable(spec, instance.platform, graph::kPoetFlopsSource);
 }
 
 std::string Seconds(double s) {
@@ -97,8 +88,7 @@ Status RunSolverBenchmark(std::ostream& out, const SolverBenchOptions& options) 
                 "energy J", "floor J", "gap", "first s", "proof s", "target");
   out << header << std::string(130, '-') << "\n";
   for (const Instance& instance : Instances()) {
-    std::string origin;
-    EC_ASSIGN_OR_RETURN(v1::CostTable table, LoadInstance(instance, origin));
+    EC_ASSIGN_OR_RETURN(v1::CostTable table, LoadInstance(instance));
     v1::ScheduleRequest request;
     int64_t ram = instance.ram_budget_bytes;
     if (ram == 0) {

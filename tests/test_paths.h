@@ -1,18 +1,13 @@
-// Where the shared reference material is: $EDGECOST_SHARED_DIR, else ../shared.
+// Where the tests' data is: tests/data, relative to the source root the tests run in.
 #pragma once
 
-#include <cstdlib>
 #include <string>
 
 namespace edgecost::testing {
 
-inline std::string SharedDir() {
-  const char* dir = std::getenv("EDGECOST_SHARED_DIR");
-  return dir && *dir ? dir : "../shared";
-}
-
+// POET's exported instance of a zoo model on a board preset (tests/data/poet-instances/README.md).
 inline std::string PoetInstance(const std::string& model, const std::string& platform) {
-  return SharedDir() + "/reference/poet-instances/" + model + "." + platform + ".json";
+  return "tests/data/poet-instances/" + model + "." + platform + ".json";
 }
 
 }  // namespace edgecost::testing
