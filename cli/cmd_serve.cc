@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include "cli/cli.h"
+#include "costdb/costdb.h"
 #include "daemon/daemon.h"
 #include "daemon/log.h"
 
@@ -32,11 +33,7 @@ Result<daemon::DaemonConfig> BuildConfig(const ServeFlags& flags, const Context&
   // Flags win over the file.
   if (!ctx.db_path.empty()) config.db_path = ctx.db_path;
   if (!flags.socket.empty()) config.socket_path = flags.socket == "none" ? "" : flags.socket;
-  if (!flags.tcp.empty()) {
-    const size_t colon = flags.tcp.rfind(':');
-    if (colon != std::string::npos) config.tcp_host = flags.tcp.substr(0, colon);
-    config.tcp_port = std::atoi(flags.tcp.substr(colon == std::string::npos ? 0 : colon + 1).c_str());
-  }
+  if (!flags.tcp.empty()) EC_RETURN_IF_ERROR(daemon::ParseTcpAddress(flags.tcp, config));
   if (!flags.token_file.empty()) config.token_file = flags.token_file;
   if (!flags.probes_config.empty()) config.probes_config = flags.probes_config;
   if (flags.concurrent_solves > 0) config.concurrent_solves = flags.concurrent_solves;
@@ -69,7 +66,7 @@ int RunServe(const ServeFlags& flags, const Context& ctx) {
   spdlog::info("event=serving socket={} tcp={} db={} concurrent_solves={}",
                config->socket_path.empty() ? "none" : "unix:" + config->socket_path,
                config->tcp_port >= 0 ? "http://" + config->tcp_host + ":" + std::to_string(*port) : "off",
-               daemon::Quoted(config->db_path.empty() ? "default" : config->db_path), config->concurrent_solves);
+               daemon::Quoted(config->db_path.empty() ? costdb::DefaultDbPath() : config->db_path), config->concurrent_solves);
   std::thread waiter([&agent, signals] {
     for (;;) {
       int signal = 0;

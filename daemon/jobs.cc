@@ -4,7 +4,6 @@
 #include <ctime>
 #include <thread>
 
-#include <boost/asio/post.hpp>
 #include <spdlog/spdlog.h>
 
 #include "graph/resolve.h"
@@ -17,8 +16,6 @@
 namespace edgecost::daemon {
 namespace {
 
-constexpr size_t kMaxEvents = 10000;  // older events are dropped; sequences keep counting
-constexpr double kMaxWatchS = 60;
 constexpr uint32_t kMaxCrashes = 2;  // a job that took the daemon down this often is not run again
 
 std::string NowRfc3339() {
@@ -32,17 +29,12 @@ std::string NowRfc3339() {
 
 }  // namespace
 
-JobManager::JobManager(std::string db_path, std::string probes_config)
-    : db_path_(std::move(db_path)),
-      probes_config_(std::move(probes_config)),
-      timers_work_(timers_.get_executor()),
-      timer_thread_([this] { timers_.run(); }) {}
+JobManager::JobManager(std::string db_path, std::string probes_config, EventLog& events)
+    : db_path_(std::move(db_path)), probes_config_(std::move(probes_config)), events_(events) {}
 
 JobManager::~JobManager() {
   Shutdown();
   if (worker_.joinable()) worker_.join();
-  timers_work_.reset();  // every watcher was answered and its timer cancelled: the timer thread runs out
-  timer_thread_.join();
 }
 
 Status JobManager::Open() {
@@ -63,7 +55,7 @@ Status JobManager::Open() {
     }
     spdlog::info("event=jobs_loaded stored={} queued_again={}", jobs_.size(), queue_.size());
   }
-  for (v1::Event& event : events) Emit(std::move(event));
+  for (v1::Event& event : events) events_.Emit(std::move(event));
   worker_ = std::thread([this] { Worker(); });
   return Status::Ok();
 }
@@ -102,15 +94,12 @@ std::optional<v1::Event> JobManager::ResumeOrRefuseLocked(Entry& entry) {
 }
 
 void JobManager::Shutdown() {
-  std::map<uint64_t, Watcher> watchers;
   {
     std::lock_guard lock(mutex_);
     shutting_down_ = true;
     for (auto& [id, entry] : jobs_) entry->stop = true;
-    watchers.swap(watchers_);
   }
   work_ready_.notify_all();
-  for (auto& [id, watcher] : watchers) Answer(watcher, {});
 }
 
 // A write that fails leaves the job running; the next update tries again.
@@ -150,7 +139,7 @@ Result<v1::Job> JobManager::Enqueue(std::unique_ptr<Entry> entry, const std::str
   event.set_kind("job");
   event.set_message(job.message());
   *event.mutable_job() = job;
-  Emit(event);
+  events_.Emit(event);
   work_ready_.notify_all();
   return job;
 }
@@ -216,68 +205,6 @@ std::vector<v1::Job> JobManager::List() {
   return jobs;
 }
 
-std::vector<v1::Event> JobManager::EventsAfterLocked(uint64_t after_sequence) const {
-  std::vector<v1::Event> out;
-  for (const v1::Event& e : events_) {
-    if (e.sequence() > after_sequence) out.push_back(e);
-  }
-  return out;
-}
-
-void JobManager::Emit(v1::Event event) {
-  std::vector<std::pair<Watcher, std::vector<v1::Event>>> ready;
-  {
-    std::lock_guard lock(mutex_);
-    event.set_sequence(++last_sequence_);
-    events_.push_back(std::move(event));
-    if (events_.size() > kMaxEvents) events_.erase(events_.begin(), events_.begin() + kMaxEvents / 10);
-    // Every watcher waits for anything newer than what it had, and this is newer.
-    for (auto& [id, watcher] : watchers_) {
-      std::vector<v1::Event> events = EventsAfterLocked(watcher.after_sequence);
-      ready.emplace_back(std::move(watcher), std::move(events));
-    }
-    watchers_.clear();
-  }
-  for (auto& [watcher, events] : ready) Answer(watcher, std::move(events));
-}
-
-// The timer is cancelled and released on the timer thread, the only one that touches it.
-void JobManager::Answer(Watcher& watcher, std::vector<v1::Event> events) {
-  boost::asio::post(timers_, [timer = std::move(watcher.timer)] { timer->cancel(); });
-  watcher.done(std::move(events));
-}
-
-void JobManager::Watch(uint64_t after_sequence, double wait_s, EventsCallback done) {
-  std::unique_lock lock(mutex_);
-  if (after_sequence > last_sequence_) after_sequence = 0;  // asked of an earlier run of the daemon
-  std::vector<v1::Event> events = EventsAfterLocked(after_sequence);
-  if (!events.empty() || shutting_down_ || !(wait_s > 0)) {  // NaN too: answer now
-    lock.unlock();
-    return done(std::move(events));
-  }
-  const uint64_t id = next_watcher_++;
-  auto timer = std::make_shared<boost::asio::steady_timer>(
-      timers_, std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                   std::chrono::duration<double>(std::min(wait_s, kMaxWatchS))));
-  timer->async_wait([this, id](const boost::system::error_code&) { FinishWatch(id); });
-  watchers_.emplace(id, Watcher{after_sequence, std::move(done), std::move(timer)});
-}
-
-size_t JobManager::WatcherCount() {
-  std::lock_guard lock(mutex_);
-  return watchers_.size();
-}
-
-void JobManager::FinishWatch(uint64_t watcher_id) {
-  std::unique_lock lock(mutex_);
-  auto it = watchers_.find(watcher_id);
-  if (it == watchers_.end()) return;  // answered by an event already
-  Watcher watcher = std::move(it->second);
-  watchers_.erase(it);
-  lock.unlock();
-  Answer(watcher, {});
-}
-
 void JobManager::Update(Entry& entry, const std::function<void(v1::Job&)>& change) {
   v1::Event event;
   {
@@ -292,7 +219,7 @@ void JobManager::Update(Entry& entry, const std::function<void(v1::Job&)>& chang
     event.set_message(entry.job.message());
     *event.mutable_job() = entry.job;
   }
-  Emit(std::move(event));
+  events_.Emit(std::move(event));
 }
 
 void JobManager::Worker() {
@@ -385,7 +312,7 @@ void JobManager::RunRegeneration(Entry& entry) {
       event.set_message("request #" + std::to_string((*requests)[i].first) + " (" + request.model() +
                         ") not regenerated: " + result.status().message());
     }
-    Emit(std::move(event));
+    events_.Emit(std::move(event));
     Update(entry, [&](v1::Job& job) { job.set_progress(static_cast<double>(i + 1) / requests->size()); });
   }
   Update(entry, [&](v1::Job& job) {

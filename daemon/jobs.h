@@ -1,8 +1,7 @@
 // Profile and regeneration jobs off the I/O threads, one at a time
 // (measurements running side by side would disturb each other), kept in the
 // cost database so that a restart keeps their history and resumes the
-// unfinished; and the event log that WatchEvents long-polls: job changes,
-// stored schedules and hardware changes, each with a sequence number.
+// unfinished. Every change of a job is an event in the EventLog.
 #pragma once
 
 #include <atomic>
@@ -16,12 +15,9 @@
 #include <thread>
 #include <vector>
 
-#include <boost/asio/executor_work_guard.hpp>
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/steady_timer.hpp>
-
 #include "base/status.h"
 #include "costdb/costdb.h"
+#include "daemon/events.h"
 #include "proto/edgecost.pb.h"
 
 namespace edgecost::daemon {
@@ -33,7 +29,7 @@ Status CheckProfileRequest(const v1::StartProfileRequest& request);
 class JobManager {
  public:
   // `probes_config`: the TOML file whose [probes] section profiles measure with, or empty.
-  JobManager(std::string db_path, std::string probes_config);
+  JobManager(std::string db_path, std::string probes_config, EventLog& events);
   ~JobManager();  // stops the running job at a safe point and joins
 
   // Loads the jobs of earlier runs and queues again those that a crash or a
@@ -49,17 +45,7 @@ class JobManager {
   Result<v1::Job> Cancel(uint64_t id);
   std::vector<v1::Job> List();
 
-  // Calls `done` once, from any thread, with the events after `after_sequence`:
-  // at once if there are any, else at the next event, after `wait_s` or at
-  // shutdown. No thread is held while it waits. Sequences start again at 1
-  // when the daemon does, so an `after_sequence` beyond the last one gets
-  // every event kept.
-  using EventsCallback = std::function<void(std::vector<v1::Event>)>;
-  void Watch(uint64_t after_sequence, double wait_s, EventsCallback done);
-  void Emit(v1::Event event);  // also for schedules stored by SolverService
-  size_t WatcherCount();       // long polls waiting for an event
-
-  // Stops taking work, stops the running job and answers every watcher; used at shutdown.
+  // Stops taking work and stops the running job; used at shutdown.
   void Shutdown();
 
  private:
@@ -69,11 +55,6 @@ class JobManager {
     std::atomic<bool> stop{false};
     bool cancelled = false;  // by CancelJob; otherwise a stop is the daemon's shutdown, and the job resumes at the next start
   };
-  struct Watcher {
-    uint64_t after_sequence = 0;
-    EventsCallback done;
-    std::shared_ptr<boost::asio::steady_timer> timer;
-  };
   void Worker();
   std::optional<v1::Event> ResumeOrRefuseLocked(Entry& entry);
   Result<v1::Job> Enqueue(std::unique_ptr<Entry> entry, const std::string& kind, const std::string& message);
@@ -82,28 +63,18 @@ class JobManager {
   void Update(Entry& entry, const std::function<void(v1::Job&)>& change);  // stores it and emits
   void StoreLocked(const Entry& entry);
   static void SetStopped(const Entry& entry, v1::Job& job, const std::string& what_was_done);
-  std::vector<v1::Event> EventsAfterLocked(uint64_t after_sequence) const;
-  void FinishWatch(uint64_t watcher_id);  // its time is up
-  void Answer(Watcher& watcher, std::vector<v1::Event> events);
 
   const std::string db_path_;
   const std::string probes_config_;
+  EventLog& events_;
   std::mutex mutex_;
   std::condition_variable work_ready_;
   std::optional<costdb::CostDb> db_;  // the jobs table; used under mutex_
   std::map<uint64_t, std::unique_ptr<Entry>> jobs_;
   std::deque<uint64_t> queue_;
-  std::deque<v1::Event> events_;
-  uint64_t last_sequence_ = 0;
-  std::map<uint64_t, Watcher> watchers_;
-  uint64_t next_watcher_ = 1;
   uint64_t next_id_ = 1;
   bool shutting_down_ = false;
   std::thread worker_;
-  // Watchers' deadlines: timers on one thread of their own.
-  boost::asio::io_context timers_;
-  boost::asio::executor_work_guard<boost::asio::io_context::executor_type> timers_work_;
-  std::thread timer_thread_;
 };
 
 }  // namespace edgecost::daemon

@@ -54,7 +54,7 @@ bool TwirpRouter::Mutates(const std::string& target) const {
   return it != routes_.end() && it->second.mutates;
 }
 
-void TwirpRouter::Handle(const HttpRequest& request, const CallContext& ctx, HttpReply reply) const {
+void TwirpRouter::Handle(const HttpRequest& request, HttpReply reply) const {
   auto it = routes_.find(request.target);
   if (request.method != "POST" || it == routes_.end()) {
     return reply(TwirpError("bad_route", 404, "no route " + request.method + " " + request.target));
@@ -97,7 +97,7 @@ void TwirpRouter::Handle(const HttpRequest& request, const CallContext& ctx, Htt
   };
   // The service boundary: no exception from a handler goes further.
   const Status thrown = Guarded([&]() -> Status {
-    it->second.call(std::move(input), ctx, done);
+    it->second.call(std::move(input), done);
     return Status::Ok();
   });
   if (!thrown.ok()) done(thrown);

@@ -15,10 +15,6 @@
 
 namespace edgecost::daemon {
 
-struct CallContext {
-  bool authenticated = false;  // over the Unix socket, or with a valid bearer token
-};
-
 // Runs `fn`, turning an exception that escapes it into an Internal error, so
 // that a bug answers one call with 500 and the daemon goes on serving.
 template <typename Fn>
@@ -44,9 +40,9 @@ class TwirpRouter {
   template <typename Response>
   using Done = std::function<void(Result<Response>)>;  // called once, from any thread
   template <typename Request, typename Response>
-  using Method = std::function<Result<Response>(const Request&, const CallContext&)>;
+  using Method = std::function<Result<Response>(const Request&)>;
   template <typename Request, typename Response>
-  using AsyncMethod = std::function<void(const Request&, const CallContext&, Done<Response>)>;
+  using AsyncMethod = std::function<void(const Request&, Done<Response>)>;
 
   // Registers `service`/`method`, answered on the calling worker thread.
   // `mutates` marks calls restricted to token holders when so configured.
@@ -54,9 +50,7 @@ class TwirpRouter {
   void Add(const std::string& service, const std::string& method, Method<Request, Response> fn, bool mutates = false) {
     AddAsync<Request, Response>(
         service, method,
-        [fn = std::move(fn)](const Request& request, const CallContext& ctx, Done<Response> done) {
-          done(fn(request, ctx));
-        },
+        [fn = std::move(fn)](const Request& request, Done<Response> done) { done(fn(request)); },
         mutates);
   }
 
@@ -67,10 +61,10 @@ class TwirpRouter {
                 bool mutates = false) {
     routes_["/twirp/edgecost.v1." + service + "/" + method] = Route{
         [] { return std::unique_ptr<google::protobuf::Message>(new Request); },
-        [fn = std::move(fn)](std::unique_ptr<google::protobuf::Message> request, const CallContext& ctx,
+        [fn = std::move(fn)](std::unique_ptr<google::protobuf::Message> request,
                              Done<std::unique_ptr<google::protobuf::Message>> done) {
           const Request& typed = static_cast<const Request&>(*request);
-          fn(typed, ctx, [done = std::move(done)](Result<Response> response) {
+          fn(typed, [done = std::move(done)](Result<Response> response) {
             if (!response.ok()) return done(response.status());
             done(std::unique_ptr<google::protobuf::Message>(new Response(std::move(response).value())));
           });
@@ -78,16 +72,15 @@ class TwirpRouter {
         mutates};
   }
 
-  // Decodes, dispatches and encodes one call; `reply` gets the answer. `ctx` says who is calling.
-  void Handle(const HttpRequest& request, const CallContext& ctx, HttpReply reply) const;
+  // Decodes, dispatches and encodes one call; `reply` gets the answer.
+  void Handle(const HttpRequest& request, HttpReply reply) const;
   bool Mutates(const std::string& target) const;
   bool Has(const std::string& target) const { return routes_.count(target) > 0; }
 
  private:
   struct Route {
     std::function<std::unique_ptr<google::protobuf::Message>()> make_request;
-    std::function<void(std::unique_ptr<google::protobuf::Message>, const CallContext&,
-                       Done<std::unique_ptr<google::protobuf::Message>>)> call;
+    std::function<void(std::unique_ptr<google::protobuf::Message>, Done<std::unique_ptr<google::protobuf::Message>>)> call;
     bool mutates;
   };
   std::map<std::string, Route> routes_;

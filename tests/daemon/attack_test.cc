@@ -160,7 +160,8 @@ TEST(JobsAtStart, RefusedAndPoisonedJobsFailWithTheirReasonAndAnEvent) {
     for (const auto& job : {refused, poisoned, resumed}) ASSERT_TRUE(db->PutJob(job).ok());
   }
   {
-    daemon::JobManager jobs(db_path, "");
+    daemon::EventLog events;
+    daemon::JobManager jobs(db_path, "", events);
     ASSERT_TRUE(jobs.Open().ok());
     const auto first = jobs.Get(1), second = jobs.Get(2);
     EXPECT_EQ(first->state(), v1::Job::STATE_FAILED);
@@ -168,9 +169,9 @@ TEST(JobsAtStart, RefusedAndPoisonedJobsFailWithTheirReasonAndAnEvent) {
     EXPECT_EQ(second->state(), v1::Job::STATE_FAILED);
     EXPECT_EQ(second->crashes(), 2u);
     EXPECT_THAT(second->message(), HasSubstr("poisoned"));
-    std::promise<std::vector<v1::Event>> events;
-    jobs.Watch(0, 0, [&](std::vector<v1::Event> e) { events.set_value(std::move(e)); });
-    const std::vector<v1::Event> seen = events.get_future().get();
+    std::promise<std::vector<v1::Event>> answered;
+    events.Watch(0, 0, [&](std::vector<v1::Event> e) { answered.set_value(std::move(e)); });
+    const std::vector<v1::Event> seen = answered.get_future().get();
     EXPECT_TRUE(std::any_of(seen.begin(), seen.end(), [](const v1::Event& e) {
       return e.job().id() == 2 && e.message().find("poisoned") != std::string::npos;
     }));

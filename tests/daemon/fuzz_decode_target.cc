@@ -20,7 +20,7 @@ namespace {
 // binary round trip unchanged.
 template <typename Request>
 void AddEcho(TwirpRouter& router, const std::string& method) {
-  router.Add<Request, Request>("Fuzz", method, [](const Request& request, const CallContext&) -> Result<Request> {
+  router.Add<Request, Request>("Fuzz", method, [](const Request& request) -> Result<Request> {
     const std::string bytes = request.SerializeAsString();
     Request again;  // compared as bytes: a NaN field is not equal to itself
     if (!again.ParseFromString(bytes) || again.SerializeAsString() != bytes) std::abort();
@@ -69,7 +69,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   request.content_type = kContentTypes[(data[0] >> 4) & 0x03];
   request.body.assign(reinterpret_cast<const char*>(data + 1), size - 1);
   bool answered = false;
-  Router().Handle(request, CallContext{.authenticated = true}, [&](HttpResponse response) {
+  Router().Handle(request, [&](HttpResponse response) {
     answered = true;
     if (response.status >= 500) std::abort();  // a decoded request that does not encode again
     if (response.status != 200 && response.body.find("\"code\"") == std::string::npos) std::abort();

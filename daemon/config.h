@@ -1,0 +1,51 @@
+// The daemon's configuration: defaults, the TOML file ([server], [limits],
+// [database]; [probes] is read by probes::LoadProbesConfig), and the checks
+// that fail a start early, each naming the key to fix.
+#pragma once
+
+#include <string>
+
+#include "base/status.h"
+#include "daemon/http_server.h"
+
+namespace edgecost::daemon {
+
+// Half the cores, at least one: solves are CPU-bound, and queries and profiles need the rest.
+int DefaultConcurrentSolves();
+
+struct DaemonConfig {
+  std::string db_path;                 // empty: the default cost database
+  std::string socket_path;             // empty: no Unix socket
+  unsigned socket_mode = 0660;
+  std::string socket_group;            // empty: the daemon's own group
+  std::string tcp_host = "127.0.0.1";  // loopback unless told otherwise
+  int tcp_port = -1;                   // -1: no TCP; 0: any free port
+  std::string token_file;              // required with TCP
+  bool restrict_mutations = false;     // profile, solve, cancel only with the token, even on the socket
+  std::string probes_config;           // the config file, for its [probes] section (meters, rails)
+  double fingerprint_check_s = 300;    // how often to look for hardware changes; 0: only at start and on SIGHUP
+  bool reprofile_on_change = true;     // on a hardware change, profile again the models measured on the old hardware
+  int concurrent_solves = DefaultConcurrentSolves();  // Solve calls running at once; up to 4x as many wait
+  ServerLimits limits;
+};
+
+// $XDG_RUNTIME_DIR/edgecost.sock, else /run/edgecost/edgecost.sock.
+std::string DefaultSocketPath();
+
+// Reads a TOML config file over `config`. Unknown sections and keys, values of
+// the wrong type and values out of range are errors naming the key.
+Status LoadConfigFile(const std::string& path, DaemonConfig& config);
+
+// "0660" or "660": an octal file mode; anything else is an error.
+Result<unsigned> ParseSocketMode(const std::string& text);
+// "PORT" or "HOST:PORT" for --tcp; the port is 0 (any free one) to 65535.
+Status ParseTcpAddress(const std::string& text, DaemonConfig& config);
+
+// Checks what would fail at start: nothing to listen on, TCP without a token,
+// an unreadable or short token, a bad [probes] section, limits below one.
+Status ValidateConfig(const DaemonConfig& config);
+
+// The bearer token in `path`: its first line, without trailing white space.
+Result<std::string> ReadToken(const std::string& path);
+
+}  // namespace edgecost::daemon

@@ -1,0 +1,133 @@
+#include "daemon/services.h"
+
+#include <limits>
+#include <map>
+#include <thread>
+
+#include <spdlog/spdlog.h>
+
+#include "costdb/costdb.h"
+#include "daemon/log.h"
+#include "graph/resolve.h"
+#include "profiler/cost_tables.h"
+#include "profiler/profile.h"
+
+namespace edgecost::daemon {
+namespace {
+
+// One database connection per thread: SQLite connections are not shared across threads.
+Result<costdb::CostDb*> ThreadDb(const std::string& path) {
+  thread_local std::map<std::string, costdb::CostDb> connections;
+  auto it = connections.find(path);
+  if (it == connections.end()) {
+    EC_ASSIGN_OR_RETURN(costdb::CostDb db, costdb::CostDb::Open(path, costdb::OpenMode::kReadWrite));
+    it = connections.emplace(path, std::move(db)).first;
+  }
+  return &it->second;
+}
+
+unsigned Cores() { return std::max(1u, std::thread::hardware_concurrency()); }
+
+}  // namespace
+
+Result<v1::ListDevicesResponse> CostService::ListDevices(const v1::ListDevicesRequest&) {
+  EC_ASSIGN_OR_RETURN(costdb::CostDb * db, ThreadDb(db_path_));
+  EC_ASSIGN_OR_RETURN(std::vector<v1::Device> devices, db->ListDevices());
+  v1::ListDevicesResponse response;
+  for (v1::Device& device : devices) *response.add_devices() = std::move(device);
+  return response;
+}
+
+Result<v1::Device> CostService::GetDevice(const v1::GetDeviceRequest& request) {
+  if (request.name().empty()) return InvalidArgument("name is required");
+  EC_ASSIGN_OR_RETURN(costdb::CostDb * db, ThreadDb(db_path_));
+  return db->GetDevice(request.name());
+}
+
+Result<v1::ListModelsResponse> CostService::ListModels(const v1::ListModelsRequest&) { return profiler::DescribeZoo(1); }
+
+Result<v1::CostTable> CostService::GetCostTable(const v1::GetCostTableRequest& request) {
+  EC_RETURN_IF_ERROR(graph::CheckModelName(request.model()));
+  EC_ASSIGN_OR_RETURN(costdb::CostDb * db, ThreadDb(db_path_));
+  EC_ASSIGN_OR_RETURN(v1::CostTable table, profiler::ResolveCostTable(db, request));
+  if (cache_ && table.cost_source() != profiler::kMeasuredSource) cache_->MarkAnalytic(request);
+  return table;
+}
+
+Result<v1::PagingCost> CostService::GetPagingCosts(const v1::GetPagingCostsRequest& request) {
+  if (request.device().empty()) return InvalidArgument("device is required");
+  EC_ASSIGN_OR_RETURN(costdb::CostDb * db, ThreadDb(db_path_));
+  EC_ASSIGN_OR_RETURN(v1::Device device, db->GetDevice(request.device()));
+  EC_ASSIGN_OR_RETURN(std::optional<v1::PagingCost> paging, db->GetPagingCost(device.fingerprint().hash()));
+  if (!paging) return NotFound("no paging costs for " + request.device() + "; profile it first");
+  return *paging;
+}
+
+Result<v1::Schedule> SolverService::Solve(const v1::ScheduleRequest& request) {
+  if (request.ram_budget_bytes() == 0) return InvalidArgument("ram_budget_bytes is required");
+  // Reading files on a caller's behalf would expose whatever the daemon's user can read.
+  if (!request.graph_file().empty()) return InvalidArgument("graph_file is read by the local CLI only; name a model");
+  EC_RETURN_IF_ERROR(graph::CheckModelName(request.model()));
+  if (request.threads() > Cores()) {
+    return InvalidArgument("threads is at most " + std::to_string(Cores()) + " here, the number of cores");
+  }
+  if (request.time_limit_s() > kMaxTimeLimitS) {
+    return InvalidArgument("time_limit_s is at most " + std::to_string(static_cast<int>(kMaxTimeLimitS)) + " s over RPC");
+  }
+  EC_ASSIGN_OR_RETURN(costdb::CostDb * db, ThreadDb(db_path_));
+  EC_ASSIGN_OR_RETURN(profiler::SolvedRequest solved, profiler::SolveRequest(db, request, /*store=*/true, stop_));
+  solved.schedule.set_id(static_cast<uint64_t>(solved.schedule_id));
+  spdlog::info("event=schedule id={} model={} device={} status={} energy_j={:.6g} solve_s={:.3f}", solved.schedule.id(),
+               Quoted(request.model()), Quoted(request.device()), v1::Schedule::Status_Name(solved.schedule.status()),
+               solved.schedule.energy().total_j(), solved.schedule.solve_time_s());
+  v1::Event event;
+  event.set_kind("schedule");
+  event.set_schedule_id(solved.schedule.id());
+  event.set_message("schedule #" + std::to_string(solved.schedule.id()) + " stored for " + request.model());
+  events_.Emit(std::move(event));
+  return solved.schedule;
+}
+
+Result<v1::Schedule> SolverService::GetSchedule(const v1::GetScheduleRequest& request) {
+  if (request.id() == 0) return InvalidArgument("id is required");
+  if (request.id() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+    return NotFound("no schedule " + std::to_string(request.id()));
+  }
+  EC_ASSIGN_OR_RETURN(costdb::CostDb * db, ThreadDb(db_path_));
+  EC_ASSIGN_OR_RETURN(v1::Schedule schedule, db->GetSchedule(static_cast<int64_t>(request.id())));
+  schedule.set_id(request.id());
+  return schedule;
+}
+
+Result<v1::ListSchedulesResponse> SolverService::ListSchedules(const v1::ListSchedulesRequest& request) {
+  EC_ASSIGN_OR_RETURN(costdb::CostDb * db, ThreadDb(db_path_));
+  EC_ASSIGN_OR_RETURN(std::vector<costdb::StoredSchedule> stored, db->ListSchedules(request.model(), request.device()));
+  v1::ListSchedulesResponse response;
+  for (const costdb::StoredSchedule& s : stored) {
+    v1::ScheduleSummary* summary = response.add_schedules();
+    summary->set_id(static_cast<uint64_t>(s.id));
+    *summary->mutable_request() = s.request;
+    summary->set_status(s.status);
+    summary->set_energy_j(s.energy_j);
+    summary->set_superseded(s.superseded);
+  }
+  return response;
+}
+
+Result<v1::ListJobsResponse> JobService::ListJobs(const v1::ListJobsRequest& request) {
+  std::vector<v1::Job> all = jobs_.List();  // by id, oldest first
+  const size_t limit = request.limit() > 0 ? request.limit() : 100;
+  v1::ListJobsResponse response;
+  for (size_t i = all.size() > limit ? all.size() - limit : 0; i < all.size(); ++i) *response.add_jobs() = std::move(all[i]);
+  return response;
+}
+
+void JobService::WatchEvents(const v1::WatchEventsRequest& request, std::function<void(v1::WatchEventsResponse)> done) {
+  events_.Watch(request.after_sequence(), request.wait_s(), [done = std::move(done)](std::vector<v1::Event> events) {
+    v1::WatchEventsResponse response;
+    for (v1::Event& event : events) *response.add_events() = std::move(event);
+    done(std::move(response));
+  });
+}
+
+}  // namespace edgecost::daemon

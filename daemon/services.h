@@ -1,0 +1,69 @@
+// The three RPC services as plain classes: each method takes its request and
+// returns its response or an error, so they are tested in process without a
+// transport. The daemon binds them to Twirp routes; what crosses the wire is
+// checked here (model names, ranges), once for every method.
+#pragma once
+
+#include <atomic>
+#include <string>
+
+#include "base/status.h"
+#include "daemon/cost_table_cache.h"
+#include "daemon/events.h"
+#include "daemon/jobs.h"
+#include "proto/edgecost.pb.h"
+
+namespace edgecost::daemon {
+
+class CostService {
+ public:
+  // `cache` (may be null) learns which tables are analytic, and so may be kept encoded.
+  CostService(std::string db_path, CostTableCache* cache) : db_path_(std::move(db_path)), cache_(cache) {}
+
+  Result<v1::ListDevicesResponse> ListDevices(const v1::ListDevicesRequest& request);
+  Result<v1::Device> GetDevice(const v1::GetDeviceRequest& request);
+  Result<v1::ListModelsResponse> ListModels(const v1::ListModelsRequest& request);
+  Result<v1::CostTable> GetCostTable(const v1::GetCostTableRequest& request);
+  Result<v1::PagingCost> GetPagingCosts(const v1::GetPagingCostsRequest& request);
+
+ private:
+  std::string db_path_;
+  CostTableCache* cache_;
+};
+
+class SolverService {
+ public:
+  static constexpr double kMaxTimeLimitS = 600;  // a solve over RPC holds a solver thread
+
+  // `stop` ends running solves early with their best schedule (the daemon's shutdown).
+  SolverService(std::string db_path, EventLog& events, const std::atomic<bool>* stop)
+      : db_path_(std::move(db_path)), events_(events), stop_(stop) {}
+
+  // Solves and stores; blocking, so the daemon runs it on its solve pool.
+  Result<v1::Schedule> Solve(const v1::ScheduleRequest& request);
+  Result<v1::Schedule> GetSchedule(const v1::GetScheduleRequest& request);
+  Result<v1::ListSchedulesResponse> ListSchedules(const v1::ListSchedulesRequest& request);
+
+ private:
+  std::string db_path_;
+  EventLog& events_;
+  const std::atomic<bool>* stop_;
+};
+
+class JobService {
+ public:
+  JobService(JobManager& jobs, EventLog& events) : jobs_(jobs), events_(events) {}
+
+  Result<v1::Job> StartProfile(const v1::StartProfileRequest& request) { return jobs_.StartProfile(request); }
+  Result<v1::Job> GetJob(const v1::GetJobRequest& request) { return jobs_.Get(request.id()); }
+  Result<v1::Job> CancelJob(const v1::CancelJobRequest& request) { return jobs_.Cancel(request.id()); }
+  Result<v1::ListJobsResponse> ListJobs(const v1::ListJobsRequest& request);
+  // A long poll: answers through `done`, perhaps later and from another thread.
+  void WatchEvents(const v1::WatchEventsRequest& request, std::function<void(v1::WatchEventsResponse)> done);
+
+ private:
+  JobManager& jobs_;
+  EventLog& events_;
+};
+
+}  // namespace edgecost::daemon

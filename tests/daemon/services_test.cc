@@ -1,0 +1,167 @@
+// The services, the config and the cost-table cache in process: no
+// transport, no daemon, a temporary database.
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <future>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "daemon/config.h"
+#include "daemon/cost_table_cache.h"
+#include "daemon/events.h"
+#include "daemon/jobs.h"
+#include "daemon/services.h"
+
+namespace edgecost::daemon {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+class ServicesTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("edgecost_services_test_" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string Db() const { return (dir_ / "costs.db").string(); }
+
+  std::vector<v1::Event> EventsSoFar() {
+    std::promise<std::vector<v1::Event>> answered;
+    events_.Watch(0, 0, [&](std::vector<v1::Event> e) { answered.set_value(std::move(e)); });
+    return answered.get_future().get();
+  }
+
+  fs::path dir_;
+  EventLog events_;
+};
+
+TEST_F(ServicesTest, CostServiceAnswersAndMarksOnlyAnalyticTablesForTheCache) {
+  CostTableCache cache;
+  CostService costs(Db(), &cache);
+  v1::GetCostTableRequest request;
+  request.set_model("linear");
+  request.set_device("a72");
+  auto table = costs.GetCostTable(request);
+  ASSERT_TRUE(table.ok()) << table.status().message();
+  EXPECT_EQ(table->cost_source(), "poet-flops");
+  EXPECT_GT(table->costs_size(), 0);
+
+  HttpRequest http{.method = "POST", .target = CostTableCache::kRoute, .content_type = "application/json",
+                   .body = R"({"model":"linear","device":"a72"})"};
+  const std::string key = CostTableCache::Key(http);
+  ASSERT_FALSE(key.empty());
+  cache.Offer(key, {200, "application/json", "encoded"});
+  ASSERT_TRUE(cache.Find(key).has_value());
+  EXPECT_EQ(cache.Find(key)->body, "encoded");
+
+  // A request spelled differently is the same entry; one never marked analytic is not kept.
+  http.body = R"({"device":"a72","model":"linear"})";
+  EXPECT_EQ(CostTableCache::Key(http), key);
+  http.body = R"({"model":"vgg16","device":"a72"})";
+  cache.Offer(CostTableCache::Key(http), {200, "application/json", "never asked of the service"});
+  EXPECT_FALSE(cache.Find(CostTableCache::Key(http)).has_value());
+  http.target = "/twirp/edgecost.v1.CostService/ListModels";
+  EXPECT_EQ(CostTableCache::Key(http), "");
+
+  request.set_model("../costs.db");
+  EXPECT_THAT(costs.GetCostTable(request).status().message(), HasSubstr("is a file name"));
+  EXPECT_EQ(costs.GetDevice({}).status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_GT(costs.ListModels({})->models_size(), 5);
+}
+
+TEST_F(ServicesTest, SolverServiceStoresEmitsAndChecksWhatCrossesTheWire) {
+  std::atomic<bool> stop{false};
+  SolverService solver(Db(), events_, &stop);
+  v1::ScheduleRequest request;
+  request.set_model("linear");
+  request.set_device("a72");
+  request.set_ram_budget_bytes(4000);
+  auto schedule = solver.Solve(request);
+  ASSERT_TRUE(schedule.ok()) << schedule.status().message();
+  ASSERT_GT(schedule->id(), 0u);
+  const auto events = EventsSoFar();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].schedule_id(), schedule->id());
+
+  v1::GetScheduleRequest get;
+  get.set_id(schedule->id());
+  EXPECT_EQ(solver.GetSchedule(get)->energy().total_j(), schedule->energy().total_j());
+  get.set_id(UINT64_MAX);
+  EXPECT_EQ(solver.GetSchedule(get).status().code(), ErrorCode::kNotFound);
+  v1::ListSchedulesRequest list;
+  list.set_model("linear");
+  EXPECT_EQ(solver.ListSchedules(list)->schedules_size(), 1);
+
+  v1::ScheduleRequest bad = request;
+  bad.set_graph_file("/etc/passwd");
+  EXPECT_THAT(solver.Solve(bad).status().message(), HasSubstr("graph_file is read by the local CLI only"));
+  bad = request;
+  bad.set_time_limit_s(SolverService::kMaxTimeLimitS + 1);
+  EXPECT_EQ(solver.Solve(bad).status().code(), ErrorCode::kInvalidArgument);
+  bad = request;
+  bad.set_ram_budget_bytes(0);
+  EXPECT_EQ(solver.Solve(bad).status().code(), ErrorCode::kInvalidArgument);
+}
+
+TEST_F(ServicesTest, JobServiceListsTheNewestAndRefusesWhatCannotRun) {
+  JobManager manager(Db(), "", events_);
+  ASSERT_TRUE(manager.Open().ok());
+  JobService jobs(manager, events_);
+  v1::StartProfileRequest profile;
+  profile.set_model("/dev/zero");
+  EXPECT_EQ(jobs.StartProfile(profile).status().code(), ErrorCode::kInvalidArgument);
+  profile.set_model("not_in_the_zoo");
+  EXPECT_THAT(jobs.StartProfile(profile).status().message(), HasSubstr("the zoo has"));
+  EXPECT_EQ(jobs.ListJobs({})->jobs_size(), 0);
+  v1::GetJobRequest get;
+  get.set_id(1);
+  EXPECT_EQ(jobs.GetJob(get).status().code(), ErrorCode::kNotFound);
+  manager.Shutdown();
+}
+
+TEST(DaemonConfig, ValuesAreCheckedWhereTheyEnter) {
+  EXPECT_EQ(*ParseSocketMode("0660"), 0660u);
+  EXPECT_EQ(*ParseSocketMode("600"), 0600u);
+  for (const char* bad : {"", "066O", "rw-rw----", "0999", "17777", "-1"}) {
+    EXPECT_FALSE(ParseSocketMode(bad).ok()) << bad;  // a typo once meant mode 0
+  }
+  DaemonConfig config;
+  ASSERT_TRUE(ParseTcpAddress("0.0.0.0:8080", config).ok());
+  EXPECT_EQ(config.tcp_host, "0.0.0.0");
+  EXPECT_EQ(config.tcp_port, 8080);
+  ASSERT_TRUE(ParseTcpAddress("0", config).ok());
+  EXPECT_EQ(config.tcp_port, 0);
+  for (const char* bad : {"abc", "host:", "70000", "127.0.0.1:80x", "-5"}) {  // "abc" once meant a random port
+    EXPECT_THAT(ParseTcpAddress(bad, config).message(), HasSubstr("0 (any free port) to 65535")) << bad;
+  }
+
+  const fs::path file = fs::temp_directory_path() / ("edgecost_config_" + std::to_string(::getpid()) + ".toml");
+  for (const auto& [text, error] : std::vector<std::pair<std::string, std::string>>{
+           {"[server]\nsocket_mode = \"0o660\"\n", "server.socket_mode"},
+           {"[server]\ntcp_port = 80.5\n", "server.tcp_port must be a whole number"},
+           {"[limits]\nmax_connections = 0\n", "limits.max_connections must be a whole number from 1"},
+           {"[limits]\nread_timeout_s = -1\n", "limits.read_timeout_s must be a number of at least"},
+           {"[server]\nsocket = 3\n", "server.socket must be a string"},
+           {"[server]\nno_such_key = 1\n", "server.no_such_key is not a key"},
+           {"[nosuch]\n", "unknown section [nosuch]"}}) {
+    std::ofstream(file) << text;
+    DaemonConfig loaded;
+    EXPECT_THAT(LoadConfigFile(file.string(), loaded).message(), HasSubstr(error)) << text;
+  }
+  std::ofstream(file) << "[server]\nsocket_mode = \"0600\"\ntcp_port = 9000\n[limits]\nmax_connections = 64\n";
+  DaemonConfig loaded;
+  ASSERT_TRUE(LoadConfigFile(file.string(), loaded).ok());
+  EXPECT_EQ(loaded.socket_mode, 0600u);
+  EXPECT_EQ(loaded.tcp_port, 9000);
+  EXPECT_EQ(loaded.limits.max_connections, 64);
+  fs::remove(file);
+}
+
+}  // namespace
+}  // namespace edgecost::daemon
