@@ -114,6 +114,9 @@ Result<v1::ScheduleRequest> BuildRequest(const SolveFlags& flags) {
   request.set_ram_budget_bytes(static_cast<uint64_t>(ram));
   EC_ASSIGN_OR_RETURN(RuntimeBudget runtime, ParseRuntimeBudget(flags.runtime_budget));
   if (runtime.kind == RuntimeBudget::Kind::kMultiple) {
+    if (!(runtime.value >= 1)) {
+      return InvalidArgument("--runtime-budget must be at least 1x: a step computes every node at least once");
+    }
     request.set_runtime_budget_multiple(runtime.value);
   } else {
     request.set_runtime_budget_s(runtime.value);
@@ -203,7 +206,7 @@ int RunSolve(const SolveFlags& flags, const Context& ctx) {
     auto table = profiler::CostTableForRequest(db ? &*db : nullptr, *request);
     if (!table.ok()) return Failure(table.status());
     auto problem = solver::ProblemFromCostTable(*table, *request);
-    if (!problem.ok()) return UsageError(problem.status());
+    if (!problem.ok()) return Failure(problem.status());
     if (flags.compare) return RunCompare(*problem, flags);
     auto ram = solver::MinFeasibleRam(*problem);
     if (!ram.ok()) return Failure(ram.status());
@@ -213,11 +216,9 @@ int RunSolve(const SolveFlags& flags, const Context& ctx) {
     return kExitOk;
   }
 
+  // The flags were checked above: what fails now is the graph, the costs or the database.
   auto solved = profiler::SolveRequest(db ? &*db : nullptr, *request, !flags.no_store);
-  if (!solved.ok()) {
-    return solved.status().code() == ErrorCode::kInvalidArgument ? UsageError(solved.status())
-                                                                 : Failure(solved.status());
-  }
+  if (!solved.ok()) return Failure(solved.status());
   const v1::CostTable& table = solved->table;
   const v1::Schedule& schedule = solved->schedule;
   if (!flags.out_path.empty()) {

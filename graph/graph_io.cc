@@ -8,6 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "graph/zoo.h"
+
 namespace edgecost::graph {
 namespace {
 
@@ -35,6 +37,19 @@ class FieldReader {
       return Error(std::string("'") + field + "' is " + value->dump() + "; costs must be finite and >= 0");
     }
     return v;
+  }
+
+  // A byte count: finite, >= 0 and at most kMaxTensorBytes, so that sums of
+  // sizes stay exact; a fractional count is rounded up.
+  Result<uint64_t> Bytes(const char* field) const {
+    EC_ASSIGN_OR_RETURN(double v, NonNegative(field));
+    if (v > static_cast<double>(kMaxTensorBytes)) {
+      std::ostringstream bytes;
+      bytes << v;
+      return Error(std::string("'") + field + "' is " + bytes.str() + " bytes; at most " +
+                   std::to_string(kMaxTensorBytes) + " (1 TiB) are allowed");
+    }
+    return static_cast<uint64_t>(std::ceil(v));
   }
 
   Result<bool> Bool(const char* field) const {
@@ -114,12 +129,15 @@ Result<v1::CostTable> ParseTrainingGraphV1(const json& doc, std::string_view ori
   EC_ASSIGN_OR_RETURN(std::string source, top.String("cost_source"));
   table.set_cost_source(source);
   if (doc.contains("batch_size")) {
-    EC_ASSIGN_OR_RETURN(double batch, top.NonNegative("batch_size"));
+    EC_ASSIGN_OR_RETURN(uint64_t batch, top.Bytes("batch_size"));  // a count, bounded the same way
+    if (batch > static_cast<uint64_t>(kMaxBatchSize)) {
+      return top.Error("'batch_size' is at most " + std::to_string(kMaxBatchSize));
+    }
     graph.set_batch_size(static_cast<uint32_t>(batch));
   }
   if (doc.contains("param_bytes")) {
-    EC_ASSIGN_OR_RETURN(double param_bytes, top.NonNegative("param_bytes"));
-    graph.set_param_bytes(static_cast<uint64_t>(param_bytes));
+    EC_ASSIGN_OR_RETURN(uint64_t param_bytes, top.Bytes("param_bytes"));
+    graph.set_param_bytes(param_bytes);
   }
   graph.set_derivation("imported");
   if (!doc.contains("nodes") || !doc["nodes"].is_array()) return ParseError(origin, "missing array 'nodes'");
@@ -131,10 +149,10 @@ Result<v1::CostTable> ParseTrainingGraphV1(const json& doc, std::string_view ori
     EC_ASSIGN_OR_RETURN(bool backward, field.Bool("backward"));
     EC_ASSIGN_OR_RETURN(double runtime_s, field.NonNegative("runtime_s"));
     EC_ASSIGN_OR_RETURN(double compute_j, field.NonNegative("compute_j"));
-    EC_ASSIGN_OR_RETURN(double ram_bytes, field.NonNegative("ram_bytes"));
+    EC_ASSIGN_OR_RETURN(uint64_t ram_bytes, field.Bytes("ram_bytes"));
     EC_ASSIGN_OR_RETURN(double page_in_j, field.NonNegative("page_in_j"));
     EC_ASSIGN_OR_RETURN(double page_out_j, field.NonNegative("page_out_j"));
-    AddNode(table, name, backward, runtime_s, compute_j, static_cast<uint64_t>(ram_bytes), page_in_j, page_out_j);
+    AddNode(table, name, backward, runtime_s, compute_j, ram_bytes, page_in_j, page_out_j);
   }
   const json& edges = doc["edges"];
   for (size_t e = 0; e < edges.size(); ++e) {
@@ -235,9 +253,9 @@ Result<v1::CostTable> ParseNodeLink(const json& doc, std::string_view origin) {
       EC_ASSIGN_OR_RETURN(backward, field.Bool("backward"));
     }
     EC_ASSIGN_OR_RETURN(double cost_cpu, field.NonNegative("cost_cpu"));
-    EC_ASSIGN_OR_RETURN(double cost_ram, field.NonNegative("cost_ram"));
+    EC_ASSIGN_OR_RETURN(uint64_t cost_ram, field.Bytes("cost_ram"));
     index_of[i] = static_cast<uint32_t>(k);
-    AddNode(table, name, backward, cost_cpu, cost_cpu, static_cast<uint64_t>(cost_ram),
+    AddNode(table, name, backward, cost_cpu, cost_cpu, cost_ram,
             kImportedPagingCostRatio * cost_cpu, kImportedPagingCostRatio * cost_cpu);
   }
   for (size_t k = 0; k < order.size(); ++k) {
@@ -252,7 +270,7 @@ Result<v1::CostTable> ParseCostTableJson(std::string_view text, std::string_view
   json doc;
   try {
     doc = json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // syntax, and numbers out of range such as 1e400
     return ParseError(origin, std::string("not valid JSON: ") + e.what());
   }
   if (!doc.is_object()) return ParseError(origin, "expected a JSON object");
@@ -351,8 +369,19 @@ Status ValidateCostTable(const v1::CostTable& table, std::string_view origin) {
     return ParseError(origin, std::to_string(table.costs_size()) + " costs for " +
                                   std::to_string(graph.nodes_size()) + " nodes");
   }
-  for (const v1::NodeCost& cost : table.costs()) {
-    const std::string label = "node " + std::to_string(cost.node()) + " ('" + graph.nodes(cost.node()).name() + "')";
+  if (graph.nodes_size() > kMaxNodes) {
+    return ParseError(origin, std::to_string(graph.nodes_size()) + " nodes; at most " + std::to_string(kMaxNodes));
+  }
+  for (int i = 0; i < table.costs_size(); ++i) {
+    const v1::NodeCost& cost = table.costs(i);
+    if (cost.node() != static_cast<uint32_t>(i)) {
+      return ParseError(origin, "cost " + std::to_string(i) + " is for node " + std::to_string(cost.node()));
+    }
+    const std::string label = "node " + std::to_string(i) + " ('" + graph.nodes(i).name() + "')";
+    if (cost.ram_bytes() > kMaxTensorBytes) {
+      return ParseError(origin, label + ": 'ram_bytes' is " + std::to_string(cost.ram_bytes()) + "; at most " +
+                                    std::to_string(kMaxTensorBytes) + " (1 TiB) are allowed");
+    }
     for (const auto& [field, value] : {std::pair{"runtime_s", cost.runtime_s()}, {"compute_j", cost.compute_j()},
                                        {"page_in_j", cost.page_in_j()}, {"page_out_j", cost.page_out_j()}}) {
       if (!std::isfinite(value) || value < 0) {

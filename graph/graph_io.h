@@ -5,6 +5,7 @@
 // Errors name the field and the node.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -14,6 +15,10 @@
 namespace edgecost::graph {
 
 inline constexpr std::string_view kTrainingGraphFormat = "training-graph/v1";
+// Bounds on what a graph may hold, so that every sum of sizes is exact in a
+// signed 64-bit integer: 2^40 bytes (1 TiB) per tensor times 2^20 nodes is 2^60.
+inline constexpr uint64_t kMaxTensorBytes = uint64_t{1} << 40;
+inline constexpr int kMaxNodes = 1 << 20;
 // POET's convention for graphs that carry only compute costs (extract_costs_from_dfgraph).
 inline constexpr double kImportedPagingCostRatio = 5.0;
 

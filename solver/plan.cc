@@ -20,7 +20,7 @@ void PlanToStages(const Plan& plan, v1::Schedule& schedule) {
 
 Plan PlanFromStages(const v1::Schedule& schedule, int n) {
   Plan plan(n);
-  auto in_range = [n](uint32_t i) { return static_cast<int>(i) < n; };
+  auto in_range = [n](uint32_t i) { return i < static_cast<uint32_t>(n); };  // unsigned: ids of 2^31 and more too
   for (int t = 0; t < n && t < schedule.stages_size(); ++t) {
     const v1::Stage& stage = schedule.stages(t);
     for (uint32_t i : stage.compute()) {

@@ -38,7 +38,7 @@ Result<Problem> ProblemFromCostTable(const v1::CostTable& table, const v1::Sched
     }
     std::vector<int>& preds = p.preds[static_cast<size_t>(i)];
     for (uint32_t input : node.inputs()) {
-      if (static_cast<int>(input) >= i) {
+      if (input >= static_cast<uint32_t>(i)) {
         return InvalidArgument("node " + std::to_string(i) + " ('" + node.name() + "') reads node " +
                                std::to_string(input) + ", which does not precede it");
       }

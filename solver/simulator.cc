@@ -149,7 +149,7 @@ Replay Simulate(const Problem& problem, const v1::Schedule& schedule) {
     const v1::Stage& s = schedule.stages(t);
     for (const auto* list : {&s.compute(), &s.keep(), &s.on_storage(), &s.page_in(), &s.page_out()}) {
       for (uint32_t i : *list) {
-        if (static_cast<int>(i) >= n) {
+        if (i >= static_cast<uint32_t>(n)) {  // unsigned: ids of 2^31 and more too
           bad.violation = "stage " + std::to_string(t) + ": node " + std::to_string(i) + " does not exist";
           bad.violation_stage = t;
           return bad;

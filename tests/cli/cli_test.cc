@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -136,8 +138,11 @@ TEST_F(CliTest, SolveSaysWhyABudgetCannotBeMet) {
   EXPECT_THAT(small.output, HasSubstr("infeasible"));
   EXPECT_THAT(small.output, HasSubstr("smallest RAM"));
   const CommandResult fast = Edgecost("solve --model resnet18_cifar --platform a72 --ram-budget 3MB --runtime-budget 0.5x");
-  EXPECT_EQ(fast.exit_code, 1) << fast.output;
-  EXPECT_THAT(fast.output, HasSubstr("one plain training step takes"));
+  EXPECT_EQ(fast.exit_code, 2) << fast.output;
+  EXPECT_THAT(fast.output, HasSubstr("must be at least 1x"));
+  const CommandResult seconds = Edgecost("solve --model resnet18_cifar --platform a72 --ram-budget 3MB --runtime-budget 1ms");
+  EXPECT_EQ(seconds.exit_code, 1) << seconds.output;
+  EXPECT_THAT(seconds.output, HasSubstr("one plain training step takes"));
   const CommandResult unit = Edgecost("solve --model resnet18_cifar --ram-budget 3XB");
   EXPECT_EQ(unit.exit_code, 2) << unit.output;
   EXPECT_THAT(unit.output, HasSubstr("unknown size unit"));
@@ -210,3 +215,41 @@ TEST_F(CliTest, ProfileInterruptedByCtrlCStopsCleanly) {
 }
 
 }  // namespace
+
+// Files from elsewhere are data, not command lines: whatever is in them, the
+// command fails with exit 1 and says what is wrong, and never crashes.
+TEST_F(CliTest, HostileGraphAndScheduleFilesFailCleanly) {
+  const std::string graph = (dir_ / "graph.json").string();
+  ASSERT_EQ(Edgecost("costs linear --platform a72 --out " + graph).exit_code, 0);
+  std::ifstream in(graph);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t ram = text.find("\"ram_bytes\": ", text.find("layer1"));
+  ASSERT_NE(ram, std::string::npos);
+  const size_t value = ram + 13, end = text.find_first_of(",\n}", value);
+  const size_t compute = text.find("\"compute_j\": ");
+  const size_t compute_end = text.find_first_of(",\n}", compute + 13);
+  for (const auto& [name, replaced, error] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"1e19", text.substr(0, value) + "1e19" + text.substr(end), "at most 1099511627776 (1 TiB)"},
+           {"2^64", text.substr(0, value) + "18446744073709551616" + text.substr(end), "at most 1099511627776"},
+           {"1e400", text.substr(0, compute + 13) + "1e400" + text.substr(compute_end), "number overflow"},
+           {"string", text.substr(0, value) + "\"many\"" + text.substr(end), "'ram_bytes' must be a number"}}) {
+    const std::string hostile = (dir_ / (name + ".json")).string();
+    std::ofstream(hostile) << replaced;
+    const CommandResult solve = Edgecost("solve --graph " + hostile + " --ram-budget 10kB --runtime-budget 2x");
+    EXPECT_EQ(solve.exit_code, 1) << name << ": " << solve.output;
+    EXPECT_THAT(solve.output, HasSubstr(error)) << name;
+    EXPECT_THAT(solve.output, ::testing::Not(HasSubstr("--help"))) << name;
+  }
+
+  const std::string schedule = (dir_ / "schedule.json").string();
+  ASSERT_EQ(Edgecost("solve --model linear --platform a72 --ram-budget 10kB --runtime-budget 2x --out " + schedule).exit_code, 0);
+  std::ifstream saved(schedule);
+  std::string json((std::istreambuf_iterator<char>(saved)), std::istreambuf_iterator<char>());
+  const size_t compute_list = json.find("\"compute\": [");
+  ASSERT_NE(compute_list, std::string::npos);
+  json.insert(compute_list + 12, "4294967295, ");  // an id past 2^31 once wrote out of bounds
+  std::ofstream(schedule) << json;
+  const CommandResult check = Edgecost("check " + schedule);
+  EXPECT_EQ(check.exit_code, 1) << check.output;
+  EXPECT_THAT(check.output, HasSubstr("node 4294967295 does not exist"));
+}

@@ -1,6 +1,8 @@
 #include "graph/graph_io.h"
 
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <google/protobuf/util/message_differencer.h>
@@ -115,6 +117,27 @@ TEST(NodeLinkJson, RejectsCyclesAndUnknownIds) {
               "target 9 is not a node id");
   ExpectError(R"({"nodes": [{"id": 1, "name": "x", "cost_ram": 1}], "links": []})",
               "node 0 ('x'): missing field 'cost_cpu'");
+}
+
+TEST(GraphIo, SizesAndNumbersAreCheckedWhereTheyEnter) {
+  for (const auto& [from, to, error] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {R"("ram_bytes": 100, "page_in_j": 0.1, "page_out_j": 0.2},
+    {"name": "b")", R"("ram_bytes": 1e19, "page_in_j": 0.1, "page_out_j": 0.2},
+    {"name": "b")", "node 0 ('a'): 'ram_bytes' is 1e+19 bytes; at most 1099511627776"},
+           {R"("param_bytes": 10)", R"("param_bytes": 18446744073709551616)", "'param_bytes' is 1.84467e+19 bytes"},
+           {R"("batch_size": 1)", R"("batch_size": 4294967296)", "top level: 'batch_size'"},
+           {R"("compute_j": 2)", R"("compute_j": 1e400)", "number overflow parsing '1e400'"},
+           {R"("compute_j": 2)", R"("compute_j": -1e400)", "number overflow"},
+           {"[0, 1]", "[0, 4294967296]", "node 4294967296 does not exist"}}) {
+    const auto table = ParseCostTableJson(Replace(kValid, from, to), "g.json");
+    ASSERT_FALSE(table.ok()) << to;
+    EXPECT_NE(table.status().message().find(error), std::string::npos) << table.status().message();
+  }
+  // A fractional byte count rounds up; a whole terabyte is still a tensor.
+  auto rounded = ParseCostTableJson(Replace(kValid, R"("ram_bytes": 100)", R"("ram_bytes": 99.5)"), "g.json");
+  ASSERT_TRUE(rounded.ok()) << rounded.status().message();
+  EXPECT_EQ(rounded->costs(0).ram_bytes(), 100u);
+  EXPECT_TRUE(ParseCostTableJson(Replace(kValid, R"("ram_bytes": 100)", R"("ram_bytes": 1099511627776)"), "g.json").ok());
 }
 
 }  // namespace
