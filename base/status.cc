@@ -16,6 +16,7 @@ const char* ErrorCodeName(ErrorCode code) {
     case ErrorCode::kCancelled: return "canceled";
     case ErrorCode::kUnimplemented: return "unimplemented";
     case ErrorCode::kInternal: return "internal";
+    case ErrorCode::kDataLoss: return "data_loss";
   }
   return "unknown";
 }

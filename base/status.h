@@ -24,6 +24,7 @@ enum class ErrorCode {
   kCancelled,
   kUnimplemented,
   kInternal,           // a bug or an unexpected third-party failure
+  kDataLoss,           // stored data is damaged (a corrupt database file)
 };
 
 const char* ErrorCodeName(ErrorCode code);
@@ -55,6 +56,7 @@ inline Status PermissionDenied(std::string m) { return {ErrorCode::kPermissionDe
 inline Status Unavailable(std::string m) { return {ErrorCode::kUnavailable, std::move(m)}; }
 inline Status ResourceExhausted(std::string m) { return {ErrorCode::kResourceExhausted, std::move(m)}; }
 inline Status Internal(std::string m) { return {ErrorCode::kInternal, std::move(m)}; }
+inline Status DataLoss(std::string m) { return {ErrorCode::kDataLoss, std::move(m)}; }
 
 template <typename T>
 class [[nodiscard]] Result {

@@ -197,8 +197,21 @@ int RunSolve(const SolveFlags& flags, const Context& ctx) {
   if (!ctx.remote.empty()) return RunRemoteSolve(flags, ctx, *request);
   const std::string db_path = ctx.db_path.empty() ? costdb::DefaultDbPath() : ctx.db_path;
   std::optional<costdb::CostDb> db;
-  if (!flags.no_store || !flags.device.empty()) {
+  bool store = !flags.no_store;
+  std::string not_stored;  // why a schedule meant to be stored is not
+  if (store) {
     auto opened = costdb::CostDb::Open(db_path, costdb::OpenMode::kReadWrite);
+    if (opened.ok()) {
+      db.emplace(std::move(opened).value());
+    } else if (opened.status().code() == ErrorCode::kPermissionDenied) {  // read-only media: solve, store nothing
+      store = false;
+      not_stored = opened.status().message();
+    } else {
+      return Failure(opened.status());
+    }
+  }
+  if (!db && !flags.device.empty()) {  // measured costs are read from the database
+    auto opened = costdb::CostDb::Open(db_path, costdb::OpenMode::kReadOnly);
     if (!opened.ok()) return Failure(opened.status());
     db.emplace(std::move(opened).value());
   }
@@ -217,7 +230,7 @@ int RunSolve(const SolveFlags& flags, const Context& ctx) {
   }
 
   // The flags were checked above: what fails now is the graph, the costs or the database.
-  auto solved = profiler::SolveRequest(db ? &*db : nullptr, *request, !flags.no_store);
+  auto solved = profiler::SolveRequest(db ? &*db : nullptr, *request, store);
   if (!solved.ok()) return Failure(solved.status());
   const v1::CostTable& table = solved->table;
   const v1::Schedule& schedule = solved->schedule;
@@ -236,6 +249,7 @@ int RunSolve(const SolveFlags& flags, const Context& ctx) {
               << table.cost_source() << "), " << solved->problem.size() << " nodes, RAM budget "
               << request->ram_budget_bytes() << " B, runtime budget " << flags.runtime_budget << "\n";
     PrintSchedule(schedule);
+    if (!not_stored.empty()) std::cout << "not stored     " << not_stored << "\n";
     if (!flags.out_path.empty()) std::cout << "written        " << flags.out_path << "\n";
     if (!flags.svg_path.empty() && HasSchedule(schedule)) std::cout << "written        " << flags.svg_path << "\n";
   }

@@ -345,6 +345,12 @@ Result<int> CheckIsOurs(Db& db) {
                              "another --db or move the file away");
     }
   }
+  // Damage is found when the file is opened, before a command writes on top of
+  // it. quick_check reads every page once, without cross-checking indexes:
+  // 1.7 ms for a 1.4 MB database here (10 ms from a cold cache).
+  EC_ASSIGN_OR_RETURN(Statement check, db.Prepare("PRAGMA quick_check(1)"));
+  EC_ASSIGN_OR_RETURN(bool row, check.Step());
+  if (row && check.Text(0) != "ok") return Damaged(db.path(), check.Text(0));
   return static_cast<int>(version);
 }
 

@@ -199,6 +199,14 @@ Result<std::string> Db::ReadFileHeader(int size) {
   return header;
 }
 
+Status Damaged(const std::string& path, const std::string& detail) {
+  std::string line = detail;  // quick_check's report spans lines and opens with a banner
+  if (const std::string banner = "*** in database main ***"; line.starts_with(banner)) line.erase(0, banner.size());
+  std::replace(line.begin(), line.end(), '\n', ' ');
+  line.erase(0, line.find_first_not_of(' '));
+  return DataLoss(path + " is damaged (" + line + "): restore it from a backup, or move it away and profile again");
+}
+
 Status Db::Error(int code, std::string_view what) const {
   const std::string detail = std::string(what) + ": " + (db_ ? sqlite3_errmsg(db_) : sqlite3_errstr(code));
   switch (code & 0xFF) {  // the primary code of an extended one
@@ -223,8 +231,7 @@ Status Db::Error(int code, std::string_view what) const {
       return InvalidArgument(path_ + " is not an edgecost database (not SQLite): pass another --db or move the "
                              "file away");
     case SQLITE_CORRUPT:
-      return InvalidArgument(path_ + " is damaged (" + detail + "): restore it from a backup, or move it away and "
-                             "profile again");
+      return Damaged(path_, detail);
     case SQLITE_FULL:
       return Status(ErrorCode::kResourceExhausted,
                     "the disk holding " + path_ + " is full: free some space and retry");

@@ -24,6 +24,9 @@ namespace edgecost::costdb {
 
 class Db;
 
+// A damaged database file, with what to do about it.
+Status Damaged(const std::string& path, const std::string& detail);
+
 // A prepared statement. Must not outlive (or see a move of) the Db that prepared it.
 class Statement {
  public:

@@ -41,6 +41,7 @@ std::pair<const char*, int> TwirpCode(ErrorCode code) {
     case ErrorCode::kCancelled: return {"canceled", 408};
     case ErrorCode::kUnimplemented: return {"unimplemented", 501};
     case ErrorCode::kInternal: return {"internal", 500};
+    case ErrorCode::kDataLoss: return {"data_loss", 500};
   }
   return {"unknown", 500};
 }

@@ -36,9 +36,11 @@ class CliTest : public ::testing::Test {
   void TearDown() override { std::filesystem::remove_all(dir_); }
 
   CommandResult Edgecost(const std::string& args) {
-    const std::string command = "EDGECOST_DB='" + (dir_ / "costs.db").string() + "' " + EDGECOST_BIN + " " + args +
-                                " 2>&1";
-    FILE* pipe = ::popen(command.c_str(), "r");
+    return Run("EDGECOST_DB='" + (dir_ / "costs.db").string() + "' " + EDGECOST_BIN + " " + args);
+  }
+  // A shell command, its stdout and stderr together.
+  static CommandResult Run(const std::string& shell_command) {
+    FILE* pipe = ::popen((shell_command + " 2>&1").c_str(), "r");
     EXPECT_NE(pipe, nullptr);
     std::string output;
     std::array<char, 4096> buffer{};
@@ -252,4 +254,57 @@ TEST_F(CliTest, HostileGraphAndScheduleFilesFailCleanly) {
   const CommandResult check = Edgecost("check " + schedule);
   EXPECT_EQ(check.exit_code, 1) << check.output;
   EXPECT_THAT(check.output, HasSubstr("node 4294967295 does not exist"));
+}
+
+// 8 KB of random bytes in the middle of the database: every command that
+// opens it fails with exit 1 and the advice, and writes nothing on top; the
+// daemon refuses to start on it.
+TEST_F(CliTest, ADamagedDatabaseIsRefusedByEveryCommand) {
+  for (const char* model : {"linear", "resnet18_cifar", "vgg16", "resnet50"}) {
+    for (const char* platform : {"a72", "m4", "m0"}) {
+      ASSERT_EQ(Edgecost(std::string("costs ") + model + " --platform " + platform + " --store").exit_code, 0);
+    }
+  }
+  const std::filesystem::path db = dir_ / "costs.db";
+  const auto size = std::filesystem::file_size(db);
+  {
+    std::fstream file(db, std::ios::in | std::ios::out | std::ios::binary);
+    file.seekp(static_cast<std::streamoff>(size / 2));
+    for (int i = 0; i < 8192; ++i) file.put(static_cast<char>((i * 7919) ^ (i >> 3)));
+  }
+  for (const char* command : {"db info", "costs linear --platform a72 --store",
+                              "solve --model linear --platform a72 --ram-budget 10kB --runtime-budget 2x",
+                              "profile --model linear", "jobs"}) {
+    const CommandResult run = Edgecost(command);
+    EXPECT_EQ(run.exit_code, 1) << command << ": " << run.output;
+    EXPECT_THAT(run.output, HasSubstr("is damaged")) << command;
+    EXPECT_THAT(run.output, HasSubstr("restore it from a backup")) << command;
+  }
+  const CommandResult serve = Edgecost("serve --socket " + (dir_ / "s.sock").string());
+  EXPECT_EQ(serve.exit_code, 1) << serve.output;
+  EXPECT_THAT(serve.output, HasSubstr("is damaged"));
+}
+
+// A database on a read-only file system (a read-only bind mount in a mount
+// namespace of its own) is read; a solve says it could not store its schedule.
+TEST_F(CliTest, ADatabaseOnReadOnlyMediaIsRead) {
+  ASSERT_EQ(Edgecost("costs linear --platform a72 --store").exit_code, 0);
+  const std::filesystem::path media = dir_ / "media";
+  std::filesystem::create_directories(media);
+  // Every command runs in a mount namespace of its own, where `media` is `dir_` mounted read-only.
+  auto on_media = [&](const std::string& command) {
+    return Run("unshare -m sh -c 'mount --bind -o ro " + dir_.string() + " " + media.string() + " && " + command + "'");
+  };
+  const CommandResult probe = on_media("touch " + (media / "x").string());
+  if (probe.output.find("Read-only file system") == std::string::npos) {
+    GTEST_SKIP() << "no read-only bind mount here (needs root and mount namespaces): " << probe.output;
+  }
+  for (const char* command : {"db info", "costs linear --platform a72", "jobs",
+                              "solve --model linear --platform a72 --ram-budget 10kB --runtime-budget 2x"}) {
+    const CommandResult run = on_media(std::string(EDGECOST_BIN) + " --db " + (media / "costs.db").string() + " " + command);
+    EXPECT_EQ(run.exit_code, 0) << command << ": " << run.output;
+    if (std::string(command).starts_with("solve")) {
+      EXPECT_THAT(run.output, HasSubstr("not stored     ")) << run.output;
+    }
+  }
 }

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <set>
 #include <string>
 
@@ -465,6 +466,25 @@ TEST_F(CostDbTest, ReadOnlyModeRefusesEveryWrite) {
     }
   }
   EXPECT_TRUE(Snapshot(path_) == before);
+}
+
+// 8 KB of random bytes in the middle of a database: both modes refuse it at
+// open with one line of advice, before anything is written on top of it.
+TEST_F(CostDbTest, DamageIsFoundWhenTheFileIsOpened) {
+  {
+    CostDb db = OpenOrDie();
+    for (int i = 0; i < 40; ++i) ASSERT_TRUE(db.PutCostTable(Table("net" + std::to_string(i), "a72", 50, 1)).ok());
+  }
+  const auto size = std::filesystem::file_size(path_);
+  ASSERT_GT(size, 3 * 8192u);
+  {
+    std::fstream file(path_, std::ios::in | std::ios::out | std::ios::binary);
+    file.seekp(static_cast<std::streamoff>(size / 2));
+    std::mt19937 random(7);
+    for (int i = 0; i < 8192; ++i) file.put(static_cast<char>(random()));
+  }
+  ExpectRefusedUntouched(ErrorCode::kDataLoss, "is damaged");
+  EXPECT_THAT(CostDb::Open(path_).status().message(), HasSubstr("restore it from a backup"));
 }
 
 TEST_F(CostDbTest, RefusesFilesThatAreNotSqliteUntouched) {
