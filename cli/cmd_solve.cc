@@ -272,11 +272,10 @@ int RunCheck(const std::string& path, const Context& ctx) {
     if (!opened.ok()) return Failure(opened.status());
     db.emplace(std::move(opened).value());
   }
-  auto table = profiler::CostTableForRequest(db ? &*db : nullptr, schedule.request());
-  if (!table.ok()) return Failure(table.status());
-  auto problem = solver::ProblemFromCostTable(*table, schedule.request());
-  if (!problem.ok()) return Failure(problem.status());
-  const solver::Replay replay = solver::Simulate(*problem, schedule);
+  auto checked = profiler::CheckSchedule(db ? &*db : nullptr, schedule);
+  if (!checked.ok()) return Failure(checked.status());
+  const solver::Problem* problem = &checked->problem;
+  const solver::Replay& replay = checked->replay;
   if (!replay.valid) {
     std::cout << "invalid        " << replay.violation << "\n";
     return kExitFailure;

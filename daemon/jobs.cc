@@ -16,7 +16,8 @@
 namespace edgecost::daemon {
 namespace {
 
-constexpr uint32_t kMaxCrashes = 2;  // a job that took the daemon down this often is not run again
+constexpr uint32_t kMaxCrashes = 2;      // a job that took the daemon down this often is not run again
+constexpr size_t kMaxQueuedJobs = 64;    // beyond this, StartProfile is refused rather than queue without end
 
 std::string NowRfc3339() {
   const std::time_t now = std::time(nullptr);
@@ -124,6 +125,9 @@ Result<v1::Job> JobManager::Enqueue(std::unique_ptr<Entry> entry, const std::str
   std::unique_lock lock(mutex_);
   if (shutting_down_) return Unavailable("the daemon is shutting down");
   if (!db_) return Unavailable("the daemon is starting; try again");
+  if (queue_.size() >= kMaxQueuedJobs) {
+    return ResourceExhausted(std::to_string(queue_.size()) + " jobs are waiting; try again when some have run");
+  }
   entry->job.set_id(next_id_++);
   entry->job.set_kind(kind);
   entry->job.set_state(v1::Job::STATE_QUEUED);

@@ -52,6 +52,14 @@ Result<v1::CostTable> CostTableForRequest(costdb::CostDb* db, const v1::Schedule
   return ResolveCostTable(db, table);
 }
 
+Result<CheckedSchedule> CheckSchedule(costdb::CostDb* db, const v1::Schedule& schedule) {
+  CheckedSchedule checked;
+  EC_ASSIGN_OR_RETURN(v1::CostTable table, CostTableForRequest(db, schedule.request()));
+  EC_ASSIGN_OR_RETURN(checked.problem, solver::ProblemFromCostTable(table, schedule.request()));
+  checked.replay = solver::Simulate(checked.problem, schedule);
+  return checked;
+}
+
 Result<v1::ListModelsResponse> DescribeZoo(int batch_size) {
   v1::ListModelsResponse response;
   for (const graph::ZooModel& model : graph::ZooModels()) {

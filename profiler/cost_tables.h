@@ -9,6 +9,7 @@
 #include "costdb/costdb.h"
 #include "proto/edgecost.pb.h"
 #include "solver/problem.h"
+#include "solver/simulator.h"
 
 namespace edgecost::profiler {
 
@@ -33,6 +34,14 @@ struct SolvedRequest {
 };
 Result<SolvedRequest> SolveRequest(costdb::CostDb* db, const v1::ScheduleRequest& request, bool store = true,
                                    const std::atomic<bool>* stop = nullptr);
+
+// What `edgecost check` does: a schedule's own request gives its cost table
+// and budgets (a measured table needs `db`), and the simulator replays it.
+struct CheckedSchedule {
+  solver::Problem problem;
+  solver::Replay replay;
+};
+Result<CheckedSchedule> CheckSchedule(costdb::CostDb* db, const v1::Schedule& schedule);
 
 // What `edgecost models` and ListModels show for each zoo model.
 Result<v1::ListModelsResponse> DescribeZoo(int batch_size);

@@ -1,7 +1,7 @@
 // libFuzzer target for the daemon's request decoding: TwirpRouter with every
 // request type of the API, JSON and protobuf bodies, content types and routes
 // chosen by the input. Built with clang (-fsanitize=fuzzer,address,undefined)
-// by tests/daemon/meson.build and run for a bounded time as the test
+// by tests/fuzz/meson.build and run for a bounded time as the test
 // `libfuzzer`. The oracle: every answer is a decoded request that survives a
 // protobuf round trip, or a Twirp error object; nothing else, and no crash.
 #include <cstdint>

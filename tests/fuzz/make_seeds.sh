@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Writes the seed inputs of the fuzz targets: a valid call of every route, in
+# JSON and protobuf (protoc --encode), and valid graph and schedule files.
+# Byte 0 of a services seed is the route's index in fuzz_services.cc (bit 7
+# set for protobuf); byte 0 of a files seed is 0 for a graph, 1 for a schedule.
+# Usage: tests/fuzz/make_seeds.sh build/cli/edgecost
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+edgecost=$1
+out=tests/fuzz/seeds_services
+rm -f "$out"/*
+seed() {  # index name message text-format json
+  printf "\\x$(printf %02x "$1")%s" "$5" > "$out/$2.json"
+  { printf "\\x$(printf %02x $(( $1 | 128 )))"; printf '%s' "$4" | protoc --encode="edgecost.v1.$3" proto/edgecost.proto; } > "$out/$2.bin"
+}
+seed 0 list_devices ListDevicesRequest '' '{}'
+seed 1 get_device GetDeviceRequest 'name: "a72"' '{"name":"a72"}'
+seed 2 list_models ListModelsRequest '' '{}'
+seed 3 get_cost_table GetCostTableRequest 'model: "resnet18_cifar" device: "m4" batch_size: 2 trainable: "last:2"' \
+  '{"model":"resnet18_cifar","device":"m4","batchSize":2,"trainable":"last:2"}'
+seed 4 get_paging_costs GetPagingCostsRequest 'device: "a72"' '{"device":"a72"}'
+seed 5 solve ScheduleRequest 'model: "linear" device: "a72" ram_budget_bytes: 4000 runtime_budget_multiple: 2' \
+  '{"model":"linear","device":"a72","ramBudgetBytes":"4000","runtimeBudgetMultiple":2}'
+seed 6 get_schedule GetScheduleRequest 'id: 1' '{"id":"1"}'
+seed 7 list_schedules ListSchedulesRequest 'model: "linear"' '{"model":"linear"}'
+seed 8 start_profile StartProfileRequest 'model: "linear" threads: 1' '{"model":"linear","threads":1}'
+seed 9 get_job GetJobRequest 'id: 1' '{"id":"1"}'
+seed 10 cancel_job CancelJobRequest 'id: 1' '{"id":"1"}'
+seed 11 list_jobs ListJobsRequest 'limit: 5' '{"limit":5}'
+seed 12 watch_events WatchEventsRequest 'after_sequence: 0 wait_s: 0.01' '{"afterSequence":"0","waitS":0.01}'
+
+out=tests/fuzz/seeds_files
+rm -f "$out"/*
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+{ printf '\x00'; cat tests/data/poet-instances/linear.a72.json; } > "$out/graph_linear.json"
+{ printf '\x00'; cat <<'JSON'; } > "$out/graph_node_link.json"
+{"directed": true, "graph": {"name": "chain"}, "nodes": [{"id": 0, "cost_cpu": 1.0, "cost_ram": 100},
+ {"id": 1, "cost_cpu": 2.0, "cost_ram": 50}, {"id": 2, "cost_cpu": 1.5, "cost_ram": 80, "backward": true}],
+ "links": [{"source": 0, "target": 1}, {"source": 1, "target": 2}, {"source": 0, "target": 2}]}
+JSON
+EDGECOST_DB="$tmp/costs.db" "$edgecost" solve --model linear --platform a72 --ram-budget 4kB --runtime-budget 2x \
+  --no-store --out "$tmp/schedule.json" > /dev/null
+{ printf '\x01'; cat "$tmp/schedule.json"; } > "$out/schedule_linear.json"
