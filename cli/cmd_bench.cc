@@ -1,10 +1,10 @@
 #include <iostream>
 
 #include "cli/cli.h"
-#include "daemon/bench.h"
-#include "probes/bench.h"
-#include "profiler/bench.h"
-#include "solver/bench.h"
+#include "bench/daemon_bench.h"
+#include "bench/probes_bench.h"
+#include "bench/profiler_bench.h"
+#include "bench/solver_bench.h"
 
 namespace edgecost::cli {
 

@@ -5,7 +5,7 @@
 #include "cli/table.h"
 #include "graph/derive.h"
 #include "graph/zoo.h"
-#include "profiler/cost_tables.h"
+#include "service/cost_tables.h"
 
 namespace edgecost::cli {
 namespace {
@@ -16,7 +16,7 @@ struct ModelsFlags {
 };
 
 int RunModels(const ModelsFlags& flags) {
-  auto response = profiler::DescribeZoo(flags.batch_size);
+  auto response = service::DescribeZoo(flags.batch_size);
   if (!response.ok()) return Failure(response.status());
   if (flags.json) {
     PrintJson(*response);

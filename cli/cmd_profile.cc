@@ -14,7 +14,7 @@
 #include "daemon/client.h"
 #include "profiler/power_model.h"
 #include "profiler/profile.h"
-#include "profiler/profile_job.h"
+#include "service/profile_job.h"
 
 namespace edgecost::cli {
 namespace {
@@ -90,7 +90,7 @@ int RunProfile(const ProfileFlags& flags, const Context& ctx) {
   if (flags.graph.derivation.empty()) return UsageError(InvalidArgument("--derivation is empty"));
   auto spec = flags.graph.Spec();
   if (!spec.ok()) return UsageError(spec.status());
-  profiler::ProfileJobOptions options;
+  service::ProfileJobOptions options;
   options.db_path = ctx.db_path.empty() ? costdb::DefaultDbPath() : ctx.db_path;
   options.graph = *spec;
   options.threads = flags.threads;
@@ -102,7 +102,7 @@ int RunProfile(const ProfileFlags& flags, const Context& ctx) {
 
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
-  auto result = profiler::RunProfileJob(options, &g_stop, ShowProgress,
+  auto result = service::RunProfileJob(options, &g_stop, ShowProgress,
                                         [](const std::string& line) { std::cerr << line << "\n"; });
   std::signal(SIGINT, SIG_DFL);
   std::signal(SIGTERM, SIG_DFL);

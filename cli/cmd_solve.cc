@@ -10,7 +10,7 @@
 #include "costdb/costdb.h"
 #include "daemon/client.h"
 #include "graph/cost_source.h"
-#include "profiler/cost_tables.h"
+#include "service/cost_tables.h"
 #include "solver/problem.h"
 #include "solver/heuristics.h"
 #include "solver/simulator.h"
@@ -216,7 +216,7 @@ int RunSolve(const SolveFlags& flags, const Context& ctx) {
     db.emplace(std::move(opened).value());
   }
   if (flags.compare || flags.min_ram) {
-    auto table = profiler::CostTableForRequest(db ? &*db : nullptr, *request);
+    auto table = service::CostTableForRequest(db ? &*db : nullptr, *request);
     if (!table.ok()) return Failure(table.status());
     auto problem = solver::ProblemFromCostTable(*table, *request);
     if (!problem.ok()) return Failure(problem.status());
@@ -230,7 +230,7 @@ int RunSolve(const SolveFlags& flags, const Context& ctx) {
   }
 
   // The flags were checked above: what fails now is the graph, the costs or the database.
-  auto solved = profiler::SolveRequest(db ? &*db : nullptr, *request, store);
+  auto solved = service::SolveRequest(db ? &*db : nullptr, *request, store);
   if (!solved.ok()) return Failure(solved.status());
   const v1::CostTable& table = solved->table;
   const v1::Schedule& schedule = solved->schedule;
@@ -272,7 +272,7 @@ int RunCheck(const std::string& path, const Context& ctx) {
     if (!opened.ok()) return Failure(opened.status());
     db.emplace(std::move(opened).value());
   }
-  auto checked = profiler::CheckSchedule(db ? &*db : nullptr, schedule);
+  auto checked = service::CheckSchedule(db ? &*db : nullptr, schedule);
   if (!checked.ok()) return Failure(checked.status());
   const solver::Problem* problem = &checked->problem;
   const solver::Replay& replay = checked->replay;

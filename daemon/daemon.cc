@@ -9,7 +9,7 @@
 #include "costdb/costdb.h"
 #include "daemon/log.h"
 #include "profiler/profile.h"
-#include "profiler/profile_job.h"
+#include "service/profile_job.h"
 
 namespace edgecost::daemon {
 namespace {
@@ -52,7 +52,7 @@ Daemon::~Daemon() {
 
 Status Daemon::CheckHardware(const std::string& why) {
   EC_ASSIGN_OR_RETURN(costdb::CostDb db, costdb::CostDb::Open(config_.db_path, costdb::OpenMode::kReadWrite));
-  const v1::Device device = profiler::ThisDevice(profiler::DefaultPagingDir(config_.db_path));
+  const v1::Device device = service::ThisDevice(service::DefaultPagingDir(config_.db_path));
   Result<v1::Device> stored = db.GetDevice(device.name());
   const std::string before = stored.ok() ? stored->fingerprint().hash() : "";
   if (before == device.fingerprint().hash()) return Status::Ok();

@@ -10,8 +10,8 @@
 #include "graph/zoo.h"
 #include "costdb/costdb.h"
 #include "daemon/log.h"
-#include "profiler/cost_tables.h"
-#include "profiler/profile_job.h"
+#include "service/cost_tables.h"
+#include "service/profile_job.h"
 
 namespace edgecost::daemon {
 namespace {
@@ -257,7 +257,7 @@ void JobManager::Worker() {
 }
 
 void JobManager::RunProfile(Entry& entry) {
-  profiler::ProfileJobOptions options;
+  service::ProfileJobOptions options;
   options.db_path = db_path_;
   options.probes_config = probes_config_;
   options.graph.model_or_file = entry.request.model();
@@ -275,7 +275,7 @@ void JobManager::RunProfile(Entry& entry) {
     });
   };
   auto log = [&](const std::string& line) { Update(entry, [&](v1::Job& job) { job.set_message(line); }); };
-  Result<profiler::ProfileJobResult> result = profiler::RunProfileJob(options, &entry.stop, progress, log);
+  Result<service::ProfileJobResult> result = service::RunProfileJob(options, &entry.stop, progress, log);
   Update(entry, [&](v1::Job& job) {
     if (!result.ok()) {
       job.set_state(v1::Job::STATE_FAILED);
@@ -304,7 +304,7 @@ void JobManager::RunRegeneration(Entry& entry) {
   int solved = 0, failed = 0;
   for (size_t i = 0; i < requests->size() && !entry.stop; ++i) {
     const v1::ScheduleRequest& request = (*requests)[i].second;
-    Result<profiler::SolvedRequest> result = profiler::SolveRequest(&*db, request);
+    Result<service::SolvedRequest> result = service::SolveRequest(&*db, request);
     v1::Event event;
     event.set_kind("schedule");
     if (result.ok()) {

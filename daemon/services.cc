@@ -9,7 +9,7 @@
 #include "costdb/costdb.h"
 #include "daemon/log.h"
 #include "graph/resolve.h"
-#include "profiler/cost_tables.h"
+#include "service/cost_tables.h"
 #include "profiler/profile.h"
 
 namespace edgecost::daemon {
@@ -44,12 +44,12 @@ Result<v1::Device> CostService::GetDevice(const v1::GetDeviceRequest& request) {
   return db->GetDevice(request.name());
 }
 
-Result<v1::ListModelsResponse> CostService::ListModels(const v1::ListModelsRequest&) { return profiler::DescribeZoo(1); }
+Result<v1::ListModelsResponse> CostService::ListModels(const v1::ListModelsRequest&) { return service::DescribeZoo(1); }
 
 Result<v1::CostTable> CostService::GetCostTable(const v1::GetCostTableRequest& request) {
   EC_RETURN_IF_ERROR(graph::CheckModelName(request.model()));
   EC_ASSIGN_OR_RETURN(costdb::CostDb * db, ThreadDb(db_path_));
-  EC_ASSIGN_OR_RETURN(v1::CostTable table, profiler::ResolveCostTable(db, request));
+  EC_ASSIGN_OR_RETURN(v1::CostTable table, service::ResolveCostTable(db, request));
   if (cache_ && table.cost_source() != profiler::kMeasuredSource) cache_->MarkAnalytic(request);
   return table;
 }
@@ -75,7 +75,7 @@ Result<v1::Schedule> SolverService::Solve(const v1::ScheduleRequest& request) {
     return InvalidArgument("time_limit_s is at most " + std::to_string(static_cast<int>(kMaxTimeLimitS)) + " s over RPC");
   }
   EC_ASSIGN_OR_RETURN(costdb::CostDb * db, ThreadDb(db_path_));
-  EC_ASSIGN_OR_RETURN(profiler::SolvedRequest solved, profiler::SolveRequest(db, request, /*store=*/true, stop_));
+  EC_ASSIGN_OR_RETURN(service::SolvedRequest solved, service::SolveRequest(db, request, /*store=*/true, stop_));
   solved.schedule.set_id(static_cast<uint64_t>(solved.schedule_id));
   spdlog::info("event=schedule id={} model={} device={} status={} energy_j={:.6g} solve_s={:.3f}", solved.schedule.id(),
                Quoted(request.model()), Quoted(request.device()), v1::Schedule::Status_Name(solved.schedule.status()),

@@ -13,7 +13,7 @@
 #include <google/protobuf/util/json_util.h>
 
 #include "graph/graph_io.h"
-#include "profiler/cost_tables.h"
+#include "service/cost_tables.h"
 #include "solver/problem.h"
 #include "solver/simulator.h"
 #include "solver/solve.h"
@@ -50,7 +50,7 @@ void FuzzScheduleFile(const std::string& text) {
   // fuzzer read files, and measured costs need a database; both are refused here.
   if (!schedule.request().graph_file().empty() || schedule.request().cost_source() == "measured") return;
   if (schedule.stages_size() > 1 << 16) return;  // checked against the node count, which is bounded anyway
-  (void)profiler::CheckSchedule(nullptr, schedule);
+  (void)service::CheckSchedule(nullptr, schedule);
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-#include "profiler/profile_job.h"
+#include "service/profile_job.h"
 
 #include <omp.h>
 
@@ -15,7 +15,7 @@
 #include "profiler/paging.h"
 #include "profiler/probe_meter.h"
 
-namespace edgecost::profiler {
+namespace edgecost::service {
 
 std::string DefaultPagingDir(const std::string& db_path) {
   return (std::filesystem::path(db_path).parent_path() / "paging").string();
@@ -27,14 +27,14 @@ v1::Device ThisDevice(const std::string& paging_dir) {
   std::error_code ec;
   std::filesystem::create_directories(paging_dir, ec);
   v1::Device device;
-  device.set_name(ThisDeviceName());
+  device.set_name(profiler::ThisDeviceName());
   device.set_kind(v1::Device::KIND_MEASURED);
-  *device.mutable_fingerprint() = ReadFingerprint(SystemRoots::FromEnvironment(), Backend::Isa(), paging_dir);
+  *device.mutable_fingerprint() = profiler::ReadFingerprint(profiler::SystemRoots::FromEnvironment(), profiler::Backend::Isa(), paging_dir);
   return device;
 }
 
 Result<ProfileJobResult> RunProfileJob(const ProfileJobOptions& options, const std::atomic<bool>* stop,
-                                       const std::function<void(const ProfileProgress&)>& on_progress,
+                                       const std::function<void(const profiler::ProfileProgress&)>& on_progress,
                                        const std::function<void(const std::string&)>& log) {
   ProfileJobResult result;
   EC_ASSIGN_OR_RETURN(result.graph, graph::LoadTrainingGraph(options.graph));
@@ -42,7 +42,7 @@ Result<ProfileJobResult> RunProfileJob(const ProfileJobOptions& options, const s
   const int threads = options.threads > 0 ? options.threads : omp_get_num_procs();
   omp_set_num_threads(threads);
 
-  Backend backend;
+  profiler::Backend backend;
   const std::string paging_dir = options.paging_dir.empty() ? DefaultPagingDir(options.db_path) : options.paging_dir;
   const v1::Device& device = result.device = ThisDevice(paging_dir);
   const std::string hash = device.fingerprint().hash();
@@ -56,26 +56,26 @@ Result<ProfileJobResult> RunProfileJob(const ProfileJobOptions& options, const s
   // The best source that measures energy; the power model only when there is none.
   EC_ASSIGN_OR_RETURN(probes::ProbesConfig probes_config, probes::LoadProbesConfig(options.probes_config));
   probes::Detected detected = probes::DetectAll(probes_config);
-  std::unique_ptr<EnergyMeter> meter;
+  std::unique_ptr<profiler::EnergyMeter> meter;
   if (!detected.probes.empty()) {
     log("energy: measuring idle power of " + detected.probes.front()->info().name + " for 1 s ...");
-    EC_ASSIGN_OR_RETURN(meter, ProbeMeter::Start(std::move(detected.probes.front())));
+    EC_ASSIGN_OR_RETURN(meter, profiler::ProbeMeter::Start(std::move(detected.probes.front())));
     result.energy_measured = true;
     char idle[32];
     std::snprintf(idle, sizeof idle, "%.3f W", meter->IdlePowerW());
     log("energy: measured by " + meter->Name() + ", idle " + idle);
   } else {
-    meter = std::make_unique<EstimatedMeter>(options.estimate);
+    meter = std::make_unique<profiler::EstimatedMeter>(options.estimate);
     log("energy: no sensor measures energy here (see `edgecost probes`); estimated by " + meter->Name() +
         " and labelled ESTIMATED");
   }
   result.energy_source = meter->Name();
 
-  EC_ASSIGN_OR_RETURN(int64_t run, db.BeginRun(hash, kMeasuredSource));
+  EC_ASSIGN_OR_RETURN(int64_t run, db.BeginRun(hash, profiler::kMeasuredSource));
   EC_ASSIGN_OR_RETURN(std::optional<v1::PagingCost> paging, db.GetPagingCost(hash));
   if (!paging || options.force) {
     log("measuring paging storage in " + paging_dir + " ...");
-    EC_ASSIGN_OR_RETURN(PagingMeasurement measured, MeasurePaging({.dir = paging_dir}));
+    EC_ASSIGN_OR_RETURN(profiler::PagingMeasurement measured, profiler::MeasurePaging({.dir = paging_dir}));
     v1::PagingCost cost = measured.cost;
     // Paging keeps one core busy waiting on storage: estimated power of idle plus one core.
     cost.set_page_in_power_w(options.estimate.idle_w + options.estimate.active_w_per_core);
@@ -88,13 +88,13 @@ Result<ProfileJobResult> RunProfileJob(const ProfileJobOptions& options, const s
         (measured.direct_io ? " (O_DIRECT)" : " (page cache dropped; no O_DIRECT here)"));
   }
 
-  ProfileOptions profile;
+  profiler::ProfileOptions profile;
   profile.threads = threads;
   profile.force = options.force;
   profile.measure.min_window_s = options.min_window_s;
   profile.on_progress = on_progress;
   profile.stop = stop;
-  Result<ProfileSummary> summary = ProfileGraph(db, backend, result.graph, hash, run, meter.get(), profile);
+  Result<profiler::ProfileSummary> summary = profiler::ProfileGraph(db, backend, result.graph, hash, run, meter.get(), profile);
   if (!summary.ok()) {
     (void)db.FinishRun(run, costdb::RunStatus::kFailed);
     return summary.status();
@@ -104,7 +104,7 @@ Result<ProfileJobResult> RunProfileJob(const ProfileJobOptions& options, const s
                                   meter->IdlePowerW()));
   if (summary->interrupted) return result;
 
-  EC_ASSIGN_OR_RETURN(v1::CostTable table, MeasuredCostTable(db, result.graph, device.name(), hash, threads));
+  EC_ASSIGN_OR_RETURN(v1::CostTable table, profiler::MeasuredCostTable(db, result.graph, device.name(), hash, threads));
   EC_ASSIGN_OR_RETURN(result.cost_table_id, db.PutCostTable(table));
   for (const v1::NodeCost& c : table.costs()) {
     result.step_runtime_s += c.runtime_s();
@@ -113,4 +113,4 @@ Result<ProfileJobResult> RunProfileJob(const ProfileJobOptions& options, const s
   return result;
 }
 
-}  // namespace edgecost::profiler
+}  // namespace edgecost::service

@@ -1,4 +1,4 @@
-#include "profiler/cost_tables.h"
+#include "service/cost_tables.h"
 
 #include "graph/cost_source.h"
 #include "graph/graph_io.h"
@@ -8,16 +8,16 @@
 #include "solver/problem.h"
 #include "solver/solve.h"
 
-namespace edgecost::profiler {
+namespace edgecost::service {
 
 Result<v1::CostTable> ResolveCostTable(costdb::CostDb* db, const v1::GetCostTableRequest& request) {
   if (request.model().empty()) return InvalidArgument("model is required");
   const std::string device = request.device().empty() ? "this" : request.device();
   const bool preset = graph::FindBoardPreset(device).ok();
   std::string source = request.cost_source();
-  if (source.empty()) source = preset ? std::string(graph::kPoetFlopsSource) : kMeasuredSource;
+  if (source.empty()) source = preset ? std::string(graph::kPoetFlopsSource) : profiler::kMeasuredSource;
   std::string derivation = request.derivation();
-  if (derivation.empty()) derivation = source == kMeasuredSource ? "exact" : "poet";
+  if (derivation.empty()) derivation = source == profiler::kMeasuredSource ? "exact" : "poet";
 
   graph::GraphSpec spec;
   spec.model_or_file = request.model();
@@ -30,9 +30,9 @@ Result<v1::CostTable> ResolveCostTable(costdb::CostDb* db, const v1::GetCostTabl
   if (graph::IsGraphFile(spec.model_or_file)) {
     return InvalidArgument("'" + spec.model_or_file + "' looks like a file; ask for a model by name");
   }
-  if (source == kMeasuredSource) {
+  if (source == profiler::kMeasuredSource) {
     if (db == nullptr) return FailedPrecondition("measured costs need the cost database");
-    return LoadMeasuredCostTable(*db, spec, device);
+    return profiler::LoadMeasuredCostTable(*db, spec, device);
   }
   if (!preset) {
     return InvalidArgument("cost source '" + source + "' needs a board preset as device, not '" + device + "'");
@@ -101,4 +101,4 @@ Result<SolvedRequest> SolveRequest(costdb::CostDb* db, const v1::ScheduleRequest
   return solved;
 }
 
-}  // namespace edgecost::profiler
+}  // namespace edgecost::service

@@ -1,4 +1,4 @@
-#include "probes/bench.h"
+#include "bench/probes_bench.h"
 
 #include <fcntl.h>
 #include <time.h>

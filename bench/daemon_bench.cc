@@ -1,4 +1,4 @@
-#include "daemon/bench.h"
+#include "bench/daemon_bench.h"
 
 #include <unistd.h>
 

@@ -13,7 +13,7 @@
 #include "profiler/power_model.h"
 #include "profiler/profile.h"
 
-namespace edgecost::profiler {
+namespace edgecost::service {
 
 struct ProfileJobOptions {
   std::string db_path;
@@ -21,15 +21,15 @@ struct ProfileJobOptions {
   int threads = 0;              // 0: all cores
   bool force = false;
   std::string paging_dir;       // empty: "paging" beside the database
-  double min_window_s = MeasureOptions{}.min_window_s;
-  PowerModel estimate;          // energy when no probe measures it
+  double min_window_s = profiler::MeasureOptions{}.min_window_s;
+  profiler::PowerModel estimate;          // energy when no probe measures it
   std::string probes_config;    // TOML with a [probes] section, or empty
 };
 
 struct ProfileJobResult {
   v1::Device device;
   v1::TrainingGraph graph;
-  ProfileSummary summary;
+  profiler::ProfileSummary summary;
   std::string energy_source;    // the probe, or the estimate's name
   bool energy_measured = false;
   int64_t cost_table_id = 0;    // 0 when interrupted
@@ -47,7 +47,7 @@ v1::Device ThisDevice(const std::string& paging_dir);
 // `log` gets a line for each stage (device, energy source, paging); `stop` is
 // checked between ops, and what was measured stays stored.
 Result<ProfileJobResult> RunProfileJob(const ProfileJobOptions& options, const std::atomic<bool>* stop,
-                                       const std::function<void(const ProfileProgress&)>& on_progress,
+                                       const std::function<void(const profiler::ProfileProgress&)>& on_progress,
                                        const std::function<void(const std::string&)>& log);
 
-}  // namespace edgecost::profiler
+}  // namespace edgecost::service

@@ -1,4 +1,4 @@
-#include "solver/bench.h"
+#include "bench/solver_bench.h"
 
 #include <cstdio>
 #include <cstdlib>

@@ -11,7 +11,7 @@
 #include "solver/problem.h"
 #include "solver/simulator.h"
 
-namespace edgecost::profiler {
+namespace edgecost::service {
 
 // Empty fields take defaults: device "this"; cost source "measured" for a measured
 // device, "poet-flops" for a board preset; derivation "exact" for measured costs,
@@ -46,4 +46,4 @@ Result<CheckedSchedule> CheckSchedule(costdb::CostDb* db, const v1::Schedule& sc
 // What `edgecost models` and ListModels show for each zoo model.
 Result<v1::ListModelsResponse> DescribeZoo(int batch_size);
 
-}  // namespace edgecost::profiler
+}  // namespace edgecost::service

@@ -1,4 +1,4 @@
-#include "profiler/bench.h"
+#include "bench/profiler_bench.h"
 
 #include <omp.h>
 #include <time.h>
