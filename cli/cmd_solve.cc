@@ -140,12 +140,15 @@ int RunCompare(const solver::Problem& problem, const SolveFlags& flags) {
   Table table({{"strategy", Table::Align::kLeft}, {"status", Table::Align::kLeft}, {"energy J"}, {"vs optimal"},
                {"recompute"}, {"page in/out"}, {"peak RAM"}, {"runtime"}});
   double optimal_j = 0;
-  for (const char* strategy : {"optimal", "checkpoint-all", "sqrt", "revolve", "paging-only"}) {
-    if (std::string(strategy) == "paging-only" && !problem.allow_paging) continue;
+  std::vector<solver::Strategy> strategies = {solver::Strategy::kOptimal};
+  strategies.insert(strategies.end(), std::begin(solver::kBaselines), std::end(solver::kBaselines));
+  for (solver::Strategy kind : strategies) {
+    if (kind == solver::Strategy::kPagingOnly && !problem.allow_paging) continue;
+    const std::string strategy(solver::StrategyName(kind));
     solver::SolveOptions options{strategy, flags.time_limit_s, flags.threads, false};
     auto s = solver::Solve(problem, options);
     if (!s.ok()) return Failure(s.status());
-    if (std::string(strategy) == "optimal" && HasSchedule(*s)) optimal_j = s->energy().total_j();
+    if (kind == solver::Strategy::kOptimal && HasSchedule(*s)) optimal_j = s->energy().total_j();
     if (!HasSchedule(*s)) {
       table.AddRow({strategy, s->status() == v1::Schedule::STATUS_INFEASIBLE ? "infeasible" : "no schedule"});
       continue;
@@ -310,9 +313,11 @@ void RegisterSolveCommand(CLI::App& app, Context& ctx) {
   cmd->add_flag("--count-paging-time", flags->count_paging_time, "Paging time counts against the runtime budget");
   cmd->add_option("--time-limit-s", flags->time_limit_s, "Solver time limit")->capture_default_str();
   cmd->add_option("--threads", flags->threads, "Solver threads")->capture_default_str();
-  cmd->add_option("--strategy", flags->strategy, "optimal, checkpoint-all, sqrt, revolve, paging-only")
+  std::vector<std::string> strategies;
+  for (solver::Strategy s : solver::kStrategies) strategies.emplace_back(solver::StrategyName(s));
+  cmd->add_option("--strategy", flags->strategy, solver::StrategyNames() + " (greedy: the MILP's heuristic start alone)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"optimal", "checkpoint-all", "sqrt", "revolve", "paging-only", "greedy"}));
+      ->check(CLI::IsMember(strategies));
   cmd->add_flag("--compare", flags->compare, "Every strategy side by side");
   cmd->add_flag("--min-ram", flags->min_ram, "Search the smallest RAM budget with a schedule");
   cmd->add_flag("--no-store", flags->no_store, "Do not store the request and schedule in the cost database");

@@ -62,11 +62,11 @@ class GraphWriter {
   }
 
   // A backward node differentiating forward node `of`.
-  int AddGrad(std::string name, std::string_view kind, std::string_view role, const Shape& shape,
+  int AddGrad(std::string name, std::string_view kind, GradRole role, const Shape& shape,
               int64_t output_bytes, const std::vector<int>& inputs, int of, double flops) {
     v1::TrainingNode& node = Add(std::move(name), v1::PHASE_BACKWARD, kind, shape, output_bytes, inputs, flops);
     node.set_forward_of(of);
-    node.set_role(std::string(role));
+    node.set_role(std::string(GradRoleName(role)));
     return static_cast<int>(node.index());
   }
 
@@ -106,7 +106,7 @@ void AddPoetBackward(const ForwardGraph& forward, const std::vector<bool>& train
   for (int j = forward.size() - 2; j >= lowest; --j) {
     const Shape& shape = layers[j + 1].output_shape;
     previous = out.AddGrad("layer" + std::to_string(out.size()) + "_GradientLayer", OpKindName(layers[j].kind),
-                           "grad", shape, Bytes(shape), {j, j + 1, previous}, j, 2.0 * layers[j].flops);
+                           GradRole::kGrad, shape, Bytes(shape), {j, j + 1, previous}, j, 2.0 * layers[j].flops);
   }
 }
 
@@ -128,7 +128,7 @@ void AddExactBackward(const ForwardGraph& forward, const std::vector<bool>& trai
   const int logits = loss_layer.inputs.at(0);
   if (needs_grad[logits]) {
     contributions[logits].push_back(out.AddGrad(ForwardName(loss, loss_layer) + ".grad",
-                                                OpKindName(loss_layer.kind), "grad", layers[logits].output_shape,
+                                                OpKindName(loss_layer.kind), GradRole::kGrad, layers[logits].output_shape,
                                                 Bytes(layers[logits].output_shape), {logits}, loss,
                                                 2.0 * loss_layer.flops));
   }
@@ -142,7 +142,7 @@ void AddExactBackward(const ForwardGraph& forward, const std::vector<bool>& trai
     const double y_elements = static_cast<double>(NumElements(y_shape));
     const int dy = parts.size() == 1
                        ? parts[0]
-                       : out.AddGrad(name + ".grad_sum", "sum", "grad_sum", y_shape, Bytes(y_shape), parts, v,
+                       : out.AddGrad(name + ".grad_sum", "sum", GradRole::kGradSum, y_shape, Bytes(y_shape), parts, v,
                                      y_elements * static_cast<double>(parts.size() - 1));
     if (layer.inputs.empty()) continue;
     const int x = layer.inputs[0];
@@ -150,8 +150,8 @@ void AddExactBackward(const ForwardGraph& forward, const std::vector<bool>& trai
     const bool x_needs_grad = needs_grad[x];
     const std::string_view kind = OpKindName(layer.kind);
     // One backward node computing dX from `reads`, feeding x's gradient.
-    auto grad_input = [&](std::string_view role, const std::vector<int>& reads, double flops) {
-      contributions[x].push_back(out.AddGrad(name + "." + std::string(role), kind, role, x_shape, Bytes(x_shape),
+    auto grad_input = [&](GradRole role, const std::vector<int>& reads, double flops) {
+      contributions[x].push_back(out.AddGrad(name + "." + std::string(GradRoleName(role)), kind, role, x_shape, Bytes(x_shape),
                                              reads, v, flops));
     };
 
@@ -174,15 +174,15 @@ void AddExactBackward(const ForwardGraph& forward, const std::vector<bool>& trai
         // ReLU's mask comes from Y, so the fused op reads its own output too.
         std::vector<int> with_mask = fused_relu ? std::vector<int>{v, dy} : std::vector<int>{dy};
         if (trains[v] && bias_only) {
-          out.AddGrad(name + ".grad_bias", kind, "grad_bias", {layer.bias_count}, 0, with_mask, v,
+          out.AddGrad(name + ".grad_bias", kind, GradRole::kGradBias, {layer.bias_count}, 0, with_mask, v,
                       y_elements + relu_flops);
         } else if (trains[v]) {
           std::vector<int> reads = {x};
           reads.insert(reads.end(), with_mask.begin(), with_mask.end());
-          out.AddGrad(name + ".grad_weight", kind, "grad_weight", {layer.param_count}, 0, reads, v,
+          out.AddGrad(name + ".grad_weight", kind, GradRole::kGradWeight, {layer.param_count}, 0, reads, v,
                       layer.flops + relu_flops);
         }
-        if (x_needs_grad) grad_input("grad_input", with_mask, layer.flops + relu_flops);
+        if (x_needs_grad) grad_input(GradRole::kGradInput, with_mask, layer.flops + relu_flops);
         break;
       }
       case OpKind::kBatchNorm2d: {
@@ -190,24 +190,24 @@ void AddExactBackward(const ForwardGraph& forward, const std::vector<bool>& trai
         const bool beta_only = !x_needs_grad && bias_only;
         const std::vector<int> reads = beta_only ? std::vector<int>{dy} : std::vector<int>{x, dy};
         if (x_needs_grad) {
-          grad_input("grad", reads, 2.0 * layer.flops);
+          grad_input(GradRole::kGrad, reads, 2.0 * layer.flops);
         } else {
           out.AddGrad(name + (bias_only ? ".grad_bias" : ".grad_weight"), kind,
-                      bias_only ? "grad_bias" : "grad_weight", {layer.param_count}, 0, reads, v, 2.0 * layer.flops);
+                      bias_only ? GradRole::kGradBias : GradRole::kGradWeight, {layer.param_count}, 0, reads, v, 2.0 * layer.flops);
         }
         break;
       }
       case OpKind::kRelu:
       case OpKind::kDropout:
-        grad_input("grad", {v, dy}, 2.0 * layer.flops);
+        grad_input(GradRole::kGrad, {v, dy}, 2.0 * layer.flops);
         break;
       case OpKind::kMaxPool2d:
       case OpKind::kAttentionScores:
       case OpKind::kAttentionContext:
-        grad_input("grad", {x, dy}, 2.0 * layer.flops);
+        grad_input(GradRole::kGrad, {x, dy}, 2.0 * layer.flops);
         break;
       case OpKind::kAvgPool2d:
-        grad_input("grad", {dy}, 2.0 * layer.flops);
+        grad_input(GradRole::kGrad, {dy}, 2.0 * layer.flops);
         break;
       case OpKind::kCrossEntropyLoss:
         break;  // only the last layer is a loss
@@ -216,6 +216,25 @@ void AddExactBackward(const ForwardGraph& forward, const std::vector<bool>& trai
 }
 
 }  // namespace
+
+std::string_view GradRoleName(GradRole role) {
+  switch (role) {
+    case GradRole::kGrad: return "grad";
+    case GradRole::kGradInput: return "grad_input";
+    case GradRole::kGradWeight: return "grad_weight";
+    case GradRole::kGradBias: return "grad_bias";
+    case GradRole::kGradSum: return "grad_sum";
+  }
+  return "grad";
+}
+
+Result<GradRole> ParseGradRole(std::string_view name) {
+  for (GradRole role : {GradRole::kGrad, GradRole::kGradInput, GradRole::kGradWeight, GradRole::kGradBias,
+                        GradRole::kGradSum}) {
+    if (GradRoleName(role) == name) return role;
+  }
+  return InvalidArgument("unknown gradient role '" + std::string(name) + "'");
+}
 
 Result<Derivation> ParseDerivation(std::string_view text) {
   if (text == "poet") return Derivation::kPoet;

@@ -53,6 +53,14 @@ namespace edgecost::graph {
 
 inline constexpr int64_t kBytesPerElement = 4;  // f32 activations, as POET's TYPE
 
+// What a backward node computes, stored as TrainingNode.role: the gradient of
+// an op's input(s), of its weights, of its bias, or the sum of the gradient
+// contributions a tensor read by several ops receives. POET's derivation has
+// one kGrad node per layer, for all of them at once.
+enum class GradRole { kGrad, kGradInput, kGradWeight, kGradBias, kGradSum };
+std::string_view GradRoleName(GradRole role);
+Result<GradRole> ParseGradRole(std::string_view name);
+
 enum class Derivation { kPoet, kExact };
 Result<Derivation> ParseDerivation(std::string_view text);
 std::string_view DerivationName(Derivation derivation);

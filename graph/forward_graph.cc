@@ -39,6 +39,13 @@ std::string_view OpKindName(OpKind kind) {
   return "unknown";
 }
 
+Result<OpKind> ParseOpKind(std::string_view name) {
+  for (int k = 0; k <= static_cast<int>(kLastOpKind); ++k) {
+    if (OpKindName(static_cast<OpKind>(k)) == name) return static_cast<OpKind>(k);
+  }
+  return InvalidArgument("unknown op kind '" + std::string(name) + "'");
+}
+
 std::string_view PoetClassName(OpKind kind) {
   switch (kind) {
     case OpKind::kInput: return "InputLayer";

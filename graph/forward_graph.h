@@ -11,6 +11,8 @@
 #include <string_view>
 #include <vector>
 
+#include "base/status.h"
+
 namespace edgecost::graph {
 
 using Shape = std::vector<int64_t>;
@@ -35,8 +37,12 @@ enum class OpKind {
   kCrossEntropyLoss,
 };
 
+inline constexpr OpKind kLastOpKind = OpKind::kCrossEntropyLoss;
+
 // Stable lower-case name used in graphs, op signatures and the database.
 std::string_view OpKindName(OpKind kind);
+// The kind a name stands for; InvalidArgument names the unknown one.
+Result<OpKind> ParseOpKind(std::string_view name);
 // POET's class name, used for node names ("layer3_ReLULayer") so graphs line up with POET's.
 std::string_view PoetClassName(OpKind kind);
 

@@ -7,6 +7,8 @@
 #include <random>
 #include <unordered_map>
 
+#include "graph/forward_graph.h"
+
 namespace edgecost::profiler {
 namespace {
 
@@ -502,22 +504,26 @@ std::string Backend::Isa() {
 
 Result<std::unique_ptr<Layer>> MakeLayer(Backend& backend, const LayerSpec& spec, uint32_t seed) {
   try {
-    const std::string& k = spec.kind;
-    if (k == "conv2d") return std::unique_ptr<Layer>(new Conv2d(backend, spec, seed));
-    if (k == "linear") return std::unique_ptr<Layer>(new Linear(backend, spec, seed, false, true));
-    if (k == "linear_relu") return std::unique_ptr<Layer>(new Linear(backend, spec, seed, true, true));
-    if (k == "qkv_projection") return std::unique_ptr<Layer>(new Linear(backend, spec, seed, false, false));
-    if (k == "batchnorm2d") return std::unique_ptr<Layer>(new BatchNorm2d(backend, spec, seed));
-    if (k == "relu") return std::unique_ptr<Layer>(new Relu(backend, spec, seed));
-    if (k == "maxpool2d") return std::unique_ptr<Layer>(new Pool2d(backend, spec, seed, true));
-    if (k == "avgpool2d") return std::unique_ptr<Layer>(new Pool2d(backend, spec, seed, false));
-    if (k == "flatten") return std::unique_ptr<Layer>(new Flatten(backend, spec, seed));
-    if (k == "dropout") return std::unique_ptr<Layer>(new Dropout(backend, spec, seed));
-    if (k == "add") return std::unique_ptr<Layer>(new Add2(backend, spec, seed));
-    if (k == "attention_scores") return std::unique_ptr<Layer>(new AttentionScores(backend, spec, seed));
-    if (k == "attention_context") return std::unique_ptr<Layer>(new AttentionContext(backend, spec, seed));
-    if (k == "cross_entropy_loss") return std::unique_ptr<Layer>(new CrossEntropyLoss(backend, spec, seed));
-    return Status(ErrorCode::kUnimplemented, "no oneDNN kernel for op kind '" + k + "'");
+    const Result<graph::OpKind> kind = graph::ParseOpKind(spec.kind);
+    using graph::OpKind;
+    switch (kind.ok() ? *kind : OpKind::kInput) {  // no default: a new op kind does not compile until it has a kernel here
+      case OpKind::kConv2d: return std::unique_ptr<Layer>(new Conv2d(backend, spec, seed));
+      case OpKind::kLinear: return std::unique_ptr<Layer>(new Linear(backend, spec, seed, false, true));
+      case OpKind::kLinearRelu: return std::unique_ptr<Layer>(new Linear(backend, spec, seed, true, true));
+      case OpKind::kQkvProjection: return std::unique_ptr<Layer>(new Linear(backend, spec, seed, false, false));
+      case OpKind::kBatchNorm2d: return std::unique_ptr<Layer>(new BatchNorm2d(backend, spec, seed));
+      case OpKind::kRelu: return std::unique_ptr<Layer>(new Relu(backend, spec, seed));
+      case OpKind::kMaxPool2d: return std::unique_ptr<Layer>(new Pool2d(backend, spec, seed, true));
+      case OpKind::kAvgPool2d: return std::unique_ptr<Layer>(new Pool2d(backend, spec, seed, false));
+      case OpKind::kFlatten: return std::unique_ptr<Layer>(new Flatten(backend, spec, seed));
+      case OpKind::kDropout: return std::unique_ptr<Layer>(new Dropout(backend, spec, seed));
+      case OpKind::kAdd: return std::unique_ptr<Layer>(new Add2(backend, spec, seed));
+      case OpKind::kAttentionScores: return std::unique_ptr<Layer>(new AttentionScores(backend, spec, seed));
+      case OpKind::kAttentionContext: return std::unique_ptr<Layer>(new AttentionContext(backend, spec, seed));
+      case OpKind::kCrossEntropyLoss: return std::unique_ptr<Layer>(new CrossEntropyLoss(backend, spec, seed));
+      case OpKind::kInput: break;
+    }
+    return Status(ErrorCode::kUnimplemented, "no oneDNN kernel for op kind '" + spec.kind + "'");
   } catch (const dnnl::error& e) {
     return Internal("oneDNN refused op kind '" + spec.kind + "': " + e.what());
   } catch (const std::out_of_range&) {

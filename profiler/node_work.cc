@@ -3,6 +3,9 @@
 #include <map>
 #include <sstream>
 
+#include "graph/derive.h"
+#include "graph/forward_graph.h"
+
 namespace edgecost::profiler {
 namespace {
 
@@ -25,11 +28,15 @@ LayerSpec SpecOf(const v1::TrainingGraph& graph, const v1::TrainingNode& forward
   return spec;
 }
 
-Pass PassForRole(const std::string& role, bool poet) {
-  if (role == "grad_weight") return Pass::kBackwardWeights;
-  if (role == "grad_bias") return Pass::kBackwardBias;
-  if (role == "grad_sum") return Pass::kGradSum;
-  return poet ? Pass::kBackwardAll : Pass::kBackwardInput;
+Pass PassForRole(graph::GradRole role, bool poet) {
+  switch (role) {
+    case graph::GradRole::kGradWeight: return Pass::kBackwardWeights;
+    case graph::GradRole::kGradBias: return Pass::kBackwardBias;
+    case graph::GradRole::kGradSum: return Pass::kGradSum;
+    case graph::GradRole::kGrad:
+    case graph::GradRole::kGradInput: return poet ? Pass::kBackwardAll : Pass::kBackwardInput;
+  }
+  return Pass::kNone;
 }
 
 const char* PassName(Pass pass) {
@@ -52,9 +59,9 @@ Result<NodeWork> WorkForNode(const v1::TrainingGraph& graph, int index, int thre
   const v1::TrainingNode& node = graph.nodes(index);
   NodeWork work;
   if (node.phase() != v1::PHASE_BACKWARD) {
-    work.pass = node.op_kind() == "input" ? Pass::kNone : Pass::kForward;
+    work.pass = node.op_kind() == graph::OpKindName(graph::OpKind::kInput) ? Pass::kNone : Pass::kForward;
     work.spec = SpecOf(graph, node);
-  } else if (node.role() == "grad_sum") {
+  } else if (node.role() == graph::GradRoleName(graph::GradRole::kGradSum)) {
     work.pass = Pass::kGradSum;
     work.spec.kind = "sum";
     work.spec.output_shape = ShapeOf(node);
@@ -65,8 +72,10 @@ Result<NodeWork> WorkForNode(const v1::TrainingGraph& graph, int index, int thre
                              "') names no forward node; profile graphs derived by edgecost (zoo or ONNX)");
     }
     const v1::TrainingNode& forward = graph.nodes(node.forward_of());
+    EC_ASSIGN_OR_RETURN(graph::GradRole role, graph::ParseGradRole(node.role()));
     work.spec = SpecOf(graph, forward);
-    work.pass = forward.op_kind() == "input" ? Pass::kNone : PassForRole(node.role(), graph.derivation() == "poet");
+    work.pass = forward.op_kind() == graph::OpKindName(graph::OpKind::kInput) ? Pass::kNone
+                                                                              : PassForRole(role, graph.derivation() == "poet");
   }
   if (work.spec.kind.empty() && work.pass != Pass::kNone) {
     return InvalidArgument("node " + std::to_string(index) + " ('" + node.name() +

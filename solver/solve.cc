@@ -103,6 +103,31 @@ Result<int64_t> MinFeasibleRam(const Problem& problem) {
   return high;
 }
 
+std::string_view StrategyName(Strategy strategy) {
+  switch (strategy) {
+    case Strategy::kOptimal: return "optimal";
+    case Strategy::kGreedy: return "greedy";
+    case Strategy::kCheckpointAll: return "checkpoint-all";
+    case Strategy::kSqrt: return "sqrt";
+    case Strategy::kRevolve: return "revolve";
+    case Strategy::kPagingOnly: return "paging-only";
+  }
+  return "optimal";
+}
+
+std::string StrategyNames() {
+  std::string names;
+  for (Strategy s : kStrategies) names += (names.empty() ? "" : ", ") + std::string(StrategyName(s));
+  return names;
+}
+
+Result<Strategy> ParseStrategy(std::string_view name) {
+  for (Strategy s : kStrategies) {
+    if (StrategyName(s) == name) return s;
+  }
+  return InvalidArgument("unknown strategy '" + std::string(name) + "'; use one of " + StrategyNames());
+}
+
 Result<v1::Schedule> Solve(const Problem& p, const SolveOptions& options) {
   const double start = Now();
   if (p.size() == 0) return InvalidArgument("the graph has no nodes");
@@ -114,31 +139,38 @@ Result<v1::Schedule> Solve(const Problem& p, const SolveOptions& options) {
   }
 
   std::optional<Candidate> found;
-  const std::string& strategy = options.strategy;
-  if (strategy == "checkpoint-all") {
-    found = CheckpointAll(p);
-  } else if (strategy == "paging-only") {
-    if (!p.allow_paging) return InvalidArgument("paging-only needs paging; drop --no-paging");
-    found = PagingOnly(p);
-  } else if (strategy == "sqrt") {
-    found = SqrtCheckpointing(p);
-  } else if (strategy == "revolve") {
-    found = Revolve(p);
-  } else if (strategy == "optimal" && options.poet_formulation) {
-    // POET hands CBC nothing to start from.
-  } else if (strategy == "greedy" || strategy == "optimal") {
-    Candidate all = CheckpointAll(p);
-    if (all.replay.valid) {
-      found = std::move(all);
-    } else {
-      found = Greedy(p);
-      if (!found && p.allow_paging) {
-        Candidate paging = PagingOnly(p);
-        if (paging.replay.valid) found = std::move(paging);
+  EC_ASSIGN_OR_RETURN(const Strategy kind, ParseStrategy(options.strategy));
+  const std::string strategy(StrategyName(kind));
+  switch (kind) {
+    case Strategy::kCheckpointAll:
+      found = CheckpointAll(p);
+      break;
+    case Strategy::kPagingOnly:
+      if (!p.allow_paging) return InvalidArgument("paging-only needs paging; drop --no-paging");
+      found = PagingOnly(p);
+      break;
+    case Strategy::kSqrt:
+      found = SqrtCheckpointing(p);
+      break;
+    case Strategy::kRevolve:
+      found = Revolve(p);
+      break;
+    case Strategy::kOptimal:
+      if (options.poet_formulation) break;  // POET hands CBC nothing to start from
+      [[fallthrough]];
+    case Strategy::kGreedy: {
+      Candidate all = CheckpointAll(p);
+      if (all.replay.valid) {
+        found = std::move(all);
+      } else {
+        found = Greedy(p);
+        if (!found && p.allow_paging) {
+          Candidate paging = PagingOnly(p);
+          if (paging.replay.valid) found = std::move(paging);
+        }
       }
+      break;
     }
-  } else {
-    return InvalidArgument("unknown strategy '" + strategy + "'; use optimal, checkpoint-all, sqrt, revolve, paging-only");
   }
   std::string why_not = "no placement of its checkpoints fits both budgets";
   if (found && !found->replay.valid) {
@@ -147,7 +179,7 @@ Result<v1::Schedule> Solve(const Problem& p, const SolveOptions& options) {
   }
   const double first_feasible_s = Now() - start;
 
-  if (strategy != "optimal") {
+  if (kind != Strategy::kOptimal) {
     if (!found) {
       v1::Schedule s = NoSchedule(p, strategy, v1::Schedule::STATUS_NO_SOLUTION,
                                   "the " + strategy + " strategy does not meet these budgets; " + why_not,

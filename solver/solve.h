@@ -6,9 +6,9 @@
 #pragma once
 
 #include <atomic>
-
 #include <functional>
 #include <string>
+#include <string_view>
 
 #include "base/status.h"
 #include "solver/problem.h"
@@ -17,8 +17,19 @@ namespace edgecost::solver {
 
 inline constexpr double kOptimalityTolerance = 1e-6;  // relative, on the energy above the floor
 
+// How a schedule is found: the optimum (MILP from the best heuristic start),
+// the heuristic start alone, or one of the baselines it is compared with.
+enum class Strategy { kOptimal, kGreedy, kCheckpointAll, kSqrt, kRevolve, kPagingOnly };
+inline constexpr Strategy kStrategies[] = {Strategy::kOptimal, Strategy::kGreedy,  Strategy::kCheckpointAll,
+                                           Strategy::kSqrt,    Strategy::kRevolve, Strategy::kPagingOnly};
+inline constexpr Strategy kBaselines[] = {Strategy::kCheckpointAll, Strategy::kSqrt, Strategy::kRevolve,
+                                          Strategy::kPagingOnly};
+std::string_view StrategyName(Strategy strategy);  // "optimal", "checkpoint-all", ...
+Result<Strategy> ParseStrategy(std::string_view name);
+std::string StrategyNames();  // every name, comma-separated, for help and errors
+
 struct SolveOptions {
-  std::string strategy = "optimal";  // optimal, checkpoint-all, sqrt, revolve, paging-only, greedy
+  std::string strategy = "optimal";  // a StrategyName
   double time_limit_s = 60;
   int threads = 1;
   bool search_min_ram = true;        // for an infeasible budget, look for the smallest feasible one
