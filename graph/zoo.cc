@@ -178,8 +178,7 @@ Result<ForwardGraph> BuildZooModel(std::string_view name, int batch_size) {
     }
     return e.build(batch_size);
   }
-  return NotFound("no model '" + std::string(name) + "' in the zoo; choose one of " + names +
-                  ", or pass a graph file");
+  return NotFound("no model '" + std::string(name) + "' in the zoo; choose one of " + names);
 }
 
 }  // namespace edgecost::graph

@@ -181,13 +181,11 @@ Formulation Build(const Problem& p, const MilpOptions& options, Model& m) {
         f.free[{t, i, k}] = col;
         m.AddRow({{col, 1}, {f.x[t][k], -1}}, -1e30, 0);
         if (t + 1 < n && f.s[t + 1][i] >= 0) m.AddRow({{col, 1}, {f.s[t + 1][i], 1}}, -1e30, 1);
-        int later = 0;
         std::vector<std::pair<int, double>> hazard = {{col, 1.0}};
         for (int j : succs[static_cast<size_t>(i)]) {
           if (j <= k || j > t || f.x[t][j] < 0) continue;
           m.AddRow({{col, 1}, {f.x[t][j], 1}}, -1e30, 1);
           hazard.push_back({f.x[t][j], 1.0});
-          ++later;
         }
         if (options.poet_formulation) {
           // POET's lower side: free >= compute(k) - kept - later uses.
@@ -196,7 +194,6 @@ Formulation Build(const Problem& p, const MilpOptions& options, Model& m) {
           for (size_t h = 1; h < hazard.size(); ++h) lower.push_back({hazard[h].first, 1});
           m.AddRow(lower, 0, 1e30);
         }
-        (void)later;
       }
     }
     // u[t][k] = resident + outputs so far - frees before k, within the budget (column bounds).
@@ -376,8 +373,9 @@ MilpResult SolveMilp(const Problem& p, const MilpOptions& options) {
   }
   try {
     model.branchAndBound();
-  } catch (const CoinError&) {
-    // CBC failed: the caller keeps the schedule it already has.
+  } catch (const CoinError& e) {
+    // CBC failed: the caller keeps the schedule it already has, and says why there is no more.
+    result.error = "CBC failed in " + e.className() + "::" + e.methodName() + ": " + e.message();
     result.solve_time_s = Now() - start;
     return result;
   }

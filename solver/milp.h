@@ -43,6 +43,7 @@ struct MilpResult {
   double first_solution_s = -1;  // when CBC had its first solution (its own or the incumbent)
   int columns = 0;
   int rows = 0;
+  std::string error;             // why CBC stopped with an exception, if it did
 };
 
 MilpResult SolveMilp(const Problem& problem, const MilpOptions& options);

@@ -56,7 +56,6 @@ class Replayer {
     }
     // Transitions into the next stage, and paging preconditions.
     for (int i = 0; i < n_; ++i) {
-      const size_t u = static_cast<size_t>(i);
       if (plan_.page_out[t][i] && !S[i]) return Fail(t, i, "paged out but not resident at the stage's start").valid;
       if (plan_.page_in[t][i] && !plan_.stored[t][i]) return Fail(t, i, "paged in but not on storage").valid;
       if ((plan_.page_out[t][i] || plan_.page_in[t][i]) && !p_.allow_paging) {
@@ -69,7 +68,6 @@ class Replayer {
         return Fail(t, i, "on storage in the next stage but never paged out").valid;
       }
       if (i < t && R[i] && !p_.allow_remat) return Fail(t, i, "recomputation is disabled for this problem").valid;
-      (void)u;
     }
     // Memory walk, in node order.
     int64_t memory = 0;

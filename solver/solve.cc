@@ -216,6 +216,7 @@ Result<v1::Schedule> Solve(const Problem& p, const SolveOptions& options) {
   const MilpResult result = SolveMilp(p, milp);
   std::string message = "MILP: " + std::to_string(result.columns) + " variables, " + std::to_string(result.rows) +
                         " constraints";
+  if (!result.error.empty()) message += "; " + result.error;
   if (result.plan) {
     Candidate milp_candidate{*result.plan, Simulate(p, *result.plan)};
     if (!milp_candidate.replay.valid) {

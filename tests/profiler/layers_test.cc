@@ -25,7 +25,6 @@ void ExpectGradient(Layer& layer, Tensor& value, const Tensor& analytic, const s
   std::mt19937 rng(7);
   std::uniform_int_distribution<int64_t> pick(0, value.size() - 1);
   constexpr float kStep = 1e-2f;
-  int checked = 0;
   for (int sample = 0; sample < 12; ++sample) {
     const int64_t i = pick(rng);
     const float saved = value.data[i];
@@ -37,9 +36,7 @@ void ExpectGradient(Layer& layer, Tensor& value, const Tensor& analytic, const s
     const double numeric = (plus - minus) / (2 * kStep);
     const double got = analytic.data[i];
     EXPECT_NEAR(got, numeric, 2e-2 * std::max(1.0, std::fabs(numeric))) << what << " element " << i;
-    ++checked;
   }
-  EXPECT_GT(checked, 0);
 }
 
 void CheckLayer(const LayerSpec& spec, bool unit_grad_output = false) {
