@@ -35,7 +35,7 @@ Result<double> ProfileFromScratch(costdb::CostDb& db, Backend& backend, const st
   EC_ASSIGN_OR_RETURN(PagingMeasurement paging, MeasurePaging({.dir = paging_dir}));
   EC_RETURN_IF_ERROR(db.PutPagingCost(hash, paging.cost));
   EC_ASSIGN_OR_RETURN(int64_t run, db.BeginRun(hash, kMeasuredSource));
-  EstimatedMeter meter{PowerModel{}};
+  EstimatedMeter meter{probes::EstimateModel{}};
   ProfileOptions options;
   options.threads = threads;
   options.force = force;

@@ -28,8 +28,8 @@ struct ProfileFlags {
   bool force = false;
   std::string paging_dir;
   double min_window_s = profiler::MeasureOptions{}.min_window_s;
-  double idle_power_w = profiler::PowerModel{}.idle_w;
-  double core_power_w = profiler::PowerModel{}.active_w_per_core;
+  std::optional<double> idle_power_w;  // unset: [probes.estimate] of --probes-config, or its default
+  std::optional<double> core_power_w;
   std::string probes_config;
 };
 
@@ -97,7 +97,8 @@ int RunProfile(const ProfileFlags& flags, const Context& ctx) {
   options.force = flags.force;
   options.paging_dir = flags.paging_dir;
   options.min_window_s = flags.min_window_s;
-  options.estimate = {flags.idle_power_w, flags.core_power_w};
+  options.idle_power_w = flags.idle_power_w;
+  options.core_power_w = flags.core_power_w;
   options.probes_config = flags.probes_config;
 
   std::signal(SIGINT, OnSignal);
@@ -138,12 +139,12 @@ void RegisterProfileCommand(CLI::App& app, Context& ctx) {
   cmd->add_flag("--force", flags->force, "Measure again ops already stored for this device");
   cmd->add_option("--paging-dir", flags->paging_dir, "Where paged tensors go (default: beside the database)");
   cmd->add_option("--min-window-s", flags->min_window_s, "Minimum timed window per op")->capture_default_str();
-  cmd->add_option("--idle-power-w", flags->idle_power_w, "Power model for the energy estimate: idle power")
-      ->capture_default_str();
-  cmd->add_option("--core-power-w", flags->core_power_w, "Power model: extra power per busy core")
-      ->capture_default_str();
+  cmd->add_option("--idle-power-w", flags->idle_power_w,
+                  "Power model for the energy estimate: idle power (default: [probes.estimate] idle_w, else 2.0)");
+  cmd->add_option("--core-power-w", flags->core_power_w,
+                  "Power model: extra power per busy core (default: [probes.estimate] active_w_per_core, else 1.5)");
   cmd->add_option("--probes-config", flags->probes_config,
-                  "TOML config with a [probes] section: external meters, nested rails (see `edgecost probes`)")
+                  "TOML config with a [probes] section: meters, nested rails, the estimate (see `edgecost probes`)")
       ->check(CLI::ExistingFile);
   cmd->footer(
       "Interrupting (Ctrl-C) keeps every op measured so far; the next run resumes.\n"

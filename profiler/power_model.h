@@ -5,27 +5,23 @@
 
 #include <string>
 
+#include "probes/registry.h"
 #include "profiler/measure.h"
 
 namespace edgecost::profiler {
 
-struct PowerModel {
-  double idle_w = 2.0;           // the board doing nothing
-  double active_w_per_core = 1.5;  // extra power of one fully busy core
-};
-
 class EstimatedMeter : public EnergyMeter {
  public:
-  explicit EstimatedMeter(PowerModel model) : model_(model) {}
+  explicit EstimatedMeter(probes::EstimateModel model) : model_(model) {}
   Result<double> EnergyJ() override;
   double UpdateIntervalS() const override { return 1e-6; }  // CPU-time clocks tick in microseconds or finer
   double IdlePowerW() const override { return model_.idle_w; }
   v1::EnergySource Source() const override { return v1::ENERGY_SOURCE_ESTIMATED; }
   std::string Name() const override;
-  const PowerModel& model() const { return model_; }
+  const probes::EstimateModel& model() const { return model_; }
 
  private:
-  PowerModel model_;
+  probes::EstimateModel model_;  // [probes.estimate]
 };
 
 }  // namespace edgecost::profiler

@@ -55,6 +55,9 @@ Result<ProfileJobResult> RunProfileJob(const ProfileJobOptions& options, const s
 
   // The best source that measures energy; the power model only when there is none.
   EC_ASSIGN_OR_RETURN(probes::ProbesConfig probes_config, probes::LoadProbesConfig(options.probes_config));
+  probes::EstimateModel estimate = probes_config.estimate;
+  if (options.idle_power_w) estimate.idle_w = *options.idle_power_w;
+  if (options.core_power_w) estimate.active_w_per_core = *options.core_power_w;
   probes::Detected detected = probes::DetectAll(probes_config);
   std::unique_ptr<profiler::EnergyMeter> meter;
   if (!detected.probes.empty()) {
@@ -65,7 +68,7 @@ Result<ProfileJobResult> RunProfileJob(const ProfileJobOptions& options, const s
     std::snprintf(idle, sizeof idle, "%.3f W", meter->IdlePowerW());
     log("energy: measured by " + meter->Name() + ", idle " + idle);
   } else {
-    meter = std::make_unique<profiler::EstimatedMeter>(options.estimate);
+    meter = std::make_unique<profiler::EstimatedMeter>(estimate);
     log("energy: no sensor measures energy here (see `edgecost probes`); estimated by " + meter->Name() +
         " and labelled ESTIMATED");
   }
@@ -78,8 +81,8 @@ Result<ProfileJobResult> RunProfileJob(const ProfileJobOptions& options, const s
     EC_ASSIGN_OR_RETURN(profiler::PagingMeasurement measured, profiler::MeasurePaging({.dir = paging_dir}));
     v1::PagingCost cost = measured.cost;
     // Paging keeps one core busy waiting on storage: estimated power of idle plus one core.
-    cost.set_page_in_power_w(options.estimate.idle_w + options.estimate.active_w_per_core);
-    cost.set_page_out_power_w(options.estimate.idle_w + options.estimate.active_w_per_core);
+    cost.set_page_in_power_w(estimate.idle_w + estimate.active_w_per_core);
+    cost.set_page_out_power_w(estimate.idle_w + estimate.active_w_per_core);
     cost.set_energy_source(v1::ENERGY_SOURCE_ESTIMATED);
     EC_RETURN_IF_ERROR(db.PutPagingCost(hash, cost));
     log("paging: out " + FormatSeconds(cost.page_out_latency_s()) + " + " +

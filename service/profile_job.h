@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <functional>
+#include <optional>
 #include <string>
 
 #include "base/status.h"
@@ -22,8 +23,11 @@ struct ProfileJobOptions {
   bool force = false;
   std::string paging_dir;       // empty: "paging" beside the database
   double min_window_s = profiler::MeasureOptions{}.min_window_s;
-  profiler::PowerModel estimate;          // energy when no probe measures it
-  std::string probes_config;    // TOML with a [probes] section, or empty
+  std::string probes_config;    // TOML with a [probes] section (meters, rails, the estimate), or empty
+  // The power model for energy when no probe measures it: [probes.estimate]
+  // of the config (or its defaults), each figure overridden when set here.
+  std::optional<double> idle_power_w;
+  std::optional<double> core_power_w;
 };
 
 struct ProfileJobResult {

@@ -308,3 +308,20 @@ TEST_F(CliTest, ADatabaseOnReadOnlyMediaIsRead) {
     }
   }
 }
+
+// One power model: [probes.estimate] of the config reaches the stored costs
+// and their label, and a flag overrides the one figure it names.
+TEST_F(CliTest, TheConfiguredPowerModelReachesTheStoredCosts) {
+  const std::string config = (dir_ / "probes.toml").string();
+  std::ofstream(config) << "[probes.estimate]\nidle_w = 7.25\nactive_w_per_core = 0.5\n";
+  const std::string no_sensors = "EDGECOST_SYSFS_ROOT=" + (dir_ / "no-sysfs").string() + " ";
+  const std::string profile = "profile --model linear --min-window-s 0.005 --probes-config " + config;
+  const CommandResult configured = Run(no_sensors + "EDGECOST_DB=" + (dir_ / "costs.db").string() + " " +
+                                       EDGECOST_BIN + " " + profile);
+  ASSERT_EQ(configured.exit_code, 0) << configured.output;
+  EXPECT_THAT(Edgecost("costs linear --device this").output, HasSubstr("idle 7.25 W, 0.50 W per busy core"));
+  const CommandResult overridden = Run(no_sensors + "EDGECOST_DB=" + (dir_ / "costs.db").string() + " " +
+                                       EDGECOST_BIN + " " + profile + " --force --idle-power-w 3");
+  ASSERT_EQ(overridden.exit_code, 0) << overridden.output;
+  EXPECT_THAT(Edgecost("costs linear --device this").output, HasSubstr("idle 3.00 W, 0.50 W per busy core"));
+}

@@ -48,7 +48,7 @@ class ProfileTest : public ::testing::Test {
   std::filesystem::path dir_;
   std::unique_ptr<costdb::CostDb> db_;
   Backend backend_;
-  EstimatedMeter meter_{PowerModel{}};
+  EstimatedMeter meter_{probes::EstimateModel{}};
   ProfileOptions options_;
 };
 
