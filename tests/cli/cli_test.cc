@@ -15,6 +15,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "tests/temp_dir.h"
+
 namespace {
 
 using ::testing::HasSubstr;
@@ -24,17 +26,8 @@ struct CommandResult {
   std::string output;  // stdout and stderr
 };
 
-class CliTest : public ::testing::Test {
+class CliTest : public edgecost::testing::TempDirTest {
  protected:
-  void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("edgecost_cli_test_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-
   CommandResult Edgecost(const std::string& args) {
     return Run("EDGECOST_DB='" + (dir_ / "costs.db").string() + "' " + EDGECOST_BIN + " " + args);
   }
@@ -50,7 +43,6 @@ class CliTest : public ::testing::Test {
     return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
   }
 
-  std::filesystem::path dir_;
 };
 
 TEST_F(CliTest, ModelsListsTheZoo) {

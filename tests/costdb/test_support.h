@@ -15,26 +15,17 @@
 #include <gtest/gtest.h>
 
 #include "proto/edgecost.pb.h"
+#include "tests/temp_dir.h"
 
 namespace edgecost::costdb::test_support {
 
-class TempDirTest : public ::testing::Test {
+class TempDirTest : public edgecost::testing::TempDirTest {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("edgecost_costdb_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
+    edgecost::testing::TempDirTest::SetUp();
     path_ = (dir_ / "costs.db").string();
   }
-  void TearDown() override {
-    std::error_code ec;
-    std::filesystem::permissions(dir_, std::filesystem::perms::owner_all, std::filesystem::perm_options::add, ec);
-    std::filesystem::remove_all(dir_, ec);
-  }
 
-  std::filesystem::path dir_;
   std::string path_;
 };
 

@@ -13,19 +13,16 @@
 #include "profiler/fingerprint.h"
 #include "profiler/node_work.h"
 #include "profiler/paging.h"
+#include "tests/temp_dir.h"
 #include "profiler/power_model.h"
 
 namespace edgecost::profiler {
 namespace {
 
-class ProfileTest : public ::testing::Test {
+class ProfileTest : public edgecost::testing::TempDirTest {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("edgecost_profile_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
+    TempDirTest::SetUp();
     db_ = std::make_unique<costdb::CostDb>(costdb::CostDb::Open((dir_ / "costs.db").string()).value());
     v1::Device device;
     device.set_name("test-device");
@@ -37,7 +34,10 @@ class ProfileTest : public ::testing::Test {
     options_.measure.warmup_runs = 1;
     options_.measure.min_repetitions = 2;
   }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
+  void TearDown() override {
+    db_.reset();
+    TempDirTest::TearDown();
+  }
 
   Result<ProfileSummary> Profile(const v1::TrainingGraph& graph) {
     auto run = db_->BeginRun("fp", kMeasuredSource);
@@ -45,7 +45,6 @@ class ProfileTest : public ::testing::Test {
     return ProfileGraph(*db_, backend_, graph, "fp", *run, &meter_, options_);
   }
 
-  std::filesystem::path dir_;
   std::unique_ptr<costdb::CostDb> db_;
   Backend backend_;
   EstimatedMeter meter_{probes::EstimateModel{}};
