@@ -16,6 +16,13 @@ int UsageError(const Status& status) {
   return kExitUsage;
 }
 
+int LocalOnly(const Context& ctx, const std::function<int()>& run) {
+  if (!ctx.remote.empty()) {
+    return UsageError(InvalidArgument("--remote serves costs, solve, profile and jobs; this command runs on this machine"));
+  }
+  return run();
+}
+
 void PrintJson(const google::protobuf::Message& message) {
   google::protobuf::util::JsonPrintOptions options;
   options.add_whitespace = true;

@@ -1,6 +1,7 @@
 // Shared plumbing of the `edgecost` subcommands: exit codes, errors, JSON output.
 #pragma once
 
+#include <functional>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -23,6 +24,9 @@ struct Context {
 // Prints "edgecost: error: ..." and returns the exit code for it.
 int Failure(const Status& status);
 int UsageError(const Status& status);
+
+// Runs a command that works on this machine only: with --remote it is refused, not silently run here.
+int LocalOnly(const Context& ctx, const std::function<int()>& run);
 
 // Protobuf's canonical JSON mapping, indented, on stdout.
 void PrintJson(const google::protobuf::Message& message);

@@ -44,7 +44,7 @@ void RegisterDbCommand(CLI::App& app, Context& ctx) {
   CLI::App* info = db->add_subcommand("info", "Path, schema version, size and row counts");
   info->add_flag("--json", *json, "Print JSON");
   info->footer("Example:\n  edgecost --db /tmp/costs.db db info");
-  info->callback([json, &ctx] { ctx.exit_code = RunDbInfo(ctx, *json); });
+  info->callback([json, &ctx] { ctx.exit_code = LocalOnly(ctx, [&] { return RunDbInfo(ctx, *json); }); });
 }
 
 }  // namespace edgecost::cli

@@ -80,7 +80,7 @@ void RegisterGraphCommand(CLI::App& app, Context& ctx) {
       "  edgecost graph resnet18_cifar\n"
       "  edgecost graph resnet18_cifar --derivation exact --trainable last:2\n"
       "  edgecost graph vgg16 --format dot | dot -Tsvg > vgg16.svg");
-  cmd->callback([flags, &ctx] { ctx.exit_code = RunGraph(*flags); });
+  cmd->callback([flags, &ctx] { ctx.exit_code = LocalOnly(ctx, [&] { return RunGraph(*flags); }); });
 }
 
 }  // namespace edgecost::cli

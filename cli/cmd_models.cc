@@ -53,7 +53,7 @@ void RegisterModelsCommand(CLI::App& app, Context& ctx) {
   cmd->add_option("--batch-size", flags->batch_size, "Batch size")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_flag("--json", flags->json, "Print protobuf JSON (ListModelsResponse)");
   cmd->footer("Example:\n  edgecost models --batch-size 8");
-  cmd->callback([flags, &ctx] { ctx.exit_code = RunModels(*flags); });
+  cmd->callback([flags, &ctx] { ctx.exit_code = LocalOnly(ctx, [&] { return RunModels(*flags); }); });
 }
 
 }  // namespace edgecost::cli

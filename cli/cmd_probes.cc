@@ -126,7 +126,7 @@ void RegisterProbesCommand(CLI::App& app, Context& ctx) {
   cmd->add_option("--interval-s", flags->interval_s, "Seconds between --watch lines")->capture_default_str()
       ->check(CLI::Range(0.05, 3600.0));
   cmd->footer("Examples:\n  edgecost probes\n  edgecost probes --watch\n  edgecost probes --sysfs-root /tmp/fake-sys");
-  cmd->callback([flags, &ctx] { ctx.exit_code = RunProbes(*flags); });
+  cmd->callback([flags, &ctx] { ctx.exit_code = LocalOnly(ctx, [&] { return RunProbes(*flags); }); });
 }
 
 }  // namespace edgecost::cli

@@ -114,7 +114,7 @@ void RegisterServeCommand(CLI::App& app, Context& ctx) {
       "       -d '{\"model\":\"resnet18_cifar\",\"device\":\"a72\"}' \\\n"
       "       http://localhost/twirp/edgecost.v1.CostService/GetCostTable\n"
       "  edgecost serve --tcp 127.0.0.1:8080 --token-file /etc/edgecost/token");
-  cmd->callback([flags, &ctx] { ctx.exit_code = RunServe(*flags, ctx); });
+  cmd->callback([flags, &ctx] { ctx.exit_code = LocalOnly(ctx, [&] { return RunServe(*flags, ctx); }); });
 }
 
 }  // namespace edgecost::cli

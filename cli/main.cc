@@ -10,6 +10,7 @@ int main(int argc, char** argv) {
   CLI::App app{"edgecost: per-device costs of neural-network training, and energy-optimal schedules\n"
                "that fit a RAM budget by recomputing and paging activations (POET, ICML 2022)."};
   app.require_subcommand(1);
+  app.fallthrough();  // --db and --remote after the subcommand too: `edgecost db info --db X`
   app.set_version_flag("--version", "edgecost 0.1.0");
   Context ctx;
   app.add_option("--remote", ctx.remote,

@@ -317,3 +317,18 @@ TEST_F(CliTest, TheConfiguredPowerModelReachesTheStoredCosts) {
   ASSERT_EQ(overridden.exit_code, 0) << overridden.output;
   EXPECT_THAT(Edgecost("costs linear --device this").output, HasSubstr("idle 3.00 W, 0.50 W per busy core"));
 }
+
+// Global flags work after the subcommand too, and --remote is refused by the
+// commands that only run here instead of being silently ignored.
+TEST_F(CliTest, GlobalFlagsAfterTheSubcommandAndRemoteWhereItMeansSomething) {
+  const std::string other = (dir_ / "other.db").string();
+  ASSERT_EQ(Run(std::string(EDGECOST_BIN) + " costs linear --platform a72 --store --db " + other).exit_code, 0);
+  const CommandResult info = Run(std::string(EDGECOST_BIN) + " db info --db " + other);
+  EXPECT_EQ(info.exit_code, 0) << info.output;
+  EXPECT_THAT(info.output, HasSubstr(other));
+  for (const char* command : {"models", "db info", "graph linear", "probes", "serve --socket none"}) {
+    const CommandResult remote = Edgecost(std::string("--remote unix:/nonexistent.sock ") + command);
+    EXPECT_EQ(remote.exit_code, 2) << command << ": " << remote.output;
+    EXPECT_THAT(remote.output, HasSubstr("--remote serves costs, solve, profile and jobs")) << command;
+  }
+}
