@@ -32,8 +32,7 @@ int RunModels(const ModelsFlags& flags) {
   for (int i = 0; i < response->models_size(); ++i) {
     const v1::ModelInfo& info = response->models(i);
     const graph::ZooModel& model = graph::ZooModels()[static_cast<size_t>(i)];
-    const int batch = (model.name == "bert" || model.name == "transformer") ? 1 : flags.batch_size;
-    auto exact = graph::ZooTrainingGraph(model.name, batch, graph::Derivation::kExact);
+    auto exact = graph::ZooTrainingGraph(model.name, model.BatchSize(flags.batch_size), graph::Derivation::kExact);
     if (!exact.ok()) return Failure(exact.status());
     table.AddRow({info.name(), std::to_string(info.forward_nodes()), std::to_string(info.training_nodes()),
                   std::to_string(exact->nodes_size()), FormatBytes(static_cast<double>(info.param_bytes())),

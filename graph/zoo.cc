@@ -145,8 +145,8 @@ const std::vector<Entry>& Entries() {
       {{"resnet18", "ResNet-18, ImageNet 224x224"}, Resnet18},
       {{"resnet50", "ResNet-50, ImageNet 224x224"}, Resnet50},
       {{"resnet18_cifar", "ResNet-18 (CIFAR variant), 32x32"}, Resnet18Cifar},
-      {{"bert", "BERT-Base, 12 blocks, sequence 512"}, [](int b) { return Bert("bert", b, 12); }},
-      {{"transformer", "one BERT-Base block, sequence 512"}, [](int b) { return Bert("transformer", b, 1); }},
+      {{"bert", "BERT-Base, 12 blocks, sequence 512", /*batched=*/false}, [](int b) { return Bert("bert", b, 12); }},
+      {{"transformer", "one BERT-Base block, sequence 512", /*batched=*/false}, [](int b) { return Bert("transformer", b, 1); }},
   };
   return entries;
 }
@@ -170,11 +170,9 @@ Result<ForwardGraph> BuildZooModel(std::string_view name, int batch_size) {
   for (const Entry& e : Entries()) {
     names += (names.empty() ? "" : ", ") + std::string(e.info.name);
     if (e.info.name != name) continue;
-    if (name.find("bert") != std::string_view::npos || name == "transformer") {
-      if (batch_size != 1) {
-        return InvalidArgument(std::string(name) + " has no batch dimension in POET's model (one 512-token "
-                               "sequence); use batch size 1");
-      }
+    if (!e.info.batched && batch_size != 1) {
+      return InvalidArgument(std::string(name) + " has no batch dimension in POET's model (one 512-token "
+                             "sequence); use batch size 1");
     }
     return e.build(batch_size);
   }

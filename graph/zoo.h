@@ -14,6 +14,10 @@ namespace edgecost::graph {
 struct ZooModel {
   std::string_view name;
   std::string_view description;
+  bool batched = true;  // false: no batch dimension in POET's model (bert, transformer: one sequence)
+
+  // The batch size this model is built with when `batch_size` is asked for.
+  int BatchSize(int batch_size) const { return batched ? batch_size : 1; }
 };
 
 const std::vector<ZooModel>& ZooModels();

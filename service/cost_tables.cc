@@ -63,9 +63,8 @@ Result<CheckedSchedule> CheckSchedule(costdb::CostDb* db, const v1::Schedule& sc
 Result<v1::ListModelsResponse> DescribeZoo(int batch_size) {
   v1::ListModelsResponse response;
   for (const graph::ZooModel& model : graph::ZooModels()) {
-    const bool sequence_model = model.name == "bert" || model.name == "transformer";  // no batch dimension
     EC_ASSIGN_OR_RETURN(v1::TrainingGraph poet,
-                        graph::ZooTrainingGraph(model.name, sequence_model ? 1 : batch_size, graph::Derivation::kPoet));
+                        graph::ZooTrainingGraph(model.name, model.BatchSize(batch_size), graph::Derivation::kPoet));
     v1::ModelInfo& info = *response.add_models();
     info.set_name(std::string(model.name));
     uint64_t activation_bytes = 0;
