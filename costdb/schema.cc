@@ -1,0 +1,185 @@
+// The schema, as forward migrations from an empty file.
+#include "costdb/costdb.h"
+
+#include <string>
+#include <vector>
+
+#include "costdb/internal.h"
+
+namespace edgecost::costdb {
+using namespace internal;
+
+namespace {
+
+// Forward migrations: kMigrations[i] takes PRAGMA user_version i to i + 1, each
+// in its own transaction. Never edit a released step; append a new one.
+// Times are UTC ISO 8601 text; protos are stored whole (deterministic encoding)
+// beside the columns that queries filter or sort on.
+constexpr const char* kMigrations[] = {
+    R"sql(
+CREATE TABLE devices (
+  id INTEGER PRIMARY KEY,
+  name TEXT NOT NULL UNIQUE CHECK (name <> ''),
+  kind TEXT NOT NULL CHECK (kind IN ('preset', 'measured')),
+  created_at TEXT NOT NULL
+);
+CREATE TABLE fingerprints (
+  id INTEGER PRIMARY KEY,
+  device_id INTEGER NOT NULL REFERENCES devices(id),
+  hash TEXT NOT NULL UNIQUE CHECK (hash <> ''),
+  fingerprint BLOB NOT NULL,          -- edgecost.v1.Fingerprint
+  first_seen_at TEXT NOT NULL,
+  superseded_at TEXT                  -- set when the device showed another fingerprint
+);
+-- A device has at most one current fingerprint.
+CREATE UNIQUE INDEX fingerprints_current ON fingerprints(device_id) WHERE superseded_at IS NULL;
+CREATE INDEX fingerprints_by_device ON fingerprints(device_id);
+CREATE TABLE cost_sources (
+  id INTEGER PRIMARY KEY,
+  name TEXT NOT NULL UNIQUE CHECK (name <> '')   -- "poet-flops", "measured", "imported:<tool>"
+);
+CREATE TABLE runs (
+  id INTEGER PRIMARY KEY,
+  fingerprint_id INTEGER NOT NULL REFERENCES fingerprints(id),
+  cost_source_id INTEGER NOT NULL REFERENCES cost_sources(id),
+  started_at TEXT NOT NULL,
+  finished_at TEXT,
+  status TEXT NOT NULL CHECK (status IN ('running', 'complete', 'failed', 'cancelled')),
+  idle_power_w REAL                   -- NULL when no sensor measured it
+);
+CREATE INDEX runs_by_fingerprint ON runs(fingerprint_id);
+CREATE TABLE op_costs (
+  id INTEGER PRIMARY KEY,
+  fingerprint_id INTEGER NOT NULL REFERENCES fingerprints(id),
+  op_key TEXT NOT NULL CHECK (op_key <> ''),
+  run_id INTEGER REFERENCES runs(id), -- provenance; NULL for imported costs
+  runtime_median_s REAL NOT NULL,
+  runtime_stddev_s REAL NOT NULL,
+  runtime_ci95_low_s REAL NOT NULL,
+  runtime_ci95_high_s REAL NOT NULL,
+  runtime_n INTEGER NOT NULL,
+  energy_j REAL NOT NULL,
+  dynamic_energy_j REAL NOT NULL,
+  idle_power_w REAL NOT NULL,
+  energy_source TEXT NOT NULL CHECK (energy_source IN ('unspecified', 'counter', 'integrated', 'estimated')),
+  energy_probe TEXT NOT NULL,
+  output_bytes INTEGER NOT NULL,
+  workspace_bytes INTEGER NOT NULL,
+  rss_growth_bytes INTEGER NOT NULL,
+  op_cost BLOB NOT NULL,              -- edgecost.v1.OpCost, with the full signature
+  measured_at TEXT NOT NULL,
+  UNIQUE (fingerprint_id, op_key)
+);
+CREATE INDEX op_costs_by_run ON op_costs(run_id);
+CREATE TABLE paging_costs (
+  id INTEGER PRIMARY KEY,
+  fingerprint_id INTEGER NOT NULL REFERENCES fingerprints(id),
+  storage_path TEXT NOT NULL CHECK (storage_path <> ''),
+  page_out_latency_s REAL NOT NULL,
+  page_out_throughput_bytes_per_s REAL NOT NULL,
+  page_in_latency_s REAL NOT NULL,
+  page_in_throughput_bytes_per_s REAL NOT NULL,
+  page_out_power_w REAL NOT NULL,
+  page_in_power_w REAL NOT NULL,
+  energy_source TEXT NOT NULL CHECK (energy_source IN ('unspecified', 'counter', 'integrated', 'estimated')),
+  paging_cost BLOB NOT NULL,          -- edgecost.v1.PagingCost
+  measured_at TEXT NOT NULL,
+  UNIQUE (fingerprint_id, storage_path)
+);
+CREATE TABLE models (
+  id INTEGER PRIMARY KEY,
+  name TEXT NOT NULL CHECK (name <> ''),
+  derivation TEXT NOT NULL,
+  trainable TEXT NOT NULL,
+  batch_size INTEGER NOT NULL,
+  node_count INTEGER NOT NULL,
+  param_bytes INTEGER NOT NULL,
+  graph BLOB NOT NULL,                -- edgecost.v1.TrainingGraph
+  created_at TEXT NOT NULL,
+  superseded_at TEXT                  -- set when a different graph was stored for the same key
+);
+CREATE UNIQUE INDEX models_current ON models(name, derivation, trainable, batch_size)
+  WHERE superseded_at IS NULL;
+CREATE TABLE cost_tables (
+  id INTEGER PRIMARY KEY,
+  model_id INTEGER NOT NULL REFERENCES models(id),
+  fingerprint_id INTEGER NOT NULL REFERENCES fingerprints(id),
+  cost_source_id INTEGER NOT NULL REFERENCES cost_sources(id),
+  note TEXT NOT NULL,
+  paging BLOB,                        -- edgecost.v1.PagingCost behind page_in_j/page_out_j
+  created_at TEXT NOT NULL,
+  superseded_at TEXT                  -- set when a newer table for the same key was stored
+);
+CREATE INDEX cost_tables_by_key ON cost_tables(model_id, fingerprint_id, cost_source_id);
+CREATE UNIQUE INDEX cost_tables_current ON cost_tables(model_id, fingerprint_id, cost_source_id)
+  WHERE superseded_at IS NULL;
+CREATE TABLE node_costs (
+  cost_table_id INTEGER NOT NULL REFERENCES cost_tables(id) ON DELETE CASCADE,
+  node INTEGER NOT NULL CHECK (node >= 0),
+  runtime_s REAL NOT NULL,
+  compute_j REAL NOT NULL,
+  ram_bytes INTEGER NOT NULL,
+  page_in_j REAL NOT NULL,
+  page_out_j REAL NOT NULL,
+  op_key TEXT NOT NULL,               -- empty when the cost is analytic
+  PRIMARY KEY (cost_table_id, node)
+) WITHOUT ROWID;
+CREATE TABLE schedule_requests (
+  id INTEGER PRIMARY KEY,
+  model TEXT NOT NULL,                -- zoo model name, or the graph file
+  device TEXT NOT NULL,
+  cost_source TEXT NOT NULL,
+  request BLOB NOT NULL UNIQUE,       -- edgecost.v1.ScheduleRequest; equal requests, equal bytes
+  created_at TEXT NOT NULL
+);
+CREATE INDEX schedule_requests_by_model ON schedule_requests(model, device);
+CREATE INDEX schedule_requests_by_device ON schedule_requests(device);
+CREATE TABLE schedules (
+  id INTEGER PRIMARY KEY,
+  request_id INTEGER NOT NULL REFERENCES schedule_requests(id),
+  cost_table_id INTEGER REFERENCES cost_tables(id),
+  status INTEGER NOT NULL,            -- edgecost.v1.Schedule.Status number
+  energy_j REAL NOT NULL,
+  schedule BLOB NOT NULL,             -- edgecost.v1.Schedule
+  created_at TEXT NOT NULL,
+  superseded_at TEXT                  -- set when the request was solved again
+);
+CREATE INDEX schedules_by_request ON schedules(request_id);
+CREATE INDEX schedules_by_cost_table ON schedules(cost_table_id);
+)sql",
+    // 1 -> 2: the daemon's jobs, so that a restart keeps their history and resumes the unfinished.
+    R"sql(
+CREATE TABLE jobs (
+  id INTEGER PRIMARY KEY,
+  kind TEXT NOT NULL,                 -- "profile", "regenerate"
+  state INTEGER NOT NULL,             -- edgecost.v1.Job.State number
+  job BLOB NOT NULL,                  -- edgecost.v1.Job
+  profile_request BLOB NOT NULL,      -- edgecost.v1.StartProfileRequest; empty for other kinds
+  updated_at TEXT NOT NULL
+);
+)sql",
+};
+static_assert(std::size(kMigrations) == kSchemaVersion, "one migration step per schema version");
+
+}  // namespace
+
+
+Status CostDb::Migrate() {
+  EC_ASSIGN_OR_RETURN(int64_t version, db_.QueryInt("PRAGMA user_version"));
+  if (version == kSchemaVersion) return Status::Ok();
+  // WAL is a property of the file: readers go on while a profile writes.
+  EC_RETURN_IF_ERROR(db_.Exec("PRAGMA journal_mode = WAL"));
+  for (;;) {
+    EC_ASSIGN_OR_RETURN(Transaction tx, Transaction::Begin(db_, Kind::kWrite));
+    // Re-read under the write lock: another process may have migrated meanwhile.
+    EC_ASSIGN_OR_RETURN(version, db_.QueryInt("PRAGMA user_version"));
+    if (version >= kSchemaVersion) return Status::Ok();
+    const std::string step = "migrating " + path() + " from schema " + std::to_string(version) + " to " +
+                             std::to_string(version + 1);
+    EC_RETURN_IF_ERROR(db_.Exec(kMigrations[version]).WithContext(step));
+    EC_RETURN_IF_ERROR(db_.Exec("PRAGMA user_version = " + std::to_string(version + 1)));
+    EC_RETURN_IF_ERROR(tx.Commit());
+  }
+}
+
+}  // namespace edgecost::costdb
