@@ -13,18 +13,18 @@ namespace edgecost {
 // Codes follow the Twirp/gRPC vocabulary so the daemon can map them 1:1.
 enum class ErrorCode {
   kOk = 0,
-  kInvalidArgument,    // the caller's input is wrong (bad file, bad flag value)
-  kNotFound,           // a named thing does not exist
+  kInvalidArgument,  // the caller's input is wrong (bad file, bad flag value)
+  kNotFound,         // a named thing does not exist
   kAlreadyExists,
-  kFailedPrecondition, // the system is not in a state to do this (newer schema, ...)
-  kPermissionDenied,   // the OS refused (read-only file, perf_event_paranoid, ...)
-  kUnavailable,        // transient: database locked, device busy
-  kResourceExhausted,  // a budget or limit was exceeded
+  kFailedPrecondition,  // the system is not in a state to do this (newer schema, ...)
+  kPermissionDenied,    // the OS refused (read-only file, perf_event_paranoid, ...)
+  kUnavailable,         // transient: database locked, device busy
+  kResourceExhausted,   // a budget or limit was exceeded
   kDeadlineExceeded,
   kCancelled,
   kUnimplemented,
-  kInternal,           // a bug or an unexpected third-party failure
-  kDataLoss,           // stored data is damaged (a corrupt database file)
+  kInternal,  // a bug or an unexpected third-party failure
+  kDataLoss,  // stored data is damaged (a corrupt database file)
 };
 
 const char* ErrorCodeName(ErrorCode code);
@@ -61,7 +61,7 @@ inline Status DataLoss(std::string m) { return {ErrorCode::kDataLoss, std::move(
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : value_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(T value) : value_(std::move(value)) {}        // NOLINT: implicit by design
   Result(Status status) : value_(std::move(status)) {  // NOLINT
     assert(!std::get<Status>(value_).ok() && "Result needs a value or an error");
   }
@@ -86,10 +86,10 @@ class [[nodiscard]] Result {
 #define EC_CONCAT_INNER(a, b) a##b
 #define EC_CONCAT(a, b) EC_CONCAT_INNER(a, b)
 
-#define EC_RETURN_IF_ERROR(expr)                 \
-  do {                                           \
-    ::edgecost::Status ec_status_ = (expr);      \
-    if (!ec_status_.ok()) return ec_status_;     \
+#define EC_RETURN_IF_ERROR(expr)             \
+  do {                                       \
+    ::edgecost::Status ec_status_ = (expr);  \
+    if (!ec_status_.ok()) return ec_status_; \
   } while (0)
 
 #define EC_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \
@@ -97,5 +97,4 @@ class [[nodiscard]] Result {
   if (!tmp.ok()) return tmp.status();            \
   lhs = std::move(tmp).value()
 
-#define EC_ASSIGN_OR_RETURN(lhs, expr) \
-  EC_ASSIGN_OR_RETURN_IMPL(EC_CONCAT(ec_result_, __LINE__), lhs, expr)
+#define EC_ASSIGN_OR_RETURN(lhs, expr) EC_ASSIGN_OR_RETURN_IMPL(EC_CONCAT(ec_result_, __LINE__), lhs, expr)

@@ -22,9 +22,8 @@ bool SplitNumber(std::string_view text, double* number, std::string* unit) {
   while (!text.empty() && std::isspace(static_cast<unsigned char>(text.front()))) text.remove_prefix(1);
   while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.remove_suffix(1);
   size_t end = 0;
-  while (end < text.size() &&
-         (std::isdigit(static_cast<unsigned char>(text[end])) || text[end] == '.' || text[end] == 'e' ||
-          text[end] == 'E' || text[end] == '+' || text[end] == '-')) {
+  while (end < text.size() && (std::isdigit(static_cast<unsigned char>(text[end])) || text[end] == '.' ||
+                               text[end] == 'e' || text[end] == 'E' || text[end] == '+' || text[end] == '-')) {
     // 'e' could start a unit only if nothing numeric follows; none of our units start with 'e'.
     ++end;
   }
@@ -85,15 +84,15 @@ Result<int64_t> ParseBytes(std::string_view text) {
     return InvalidArgument("'" + std::string(text) + "' is not a size; write e.g. 3000000, 3MB or 2.5MiB");
   }
   static constexpr std::array<std::pair<const char*, double>, 10> kUnits = {{{"", 1.0},
-                                                                            {"b", 1.0},
-                                                                            {"kb", 1e3},
-                                                                            {"mb", 1e6},
-                                                                            {"gb", 1e9},
-                                                                            {"kib", 1024.0},
-                                                                            {"mib", 1048576.0},
-                                                                            {"gib", 1073741824.0},
-                                                                            {"k", 1e3},
-                                                                            {"m", 1e6}}};
+                                                                             {"b", 1.0},
+                                                                             {"kb", 1e3},
+                                                                             {"mb", 1e6},
+                                                                             {"gb", 1e9},
+                                                                             {"kib", 1024.0},
+                                                                             {"mib", 1048576.0},
+                                                                             {"gib", 1073741824.0},
+                                                                             {"k", 1e3},
+                                                                             {"m", 1e6}}};
   for (const auto& [name, scale] : kUnits) {
     if (unit == name) {
       const double bytes = number * scale;

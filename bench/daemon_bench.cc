@@ -4,14 +4,15 @@
 
 #include <algorithm>
 #include <atomic>
-#include <boost/asio.hpp>
-#include <boost/beast.hpp>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <thread>
 #include <vector>
+
+#include <boost/asio.hpp>
+#include <boost/beast.hpp>
 
 #include "daemon/daemon.h"
 
@@ -84,8 +85,8 @@ Status RunDaemonBenchmark(std::ostream& out, const DaemonBenchOptions& options) 
   std::thread server([&daemon] { daemon.Run(); });
 
   out << "Daemon benchmark: CostService/GetCostTable (linear on a72, " << (options.protobuf ? "protobuf" : "JSON")
-      << ") over loopback TCP with a bearer token, "
-      << options.seconds_per_level << " s per level, " << options.worker_threads << " worker threads\n"
+      << ") over loopback TCP with a bearer token, " << options.seconds_per_level << " s per level, "
+      << options.worker_threads << " worker threads\n"
       << "(target: >= 10,000 requests/s and p99 < 5 ms at 16 connections; client and server share this machine)\n\n";
   char line[256];
   std::snprintf(line, sizeof line, "%12s %14s %10s %10s %10s %8s\n", "connections", "requests/s", "p50 ms", "p99 ms",

@@ -7,8 +7,8 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <functional>
 #include <fstream>
+#include <functional>
 #include <thread>
 
 #include "probes/registry.h"
@@ -62,7 +62,8 @@ Status RunProbesBenchmark(std::ostream& out) {
     char text[64];
     const double s = PerCallS([fd, &text] { (void)!::pread(fd, text, sizeof text, 0); });
     ::close(fd);
-    std::snprintf(line, sizeof line, "%-52s %8.2f us per read\n", (std::string("sysfs pread ") + path).c_str(), s * 1e6);
+    std::snprintf(line, sizeof line, "%-52s %8.2f us per read\n", (std::string("sysfs pread ") + path).c_str(),
+                  s * 1e6);
     out << line;
     break;
   }

@@ -69,13 +69,13 @@ Status RunProfilerBenchmark(std::ostream& out, const ProfilerBenchOptions& optio
   out << std::fixed << std::setprecision(2);
   out << "profiler benchmark: " << threads << " threads, oneDNN ISA " << Backend::Isa() << "\n\n";
 
-  EC_ASSIGN_OR_RETURN(double first_s, ProfileFromScratch(db, backend, "resnet18_cifar", "bench", threads, false,
-                                                          paging_dir));
+  EC_ASSIGN_OR_RETURN(double first_s,
+                      ProfileFromScratch(db, backend, "resnet18_cifar", "bench", threads, false, paging_dir));
   const auto run1 = Medians(db, "bench");
   out << "resnet18_cifar, empty database (paging + " << run1.size() << " distinct ops): " << first_s
       << " s   target < 60 s: " << (first_s < 60 ? "reached" : "NOT reached") << "\n";
-  EC_ASSIGN_OR_RETURN(double second_s, ProfileFromScratch(db, backend, "resnet18_cifar", "bench", threads, true,
-                                                           paging_dir));
+  EC_ASSIGN_OR_RETURN(double second_s,
+                      ProfileFromScratch(db, backend, "resnet18_cifar", "bench", threads, true, paging_dir));
   const auto run2 = Medians(db, "bench");
   out << "resnet18_cifar, second run (--force): " << second_s << " s\n";
 
@@ -88,12 +88,11 @@ Status RunProfilerBenchmark(std::ostream& out, const ProfilerBenchOptions& optio
     worst = std::max(worst, difference);
     if (difference <= 0.05) ++agreeing;
   }
-  out << "run-to-run agreement, ops > 100 us: " << agreeing << " of " << long_ops << " within 5% (worst "
-      << worst * 100 << "%)   target all: " << (agreeing == long_ops ? "reached" : "NOT reached") << "\n";
+  out << "run-to-run agreement, ops > 100 us: " << agreeing << " of " << long_ops << " within 5% (worst " << worst * 100
+      << "%)   target all: " << (agreeing == long_ops ? "reached" : "NOT reached") << "\n";
 
   if (options.include_resnet18) {
-    EC_ASSIGN_OR_RETURN(double r18_s, ProfileFromScratch(db, backend, "resnet18", "bench", threads, false,
-                                                          paging_dir));
+    EC_ASSIGN_OR_RETURN(double r18_s, ProfileFromScratch(db, backend, "resnet18", "bench", threads, false, paging_dir));
     out << "resnet18 (ImageNet), same database: " << r18_s << " s\n";
   }
 
@@ -103,8 +102,8 @@ Status RunProfilerBenchmark(std::ostream& out, const ProfilerBenchOptions& optio
   MeasureOptions trivial;
   trivial.min_window_s = 0.05;
   EC_ASSIGN_OR_RETURN(Measurement m, Measure([] {}, SteadyClock(), nullptr, trivial));
-  out << std::setprecision(1) << "overhead: an empty op measures " << m.runtime.median_s * 1e9
-      << " ns (median of " << m.runtime.repetitions << "); clock resolution " << resolution.tv_nsec << " ns\n";
+  out << std::setprecision(1) << "overhead: an empty op measures " << m.runtime.median_s * 1e9 << " ns (median of "
+      << m.runtime.repetitions << "); clock resolution " << resolution.tv_nsec << " ns\n";
   return Status::Ok();
 }
 

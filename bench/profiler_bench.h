@@ -9,7 +9,7 @@
 namespace edgecost::profiler {
 
 struct ProfilerBenchOptions {
-  int threads = 0;              // 0: all cores
+  int threads = 0;  // 0: all cores
   bool include_resnet18 = true;
 };
 

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "graph/graph_io.h"
 #include "graph/cost_source.h"
+#include "graph/graph_io.h"
 #include "graph/resolve.h"
 #include "solver/solve.h"
 
@@ -17,11 +17,11 @@ namespace {
 struct Instance {
   std::string model;
   std::string platform;
-  int64_t ram_budget_bytes;    // 0: ram_fraction of the sum of node outputs
+  int64_t ram_budget_bytes;  // 0: ram_fraction of the sum of node outputs
   double ram_fraction;
   double runtime_multiple;
   double time_limit_s;
-  bool with_poet;              // also run POET's formulation
+  bool with_poet;  // also run POET's formulation
   std::string target;
 };
 
@@ -53,18 +53,22 @@ std::string Seconds(double s) {
 
 const char* StatusWord(v1::Schedule::Status status) {
   switch (status) {
-    case v1::Schedule::STATUS_OPTIMAL: return "optimal";
-    case v1::Schedule::STATUS_FEASIBLE: return "feasible";
-    case v1::Schedule::STATUS_INFEASIBLE: return "infeasible";
-    case v1::Schedule::STATUS_NO_SOLUTION: return "none";
-    default: return "?";
+    case v1::Schedule::STATUS_OPTIMAL:
+      return "optimal";
+    case v1::Schedule::STATUS_FEASIBLE:
+      return "feasible";
+    case v1::Schedule::STATUS_INFEASIBLE:
+      return "infeasible";
+    case v1::Schedule::STATUS_NO_SOLUTION:
+      return "none";
+    default:
+      return "?";
   }
 }
 
-void PrintRow(std::ostream& out, const std::string& instance, const std::string& formulation,
-              const v1::Schedule& s, const std::string& target) {
-  const bool has_schedule =
-      s.status() == v1::Schedule::STATUS_OPTIMAL || s.status() == v1::Schedule::STATUS_FEASIBLE;
+void PrintRow(std::ostream& out, const std::string& instance, const std::string& formulation, const v1::Schedule& s,
+              const std::string& target) {
+  const bool has_schedule = s.status() == v1::Schedule::STATUS_OPTIMAL || s.status() == v1::Schedule::STATUS_FEASIBLE;
   char line[512];
   std::snprintf(line, sizeof line, "%-34s %-6s %-10s %11s %11s %9s %9s %9s  %s\n", instance.c_str(),
                 formulation.c_str(), StatusWord(s.status()),

@@ -18,7 +18,8 @@ int UsageError(const Status& status) {
 
 int LocalOnly(const Context& ctx, const std::function<int()>& run) {
   if (!ctx.remote.empty()) {
-    return UsageError(InvalidArgument("--remote serves costs, solve, profile and jobs; this command runs on this machine"));
+    return UsageError(
+        InvalidArgument("--remote serves costs, solve, profile and jobs; this command runs on this machine"));
   }
   return run();
 }

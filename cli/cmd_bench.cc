@@ -1,10 +1,10 @@
 #include <iostream>
 
-#include "cli/cli.h"
 #include "bench/daemon_bench.h"
 #include "bench/probes_bench.h"
 #include "bench/profiler_bench.h"
 #include "bench/solver_bench.h"
+#include "cli/cli.h"
 
 namespace edgecost::cli {
 
@@ -13,8 +13,9 @@ void RegisterBenchCommand(CLI::App& app, Context& ctx) {
   bench->require_subcommand(1);
 
   auto profiler_options = std::make_shared<profiler::ProfilerBenchOptions>();
-  CLI::App* prof = bench->add_subcommand("profiler", "Profiling time for resnet18_cifar and resnet18, run-to-run "
-                                                     "agreement, measurement overhead");
+  CLI::App* prof = bench->add_subcommand("profiler",
+                                         "Profiling time for resnet18_cifar and resnet18, run-to-run "
+                                         "agreement, measurement overhead");
   prof->add_option("--threads", profiler_options->threads, "oneDNN threads (default: all cores)");
   prof->callback([profiler_options, &ctx] {
     const Status status = profiler::RunProfilerBenchmark(std::cout, *profiler_options);
@@ -28,12 +29,15 @@ void RegisterBenchCommand(CLI::App& app, Context& ctx) {
   });
 
   auto daemon_options = std::make_shared<daemon::DaemonBenchOptions>();
-  CLI::App* serve = bench->add_subcommand("daemon", "GetCostTable throughput and p50/p99 latency at 1, 16 and 256 "
-                                                    "connections over loopback");
+  CLI::App* serve = bench->add_subcommand("daemon",
+                                          "GetCostTable throughput and p50/p99 latency at 1, 16 and 256 "
+                                          "connections over loopback");
   serve->add_option("--seconds", daemon_options->seconds_per_level, "Seconds per concurrency level")
-      ->capture_default_str()->check(CLI::Range(0.5, 60.0));
+      ->capture_default_str()
+      ->check(CLI::Range(0.5, 60.0));
   serve->add_option("--worker-threads", daemon_options->worker_threads, "Daemon worker threads")
-      ->capture_default_str()->check(CLI::Range(1, 256));
+      ->capture_default_str()
+      ->check(CLI::Range(1, 256));
   serve->add_flag("--protobuf", daemon_options->protobuf, "Binary protobuf bodies instead of JSON");
   serve->callback([daemon_options, &ctx] {
     const Status status = daemon::RunDaemonBenchmark(std::cout, *daemon_options);
@@ -41,9 +45,10 @@ void RegisterBenchCommand(CLI::App& app, Context& ctx) {
   });
 
   auto solver_options = std::make_shared<solver::SolverBenchOptions>();
-  CLI::App* solve = bench->add_subcommand("solver", "POET's instances at several budgets: status, energy, gap, time "
-                                                     "to first schedule and to proof, next to POET's formulation "
-                                                     "(about 15 minutes at full time limits)");
+  CLI::App* solve = bench->add_subcommand("solver",
+                                          "POET's instances at several budgets: status, energy, gap, time "
+                                          "to first schedule and to proof, next to POET's formulation "
+                                          "(about 15 minutes at full time limits)");
   solve->add_option("--time-scale", solver_options->time_scale, "Multiply every time limit (0.1: a quick look)")
       ->check(CLI::PositiveNumber);
   solve->add_option("--poet-time-limit-s", solver_options->poet_time_limit_s,

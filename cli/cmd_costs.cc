@@ -50,8 +50,8 @@ Totals Sum(const v1::CostTable& table) {
 
 void PrintSummary(const v1::CostTable& table, const Totals& t) {
   const v1::TrainingGraph& g = table.graph();
-  std::cout << "model          " << g.model() << " (derivation " << g.derivation() << ", trainable "
-            << g.trainable() << ", batch size " << g.batch_size() << ")\n"
+  std::cout << "model          " << g.model() << " (derivation " << g.derivation() << ", trainable " << g.trainable()
+            << ", batch size " << g.batch_size() << ")\n"
             << "device         " << table.device() << ", cost source " << table.cost_source() << "\n";
   if (!table.note().empty()) std::cout << "               " << table.note() << "\n";
   std::cout << "nodes          " << g.nodes_size() << " (" << t.forward << " forward, " << t.loss << " loss, "
@@ -67,13 +67,7 @@ void PrintSummary(const v1::CostTable& table, const Totals& t) {
 }
 
 void PrintNodeTable(const v1::CostTable& table, const Totals& t) {
-  Table out({{"#"},
-             {"name", Table::Align::kLeft},
-             {"runtime"},
-             {"energy"},
-             {"output"},
-             {"page-in"},
-             {"page-out"}});
+  Table out({{"#"}, {"name", Table::Align::kLeft}, {"runtime"}, {"energy"}, {"output"}, {"page-in"}, {"page-out"}});
   for (int i = 0; i < table.costs_size(); ++i) {
     const v1::NodeCost& c = table.costs(i);
     out.AddRow({std::to_string(i), table.graph().nodes(i).name(), FormatSeconds(c.runtime_s()),
@@ -89,8 +83,8 @@ void PrintNodeTable(const v1::CostTable& table, const Totals& t) {
 
 // Measured costs next to POET's estimate for the same graph.
 int RunMeasuredCosts(const CostsFlags& flags, const graph::GraphSpec& spec, const Context& ctx) {
-  auto db = costdb::CostDb::Open(ctx.db_path.empty() ? costdb::DefaultDbPath() : ctx.db_path,
-                                 costdb::OpenMode::kReadOnly);
+  auto db =
+      costdb::CostDb::Open(ctx.db_path.empty() ? costdb::DefaultDbPath() : ctx.db_path, costdb::OpenMode::kReadOnly);
   if (!db.ok()) return Failure(db.status());
   auto measured = profiler::LoadMeasuredCostTable(*db, spec, flags.device);
   if (!measured.ok()) return Failure(measured.status());
@@ -101,8 +95,13 @@ int RunMeasuredCosts(const CostsFlags& flags, const graph::GraphSpec& spec, cons
   auto estimate = graph::LoadCostTable(spec, flags.platform, graph::kPoetFlopsSource);
   if (!estimate.ok()) return Failure(estimate.status());
   const std::string poet = "poet-flops " + flags.platform;
-  Table out({{"#"}, {"name", Table::Align::kLeft}, {"runtime"}, {"energy"}, {poet + " runtime"},
-             {poet + " energy"}, {"op", Table::Align::kLeft}});
+  Table out({{"#"},
+             {"name", Table::Align::kLeft},
+             {"runtime"},
+             {"energy"},
+             {poet + " runtime"},
+             {poet + " energy"},
+             {"op", Table::Align::kLeft}});
   for (int i = 0; i < measured->costs_size(); ++i) {
     const v1::NodeCost& m = measured->costs(i);
     const v1::NodeCost& e = estimate->costs(i);

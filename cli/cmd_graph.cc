@@ -18,10 +18,14 @@ struct GraphCommandFlags {
 
 std::string PhaseName(v1::Phase phase) {
   switch (phase) {
-    case v1::PHASE_FORWARD: return "fwd";
-    case v1::PHASE_LOSS: return "loss";
-    case v1::PHASE_BACKWARD: return "bwd";
-    default: return "?";
+    case v1::PHASE_FORWARD:
+      return "fwd";
+    case v1::PHASE_LOSS:
+      return "loss";
+    case v1::PHASE_BACKWARD:
+      return "bwd";
+    default:
+      return "?";
   }
 }
 
@@ -74,7 +78,8 @@ void RegisterGraphCommand(CLI::App& app, Context& ctx) {
   CLI::App* cmd = app.add_subcommand("graph", "Show a model's training graph: forward, loss and backward nodes");
   flags->graph.AddTo(cmd);
   cmd->add_option("--format", flags->format, "text, json (protobuf TrainingGraph) or dot (Graphviz)")
-      ->capture_default_str()->check(CLI::IsMember({"text", "json", "dot"}));
+      ->capture_default_str()
+      ->check(CLI::IsMember({"text", "json", "dot"}));
   cmd->footer(
       "Examples:\n"
       "  edgecost graph resnet18_cifar\n"

@@ -21,12 +21,18 @@ std::string DbPath(const Context& ctx) { return ctx.db_path.empty() ? costdb::De
 
 std::string StateName(v1::Job::State state) {
   switch (state) {
-    case v1::Job::STATE_QUEUED: return "queued";
-    case v1::Job::STATE_RUNNING: return "running";
-    case v1::Job::STATE_SUCCEEDED: return "succeeded";
-    case v1::Job::STATE_FAILED: return "failed";
-    case v1::Job::STATE_CANCELLED: return "cancelled";
-    default: return "unknown";
+    case v1::Job::STATE_QUEUED:
+      return "queued";
+    case v1::Job::STATE_RUNNING:
+      return "running";
+    case v1::Job::STATE_SUCCEEDED:
+      return "succeeded";
+    case v1::Job::STATE_FAILED:
+      return "failed";
+    case v1::Job::STATE_CANCELLED:
+      return "cancelled";
+    default:
+      return "unknown";
   }
 }
 
@@ -44,8 +50,13 @@ void PrintJobs(const std::vector<v1::Job>& jobs, bool json) {
     std::cout << "no jobs\n";
     return;
   }
-  Table table({{"id"}, {"kind", Table::Align::kLeft}, {"state", Table::Align::kLeft}, {"progress"}, {"crashes"},
-               {"created", Table::Align::kLeft}, {"message", Table::Align::kLeft}});
+  Table table({{"id"},
+               {"kind", Table::Align::kLeft},
+               {"state", Table::Align::kLeft},
+               {"progress"},
+               {"crashes"},
+               {"created", Table::Align::kLeft},
+               {"message", Table::Align::kLeft}});
   for (const v1::Job& job : jobs) {
     table.AddRow({std::to_string(job.id()), job.kind(), StateName(job.state()),
                   std::to_string(static_cast<int>(job.progress() * 100 + 0.5)) + "%", std::to_string(job.crashes()),
@@ -102,7 +113,8 @@ int RunCancel(const JobsFlags& flags, const Context& ctx) {
   auto stored = db->ListJobs();
   if (!stored.ok()) return Failure(stored.status());
   for (uint64_t id : flags.ids) {
-    auto it = std::find_if(stored->begin(), stored->end(), [id](const costdb::StoredJob& s) { return s.job.id() == id; });
+    auto it =
+        std::find_if(stored->begin(), stored->end(), [id](const costdb::StoredJob& s) { return s.job.id() == id; });
     if (it == stored->end()) return Failure(NotFound("no job " + std::to_string(id) + " in " + path));
     if (Active(it->job)) {  // a finished job stays as it is, as CancelJob leaves it
       it->job.set_state(v1::Job::STATE_CANCELLED);
@@ -117,7 +129,8 @@ int RunCancel(const JobsFlags& flags, const Context& ctx) {
 
 int RunForget(const JobsFlags& flags, const Context& ctx) {
   if (!ctx.remote.empty()) {
-    return UsageError(InvalidArgument("jobs forget changes the database itself: run it where the database is, with the daemon stopped"));
+    return UsageError(InvalidArgument(
+        "jobs forget changes the database itself: run it where the database is, with the daemon stopped"));
   }
   if (flags.ids.empty() == !flags.finished) {
     return UsageError(InvalidArgument("name the jobs to forget, or give --finished (not both)"));

@@ -26,9 +26,12 @@ std::atomic<bool> g_interrupted{false};
 std::string Seconds(double s) {
   char text[32];
   if (s <= 0) return "-";
-  if (s < 1e-3) std::snprintf(text, sizeof text, "%.0f us", s * 1e6);
-  else if (s < 1) std::snprintf(text, sizeof text, "%.0f ms", s * 1e3);
-  else std::snprintf(text, sizeof text, "%.1f s", s);
+  if (s < 1e-3)
+    std::snprintf(text, sizeof text, "%.0f us", s * 1e6);
+  else if (s < 1)
+    std::snprintf(text, sizeof text, "%.0f ms", s * 1e3);
+  else
+    std::snprintf(text, sizeof text, "%.1f s", s);
   return text;
 }
 
@@ -117,13 +120,17 @@ int RunProbes(const ProbesFlags& flags) {
 
 void RegisterProbesCommand(CLI::App& app, Context& ctx) {
   auto flags = std::make_shared<ProbesFlags>();
-  CLI::App* cmd = app.add_subcommand("probes", "List every energy and counter source, what is missing and how to fix it");
-  cmd->add_option("--config", flags->config_path, "TOML config with a [probes] section (meters, nested rails, estimate)")
+  CLI::App* cmd =
+      app.add_subcommand("probes", "List every energy and counter source, what is missing and how to fix it");
+  cmd->add_option("--config", flags->config_path,
+                  "TOML config with a [probes] section (meters, nested rails, estimate)")
       ->check(CLI::ExistingFile);
-  cmd->add_option("--sysfs-root", flags->sysfs_root, "Read sysfs from this tree instead of /sys (also $EDGECOST_SYSFS_ROOT)")
+  cmd->add_option("--sysfs-root", flags->sysfs_root,
+                  "Read sysfs from this tree instead of /sys (also $EDGECOST_SYSFS_ROOT)")
       ->check(CLI::ExistingDirectory);
   cmd->add_flag("--watch", flags->watch, "Print live power per source until interrupted");
-  cmd->add_option("--interval-s", flags->interval_s, "Seconds between --watch lines")->capture_default_str()
+  cmd->add_option("--interval-s", flags->interval_s, "Seconds between --watch lines")
+      ->capture_default_str()
       ->check(CLI::Range(0.05, 3600.0));
   cmd->footer("Examples:\n  edgecost probes\n  edgecost probes --watch\n  edgecost probes --sysfs-root /tmp/fake-sys");
   cmd->callback([flags, &ctx] { ctx.exit_code = LocalOnly(ctx, [&] { return RunProbes(*flags); }); });

@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <thread>
 #include <csignal>
 #include <iostream>
+#include <thread>
 
 #include "base/units.h"
 #include "cli/cli.h"
@@ -75,13 +75,15 @@ int RunRemoteProfile(const ProfileFlags& flags, const Context& ctx) {
     get.set_id(job.id());
     if (Status s = daemon::CallRemote(ctx.remote, "JobService/GetJob", get, job); !s.ok()) return Failure(s);
     if (job.message() != last_message) {
-      std::cerr << "job " << job.id() << " " << static_cast<int>(100 * job.progress()) << "%: " << job.message() << "\n";
+      std::cerr << "job " << job.id() << " " << static_cast<int>(100 * job.progress()) << "%: " << job.message()
+                << "\n";
       last_message = job.message();
     }
   }
   std::signal(SIGINT, SIG_DFL);
   std::signal(SIGTERM, SIG_DFL);
-  std::cout << "job            " << job.id() << " " << v1::Job::State_Name(job.state()) << ": " << job.message() << "\n";
+  std::cout << "job            " << job.id() << " " << v1::Job::State_Name(job.state()) << ": " << job.message()
+            << "\n";
   return job.state() == v1::Job::STATE_SUCCEEDED ? kExitOk : kExitFailure;
 }
 
@@ -104,7 +106,7 @@ int RunProfile(const ProfileFlags& flags, const Context& ctx) {
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
   auto result = service::RunProfileJob(options, &g_stop, ShowProgress,
-                                        [](const std::string& line) { std::cerr << line << "\n"; });
+                                       [](const std::string& line) { std::cerr << line << "\n"; });
   std::signal(SIGINT, SIG_DFL);
   std::signal(SIGTERM, SIG_DFL);
   if (!result.ok()) return Failure(result.status());
@@ -121,7 +123,8 @@ int RunProfile(const ProfileFlags& flags, const Context& ctx) {
     return kExitFailure;
   }
   std::cout << "training step  " << FormatSeconds(result->step_runtime_s) << ", " << FormatJoules(result->step_energy_j)
-            << (result->energy_measured ? " (measured by " + result->energy_source + ")" : std::string(" (ESTIMATED energy)"))
+            << (result->energy_measured ? " (measured by " + result->energy_source + ")"
+                                        : std::string(" (ESTIMATED energy)"))
             << "\nstored         cost table #" << result->cost_table_id << " (device " << result->device.name()
             << ", source measured) in " << options.db_path << "\n";
   return kExitOk;

@@ -66,7 +66,8 @@ int RunServe(const ServeFlags& flags, const Context& ctx) {
   spdlog::info("event=serving socket={} tcp={} db={} concurrent_solves={}",
                config->socket_path.empty() ? "none" : "unix:" + config->socket_path,
                config->tcp_port >= 0 ? "http://" + config->tcp_host + ":" + std::to_string(*port) : "off",
-               daemon::Quoted(config->db_path.empty() ? costdb::DefaultDbPath() : config->db_path), config->concurrent_solves);
+               daemon::Quoted(config->db_path.empty() ? costdb::DefaultDbPath() : config->db_path),
+               config->concurrent_solves);
   std::thread waiter([&agent, signals] {
     for (;;) {
       int signal = 0;
@@ -101,7 +102,8 @@ void RegisterServeCommand(CLI::App& app, Context& ctx) {
   cmd->add_flag("--restrict-mutations", flags->restrict_mutations, "Profile, solve and cancel need the token");
   cmd->add_option("--probes-config", flags->probes_config,
                   "TOML file whose [probes] section names meters and rails for /metrics and profiles");
-  cmd->add_option("--concurrent-solves", flags->concurrent_solves, "Solve calls running at once (default: half the cores)")
+  cmd->add_option("--concurrent-solves", flags->concurrent_solves,
+                  "Solve calls running at once (default: half the cores)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--log-level", flags->log_level, "trace, debug (one line per request), info, warn or error")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}))

@@ -11,8 +11,8 @@
 #include "daemon/client.h"
 #include "graph/cost_source.h"
 #include "service/cost_tables.h"
-#include "solver/problem.h"
 #include "solver/heuristics.h"
+#include "solver/problem.h"
 #include "solver/simulator.h"
 #include "solver/solve.h"
 #include "solver/svg.h"
@@ -46,11 +46,16 @@ struct SolveFlags {
 
 const char* StatusName(v1::Schedule::Status status) {
   switch (status) {
-    case v1::Schedule::STATUS_OPTIMAL: return "optimal (proven)";
-    case v1::Schedule::STATUS_FEASIBLE: return "feasible";
-    case v1::Schedule::STATUS_INFEASIBLE: return "infeasible (proven)";
-    case v1::Schedule::STATUS_NO_SOLUTION: return "no schedule found";
-    default: return "unknown";
+    case v1::Schedule::STATUS_OPTIMAL:
+      return "optimal (proven)";
+    case v1::Schedule::STATUS_FEASIBLE:
+      return "feasible";
+    case v1::Schedule::STATUS_INFEASIBLE:
+      return "infeasible (proven)";
+    case v1::Schedule::STATUS_NO_SOLUTION:
+      return "no schedule found";
+    default:
+      return "unknown";
   }
 }
 
@@ -137,8 +142,14 @@ Status WriteFile(const std::string& path, const std::string& text) {
 }
 
 int RunCompare(const solver::Problem& problem, const SolveFlags& flags) {
-  Table table({{"strategy", Table::Align::kLeft}, {"status", Table::Align::kLeft}, {"energy J"}, {"vs optimal"},
-               {"recompute"}, {"page in/out"}, {"peak RAM"}, {"runtime"}});
+  Table table({{"strategy", Table::Align::kLeft},
+               {"status", Table::Align::kLeft},
+               {"energy J"},
+               {"vs optimal"},
+               {"recompute"},
+               {"page in/out"},
+               {"peak RAM"},
+               {"runtime"}});
   double optimal_j = 0;
   std::vector<solver::Strategy> strategies = {solver::Strategy::kOptimal};
   strategies.insert(strategies.end(), std::begin(solver::kBaselines), std::end(solver::kBaselines));
@@ -248,9 +259,9 @@ int RunSolve(const SolveFlags& flags, const Context& ctx) {
   if (flags.json) {
     PrintJson(schedule);
   } else {
-    std::cout << "problem        " << table.graph().model() << " on " << table.device() << " ("
-              << table.cost_source() << "), " << solved->problem.size() << " nodes, RAM budget "
-              << request->ram_budget_bytes() << " B, runtime budget " << flags.runtime_budget << "\n";
+    std::cout << "problem        " << table.graph().model() << " on " << table.device() << " (" << table.cost_source()
+              << "), " << solved->problem.size() << " nodes, RAM budget " << request->ram_budget_bytes()
+              << " B, runtime budget " << flags.runtime_budget << "\n";
     PrintSchedule(schedule);
     if (!not_stored.empty()) std::cout << "not stored     " << not_stored << "\n";
     if (!flags.out_path.empty()) std::cout << "written        " << flags.out_path << "\n";
@@ -270,8 +281,8 @@ int RunCheck(const std::string& path, const Context& ctx) {
   }
   std::optional<costdb::CostDb> db;
   if (schedule.request().cost_source() == "measured") {
-    auto opened = costdb::CostDb::Open(ctx.db_path.empty() ? costdb::DefaultDbPath() : ctx.db_path,
-                                       costdb::OpenMode::kReadOnly);
+    auto opened =
+        costdb::CostDb::Open(ctx.db_path.empty() ? costdb::DefaultDbPath() : ctx.db_path, costdb::OpenMode::kReadOnly);
     if (!opened.ok()) return Failure(opened.status());
     db.emplace(std::move(opened).value());
   }
@@ -286,7 +297,8 @@ int RunCheck(const std::string& path, const Context& ctx) {
   std::cout << "valid          energy " << Fixed(replay.energy.total_j()) << " J, peak RAM " << replay.peak_ram_bytes
             << " B of " << problem->ram_budget_bytes << " B, runtime " << FormatSeconds(replay.runtime_s) << " of "
             << FormatSeconds(problem->runtime_budget_s) << "\n";
-  if (std::fabs(replay.energy.total_j() - schedule.energy().total_j()) > 1e-9 * std::max(1.0, replay.energy.total_j())) {
+  if (std::fabs(replay.energy.total_j() - schedule.energy().total_j()) >
+      1e-9 * std::max(1.0, replay.energy.total_j())) {
     std::cout << "note           the file claims " << Fixed(schedule.energy().total_j()) << " J\n";
   }
   return kExitOk;
@@ -296,8 +308,9 @@ int RunCheck(const std::string& path, const Context& ctx) {
 
 void RegisterSolveCommand(CLI::App& app, Context& ctx) {
   auto flags = std::make_shared<SolveFlags>();
-  CLI::App* cmd = app.add_subcommand("solve", "Energy-optimal schedule of recomputation and paging within RAM and "
-                                              "runtime budgets");
+  CLI::App* cmd = app.add_subcommand("solve",
+                                     "Energy-optimal schedule of recomputation and paging within RAM and "
+                                     "runtime budgets");
   cmd->add_option("--model", flags->model, "Zoo or ONNX model")->capture_default_str();
   cmd->add_option("--graph", flags->graph_file, "A graph file with costs (training-graph/v1 or node-link JSON)");
   cmd->add_option("--platform", flags->platform, "Board preset for poet-flops costs")->capture_default_str();
@@ -315,7 +328,8 @@ void RegisterSolveCommand(CLI::App& app, Context& ctx) {
   cmd->add_option("--threads", flags->threads, "Solver threads")->capture_default_str();
   std::vector<std::string> strategies;
   for (solver::Strategy s : solver::kStrategies) strategies.emplace_back(solver::StrategyName(s));
-  cmd->add_option("--strategy", flags->strategy, solver::StrategyNames() + " (greedy: the MILP's heuristic start alone)")
+  cmd->add_option("--strategy", flags->strategy,
+                  solver::StrategyNames() + " (greedy: the MILP's heuristic start alone)")
       ->capture_default_str()
       ->check(CLI::IsMember(strategies));
   cmd->add_flag("--compare", flags->compare, "Every strategy side by side");

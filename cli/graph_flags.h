@@ -21,11 +21,15 @@ struct GraphFlags {
       command->add_option("model", model_or_file, "Zoo model (see `edgecost models`) or graph file (.json)")
           ->required();
     }
-    command->add_option("--batch-size", batch_size, "Batch size of zoo models")->capture_default_str()
+    command->add_option("--batch-size", batch_size, "Batch size of zoo models")
+        ->capture_default_str()
         ->check(CLI::PositiveNumber);
-    derivation_option = command->add_option("--derivation", derivation,
-                        "Backward graph: poet (POET's one gradient per layer) or exact (true dependencies)")
-        ->capture_default_str()->check(CLI::IsMember({"poet", "exact"}));
+    derivation_option =
+        command
+            ->add_option("--derivation", derivation,
+                         "Backward graph: poet (POET's one gradient per layer) or exact (true dependencies)")
+            ->capture_default_str()
+            ->check(CLI::IsMember({"poet", "exact"}));
     command->add_option("--trainable", trainable, "Trained parameters: all, last:K or bias")->capture_default_str();
   }
 

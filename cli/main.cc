@@ -7,15 +7,18 @@
 
 int main(int argc, char** argv) {
   using namespace edgecost::cli;
-  CLI::App app{"edgecost: per-device costs of neural-network training, and energy-optimal schedules\n"
-               "that fit a RAM budget by recomputing and paging activations (POET, ICML 2022)."};
+  CLI::App app{
+      "edgecost: per-device costs of neural-network training, and energy-optimal schedules\n"
+      "that fit a RAM budget by recomputing and paging activations (POET, ICML 2022)."};
   app.require_subcommand(1);
   app.fallthrough();  // --db and --remote after the subcommand too: `edgecost db info --db X`
   app.set_version_flag("--version", "edgecost 0.1.0");
   Context ctx;
-  app.add_option("--remote", ctx.remote,
-                 "Run costs, solve and profile against a daemon: unix:PATH or http://HOST:PORT (token from $EDGECOST_TOKEN)");
-  app.add_option("--db", ctx.db_path, "Cost database file (default: $EDGECOST_DB, else $XDG_DATA_HOME/edgecost/edgecost.db)");
+  app.add_option(
+      "--remote", ctx.remote,
+      "Run costs, solve and profile against a daemon: unix:PATH or http://HOST:PORT (token from $EDGECOST_TOKEN)");
+  app.add_option("--db", ctx.db_path,
+                 "Cost database file (default: $EDGECOST_DB, else $XDG_DATA_HOME/edgecost/edgecost.db)");
   app.footer(
       "Examples:\n"
       "  edgecost models\n"

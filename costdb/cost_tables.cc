@@ -1,15 +1,13 @@
 // Training graphs, cost sources and cost tables.
-#include "costdb/costdb.h"
-
 #include <map>
 #include <string>
 #include <vector>
 
+#include "costdb/costdb.h"
 #include "costdb/internal.h"
 
 namespace edgecost::costdb {
 using namespace internal;
-
 
 Result<int64_t> CostDb::CostSourceId(const std::string& name) {
   if (name.empty()) return InvalidArgument("a cost source name is required (e.g. poet-flops, measured)");
@@ -27,9 +25,10 @@ Result<int64_t> CostDb::PutModelGraph(const v1::TrainingGraph& graph) {
   const std::string blob = Serialize(graph);
   const std::string now = NowUtc();
   EC_ASSIGN_OR_RETURN(Transaction tx, Write());
-  EC_ASSIGN_OR_RETURN(Statement current, db_.Prepare(
-      "SELECT id, graph FROM models WHERE name = ? AND derivation = ? AND trainable = ? AND batch_size = ? "
-      "AND superseded_at IS NULL"));
+  EC_ASSIGN_OR_RETURN(
+      Statement current,
+      db_.Prepare("SELECT id, graph FROM models WHERE name = ? AND derivation = ? AND trainable = ? AND batch_size = ? "
+                  "AND superseded_at IS NULL"));
   EC_ASSIGN_OR_RETURN(bool found, current.Bind(1, graph.model())
                                       .Bind(2, graph.derivation())
                                       .Bind(3, graph.trainable())
@@ -40,9 +39,11 @@ Result<int64_t> CostDb::PutModelGraph(const v1::TrainingGraph& graph) {
     EC_ASSIGN_OR_RETURN(Statement supersede, db_.Prepare("UPDATE models SET superseded_at = ? WHERE id = ?"));
     EC_RETURN_IF_ERROR(supersede.Bind(1, now).Bind(2, current.Int(0)).Run());
   }
-  EC_ASSIGN_OR_RETURN(Statement insert, db_.Prepare(
-      "INSERT INTO models (name, derivation, trainable, batch_size, node_count, param_bytes, graph, created_at) "
-      "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"));
+  EC_ASSIGN_OR_RETURN(
+      Statement insert,
+      db_.Prepare(
+          "INSERT INTO models (name, derivation, trainable, batch_size, node_count, param_bytes, graph, created_at) "
+          "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"));
   EC_RETURN_IF_ERROR(insert.Bind(1, graph.model())
                          .Bind(2, graph.derivation())
                          .Bind(3, graph.trainable())
@@ -58,8 +59,10 @@ Result<int64_t> CostDb::PutModelGraph(const v1::TrainingGraph& graph) {
 }
 
 Result<std::vector<v1::TrainingGraph>> CostDb::ListModelGraphs() {
-  EC_ASSIGN_OR_RETURN(Statement stmt, db_.Prepare(
-      "SELECT graph FROM models WHERE superseded_at IS NULL ORDER BY name, derivation, trainable, batch_size"));
+  EC_ASSIGN_OR_RETURN(
+      Statement stmt,
+      db_.Prepare(
+          "SELECT graph FROM models WHERE superseded_at IS NULL ORDER BY name, derivation, trainable, batch_size"));
   std::vector<v1::TrainingGraph> graphs;
   EC_RETURN_IF_ERROR(ForEachRow(stmt, [&]() -> Status {
     EC_ASSIGN_OR_RETURN(graphs.emplace_back(), Parse<v1::TrainingGraph>(stmt.Blob(0), "graph", path()));
@@ -105,13 +108,16 @@ Result<int64_t> CostDb::PutCostTable(const v1::CostTable& table) {
   EC_ASSIGN_OR_RETURN(int64_t model_id, PutModelGraph(table.graph()));
   EC_ASSIGN_OR_RETURN(int64_t source_id, CostSourceId(table.cost_source()));
 
-  EC_ASSIGN_OR_RETURN(Statement supersede, db_.Prepare(
-      "UPDATE cost_tables SET superseded_at = ? WHERE model_id = ? AND fingerprint_id = ? AND cost_source_id = ? "
-      "AND superseded_at IS NULL"));
+  EC_ASSIGN_OR_RETURN(
+      Statement supersede,
+      db_.Prepare(
+          "UPDATE cost_tables SET superseded_at = ? WHERE model_id = ? AND fingerprint_id = ? AND cost_source_id = ? "
+          "AND superseded_at IS NULL"));
   EC_RETURN_IF_ERROR(supersede.Bind(1, now).Bind(2, model_id).Bind(3, fingerprint->id).Bind(4, source_id).Run());
-  EC_ASSIGN_OR_RETURN(Statement insert, db_.Prepare(
-      "INSERT INTO cost_tables (model_id, fingerprint_id, cost_source_id, note, paging, created_at) "
-      "VALUES (?, ?, ?, ?, ?, ?)"));
+  EC_ASSIGN_OR_RETURN(
+      Statement insert,
+      db_.Prepare("INSERT INTO cost_tables (model_id, fingerprint_id, cost_source_id, note, paging, created_at) "
+                  "VALUES (?, ?, ?, ?, ?, ?)"));
   insert.Bind(1, model_id).Bind(2, fingerprint->id).Bind(3, source_id).Bind(4, table.note()).Bind(6, now);
   if (table.has_paging()) {
     insert.BindBlob(5, Serialize(table.paging()));
@@ -120,9 +126,9 @@ Result<int64_t> CostDb::PutCostTable(const v1::CostTable& table) {
   }
   EC_RETURN_IF_ERROR(insert.Run());
   const int64_t table_id = db_.LastInsertId();
-  EC_ASSIGN_OR_RETURN(Statement node, db_.Prepare(
-      "INSERT INTO node_costs (cost_table_id, node, runtime_s, compute_j, ram_bytes, page_in_j, page_out_j, op_key) "
-      "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"));
+  EC_ASSIGN_OR_RETURN(Statement node, db_.Prepare("INSERT INTO node_costs (cost_table_id, node, runtime_s, compute_j, "
+                                                  "ram_bytes, page_in_j, page_out_j, op_key) "
+                                                  "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"));
   for (const v1::NodeCost& cost : table.costs()) {
     EC_RETURN_IF_ERROR(node.Bind(1, table_id)
                            .Bind(2, cost.node())
@@ -141,10 +147,12 @@ Result<int64_t> CostDb::PutCostTable(const v1::CostTable& table) {
 
 Result<v1::CostTable> CostDb::GetCostTableById(int64_t id) {
   EC_ASSIGN_OR_RETURN(Transaction tx, Read());  // the header and the rows from one snapshot
-  EC_ASSIGN_OR_RETURN(Statement head, db_.Prepare(
-      "SELECT m.graph, d.name, f.hash, s.name, t.note, t.paging FROM cost_tables t "
-      "JOIN models m ON m.id = t.model_id JOIN fingerprints f ON f.id = t.fingerprint_id "
-      "JOIN devices d ON d.id = f.device_id JOIN cost_sources s ON s.id = t.cost_source_id WHERE t.id = ?"));
+  EC_ASSIGN_OR_RETURN(
+      Statement head,
+      db_.Prepare(
+          "SELECT m.graph, d.name, f.hash, s.name, t.note, t.paging FROM cost_tables t "
+          "JOIN models m ON m.id = t.model_id JOIN fingerprints f ON f.id = t.fingerprint_id "
+          "JOIN devices d ON d.id = f.device_id JOIN cost_sources s ON s.id = t.cost_source_id WHERE t.id = ?"));
   EC_ASSIGN_OR_RETURN(bool found, head.Bind(1, id).Step());
   if (!found) return NotFound("no cost table #" + std::to_string(id) + " in " + path());
   v1::CostTable table;
@@ -156,9 +164,10 @@ Result<v1::CostTable> CostDb::GetCostTableById(int64_t id) {
   if (!head.IsNull(5)) {
     EC_ASSIGN_OR_RETURN(*table.mutable_paging(), Parse<v1::PagingCost>(head.Blob(5), "paging cost", path()));
   }
-  EC_ASSIGN_OR_RETURN(Statement rows, db_.Prepare(
-      "SELECT node, runtime_s, compute_j, ram_bytes, page_in_j, page_out_j, op_key FROM node_costs "
-      "WHERE cost_table_id = ? ORDER BY node"));
+  EC_ASSIGN_OR_RETURN(
+      Statement rows,
+      db_.Prepare("SELECT node, runtime_s, compute_j, ram_bytes, page_in_j, page_out_j, op_key FROM node_costs "
+                  "WHERE cost_table_id = ? ORDER BY node"));
   rows.Bind(1, id);
   EC_RETURN_IF_ERROR(ForEachRow(rows, [&]() -> Status {
     v1::NodeCost& cost = *table.add_costs();
@@ -176,13 +185,15 @@ Result<v1::CostTable> CostDb::GetCostTableById(int64_t id) {
 
 Result<v1::CostTable> CostDb::GetCostTable(const CostTableKey& key) {
   EC_ASSIGN_OR_RETURN(Transaction tx, Read());
-  EC_ASSIGN_OR_RETURN(Statement stmt, db_.Prepare(
-      "SELECT t.id FROM cost_tables t JOIN models m ON m.id = t.model_id "
-      "JOIN fingerprints f ON f.id = t.fingerprint_id JOIN devices d ON d.id = f.device_id "
-      "JOIN cost_sources s ON s.id = t.cost_source_id "
-      "WHERE m.name = ? AND d.name = ? AND s.name = ? AND m.batch_size = ? AND m.derivation = ? "
-      "AND m.trainable = ? AND t.superseded_at IS NULL AND f.superseded_at IS NULL AND m.superseded_at IS NULL "
-      "ORDER BY t.id DESC LIMIT 1"));
+  EC_ASSIGN_OR_RETURN(
+      Statement stmt,
+      db_.Prepare(
+          "SELECT t.id FROM cost_tables t JOIN models m ON m.id = t.model_id "
+          "JOIN fingerprints f ON f.id = t.fingerprint_id JOIN devices d ON d.id = f.device_id "
+          "JOIN cost_sources s ON s.id = t.cost_source_id "
+          "WHERE m.name = ? AND d.name = ? AND s.name = ? AND m.batch_size = ? AND m.derivation = ? "
+          "AND m.trainable = ? AND t.superseded_at IS NULL AND f.superseded_at IS NULL AND m.superseded_at IS NULL "
+          "ORDER BY t.id DESC LIMIT 1"));
   EC_ASSIGN_OR_RETURN(bool found, stmt.Bind(1, key.model)
                                       .Bind(2, key.device)
                                       .Bind(3, key.cost_source)
@@ -201,10 +212,11 @@ Result<v1::CostTable> CostDb::GetCostTable(const CostTableKey& key) {
 
 Result<std::vector<std::string>> CostDb::ListModelsWithCosts(const std::string& fingerprint_hash,
                                                              const std::string& cost_source) {
-  EC_ASSIGN_OR_RETURN(Statement stmt, db_.Prepare(
-      "SELECT DISTINCT m.name FROM cost_tables t JOIN models m ON m.id = t.model_id "
-      "JOIN fingerprints f ON f.id = t.fingerprint_id JOIN cost_sources s ON s.id = t.cost_source_id "
-      "WHERE f.hash = ? AND s.name = ? AND t.superseded_at IS NULL ORDER BY m.name"));
+  EC_ASSIGN_OR_RETURN(
+      Statement stmt,
+      db_.Prepare("SELECT DISTINCT m.name FROM cost_tables t JOIN models m ON m.id = t.model_id "
+                  "JOIN fingerprints f ON f.id = t.fingerprint_id JOIN cost_sources s ON s.id = t.cost_source_id "
+                  "WHERE f.hash = ? AND s.name = ? AND t.superseded_at IS NULL ORDER BY m.name"));
   stmt.Bind(1, fingerprint_hash).Bind(2, cost_source);  // a binding error surfaces at the first step
   std::vector<std::string> names;
   EC_RETURN_IF_ERROR(ForEachRow(stmt, [&]() -> Status {

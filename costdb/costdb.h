@@ -59,8 +59,8 @@ struct StoredRun {
   std::string fingerprint_hash;
   std::string cost_source;
   RunStatus status = RunStatus::kRunning;
-  std::string started_at;   // UTC, ISO 8601
-  std::string finished_at;  // empty while running
+  std::string started_at;              // UTC, ISO 8601
+  std::string finished_at;             // empty while running
   std::optional<double> idle_power_w;  // absent when no sensor measured it
 };
 

@@ -1,18 +1,17 @@
 // Devices and their fingerprints, with history.
-#include "costdb/costdb.h"
-
 #include <string>
 #include <vector>
 
+#include "costdb/costdb.h"
 #include "costdb/internal.h"
 
 namespace edgecost::costdb {
 using namespace internal;
 
-
 Result<CostDb::FingerprintRow> CostDb::FindFingerprint(const std::string& hash) {
-  EC_ASSIGN_OR_RETURN(Statement stmt, db_.Prepare(
-      "SELECT f.id, d.name FROM fingerprints f JOIN devices d ON d.id = f.device_id WHERE f.hash = ?"));
+  EC_ASSIGN_OR_RETURN(
+      Statement stmt,
+      db_.Prepare("SELECT f.id, d.name FROM fingerprints f JOIN devices d ON d.id = f.device_id WHERE f.hash = ?"));
   EC_ASSIGN_OR_RETURN(bool row, stmt.Bind(1, hash).Step());
   if (!row) {
     return NotFound("no device with fingerprint " + hash + " in " + path() +
@@ -29,8 +28,9 @@ Result<int64_t> CostDb::UpsertDevice(const v1::Device& device) {
   const std::string now = NowUtc();
 
   EC_ASSIGN_OR_RETURN(Transaction tx, Write());
-  EC_ASSIGN_OR_RETURN(Statement insert, db_.Prepare(
-      "INSERT INTO devices (name, kind, created_at) VALUES (?, ?, ?) ON CONFLICT (name) DO NOTHING"));
+  EC_ASSIGN_OR_RETURN(
+      Statement insert,
+      db_.Prepare("INSERT INTO devices (name, kind, created_at) VALUES (?, ?, ?) ON CONFLICT (name) DO NOTHING"));
   EC_RETURN_IF_ERROR(insert.Bind(1, device.name()).Bind(2, kind).Bind(3, now).Run());
   EC_ASSIGN_OR_RETURN(Statement select, db_.Prepare("SELECT id, kind FROM devices WHERE name = ?"));
   EC_ASSIGN_OR_RETURN(bool found, select.Bind(1, device.name()).Step());
@@ -41,9 +41,9 @@ Result<int64_t> CostDb::UpsertDevice(const v1::Device& device) {
                            ": give the " + kind + " device another name");
   }
 
-  EC_ASSIGN_OR_RETURN(Statement existing, db_.Prepare(
-      "SELECT f.device_id, d.name, f.superseded_at IS NOT NULL FROM fingerprints f "
-      "JOIN devices d ON d.id = f.device_id WHERE f.hash = ?"));
+  EC_ASSIGN_OR_RETURN(Statement existing,
+                      db_.Prepare("SELECT f.device_id, d.name, f.superseded_at IS NOT NULL FROM fingerprints f "
+                                  "JOIN devices d ON d.id = f.device_id WHERE f.hash = ?"));
   EC_ASSIGN_OR_RETURN(bool known, existing.Bind(1, hash).Step());
   if (known && existing.Int(0) != device_id) {
     return InvalidArgument("fingerprint " + hash + " is already recorded for device '" + existing.Text(1) +
@@ -51,16 +51,17 @@ Result<int64_t> CostDb::UpsertDevice(const v1::Device& device) {
   }
   if (!known || existing.Int(2) != 0) {
     // Supersede the current fingerprint before another becomes current (one current per device).
-    EC_ASSIGN_OR_RETURN(Statement supersede, db_.Prepare(
-        "UPDATE fingerprints SET superseded_at = ? WHERE device_id = ? AND superseded_at IS NULL"));
+    EC_ASSIGN_OR_RETURN(
+        Statement supersede,
+        db_.Prepare("UPDATE fingerprints SET superseded_at = ? WHERE device_id = ? AND superseded_at IS NULL"));
     EC_RETURN_IF_ERROR(supersede.Bind(1, now).Bind(2, device_id).Run());
     if (known) {  // the hardware went back to an earlier state; its costs apply again
-      EC_ASSIGN_OR_RETURN(Statement revive,
-                          db_.Prepare("UPDATE fingerprints SET superseded_at = NULL WHERE hash = ?"));
+      EC_ASSIGN_OR_RETURN(Statement revive, db_.Prepare("UPDATE fingerprints SET superseded_at = NULL WHERE hash = ?"));
       EC_RETURN_IF_ERROR(revive.Bind(1, hash).Run());
     } else {
-      EC_ASSIGN_OR_RETURN(Statement add, db_.Prepare(
-          "INSERT INTO fingerprints (device_id, hash, fingerprint, first_seen_at) VALUES (?, ?, ?, ?)"));
+      EC_ASSIGN_OR_RETURN(
+          Statement add,
+          db_.Prepare("INSERT INTO fingerprints (device_id, hash, fingerprint, first_seen_at) VALUES (?, ?, ?, ?)"));
       EC_RETURN_IF_ERROR(
           add.Bind(1, device_id).Bind(2, hash).BindBlob(3, Serialize(device.fingerprint())).Bind(4, now).Run());
     }
@@ -70,10 +71,10 @@ Result<int64_t> CostDb::UpsertDevice(const v1::Device& device) {
 }
 
 Result<std::vector<v1::Device>> CostDb::ReadDevices(const std::optional<std::string>& name) {
-  EC_ASSIGN_OR_RETURN(Statement stmt, db_.Prepare(
-      "SELECT d.name, d.kind, f.fingerprint, f.superseded_at IS NOT NULL FROM devices d "
-      "JOIN fingerprints f ON f.device_id = d.id WHERE ?1 IS NULL OR d.name = ?1 "
-      "ORDER BY d.name, f.superseded_at IS NOT NULL, f.superseded_at DESC, f.id DESC"));
+  EC_ASSIGN_OR_RETURN(Statement stmt,
+                      db_.Prepare("SELECT d.name, d.kind, f.fingerprint, f.superseded_at IS NOT NULL FROM devices d "
+                                  "JOIN fingerprints f ON f.device_id = d.id WHERE ?1 IS NULL OR d.name = ?1 "
+                                  "ORDER BY d.name, f.superseded_at IS NOT NULL, f.superseded_at DESC, f.id DESC"));
   stmt.Bind(1, name);
   std::vector<v1::Device> devices;
   EC_RETURN_IF_ERROR(ForEachRow(stmt, [&]() -> Status {

@@ -27,8 +27,8 @@ std::string UpsertSql(std::string_view table, std::initializer_list<std::string_
       updates.push_back(std::string(column) + " = excluded." + std::string(column));
     }
   }
-  return "INSERT INTO " + std::string(table) + " (" + join(names) + ") VALUES (" + join(values) +
-         ") ON CONFLICT (" + join({key.begin(), key.end()}) + ") DO UPDATE SET " + join(updates);
+  return "INSERT INTO " + std::string(table) + " (" + join(names) + ") VALUES (" + join(values) + ") ON CONFLICT (" +
+         join({key.begin(), key.end()}) + ") DO UPDATE SET " + join(updates);
 }
 
 std::string NowUtc() {

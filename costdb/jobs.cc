@@ -1,14 +1,12 @@
 // The daemon's jobs.
-#include "costdb/costdb.h"
-
 #include <string>
 #include <vector>
 
+#include "costdb/costdb.h"
 #include "costdb/internal.h"
 
 namespace edgecost::costdb {
 using namespace internal;
-
 
 Status CostDb::PutJob(const StoredJob& stored) {
   static const std::string kSql =
@@ -31,7 +29,8 @@ Result<std::vector<StoredJob>> CostDb::ListJobs() {
   EC_RETURN_IF_ERROR(ForEachRow(stmt, [&]() -> Status {
     StoredJob& stored = jobs.emplace_back();
     EC_ASSIGN_OR_RETURN(stored.job, Parse<v1::Job>(stmt.Blob(0), "job", path()));
-    EC_ASSIGN_OR_RETURN(stored.profile_request, Parse<v1::StartProfileRequest>(stmt.Blob(1), "profile request", path()));
+    EC_ASSIGN_OR_RETURN(stored.profile_request,
+                        Parse<v1::StartProfileRequest>(stmt.Blob(1), "profile request", path()));
     return Status::Ok();
   }));
   return jobs;

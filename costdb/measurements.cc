@@ -1,21 +1,20 @@
 // Profiling runs, measured op costs and paging costs.
-#include "costdb/costdb.h"
-
 #include <string>
 #include <vector>
 
+#include "costdb/costdb.h"
 #include "costdb/internal.h"
 
 namespace edgecost::costdb {
 using namespace internal;
 
-
 Result<int64_t> CostDb::BeginRun(const std::string& fingerprint_hash, const std::string& cost_source) {
   EC_ASSIGN_OR_RETURN(Transaction tx, Write());
   EC_ASSIGN_OR_RETURN(FingerprintRow fingerprint, FindFingerprint(fingerprint_hash));
   EC_ASSIGN_OR_RETURN(int64_t source_id, CostSourceId(cost_source));
-  EC_ASSIGN_OR_RETURN(Statement stmt, db_.Prepare(
-      "INSERT INTO runs (fingerprint_id, cost_source_id, started_at, status) VALUES (?, ?, ?, ?)"));
+  EC_ASSIGN_OR_RETURN(
+      Statement stmt,
+      db_.Prepare("INSERT INTO runs (fingerprint_id, cost_source_id, started_at, status) VALUES (?, ?, ?, ?)"));
   EC_RETURN_IF_ERROR(stmt.Bind(1, fingerprint.id)
                          .Bind(2, source_id)
                          .Bind(3, NowUtc())
@@ -29,19 +28,21 @@ Result<int64_t> CostDb::BeginRun(const std::string& fingerprint_hash, const std:
 Status CostDb::FinishRun(int64_t run_id, RunStatus status, std::optional<double> idle_power_w) {
   if (status == RunStatus::kRunning) return InvalidArgument("a run finishes as complete, failed or cancelled");
   EC_ASSIGN_OR_RETURN(Transaction tx, Write());
-  EC_ASSIGN_OR_RETURN(Statement stmt, db_.Prepare(
-      "UPDATE runs SET status = ?, finished_at = ?, idle_power_w = coalesce(?, idle_power_w) WHERE id = ?"));
-  EC_RETURN_IF_ERROR(
-      stmt.Bind(1, RunStatusText(status)).Bind(2, NowUtc()).Bind(3, idle_power_w).Bind(4, run_id).Run());
+  EC_ASSIGN_OR_RETURN(
+      Statement stmt,
+      db_.Prepare(
+          "UPDATE runs SET status = ?, finished_at = ?, idle_power_w = coalesce(?, idle_power_w) WHERE id = ?"));
+  EC_RETURN_IF_ERROR(stmt.Bind(1, RunStatusText(status)).Bind(2, NowUtc()).Bind(3, idle_power_w).Bind(4, run_id).Run());
   if (db_.Changes() == 0) return NotFound("no run #" + std::to_string(run_id) + " in " + path());
   return tx.Commit();
 }
 
 Result<StoredRun> CostDb::GetRun(int64_t run_id) {
-  EC_ASSIGN_OR_RETURN(Statement stmt, db_.Prepare(
-      "SELECT f.hash, s.name, r.status, r.started_at, r.finished_at, r.idle_power_w FROM runs r "
-      "JOIN fingerprints f ON f.id = r.fingerprint_id JOIN cost_sources s ON s.id = r.cost_source_id "
-      "WHERE r.id = ?"));
+  EC_ASSIGN_OR_RETURN(
+      Statement stmt,
+      db_.Prepare("SELECT f.hash, s.name, r.status, r.started_at, r.finished_at, r.idle_power_w FROM runs r "
+                  "JOIN fingerprints f ON f.id = r.fingerprint_id JOIN cost_sources s ON s.id = r.cost_source_id "
+                  "WHERE r.id = ?"));
   EC_ASSIGN_OR_RETURN(bool found, stmt.Bind(1, run_id).Step());
   if (!found) return NotFound("no run #" + std::to_string(run_id) + " in " + path());
   return StoredRun{.id = run_id,
@@ -66,11 +67,11 @@ Status CostDb::PutOpCost(const std::string& fingerprint_hash, int64_t run_id, co
                              fingerprint_hash);
     }
   }
-  static const std::string kSql = UpsertSql(
-      "op_costs", {"fingerprint_id", "op_key"},
-      {"fingerprint_id", "op_key", "run_id", "runtime_median_s", "runtime_stddev_s", "runtime_ci95_low_s",
-       "runtime_ci95_high_s", "runtime_n", "energy_j", "dynamic_energy_j", "idle_power_w", "energy_source",
-       "energy_probe", "output_bytes", "workspace_bytes", "rss_growth_bytes", "op_cost", "measured_at"});
+  static const std::string kSql =
+      UpsertSql("op_costs", {"fingerprint_id", "op_key"},
+                {"fingerprint_id", "op_key", "run_id", "runtime_median_s", "runtime_stddev_s", "runtime_ci95_low_s",
+                 "runtime_ci95_high_s", "runtime_n", "energy_j", "dynamic_energy_j", "idle_power_w", "energy_source",
+                 "energy_probe", "output_bytes", "workspace_bytes", "rss_growth_bytes", "op_cost", "measured_at"});
   EC_ASSIGN_OR_RETURN(Statement stmt, db_.Prepare(kSql));
   const v1::RuntimeStats& runtime = cost.runtime();
   EC_RETURN_IF_ERROR(stmt.Bind(1, fingerprint.id)
@@ -96,9 +97,9 @@ Status CostDb::PutOpCost(const std::string& fingerprint_hash, int64_t run_id, co
 }
 
 Result<std::optional<v1::OpCost>> CostDb::GetOpCost(const std::string& fingerprint_hash, const std::string& op_key) {
-  EC_ASSIGN_OR_RETURN(Statement stmt, db_.Prepare(
-      "SELECT o.op_cost FROM op_costs o JOIN fingerprints f ON f.id = o.fingerprint_id "
-      "WHERE f.hash = ? AND o.op_key = ?"));
+  EC_ASSIGN_OR_RETURN(Statement stmt,
+                      db_.Prepare("SELECT o.op_cost FROM op_costs o JOIN fingerprints f ON f.id = o.fingerprint_id "
+                                  "WHERE f.hash = ? AND o.op_key = ?"));
   EC_ASSIGN_OR_RETURN(bool found, stmt.Bind(1, fingerprint_hash).Bind(2, op_key).Step());
   if (!found) return std::optional<v1::OpCost>();
   EC_ASSIGN_OR_RETURN(v1::OpCost cost, Parse<v1::OpCost>(stmt.Blob(0), "op cost", path()));
@@ -106,9 +107,10 @@ Result<std::optional<v1::OpCost>> CostDb::GetOpCost(const std::string& fingerpri
 }
 
 Result<std::vector<v1::OpCost>> CostDb::ListOpCosts(const std::string& fingerprint_hash) {
-  EC_ASSIGN_OR_RETURN(Statement stmt, db_.Prepare(
-      "SELECT o.op_cost FROM op_costs o JOIN fingerprints f ON f.id = o.fingerprint_id WHERE f.hash = ? "
-      "ORDER BY o.op_key"));
+  EC_ASSIGN_OR_RETURN(
+      Statement stmt,
+      db_.Prepare("SELECT o.op_cost FROM op_costs o JOIN fingerprints f ON f.id = o.fingerprint_id WHERE f.hash = ? "
+                  "ORDER BY o.op_key"));
   stmt.Bind(1, fingerprint_hash);
   std::vector<v1::OpCost> costs;
   EC_RETURN_IF_ERROR(ForEachRow(stmt, [&]() -> Status {
@@ -122,11 +124,11 @@ Status CostDb::PutPagingCost(const std::string& fingerprint_hash, const v1::Pagi
   if (cost.storage_path().empty()) return InvalidArgument("a paging cost needs its storage path");
   EC_ASSIGN_OR_RETURN(Transaction tx, Write());
   EC_ASSIGN_OR_RETURN(FingerprintRow fingerprint, FindFingerprint(fingerprint_hash));
-  static const std::string kSql = UpsertSql(
-      "paging_costs", {"fingerprint_id", "storage_path"},
-      {"fingerprint_id", "storage_path", "page_out_latency_s", "page_out_throughput_bytes_per_s",
-       "page_in_latency_s", "page_in_throughput_bytes_per_s", "page_out_power_w", "page_in_power_w",
-       "energy_source", "paging_cost", "measured_at"});
+  static const std::string kSql =
+      UpsertSql("paging_costs", {"fingerprint_id", "storage_path"},
+                {"fingerprint_id", "storage_path", "page_out_latency_s", "page_out_throughput_bytes_per_s",
+                 "page_in_latency_s", "page_in_throughput_bytes_per_s", "page_out_power_w", "page_in_power_w",
+                 "energy_source", "paging_cost", "measured_at"});
   EC_ASSIGN_OR_RETURN(Statement stmt, db_.Prepare(kSql));
   EC_RETURN_IF_ERROR(stmt.Bind(1, fingerprint.id)
                          .Bind(2, cost.storage_path())
@@ -144,9 +146,11 @@ Status CostDb::PutPagingCost(const std::string& fingerprint_hash, const v1::Pagi
 }
 
 Result<std::optional<v1::PagingCost>> CostDb::GetPagingCost(const std::string& fingerprint_hash) {
-  EC_ASSIGN_OR_RETURN(Statement stmt, db_.Prepare(
-      "SELECT p.paging_cost FROM paging_costs p JOIN fingerprints f ON f.id = p.fingerprint_id WHERE f.hash = ? "
-      "ORDER BY p.measured_at DESC, p.id DESC LIMIT 1"));
+  EC_ASSIGN_OR_RETURN(
+      Statement stmt,
+      db_.Prepare(
+          "SELECT p.paging_cost FROM paging_costs p JOIN fingerprints f ON f.id = p.fingerprint_id WHERE f.hash = ? "
+          "ORDER BY p.measured_at DESC, p.id DESC LIMIT 1"));
   EC_ASSIGN_OR_RETURN(bool found, stmt.Bind(1, fingerprint_hash).Step());
   if (!found) return std::optional<v1::PagingCost>();
   EC_ASSIGN_OR_RETURN(v1::PagingCost cost, Parse<v1::PagingCost>(stmt.Blob(0), "paging cost", path()));

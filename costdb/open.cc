@@ -1,6 +1,4 @@
 // Opening a cost database: where it lives, refusing what is not ours, read-only media, and what it holds.
-#include "costdb/costdb.h"
-
 #include <pwd.h>
 #include <unistd.h>
 
@@ -10,6 +8,7 @@
 #include <filesystem>
 #include <string>
 
+#include "costdb/costdb.h"
 #include "costdb/internal.h"
 
 namespace edgecost::costdb {
@@ -47,8 +46,8 @@ Status PrepareWritableLocation(const std::string& path, bool exists) {
                             "), and the cost database needs to write there: pass --db elsewhere or set EDGECOST_DB");
   }
   if (exists && ::access(path.c_str(), W_OK) != 0) {
-    return PermissionDenied(path + " is read-only (" + std::strerror(errno) + "): make it writable (chmod u+w " +
-                            path + ") or pass another --db");
+    return PermissionDenied(path + " is read-only (" + std::strerror(errno) + "): make it writable (chmod u+w " + path +
+                            ") or pass another --db");
   }
   return Status::Ok();
 }
@@ -68,7 +67,8 @@ Result<int> CheckIsOurs(Db& db) {
   EC_ASSIGN_OR_RETURN(std::string header, db.ReadFileHeader(static_cast<int>(kSqliteMagic.size())));
   // SQLite itself treats a short file as empty and would overwrite it.
   if (!header.empty() && header != kSqliteMagic) {
-    return InvalidArgument(db.path() + " is not an edgecost database (not SQLite): pass another --db or move the "
+    return InvalidArgument(db.path() +
+                           " is not an edgecost database (not SQLite): pass another --db or move the "
                            "file away");
   }
   EC_ASSIGN_OR_RETURN(int64_t version, db.QueryInt("PRAGMA user_version"));
@@ -79,7 +79,8 @@ Result<int> CheckIsOurs(Db& db) {
   if (version == 0) {
     EC_ASSIGN_OR_RETURN(int64_t objects, db.QueryInt("SELECT count(*) FROM sqlite_master"));
     if (objects > 0) {
-      return InvalidArgument(db.path() + " is an SQLite database of another program, not an edgecost one: pass "
+      return InvalidArgument(db.path() +
+                             " is an SQLite database of another program, not an edgecost one: pass "
                              "another --db or move the file away");
     }
   }
@@ -93,7 +94,6 @@ Result<int> CheckIsOurs(Db& db) {
 }
 
 }  // namespace
-
 
 std::string DefaultDbPath() {
   if (const char* env = std::getenv("EDGECOST_DB"); env && *env) return env;
@@ -112,7 +112,8 @@ Result<CostDb> CostDb::Open(const std::string& path, OpenOptions options) {
 
   if (options.mode == OpenMode::kReadOnly) {
     if (!exists) {
-      return NotFound("no cost database at " + path + ": store costs first (e.g. `edgecost costs MODEL --store`) "
+      return NotFound("no cost database at " + path +
+                      ": store costs first (e.g. `edgecost costs MODEL --store`) "
                       "or pass another --db");
     }
     EC_ASSIGN_OR_RETURN(Db db, Db::Open(path, ReadAccess(path), timeout_ms));

@@ -1,21 +1,21 @@
 // Schedule requests and schedules.
-#include "costdb/costdb.h"
-
 #include <string>
 #include <vector>
 
+#include "costdb/costdb.h"
 #include "costdb/internal.h"
 
 namespace edgecost::costdb {
 using namespace internal;
 
-
 Result<int64_t> CostDb::PutScheduleRequest(const v1::ScheduleRequest& request) {
   const std::string blob = Serialize(request);
   EC_ASSIGN_OR_RETURN(Transaction tx, Write());
-  EC_ASSIGN_OR_RETURN(Statement insert, db_.Prepare(
-      "INSERT INTO schedule_requests (model, device, cost_source, request, created_at) VALUES (?, ?, ?, ?, ?) "
-      "ON CONFLICT (request) DO NOTHING"));
+  EC_ASSIGN_OR_RETURN(
+      Statement insert,
+      db_.Prepare(
+          "INSERT INTO schedule_requests (model, device, cost_source, request, created_at) VALUES (?, ?, ?, ?, ?) "
+          "ON CONFLICT (request) DO NOTHING"));
   EC_RETURN_IF_ERROR(insert.Bind(1, request.model().empty() ? request.graph_file() : request.model())
                          .Bind(2, request.device())
                          .Bind(3, request.cost_source())
@@ -45,12 +45,14 @@ Result<int64_t> CostDb::PutSchedule(int64_t request_id, int64_t cost_table_id, c
                         db_.QueryInt("SELECT count(*) FROM cost_tables WHERE id = " + std::to_string(cost_table_id)));
     if (tables == 0) return NotFound("no cost table #" + std::to_string(cost_table_id) + " in " + path());
   }
-  EC_ASSIGN_OR_RETURN(Statement supersede, db_.Prepare(
-      "UPDATE schedules SET superseded_at = ? WHERE request_id = ? AND superseded_at IS NULL"));
+  EC_ASSIGN_OR_RETURN(
+      Statement supersede,
+      db_.Prepare("UPDATE schedules SET superseded_at = ? WHERE request_id = ? AND superseded_at IS NULL"));
   EC_RETURN_IF_ERROR(supersede.Bind(1, now).Bind(2, request_id).Run());
-  EC_ASSIGN_OR_RETURN(Statement insert, db_.Prepare(
-      "INSERT INTO schedules (request_id, cost_table_id, status, energy_j, schedule, created_at) "
-      "VALUES (?, ?, ?, ?, ?, ?)"));
+  EC_ASSIGN_OR_RETURN(
+      Statement insert,
+      db_.Prepare("INSERT INTO schedules (request_id, cost_table_id, status, energy_j, schedule, created_at) "
+                  "VALUES (?, ?, ?, ?, ?, ?)"));
   EC_RETURN_IF_ERROR(insert.Bind(1, request_id)
                          .Bind(2, cost_table_id != 0 ? std::optional<int64_t>(cost_table_id) : std::nullopt)
                          .Bind(3, static_cast<int>(schedule.status()))
@@ -71,10 +73,12 @@ Result<v1::Schedule> CostDb::GetSchedule(int64_t id) {
 }
 
 Result<std::vector<StoredSchedule>> CostDb::ListSchedules(const std::string& model, const std::string& device) {
-  EC_ASSIGN_OR_RETURN(Statement stmt, db_.Prepare(
-      "SELECT s.id, r.id, coalesce(s.cost_table_id, 0), r.request, s.status, s.energy_j, "
-      "s.superseded_at IS NOT NULL, s.created_at FROM schedules s JOIN schedule_requests r ON r.id = s.request_id "
-      "WHERE (?1 = '' OR r.model = ?1) AND (?2 = '' OR r.device = ?2) ORDER BY s.id"));
+  EC_ASSIGN_OR_RETURN(
+      Statement stmt,
+      db_.Prepare(
+          "SELECT s.id, r.id, coalesce(s.cost_table_id, 0), r.request, s.status, s.energy_j, "
+          "s.superseded_at IS NOT NULL, s.created_at FROM schedules s JOIN schedule_requests r ON r.id = s.request_id "
+          "WHERE (?1 = '' OR r.model = ?1) AND (?2 = '' OR r.device = ?2) ORDER BY s.id"));
   stmt.Bind(1, model).Bind(2, device);
   std::vector<StoredSchedule> schedules;
   EC_RETURN_IF_ERROR(ForEachRow(stmt, [&]() -> Status {

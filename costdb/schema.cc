@@ -1,9 +1,8 @@
 // The schema, as forward migrations from an empty file.
-#include "costdb/costdb.h"
-
 #include <string>
 #include <vector>
 
+#include "costdb/costdb.h"
 #include "costdb/internal.h"
 
 namespace edgecost::costdb {
@@ -163,7 +162,6 @@ static_assert(std::size(kMigrations) == kSchemaVersion, "one migration step per 
 
 }  // namespace
 
-
 Status CostDb::Migrate() {
   EC_ASSIGN_OR_RETURN(int64_t version, db_.QueryInt("PRAGMA user_version"));
   if (version == kSchemaVersion) return Status::Ok();
@@ -174,8 +172,8 @@ Status CostDb::Migrate() {
     // Re-read under the write lock: another process may have migrated meanwhile.
     EC_ASSIGN_OR_RETURN(version, db_.QueryInt("PRAGMA user_version"));
     if (version >= kSchemaVersion) return Status::Ok();
-    const std::string step = "migrating " + path() + " from schema " + std::to_string(version) + " to " +
-                             std::to_string(version + 1);
+    const std::string step =
+        "migrating " + path() + " from schema " + std::to_string(version) + " to " + std::to_string(version + 1);
     EC_RETURN_IF_ERROR(db_.Exec(kMigrations[version]).WithContext(step));
     EC_RETURN_IF_ERROR(db_.Exec("PRAGMA user_version = " + std::to_string(version + 1)));
     EC_RETURN_IF_ERROR(tx.Commit());

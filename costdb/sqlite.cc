@@ -182,8 +182,7 @@ Result<int64_t> Db::QueryInt(std::string_view sql) {
 
 Result<std::string> Db::ReadFileHeader(int size) {
   sqlite3_file* file = nullptr;
-  if (sqlite3_file_control(db_, "main", SQLITE_FCNTL_FILE_POINTER, &file) != SQLITE_OK || !file ||
-      !file->pMethods) {
+  if (sqlite3_file_control(db_, "main", SQLITE_FCNTL_FILE_POINTER, &file) != SQLITE_OK || !file || !file->pMethods) {
     return std::string();
   }
   // stat(), not xFileSize: SQLite reports a 1-byte file as empty (an old OS X workaround).
@@ -192,8 +191,7 @@ Result<std::string> Db::ReadFileHeader(int size) {
   const sqlite3_int64 file_bytes = st.st_size;
   std::string header(static_cast<size_t>(std::min<sqlite3_int64>(file_bytes, size)), '\0');
   if (header.empty()) return header;
-  if (const int rc = file->pMethods->xRead(file, header.data(), static_cast<int>(header.size()), 0);
-      rc != SQLITE_OK) {
+  if (const int rc = file->pMethods->xRead(file, header.data(), static_cast<int>(header.size()), 0); rc != SQLITE_OK) {
     return Error(rc, "reading the file header");
   }
   return header;
@@ -228,13 +226,13 @@ Status Db::Error(int code, std::string_view what) const {
       return PermissionDenied("cannot open " + path_ + " (" + detail +
                               "): check that it exists and that you may write its folder, or pass another --db");
     case SQLITE_NOTADB:
-      return InvalidArgument(path_ + " is not an edgecost database (not SQLite): pass another --db or move the "
+      return InvalidArgument(path_ +
+                             " is not an edgecost database (not SQLite): pass another --db or move the "
                              "file away");
     case SQLITE_CORRUPT:
       return Damaged(path_, detail);
     case SQLITE_FULL:
-      return Status(ErrorCode::kResourceExhausted,
-                    "the disk holding " + path_ + " is full: free some space and retry");
+      return Status(ErrorCode::kResourceExhausted, "the disk holding " + path_ + " is full: free some space and retry");
     case SQLITE_CONSTRAINT:
       return InvalidArgument(path_ + ": " + detail);
     default:

@@ -1,9 +1,9 @@
 #include "daemon/client.h"
 
-#include <boost/asio.hpp>
-#include <boost/beast.hpp>
 #include <cstdlib>
 
+#include <boost/asio.hpp>
+#include <boost/beast.hpp>
 #include <nlohmann/json.hpp>
 
 namespace edgecost::daemon {

@@ -23,7 +23,8 @@ std::string TrimRight(std::string text) {
 // Typed reads of one key's value; each error names the key.
 class Value {
  public:
-  Value(const std::string& path, std::string name, const toml::node& node) : path_(path), name_(std::move(name)), node_(node) {}
+  Value(const std::string& path, std::string name, const toml::node& node)
+      : path_(path), name_(std::move(name)), node_(node) {}
 
   Result<std::string> Text() const {
     if (auto s = node_.value<std::string>()) return *s;
@@ -186,11 +187,13 @@ Status ValidateConfig(const DaemonConfig& config) {
       return InvalidArgument("TCP and restricted calls need a bearer token: set server.token_file (or --token-file)");
     }
     EC_ASSIGN_OR_RETURN(std::string token, ReadToken(config.token_file));
-    if (token.size() < 16) return InvalidArgument("the token in " + config.token_file + " is shorter than 16 characters");
+    if (token.size() < 16)
+      return InvalidArgument("the token in " + config.token_file + " is shorter than 16 characters");
   }
   if (!config.probes_config.empty()) EC_RETURN_IF_ERROR(probes::LoadProbesConfig(config.probes_config).status());
   if (config.limits.max_connections < 1 || config.limits.worker_threads < 1 || config.concurrent_solves < 1) {
-    return InvalidArgument("limits.max_connections, limits.worker_threads and limits.concurrent_solves must be at least 1");
+    return InvalidArgument(
+        "limits.max_connections, limits.worker_threads and limits.concurrent_solves must be at least 1");
   }
   return Status::Ok();
 }

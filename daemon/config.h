@@ -14,8 +14,8 @@ namespace edgecost::daemon {
 int DefaultConcurrentSolves();
 
 struct DaemonConfig {
-  std::string db_path;                 // empty: the default cost database
-  std::string socket_path;             // empty: no Unix socket
+  std::string db_path;      // empty: the default cost database
+  std::string socket_path;  // empty: no Unix socket
   unsigned socket_mode = 0660;
   std::string socket_group;            // empty: the daemon's own group
   std::string tcp_host = "127.0.0.1";  // loopback unless told otherwise

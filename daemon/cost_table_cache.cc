@@ -9,8 +9,9 @@ namespace edgecost::daemon {
 std::string CostTableCache::Key(const HttpRequest& request) {
   if (request.target != kRoute) return "";
   v1::GetCostTableRequest decoded;
-  const bool ok = IsJson(request.content_type) ? google::protobuf::util::JsonStringToMessage(request.body, &decoded).ok()
-                                               : decoded.ParseFromString(request.body);
+  const bool ok = IsJson(request.content_type)
+                      ? google::protobuf::util::JsonStringToMessage(request.body, &decoded).ok()
+                      : decoded.ParseFromString(request.body);
   return ok ? request.content_type + '\n' + decoded.SerializeAsString() : std::string();
 }
 

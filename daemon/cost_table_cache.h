@@ -33,8 +33,8 @@ class CostTableCache {
 
  private:
   std::mutex mutex_;
-  std::set<std::string> analytic_requests_;          // serialized requests
-  std::map<std::string, HttpResponse> responses_;    // by Key()
+  std::set<std::string> analytic_requests_;        // serialized requests
+  std::map<std::string, HttpResponse> responses_;  // by Key()
 };
 
 }  // namespace edgecost::daemon

@@ -62,7 +62,8 @@ Status Daemon::CheckHardware(const std::string& why) {
   spdlog::info("event=fingerprint device={} before={} after={} why={}", Quoted(device.name()),
                before.empty() ? "none" : before, device.fingerprint().hash(), why);
   if (before.empty()) {
-    event.set_message("fingerprint " + device.fingerprint().hash() + " recorded for " + device.name() + " (" + why + ")");
+    event.set_message("fingerprint " + device.fingerprint().hash() + " recorded for " + device.name() + " (" + why +
+                      ")");
     events_.Emit(event);
     return Status::Ok();
   }
@@ -92,14 +93,15 @@ void Daemon::RegisterRoutes() {
     return [service, method](const auto& request) { return (service->*method)(request); };
   };
   router_.Add<v1::ListDevicesRequest, v1::ListDevicesResponse>("CostService", "ListDevices",
-                                                                bind(&cost_service_, &CostService::ListDevices));
-  router_.Add<v1::GetDeviceRequest, v1::Device>("CostService", "GetDevice", bind(&cost_service_, &CostService::GetDevice));
+                                                               bind(&cost_service_, &CostService::ListDevices));
+  router_.Add<v1::GetDeviceRequest, v1::Device>("CostService", "GetDevice",
+                                                bind(&cost_service_, &CostService::GetDevice));
   router_.Add<v1::ListModelsRequest, v1::ListModelsResponse>("CostService", "ListModels",
-                                                              bind(&cost_service_, &CostService::ListModels));
+                                                             bind(&cost_service_, &CostService::ListModels));
   router_.Add<v1::GetCostTableRequest, v1::CostTable>("CostService", "GetCostTable",
-                                                       bind(&cost_service_, &CostService::GetCostTable));
+                                                      bind(&cost_service_, &CostService::GetCostTable));
   router_.Add<v1::GetPagingCostsRequest, v1::PagingCost>("CostService", "GetPagingCosts",
-                                                          bind(&cost_service_, &CostService::GetPagingCosts));
+                                                         bind(&cost_service_, &CostService::GetPagingCosts));
 
   router_.AddAsync<v1::ScheduleRequest, v1::Schedule>(
       "SolverService", "Solve",
@@ -117,22 +119,23 @@ void Daemon::RegisterRoutes() {
       },
       /*mutates=*/true);
   router_.Add<v1::GetScheduleRequest, v1::Schedule>("SolverService", "GetSchedule",
-                                                     bind(&solver_service_, &SolverService::GetSchedule));
-  router_.Add<v1::ListSchedulesRequest, v1::ListSchedulesResponse>("SolverService", "ListSchedules",
-                                                                    bind(&solver_service_, &SolverService::ListSchedules));
+                                                    bind(&solver_service_, &SolverService::GetSchedule));
+  router_.Add<v1::ListSchedulesRequest, v1::ListSchedulesResponse>(
+      "SolverService", "ListSchedules", bind(&solver_service_, &SolverService::ListSchedules));
 
-  router_.Add<v1::StartProfileRequest, v1::Job>("JobService", "StartProfile", bind(&job_service_, &JobService::StartProfile),
+  router_.Add<v1::StartProfileRequest, v1::Job>("JobService", "StartProfile",
+                                                bind(&job_service_, &JobService::StartProfile),
                                                 /*mutates=*/true);
   router_.Add<v1::GetJobRequest, v1::Job>("JobService", "GetJob", bind(&job_service_, &JobService::GetJob));
   router_.Add<v1::CancelJobRequest, v1::Job>("JobService", "CancelJob", bind(&job_service_, &JobService::CancelJob),
                                              /*mutates=*/true);
-  router_.Add<v1::ListJobsRequest, v1::ListJobsResponse>("JobService", "ListJobs", bind(&job_service_, &JobService::ListJobs));
+  router_.Add<v1::ListJobsRequest, v1::ListJobsResponse>("JobService", "ListJobs",
+                                                         bind(&job_service_, &JobService::ListJobs));
   router_.AddAsync<v1::WatchEventsRequest, v1::WatchEventsResponse>(
       "JobService", "WatchEvents",
       [this](const v1::WatchEventsRequest& request, TwirpRouter::Done<v1::WatchEventsResponse> done) {
-        job_service_.WatchEvents(request, [done = std::move(done)](v1::WatchEventsResponse response) {
-          done(std::move(response));
-        });
+        job_service_.WatchEvents(
+            request, [done = std::move(done)](v1::WatchEventsResponse response) { done(std::move(response)); });
       });
 }
 
@@ -153,7 +156,8 @@ void Daemon::Handle(HttpRequest request, HttpReply reply) {
     const double elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     request_metrics_.Record(router_.Has(target) ? target : "unknown", response.status, elapsed_s);
     if (response.status >= 500 && response.status != 503) {
-      spdlog::error("event=request_failed route={} status={} body={}", Quoted(target), response.status, Quoted(response.body));
+      spdlog::error("event=request_failed route={} status={} body={}", Quoted(target), response.status,
+                    Quoted(response.body));
     }
     spdlog::debug("event=request route={} status={} latency_ms={:.3f}", target, response.status, elapsed_s * 1e3);
     reply(std::move(response));
@@ -173,7 +177,9 @@ void Daemon::Handle(HttpRequest request, HttpReply reply) {
 
 std::string Daemon::MetricsText() {
   std::ostringstream out;
-  WriteGauges(out, {.jobs = jobs_.List(), .solves_in_flight = solves_in_flight_.load(), .event_watchers = events_.WatcherCount()});
+  WriteGauges(
+      out,
+      {.jobs = jobs_.List(), .solves_in_flight = solves_in_flight_.load(), .event_watchers = events_.WatcherCount()});
   {
     std::lock_guard lock(probes_mutex_);
     WriteProbeMetrics(out, probes_);
@@ -189,8 +195,8 @@ Result<int> Daemon::Start() {
   // Open the database once here so that a bad file fails the start, not the first request.
   EC_RETURN_IF_ERROR(costdb::CostDb::Open(config_.db_path, costdb::OpenMode::kReadWrite).status());
   EC_RETURN_IF_ERROR(jobs_.Open());
-  server_ = std::make_unique<HttpServer>([this](HttpRequest r, HttpReply reply) { Handle(std::move(r), std::move(reply)); },
-                                         config_.limits);
+  server_ = std::make_unique<HttpServer>(
+      [this](HttpRequest r, HttpReply reply) { Handle(std::move(r), std::move(reply)); }, config_.limits);
   if (!config_.socket_path.empty()) {
     EC_RETURN_IF_ERROR(server_->ListenUnix(config_.socket_path, config_.socket_mode, config_.socket_group));
   }
@@ -225,9 +231,9 @@ void Daemon::Stop() {
     stopping_ = true;
   }
   watcher_wake_.notify_all();
-  stop_solves_ = true;           // a running solve answers with its best schedule so far
-  jobs_.Shutdown();    // the running profile stops at its next op; measured ops are stored
-  events_.Shutdown();  // every long poll is answered
+  stop_solves_ = true;  // a running solve answers with its best schedule so far
+  jobs_.Shutdown();     // the running profile stops at its next op; measured ops are stored
+  events_.Shutdown();   // every long poll is answered
   solve_pool_.join();
   if (server_) server_->Stop();
 }

@@ -33,8 +33,9 @@ Result<DbLock> DbLock::Acquire(const std::string& db_path) {
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
     const int holder = ReadPid(fd);
     ::close(fd);
-    return FailedPrecondition("another edgecost daemon" + (holder ? " (pid " + std::to_string(holder) + ")" : std::string()) +
-                              " serves " + db_path + "; stop it, or give this one another --db");
+    return FailedPrecondition("another edgecost daemon" +
+                              (holder ? " (pid " + std::to_string(holder) + ")" : std::string()) + " serves " +
+                              db_path + "; stop it, or give this one another --db");
   }
   // The pid only serves the message a second daemon prints: the lock holds without it.
   const std::string pid = std::to_string(::getpid()) + "\n";

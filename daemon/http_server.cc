@@ -4,14 +4,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <boost/asio.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
 #include <chrono>
 #include <filesystem>
 #include <optional>
 #include <thread>
 #include <vector>
+
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
 
 namespace edgecost::daemon {
 namespace {
@@ -25,7 +26,6 @@ using tcp = asio::ip::tcp;
 std::chrono::milliseconds Millis(double seconds) {
   return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
 }
-
 
 }  // namespace
 
@@ -151,20 +151,20 @@ class Session : public std::enable_shared_from_this<Session<Protocol>> {
 
 template <typename Protocol>
 void HttpServer::Impl::Accept(typename Protocol::acceptor& acceptor, bool over_tcp) {
-  acceptor.async_accept(asio::make_strand(io), [this, &acceptor, over_tcp](beast::error_code ec,
-                                                                           typename Protocol::socket socket) {
-    if (ec == asio::error::operation_aborted) return;  // stopped
-    if (!ec) {
-      if (Connections(over_tcp).fetch_add(1) >= limits.max_connections) {
-        Connections(over_tcp).fetch_sub(1);
-        beast::error_code ignored;
-        socket.close(ignored);  // over the limit: refuse rather than let one client starve the rest
-      } else {
-        std::make_shared<Session<Protocol>>(std::move(socket), *this, over_tcp)->Start();
-      }
-    }
-    Accept<Protocol>(acceptor, over_tcp);
-  });
+  acceptor.async_accept(
+      asio::make_strand(io), [this, &acceptor, over_tcp](beast::error_code ec, typename Protocol::socket socket) {
+        if (ec == asio::error::operation_aborted) return;  // stopped
+        if (!ec) {
+          if (Connections(over_tcp).fetch_add(1) >= limits.max_connections) {
+            Connections(over_tcp).fetch_sub(1);
+            beast::error_code ignored;
+            socket.close(ignored);  // over the limit: refuse rather than let one client starve the rest
+          } else {
+            std::make_shared<Session<Protocol>>(std::move(socket), *this, over_tcp)->Start();
+          }
+        }
+        Accept<Protocol>(acceptor, over_tcp);
+      });
 }
 
 HttpServer::HttpServer(HttpHandler handler, ServerLimits limits)
@@ -210,7 +210,8 @@ Status HttpServer::ListenUnix(const std::string& path, unsigned mode, const std:
 Result<int> HttpServer::ListenTcp(const std::string& host, int port) {
   try {
     const auto address = asio::ip::make_address(host);
-    impl_->tcp_acceptor = std::make_unique<tcp::acceptor>(impl_->io, tcp::endpoint(address, static_cast<uint16_t>(port)));
+    impl_->tcp_acceptor =
+        std::make_unique<tcp::acceptor>(impl_->io, tcp::endpoint(address, static_cast<uint16_t>(port)));
   } catch (const boost::system::system_error& e) {
     return Unavailable("cannot listen on " + host + ":" + std::to_string(port) + ": " + e.what());
   }

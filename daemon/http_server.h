@@ -20,7 +20,7 @@ struct HttpRequest {
   std::string content_type;
   std::string authorization;  // the Authorization header, if any
   std::string body;
-  bool over_tcp = false;      // false: the Unix socket, protected by file permissions
+  bool over_tcp = false;  // false: the Unix socket, protected by file permissions
 };
 
 struct HttpResponse {
@@ -49,11 +49,11 @@ using HttpHandler = std::function<void(HttpRequest, HttpReply)>;
 struct ServerLimits {
   size_t max_header_bytes = 16 * 1024;
   size_t max_body_bytes = 4 * 1024 * 1024;
-  double read_timeout_s = 10;   // a slow client is dropped after this
+  double read_timeout_s = 10;  // a slow client is dropped after this
   double write_timeout_s = 10;
-  int max_connections = 512;    // per listener: beyond this, its new connections are closed at once
+  int max_connections = 512;  // per listener: beyond this, its new connections are closed at once
   int io_threads = 1;
-  int worker_threads = 2;       // handlers run here
+  int worker_threads = 2;  // handlers run here
 };
 
 class HttpServer {

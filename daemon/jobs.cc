@@ -6,18 +6,18 @@
 
 #include <spdlog/spdlog.h>
 
-#include "graph/resolve.h"
-#include "graph/zoo.h"
 #include "costdb/costdb.h"
 #include "daemon/log.h"
+#include "graph/resolve.h"
+#include "graph/zoo.h"
 #include "service/cost_tables.h"
 #include "service/profile_job.h"
 
 namespace edgecost::daemon {
 namespace {
 
-constexpr uint32_t kMaxCrashes = 2;      // a job that took the daemon down this often is not run again
-constexpr size_t kMaxQueuedJobs = 64;    // beyond this, StartProfile is refused rather than queue without end
+constexpr uint32_t kMaxCrashes = 2;    // a job that took the daemon down this often is not run again
+constexpr size_t kMaxQueuedJobs = 64;  // beyond this, StartProfile is refused rather than queue without end
 
 std::string NowRfc3339() {
   const std::time_t now = std::time(nullptr);
@@ -80,8 +80,9 @@ std::optional<v1::Event> JobManager::ResumeOrRefuseLocked(Entry& entry) {
                     std::to_string(job.id()) + "` removes it)");
   } else {
     job.set_state(v1::Job::STATE_QUEUED);
-    job.set_message("queued again: the daemon " +
-                    std::string(state == v1::Job::STATE_RUNNING ? "died while it was running" : "stopped while it was queued"));
+    job.set_message("queued again: the daemon " + std::string(state == v1::Job::STATE_RUNNING
+                                                                  ? "died while it was running"
+                                                                  : "stopped while it was queued"));
     queue_.push_back(job.id());
   }
   StoreLocked(entry);
@@ -152,7 +153,8 @@ Status CheckProfileRequest(const v1::StartProfileRequest& request) {
   EC_RETURN_IF_ERROR(graph::CheckModelName(request.model()));
   if (!graph::BuildZooModel(request.model()).ok()) {
     std::string names;
-    for (const graph::ZooModel& model : graph::ZooModels()) names += (names.empty() ? "" : ", ") + std::string(model.name);
+    for (const graph::ZooModel& model : graph::ZooModels())
+      names += (names.empty() ? "" : ", ") + std::string(model.name);
     return NotFound("no zoo model '" + request.model() + "' to profile; the zoo has " + names +
                     " (other models are profiled with the local `edgecost profile --model FILE`)");
   }

@@ -53,7 +53,8 @@ class JobManager {
     v1::Job job;
     v1::StartProfileRequest request;  // kind "profile"
     std::atomic<bool> stop{false};
-    bool cancelled = false;  // by CancelJob; otherwise a stop is the daemon's shutdown, and the job resumes at the next start
+    bool cancelled =
+        false;  // by CancelJob; otherwise a stop is the daemon's shutdown, and the job resumes at the next start
   };
   void Worker();
   std::optional<v1::Event> ResumeOrRefuseLocked(Entry& entry);

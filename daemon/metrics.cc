@@ -22,10 +22,12 @@ void RequestMetrics::Record(const std::string& route, int status, double elapsed
 void RequestMetrics::Write(std::ostream& out) {
   std::lock_guard lock(mutex_);
   out << "# HELP edgecost_requests_total Twirp requests by route.\n# TYPE edgecost_requests_total counter\n";
-  for (const auto& [route, s] : routes_) out << "edgecost_requests_total{route=\"" << route << "\"} " << s.requests << "\n";
+  for (const auto& [route, s] : routes_)
+    out << "edgecost_requests_total{route=\"" << route << "\"} " << s.requests << "\n";
   out << "# HELP edgecost_request_errors_total Twirp requests answered with an error.\n"
          "# TYPE edgecost_request_errors_total counter\n";
-  for (const auto& [route, s] : routes_) out << "edgecost_request_errors_total{route=\"" << route << "\"} " << s.errors << "\n";
+  for (const auto& [route, s] : routes_)
+    out << "edgecost_request_errors_total{route=\"" << route << "\"} " << s.errors << "\n";
   out << "# HELP edgecost_request_seconds Time to answer a request.\n# TYPE edgecost_request_seconds histogram\n";
   for (const auto& [route, s] : routes_) {
     for (size_t b = 0; b < std::size(kLatencyBucketsS); ++b) {

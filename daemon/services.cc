@@ -9,8 +9,8 @@
 #include "costdb/costdb.h"
 #include "daemon/log.h"
 #include "graph/resolve.h"
-#include "service/cost_tables.h"
 #include "profiler/profile.h"
+#include "service/cost_tables.h"
 
 namespace edgecost::daemon {
 namespace {
@@ -72,7 +72,8 @@ Result<v1::Schedule> SolverService::Solve(const v1::ScheduleRequest& request) {
     return InvalidArgument("threads is at most " + std::to_string(Cores()) + " here, the number of cores");
   }
   if (request.time_limit_s() > kMaxTimeLimitS) {
-    return InvalidArgument("time_limit_s is at most " + std::to_string(static_cast<int>(kMaxTimeLimitS)) + " s over RPC");
+    return InvalidArgument("time_limit_s is at most " + std::to_string(static_cast<int>(kMaxTimeLimitS)) +
+                           " s over RPC");
   }
   EC_ASSIGN_OR_RETURN(costdb::CostDb * db, ThreadDb(db_path_));
   EC_ASSIGN_OR_RETURN(service::SolvedRequest solved, service::SolveRequest(db, request, /*store=*/true, stop_));
@@ -118,7 +119,8 @@ Result<v1::ListJobsResponse> JobService::ListJobs(const v1::ListJobsRequest& req
   std::vector<v1::Job> all = jobs_.List();  // by id, oldest first
   const size_t limit = request.limit() > 0 ? request.limit() : 100;
   v1::ListJobsResponse response;
-  for (size_t i = all.size() > limit ? all.size() - limit : 0; i < all.size(); ++i) *response.add_jobs() = std::move(all[i]);
+  for (size_t i = all.size() > limit ? all.size() - limit : 0; i < all.size(); ++i)
+    *response.add_jobs() = std::move(all[i]);
   return response;
 }
 

@@ -14,7 +14,8 @@ namespace {
 // The media type alone, before any parameters: "application/json; charset=utf-8" is JSON, "application/jsonx" is not.
 bool IsMediaType(const std::string& content_type, std::string_view type) {
   if (content_type.size() < type.size() ||
-      !std::equal(type.begin(), type.end(), content_type.begin(), [](char a, char b) { return a == std::tolower(static_cast<unsigned char>(b)); })) {
+      !std::equal(type.begin(), type.end(), content_type.begin(),
+                  [](char a, char b) { return a == std::tolower(static_cast<unsigned char>(b)); })) {
     return false;
   }
   const std::string_view rest = std::string_view(content_type).substr(type.size());
@@ -29,19 +30,32 @@ bool IsJson(const std::string& content_type) { return IsMediaType(content_type, 
 
 std::pair<const char*, int> TwirpCode(ErrorCode code) {
   switch (code) {
-    case ErrorCode::kOk: return {"ok", 200};
-    case ErrorCode::kInvalidArgument: return {"invalid_argument", 400};
-    case ErrorCode::kNotFound: return {"not_found", 404};
-    case ErrorCode::kAlreadyExists: return {"already_exists", 409};
-    case ErrorCode::kFailedPrecondition: return {"failed_precondition", 412};
-    case ErrorCode::kPermissionDenied: return {"permission_denied", 403};
-    case ErrorCode::kUnavailable: return {"unavailable", 503};
-    case ErrorCode::kResourceExhausted: return {"resource_exhausted", 429};
-    case ErrorCode::kDeadlineExceeded: return {"deadline_exceeded", 408};
-    case ErrorCode::kCancelled: return {"canceled", 408};
-    case ErrorCode::kUnimplemented: return {"unimplemented", 501};
-    case ErrorCode::kInternal: return {"internal", 500};
-    case ErrorCode::kDataLoss: return {"data_loss", 500};
+    case ErrorCode::kOk:
+      return {"ok", 200};
+    case ErrorCode::kInvalidArgument:
+      return {"invalid_argument", 400};
+    case ErrorCode::kNotFound:
+      return {"not_found", 404};
+    case ErrorCode::kAlreadyExists:
+      return {"already_exists", 409};
+    case ErrorCode::kFailedPrecondition:
+      return {"failed_precondition", 412};
+    case ErrorCode::kPermissionDenied:
+      return {"permission_denied", 403};
+    case ErrorCode::kUnavailable:
+      return {"unavailable", 503};
+    case ErrorCode::kResourceExhausted:
+      return {"resource_exhausted", 429};
+    case ErrorCode::kDeadlineExceeded:
+      return {"deadline_exceeded", 408};
+    case ErrorCode::kCancelled:
+      return {"canceled", 408};
+    case ErrorCode::kUnimplemented:
+      return {"unimplemented", 501};
+    case ErrorCode::kInternal:
+      return {"internal", 500};
+    case ErrorCode::kDataLoss:
+      return {"data_loss", 500};
   }
   return {"unknown", 500};
 }
@@ -62,15 +76,16 @@ void TwirpRouter::Handle(const HttpRequest& request, HttpReply reply) const {
   }
   const bool json = IsJson(request.content_type);
   if (!json && !IsProtobuf(request.content_type)) {
-    return reply(TwirpError("bad_route", 404, "unexpected Content-Type '" + request.content_type +
-                                                  "'; use application/json or application/protobuf"));
+    return reply(TwirpError(
+        "bad_route", 404,
+        "unexpected Content-Type '" + request.content_type + "'; use application/json or application/protobuf"));
   }
   std::unique_ptr<google::protobuf::Message> input = it->second.make_request();
   if (json) {
     google::protobuf::util::JsonParseOptions options;
     options.ignore_unknown_fields = false;
-    const auto status = google::protobuf::util::JsonStringToMessage(request.body.empty() ? "{}" : request.body,
-                                                                    input.get(), options);
+    const auto status =
+        google::protobuf::util::JsonStringToMessage(request.body.empty() ? "{}" : request.body, input.get(), options);
     if (!status.ok()) return reply(TwirpError("malformed", 400, "the JSON body does not decode: " + status.ToString()));
   } else if (!input->ParseFromString(request.body)) {
     return reply(TwirpError("malformed", 400, "the protobuf body does not decode"));

@@ -49,8 +49,7 @@ class TwirpRouter {
   template <typename Request, typename Response>
   void Add(const std::string& service, const std::string& method, Method<Request, Response> fn, bool mutates = false) {
     AddAsync<Request, Response>(
-        service, method,
-        [fn = std::move(fn)](const Request& request, Done<Response> done) { done(fn(request)); },
+        service, method, [fn = std::move(fn)](const Request& request, Done<Response> done) { done(fn(request)); },
         mutates);
   }
 
@@ -59,17 +58,17 @@ class TwirpRouter {
   template <typename Request, typename Response>
   void AddAsync(const std::string& service, const std::string& method, AsyncMethod<Request, Response> fn,
                 bool mutates = false) {
-    routes_["/twirp/edgecost.v1." + service + "/" + method] = Route{
-        [] { return std::unique_ptr<google::protobuf::Message>(new Request); },
-        [fn = std::move(fn)](std::unique_ptr<google::protobuf::Message> request,
-                             Done<std::unique_ptr<google::protobuf::Message>> done) {
-          const Request& typed = static_cast<const Request&>(*request);
-          fn(typed, [done = std::move(done)](Result<Response> response) {
-            if (!response.ok()) return done(response.status());
-            done(std::unique_ptr<google::protobuf::Message>(new Response(std::move(response).value())));
-          });
-        },
-        mutates};
+    routes_["/twirp/edgecost.v1." + service + "/" + method] =
+        Route{[] { return std::unique_ptr<google::protobuf::Message>(new Request); },
+              [fn = std::move(fn)](std::unique_ptr<google::protobuf::Message> request,
+                                   Done<std::unique_ptr<google::protobuf::Message>> done) {
+                const Request& typed = static_cast<const Request&>(*request);
+                fn(typed, [done = std::move(done)](Result<Response> response) {
+                  if (!response.ok()) return done(response.status());
+                  done(std::unique_ptr<google::protobuf::Message>(new Response(std::move(response).value())));
+                });
+              },
+              mutates};
   }
 
   // Decodes, dispatches and encodes one call; `reply` gets the answer.
@@ -80,7 +79,8 @@ class TwirpRouter {
  private:
   struct Route {
     std::function<std::unique_ptr<google::protobuf::Message>()> make_request;
-    std::function<void(std::unique_ptr<google::protobuf::Message>, Done<std::unique_ptr<google::protobuf::Message>>)> call;
+    std::function<void(std::unique_ptr<google::protobuf::Message>, Done<std::unique_ptr<google::protobuf::Message>>)>
+        call;
     bool mutates;
   };
   std::map<std::string, Route> routes_;

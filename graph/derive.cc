@@ -20,8 +20,12 @@ std::vector<bool> TrainableLayers(const ForwardGraph& forward, const Trainable& 
   int remaining = trainable.last_k;
   for (int i = forward.size() - 1; i >= 0; --i) {
     switch (trainable.mode) {
-      case Trainable::Mode::kAll: trains[i] = OwnsParameters(layers[i]); break;
-      case Trainable::Mode::kBias: trains[i] = layers[i].bias_count > 0; break;
+      case Trainable::Mode::kAll:
+        trains[i] = OwnsParameters(layers[i]);
+        break;
+      case Trainable::Mode::kBias:
+        trains[i] = layers[i].bias_count > 0;
+        break;
       case Trainable::Mode::kLastK:
         if (OwnsParameters(layers[i]) && remaining > 0) {
           trains[i] = true;
@@ -46,8 +50,8 @@ class GraphWriter {
 
   int size() const { return graph_->nodes_size(); }
 
-  v1::TrainingNode& Add(std::string name, Phase phase, std::string_view kind, const Shape& shape,
-                        int64_t output_bytes, const std::vector<int>& inputs, double flops) {
+  v1::TrainingNode& Add(std::string name, Phase phase, std::string_view kind, const Shape& shape, int64_t output_bytes,
+                        const std::vector<int>& inputs, double flops) {
     v1::TrainingNode* node = graph_->add_nodes();
     node->set_index(static_cast<uint32_t>(graph_->nodes_size() - 1));
     node->set_name(std::move(name));
@@ -62,8 +66,8 @@ class GraphWriter {
   }
 
   // A backward node differentiating forward node `of`.
-  int AddGrad(std::string name, std::string_view kind, GradRole role, const Shape& shape,
-              int64_t output_bytes, const std::vector<int>& inputs, int of, double flops) {
+  int AddGrad(std::string name, std::string_view kind, GradRole role, const Shape& shape, int64_t output_bytes,
+              const std::vector<int>& inputs, int of, double flops) {
     v1::TrainingNode& node = Add(std::move(name), v1::PHASE_BACKWARD, kind, shape, output_bytes, inputs, flops);
     node.set_forward_of(of);
     node.set_role(std::string(GradRoleName(role)));
@@ -79,9 +83,9 @@ void AddForwardNodes(const ForwardGraph& forward, GraphWriter& out, v1::Training
   for (int i = 0; i < forward.size(); ++i) {
     const Layer& layer = forward.layers()[i];
     const bool loss = layer.kind == OpKind::kCrossEntropyLoss;
-    v1::TrainingNode& node = out.Add(ForwardName(i, layer), loss ? v1::PHASE_LOSS : v1::PHASE_FORWARD,
-                                     OpKindName(layer.kind), layer.output_shape, Bytes(layer.output_shape),
-                                     layer.inputs, layer.flops);
+    v1::TrainingNode& node =
+        out.Add(ForwardName(i, layer), loss ? v1::PHASE_LOSS : v1::PHASE_FORWARD, OpKindName(layer.kind),
+                layer.output_shape, Bytes(layer.output_shape), layer.inputs, layer.flops);
     node.set_param_count(static_cast<uint64_t>(layer.param_count));
     for (const auto& [key, value] : layer.attributes) (*node.mutable_attributes())[key] = value;
     param_count += static_cast<uint64_t>(layer.param_count);
@@ -92,8 +96,7 @@ void AddForwardNodes(const ForwardGraph& forward, GraphWriter& out, v1::Training
 // POET: GradientLayer(out_layer=L_j, inputs=[L_{j+1}], grad_outputs=previous node) for j = n-2 .. 0.
 // Training everything keeps POET's chain down to the input layer; otherwise it stops below the
 // lowest trainable layer.
-void AddPoetBackward(const ForwardGraph& forward, const std::vector<bool>& trains, bool train_all,
-                     GraphWriter& out) {
+void AddPoetBackward(const ForwardGraph& forward, const std::vector<bool>& trains, bool train_all, GraphWriter& out) {
   int lowest = train_all ? 0 : forward.size();
   for (int i = 0; i < lowest; ++i) {
     if (trains[i]) {
@@ -110,8 +113,7 @@ void AddPoetBackward(const ForwardGraph& forward, const std::vector<bool>& train
   }
 }
 
-void AddExactBackward(const ForwardGraph& forward, const std::vector<bool>& trains, bool bias_only,
-                      GraphWriter& out) {
+void AddExactBackward(const ForwardGraph& forward, const std::vector<bool>& trains, bool bias_only, GraphWriter& out) {
   const auto& layers = forward.layers();
   const int n = forward.size();
   // needs_grad[v]: v's output depends on a trainable parameter, so its gradient is needed.
@@ -127,10 +129,9 @@ void AddExactBackward(const ForwardGraph& forward, const std::vector<bool>& trai
   const Layer& loss_layer = layers[loss];
   const int logits = loss_layer.inputs.at(0);
   if (needs_grad[logits]) {
-    contributions[logits].push_back(out.AddGrad(ForwardName(loss, loss_layer) + ".grad",
-                                                OpKindName(loss_layer.kind), GradRole::kGrad, layers[logits].output_shape,
-                                                Bytes(layers[logits].output_shape), {logits}, loss,
-                                                2.0 * loss_layer.flops));
+    contributions[logits].push_back(out.AddGrad(
+        ForwardName(loss, loss_layer) + ".grad", OpKindName(loss_layer.kind), GradRole::kGrad,
+        layers[logits].output_shape, Bytes(layers[logits].output_shape), {logits}, loss, 2.0 * loss_layer.flops));
   }
 
   for (int v = loss - 1; v >= 0; --v) {
@@ -151,8 +152,8 @@ void AddExactBackward(const ForwardGraph& forward, const std::vector<bool>& trai
     const std::string_view kind = OpKindName(layer.kind);
     // One backward node computing dX from `reads`, feeding x's gradient.
     auto grad_input = [&](GradRole role, const std::vector<int>& reads, double flops) {
-      contributions[x].push_back(out.AddGrad(name + "." + std::string(GradRoleName(role)), kind, role, x_shape, Bytes(x_shape),
-                                             reads, v, flops));
+      contributions[x].push_back(out.AddGrad(name + "." + std::string(GradRoleName(role)), kind, role, x_shape,
+                                             Bytes(x_shape), reads, v, flops));
     };
 
     switch (layer.kind) {
@@ -193,7 +194,8 @@ void AddExactBackward(const ForwardGraph& forward, const std::vector<bool>& trai
           grad_input(GradRole::kGrad, reads, 2.0 * layer.flops);
         } else {
           out.AddGrad(name + (bias_only ? ".grad_bias" : ".grad_weight"), kind,
-                      bias_only ? GradRole::kGradBias : GradRole::kGradWeight, {layer.param_count}, 0, reads, v, 2.0 * layer.flops);
+                      bias_only ? GradRole::kGradBias : GradRole::kGradWeight, {layer.param_count}, 0, reads, v,
+                      2.0 * layer.flops);
         }
         break;
       }
@@ -219,18 +221,23 @@ void AddExactBackward(const ForwardGraph& forward, const std::vector<bool>& trai
 
 std::string_view GradRoleName(GradRole role) {
   switch (role) {
-    case GradRole::kGrad: return "grad";
-    case GradRole::kGradInput: return "grad_input";
-    case GradRole::kGradWeight: return "grad_weight";
-    case GradRole::kGradBias: return "grad_bias";
-    case GradRole::kGradSum: return "grad_sum";
+    case GradRole::kGrad:
+      return "grad";
+    case GradRole::kGradInput:
+      return "grad_input";
+    case GradRole::kGradWeight:
+      return "grad_weight";
+    case GradRole::kGradBias:
+      return "grad_bias";
+    case GradRole::kGradSum:
+      return "grad_sum";
   }
   return "grad";
 }
 
 Result<GradRole> ParseGradRole(std::string_view name) {
-  for (GradRole role : {GradRole::kGrad, GradRole::kGradInput, GradRole::kGradWeight, GradRole::kGradBias,
-                        GradRole::kGradSum}) {
+  for (GradRole role :
+       {GradRole::kGrad, GradRole::kGradInput, GradRole::kGradWeight, GradRole::kGradBias, GradRole::kGradSum}) {
     if (GradRoleName(role) == name) return role;
   }
   return InvalidArgument("unknown gradient role '" + std::string(name) + "'");
@@ -242,9 +249,7 @@ Result<Derivation> ParseDerivation(std::string_view text) {
   return InvalidArgument("unknown derivation '" + std::string(text) + "'; use poet or exact");
 }
 
-std::string_view DerivationName(Derivation derivation) {
-  return derivation == Derivation::kPoet ? "poet" : "exact";
-}
+std::string_view DerivationName(Derivation derivation) { return derivation == Derivation::kPoet ? "poet" : "exact"; }
 
 Result<Trainable> Trainable::Parse(std::string_view text) {
   if (text == "all") return Trainable{};
@@ -261,15 +266,18 @@ Result<Trainable> Trainable::Parse(std::string_view text) {
 
 std::string Trainable::ToString() const {
   switch (mode) {
-    case Mode::kAll: return "all";
-    case Mode::kBias: return "bias";
-    case Mode::kLastK: return "last:" + std::to_string(last_k);
+    case Mode::kAll:
+      return "all";
+    case Mode::kBias:
+      return "bias";
+    case Mode::kLastK:
+      return "last:" + std::to_string(last_k);
   }
   return "all";
 }
 
 Result<v1::TrainingGraph> DeriveTrainingGraph(const ForwardGraph& forward, Derivation derivation,
-                                             const Trainable& trainable) {
+                                              const Trainable& trainable) {
   if (forward.size() < 2 || forward.layers().back().kind != OpKind::kCrossEntropyLoss) {
     return InvalidArgument("model '" + forward.model() + "' must end in a loss layer to be trained");
   }
@@ -290,7 +298,7 @@ Result<v1::TrainingGraph> DeriveTrainingGraph(const ForwardGraph& forward, Deriv
 }
 
 Result<v1::TrainingGraph> ZooTrainingGraph(std::string_view model, int batch_size, Derivation derivation,
-                                          const Trainable& trainable) {
+                                           const Trainable& trainable) {
   EC_ASSIGN_OR_RETURN(ForwardGraph forward, BuildZooModel(model, batch_size));
   return DeriveTrainingGraph(forward, derivation, trainable);
 }

@@ -75,10 +75,10 @@ struct Trainable {
 };
 
 Result<v1::TrainingGraph> DeriveTrainingGraph(const ForwardGraph& forward, Derivation derivation,
-                                             const Trainable& trainable = {});
+                                              const Trainable& trainable = {});
 
 // The zoo model's training graph in one call.
 Result<v1::TrainingGraph> ZooTrainingGraph(std::string_view model, int batch_size, Derivation derivation,
-                                          const Trainable& trainable = {});
+                                           const Trainable& trainable = {});
 
 }  // namespace edgecost::graph

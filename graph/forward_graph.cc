@@ -20,21 +20,36 @@ std::string ShapeToString(const Shape& shape) {
 
 std::string_view OpKindName(OpKind kind) {
   switch (kind) {
-    case OpKind::kInput: return "input";
-    case OpKind::kConv2d: return "conv2d";
-    case OpKind::kBatchNorm2d: return "batchnorm2d";
-    case OpKind::kRelu: return "relu";
-    case OpKind::kMaxPool2d: return "maxpool2d";
-    case OpKind::kAvgPool2d: return "avgpool2d";
-    case OpKind::kFlatten: return "flatten";
-    case OpKind::kLinear: return "linear";
-    case OpKind::kLinearRelu: return "linear_relu";
-    case OpKind::kDropout: return "dropout";
-    case OpKind::kAdd: return "add";
-    case OpKind::kQkvProjection: return "qkv_projection";
-    case OpKind::kAttentionScores: return "attention_scores";
-    case OpKind::kAttentionContext: return "attention_context";
-    case OpKind::kCrossEntropyLoss: return "cross_entropy_loss";
+    case OpKind::kInput:
+      return "input";
+    case OpKind::kConv2d:
+      return "conv2d";
+    case OpKind::kBatchNorm2d:
+      return "batchnorm2d";
+    case OpKind::kRelu:
+      return "relu";
+    case OpKind::kMaxPool2d:
+      return "maxpool2d";
+    case OpKind::kAvgPool2d:
+      return "avgpool2d";
+    case OpKind::kFlatten:
+      return "flatten";
+    case OpKind::kLinear:
+      return "linear";
+    case OpKind::kLinearRelu:
+      return "linear_relu";
+    case OpKind::kDropout:
+      return "dropout";
+    case OpKind::kAdd:
+      return "add";
+    case OpKind::kQkvProjection:
+      return "qkv_projection";
+    case OpKind::kAttentionScores:
+      return "attention_scores";
+    case OpKind::kAttentionContext:
+      return "attention_context";
+    case OpKind::kCrossEntropyLoss:
+      return "cross_entropy_loss";
   }
   return "unknown";
 }
@@ -48,21 +63,36 @@ Result<OpKind> ParseOpKind(std::string_view name) {
 
 std::string_view PoetClassName(OpKind kind) {
   switch (kind) {
-    case OpKind::kInput: return "InputLayer";
-    case OpKind::kConv2d: return "Conv2dLayer";
-    case OpKind::kBatchNorm2d: return "BatchNorm2d";
-    case OpKind::kRelu: return "ReLULayer";
-    case OpKind::kMaxPool2d: return "MaxPool2d";
-    case OpKind::kAvgPool2d: return "AvgPool2d";
-    case OpKind::kFlatten: return "FlattenLayer";
-    case OpKind::kLinear: return "LinearLayer";
-    case OpKind::kLinearRelu: return "LinearLayerReLU";
-    case OpKind::kDropout: return "DropoutLayer";
-    case OpKind::kAdd: return "SkipAddLayer";
-    case OpKind::kQkvProjection: return "QueryKeyValueMatrix";
-    case OpKind::kAttentionScores: return "QKTMatrix";
-    case OpKind::kAttentionContext: return "QKTVMatrix";
-    case OpKind::kCrossEntropyLoss: return "CrossEntropyLoss";
+    case OpKind::kInput:
+      return "InputLayer";
+    case OpKind::kConv2d:
+      return "Conv2dLayer";
+    case OpKind::kBatchNorm2d:
+      return "BatchNorm2d";
+    case OpKind::kRelu:
+      return "ReLULayer";
+    case OpKind::kMaxPool2d:
+      return "MaxPool2d";
+    case OpKind::kAvgPool2d:
+      return "AvgPool2d";
+    case OpKind::kFlatten:
+      return "FlattenLayer";
+    case OpKind::kLinear:
+      return "LinearLayer";
+    case OpKind::kLinearRelu:
+      return "LinearLayerReLU";
+    case OpKind::kDropout:
+      return "DropoutLayer";
+    case OpKind::kAdd:
+      return "SkipAddLayer";
+    case OpKind::kQkvProjection:
+      return "QueryKeyValueMatrix";
+    case OpKind::kAttentionScores:
+      return "QKTMatrix";
+    case OpKind::kAttentionContext:
+      return "QKTVMatrix";
+    case OpKind::kCrossEntropyLoss:
+      return "CrossEntropyLoss";
   }
   return "Unknown";
 }
@@ -75,9 +105,7 @@ int ForwardGraph::Append(Layer layer) {
   return last();
 }
 
-int ForwardGraph::Input(Shape shape) {
-  return Append({.kind = OpKind::kInput, .output_shape = std::move(shape)});
-}
+int ForwardGraph::Input(Shape shape) { return Append({.kind = OpKind::kInput, .output_shape = std::move(shape)}); }
 
 int ForwardGraph::Conv2d(int x, int64_t in_channels, int64_t out_channels, int64_t kernel, int64_t stride,
                          int64_t padding) {
@@ -92,8 +120,11 @@ int ForwardGraph::Conv2d(int x, int64_t in_channels, int64_t out_channels, int64
   // POET counts 2 * k^2 * |input| * C_out (input size, not output size) + |output|.
   layer.flops = 2.0 * static_cast<double>(kernel * kernel * NumElements(in) * out_channels) +
                 static_cast<double>(NumElements(out));
-  layer.attributes = {{"in_channels", in_channels}, {"out_channels", out_channels}, {"kernel", kernel},
-                      {"stride", stride}, {"padding", padding}};
+  layer.attributes = {{"in_channels", in_channels},
+                      {"out_channels", out_channels},
+                      {"kernel", kernel},
+                      {"stride", stride},
+                      {"padding", padding}};
   return Append(std::move(layer));
 }
 
@@ -109,8 +140,8 @@ int ForwardGraph::BatchNorm2d(int x) {
 
 int ForwardGraph::Relu(int x) {
   const Shape in = shape(x);
-  return Append({.kind = OpKind::kRelu, .inputs = {x}, .output_shape = in,
-                 .flops = static_cast<double>(NumElements(in))});
+  return Append(
+      {.kind = OpKind::kRelu, .inputs = {x}, .output_shape = in, .flops = static_cast<double>(NumElements(in))});
 }
 
 namespace {
@@ -124,14 +155,20 @@ int ForwardGraph::MaxPool2d(int x, int64_t kernel, int64_t stride, int64_t paddi
   Shape out = PoolShape(shape(x), kernel, stride, padding);
   // POET: "Flops assume stride=1 for legacy reasons".
   const double flops = 2.0 * static_cast<double>(kernel * kernel * NumElements(out));
-  return Append({.kind = OpKind::kMaxPool2d, .inputs = {x}, .output_shape = out, .flops = flops,
+  return Append({.kind = OpKind::kMaxPool2d,
+                 .inputs = {x},
+                 .output_shape = out,
+                 .flops = flops,
                  .attributes = {{"kernel", kernel}, {"stride", stride}, {"padding", padding}}});
 }
 
 int ForwardGraph::AvgPool2d(int x, int64_t kernel, int64_t stride, int64_t padding) {
   Shape out = PoolShape(shape(x), kernel, stride, padding);
   const double flops = 2.0 * static_cast<double>(kernel * kernel * NumElements(out));
-  return Append({.kind = OpKind::kAvgPool2d, .inputs = {x}, .output_shape = out, .flops = flops,
+  return Append({.kind = OpKind::kAvgPool2d,
+                 .inputs = {x},
+                 .output_shape = out,
+                 .flops = flops,
                  .attributes = {{"kernel", kernel}, {"stride", stride}, {"padding", padding}}});
 }
 
@@ -164,15 +201,15 @@ int ForwardGraph::LinearRelu(int x, int64_t in_features, int64_t out_features) {
 
 int ForwardGraph::Dropout(int x) {
   const Shape in = shape(x);
-  return Append({.kind = OpKind::kDropout, .inputs = {x}, .output_shape = in,
-                 .flops = static_cast<double>(NumElements(in))});
+  return Append(
+      {.kind = OpKind::kDropout, .inputs = {x}, .output_shape = in, .flops = static_cast<double>(NumElements(in))});
 }
 
 int ForwardGraph::Add(int a, int b) {
   // POET takes the first input's shape; ResNet-50 adds tensors of different sizes (zero padding, He et al. 3.3).
   const Shape out = shape(a);
-  return Append({.kind = OpKind::kAdd, .inputs = {a, b}, .output_shape = out,
-                 .flops = static_cast<double>(NumElements(out))});
+  return Append(
+      {.kind = OpKind::kAdd, .inputs = {a, b}, .output_shape = out, .flops = static_cast<double>(NumElements(out))});
 }
 
 int ForwardGraph::QkvProjection(int x, int64_t seq_len, int64_t hidden, int64_t head_dim, int64_t heads) {
@@ -201,7 +238,10 @@ int ForwardGraph::AttentionContext(int scores, int64_t seq_len, int64_t head_dim
 int ForwardGraph::CrossEntropyLoss(int logits, int64_t classes) {
   // POET's loss output is a vector of `classes` values regardless of the batch size.
   const double flops = static_cast<double>(NumElements(shape(logits)) * classes);
-  return Append({.kind = OpKind::kCrossEntropyLoss, .inputs = {logits}, .output_shape = {classes}, .flops = flops,
+  return Append({.kind = OpKind::kCrossEntropyLoss,
+                 .inputs = {logits},
+                 .output_shape = {classes},
+                 .flops = flops,
                  .attributes = {{"classes", classes}}});
 }
 

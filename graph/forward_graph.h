@@ -28,7 +28,7 @@ enum class OpKind {
   kAvgPool2d,
   kFlatten,
   kLinear,
-  kLinearRelu,        // linear followed by ReLU, fused (transformer FFN)
+  kLinearRelu,  // linear followed by ReLU, fused (transformer FFN)
   kDropout,
   kAdd,               // residual (skip) connection
   kQkvProjection,     // fused query/key/value projection of all heads

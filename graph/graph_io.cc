@@ -161,10 +161,10 @@ Result<v1::CostTable> ParseTrainingGraphV1(const json& doc, std::string_view ori
     EC_ASSIGN_OR_RETURN(int64_t u, EdgeEnd(origin, where, edges[e][0], nodes.size()));
     EC_ASSIGN_OR_RETURN(int64_t v, EdgeEnd(origin, where, edges[e][1], nodes.size()));
     if (u >= v) {
-      return ParseError(origin, where + " [" + std::to_string(u) + ", " + std::to_string(v) +
-                                    "] does not go from a lower to a higher index: " +
-                                    std::string(kTrainingGraphFormat) +
-                                    " lists nodes in topological order, so this is a cycle or a misordered node");
+      return ParseError(origin,
+                        where + " [" + std::to_string(u) + ", " + std::to_string(v) +
+                            "] does not go from a lower to a higher index: " + std::string(kTrainingGraphFormat) +
+                            " lists nodes in topological order, so this is a cycle or a misordered node");
     }
     graph.mutable_nodes(static_cast<int>(v))->add_inputs(static_cast<uint32_t>(u));
   }
@@ -255,8 +255,8 @@ Result<v1::CostTable> ParseNodeLink(const json& doc, std::string_view origin) {
     EC_ASSIGN_OR_RETURN(double cost_cpu, field.NonNegative("cost_cpu"));
     EC_ASSIGN_OR_RETURN(uint64_t cost_ram, field.Bytes("cost_ram"));
     index_of[i] = static_cast<uint32_t>(k);
-    AddNode(table, name, backward, cost_cpu, cost_cpu, cost_ram,
-            kImportedPagingCostRatio * cost_cpu, kImportedPagingCostRatio * cost_cpu);
+    AddNode(table, name, backward, cost_cpu, cost_cpu, cost_ram, kImportedPagingCostRatio * cost_cpu,
+            kImportedPagingCostRatio * cost_cpu);
   }
   for (size_t k = 0; k < order.size(); ++k) {
     for (size_t p : preds[order[k]]) table.mutable_graph()->mutable_nodes(static_cast<int>(k))->add_inputs(index_of[p]);
@@ -285,8 +285,9 @@ Result<v1::CostTable> ParseCostTableJson(std::string_view text, std::string_view
     if (doc.contains("nodes") && doc["nodes"].is_array() && (doc.contains("links") || doc.contains("directed"))) {
       return ParseNodeLink(doc, origin);
     }
-    return ParseError(origin, "neither training-graph/v1 (a 'format' field) nor networkx node-link JSON "
-                              "('nodes' and 'links')");
+    return ParseError(origin,
+                      "neither training-graph/v1 (a 'format' field) nor networkx node-link JSON "
+                      "('nodes' and 'links')");
   }();
   if (!table.ok()) return table;
   EC_RETURN_IF_ERROR(ValidateCostTable(*table, origin));
@@ -303,12 +304,9 @@ Result<v1::CostTable> ReadCostTableFile(const std::string& path) {
 
 std::string CostTableToTrainingGraphJson(const v1::CostTable& table) {
   const v1::TrainingGraph& graph = table.graph();
-  json doc = {{"format", kTrainingGraphFormat},
-              {"model", graph.model()},
-              {"platform", table.device()},
-              {"cost_source", table.cost_source()},
-              {"batch_size", graph.batch_size()},
-              {"param_bytes", graph.param_bytes()}};
+  json doc = {{"format", kTrainingGraphFormat},   {"model", graph.model()},
+              {"platform", table.device()},       {"cost_source", table.cost_source()},
+              {"batch_size", graph.batch_size()}, {"param_bytes", graph.param_bytes()}};
   json nodes = json::array();
   json edges = json::array();
   for (int i = 0; i < graph.nodes_size(); ++i) {
@@ -341,8 +339,8 @@ std::string TrainingGraphToDot(const v1::TrainingGraph& graph) {
     const char* color = node.phase() == v1::PHASE_BACKWARD ? "#f4cccc"
                         : node.phase() == v1::PHASE_LOSS   ? "#fff2cc"
                                                            : "#cfe2f3";
-    out << "  n" << node.index() << " [label=\"" << node.index() << ": " << node.name() << "\", fillcolor=\""
-        << color << "\"];\n";
+    out << "  n" << node.index() << " [label=\"" << node.index() << ": " << node.name() << "\", fillcolor=\"" << color
+        << "\"];\n";
   }
   for (const v1::TrainingNode& node : graph.nodes()) {
     for (uint32_t input : node.inputs()) out << "  n" << input << " -> n" << node.index() << ";\n";
@@ -357,8 +355,8 @@ Status ValidateCostTable(const v1::CostTable& table, std::string_view origin) {
   for (int i = 0; i < graph.nodes_size(); ++i) {
     const v1::TrainingNode& node = graph.nodes(i);
     const std::string label = "node " + std::to_string(i) + " ('" + node.name() + "')";
-    if (node.index() != static_cast<uint32_t>(i)) return ParseError(origin, label + ": index is " +
-                                                                             std::to_string(node.index()));
+    if (node.index() != static_cast<uint32_t>(i))
+      return ParseError(origin, label + ": index is " + std::to_string(node.index()));
     for (uint32_t input : node.inputs()) {
       if (input >= static_cast<uint32_t>(i)) {
         return ParseError(origin, label + ": input " + std::to_string(input) + " does not precede it");
@@ -366,8 +364,8 @@ Status ValidateCostTable(const v1::CostTable& table, std::string_view origin) {
     }
   }
   if (table.costs_size() != 0 && table.costs_size() != graph.nodes_size()) {
-    return ParseError(origin, std::to_string(table.costs_size()) + " costs for " +
-                                  std::to_string(graph.nodes_size()) + " nodes");
+    return ParseError(
+        origin, std::to_string(table.costs_size()) + " costs for " + std::to_string(graph.nodes_size()) + " nodes");
   }
   if (graph.nodes_size() > kMaxNodes) {
     return ParseError(origin, std::to_string(graph.nodes_size()) + " nodes; at most " + std::to_string(kMaxNodes));
@@ -382,11 +380,13 @@ Status ValidateCostTable(const v1::CostTable& table, std::string_view origin) {
       return ParseError(origin, label + ": 'ram_bytes' is " + std::to_string(cost.ram_bytes()) + "; at most " +
                                     std::to_string(kMaxTensorBytes) + " (1 TiB) are allowed");
     }
-    for (const auto& [field, value] : {std::pair{"runtime_s", cost.runtime_s()}, {"compute_j", cost.compute_j()},
-                                       {"page_in_j", cost.page_in_j()}, {"page_out_j", cost.page_out_j()}}) {
+    for (const auto& [field, value] : {std::pair{"runtime_s", cost.runtime_s()},
+                                       {"compute_j", cost.compute_j()},
+                                       {"page_in_j", cost.page_in_j()},
+                                       {"page_out_j", cost.page_out_j()}}) {
       if (!std::isfinite(value) || value < 0) {
-        return ParseError(origin, label + ": '" + field + "' is " + std::to_string(value) +
-                                      "; costs must be finite and >= 0");
+        return ParseError(origin,
+                          label + ": '" + field + "' is " + std::to_string(value) + "; costs must be finite and >= 0");
       }
     }
   }

@@ -54,7 +54,8 @@ class Importer {
       if (initializers_.count(v.name())) continue;  // old exporters list weights as inputs
       const Shape shape = ShapeOf(v);
       for (int64_t d : shape) {
-        if (d <= 0) return Error("input '" + v.name() + "' has a symbolic or unknown dimension; export with fixed shapes");
+        if (d <= 0)
+          return Error("input '" + v.name() + "' has a symbolic or unknown dimension; export with fixed shapes");
       }
       tensors_[v.name()] = graph_.Input(shape);
       if (shape.size() >= 2) graph_.set_batch_size(static_cast<int>(shape[0]));
@@ -94,7 +95,8 @@ class Importer {
 
   Result<Shape> Initializer(const onnx::NodeProto& node, int index, int input) const {
     auto it = input < node.input_size() ? initializers_.find(node.input(input)) : initializers_.end();
-    if (it == initializers_.end()) return NodeError(node, index, "expects a constant weight as input " + std::to_string(input));
+    if (it == initializers_.end())
+      return NodeError(node, index, "expects a constant weight as input " + std::to_string(input));
     return it->second;
   }
 
@@ -131,7 +133,8 @@ class Importer {
       const auto strides = attrs.Ints("strides", {1, 1});
       const auto pads = attrs.Ints("pads", {0, 0, 0, 0});
       if (!AllEqual(kernel) || !AllEqual(strides) || !AllEqual(pads) || attrs.Int("ceil_mode", 0) != 0) {
-        return NodeError(node, index, "only square windows, equal strides, symmetric padding and floor mode are supported");
+        return NodeError(node, index,
+                         "only square windows, equal strides, symmetric padding and floor mode are supported");
       }
       out = op == "MaxPool" ? graph_.MaxPool2d(x, kernel[0], strides[0], pads[0])
                             : graph_.AvgPool2d(x, kernel[0], strides[0], pads[0]);
@@ -162,14 +165,16 @@ class Importer {
       EC_ASSIGN_OR_RETURN(int b, Activation(node, index, 1));
       out = graph_.Add(a, b);
     } else {
-      return NodeError(node, index, "unsupported op; supported: Conv, BatchNormalization, Relu, MaxPool, "
-                                    "AveragePool, GlobalAveragePool, Flatten, Reshape, Gemm, Add, Dropout, Identity");
+      return NodeError(node, index,
+                       "unsupported op; supported: Conv, BatchNormalization, Relu, MaxPool, "
+                       "AveragePool, GlobalAveragePool, Flatten, Reshape, Gemm, Add, Dropout, Identity");
     }
     // Our shapes must agree with ONNX's own shape inference.
     auto inferred = inferred_.find(node.output(0));
     if (inferred != inferred_.end() && inferred->second != graph_.shape(out) && op != "Identity") {
-      return NodeError(node, index, "computed shape " + ShapeToString(graph_.shape(out)) + " but ONNX infers " +
-                                        ShapeToString(inferred->second));
+      return NodeError(
+          node, index,
+          "computed shape " + ShapeToString(graph_.shape(out)) + " but ONNX infers " + ShapeToString(inferred->second));
     }
     tensors_[node.output(0)] = out;
     return Status::Ok();

@@ -57,8 +57,7 @@ class PoetFlopsSource : public CostSource {
       cost.set_compute_j(node.flops() / *preset_.flops_per_j);
       cost.set_ram_bytes(node.output_bytes());
       cost.set_page_in_j((preset_.page_in_latency_s + bytes / preset_.page_in_bytes_per_s) * preset_.memory_power_w);
-      cost.set_page_out_j((preset_.page_out_latency_s + bytes / preset_.page_out_bytes_per_s) *
-                          preset_.memory_power_w);
+      cost.set_page_out_j((preset_.page_out_latency_s + bytes / preset_.page_out_bytes_per_s) * preset_.memory_power_w);
     }
     return table;
   }

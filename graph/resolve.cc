@@ -19,7 +19,9 @@ bool IsGraphFile(std::string_view model_or_file) {
 
 Status CheckModelName(std::string_view name) {
   constexpr size_t kMaxModelNameLength = 128;
-  const auto allowed = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-'; };
+  const auto allowed = [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-';
+  };
   if (name.empty()) return InvalidArgument("model is required");
   if (name.size() > kMaxModelNameLength) {
     return InvalidArgument("a model name has at most " + std::to_string(kMaxModelNameLength) + " characters, not " +
@@ -36,8 +38,7 @@ Status CheckModelName(std::string_view name) {
 }
 
 std::string ModelName(std::string_view model_or_file) {
-  return IsOnnxModel(model_or_file) ? std::filesystem::path(model_or_file).stem().string()
-                                    : std::string(model_or_file);
+  return IsOnnxModel(model_or_file) ? std::filesystem::path(model_or_file).stem().string() : std::string(model_or_file);
 }
 
 Result<v1::TrainingGraph> LoadTrainingGraph(const GraphSpec& spec) {

@@ -64,7 +64,10 @@ ForwardGraph Resnet50(int batch) {
     int bn3 = g.BatchNorm2d(g.Conv2d(relu2, mid, out, 1, 1, 0));
     return g.Relu(g.Add(bn3, relu1));
   };
-  struct Stage { int64_t mid, out; int blocks; };
+  struct Stage {
+    int64_t mid, out;
+    int blocks;
+  };
   const Stage stages[] = {{64, 256, 3}, {128, 512, 4}, {256, 1024, 6}, {512, 2048, 3}};
   int64_t in_planes = 64;
   for (size_t s = 0; s < std::size(stages); ++s) {
@@ -146,7 +149,8 @@ const std::vector<Entry>& Entries() {
       {{"resnet50", "ResNet-50, ImageNet 224x224"}, Resnet50},
       {{"resnet18_cifar", "ResNet-18 (CIFAR variant), 32x32"}, Resnet18Cifar},
       {{"bert", "BERT-Base, 12 blocks, sequence 512", /*batched=*/false}, [](int b) { return Bert("bert", b, 12); }},
-      {{"transformer", "one BERT-Base block, sequence 512", /*batched=*/false}, [](int b) { return Bert("transformer", b, 1); }},
+      {{"transformer", "one BERT-Base block, sequence 512", /*batched=*/false},
+       [](int b) { return Bert("transformer", b, 1); }},
   };
   return entries;
 }
@@ -164,14 +168,16 @@ const std::vector<ZooModel>& ZooModels() {
 
 Result<ForwardGraph> BuildZooModel(std::string_view name, int batch_size) {
   if (batch_size < 1 || batch_size > kMaxBatchSize) {
-    return InvalidArgument("batch size must be 1 to " + std::to_string(kMaxBatchSize) + ", not " + std::to_string(batch_size));
+    return InvalidArgument("batch size must be 1 to " + std::to_string(kMaxBatchSize) + ", not " +
+                           std::to_string(batch_size));
   }
   std::string names;
   for (const Entry& e : Entries()) {
     names += (names.empty() ? "" : ", ") + std::string(e.info.name);
     if (e.info.name != name) continue;
     if (!e.info.batched && batch_size != 1) {
-      return InvalidArgument(std::string(name) + " has no batch dimension in POET's model (one 512-token "
+      return InvalidArgument(std::string(name) +
+                             " has no batch dimension in POET's model (one 512-token "
                              "sequence); use batch size 1");
     }
     return e.build(batch_size);

@@ -1,7 +1,6 @@
 #include "probes/perf_counters.h"
 
 #include <linux/perf_event.h>
-#include <perfmon/pfmlib_perf_event.h>
 #include <sys/ioctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -9,6 +8,8 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+
+#include <perfmon/pfmlib_perf_event.h>
 
 namespace edgecost::probes {
 namespace {
@@ -28,14 +29,13 @@ int Paranoid(const std::string& proc_root) {
 }  // namespace
 
 std::vector<std::string> DefaultPerfEvents() {
-  return {"cycles", "instructions", "cache-misses", "branch-misses",
-          "task-clock", "page-faults", "context-switches", "cpu-migrations"};
+  return {"cycles",     "instructions", "cache-misses",     "branch-misses",
+          "task-clock", "page-faults",  "context-switches", "cpu-migrations"};
 }
 
 PerfFailure ExplainPerfError(int error, int paranoid, bool hardware_event) {
-  const std::string capability =
-      "set `sudo sysctl kernel.perf_event_paranoid=1` (now " + std::to_string(paranoid) +
-      "), or grant the binary CAP_PERFMON: `sudo setcap cap_perfmon+ep $(which edgecost)`";
+  const std::string capability = "set `sudo sysctl kernel.perf_event_paranoid=1` (now " + std::to_string(paranoid) +
+                                 "), or grant the binary CAP_PERFMON: `sudo setcap cap_perfmon+ep $(which edgecost)`";
   switch (error) {
     case EACCES:
     case EPERM:
@@ -89,9 +89,9 @@ PerfCounters PerfCounters::Open(const std::vector<std::string>& events, const st
     attr.read_format = PERF_FORMAT_TOTAL_TIME_ENABLED | PERF_FORMAT_TOTAL_TIME_RUNNING;
     const int fd = static_cast<int>(::syscall(SYS_perf_event_open, &attr, 0, -1, -1, PERF_FLAG_FD_CLOEXEC));
     if (fd < 0) {
-      const PerfFailure failure = ExplainPerfError(errno, paranoid, attr.type == PERF_TYPE_HARDWARE ||
-                                                                        attr.type == PERF_TYPE_HW_CACHE ||
-                                                                        attr.type >= PERF_TYPE_MAX);
+      const PerfFailure failure = ExplainPerfError(
+          errno, paranoid,
+          attr.type == PERF_TYPE_HARDWARE || attr.type == PERF_TYPE_HW_CACHE || attr.type >= PERF_TYPE_MAX);
       info.reason = failure.reason;
       info.fix = failure.fix;
       infos.push_back(info);
@@ -105,7 +105,8 @@ PerfCounters PerfCounters::Open(const std::vector<std::string>& events, const st
   return counters;
 }
 
-PerfCounters::PerfCounters(PerfCounters&& other) noexcept : fds_(std::move(other.fds_)), names_(std::move(other.names_)) {
+PerfCounters::PerfCounters(PerfCounters&& other) noexcept
+    : fds_(std::move(other.fds_)), names_(std::move(other.names_)) {
   other.fds_.clear();
 }
 

@@ -14,7 +14,7 @@ namespace edgecost::probes {
 
 struct CounterValue {
   std::string event;
-  double value = 0;          // scaled for multiplexing: raw x enabled / running
+  double value = 0;  // scaled for multiplexing: raw x enabled / running
   double running_fraction = 1;
 };
 

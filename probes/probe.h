@@ -24,16 +24,16 @@ enum class ReadingKind {
 
 // What a source is, or why it is not there.
 struct ProbeInfo {
-  std::string source;           // "rapl", "hwmon", "battery", "meter", "perf", "estimate"
-  std::string name;             // e.g. "intel-rapl:0", "ina3221 (hwmon2)", "bench meter 10.0.0.5:5025"
+  std::string source;  // "rapl", "hwmon", "battery", "meter", "perf", "estimate"
+  std::string name;    // e.g. "intel-rapl:0", "ina3221 (hwmon2)", "bench meter 10.0.0.5:5025"
   bool available = false;
   ReadingKind kind = ReadingKind::kEnergyCounter;
   std::vector<std::string> domains;  // domains or rails, one value each
-  double resolution = 0;        // joules (counters) or watts (power)
-  double update_interval_s = 0; // how often the hardware refreshes the value
-  bool measured = true;         // false: an estimate, never passed off as measured
-  std::string reason;           // why unavailable, or a caveat when available
-  std::string fix;              // what the user can do about it
+  double resolution = 0;             // joules (counters) or watts (power)
+  double update_interval_s = 0;      // how often the hardware refreshes the value
+  bool measured = true;              // false: an estimate, never passed off as measured
+  std::string reason;                // why unavailable, or a caveat when available
+  std::string fix;                   // what the user can do about it
 };
 
 class Probe {

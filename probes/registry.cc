@@ -96,9 +96,14 @@ Detected DetectAll(const ProbesConfig& config) {
     detected.infos.push_back(info);
   }
   DetectBatteries(config.sys_root, detected);
-  ProbeInfo estimate{.source = "estimate", .name = "device power model", .available = true,
-                     .kind = ReadingKind::kPower, .domains = {"device"}, .resolution = 0,
-                     .update_interval_s = 1e-6, .measured = false};
+  ProbeInfo estimate{.source = "estimate",
+                     .name = "device power model",
+                     .available = true,
+                     .kind = ReadingKind::kPower,
+                     .domains = {"device"},
+                     .resolution = 0,
+                     .update_interval_s = 1e-6,
+                     .measured = false};
   estimate.reason = "ESTIMATED from runtime and CPU time: idle " + std::to_string(config.estimate.idle_w).substr(0, 4) +
                     " W + " + std::to_string(config.estimate.active_w_per_core).substr(0, 4) +
                     " W per busy core; used only when nothing above measures energy";

@@ -17,7 +17,7 @@ struct EstimateModel {
 };
 
 struct ProbesConfig {
-  std::string sys_root = "/sys";   // --sysfs-root or $EDGECOST_SYSFS_ROOT
+  std::string sys_root = "/sys";  // --sysfs-root or $EDGECOST_SYSFS_ROOT
   std::string proc_root = "/proc";
   std::vector<MeterConfig> meters;
   NestedRails nested_rails;

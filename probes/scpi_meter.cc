@@ -56,7 +56,8 @@ class ScpiMeter : public Probe {
         buffer_.erase(0, end + 1);
         break;
       }
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
       if (left.count() <= 0) {
         return Fail("did not answer '" + command + "' within " + std::to_string(config_.timeout_s) + " s (timeout)");
       }

@@ -85,7 +85,8 @@ class SysfsProbe : public Probe {
         text[n] = '\0';
         char* end = nullptr;
         const double raw = std::strtod(text, &end);
-        if (end == text) return Internal(file + " holds '" + std::string(text, static_cast<size_t>(n)) + "', not a number");
+        if (end == text)
+          return Internal(file + " holds '" + std::string(text, static_cast<size_t>(n)) + "', not a number");
         value *= raw;
       }
       values.push_back(value);
@@ -126,8 +127,9 @@ void DetectRapl(const std::string& sys_root, Detected& out) {
   if (packages.empty()) {
     ProbeInfo info{.source = "rapl", .name = "RAPL (powercap)"};
     info.reason = fs::exists(powercap) ? "no intel-rapl domains under " + powercap.string()
-                                       : powercap.string() + " does not exist: no RAPL on this machine (ARM boards and "
-                                                             "most VMs have none)";
+                                       : powercap.string() +
+                                             " does not exist: no RAPL on this machine (ARM boards and "
+                                             "most VMs have none)";
     info.fix = "on x86, load the intel_rapl_msr module (`sudo modprobe intel_rapl_msr`)";
     out.infos.push_back(info);
     return;

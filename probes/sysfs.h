@@ -16,8 +16,8 @@ namespace edgecost::probes {
 using NestedRails = std::map<std::string, std::string>;
 
 struct Detected {
-  std::vector<ProbeInfo> infos;                 // everything looked at, available or not
-  std::vector<std::unique_ptr<Probe>> probes;   // the available ones
+  std::vector<ProbeInfo> infos;                // everything looked at, available or not
+  std::vector<std::unique_ptr<Probe>> probes;  // the available ones
 };
 
 // /sys/class/powercap/intel-rapl:* (Intel and AMD): one counter probe per

@@ -97,7 +97,7 @@ std::string FingerprintHash(const v1::Fingerprint& fingerprint) {
   v1::Fingerprint copy = fingerprint;
   copy.clear_hash();
   std::string bytes;
-  copy.SerializeToString(&bytes);  // field order is fixed; no maps in Fingerprint
+  copy.SerializeToString(&bytes);       // field order is fixed; no maps in Fingerprint
   uint64_t h = 1469598103934665603ULL;  // FNV-1a 64
   for (unsigned char c : bytes) {
     h ^= c;

@@ -10,7 +10,7 @@
 namespace edgecost::profiler {
 
 struct SystemRoots {
-  std::string sys = "/sys";    // or $EDGECOST_SYSFS_ROOT
+  std::string sys = "/sys";  // or $EDGECOST_SYSFS_ROOT
   std::string proc = "/proc";
 
   // /sys from $EDGECOST_SYSFS_ROOT when set.

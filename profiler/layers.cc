@@ -166,21 +166,25 @@ class Conv2d : public StepLayer {
         dnnl::convolution_forward::desc(prop_kind::forward_training, algorithm::convolution_direct, Plain(x.dims),
                                         Plain(w.dims), Plain(bias.dims), Plain(output_.dims), strides, pad_l, pad_rr),
         attr_, backend_.engine());
-    Add(forward_, fwd, {{DNNL_ARG_SRC, Mem(x)}, {DNNL_ARG_WEIGHTS, Mem(w)}, {DNNL_ARG_BIAS, Mem(bias)},
-                        {DNNL_ARG_DST, Mem(output_)}});
+    Add(forward_, fwd,
+        {{DNNL_ARG_SRC, Mem(x)}, {DNNL_ARG_WEIGHTS, Mem(w)}, {DNNL_ARG_BIAS, Mem(bias)}, {DNNL_ARG_DST, Mem(output_)}});
     dnnl::convolution_backward_data::primitive_desc data(
         dnnl::convolution_backward_data::desc(algorithm::convolution_direct, Plain(x.dims), Plain(w.dims),
                                               Plain(output_.dims), strides, pad_l, pad_rr),
         attr_, backend_.engine(), fwd);
-    Add(backward_input_, data, {{DNNL_ARG_DIFF_DST, Mem(grad_output_)}, {DNNL_ARG_WEIGHTS, Mem(w)},
-                                {DNNL_ARG_DIFF_SRC, Mem(grad_inputs_[0])}});
+    Add(backward_input_, data,
+        {{DNNL_ARG_DIFF_DST, Mem(grad_output_)},
+         {DNNL_ARG_WEIGHTS, Mem(w)},
+         {DNNL_ARG_DIFF_SRC, Mem(grad_inputs_[0])}});
     dnnl::convolution_backward_weights::primitive_desc weights(
         dnnl::convolution_backward_weights::desc(algorithm::convolution_direct, Plain(x.dims), Plain(w.dims),
                                                  Plain(bias.dims), Plain(output_.dims), strides, pad_l, pad_rr),
         attr_, backend_.engine(), fwd);
-    Add(backward_weights_, weights, {{DNNL_ARG_SRC, Mem(x)}, {DNNL_ARG_DIFF_DST, Mem(grad_output_)},
-                                     {DNNL_ARG_DIFF_WEIGHTS, Mem(*grad_params_[0])},
-                                     {DNNL_ARG_DIFF_BIAS, Mem(*grad_params_[1])}});
+    Add(backward_weights_, weights,
+        {{DNNL_ARG_SRC, Mem(x)},
+         {DNNL_ARG_DIFF_DST, Mem(grad_output_)},
+         {DNNL_ARG_DIFF_WEIGHTS, Mem(*grad_params_[0])},
+         {DNNL_ARG_DIFF_BIAS, Mem(*grad_params_[1])}});
     const Dims& y = output_.dims;
     AddReduceSum(backward_bias_, Mem(grad_output_), Mem(*grad_params_[1], Plain({1, y[1], 1, 1})));
   }
@@ -204,8 +208,8 @@ class Linear : public StepLayer {
         dnnl::inner_product_forward::desc(prop_kind::forward_training, Plain(x.dims), Plain(w.dims), bias_md,
                                           Plain(output_.dims)),
         attr_, backend_.engine());
-    std::unordered_map<int, memory> fwd_args = {{DNNL_ARG_SRC, Mem(x)}, {DNNL_ARG_WEIGHTS, Mem(w)},
-                                                {DNNL_ARG_DST, Mem(output_)}};
+    std::unordered_map<int, memory> fwd_args = {
+        {DNNL_ARG_SRC, Mem(x)}, {DNNL_ARG_WEIGHTS, Mem(w)}, {DNNL_ARG_DST, Mem(output_)}};
     if (bias) fwd_args[DNNL_ARG_BIAS] = Mem(*bias_t);
     Add(forward_, fwd, fwd_args);
     // Training keeps the ReLU a separate in-place step, as frameworks do.
@@ -225,20 +229,20 @@ class Linear : public StepLayer {
                                        Plain(output_.dims)),
           attr_, backend_.engine(), relu_fwd);
       for (auto* pass : {&backward_input_, &backward_weights_, &backward_bias_}) {
-        Add(*pass, relu, {{DNNL_ARG_DST, Mem(output_)}, {DNNL_ARG_DIFF_DST, Mem(grad_output_)},
-                          {DNNL_ARG_DIFF_SRC, dz}});
+        Add(*pass, relu,
+            {{DNNL_ARG_DST, Mem(output_)}, {DNNL_ARG_DIFF_DST, Mem(grad_output_)}, {DNNL_ARG_DIFF_SRC, dz}});
       }
     }
     dnnl::inner_product_backward_data::primitive_desc data(
         dnnl::inner_product_backward_data::desc(Plain(x.dims), Plain(w.dims), Plain(output_.dims)), attr_,
         backend_.engine(), fwd);
-    Add(backward_input_, data, {{DNNL_ARG_DIFF_DST, dz}, {DNNL_ARG_WEIGHTS, Mem(w)},
-                                {DNNL_ARG_DIFF_SRC, Mem(grad_inputs_[0])}});
+    Add(backward_input_, data,
+        {{DNNL_ARG_DIFF_DST, dz}, {DNNL_ARG_WEIGHTS, Mem(w)}, {DNNL_ARG_DIFF_SRC, Mem(grad_inputs_[0])}});
     dnnl::inner_product_backward_weights::primitive_desc weights(
-        dnnl::inner_product_backward_weights::desc(Plain(x.dims), Plain(w.dims), bias_md, Plain(output_.dims)),
-        attr_, backend_.engine(), fwd);
-    std::unordered_map<int, memory> weight_args = {{DNNL_ARG_SRC, Mem(x)}, {DNNL_ARG_DIFF_DST, dz},
-                                                   {DNNL_ARG_DIFF_WEIGHTS, Mem(*grad_params_[0])}};
+        dnnl::inner_product_backward_weights::desc(Plain(x.dims), Plain(w.dims), bias_md, Plain(output_.dims)), attr_,
+        backend_.engine(), fwd);
+    std::unordered_map<int, memory> weight_args = {
+        {DNNL_ARG_SRC, Mem(x)}, {DNNL_ARG_DIFF_DST, dz}, {DNNL_ARG_DIFF_WEIGHTS, Mem(*grad_params_[0])}};
     if (bias) weight_args[DNNL_ARG_DIFF_BIAS] = Mem(*grad_params_[1]);
     Add(backward_weights_, weights, weight_args);
     if (bias) AddReduceSum(backward_bias_, dz, Mem(*grad_params_[1], Plain({1, out})));
@@ -262,18 +266,28 @@ class BatchNorm2d : public StepLayer {
     dnnl::batch_normalization_forward::primitive_desc fwd(
         dnnl::batch_normalization_forward::desc(prop_kind::forward_training, Plain(x.dims), kEpsilon, flags), attr_,
         backend_.engine());
-    Add(forward_, fwd, {{DNNL_ARG_SRC, Mem(x)}, {DNNL_ARG_DST, Mem(output_)}, {DNNL_ARG_SCALE, Mem(scale)},
-                        {DNNL_ARG_SHIFT, Mem(*params_[1])}, {DNNL_ARG_MEAN, Mem(mean)},
-                        {DNNL_ARG_VARIANCE, Mem(variance)}});
+    Add(forward_, fwd,
+        {{DNNL_ARG_SRC, Mem(x)},
+         {DNNL_ARG_DST, Mem(output_)},
+         {DNNL_ARG_SCALE, Mem(scale)},
+         {DNNL_ARG_SHIFT, Mem(*params_[1])},
+         {DNNL_ARG_MEAN, Mem(mean)},
+         {DNNL_ARG_VARIANCE, Mem(variance)}});
     dnnl::batch_normalization_backward::primitive_desc bwd(
         dnnl::batch_normalization_backward::desc(prop_kind::backward, Plain(x.dims), Plain(x.dims), kEpsilon, flags),
         attr_, backend_.engine(), fwd);
     // One primitive gives dX, dgamma and dbeta: every backward pass runs it.
     for (auto* pass : {&backward_input_, &backward_weights_, &backward_bias_}) {
-      Add(*pass, bwd, {{DNNL_ARG_SRC, Mem(x)}, {DNNL_ARG_MEAN, Mem(mean)}, {DNNL_ARG_VARIANCE, Mem(variance)},
-                       {DNNL_ARG_DIFF_DST, Mem(grad_output_)}, {DNNL_ARG_SCALE, Mem(scale)}, {DNNL_ARG_SHIFT, Mem(*params_[1])},
-                       {DNNL_ARG_DIFF_SRC, Mem(grad_inputs_[0])}, {DNNL_ARG_DIFF_SCALE, Mem(*grad_params_[0])},
-                       {DNNL_ARG_DIFF_SHIFT, Mem(*grad_params_[1])}});
+      Add(*pass, bwd,
+          {{DNNL_ARG_SRC, Mem(x)},
+           {DNNL_ARG_MEAN, Mem(mean)},
+           {DNNL_ARG_VARIANCE, Mem(variance)},
+           {DNNL_ARG_DIFF_DST, Mem(grad_output_)},
+           {DNNL_ARG_SCALE, Mem(scale)},
+           {DNNL_ARG_SHIFT, Mem(*params_[1])},
+           {DNNL_ARG_DIFF_SRC, Mem(grad_inputs_[0])},
+           {DNNL_ARG_DIFF_SCALE, Mem(*grad_params_[0])},
+           {DNNL_ARG_DIFF_SHIFT, Mem(*grad_params_[1])}});
     }
     Forward();  // batch statistics for the backward pass
   }
@@ -286,13 +300,15 @@ class Relu : public StepLayer {
     InitOutput(spec.output_shape);
     const memory::desc md = Plain(output_.dims);
     dnnl::eltwise_forward::primitive_desc fwd(
-        dnnl::eltwise_forward::desc(prop_kind::forward_training, algorithm::eltwise_relu_use_dst_for_bwd, md),
-        attr_, backend_.engine());
+        dnnl::eltwise_forward::desc(prop_kind::forward_training, algorithm::eltwise_relu_use_dst_for_bwd, md), attr_,
+        backend_.engine());
     Add(forward_, fwd, {{DNNL_ARG_SRC, Mem(inputs_[0])}, {DNNL_ARG_DST, Mem(output_)}});
     dnnl::eltwise_backward::primitive_desc bwd(
         dnnl::eltwise_backward::desc(algorithm::eltwise_relu_use_dst_for_bwd, md, md), attr_, backend_.engine(), fwd);
-    Add(backward_input_, bwd, {{DNNL_ARG_DST, Mem(output_)}, {DNNL_ARG_DIFF_DST, Mem(grad_output_)},
-                               {DNNL_ARG_DIFF_SRC, Mem(grad_inputs_[0])}});
+    Add(backward_input_, bwd,
+        {{DNNL_ARG_DST, Mem(output_)},
+         {DNNL_ARG_DIFF_DST, Mem(grad_output_)},
+         {DNNL_ARG_DIFF_SRC, Mem(grad_inputs_[0])}});
     Forward();
   }
 };
@@ -429,10 +445,10 @@ class AttentionContext : public StepLayer {
     // dP = dC V^T; dS = softmax backward of dP at P.
     Tensor& dp = Own(s_dims);
     AddMatmul(backward_input_, Mem(grad_output_), Mem(v, Transposed(v_dims)), Mem(dp));
-    dnnl::softmax_backward::primitive_desc softmax_bwd(
-        dnnl::softmax_backward::desc(Plain(s_dims), Plain(s_dims), 2), attr_, backend_.engine(), softmax);
-    Add(backward_input_, softmax_bwd, {{DNNL_ARG_DST, Mem(p)}, {DNNL_ARG_DIFF_DST, Mem(dp)},
-                                       {DNNL_ARG_DIFF_SRC, Mem(grad_inputs_[0])}});
+    dnnl::softmax_backward::primitive_desc softmax_bwd(dnnl::softmax_backward::desc(Plain(s_dims), Plain(s_dims), 2),
+                                                       attr_, backend_.engine(), softmax);
+    Add(backward_input_, softmax_bwd,
+        {{DNNL_ARG_DST, Mem(p)}, {DNNL_ARG_DIFF_DST, Mem(dp)}, {DNNL_ARG_DIFF_SRC, Mem(grad_inputs_[0])}});
     Forward();
   }
 };
@@ -490,15 +506,24 @@ Backend::Backend() : engine_(dnnl::engine::kind::cpu, 0), stream_(engine_) {}
 
 std::string Backend::Isa() {
   switch (dnnl::get_effective_cpu_isa()) {
-    case dnnl::cpu_isa::sse41: return "sse41";
-    case dnnl::cpu_isa::avx: return "avx";
-    case dnnl::cpu_isa::avx2: return "avx2";
-    case dnnl::cpu_isa::avx2_vnni: return "avx2_vnni";
-    case dnnl::cpu_isa::avx512_core: return "avx512_core";
-    case dnnl::cpu_isa::avx512_core_vnni: return "avx512_core_vnni";
-    case dnnl::cpu_isa::avx512_core_bf16: return "avx512_core_bf16";
-    case dnnl::cpu_isa::avx512_core_amx: return "avx512_core_amx";
-    default: return "other";
+    case dnnl::cpu_isa::sse41:
+      return "sse41";
+    case dnnl::cpu_isa::avx:
+      return "avx";
+    case dnnl::cpu_isa::avx2:
+      return "avx2";
+    case dnnl::cpu_isa::avx2_vnni:
+      return "avx2_vnni";
+    case dnnl::cpu_isa::avx512_core:
+      return "avx512_core";
+    case dnnl::cpu_isa::avx512_core_vnni:
+      return "avx512_core_vnni";
+    case dnnl::cpu_isa::avx512_core_bf16:
+      return "avx512_core_bf16";
+    case dnnl::cpu_isa::avx512_core_amx:
+      return "avx512_core_amx";
+    default:
+      return "other";
   }
 }
 
@@ -506,22 +531,38 @@ Result<std::unique_ptr<Layer>> MakeLayer(Backend& backend, const LayerSpec& spec
   try {
     const Result<graph::OpKind> kind = graph::ParseOpKind(spec.kind);
     using graph::OpKind;
-    switch (kind.ok() ? *kind : OpKind::kInput) {  // no default: a new op kind does not compile until it has a kernel here
-      case OpKind::kConv2d: return std::unique_ptr<Layer>(new Conv2d(backend, spec, seed));
-      case OpKind::kLinear: return std::unique_ptr<Layer>(new Linear(backend, spec, seed, false, true));
-      case OpKind::kLinearRelu: return std::unique_ptr<Layer>(new Linear(backend, spec, seed, true, true));
-      case OpKind::kQkvProjection: return std::unique_ptr<Layer>(new Linear(backend, spec, seed, false, false));
-      case OpKind::kBatchNorm2d: return std::unique_ptr<Layer>(new BatchNorm2d(backend, spec, seed));
-      case OpKind::kRelu: return std::unique_ptr<Layer>(new Relu(backend, spec, seed));
-      case OpKind::kMaxPool2d: return std::unique_ptr<Layer>(new Pool2d(backend, spec, seed, true));
-      case OpKind::kAvgPool2d: return std::unique_ptr<Layer>(new Pool2d(backend, spec, seed, false));
-      case OpKind::kFlatten: return std::unique_ptr<Layer>(new Flatten(backend, spec, seed));
-      case OpKind::kDropout: return std::unique_ptr<Layer>(new Dropout(backend, spec, seed));
-      case OpKind::kAdd: return std::unique_ptr<Layer>(new Add2(backend, spec, seed));
-      case OpKind::kAttentionScores: return std::unique_ptr<Layer>(new AttentionScores(backend, spec, seed));
-      case OpKind::kAttentionContext: return std::unique_ptr<Layer>(new AttentionContext(backend, spec, seed));
-      case OpKind::kCrossEntropyLoss: return std::unique_ptr<Layer>(new CrossEntropyLoss(backend, spec, seed));
-      case OpKind::kInput: break;
+    switch (kind.ok() ? *kind
+                      : OpKind::kInput) {  // no default: a new op kind does not compile until it has a kernel here
+      case OpKind::kConv2d:
+        return std::unique_ptr<Layer>(new Conv2d(backend, spec, seed));
+      case OpKind::kLinear:
+        return std::unique_ptr<Layer>(new Linear(backend, spec, seed, false, true));
+      case OpKind::kLinearRelu:
+        return std::unique_ptr<Layer>(new Linear(backend, spec, seed, true, true));
+      case OpKind::kQkvProjection:
+        return std::unique_ptr<Layer>(new Linear(backend, spec, seed, false, false));
+      case OpKind::kBatchNorm2d:
+        return std::unique_ptr<Layer>(new BatchNorm2d(backend, spec, seed));
+      case OpKind::kRelu:
+        return std::unique_ptr<Layer>(new Relu(backend, spec, seed));
+      case OpKind::kMaxPool2d:
+        return std::unique_ptr<Layer>(new Pool2d(backend, spec, seed, true));
+      case OpKind::kAvgPool2d:
+        return std::unique_ptr<Layer>(new Pool2d(backend, spec, seed, false));
+      case OpKind::kFlatten:
+        return std::unique_ptr<Layer>(new Flatten(backend, spec, seed));
+      case OpKind::kDropout:
+        return std::unique_ptr<Layer>(new Dropout(backend, spec, seed));
+      case OpKind::kAdd:
+        return std::unique_ptr<Layer>(new Add2(backend, spec, seed));
+      case OpKind::kAttentionScores:
+        return std::unique_ptr<Layer>(new AttentionScores(backend, spec, seed));
+      case OpKind::kAttentionContext:
+        return std::unique_ptr<Layer>(new AttentionContext(backend, spec, seed));
+      case OpKind::kCrossEntropyLoss:
+        return std::unique_ptr<Layer>(new CrossEntropyLoss(backend, spec, seed));
+      case OpKind::kInput:
+        break;
     }
     return Status(ErrorCode::kUnimplemented, "no oneDNN kernel for op kind '" + spec.kind + "'");
   } catch (const dnnl::error& e) {

@@ -34,7 +34,7 @@ struct Tensor {
 
 // What a layer is: the forward op's kind and attributes, and its shapes.
 struct LayerSpec {
-  std::string kind;                        // graph::OpKindName, e.g. "conv2d"
+  std::string kind;  // graph::OpKindName, e.g. "conv2d"
   std::map<std::string, int64_t> attributes;
   std::vector<Dims> input_shapes;
   Dims output_shape;

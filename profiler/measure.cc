@@ -37,7 +37,8 @@ RuntimeSummary Summarize(std::vector<double> samples_s) {
   const double half_width = 1.96 * std::sqrt(static_cast<double>(n)) / 2.0;
   const double center = static_cast<double>(n) / 2.0;
   const auto low = static_cast<size_t>(std::clamp(std::floor(center - half_width), 0.0, static_cast<double>(n - 1)));
-  const auto high = static_cast<size_t>(std::clamp(std::ceil(center + half_width) - 1, 0.0, static_cast<double>(n - 1)));
+  const auto high =
+      static_cast<size_t>(std::clamp(std::ceil(center + half_width) - 1, 0.0, static_cast<double>(n - 1)));
   s.ci95_low_s = samples_s[low];
   s.ci95_high_s = samples_s[std::max(low, high)];
   return s;

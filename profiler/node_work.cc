@@ -30,24 +30,35 @@ LayerSpec SpecOf(const v1::TrainingGraph& graph, const v1::TrainingNode& forward
 
 Pass PassForRole(graph::GradRole role, bool poet) {
   switch (role) {
-    case graph::GradRole::kGradWeight: return Pass::kBackwardWeights;
-    case graph::GradRole::kGradBias: return Pass::kBackwardBias;
-    case graph::GradRole::kGradSum: return Pass::kGradSum;
+    case graph::GradRole::kGradWeight:
+      return Pass::kBackwardWeights;
+    case graph::GradRole::kGradBias:
+      return Pass::kBackwardBias;
+    case graph::GradRole::kGradSum:
+      return Pass::kGradSum;
     case graph::GradRole::kGrad:
-    case graph::GradRole::kGradInput: return poet ? Pass::kBackwardAll : Pass::kBackwardInput;
+    case graph::GradRole::kGradInput:
+      return poet ? Pass::kBackwardAll : Pass::kBackwardInput;
   }
   return Pass::kNone;
 }
 
 const char* PassName(Pass pass) {
   switch (pass) {
-    case Pass::kNone: return "none";
-    case Pass::kForward: return "fwd";
-    case Pass::kBackwardInput: return "bwd_input";
-    case Pass::kBackwardWeights: return "bwd_weights";
-    case Pass::kBackwardBias: return "bwd_bias";
-    case Pass::kBackwardAll: return "bwd_all";
-    case Pass::kGradSum: return "grad_sum";
+    case Pass::kNone:
+      return "none";
+    case Pass::kForward:
+      return "fwd";
+    case Pass::kBackwardInput:
+      return "bwd_input";
+    case Pass::kBackwardWeights:
+      return "bwd_weights";
+    case Pass::kBackwardBias:
+      return "bwd_bias";
+    case Pass::kBackwardAll:
+      return "bwd_all";
+    case Pass::kGradSum:
+      return "grad_sum";
   }
   return "?";
 }
@@ -74,12 +85,14 @@ Result<NodeWork> WorkForNode(const v1::TrainingGraph& graph, int index, int thre
     const v1::TrainingNode& forward = graph.nodes(node.forward_of());
     EC_ASSIGN_OR_RETURN(graph::GradRole role, graph::ParseGradRole(node.role()));
     work.spec = SpecOf(graph, forward);
-    work.pass = forward.op_kind() == graph::OpKindName(graph::OpKind::kInput) ? Pass::kNone
-                                                                              : PassForRole(role, graph.derivation() == "poet");
+    work.pass = forward.op_kind() == graph::OpKindName(graph::OpKind::kInput)
+                    ? Pass::kNone
+                    : PassForRole(role, graph.derivation() == "poet");
   }
   if (work.spec.kind.empty() && work.pass != Pass::kNone) {
-    return InvalidArgument("node " + std::to_string(index) + " ('" + node.name() +
-                           "') has no op kind: graphs imported from files carry costs, not ops, and cannot be profiled");
+    return InvalidArgument(
+        "node " + std::to_string(index) + " ('" + node.name() +
+        "') has no op kind: graphs imported from files carry costs, not ops, and cannot be profiled");
   }
 
   v1::OpSignature& sig = work.signature;
@@ -100,7 +113,8 @@ Result<NodeWork> WorkForNode(const v1::TrainingGraph& graph, int index, int thre
   // The key: every field above in a fixed order, readable in `edgecost costs`.
   std::ostringstream key;
   key << work.spec.kind << "/" << PassName(work.pass) << "/in=";
-  for (size_t i = 0; i < work.spec.input_shapes.size(); ++i) key << (i ? "," : "") << DimsText(work.spec.input_shapes[i]);
+  for (size_t i = 0; i < work.spec.input_shapes.size(); ++i)
+    key << (i ? "," : "") << DimsText(work.spec.input_shapes[i]);
   key << "/out=" << DimsText(work.pass == Pass::kGradSum ? ShapeOf(node) : work.spec.output_shape);
   for (const auto& [name, value] : std::map<std::string, int64_t>(sig.attributes().begin(), sig.attributes().end())) {
     key << "/" << name << "=" << value;
@@ -124,12 +138,21 @@ Result<NodeRunner> NodeRunner::Create(Backend& backend, const NodeWork& work, ui
 
 void NodeRunner::Run() {
   switch (pass_) {
-    case Pass::kNone: break;
+    case Pass::kNone:
+      break;
     case Pass::kForward:
-    case Pass::kGradSum: layer_->Forward(); break;
-    case Pass::kBackwardInput: layer_->BackwardInput(); break;
-    case Pass::kBackwardWeights: layer_->BackwardWeights(); break;
-    case Pass::kBackwardBias: layer_->BackwardBias(); break;
+    case Pass::kGradSum:
+      layer_->Forward();
+      break;
+    case Pass::kBackwardInput:
+      layer_->BackwardInput();
+      break;
+    case Pass::kBackwardWeights:
+      layer_->BackwardWeights();
+      break;
+    case Pass::kBackwardBias:
+      layer_->BackwardBias();
+      break;
     case Pass::kBackwardAll:
       layer_->BackwardInput();
       if (layer_->HasParameters()) layer_->BackwardWeights();

@@ -12,19 +12,19 @@
 namespace edgecost::profiler {
 
 enum class Pass {
-  kNone,             // no work: the input layer, a gradient of the input
+  kNone,  // no work: the input layer, a gradient of the input
   kForward,
   kBackwardInput,
   kBackwardWeights,
   kBackwardBias,
-  kBackwardAll,      // POET's one gradient node per layer: dX and, with parameters, dW
+  kBackwardAll,  // POET's one gradient node per layer: dX and, with parameters, dW
   kGradSum,
 };
 
 struct NodeWork {
   Pass pass = Pass::kNone;
-  LayerSpec spec;         // the forward layer the pass belongs to
-  int sum_parts = 0;      // kGradSum: how many gradients are added
+  LayerSpec spec;     // the forward layer the pass belongs to
+  int sum_parts = 0;  // kGradSum: how many gradients are added
   v1::OpSignature signature;
 };
 

@@ -24,7 +24,7 @@ Result<double> ProbeMeter::EnergyJ() {
 
 v1::EnergySource ProbeMeter::Source() const {
   return monitor_.info().kind == probes::ReadingKind::kEnergyCounter ? v1::ENERGY_SOURCE_COUNTER
-                                                                      : v1::ENERGY_SOURCE_INTEGRATED;
+                                                                     : v1::ENERGY_SOURCE_INTEGRATED;
 }
 
 }  // namespace edgecost::profiler

@@ -95,9 +95,8 @@ Result<ProfileSummary> ProfileGraph(costdb::CostDb& db, Backend& backend, const 
   return summary;
 }
 
-Result<v1::CostTable> MeasuredCostTable(costdb::CostDb& db, const v1::TrainingGraph& graph,
-                                        const std::string& device, const std::string& fingerprint_hash,
-                                        int threads) {
+Result<v1::CostTable> MeasuredCostTable(costdb::CostDb& db, const v1::TrainingGraph& graph, const std::string& device,
+                                        const std::string& fingerprint_hash, int threads) {
   v1::CostTable table;
   *table.mutable_graph() = graph;
   table.set_device(device);
@@ -130,8 +129,8 @@ Result<v1::CostTable> MeasuredCostTable(costdb::CostDb& db, const v1::TrainingGr
     cost.set_runtime_s(op->runtime().median_s());
     cost.set_compute_j(op->energy_j());
     if (sources.find(op->energy_probe()) == std::string::npos) {
-      sources += (sources.empty() ? "" : ", ") + op->energy_probe() + " (" +
-                 v1::EnergySource_Name(op->energy_source()) + ")";
+      sources +=
+          (sources.empty() ? "" : ", ") + op->energy_probe() + " (" + v1::EnergySource_Name(op->energy_source()) + ")";
     }
   }
   table.set_note("measured with oneDNN on this device; energy from " + (sources.empty() ? "no source" : sources));
@@ -149,12 +148,12 @@ Result<v1::CostTable> LoadMeasuredCostTable(costdb::CostDb& db, const graph::Gra
     return InvalidArgument("measured costs exist for models; " + spec.model_or_file + " carries its own costs");
   }
   EC_ASSIGN_OR_RETURN(v1::TrainingGraph graph, graph::LoadTrainingGraph(spec));
-  Result<v1::CostTable> table = db.GetCostTable({graph.model(), device, kMeasuredSource, graph.batch_size(),
-                                                 graph.derivation(), graph.trainable()});
+  Result<v1::CostTable> table = db.GetCostTable(
+      {graph.model(), device, kMeasuredSource, graph.batch_size(), graph.derivation(), graph.trainable()});
   if (table.status().code() == ErrorCode::kNotFound) {
     return NotFound("no measured costs for " + graph.model() + " (derivation " + graph.derivation() + ", trainable " +
-                    graph.trainable() + ", batch size " + std::to_string(graph.batch_size()) + ") on device " +
-                    device + "; run `edgecost profile --model " + spec.model_or_file + "` there");
+                    graph.trainable() + ", batch size " + std::to_string(graph.batch_size()) + ") on device " + device +
+                    "; run `edgecost profile --model " + spec.model_or_file + "` there");
   }
   return table;
 }

@@ -27,7 +27,7 @@ struct ProfileProgress {
 
 struct ProfileOptions {
   int threads = 1;
-  bool force = false;            // measure again what the database already has
+  bool force = false;  // measure again what the database already has
   MeasureOptions measure;
   uint32_t shuffle_seed = 1;
   std::function<void(const ProfileProgress&)> on_progress;
@@ -51,9 +51,8 @@ Result<ProfileSummary> ProfileGraph(costdb::CostDb& db, Backend& backend, const 
 
 // The cost table of `graph` from the measured op costs and paging costs of a
 // fingerprint. A node whose op was never measured is a NotFound naming it.
-Result<v1::CostTable> MeasuredCostTable(costdb::CostDb& db, const v1::TrainingGraph& graph,
-                                        const std::string& device, const std::string& fingerprint_hash,
-                                        int threads);
+Result<v1::CostTable> MeasuredCostTable(costdb::CostDb& db, const v1::TrainingGraph& graph, const std::string& device,
+                                        const std::string& fingerprint_hash, int threads);
 
 // The stored measured cost table of a zoo model on a device ("this": this machine).
 Result<v1::CostTable> LoadMeasuredCostTable(costdb::CostDb& db, const graph::GraphSpec& spec, std::string device);

@@ -26,7 +26,8 @@ Result<v1::CostTable> ResolveCostTable(costdb::CostDb* db, const v1::GetCostTabl
   }
   spec.batch_size = request.batch_size() == 0 ? 1 : static_cast<int>(request.batch_size());
   EC_ASSIGN_OR_RETURN(spec.derivation, graph::ParseDerivation(derivation));
-  EC_ASSIGN_OR_RETURN(spec.trainable, graph::Trainable::Parse(request.trainable().empty() ? "all" : request.trainable()));
+  EC_ASSIGN_OR_RETURN(spec.trainable,
+                      graph::Trainable::Parse(request.trainable().empty() ? "all" : request.trainable()));
   if (graph::IsGraphFile(spec.model_or_file)) {
     return InvalidArgument("'" + spec.model_or_file + "' looks like a file; ask for a model by name");
   }

@@ -29,7 +29,8 @@ v1::Device ThisDevice(const std::string& paging_dir) {
   v1::Device device;
   device.set_name(profiler::ThisDeviceName());
   device.set_kind(v1::Device::KIND_MEASURED);
-  *device.mutable_fingerprint() = profiler::ReadFingerprint(profiler::SystemRoots::FromEnvironment(), profiler::Backend::Isa(), paging_dir);
+  *device.mutable_fingerprint() =
+      profiler::ReadFingerprint(profiler::SystemRoots::FromEnvironment(), profiler::Backend::Isa(), paging_dir);
   return device;
 }
 
@@ -49,8 +50,8 @@ Result<ProfileJobResult> RunProfileJob(const ProfileJobOptions& options, const s
   EC_RETURN_IF_ERROR(db.UpsertDevice(device).status());
   std::ostringstream line;
   line << "device " << device.name() << " (fingerprint " << hash << "): " << device.fingerprint().cpu_model() << ", "
-       << device.fingerprint().online_cores() << " cores online, oneDNN ISA " << device.fingerprint().dnnl_isa()
-       << ", " << threads << " threads";
+       << device.fingerprint().online_cores() << " cores online, oneDNN ISA " << device.fingerprint().dnnl_isa() << ", "
+       << threads << " threads";
   log(line.str());
 
   // The best source that measures energy; the power model only when there is none.
@@ -97,14 +98,15 @@ Result<ProfileJobResult> RunProfileJob(const ProfileJobOptions& options, const s
   profile.measure.min_window_s = options.min_window_s;
   profile.on_progress = on_progress;
   profile.stop = stop;
-  Result<profiler::ProfileSummary> summary = profiler::ProfileGraph(db, backend, result.graph, hash, run, meter.get(), profile);
+  Result<profiler::ProfileSummary> summary =
+      profiler::ProfileGraph(db, backend, result.graph, hash, run, meter.get(), profile);
   if (!summary.ok()) {
     (void)db.FinishRun(run, costdb::RunStatus::kFailed);
     return summary.status();
   }
   result.summary = *summary;
-  EC_RETURN_IF_ERROR(db.FinishRun(run, summary->interrupted ? costdb::RunStatus::kCancelled : costdb::RunStatus::kComplete,
-                                  meter->IdlePowerW()));
+  EC_RETURN_IF_ERROR(db.FinishRun(
+      run, summary->interrupted ? costdb::RunStatus::kCancelled : costdb::RunStatus::kComplete, meter->IdlePowerW()));
   if (summary->interrupted) return result;
 
   EC_ASSIGN_OR_RETURN(v1::CostTable table, profiler::MeasuredCostTable(db, result.graph, device.name(), hash, threads));

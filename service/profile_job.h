@@ -19,11 +19,11 @@ namespace edgecost::service {
 struct ProfileJobOptions {
   std::string db_path;
   graph::GraphSpec graph;
-  int threads = 0;              // 0: all cores
+  int threads = 0;  // 0: all cores
   bool force = false;
-  std::string paging_dir;       // empty: "paging" beside the database
+  std::string paging_dir;  // empty: "paging" beside the database
   double min_window_s = profiler::MeasureOptions{}.min_window_s;
-  std::string probes_config;    // TOML with a [probes] section (meters, rails, the estimate), or empty
+  std::string probes_config;  // TOML with a [probes] section (meters, rails, the estimate), or empty
   // The power model for energy when no probe measures it: [probes.estimate]
   // of the config (or its defaults), each figure overridden when set here.
   std::optional<double> idle_power_w;
@@ -34,10 +34,10 @@ struct ProfileJobResult {
   v1::Device device;
   v1::TrainingGraph graph;
   profiler::ProfileSummary summary;
-  std::string energy_source;    // the probe, or the estimate's name
+  std::string energy_source;  // the probe, or the estimate's name
   bool energy_measured = false;
-  int64_t cost_table_id = 0;    // 0 when interrupted
-  double step_runtime_s = 0;    // one training step, from the stored table
+  int64_t cost_table_id = 0;  // 0 when interrupted
+  double step_runtime_s = 0;  // one training step, from the stored table
   double step_energy_j = 0;
 };
 

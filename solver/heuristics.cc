@@ -1,9 +1,9 @@
 #include "solver/heuristics.h"
 
 #include <algorithm>
-#include <numeric>
 #include <cmath>
 #include <limits>
+#include <numeric>
 #include <set>
 
 namespace edgecost::solver {
@@ -12,7 +12,8 @@ namespace {
 std::vector<int> LastUse(const Problem& p) {
   std::vector<int> last(static_cast<size_t>(p.size()), -1);
   for (int v = 0; v < p.size(); ++v) {
-    for (int u : p.preds[static_cast<size_t>(v)]) last[static_cast<size_t>(u)] = std::max(last[static_cast<size_t>(u)], v);
+    for (int u : p.preds[static_cast<size_t>(v)])
+      last[static_cast<size_t>(u)] = std::max(last[static_cast<size_t>(u)], v);
   }
   return last;
 }
@@ -97,10 +98,18 @@ Plan BuildPlan(const Problem& p, const std::vector<Policy>& policies) {
       const bool short_lived_here = last_use[su] < u + 2 && t <= last_use[su];
       bool available = false;
       switch (pol) {
-        case Policy::kKeep: available = short_lived_here || last_use[su] >= u + 2; break;
-        case Policy::kPage: available = true; break;
-        case Policy::kRecompute: available = t == u + 1; break;
-        case Policy::kRecomputeOnce: available = t == u + 1 || (recomputed_at[su] >= 0 && recomputed_at[su] < t); break;
+        case Policy::kKeep:
+          available = short_lived_here || last_use[su] >= u + 2;
+          break;
+        case Policy::kPage:
+          available = true;
+          break;
+        case Policy::kRecompute:
+          available = t == u + 1;
+          break;
+        case Policy::kRecomputeOnce:
+          available = t == u + 1 || (recomputed_at[su] >= 0 && recomputed_at[su] < t);
+          break;
       }
       if (available) {
         needs[su].push_back(t);
@@ -188,10 +197,10 @@ std::optional<Candidate> Greedy(const Problem& p) {
       const size_t su = static_cast<size_t>(u);
       if (!current.plan.resident[t][u] || last_use[su] < u + 2 || policies[su] != Policy::kKeep) continue;
       const double bytes = static_cast<double>(p.ram_bytes[su]);
-      const int later_uses = std::max(1, static_cast<int>(std::count_if(
-                                             p.preds.begin() + u + 2, p.preds.end(), [u](const std::vector<int>& pr) {
-                                               return std::find(pr.begin(), pr.end(), u) != pr.end();
-                                             })));
+      const int later_uses = std::max(
+          1, static_cast<int>(std::count_if(p.preds.begin() + u + 2, p.preds.end(), [u](const std::vector<int>& pr) {
+            return std::find(pr.begin(), pr.end(), u) != pr.end();
+          })));
       std::vector<std::pair<Policy, double>> options;
       if (p.allow_paging) options.push_back({Policy::kPage, p.page_out_j[su] + later_uses * p.page_in_j[su]});
       if (p.allow_remat) {

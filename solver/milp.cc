@@ -1,19 +1,19 @@
 #include "solver/milp.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <map>
 
 #include <CbcEventHandler.hpp>
-#include <ClpEventHandler.hpp>
 #include <CbcModel.hpp>
 #include <CglClique.hpp>
 #include <CglGomory.hpp>
 #include <CglKnapsackCover.hpp>
 #include <CglMixedIntegerRounding2.hpp>
 #include <CglProbing.hpp>
+#include <ClpEventHandler.hpp>
 #include <CoinPackedMatrix.hpp>
 #include <OsiClpSolverInterface.hpp>
 
@@ -75,7 +75,8 @@ class Model {
 // Records when CBC first holds a solution, and stops the search when asked to.
 class SearchEvents : public CbcEventHandler {
  public:
-  SearchEvents(double start, double* first, const std::atomic<bool>* stop) : start_(start), first_(first), stop_(stop) {}
+  SearchEvents(double start, double* first, const std::atomic<bool>* stop)
+      : start_(start), first_(first), stop_(stop) {}
   CbcEventHandler* clone() const override { return new SearchEvents(*this); }
   CbcAction event(CbcEvent which) override {
     if ((which == solution || which == heuristicSolution) && *first_ < 0) *first_ = Now() - start_;
@@ -130,7 +131,9 @@ Formulation Build(const Problem& p, const MilpOptions& options, Model& m) {
   auto B = [&](int i) { return static_cast<double>(p.ram_bytes[static_cast<size_t>(i)]) / f.bytes_scale; };
   auto lu = [&](int i) { return prune ? last_use[static_cast<size_t>(i)] : n; };
 
-  auto grid = [n] { return std::vector<std::vector<int>>(static_cast<size_t>(n), std::vector<int>(static_cast<size_t>(n), -1)); };
+  auto grid = [n] {
+    return std::vector<std::vector<int>>(static_cast<size_t>(n), std::vector<int>(static_cast<size_t>(n), -1));
+  };
   f.x = grid();
   f.s = grid();
   f.d = grid();
@@ -145,7 +148,8 @@ Formulation Build(const Problem& p, const MilpOptions& options, Model& m) {
       if (lu(i) >= t) f.s[t][i] = m.AddBinary(0);
       if (p.allow_paging) {
         if (lu(i) >= t + 1 && t >= i + 2) f.d[t][i] = m.AddBinary(0);
-        if (f.d[t][i] >= 0 && t + 1 < n && lu(i) >= t + 1) f.in[t][i] = m.AddBinary(E(p.page_in_j[static_cast<size_t>(i)]));
+        if (f.d[t][i] >= 0 && t + 1 < n && lu(i) >= t + 1)
+          f.in[t][i] = m.AddBinary(E(p.page_in_j[static_cast<size_t>(i)]));
         if (f.s[t][i] >= 0 && lu(i) >= t + 2) f.out[t][i] = m.AddBinary(E(p.page_out_j[static_cast<size_t>(i)]));
       }
     }
@@ -225,7 +229,8 @@ Formulation Build(const Problem& p, const MilpOptions& options, Model& m) {
     for (int t = 0; t < n; ++t) {
       for (int i = 0; i < t; ++i) {
         if (f.in[t][i] >= 0) runtime_terms.push_back({f.in[t][i], p.page_in_s[static_cast<size_t>(i)] / runtime_scale});
-        if (f.out[t][i] >= 0) runtime_terms.push_back({f.out[t][i], p.page_out_s[static_cast<size_t>(i)] / runtime_scale});
+        if (f.out[t][i] >= 0)
+          runtime_terms.push_back({f.out[t][i], p.page_out_s[static_cast<size_t>(i)] / runtime_scale});
       }
     }
   }
@@ -255,8 +260,9 @@ std::vector<double> Values(const Problem& p, const Formulation& f, const Plan& p
     const auto [t, i, k] = key;
     bool freed = plan.compute[t][k] && !(t + 1 < n && plan.resident[t + 1][i]);
     for (int j = k + 1; j <= t && freed; ++j) {
-      if (plan.compute[t][j] && std::find(p.preds[static_cast<size_t>(j)].begin(), p.preds[static_cast<size_t>(j)].end(), i) !=
-                                    p.preds[static_cast<size_t>(j)].end()) {
+      if (plan.compute[t][j] &&
+          std::find(p.preds[static_cast<size_t>(j)].begin(), p.preds[static_cast<size_t>(j)].end(), i) !=
+              p.preds[static_cast<size_t>(j)].end()) {
         freed = false;
       }
     }

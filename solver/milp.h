@@ -15,7 +15,6 @@
 #pragma once
 
 #include <atomic>
-
 #include <functional>
 #include <optional>
 #include <string>
@@ -28,22 +27,22 @@ namespace edgecost::solver {
 struct MilpOptions {
   double time_limit_s = 60;
   int threads = 1;
-  const Plan* incumbent = nullptr;  // a valid schedule to start from
-  bool poet_formulation = false;    // POET's own formulation: all T x T variables, two-sided big-M frees
+  const Plan* incumbent = nullptr;          // a valid schedule to start from
+  bool poet_formulation = false;            // POET's own formulation: all T x T variables, two-sided big-M frees
   const std::atomic<bool>* stop = nullptr;  // checked at every branch-and-bound event
 };
 
 struct MilpResult {
-  std::optional<Plan> plan;      // the best schedule CBC found (not yet replayed)
-  double objective_j = 0;        // its energy
-  double lower_bound_j = 0;      // CBC's proven bound
+  std::optional<Plan> plan;  // the best schedule CBC found (not yet replayed)
+  double objective_j = 0;    // its energy
+  double lower_bound_j = 0;  // CBC's proven bound
   bool proven_optimal = false;
   bool proven_infeasible = false;
   double solve_time_s = 0;
   double first_solution_s = -1;  // when CBC had its first solution (its own or the incumbent)
   int columns = 0;
   int rows = 0;
-  std::string error;             // why CBC stopped with an exception, if it did
+  std::string error;  // why CBC stopped with an exception, if it did
 };
 
 MilpResult SolveMilp(const Problem& problem, const MilpOptions& options);

@@ -15,13 +15,13 @@ namespace edgecost::solver {
 struct Problem {
   std::vector<std::string> names;
   std::vector<bool> backward;
-  std::vector<double> runtime_s;     // seconds to compute node i once
-  std::vector<double> compute_j;     // joules to compute node i once
-  std::vector<int64_t> ram_bytes;    // bytes of node i's output while resident
-  std::vector<double> page_in_j;     // joules to read node i's output from storage
-  std::vector<double> page_out_j;    // joules to write it to storage
-  std::vector<double> page_in_s;     // seconds to page in (empty when unknown)
-  std::vector<double> page_out_s;    // seconds to page out (empty when unknown)
+  std::vector<double> runtime_s;   // seconds to compute node i once
+  std::vector<double> compute_j;   // joules to compute node i once
+  std::vector<int64_t> ram_bytes;  // bytes of node i's output while resident
+  std::vector<double> page_in_j;   // joules to read node i's output from storage
+  std::vector<double> page_out_j;  // joules to write it to storage
+  std::vector<double> page_in_s;   // seconds to page in (empty when unknown)
+  std::vector<double> page_out_s;  // seconds to page out (empty when unknown)
   // preds[v]: distinct nodes whose output v reads; every u in preds[v] has u < v.
   std::vector<std::vector<int>> preds;
 

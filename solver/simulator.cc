@@ -15,18 +15,21 @@ class Replayer {
   }
 
   Replay Run() {
-    if (plan_.size() != n_) return Fail(-1, -1, "the schedule has " + std::to_string(plan_.size()) +
-                                                   " stages for " + std::to_string(n_) + " nodes");
+    if (plan_.size() != n_)
+      return Fail(-1, -1,
+                  "the schedule has " + std::to_string(plan_.size()) + " stages for " + std::to_string(n_) + " nodes");
     for (int i = 0; i < n_; ++i) {
-      if (plan_.resident[0][i] || plan_.stored[0][i]) return Fail(0, i, "nothing can be resident or stored before stage 0");
+      if (plan_.resident[0][i] || plan_.stored[0][i])
+        return Fail(0, i, "nothing can be resident or stored before stage 0");
     }
     for (int t = 0; t < n_; ++t) {
       if (!Stage(t)) return replay_;
     }
     const double tolerance = 1e-9 * std::max(1.0, p_.runtime_budget_s);
     if (replay_.runtime_s > p_.runtime_budget_s + tolerance) {
-      return Fail(-1, -1, "runtime " + std::to_string(replay_.runtime_s) + " s exceeds the budget of " +
-                              std::to_string(p_.runtime_budget_s) + " s");
+      return Fail(-1, -1,
+                  "runtime " + std::to_string(replay_.runtime_s) + " s exceeds the budget of " +
+                      std::to_string(p_.runtime_budget_s) + " s");
     }
     v1::EnergyBreakdown& e = replay_.energy;
     e.set_total_j(e.compute_j() + e.recompute_j() + e.page_in_j() + e.page_out_j());
@@ -35,7 +38,9 @@ class Replayer {
   }
 
  private:
-  std::string Label(int node) const { return "node " + std::to_string(node) + " (" + p_.names[static_cast<size_t>(node)] + ")"; }
+  std::string Label(int node) const {
+    return "node " + std::to_string(node) + " (" + p_.names[static_cast<size_t>(node)] + ")";
+  }
 
   Replay Fail(int stage, int node, const std::string& what) {
     replay_.valid = false;
@@ -119,8 +124,9 @@ class Replayer {
   bool Check(int t, int k, int64_t memory) {
     replay_.peak_ram_bytes = std::max(replay_.peak_ram_bytes, memory);
     if (memory <= p_.ram_budget_bytes) return true;
-    Fail(t, k, std::string(k < 0 ? "resident outputs at the stage's start take " : "memory after computing it is ") +
-                   std::to_string(memory) + " B, over the budget of " + std::to_string(p_.ram_budget_bytes) + " B");
+    Fail(t, k,
+         std::string(k < 0 ? "resident outputs at the stage's start take " : "memory after computing it is ") +
+             std::to_string(memory) + " B, over the budget of " + std::to_string(p_.ram_budget_bytes) + " B");
     return false;
   }
 
@@ -139,8 +145,8 @@ Replay Simulate(const Problem& problem, const v1::Schedule& schedule) {
   const int n = problem.size();
   Replay bad;
   if (schedule.stages_size() != n) {
-    bad.violation = "the schedule has " + std::to_string(schedule.stages_size()) + " stages for " + std::to_string(n) +
-                    " nodes";
+    bad.violation =
+        "the schedule has " + std::to_string(schedule.stages_size()) + " stages for " + std::to_string(n) + " nodes";
     return bad;
   }
   for (int t = 0; t < n; ++t) {

@@ -21,7 +21,7 @@ struct Replay {
   int violation_node = -1;
   v1::EnergyBreakdown energy;
   int64_t peak_ram_bytes = 0;
-  double runtime_s = 0;     // compute time (plus paging time when the problem counts it)
+  double runtime_s = 0;  // compute time (plus paging time when the problem counts it)
   uint32_t recomputations = 0, page_ins = 0, page_outs = 0;
 };
 

@@ -105,12 +105,18 @@ Result<int64_t> MinFeasibleRam(const Problem& problem) {
 
 std::string_view StrategyName(Strategy strategy) {
   switch (strategy) {
-    case Strategy::kOptimal: return "optimal";
-    case Strategy::kGreedy: return "greedy";
-    case Strategy::kCheckpointAll: return "checkpoint-all";
-    case Strategy::kSqrt: return "sqrt";
-    case Strategy::kRevolve: return "revolve";
-    case Strategy::kPagingOnly: return "paging-only";
+    case Strategy::kOptimal:
+      return "optimal";
+    case Strategy::kGreedy:
+      return "greedy";
+    case Strategy::kCheckpointAll:
+      return "checkpoint-all";
+    case Strategy::kSqrt:
+      return "sqrt";
+    case Strategy::kRevolve:
+      return "revolve";
+    case Strategy::kPagingOnly:
+      return "paging-only";
   }
   return "optimal";
 }
@@ -133,7 +139,8 @@ Result<v1::Schedule> Solve(const Problem& p, const SolveOptions& options) {
   if (p.size() == 0) return InvalidArgument("the graph has no nodes");
   const std::string infeasible = ObviouslyInfeasible(p);
   if (!infeasible.empty()) {
-    v1::Schedule s = NoSchedule(p, options.strategy, v1::Schedule::STATUS_INFEASIBLE, infeasible, options.search_min_ram);
+    v1::Schedule s =
+        NoSchedule(p, options.strategy, v1::Schedule::STATUS_INFEASIBLE, infeasible, options.search_min_ram);
     s.set_solve_time_s(Now() - start);
     return s;
   }
@@ -181,9 +188,9 @@ Result<v1::Schedule> Solve(const Problem& p, const SolveOptions& options) {
 
   if (kind != Strategy::kOptimal) {
     if (!found) {
-      v1::Schedule s = NoSchedule(p, strategy, v1::Schedule::STATUS_NO_SOLUTION,
-                                  "the " + strategy + " strategy does not meet these budgets; " + why_not,
-                                  options.search_min_ram);
+      v1::Schedule s =
+          NoSchedule(p, strategy, v1::Schedule::STATUS_NO_SOLUTION,
+                     "the " + strategy + " strategy does not meet these budgets; " + why_not, options.search_min_ram);
       s.set_solve_time_s(Now() - start);
       return s;
     }
@@ -214,8 +221,8 @@ Result<v1::Schedule> Solve(const Problem& p, const SolveOptions& options) {
   milp.poet_formulation = options.poet_formulation;
   milp.stop = options.stop;
   const MilpResult result = SolveMilp(p, milp);
-  std::string message = "MILP: " + std::to_string(result.columns) + " variables, " + std::to_string(result.rows) +
-                        " constraints";
+  std::string message =
+      "MILP: " + std::to_string(result.columns) + " variables, " + std::to_string(result.rows) + " constraints";
   if (!result.error.empty()) message += "; " + result.error;
   if (result.plan) {
     Candidate milp_candidate{*result.plan, Simulate(p, *result.plan)};
@@ -227,11 +234,11 @@ Result<v1::Schedule> Solve(const Problem& p, const SolveOptions& options) {
   }
   if (!found) {
     const bool infeasible_proven = result.proven_infeasible;
-    v1::Schedule s = NoSchedule(p, strategy,
-                                infeasible_proven ? v1::Schedule::STATUS_INFEASIBLE : v1::Schedule::STATUS_NO_SOLUTION,
-                                infeasible_proven ? "CBC proved that no schedule meets these budgets"
-                                                  : "no schedule found within the time limit; " + message,
-                                options.search_min_ram);
+    v1::Schedule s =
+        NoSchedule(p, strategy, infeasible_proven ? v1::Schedule::STATUS_INFEASIBLE : v1::Schedule::STATUS_NO_SOLUTION,
+                   infeasible_proven ? "CBC proved that no schedule meets these budgets"
+                                     : "no schedule found within the time limit; " + message,
+                   options.search_min_ram);
     s.set_solve_time_s(Now() - start);
     return s;
   }

@@ -32,8 +32,8 @@ struct SolveOptions {
   std::string strategy = "optimal";  // a StrategyName
   double time_limit_s = 60;
   int threads = 1;
-  bool search_min_ram = true;        // for an infeasible budget, look for the smallest feasible one
-  bool poet_formulation = false;     // "optimal" through POET's own MILP, with no heuristic start: for comparison
+  bool search_min_ram = true;     // for an infeasible budget, look for the smallest feasible one
+  bool poet_formulation = false;  // "optimal" through POET's own MILP, with no heuristic start: for comparison
   // Set from another thread (e.g. at shutdown): the MILP stops at its next
   // branch-and-bound event and the best schedule so far is returned.
   const std::atomic<bool>* stop = nullptr;

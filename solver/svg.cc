@@ -33,8 +33,8 @@ std::string ScheduleToSvg(const Problem& p, const v1::Schedule& schedule) {
   out << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\"" << height
       << "\" font-family=\"sans-serif\" font-size=\"12\">\n"
       << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
-      << "<text x=\"" << left << "\" y=\"20\" font-size=\"14\">" << schedule.strategy() << " schedule: "
-      << schedule.energy().total_j() << " J, peak " << schedule.peak_ram_bytes() << " B of "
+      << "<text x=\"" << left << "\" y=\"20\" font-size=\"14\">" << schedule.strategy()
+      << " schedule: " << schedule.energy().total_j() << " J, peak " << schedule.peak_ram_bytes() << " B of "
       << schedule.ram_budget_bytes() << " B</text>\n"
       << "<text x=\"" << left + n * cell / 2 << "\" y=\"" << top - 10
       << "\" text-anchor=\"middle\">node (topological order) &#8594;</text>\n"
@@ -57,8 +57,8 @@ std::string ScheduleToSvg(const Problem& p, const v1::Schedule& schedule) {
         style = &kStored;
       }
       if (!style) continue;
-      out << "<rect x=\"" << left + i * cell << "\" y=\"" << top + t * cell << "\" width=\"" << cell
-          << "\" height=\"" << cell << "\" fill=\"" << style->color << "\"/>\n";
+      out << "<rect x=\"" << left + i * cell << "\" y=\"" << top + t * cell << "\" width=\"" << cell << "\" height=\""
+          << cell << "\" fill=\"" << style->color << "\"/>\n";
     }
   }
   // Axis ticks every tenth node.

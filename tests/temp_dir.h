@@ -16,8 +16,8 @@ class TempDirTest : public ::testing::Test {
  protected:
   void SetUp() override {
     const ::testing::TestInfo* test = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = std::filesystem::temp_directory_path() / ("edgecost_" + std::string(test->test_suite_name()) + "_" +
-                                                     test->name() + "_" + std::to_string(::getpid()));
+    dir_ = std::filesystem::temp_directory_path() /
+           ("edgecost_" + std::string(test->test_suite_name()) + "_" + test->name() + "_" + std::to_string(::getpid()));
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);
   }

@@ -42,14 +42,13 @@ class CliTest : public edgecost::testing::TempDirTest {
     const int status = ::pclose(pipe);
     return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
   }
-
 };
 
 TEST_F(CliTest, ModelsListsTheZoo) {
   const CommandResult run = Edgecost("models");
   EXPECT_EQ(run.exit_code, 0) << run.output;
-  for (const char* model : {"linear", "vgg16", "vgg16_cifar", "resnet18", "resnet50", "resnet18_cifar", "bert",
-                            "transformer"}) {
+  for (const char* model :
+       {"linear", "vgg16", "vgg16_cifar", "resnet18", "resnet50", "resnet18_cifar", "bert", "transformer"}) {
     EXPECT_THAT(run.output, HasSubstr(model));
   }
   EXPECT_THAT(run.output, HasSubstr("133"));  // resnet18_cifar's training nodes
@@ -81,8 +80,8 @@ TEST_F(CliTest, GraphFormats) {
 }
 
 TEST_F(CliTest, ExitCodesSeparateUsageFromFailure) {
-  EXPECT_EQ(Edgecost("").exit_code, 2);                       // no subcommand
-  EXPECT_EQ(Edgecost("costs").exit_code, 2);                  // missing model
+  EXPECT_EQ(Edgecost("").exit_code, 2);       // no subcommand
+  EXPECT_EQ(Edgecost("costs").exit_code, 2);  // missing model
   EXPECT_EQ(Edgecost("costs linear --platform z80").exit_code, 2);
   EXPECT_EQ(Edgecost("graph linear --trainable last:x").exit_code, 2);
   const CommandResult unknown = Edgecost("costs alexnet");
@@ -97,8 +96,10 @@ TEST_F(CliTest, ExitCodesSeparateUsageFromFailure) {
 
 TEST_F(CliTest, SolveWritesAScheduleThatCheckAccepts) {
   const std::string schedule = (dir_ / "schedule.json").string();
-  const CommandResult run = Edgecost("solve --model resnet18_cifar --platform a72 --ram-budget 3MB --runtime-budget 7.6x"
-                                     " --out " + schedule + " --svg " + (dir_ / "schedule.svg").string());
+  const CommandResult run = Edgecost(
+      "solve --model resnet18_cifar --platform a72 --ram-budget 3MB --runtime-budget 7.6x"
+      " --out " +
+      schedule + " --svg " + (dir_ / "schedule.svg").string());
   ASSERT_EQ(run.exit_code, 0) << run.output;
   EXPECT_THAT(run.output, HasSubstr("optimal (proven)"));
   EXPECT_THAT(run.output, HasSubstr("7.889510 J"));
@@ -131,10 +132,12 @@ TEST_F(CliTest, SolveSaysWhyABudgetCannotBeMet) {
   EXPECT_EQ(small.exit_code, 1) << small.output;
   EXPECT_THAT(small.output, HasSubstr("infeasible"));
   EXPECT_THAT(small.output, HasSubstr("smallest RAM"));
-  const CommandResult fast = Edgecost("solve --model resnet18_cifar --platform a72 --ram-budget 3MB --runtime-budget 0.5x");
+  const CommandResult fast =
+      Edgecost("solve --model resnet18_cifar --platform a72 --ram-budget 3MB --runtime-budget 0.5x");
   EXPECT_EQ(fast.exit_code, 2) << fast.output;
   EXPECT_THAT(fast.output, HasSubstr("must be at least 1x"));
-  const CommandResult seconds = Edgecost("solve --model resnet18_cifar --platform a72 --ram-budget 3MB --runtime-budget 1ms");
+  const CommandResult seconds =
+      Edgecost("solve --model resnet18_cifar --platform a72 --ram-budget 3MB --runtime-budget 1ms");
   EXPECT_EQ(seconds.exit_code, 1) << seconds.output;
   EXPECT_THAT(seconds.output, HasSubstr("one plain training step takes"));
   const CommandResult unit = Edgecost("solve --model resnet18_cifar --ram-budget 3XB");
@@ -143,8 +146,9 @@ TEST_F(CliTest, SolveSaysWhyABudgetCannotBeMet) {
 }
 
 TEST_F(CliTest, SolveComparesTheBaselines) {
-  const CommandResult run = Edgecost("solve --model resnet18_cifar --platform a72 --ram-budget 2MB --runtime-budget 2x"
-                                     " --compare --time-limit-s 3");
+  const CommandResult run = Edgecost(
+      "solve --model resnet18_cifar --platform a72 --ram-budget 2MB --runtime-budget 2x"
+      " --compare --time-limit-s 3");
   ASSERT_EQ(run.exit_code, 0) << run.output;
   for (const char* strategy : {"optimal", "checkpoint-all", "sqrt", "revolve", "paging-only"}) {
     EXPECT_THAT(run.output, HasSubstr(strategy));
@@ -193,7 +197,8 @@ TEST_F(CliTest, ProfileKilledMidRunKeepsWhatItMeasuredAndResumes) {
   ASSERT_TRUE(WIFSIGNALED(status)) << "the profile finished before it could be killed";
   const CommandResult resumed = Edgecost("profile --model resnet18_cifar --threads 1 --min-window-s 0.005");
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
-  EXPECT_THAT(resumed.output, ::testing::ContainsRegex("ops +43 distinct: [0-9]+ measured now, ([2-9]|[1-4][0-9]) already stored"));
+  EXPECT_THAT(resumed.output,
+              ::testing::ContainsRegex("ops +43 distinct: [0-9]+ measured now, ([2-9]|[1-4][0-9]) already stored"));
   EXPECT_EQ(Edgecost("db info").exit_code, 0);
 }
 
@@ -236,7 +241,9 @@ TEST_F(CliTest, HostileGraphAndScheduleFilesFailCleanly) {
   }
 
   const std::string schedule = (dir_ / "schedule.json").string();
-  ASSERT_EQ(Edgecost("solve --model linear --platform a72 --ram-budget 10kB --runtime-budget 2x --out " + schedule).exit_code, 0);
+  ASSERT_EQ(
+      Edgecost("solve --model linear --platform a72 --ram-budget 10kB --runtime-budget 2x --out " + schedule).exit_code,
+      0);
   std::ifstream saved(schedule);
   std::string json((std::istreambuf_iterator<char>(saved)), std::istreambuf_iterator<char>());
   const size_t compute_list = json.find("\"compute\": [");
@@ -293,7 +300,8 @@ TEST_F(CliTest, ADatabaseOnReadOnlyMediaIsRead) {
   }
   for (const char* command : {"db info", "costs linear --platform a72", "jobs",
                               "solve --model linear --platform a72 --ram-budget 10kB --runtime-budget 2x"}) {
-    const CommandResult run = on_media(std::string(EDGECOST_BIN) + " --db " + (media / "costs.db").string() + " " + command);
+    const CommandResult run =
+        on_media(std::string(EDGECOST_BIN) + " --db " + (media / "costs.db").string() + " " + command);
     EXPECT_EQ(run.exit_code, 0) << command << ": " << run.output;
     if (std::string(command).starts_with("solve")) {
       EXPECT_THAT(run.output, HasSubstr("not stored     ")) << run.output;
@@ -308,12 +316,12 @@ TEST_F(CliTest, TheConfiguredPowerModelReachesTheStoredCosts) {
   std::ofstream(config) << "[probes.estimate]\nidle_w = 7.25\nactive_w_per_core = 0.5\n";
   const std::string no_sensors = "EDGECOST_SYSFS_ROOT=" + (dir_ / "no-sysfs").string() + " ";
   const std::string profile = "profile --model linear --min-window-s 0.005 --probes-config " + config;
-  const CommandResult configured = Run(no_sensors + "EDGECOST_DB=" + (dir_ / "costs.db").string() + " " +
-                                       EDGECOST_BIN + " " + profile);
+  const CommandResult configured =
+      Run(no_sensors + "EDGECOST_DB=" + (dir_ / "costs.db").string() + " " + EDGECOST_BIN + " " + profile);
   ASSERT_EQ(configured.exit_code, 0) << configured.output;
   EXPECT_THAT(Edgecost("costs linear --device this").output, HasSubstr("idle 7.25 W, 0.50 W per busy core"));
-  const CommandResult overridden = Run(no_sensors + "EDGECOST_DB=" + (dir_ / "costs.db").string() + " " +
-                                       EDGECOST_BIN + " " + profile + " --force --idle-power-w 3");
+  const CommandResult overridden = Run(no_sensors + "EDGECOST_DB=" + (dir_ / "costs.db").string() + " " + EDGECOST_BIN +
+                                       " " + profile + " --force --idle-power-w 3");
   ASSERT_EQ(overridden.exit_code, 0) << overridden.output;
   EXPECT_THAT(Edgecost("costs linear --device this").output, HasSubstr("idle 3.00 W, 0.50 W per busy core"));
 }

@@ -4,8 +4,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <csignal>
 #include <cmath>
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -22,14 +22,14 @@
 namespace edgecost::costdb {
 namespace {
 
-using ::testing::ElementsAre;
-using ::testing::HasSubstr;
 using google::protobuf::util::MessageDifferencer;
 using test_support::Graph;
 using test_support::InChild;
 using test_support::MeasuredDevice;
 using test_support::Snapshot;
 using test_support::Table;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
 
 namespace fs = std::filesystem;
 
@@ -488,7 +488,8 @@ TEST_F(CostDbTest, DamageIsFoundWhenTheFileIsOpened) {
 }
 
 TEST_F(CostDbTest, RefusesFilesThatAreNotSqliteUntouched) {
-  for (const std::string& contents : {std::string("these are my notes, not a database\n"), std::string("x"), std::string(8192, 'z')}) {
+  for (const std::string& contents :
+       {std::string("these are my notes, not a database\n"), std::string("x"), std::string(8192, 'z')}) {
     std::ofstream(path_, std::ios::trunc) << contents;
     ExpectRefusedUntouched(ErrorCode::kInvalidArgument,
                            "is not an edgecost database (not SQLite): pass another --db or move the file away");
@@ -503,9 +504,9 @@ TEST_F(CostDbTest, RefusesFilesThatAreNotSqliteUntouched) {
 TEST_F(CostDbTest, RefusesANewerSchemaUntouched) {
   { ASSERT_TRUE(OpenOrDie().PutCostTable(Table("net", "a72", 3)).ok()); }
   SetUserVersion(kSchemaVersion + 98);
-  ExpectRefusedUntouched(ErrorCode::kFailedPrecondition,
-                         "was written by a newer edgecost (schema " + std::to_string(kSchemaVersion + 98) + " > " +
-                             std::to_string(kSchemaVersion) + "): upgrade edgecost");
+  ExpectRefusedUntouched(ErrorCode::kFailedPrecondition, "was written by a newer edgecost (schema " +
+                                                             std::to_string(kSchemaVersion + 98) + " > " +
+                                                             std::to_string(kSchemaVersion) + "): upgrade edgecost");
 }
 
 TEST_F(CostDbTest, RefusesAnotherProgramsSqliteDatabaseUntouched) {
@@ -535,8 +536,8 @@ TEST_F(CostDbTest, ReadOnlyFileAndFolder) {
   fs::permissions(in_writable_dir, fs::perms::owner_read | fs::perms::group_read | fs::perms::others_read);
   fs::permissions(writable_dir, fs::perms::all);
   fs::permissions(path_, fs::perms::owner_read | fs::perms::group_read | fs::perms::others_read);
-  fs::permissions(dir_, fs::perms::owner_read | fs::perms::owner_exec | fs::perms::group_read |
-                            fs::perms::group_exec | fs::perms::others_read | fs::perms::others_exec);
+  fs::permissions(dir_, fs::perms::owner_read | fs::perms::owner_exec | fs::perms::group_read | fs::perms::group_exec |
+                            fs::perms::others_read | fs::perms::others_exec);
   const test_support::FileSnapshot before = Snapshot(path_);
   const test_support::FileSnapshot before_writable_dir = Snapshot(in_writable_dir);
 
@@ -594,8 +595,8 @@ TEST_F(CostDbTest, LockedDatabaseFailsClearlyAndChangesNothing) {
                                         db->UpsertDevice(MeasuredDevice("pi4", "fp1")).status()};
     for (const Status& status : writes) {
       EXPECT_EQ(status.code(), ErrorCode::kUnavailable);
-      EXPECT_EQ(status.message(), path_ + " is locked by another process (pid " + std::to_string(child) +
-                                      "); retry when it finishes");
+      EXPECT_EQ(status.message(),
+                path_ + " is locked by another process (pid " + std::to_string(child) + "); retry when it finishes");
     }
     EXPECT_EQ(db->GetCostTable(kKey)->note(), "generation 0");  // reading still works
   }

@@ -42,9 +42,10 @@ class AttackTest : public ::testing::Test {
     dir_ = fs::temp_directory_path() / ("edgecost_attack_test_" + std::to_string(::getpid()));
     fs::remove_all(dir_);
     fs::create_directories(dir_);
-    pid_ = SpawnServe({"--db", Db(), "serve", "--socket", Socket()}, Socket(), "/nonexistent-sysfs", dir_ / "serve.log");
-    const std::string stored = CallJson(Socket(), "SolverService/Solve",
-                                        R"({"model":"linear","device":"a72","ramBudgetBytes":"4000"})");
+    pid_ =
+        SpawnServe({"--db", Db(), "serve", "--socket", Socket()}, Socket(), "/nonexistent-sysfs", dir_ / "serve.log");
+    const std::string stored =
+        CallJson(Socket(), "SolverService/Solve", R"({"model":"linear","device":"a72","ramBudgetBytes":"4000"})");
     ASSERT_THAT(stored, EndsWith(" 200"));
     baseline_id_ = stored.substr(stored.find("\"id\":\"") + 6);
     baseline_id_ = baseline_id_.substr(0, baseline_id_.find('"'));
@@ -58,10 +59,13 @@ class AttackTest : public ::testing::Test {
 
   // The daemon lives, answers a normal query, and still has what it stored before the attack.
   static void ExpectStillServing() {
-    ASSERT_EQ(::waitpid(pid_, nullptr, WNOHANG), 0) << "the daemon died; its log:\n" << Shell("cat " + (dir_ / "serve.log").string());
+    ASSERT_EQ(::waitpid(pid_, nullptr, WNOHANG), 0) << "the daemon died; its log:\n"
+                                                    << Shell("cat " + (dir_ / "serve.log").string());
     EXPECT_TRUE(Serving(Socket()));
-    EXPECT_THAT(CallJson(Socket(), "CostService/GetCostTable", R"({"model":"linear","device":"a72"})"), EndsWith(" 200"));
-    EXPECT_THAT(CallJson(Socket(), "SolverService/GetSchedule", R"({"id":")" + baseline_id_ + R"("})"), EndsWith(" 200"));
+    EXPECT_THAT(CallJson(Socket(), "CostService/GetCostTable", R"({"model":"linear","device":"a72"})"),
+                EndsWith(" 200"));
+    EXPECT_THAT(CallJson(Socket(), "SolverService/GetSchedule", R"({"id":")" + baseline_id_ + R"("})"),
+                EndsWith(" 200"));
   }
 
   static fs::path dir_;
@@ -94,8 +98,8 @@ TEST_F(AttackTest, ASolveNamingAGraphFileIsRefused) {
 
 // One rule for every method: a model is a name, looked up and never opened.
 TEST_F(AttackTest, ModelsThatAreFilesAreNeverOpened) {
-  for (const char* model : {"/etc/shadow", "/dev/zero", "../costs.db", "costs.db/", "graph.json", "model.onnx", ".hidden",
-                            "with space", "nul\\u0000byte"}) {
+  for (const char* model : {"/etc/shadow", "/dev/zero", "../costs.db", "costs.db/", "graph.json", "model.onnx",
+                            ".hidden", "with space", "nul\\u0000byte"}) {
     for (const auto& [method, fields] : kModelMethods) {
       const std::string answer = CallJson(Socket(), method, std::string(R"({"model":")") + model + "\"" + fields + "}");
       EXPECT_THAT(answer, EndsWith(" 400")) << method << " " << model;
@@ -110,8 +114,9 @@ TEST_F(AttackTest, NumbersOutOfRangeAreRefused) {
   EXPECT_THAT(CallJson(Socket(), "JobService/StartProfile", R"({"model":"linear","threads":4000000000})"),
               EndsWith(" 400"));
   EXPECT_THAT(CallJson(Socket(), "JobService/StartProfile", R"({"model":"no_such_model"})"), EndsWith(" 404"));
-  EXPECT_THAT(CallJson(Socket(), "CostService/GetCostTable", R"({"model":"resnet50","device":"a72","batchSize":4000000000})"),
-              EndsWith(" 400"));
+  EXPECT_THAT(
+      CallJson(Socket(), "CostService/GetCostTable", R"({"model":"resnet50","device":"a72","batchSize":4000000000})"),
+      EndsWith(" 400"));
   EXPECT_THAT(CallJson(Socket(), "SolverService/GetSchedule", R"({"id":"18446744073709551615"})"), EndsWith(" 404"));
   EXPECT_THAT(CallJson(Socket(), "JobService/WatchEvents", R"({"afterSequence":"18446744073709551615","waitS":-1})"),
               EndsWith(" 200"));
@@ -197,7 +202,9 @@ TEST(CrashLoopGuard, AJobThatKilledTheDaemonTwiceIsPoisoned) {
   fs::create_directories(dir);
   const std::string db = (dir / "costs.db").string(), socket = (dir / "edgecost.sock").string();
   const std::string cli = std::string(EDGECOST_BIN) + " --db " + db + " ";
-  auto serve = [&] { return SpawnServe({"--db", db, "serve", "--socket", socket}, socket, "/nonexistent-sysfs", dir / "serve.log"); };
+  auto serve = [&] {
+    return SpawnServe({"--db", db, "serve", "--socket", socket}, socket, "/nonexistent-sysfs", dir / "serve.log");
+  };
   auto job_state = [&] { return CallJson(socket, "JobService/GetJob", R"({"id":"1"})"); };
   auto wait_running = [&] {
     return PollUntil(job_state, [](const std::string& a) { return a.find("STATE_RUNNING") != std::string::npos; });

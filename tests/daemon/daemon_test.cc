@@ -56,7 +56,9 @@ class DaemonTest : public ::testing::Test {
 
   static std::string Socket() { return (dir_ / "edgecost.sock").string(); }
 
-  static std::string Call(const std::string& method, const std::string& json) { return CallJson(Socket(), method, json); }
+  static std::string Call(const std::string& method, const std::string& json) {
+    return CallJson(Socket(), method, json);
+  }
 
   static fs::path dir_;
   static int port_;
@@ -77,8 +79,8 @@ TEST_F(DaemonTest, CostTableInJsonAndProtobuf) {
   request.set_device("a72");
   std::ofstream(dir_ / "request.bin", std::ios::binary) << request.SerializeAsString();
   Shell("curl -s --unix-socket " + Socket() + " -H 'Content-Type: application/protobuf' --data-binary @" +
-      (dir_ / "request.bin").string() + " -o " + (dir_ / "table.bin").string() +
-      " http://localhost/twirp/edgecost.v1.CostService/GetCostTable");
+        (dir_ / "request.bin").string() + " -o " + (dir_ / "table.bin").string() +
+        " http://localhost/twirp/edgecost.v1.CostService/GetCostTable");
   std::ifstream in(dir_ / "table.bin", std::ios::binary);
   edgecost::v1::CostTable table;
   ASSERT_TRUE(table.ParseFromIstream(&in));
@@ -89,27 +91,30 @@ TEST_F(DaemonTest, ErrorsAreTwirpErrorsAndTheDaemonKeepsServing) {
   EXPECT_THAT(Call("CostService/NoSuchMethod", "{}"), HasSubstr("bad_route"));
   EXPECT_THAT(Call("CostService/GetCostTable", "{not json"), HasSubstr("malformed"));
   EXPECT_THAT(Call("CostService/GetDevice", "{}"), HasSubstr("invalid_argument"));
-  EXPECT_THAT(Call("CostService/GetCostTable", R"({"model":"/etc/passwd.json"})"), HasSubstr("is a file name: name a model"));
+  EXPECT_THAT(Call("CostService/GetCostTable", R"({"model":"/etc/passwd.json"})"),
+              HasSubstr("is a file name: name a model"));
   EXPECT_THAT(Call("SolverService/Solve", R"({"model":"resnet18_cifar","device":"a72"})"),
               HasSubstr("ram_budget_bytes is required"));
   // Found by the libFuzzer run: NaN decodes from JSON ("NaN") and protobuf alike.
   EXPECT_THAT(Call("SolverService/Solve",
                    R"({"model":"linear","device":"a72","ramBudgetBytes":"4000","runtimeBudgetMultiple":"NaN"})"),
               HasSubstr("must be a positive number"));
-  EXPECT_THAT(Call("SolverService/Solve", R"({"model":"linear","device":"a72","ramBudgetBytes":"4000","threads":100000})"),
-              HasSubstr("threads is at most"));
+  EXPECT_THAT(
+      Call("SolverService/Solve", R"({"model":"linear","device":"a72","ramBudgetBytes":"4000","threads":100000})"),
+      HasSubstr("threads is at most"));
   // TCP needs the token.
   const std::string url = "http://127.0.0.1:" + std::to_string(port_) + "/twirp/edgecost.v1.CostService/ListModels";
   EXPECT_THAT(Shell("curl -s -H 'Content-Type: application/json' -d '{}' " + url), HasSubstr("unauthenticated"));
   EXPECT_THAT(Shell("curl -s -H 'Content-Type: application/json' -H 'Authorization: Bearer "
-                  "0123456789abcdef0123456789abcdef' -d '{}' " + url),
+                    "0123456789abcdef0123456789abcdef' -d '{}' " +
+                    url),
               HasSubstr("resnet18_cifar"));
   EXPECT_EQ(Shell("curl -s --unix-socket " + Socket() + " http://localhost/healthz"), "ok\n");
 }
 
 TEST_F(DaemonTest, SolveStoresTheScheduleForLater) {
-  const std::string solved = Call("SolverService/Solve",
-                                  R"({"model":"resnet18_cifar","device":"a72","ramBudgetBytes":"3000000",)"
+  const std::string solved =
+      Call("SolverService/Solve", R"({"model":"resnet18_cifar","device":"a72","ramBudgetBytes":"3000000",)"
                                   R"("runtimeBudgetMultiple":7.6})");
   EXPECT_THAT(solved, HasSubstr("STATUS_OPTIMAL"));
   EXPECT_THAT(solved, HasSubstr("7.88951"));
@@ -168,17 +173,19 @@ TEST_F(DaemonTest, ChangedHardwareAndSighupRegenerateStoredSchedules) {
 
 TEST_F(DaemonTest, CommandsRunAgainstTheDaemonWithRemote) {
   const std::string bin = EDGECOST_BIN;
-  const std::string costs = Shell(bin + " --remote unix:" + Socket() + " costs resnet18_cifar --platform a72 --summary");
+  const std::string costs =
+      Shell(bin + " --remote unix:" + Socket() + " costs resnet18_cifar --platform a72 --summary");
   EXPECT_THAT(costs, HasSubstr("133"));
-  const std::string solved = Shell(bin + " --remote unix:" + Socket() +
-                                   " solve --model resnet18_cifar --platform a72 --ram-budget 3MB --runtime-budget 7.6x");
+  const std::string solved =
+      Shell(bin + " --remote unix:" + Socket() +
+            " solve --model resnet18_cifar --platform a72 --ram-budget 3MB --runtime-budget 7.6x");
   EXPECT_THAT(solved, HasSubstr("optimal (proven)"));
   EXPECT_THAT(solved, HasSubstr("in the daemon's database"));
   const std::string tcp = "http://127.0.0.1:" + std::to_string(port_);
   EXPECT_THAT(Shell(bin + " --remote " + tcp + " costs linear --summary"), HasSubstr("EDGECOST_TOKEN"));
-  EXPECT_THAT(Shell("EDGECOST_TOKEN=0123456789abcdef0123456789abcdef " + bin + " --remote " + tcp +
-                    " costs linear --summary"),
-              HasSubstr("linear"));
+  EXPECT_THAT(
+      Shell("EDGECOST_TOKEN=0123456789abcdef0123456789abcdef " + bin + " --remote " + tcp + " costs linear --summary"),
+      HasSubstr("linear"));
   EXPECT_THAT(Shell(bin + " --remote unix:/nonexistent.sock costs linear"), HasSubstr("cannot reach the daemon"));
   EXPECT_THAT(Shell(bin + " --remote unix:" + Socket() + " profile --model linear --threads 1"),
               HasSubstr("STATE_SUCCEEDED"));
@@ -225,9 +232,11 @@ TEST_F(DaemonTest, StoppedOrKilledDuringAJobRestartsAndResumesIt) {
 namespace {
 
 TEST(DaemonConfig, TheShippedConfigChecksOut) {
-  const std::string output = Shell(std::string(EDGECOST_BIN) + " serve --config packaging/edgecost.toml --check-config");
+  const std::string output =
+      Shell(std::string(EDGECOST_BIN) + " serve --config packaging/edgecost.toml --check-config");
   EXPECT_THAT(output, HasSubstr("config ok"));
-  const std::string bad = Shell(std::string(EDGECOST_BIN) + " serve --config packaging/edgecost.service --check-config");
+  const std::string bad =
+      Shell(std::string(EDGECOST_BIN) + " serve --config packaging/edgecost.service --check-config");
   EXPECT_THAT(bad, HasSubstr("edgecost.service"));
 }
 

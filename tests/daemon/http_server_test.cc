@@ -1,6 +1,8 @@
 // The transport's limits with an injected handler: oversized bodies and
 // headers, garbage, slow and surplus clients are answered or dropped without
 // stalling anyone else; and the daemon's restriction of state-changing calls.
+#include "daemon/http_server.h"
+
 #include <filesystem>
 #include <fstream>
 #include <future>
@@ -11,12 +13,10 @@
 #include <vector>
 
 #include <boost/asio.hpp>
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "daemon/daemon.h"
-#include "daemon/http_server.h"
 
 namespace edgecost::daemon {
 namespace {
@@ -40,8 +40,9 @@ class HttpServerTest : public ::testing::Test {
           }).detach();
         },
         limits);
-    unix_path_ = (std::filesystem::temp_directory_path() / ("edgecost_http_test_" + std::to_string(::getpid()) + ".sock"))
-                     .string();
+    unix_path_ =
+        (std::filesystem::temp_directory_path() / ("edgecost_http_test_" + std::to_string(::getpid()) + ".sock"))
+            .string();
     ASSERT_TRUE(server_->ListenUnix(unix_path_, 0600, "").ok());
     auto port = server_->ListenTcp("127.0.0.1", 0);
     ASSERT_TRUE(port.ok()) << port.status().message();
@@ -88,7 +89,8 @@ class HttpServerTest : public ::testing::Test {
     }
   }
   static std::string Post(const std::string& target, const std::string& body) {
-    return "POST " + target + " HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+    return "POST " + target + " HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" +
+           body;
   }
 
   asio::io_context io_;
@@ -225,8 +227,9 @@ TEST(DaemonAuth, RestrictedCallsNeedTheToken) {
   EXPECT_EQ(call("/healthz", "", /*over_tcp=*/true).status, 200);
   // Media types are matched whole: parameters are fine, a longer name is not JSON.
   EXPECT_EQ(call("JobService/GetJob", "", false, "application/json; charset=utf-8").status, 404);
-  EXPECT_EQ(call("JobService/GetJob", "", false, "application/jsonx").body,
-            R"({"code":"bad_route","msg":"unexpected Content-Type 'application/jsonx'; use application/json or application/protobuf"})");
+  EXPECT_EQ(
+      call("JobService/GetJob", "", false, "application/jsonx").body,
+      R"({"code":"bad_route","msg":"unexpected Content-Type 'application/jsonx'; use application/json or application/protobuf"})");
   std::filesystem::remove_all(dir);
 }
 

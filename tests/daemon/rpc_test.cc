@@ -284,9 +284,8 @@ TEST_F(RpcTest, SocketHasItsModeAndConfiguredGroup) {
 
   // A group that does not exist fails the start with a message naming it.
   std::ofstream(dir_ / "bad.toml") << "[server]\nsocket_group = \"no-such-group-edgecost\"\n";
-  const std::string out = Shell(std::string(EDGECOST_BIN) + " --db " + (dir_ / "bad.db").string() +
-                                " serve --config " + (dir_ / "bad.toml").string() + " --socket " +
-                                (dir_ / "bad.sock").string());
+  const std::string out = Shell(std::string(EDGECOST_BIN) + " --db " + (dir_ / "bad.db").string() + " serve --config " +
+                                (dir_ / "bad.toml").string() + " --socket " + (dir_ / "bad.sock").string());
   EXPECT_THAT(out, HasSubstr("no group 'no-such-group-edgecost'"));
 }
 
@@ -298,9 +297,9 @@ TEST(RpcSolves, RunOnTheirOwnPoolAndAnswerAtShutdown) {
   fs::remove_all(dir);
   fs::create_directories(dir);
   const std::string socket = (dir / "edgecost.sock").string();
-  const pid_t pid = SpawnServe({"--db", (dir / "costs.db").string(), "serve", "--socket", socket,
-                                "--concurrent-solves", "1"},
-                               socket, "/nonexistent-sysfs", dir / "serve.log");
+  const pid_t pid =
+      SpawnServe({"--db", (dir / "costs.db").string(), "serve", "--socket", socket, "--concurrent-solves", "1"}, socket,
+                 "/nonexistent-sysfs", dir / "serve.log");
 
   // Far from provable within its time limit (a 55% gap after 60 s), so each solve runs until stopped.
   v1::ScheduleRequest request;
@@ -314,17 +313,16 @@ TEST(RpcSolves, RunOnTheirOwnPoolAndAnswerAtShutdown) {
   std::vector<Status> statuses(kSolves);
   std::vector<std::thread> callers;
   for (int i = 0; i < kSolves; ++i) {
-    callers.emplace_back([&, i] {
-      statuses[i] = daemon::CallRemote("unix:" + socket, "SolverService/Solve", request, schedules[i]);
-    });
+    callers.emplace_back(
+        [&, i] { statuses[i] = daemon::CallRemote("unix:" + socket, "SolverService/Solve", request, schedules[i]); });
   }
   auto in_flight = [&] { return Shell("curl -s --unix-socket " + socket + " http://localhost/metrics"); };
   const std::string all_in = "edgecost_solves_in_flight " + std::to_string(kSolves) + "\n";
   ASSERT_THAT(PollUntil(in_flight, [&](const std::string& m) { return m.find(all_in) != std::string::npos; }),
               HasSubstr(all_in));
 
-  const std::string sixth = CallJson(socket, "SolverService/Solve",
-                                     R"({"model":"linear","device":"a72","ramBudgetBytes":"4000"})");
+  const std::string sixth =
+      CallJson(socket, "SolverService/Solve", R"({"model":"linear","device":"a72","ramBudgetBytes":"4000"})");
   EXPECT_THAT(sixth, HasSubstr("resource_exhausted"));
   EXPECT_THAT(sixth, ::testing::EndsWith(" 429"));
   EXPECT_THAT(CallJson(socket, "CostService/ListModels", "{}"), ::testing::EndsWith(" 200"));

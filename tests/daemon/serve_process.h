@@ -61,8 +61,8 @@ inline int StopProcess(pid_t pid, int signal = SIGTERM) {
 // A Twirp call over `socket` with a JSON body; returns "<body> <http status>".
 inline std::string CallJson(const std::string& socket, const std::string& method, const std::string& json,
                             const std::string& extra = "") {
-  return Shell("curl -s -w ' %{http_code}' --unix-socket " + socket + " -H 'Content-Type: application/json' " +
-               extra + " -d '" + json + "' http://localhost/twirp/edgecost.v1." + method);
+  return Shell("curl -s -w ' %{http_code}' --unix-socket " + socket + " -H 'Content-Type: application/json' " + extra +
+               " -d '" + json + "' http://localhost/twirp/edgecost.v1." + method);
 }
 
 // Repeats `poll` (bounded; not a timing assertion) until `done` holds for its answer.

@@ -1,5 +1,7 @@
 // The services, the config and the cost-table cache in process: no
 // transport, no daemon, a temporary database.
+#include "daemon/services.h"
+
 #include <unistd.h>
 
 #include <filesystem>
@@ -13,7 +15,6 @@
 #include "daemon/cost_table_cache.h"
 #include "daemon/events.h"
 #include "daemon/jobs.h"
-#include "daemon/services.h"
 
 namespace edgecost::daemon {
 namespace {
@@ -52,7 +53,9 @@ TEST_F(ServicesTest, CostServiceAnswersAndMarksOnlyAnalyticTablesForTheCache) {
   EXPECT_EQ(table->cost_source(), "poet-flops");
   EXPECT_GT(table->costs_size(), 0);
 
-  HttpRequest http{.method = "POST", .target = CostTableCache::kRoute, .content_type = "application/json",
+  HttpRequest http{.method = "POST",
+                   .target = CostTableCache::kRoute,
+                   .content_type = "application/json",
                    .body = R"({"model":"linear","device":"a72"})"};
   const std::string key = CostTableCache::Key(http);
   ASSERT_FALSE(key.empty());

@@ -50,9 +50,9 @@ const TwirpRouter& Router() {
   return *router;
 }
 
-constexpr const char* kMethods[] = {"ListDevices", "GetDevice",     "ListModels",   "GetCostTable", "GetPagingCosts",
-                                    "Solve",       "GetSchedule",   "ListSchedules", "StartProfile", "GetJob",
-                                    "CancelJob",   "ListJobs",      "WatchEvents",  "NoSuchMethod"};
+constexpr const char* kMethods[] = {"ListDevices", "GetDevice",   "ListModels",    "GetCostTable", "GetPagingCosts",
+                                    "Solve",       "GetSchedule", "ListSchedules", "StartProfile", "GetJob",
+                                    "CancelJob",   "ListJobs",    "WatchEvents",   "NoSuchMethod"};
 constexpr const char* kContentTypes[] = {"application/json", "application/protobuf", "application/json; charset=utf-8",
                                          "text/plain"};
 

@@ -53,10 +53,18 @@ int main(int argc, char** argv) {
     for (int e = 0; e < edits && input.size() > 1; ++e) {
       const size_t at = 1 + random() % (input.size() - 1);  // byte 0 chooses the route or kind: kept
       switch (random() % 4) {
-        case 0: input[at] = static_cast<char>(random()); break;                          // flip a byte
-        case 1: input.erase(at, 1 + random() % 8); break;                                 // cut
-        case 2: input.insert(at, 1 + random() % 8, static_cast<char>(random())); break;  // insert
-        case 3: input.resize(at + 1); break;                                              // truncate
+        case 0:
+          input[at] = static_cast<char>(random());
+          break;  // flip a byte
+        case 1:
+          input.erase(at, 1 + random() % 8);
+          break;  // cut
+        case 2:
+          input.insert(at, 1 + random() % 8, static_cast<char>(random()));
+          break;  // insert
+        case 3:
+          input.resize(at + 1);
+          break;  // truncate
       }
     }
     Run(input);

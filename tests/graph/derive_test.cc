@@ -49,7 +49,7 @@ TEST(ExactDerivation, ConvReluLinearReadWhatTheirBackwardNeeds) {
   const auto* linear_dw = Find(*graph, "layer4_LinearLayer.grad_weight");
   ASSERT_TRUE(linear_dw);
   EXPECT_EQ(Inputs(*linear_dw), (std::vector<uint32_t>{3, d_logits}));  // X and dY
-  EXPECT_EQ(linear_dw->output_bytes(), 0u);  // lives with the parameters
+  EXPECT_EQ(linear_dw->output_bytes(), 0u);                             // lives with the parameters
 
   const auto* linear_dx = Find(*graph, "layer4_LinearLayer.grad_input");
   ASSERT_TRUE(linear_dx);
@@ -72,9 +72,9 @@ TEST(ExactDerivation, ConvReluLinearReadWhatTheirBackwardNeeds) {
 TEST(ExactDerivation, AddPassesGradientsAndFanOutIsSummed) {
   ForwardGraph g("skip", 1);
   int x = g.Input({1, 4});
-  int a = g.Relu(g.Linear(x, 4, 4));       // 1, 2
-  int b = g.Linear(a, 4, 4);               // 3
-  int sum = g.Add(a, b);                   // 4
+  int a = g.Relu(g.Linear(x, 4, 4));           // 1, 2
+  int b = g.Linear(a, 4, 4);                   // 3
+  int sum = g.Add(a, b);                       // 4
   g.CrossEntropyLoss(g.Linear(sum, 4, 2), 2);  // 5, 6
   const auto graph = DeriveTrainingGraph(g, Derivation::kExact);
   ASSERT_TRUE(graph.ok());
@@ -111,9 +111,9 @@ TEST(ExactDerivation, NormalizationAndPoolingRules) {
   const auto* max_grad = Find(*graph, "layer3_MaxPool2d.grad");
   const auto* bn_grad = Find(*graph, "layer2_BatchNorm2d.grad");
   ASSERT_TRUE(avg_grad && max_grad && bn_grad);
-  EXPECT_EQ(avg_grad->inputs_size(), 1);  // dY only
+  EXPECT_EQ(avg_grad->inputs_size(), 1);                                        // dY only
   EXPECT_EQ(Inputs(*max_grad), (std::vector<uint32_t>{2, avg_grad->index()}));  // X (argmax) and dY
-  EXPECT_EQ(Inputs(*bn_grad), (std::vector<uint32_t>{1, max_grad->index()}));       // X (statistics) and dY
+  EXPECT_EQ(Inputs(*bn_grad), (std::vector<uint32_t>{1, max_grad->index()}));   // X (statistics) and dY
   EXPECT_EQ(bn_grad->output_bytes(), 2u * 4 * 4 * 4);
 }
 

@@ -4,8 +4,8 @@
 #include <tuple>
 #include <vector>
 
-#include <gtest/gtest.h>
 #include <google/protobuf/util/message_differencer.h>
+#include <gtest/gtest.h>
 
 #include "graph/cost_source.h"
 #include "graph/derive.h"
@@ -77,8 +77,10 @@ TEST(TrainingGraphJson, ReadsTheReferenceFiles) {
 
 TEST(TrainingGraphJson, BadFilesNameTheFieldAndNode) {
   ExpectError(Replace(kValid, R"("ram_bytes": 100, "page_in_j": 0.1, "page_out_j": 0.2},
-    {"name": "c")", R"("page_in_j": 0.1, "page_out_j": 0.2},
-    {"name": "c")"), "node 1 ('b'): missing field 'ram_bytes'");
+    {"name": "c")",
+                      R"("page_in_j": 0.1, "page_out_j": 0.2},
+    {"name": "c")"),
+              "node 1 ('b'): missing field 'ram_bytes'");
   ExpectError(Replace(kValid, R"("name": "c", "backward": true, "runtime_s": 1, "compute_j": 2)",
                       R"("name": "c", "backward": true, "runtime_s": 1, "compute_j": -2)"),
               "node 2 ('c'): 'compute_j' is -2");
@@ -122,8 +124,10 @@ TEST(NodeLinkJson, RejectsCyclesAndUnknownIds) {
 TEST(GraphIo, SizesAndNumbersAreCheckedWhereTheyEnter) {
   for (const auto& [from, to, error] : std::vector<std::tuple<std::string, std::string, std::string>>{
            {R"("ram_bytes": 100, "page_in_j": 0.1, "page_out_j": 0.2},
-    {"name": "b")", R"("ram_bytes": 1e19, "page_in_j": 0.1, "page_out_j": 0.2},
-    {"name": "b")", "node 0 ('a'): 'ram_bytes' is 1e+19 bytes; at most 1099511627776"},
+    {"name": "b")",
+            R"("ram_bytes": 1e19, "page_in_j": 0.1, "page_out_j": 0.2},
+    {"name": "b")",
+            "node 0 ('a'): 'ram_bytes' is 1e+19 bytes; at most 1099511627776"},
            {R"("param_bytes": 10)", R"("param_bytes": 18446744073709551616)", "'param_bytes' is 1.84467e+19 bytes"},
            {R"("batch_size": 1)", R"("batch_size": 4294967296)", "top level: 'batch_size'"},
            {R"("compute_j": 2)", R"("compute_j": 1e400)", "number overflow parsing '1e400'"},
@@ -137,7 +141,8 @@ TEST(GraphIo, SizesAndNumbersAreCheckedWhereTheyEnter) {
   auto rounded = ParseCostTableJson(Replace(kValid, R"("ram_bytes": 100)", R"("ram_bytes": 99.5)"), "g.json");
   ASSERT_TRUE(rounded.ok()) << rounded.status().message();
   EXPECT_EQ(rounded->costs(0).ram_bytes(), 100u);
-  EXPECT_TRUE(ParseCostTableJson(Replace(kValid, R"("ram_bytes": 100)", R"("ram_bytes": 1099511627776)"), "g.json").ok());
+  EXPECT_TRUE(
+      ParseCostTableJson(Replace(kValid, R"("ram_bytes": 100)", R"("ram_bytes": 1099511627776)"), "g.json").ok());
 }
 
 }  // namespace

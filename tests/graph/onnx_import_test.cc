@@ -20,11 +20,11 @@ TEST(OnnxImport, ResidualCnnBecomesAForwardGraphWithALoss) {
   ASSERT_TRUE(g.ok()) << g.status().message();
   EXPECT_EQ(g->model(), "small_resnet");
   EXPECT_EQ(g->batch_size(), 2);
-  EXPECT_EQ(Kinds(*g), (std::vector<OpKind>{OpKind::kInput, OpKind::kConv2d, OpKind::kBatchNorm2d, OpKind::kRelu,
-                                            OpKind::kMaxPool2d, OpKind::kConv2d, OpKind::kBatchNorm2d, OpKind::kAdd,
-                                            OpKind::kRelu, OpKind::kAvgPool2d, OpKind::kFlatten, OpKind::kLinear,
-                                            OpKind::kCrossEntropyLoss}));
-  EXPECT_EQ(g->shape(4), (Shape{2, 8, 8, 8}));  // max pool 3x3, stride 2, padding 1
+  EXPECT_EQ(Kinds(*g),
+            (std::vector<OpKind>{OpKind::kInput, OpKind::kConv2d, OpKind::kBatchNorm2d, OpKind::kRelu,
+                                 OpKind::kMaxPool2d, OpKind::kConv2d, OpKind::kBatchNorm2d, OpKind::kAdd, OpKind::kRelu,
+                                 OpKind::kAvgPool2d, OpKind::kFlatten, OpKind::kLinear, OpKind::kCrossEntropyLoss}));
+  EXPECT_EQ(g->shape(4), (Shape{2, 8, 8, 8}));                 // max pool 3x3, stride 2, padding 1
   EXPECT_EQ(g->layers()[7].inputs, (std::vector<int>{4, 6}));  // the residual
   EXPECT_EQ(g->layers()[4].attributes.at("padding"), 1);
   EXPECT_EQ(g->shape(12), (Shape{10}));  // loss over the 10 logits

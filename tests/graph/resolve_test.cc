@@ -27,8 +27,10 @@ TEST(Resolve, WhatIsAFileIsDecidedByTheNameAlone) {
 }
 
 TEST(Resolve, ModelNamesOverRpcAreNamesOnly) {
-  for (const char* good : {"linear", "resnet18_cifar", "my-model.v2", "A1"}) EXPECT_TRUE(CheckModelName(good).ok()) << good;
-  for (const std::string& bad : std::vector<std::string>{"", "/etc/shadow", "../x", "x.json", "x.onnx", ".hidden", "-flag", "a b", "tab\t",
+  for (const char* good : {"linear", "resnet18_cifar", "my-model.v2", "A1"})
+    EXPECT_TRUE(CheckModelName(good).ok()) << good;
+  for (const std::string& bad :
+       std::vector<std::string>{"", "/etc/shadow", "../x", "x.json", "x.onnx", ".hidden", "-flag", "a b", "tab\t",
                                 std::string("nul\0byte", 8), std::string(129, 'a')}) {
     EXPECT_EQ(CheckModelName(bad).code(), ErrorCode::kInvalidArgument) << bad;
   }

@@ -30,7 +30,7 @@ std::string Name(const ::testing::TestParamInfo<Instance>& info) {
 
 std::vector<Instance> AllInstances() {
   const std::vector<std::pair<std::string, int>> models = {
-      {"linear", 27},   {"vgg16", 81},          {"vgg16_cifar", 81}, {"resnet18", 127},
+      {"linear", 27},    {"vgg16", 81},           {"vgg16_cifar", 81}, {"resnet18", 127},
       {"resnet50", 335}, {"resnet18_cifar", 133}, {"bert", 195},       {"transformer", 19}};
   std::vector<Instance> out;
   for (const auto& [model, nodes] : models) {

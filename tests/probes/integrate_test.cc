@@ -95,7 +95,7 @@ TEST(IntegratePowerJTraces, PartialEdgeIntervalsAreInterpolated) {
 
 TEST(IntegratePowerJTraces, PowerIsHeldBeforeTheFirstAndAfterTheLastSample) {
   const std::vector<PowerSample> trace = {{1.0, 3.0}, {2.0, 5.0}};
-  EXPECT_NEAR(IntegratePowerJ(trace, 0.0, 1.0), 3.0, 1e-12);  // held at 3 W before t = 1
+  EXPECT_NEAR(IntegratePowerJ(trace, 0.0, 1.0), 3.0, 1e-12);   // held at 3 W before t = 1
   EXPECT_NEAR(IntegratePowerJ(trace, 2.0, 4.0), 10.0, 1e-12);  // held at 5 W after t = 2
   EXPECT_NEAR(IntegratePowerJ(trace, 0.0, 3.0), 3.0 + 4.0 + 5.0, 1e-12);
   const std::vector<PowerSample> single = {{1.0, 7.0}};

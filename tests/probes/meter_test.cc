@@ -207,7 +207,8 @@ TEST(MeterLoopback, SilentMeterIsAnErrorNotAHang) {
   LoopbackMeter meter([](const std::string&, int) -> std::optional<std::string> { return std::string(); });
   const Status status = ConnectAndRead(meter.Config(/*timeout_s=*/0.2));
   ASSERT_FALSE(status.ok());
-  EXPECT_THAT(Lower(status.message()), AnyOf(HasSubstr("timeout"), HasSubstr("timed out"), HasSubstr("did not answer")));
+  EXPECT_THAT(Lower(status.message()),
+              AnyOf(HasSubstr("timeout"), HasSubstr("timed out"), HasSubstr("did not answer")));
 }
 
 TEST(MeterLoopback, GarbageIsAnErrorThatQuotesIt) {
@@ -245,7 +246,8 @@ TEST(MeterLoopback, HangUpWhileSampledIsReportedByTheMonitor) {
   ASSERT_TRUE(probe.ok()) << probe.status().message();
   EnergyMonitor monitor(std::move(*probe), 0.002);
   ASSERT_TRUE(monitor.Start().ok());
-  for (int i = 0; i < 1000 && monitor.SamplerStatus().ok(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  for (int i = 0; i < 1000 && monitor.SamplerStatus().ok(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
   const Status status = monitor.SamplerStatus();
   monitor.Stop();
   EXPECT_FALSE(status.ok()) << "the monitor's sampler never noticed the meter hung up";

@@ -33,7 +33,8 @@ class WrappingCounter : public Probe {
   const ProbeInfo& info() const override { return info_; }
   Result<std::vector<double>> Read() override {
     std::vector<double> raw;
-    for (size_t d = 0; d < wrap_.size(); ++d) raw.push_back(wrap_[d] > 0 ? std::fmod((*true_j_)[d], wrap_[d]) : (*true_j_)[d]);
+    for (size_t d = 0; d < wrap_.size(); ++d)
+      raw.push_back(wrap_[d] > 0 ? std::fmod((*true_j_)[d], wrap_[d]) : (*true_j_)[d]);
     return raw;
   }
   double WrapJ(size_t domain) const override { return domain < wrap_.size() ? wrap_[domain] : 0; }
@@ -198,7 +199,8 @@ TEST(EnergyMonitorFakes, SamplerErrorsAreKept) {
   // The first read (at Start) succeeds; the sampler's reads fail.
   EnergyMonitor monitor(std::make_unique<FakePower>(std::vector<double>{2.0}, 0.001, 1), 0.001);
   ASSERT_TRUE(monitor.Start().ok());
-  for (int i = 0; i < 2000 && monitor.SamplerStatus().ok(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  for (int i = 0; i < 2000 && monitor.SamplerStatus().ok(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   const Status status = monitor.SamplerStatus();
   monitor.Stop();
   ASSERT_FALSE(status.ok()) << "the sampler never reported its failing probe";

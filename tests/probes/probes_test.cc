@@ -49,7 +49,8 @@ TEST(IntegratePower, KnownIntegralsWithinHalfAPercent) {
   const double pi = std::numbers::pi;
   const std::vector<Case> cases = {
       {"constant", [](double) { return 3.0; }, 0.1234, 1.8765, 3.0 * (1.8765 - 0.1234)},
-      {"ramp", [](double t) { return 1 + 2 * t; }, 0.2005, 1.7003, (1.7003 + 1.7003 * 1.7003) - (0.2005 + 0.2005 * 0.2005)},
+      {"ramp", [](double t) { return 1 + 2 * t; }, 0.2005, 1.7003,
+       (1.7003 + 1.7003 * 1.7003) - (0.2005 + 0.2005 * 0.2005)},
       {"sine", [pi](double t) { return 5 + 2 * std::sin(2 * pi * 10 * t); }, 0.0, 1.0, 5.0},
       {"sine, window between samples", [pi](double t) { return 5 + 2 * std::sin(2 * pi * 3 * t); }, 0.00047, 1.00047,
        5.0},
@@ -109,9 +110,8 @@ TEST(EnergyMonitor, CounterWrapInsideTheWindow) {
 class FakeSys : public ::testing::Test {
  protected:
   void SetUp() override {
-    root_ = fs::temp_directory_path() /
-            ("edgecost_probes_" + std::to_string(::getpid()) + "_" +
-             ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    root_ = fs::temp_directory_path() / ("edgecost_probes_" + std::to_string(::getpid()) + "_" +
+                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(root_);
   }
   void TearDown() override { fs::remove_all(root_); }
@@ -197,8 +197,8 @@ TEST_F(FakeSys, NoRaplSaysSo) {
 TEST_F(FakeSys, HwmonIna3221RailsWithNestingAndIna219BothForms) {
   Write("class/hwmon/hwmon0/name", "ina3221");
   Write("class/hwmon/hwmon0/in1_label", "VDD_IN");
-  Write("class/hwmon/hwmon0/in1_input", "5000");   // mV
-  Write("class/hwmon/hwmon0/curr1_input", "1200"); // mA
+  Write("class/hwmon/hwmon0/in1_input", "5000");    // mV
+  Write("class/hwmon/hwmon0/curr1_input", "1200");  // mA
   Write("class/hwmon/hwmon0/in2_label", "VDD_CPU");
   Write("class/hwmon/hwmon0/in2_input", "5000");
   Write("class/hwmon/hwmon0/curr2_input", "400");
@@ -259,7 +259,7 @@ TEST_F(FakeSys, BatteryOnlyWhileDischarging) {
 TEST_F(FakeSys, CurrentAndVoltageBatteryInWatts) {
   Write("class/power_supply/BAT0/type", "Battery");
   Write("class/power_supply/BAT0/status", "Discharging");
-  Write("class/power_supply/BAT0/current_now", "500000");   // uA
+  Write("class/power_supply/BAT0/current_now", "500000");    // uA
   Write("class/power_supply/BAT0/voltage_now", "11000000");  // uV
   Detected d;
   DetectBatteries(root_.string(), d);

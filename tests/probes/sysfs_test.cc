@@ -1,5 +1,7 @@
 // Detection on fake sysfs trees with the standard Linux layouts: RAPL through
 // powercap, hwmon power monitors (INA3221, INA219), battery fuel gauges.
+#include "probes/sysfs.h"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,7 +17,6 @@
 #include <gtest/gtest.h>
 
 #include "probes/probe.h"
-#include "probes/sysfs.h"
 
 namespace edgecost::probes {
 namespace {
@@ -31,7 +32,9 @@ std::string Lower(std::string s) {
   return s;
 }
 
-bool Has(const std::vector<std::string>& v, const std::string& x) { return std::find(v.begin(), v.end(), x) != v.end(); }
+bool Has(const std::vector<std::string>& v, const std::string& x) {
+  return std::find(v.begin(), v.end(), x) != v.end();
+}
 
 class SysfsTree : public ::testing::Test {
  protected:
@@ -108,9 +111,8 @@ TEST_F(SysfsTree, RaplPackageAndCoreInJoules) {
   Write(std::string(kCore) + "max_energy_range_uj", "262143328850");
   Detected d;
   DetectRapl(Root(), d);
-  const auto available = std::count_if(d.infos.begin(), d.infos.end(), [](const ProbeInfo& i) {
-    return i.source == "rapl" && i.available;
-  });
+  const auto available = std::count_if(d.infos.begin(), d.infos.end(),
+                                       [](const ProbeInfo& i) { return i.source == "rapl" && i.available; });
   EXPECT_EQ(available, 1);
   ASSERT_EQ(d.probes.size(), 1u);
   Probe& probe = *d.probes[0];

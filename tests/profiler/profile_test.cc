@@ -13,8 +13,8 @@
 #include "profiler/fingerprint.h"
 #include "profiler/node_work.h"
 #include "profiler/paging.h"
-#include "tests/temp_dir.h"
 #include "profiler/power_model.h"
+#include "tests/temp_dir.h"
 
 namespace edgecost::profiler {
 namespace {
@@ -160,12 +160,9 @@ TEST(Fingerprint, EveryFieldChangesTheHash) {
   EXPECT_EQ(base.hash(), ReadFingerprint(roots, "neon", root.string()).hash());  // stable
 
   const std::vector<std::pair<std::filesystem::path, std::string>> changes = {
-      {root / "proc/cpuinfo", "model name : Cortex-A76"},
-      {root / "sys/devices/system/cpu/online", "0-1"},
-      {cpufreq / "cpuinfo_min_freq", "700000"},
-      {cpufreq / "cpuinfo_max_freq", "1500000"},
-      {cpufreq / "scaling_governor", "powersave"},
-      {root / "proc/meminfo", "MemTotal: 1000 kB"},
+      {root / "proc/cpuinfo", "model name : Cortex-A76"}, {root / "sys/devices/system/cpu/online", "0-1"},
+      {cpufreq / "cpuinfo_min_freq", "700000"},           {cpufreq / "cpuinfo_max_freq", "1500000"},
+      {cpufreq / "scaling_governor", "powersave"},        {root / "proc/meminfo", "MemTotal: 1000 kB"},
       {root / "proc/sys/kernel/osrelease", "6.6.0"},
   };
   for (const auto& [file, text] : changes) {

@@ -10,8 +10,8 @@
 namespace edgecost::solver {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::Graph;
+using ::testing::HasSubstr;
 
 // 0 -> 1 -> 2 -> 3, and 0 -> 3 (a skip connection).
 Problem Skip(int64_t budget) { return Graph(4, {{0, 1}, {1, 2}, {2, 3}, {0, 3}}, budget); }

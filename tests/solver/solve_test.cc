@@ -66,9 +66,7 @@ class Enumerator {
     const auto pageable_in = p_.allow_paging ? Members(plan_.stored[t], t) : std::vector<int>{};
     Subsets(recomputable, [&](const std::vector<int>& recompute) {
       Subsets(pageable_out, [&](const std::vector<int>& out) {
-        Subsets(pageable_in, [&](const std::vector<int>& in) {
-          Choose(t, recompute, out, in);
-        });
+        Subsets(pageable_in, [&](const std::vector<int>& in) { Choose(t, recompute, out, in); });
       });
     });
   }
@@ -169,7 +167,8 @@ TEST(SolveAgainstEnumeration, PagingWithAndWithoutRecomputation) {
       p.allow_remat = remat;
       for (int64_t budget : {20, 30, 40}) {
         p.ram_budget_bytes = budget;
-        ExpectMatchesBruteForce(p, "chain of " + std::to_string(2 * forward) + (remat ? ", paging and recomputation" : ", paging only"));
+        ExpectMatchesBruteForce(
+            p, "chain of " + std::to_string(2 * forward) + (remat ? ", paging and recomputation" : ", paging only"));
       }
     }
   }
@@ -234,7 +233,8 @@ TEST(Solve, BaselinesReplayAndCostAtLeastTheOptimum) {
     ASSERT_TRUE(s.ok()) << strategy;
     if (s->stages_size() == 0) {  // a baseline that finds nothing says why
       EXPECT_EQ(s->status(), v1::Schedule::STATUS_NO_SOLUTION) << strategy;
-      EXPECT_NE(s->message().find("does not meet these budgets"), std::string::npos) << strategy << ": " << s->message();
+      EXPECT_NE(s->message().find("does not meet these budgets"), std::string::npos)
+          << strategy << ": " << s->message();
       continue;
     }
     ++with_schedule;
