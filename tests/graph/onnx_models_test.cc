@@ -17,6 +17,7 @@
 
 #include "graph/derive.h"
 #include "graph/onnx_import.h"
+#include "profiler/paging.h"
 #include "profiler/power_model.h"
 #include "profiler/profile.h"
 #include "solver/heuristics.h"
@@ -161,11 +162,20 @@ TEST_P(OnnxModelsTest, ImportsDerivesProfilesAndSolvesAtHalfItsPeak) {
   std::printf("%s: %d forward ops, %d training nodes, %d distinct ops profiled in %.1f s\n", model.c_str(),
               forward->size(), graph->nodes_size(), summary->distinct_ops, profile_s);
 
+  profiler::PagingOptions paging_options;
+  paging_options.dir = dir_.string();
+  paging_options.sizes_bytes = {4096, 65536, 1u << 20};
+  paging_options.repetitions = 2;
+  auto paging = profiler::MeasurePaging(paging_options);
+  ASSERT_TRUE(paging.ok()) << paging.status().message();
+  paging->cost.set_page_in_power_w(3);  // this VM has no storage power sensor: an estimate
+  paging->cost.set_page_out_power_w(3);
+  ASSERT_TRUE(db->PutPagingCost("fp", paging->cost).ok());
   auto table = profiler::MeasuredCostTable(*db, *graph, "test-device", "fp", 1);
   ASSERT_TRUE(table.ok()) << table.status().message();
   v1::ScheduleRequest request;
   request.set_runtime_budget_multiple(2.0);
-  request.set_ram_budget_bytes(1);  // replaced below, from the checkpoint-all peak
+  request.set_ram_budget_bytes(uint64_t{1} << 50);  // replaced below, by half the checkpoint-all peak
   auto problem = solver::ProblemFromCostTable(*table, request);
   ASSERT_TRUE(problem.ok()) << problem.status().message();
   const int64_t peak = solver::CheckpointAll(*problem).replay.peak_ram_bytes;
