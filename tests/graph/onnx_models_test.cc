@@ -1,7 +1,7 @@
 // The models edge devices train, exported from PyTorch during the test run (random weights,
 // nothing downloaded, tests/graph/export_models.py): each imports, derives, profiles on oneDNN and
-// solves at half of its checkpoint-all peak. Skipped, with the reason, where Debian's PyTorch is
-// missing (scripts/deps installs it).
+// solves at half of its checkpoint-all peak (SqueezeNet, whose floor is above that, at its floor). Skipped, with the
+// reason, where Debian's PyTorch is missing (scripts/deps installs it).
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -179,15 +179,24 @@ TEST_P(OnnxModelsTest, ImportsDerivesProfilesAndSolvesAtHalfItsPeak) {
   auto problem = solver::ProblemFromCostTable(*table, request);
   ASSERT_TRUE(problem.ok()) << problem.status().message();
   const int64_t peak = solver::CheckpointAll(*problem).replay.peak_ram_bytes;
+  const int64_t floor = solver::MemoryLowerBound(*problem);
   problem->ram_budget_bytes = peak / 2;
-  ASSERT_GE(problem->ram_budget_bytes, solver::MemoryLowerBound(*problem));
+  if (model == "squeezenet1_1") {
+    // Its first ReLU's backward reads Y and dY and writes dX, three 2x64x31x31 tensors: 58% of the
+    // checkpoint-all peak, which no schedule goes below (PyTorch runs that ReLU in place).
+    EXPECT_GT(floor, peak / 2);
+    problem->ram_budget_bytes = floor + floor / 20;
+  }
+  ASSERT_GE(problem->ram_budget_bytes, floor);
+  std::printf("%s: checkpoint-all peak %lld bytes, budget %lld bytes\n", model.c_str(), static_cast<long long>(peak),
+              static_cast<long long>(problem->ram_budget_bytes));
   solver::SolveOptions solve;
   solve.strategy = "greedy";  // the MILP over hundreds of nodes takes minutes, not test seconds
   solve.time_limit_s = 2;
   auto schedule = solver::Solve(*problem, solve);
   ASSERT_TRUE(schedule.ok()) << schedule.status().message();
   ASSERT_TRUE(solver::FillFromReplay(*problem, *schedule).ok());
-  EXPECT_LE(schedule->peak_ram_bytes(), static_cast<uint64_t>(peak / 2));
+  EXPECT_LE(schedule->peak_ram_bytes(), static_cast<uint64_t>(problem->ram_budget_bytes));
   EXPECT_GT(schedule->peak_ram_bytes(), 0u);
 }
 
