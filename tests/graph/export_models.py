@@ -6,21 +6,30 @@ python3-torch and python3-torchvision: nothing is downloaded. Usage:
 
   /usr/bin/python3 tests/graph/export_models.py OUT_DIR [MODEL ...] [--opset N] [--eval]
   /usr/bin/python3 tests/graph/export_models.py --time [MODEL ...] [--threads N] [--steps N]
+  /usr/bin/python3 tests/graph/export_models.py OUT_DIR --suite
 
+`--suite` exports what tests/graph/onnx_models_test.cc reads in one run: every model (opset 13),
+the transformers at opset 17 into OUT_DIR/opset17 and mobilenet_v2 in eval mode into OUT_DIR/eval.
+Exit status 3: PyTorch is not installed.
 `--list` prints the model names. `--eval` exports in eval mode (batch norm folded), as users do by
 mistake. `--time` measures a PyTorch training step (forward, loss, backward, SGD update) per model
 and prints `model median_s min_s` lines, for scripts/compare_models.
 """
 import argparse
-import re
 import os
+import re
 import statistics
 import sys
 import time
 import warnings
 
-import torch
-from torch import nn
+try:
+    import torch
+    from torch import nn
+except ImportError as e:  # the tests skip, saying so
+    print(f"PyTorch is not installed ({e}): apt-get install python3-torch python3-torchvision python3-onnx",
+          file=sys.stderr)
+    sys.exit(3)
 
 
 class TransformerClassifier(nn.Module):
@@ -144,6 +153,7 @@ def main():
     parser.add_argument("--eval", action="store_true")
     parser.add_argument("--list", action="store_true")
     parser.add_argument("--time", action="store_true")
+    parser.add_argument("--suite", action="store_true")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--steps", type=int, default=10)
     args = parser.parse_args()
@@ -161,6 +171,15 @@ def main():
         return 0
     if not args.out_dir:
         parser.error("OUT_DIR is required")
+    if args.suite:
+        for name in MODELS:
+            export(name, args.out_dir, 13, False)
+        for sub, names, opset, eval_mode in (("opset17", ["transformer_encoder", "small_bert"], 17, False),
+                                             ("eval", ["mobilenet_v2"], 13, True)):
+            os.makedirs(os.path.join(args.out_dir, sub), exist_ok=True)
+            for name in names:
+                export(name, os.path.join(args.out_dir, sub), opset, eval_mode)
+        return 0
     for name in args.models or MODELS:
         if name not in MODELS:
             parser.error(f"unknown model '{name}'; --list prints the names")
