@@ -26,7 +26,30 @@
 //   attention_scores,  grad                         X, dY
 //   attention_context
 //   cross_entropy_loss grad                         X             (softmax(X) - labels)
-//   add, flatten       none: dX is dY (a view)      -
+//   add, flatten,      none: dX is dY (a view)      -
+//   reshape
+//   relu6, hardswish,  grad                         X, dY
+//   gelu, silu, pow
+//   sigmoid, tanh,     grad                         Y, dY         (derivative from Y)
+//   sqrt, hardsigmoid,
+//   softmax
+//   affine, slice,     grad                         dY
+//   reduce_mean,
+//   transpose
+//   concat             grad (all inputs)            dY
+//   add_broadcast, sub grad (both inputs)           dY            (broadcast axes summed)
+//   mul, div           grad (both inputs)           A, B, dY
+//   matmul             grad (both inputs)           A, B, dY      (dA = dY B^T, dB = A^T dY)
+//     ... of an activation X and a parameter P:
+//   add_broadcast, sub grad_input                   dY
+//                      grad_bias                    dY
+//   mul, div           grad_input                   dY            (dY * P, dY / P)
+//                      grad_weight                  X, dY
+//   layernorm          grad (dX, dgamma, dbeta;     X, dY         (as batchnorm2d)
+//                      one primitive)
+//   embedding          grad_weight                  X, dY         (ids have no gradient)
+//
+// A node differentiating several inputs has all their gradients as its output.
 //   a tensor read by   grad_sum (sum of the         each consumer's gradient
 //   several ops        consumers' gradients)
 //
