@@ -2,9 +2,6 @@
 // whole or not at all, and the measured-in-step costs the solver can plan with.
 #include "service/train_job.h"
 
-#include <signal.h>
-#include <sys/resource.h>
-
 #include <filesystem>
 #include <fstream>
 
@@ -146,27 +143,6 @@ TEST_F(TrainJobTest, AScheduleOfAnotherModelOrAStaleGraphIsRefused) {
   ASSERT_FALSE(refused_edit.ok());
   EXPECT_NE(refused_edit.status().message().find("stage 6"), std::string::npos) << refused_edit.status().message();
   EXPECT_EQ(StoredRuns(), 0u);
-}
-
-TEST_F(TrainJobTest, AFullPagingDirectoryWritesNoRunRecord) {
-  TrainJobOptions options = Options();
-  options.schedule_file = Write(Solve("paging-only", 1ull << 30), "s.json");
-  struct rlimit saved {};
-  ASSERT_EQ(0, ::getrlimit(RLIMIT_FSIZE, &saved));
-  ::signal(SIGXFSZ, SIG_IGN);
-  // The database exists first, so that only paging writes meet the limit.
-  ASSERT_TRUE(costdb::CostDb::Open(Db()).ok());
-  struct rlimit small = saved;
-  small.rlim_cur = 1024;  // the input batch (6272 B) is paged out and does not fit
-  ASSERT_EQ(0, ::setrlimit(RLIMIT_FSIZE, &small));
-  options.steps = 1;
-  auto result = Run(options);
-  ASSERT_EQ(0, ::setrlimit(RLIMIT_FSIZE, &saved));
-  ::signal(SIGXFSZ, SIG_DFL);
-  ASSERT_FALSE(result.ok());
-  EXPECT_EQ(result.status().code(), ErrorCode::kResourceExhausted) << result.status().message();
-  EXPECT_EQ(StoredRuns(), 0u);
-  EXPECT_FALSE(PagingFilesLeft());
 }
 
 TEST_F(TrainJobTest, InStepTimesBecomeACostTableTheSolverPlansWith) {
