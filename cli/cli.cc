@@ -21,7 +21,7 @@ int UsageError(const Status& status) {
 int LocalOnly(const Context& ctx, const std::function<int()>& run) {
   if (!ctx.remote.empty()) {
     return UsageError(
-        InvalidArgument("--remote serves costs, solve, profile and jobs; this command runs on this machine"));
+        InvalidArgument("--remote serves costs, solve, profile, train and jobs; this command runs on this machine"));
   }
   return run();
 }

@@ -4,6 +4,7 @@
 #include "bench/probes_bench.h"
 #include "bench/profiler_bench.h"
 #include "bench/solver_bench.h"
+#include "bench/train_bench.h"
 #include "cli/cli.h"
 
 namespace edgecost::cli {
@@ -48,6 +49,21 @@ void RegisterBenchCommand(CLI::App& app, Context& ctx) {
   serve->add_flag("--protobuf", daemon_options->protobuf, "Binary protobuf bodies instead of JSON");
   serve->callback([daemon_options, &ctx] {
     const Status status = daemon::RunDaemonBenchmark(std::cout, *daemon_options);
+    ctx.exit_code = status.ok() ? kExitOk : Failure(status);
+  });
+
+  auto train_options = std::make_shared<service::TrainBenchOptions>();
+  CLI::App* train = bench->add_subcommand("train",
+                                          "resnet18_cifar trained for real under three schedules: peak bytes against "
+                                          "the plan, step time against the predictions, against PyTorch");
+  train->add_option("--threads", train_options->threads, "oneDNN and PyTorch threads")->capture_default_str();
+  train->add_option("--batch-size", train_options->batch_size, "Batch size")->capture_default_str();
+  train->add_option("--steps", train_options->steps, "Steps per schedule")
+      ->capture_default_str()
+      ->check(CLI::Range(2, 100000));
+  train->add_option("--python", train_options->python, "Python with PyTorch")->capture_default_str();
+  train->callback([train_options, &ctx] {
+    const Status status = service::RunTrainBenchmark(std::cout, *train_options);
     ctx.exit_code = status.ok() ? kExitOk : Failure(status);
   });
 

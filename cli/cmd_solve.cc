@@ -24,6 +24,7 @@ struct SolveFlags {
   std::string graph_file;
   std::string platform = "a72";
   std::string device;
+  std::string cost_source;  // with --device: measured (default) or measured-in-step
   int batch_size = 1;
   std::string derivation;
   std::string trainable = "all";
@@ -113,7 +114,12 @@ Result<v1::ScheduleRequest> BuildRequest(const SolveFlags& flags) {
     }
     request.set_model(flags.model);
     request.set_device(flags.device.empty() ? flags.platform : flags.device);
-    request.set_cost_source(flags.device.empty() ? std::string(graph::kPoetFlopsSource) : "measured");
+    if (!flags.cost_source.empty() && flags.device.empty()) {
+      return InvalidArgument("--cost-source " + flags.cost_source + " needs --device (costs measured on a device)");
+    }
+    request.set_cost_source(flags.device.empty()        ? std::string(graph::kPoetFlopsSource)
+                            : flags.cost_source.empty() ? "measured"
+                                                        : flags.cost_source);
     request.set_batch_size(static_cast<uint32_t>(flags.batch_size));
     request.set_derivation(flags.derivation);
     request.set_trainable(flags.trainable);
@@ -281,7 +287,7 @@ int RunCheck(const std::string& path, bool json, const Context& ctx) {
         InvalidArgument(path + " is not a schedule (protobuf JSON of edgecost.v1.Schedule): " + decoded.message()));
   }
   std::optional<costdb::CostDb> db;
-  if (schedule.request().cost_source() == "measured") {
+  if (schedule.request().cost_source() == "measured" || schedule.request().cost_source() == "measured-in-step") {
     auto opened = costdb::CostDb::Open(DbPath(ctx), costdb::OpenMode::kReadOnly);
     if (!opened.ok()) return Failure(opened.status());
     db.emplace(std::move(opened).value());
@@ -331,6 +337,10 @@ void RegisterSolveCommand(CLI::App& app, Context& ctx) {
   flags->platform_option =
       cmd->add_option("--platform", flags->platform, "Board preset for poet-flops costs")->capture_default_str();
   cmd->add_option("--device", flags->device, "Use measured costs of a profiled device (\"this\": this machine)");
+  cmd->add_option("--cost-source", flags->cost_source,
+                  "With --device: measured (ops one at a time, the default) or measured-in-step (node times "
+                  "inside real steps, kept by `edgecost train`)")
+      ->check(CLI::IsMember({"measured", "measured-in-step"}));
   cmd->add_option("--batch-size", flags->batch_size, "Batch size")->capture_default_str();
   cmd->add_option("--derivation", flags->derivation,
                   "exact (default: what each backward really reads) or poet (POET's construction)");
@@ -360,6 +370,7 @@ void RegisterSolveCommand(CLI::App& app, Context& ctx) {
       "  edgecost solve --model resnet18_cifar --platform a72 --ram-budget 3MB --runtime-budget 7.6x\n"
       "  edgecost solve --model resnet18_cifar --ram-budget 1.5MB --runtime-budget 1.5x --compare\n"
       "  edgecost solve --model resnet18_cifar --device this --ram-budget 1MB --out s.json --svg s.svg\n"
+      "  edgecost solve --model resnet18_cifar --device this --cost-source measured-in-step --ram-budget 1MB\n"
       "  edgecost solve --graph checkmate_graph.json --ram-budget 2GB --runtime-budget 1.2x");
   cmd->callback([flags, &ctx] { ctx.exit_code = RunSolve(*flags, ctx); });
 

@@ -25,7 +25,7 @@
 namespace edgecost::costdb {
 
 // The schema this build writes; files with a higher PRAGMA user_version are refused.
-inline constexpr int kSchemaVersion = 2;
+inline constexpr int kSchemaVersion = 3;
 
 enum class OpenMode {
   kReadWrite,  // creates the file (and its folder) if missing, migrates to kSchemaVersion
@@ -169,6 +169,11 @@ class CostDb {
   Status PutJob(const StoredJob& stored);
   Result<std::vector<StoredJob>> ListJobs();
   Status DeleteJob(uint64_t id);  // NotFound if there is none
+
+  // Training run records (edgecost train): predicted against measured. Put returns the id.
+  Result<int64_t> PutTrainRun(const v1::TrainRun& run);
+  // Newest `limit` runs (0: 100), oldest first; an empty model matches every model.
+  Result<std::vector<v1::TrainRun>> ListTrainRuns(const std::string& model = "", int limit = 0);
 
   Result<DbInfo> Info();
 

@@ -122,11 +122,14 @@ Result<v1::ListJobsResponse> JobService::ListJobs(const v1::ListJobsRequest& req
 }
 
 void JobService::WatchEvents(const v1::WatchEventsRequest& request, std::function<void(v1::WatchEventsResponse)> done) {
-  events_.Watch(request.after_sequence(), request.wait_s(), [done = std::move(done)](std::vector<v1::Event> events) {
-    v1::WatchEventsResponse response;
-    for (v1::Event& event : events) *response.add_events() = std::move(event);
-    done(std::move(response));
-  });
+  events_.Watch(
+      request.after_sequence(), request.wait_s(),
+      [done = std::move(done)](std::vector<v1::Event> events) {
+        v1::WatchEventsResponse response;
+        for (v1::Event& event : events) *response.add_events() = std::move(event);
+        done(std::move(response));
+      },
+      request.job_id());
 }
 
 }  // namespace edgecost::daemon

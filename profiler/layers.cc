@@ -54,7 +54,33 @@ class StepLayer : public Layer {
   void BackwardBias() override { Run(backward_bias_); }
   bool HasParameters() const override { return !params_.empty(); }
 
+  void Bind(Tensor& t, float* data) override {
+    if (bindings_.empty()) FindBindings();
+    for (const auto& [mem, offset] : bindings_[&t]) mem->set_data_handle(data + offset);
+    if (!t.data.empty()) std::vector<float>().swap(t.data);
+  }
+
  protected:
+  // Which step arguments lie in which bindable tensor, found once while every tensor
+  // still has its own storage (disjoint ranges), so later binds never confuse two tensors.
+  void FindBindings() {
+    std::vector<Tensor*> tensors = {&output_, &grad_output_};
+    for (Tensor& t : inputs_) tensors.push_back(&t);
+    for (Tensor& t : grad_inputs_) tensors.push_back(&t);
+    for (auto* pass : {&forward_, &backward_input_, &backward_weights_, &backward_bias_}) {
+      for (Step& step : *pass) {
+        for (auto& [arg, mem] : step.args) {
+          const auto* handle = static_cast<const float*>(mem.get_data_handle());
+          for (Tensor* t : tensors) {
+            if (!t->data.empty() && handle >= t->data.data() && handle < t->data.data() + t->data.size()) {
+              bindings_[t].push_back({&mem, handle - t->data.data()});
+            }
+          }
+        }
+      }
+    }
+  }
+
   void Run(std::vector<Step>& steps) {
     for (Step& step : steps) step.primitive.execute(backend_.stream(), step.args);
     backend_.stream().wait();
@@ -148,6 +174,7 @@ class StepLayer : public Layer {
   dnnl::primitive_attr attr_;
   std::deque<Tensor> owned_;
   std::vector<Step> forward_, backward_input_, backward_weights_, backward_bias_;
+  std::unordered_map<const Tensor*, std::vector<std::pair<memory*, ptrdiff_t>>> bindings_;
 };
 
 // Convolution, grouped when the "groups" attribute says so (groups == channels: depthwise), with a
@@ -485,6 +512,8 @@ class CrossEntropyLoss : public StepLayer {
     InitOutput({1, 1});
     Tensor& onehot = Own(logits);
     Tensor& minus_onehot = Own(logits);
+    onehot_ = &onehot;
+    minus_onehot_ = &minus_onehot;
     std::uniform_int_distribution<int64_t> label(0, logits[1] - 1);
     for (int64_t r = 0; r < logits[0]; ++r) {
       const int64_t at = r * logits[1] + label(rng_);
@@ -503,6 +532,30 @@ class CrossEntropyLoss : public StepLayer {
     Add(backward_input_, softmax, {{DNNL_ARG_SRC, Mem(inputs_[0])}, {DNNL_ARG_DST, Mem(probs)}});
     AddBinary(backward_input_, algorithm::binary_sub, Mem(probs), Mem(onehot), Mem(grad_inputs_[0]));
   }
+
+  Status SetLabels(const std::vector<int32_t>& labels) override {
+    const int64_t rows = onehot_->dims[0], classes = onehot_->dims[1];
+    if (static_cast<int64_t>(labels.size()) != rows) {
+      return InvalidArgument("the loss has " + std::to_string(rows) + " rows but got " + std::to_string(labels.size()) +
+                             " labels");
+    }
+    std::fill(onehot_->data.begin(), onehot_->data.end(), 0.0f);
+    std::fill(minus_onehot_->data.begin(), minus_onehot_->data.end(), 0.0f);
+    for (int64_t r = 0; r < rows; ++r) {
+      const int32_t label = labels[static_cast<size_t>(r)];
+      if (label < 0 || label >= classes) {
+        return InvalidArgument("label " + std::to_string(label) + " of row " + std::to_string(r) + " is not in [0, " +
+                               std::to_string(classes) + ")");
+      }
+      onehot_->data[static_cast<size_t>(r * classes + label)] = 1.0f;
+      minus_onehot_->data[static_cast<size_t>(r * classes + label)] = -1.0f;
+    }
+    return Status::Ok();
+  }
+
+ private:
+  Tensor* onehot_ = nullptr;
+  Tensor* minus_onehot_ = nullptr;
 };
 
 // ---- Kernels of the op set of imported models -------------------------------------------------
@@ -956,6 +1009,8 @@ Result<std::unique_ptr<Layer>> Make(Args&&... args) {
 }
 
 }  // namespace
+
+Status Layer::SetLabels(const std::vector<int32_t>&) { return FailedPrecondition("only a loss layer takes labels"); }
 
 Tensor::Tensor(Dims d) : dims(std::move(d)), data(static_cast<size_t>(dims.empty() ? 0 : Elements(dims)), 0.0f) {}
 

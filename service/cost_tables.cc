@@ -7,6 +7,7 @@
 #include "graph/resolve.h"
 #include "graph/zoo.h"
 #include "profiler/profile.h"
+#include "service/train_job.h"
 #include "solver/problem.h"
 #include "solver/solve.h"
 
@@ -37,6 +38,21 @@ Result<v1::CostTable> ResolveCostTable(costdb::CostDb* db, const v1::GetCostTabl
   if (source == profiler::kMeasuredSource) {
     if (db == nullptr) return FailedPrecondition("measured costs need the cost database");
     return profiler::LoadMeasuredCostTable(*db, spec, device);
+  }
+  if (source == kMeasuredInStepSource) {  // kept by `edgecost train` from the node times inside real steps
+    if (db == nullptr) return FailedPrecondition("measured-in-step costs need the cost database");
+    if (preset) return InvalidArgument("measured-in-step costs exist for measured devices, not '" + device + "'");
+    const std::string name = device == "this" ? profiler::ThisDeviceName() : device;
+    EC_ASSIGN_OR_RETURN(v1::TrainingGraph graph, graph::LoadTrainingGraph(spec));
+    Result<v1::CostTable> table = db->GetCostTable(
+        {graph.model(), name, kMeasuredInStepSource, graph.batch_size(), graph.derivation(), graph.trainable()});
+    if (table.status().code() == ErrorCode::kNotFound) {
+      return NotFound("no measured-in-step costs for " + graph.model() + " (batch size " +
+                      std::to_string(graph.batch_size()) + ", derivation " + graph.derivation() + ") on device " +
+                      name + "; run `edgecost train --model " + spec.model_or_file +
+                      " --steps 10` there after profiling it");
+    }
+    return table;
   }
   if (!preset) {
     return InvalidArgument("cost source '" + source + "' needs a board preset as device, not '" + device + "'");
