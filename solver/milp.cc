@@ -3,13 +3,19 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstdlib>
 #include <functional>
 #include <limits>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <thread>
 
 #include <CbcEventHandler.hpp>
+#include <CbcHeuristic.hpp>
+#include <CbcHeuristicLocal.hpp>
+#include <CbcHeuristicRINS.hpp>
 #include <CbcModel.hpp>
 #include <CglClique.hpp>
 #include <CglGomory.hpp>
@@ -354,15 +360,20 @@ Plan PlanOf(const Formulation& f, const double* v) {
 
 }  // namespace
 
-MilpResult SolveMilp(const Problem& p, const MilpOptions& options) {
+namespace {
+
+MilpResult SolveMilpHere(const Problem& p, const MilpOptions& options) {
   const double start = Now();
   MilpResult result;
   StopState state;
   state.stop = options.stop;
-  state.soft_deadline = start + std::max(0.0, options.time_limit_s);
-  // A little past the limit, never more than 5% of it or 0.3 s.
+  // The caller may overrun by max(1 s, 5%): CBC is asked to stop a little before
+  // the limit (it finishes a cut pass or a node first), LPs are cut short a little after.
+  const double limit_s = std::max(0.0, options.time_limit_s);
+  const double slack_s = std::min(std::max(1.0, 0.05 * limit_s), 0.5 * limit_s);
+  state.soft_deadline = start + limit_s - 0.3 * slack_s;
+  state.hard_deadline = start + limit_s + 0.1 * slack_s;
   state.on_progress = options.on_progress;
-  state.hard_deadline = state.soft_deadline + std::min(0.3, 0.05 * std::max(0.0, options.time_limit_s));
   // Asked to stop before it began, or no time: the caller keeps its incumbent.
   if (state.Stopped() || options.time_limit_s <= 0) return result;
   Model m;
@@ -419,6 +430,18 @@ MilpResult SolveMilp(const Problem& p, const MilpOptions& options) {
   model.addCutGenerator(&knapsack, -1, "Knapsack");
   model.addCutGenerator(&clique, -1, "Clique");
   model.addCutGenerator(&mir, -1, "MIR");
+  // CBC's own primal heuristics, none of which CbcModel adds by itself: rounding,
+  // a local search around the incumbent, and RINS, which re-solves the
+  // neighbourhood where the incumbent and the LP agree as a smaller MILP (a
+  // large-neighbourhood search over stages and nodes).
+  CbcRounding rounding(model);
+  CbcHeuristicLocal local(model);
+  CbcHeuristicRINS rins(model);
+  if (!std::getenv("EDGECOST_CBC_NO_HEURISTICS")) {  // for measuring what they add
+    model.addHeuristic(&rounding);
+    model.addHeuristic(&local);
+    model.addHeuristic(&rins);
+  }
   SearchEvents handler(start, &result.first_solution_s, &state);
   model.passInEventHandler(&handler);
   if (options.incumbent) {
@@ -448,6 +471,76 @@ MilpResult SolveMilp(const Problem& p, const MilpOptions& options) {
   const double bound = trusted ? model.getBestPossibleObjValue() : state.trusted_bound.load();
   if (std::isfinite(bound)) result.lower_bound_j = std::max(result.lower_bound_j, bound * f.energy_scale);
   return result;
+}
+
+// What a solve on its own thread owns: copies of everything it reads, so that it
+// may outlive a caller that stopped waiting for it.
+struct MilpJob {
+  Problem problem;
+  std::optional<Plan> incumbent;
+  MilpOptions options;
+  std::atomic<bool> stop{false};
+  std::mutex mutex;  // guards the fields below, and calls of the caller's progress callback
+  std::condition_variable changed;
+  bool done = false;
+  bool abandoned = false;
+  MilpResult result;
+};
+
+}  // namespace
+
+// Building the model, Clp's setup before its first iteration and some of CBC's
+// cut passes cannot be interrupted, and on graphs of a few hundred nodes they
+// take seconds. So the MILP runs on a thread of its own: at the hard deadline
+// the caller stops waiting, keeps its incumbent, and the thread, told to stop,
+// ends at its next check without calling back.
+MilpResult SolveMilp(const Problem& p, const MilpOptions& options) {
+  const double start = Now();
+  if ((options.stop && options.stop->load()) || options.time_limit_s <= 0) return {};
+  auto job = std::make_shared<MilpJob>();
+  job->problem = p;
+  if (options.incumbent) job->incumbent = *options.incumbent;
+  job->options = options;
+  job->options.incumbent = job->incumbent ? &*job->incumbent : nullptr;
+  job->options.stop = &job->stop;
+  const std::function<void(double, double)> caller_progress = options.on_progress;
+  job->options.on_progress = nullptr;
+  if (caller_progress) {
+    std::weak_ptr<MilpJob> weak = job;
+    job->options.on_progress = [weak, caller_progress](double energy_j, double bound_j) {
+      std::shared_ptr<MilpJob> j = weak.lock();
+      if (!j) return;
+      std::lock_guard<std::mutex> lock(j->mutex);
+      if (!j->abandoned) caller_progress(energy_j, bound_j);
+    };
+  }
+  std::thread([job] {
+    MilpResult result = SolveMilpHere(job->problem, job->options);
+    std::lock_guard<std::mutex> lock(job->mutex);
+    job->result = std::move(result);
+    job->done = true;
+    job->changed.notify_all();
+  }).detach();
+  const double limit_s = std::max(0.0, options.time_limit_s);
+  const double give_up = start + limit_s + 0.2 * std::min(std::max(1.0, 0.05 * limit_s), 0.5 * limit_s);
+  std::unique_lock<std::mutex> lock(job->mutex);
+  double heartbeat = start;
+  while (!job->done) {
+    if (caller_progress && Now() - heartbeat >= 1.0) {  // no news, e.g. during the root LP: say so once a second
+      heartbeat = Now();
+      caller_progress(std::numeric_limits<double>::infinity(), -std::numeric_limits<double>::infinity());
+    }
+    if (options.stop && options.stop->load()) job->stop = true;  // the caller's stop, passed on
+    if (Now() >= give_up) {
+      job->abandoned = true;
+      job->stop = true;
+      MilpResult late;
+      late.error = "the MILP was still setting up at its time limit and was left to stop by itself";
+      return late;
+    }
+    job->changed.wait_for(lock, std::chrono::milliseconds(20));
+  }
+  return std::move(job->result);
 }
 
 }  // namespace edgecost::solver

@@ -32,8 +32,9 @@ struct MilpOptions {
   const Plan* incumbent = nullptr;          // a valid schedule to start from
   bool poet_formulation = false;            // POET's own formulation: all T x T variables, two-sided big-M frees
   const std::atomic<bool>* stop = nullptr;  // checked at every branch-and-bound event
-  // Called from CBC's events with the best energy (J; infinity before any
-  // schedule) and the proven bound (J) whenever either improves.
+  // Called with the best energy (J; infinity when unknown) and the proven bound
+  // (J; -infinity when unknown) whenever either improves, and once a second
+  // without news; never concurrently, never after SolveMilp returned.
   std::function<void(double energy_j, double lower_bound_j)> on_progress;
 };
 

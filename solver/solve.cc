@@ -276,16 +276,24 @@ Result<v1::Schedule> Solve(const Problem& p, const SolveOptions& options) {
       report(best_j, bound_j, better ? "milp" : "");
     };
   }
-  const MilpResult result = SolveMilp(p, milp);
-  std::string message =
-      "MILP: " + std::to_string(result.columns) + " variables, " + std::to_string(result.rows) + " constraints";
-  if (!result.error.empty()) message += "; " + result.error;
-  if (!result.root_solved)
-    message += "; its root LP did not finish within the time limit, so no bound beyond the floor";
+  // Below a tenth of a second no model of interest is even built: the heuristics' best is the answer.
+  MilpResult result;
+  if (milp.time_limit_s >= 0.1) {
+    result = SolveMilp(p, milp);
+  } else {
+    result.error = "no time left for the MILP after the heuristics";
+  }
+  std::string message;
+  auto note = [&message](const std::string& text) { message += (message.empty() ? "" : "; ") + text; };
+  if (result.columns > 0) {
+    note("MILP: " + std::to_string(result.columns) + " variables, " + std::to_string(result.rows) + " constraints");
+  }
+  if (!result.error.empty()) note(result.error);
+  if (!result.root_solved) note("no bound beyond the floor: the MILP's root LP did not finish within the time limit");
   if (result.plan) {
     Candidate milp_candidate{*result.plan, Simulate(p, *result.plan)};
     if (!milp_candidate.replay.valid) {
-      message += "; CBC's schedule failed the replay (" + milp_candidate.replay.violation + ") and was discarded";
+      note("CBC's schedule failed the replay (" + milp_candidate.replay.violation + ") and was discarded");
     } else if (!found || milp_candidate.replay.energy.total_j() < found->replay.energy.total_j()) {
       found = std::move(milp_candidate);
       found_by = Strategy::kOptimal;
@@ -302,7 +310,7 @@ Result<v1::Schedule> Solve(const Problem& p, const SolveOptions& options) {
     return s;
   }
   if (found_by != Strategy::kOptimal) {
-    message += "; the best schedule is " + std::string(StrategyName(found_by)) + "'s";
+    note("the best schedule is " + std::string(StrategyName(found_by)) + "'s");
   }
   v1::Schedule s = FromCandidate(p, *found, strategy);
   s.set_lower_bound_j(std::max(p.FloorJ(), std::min(result.lower_bound_j, s.energy().total_j())));
