@@ -83,7 +83,7 @@ Result<int64_t> ParseBytes(std::string_view text) {
   if (!SplitNumber(text, &number, &unit)) {
     return InvalidArgument("'" + std::string(text) + "' is not a size; write e.g. 3000000, 3MB or 2.5MiB");
   }
-  static constexpr std::array<std::pair<const char*, double>, 10> kUnits = {{{"", 1.0},
+  static constexpr std::array<std::pair<const char*, double>, 12> kUnits = {{{"", 1.0},
                                                                              {"b", 1.0},
                                                                              {"kb", 1e3},
                                                                              {"mb", 1e6},
@@ -91,6 +91,8 @@ Result<int64_t> ParseBytes(std::string_view text) {
                                                                              {"kib", 1024.0},
                                                                              {"mib", 1048576.0},
                                                                              {"gib", 1073741824.0},
+                                                                             {"tb", 1e12},
+                                                                             {"tib", 1099511627776.0},
                                                                              {"k", 1e3},
                                                                              {"m", 1e6}}};
   for (const auto& [name, scale] : kUnits) {
@@ -101,7 +103,7 @@ Result<int64_t> ParseBytes(std::string_view text) {
     }
   }
   return InvalidArgument("unknown size unit '" + unit + "' in '" + std::string(text) +
-                         "'; use B, KB, MB, GB (powers of 1000) or KiB, MiB, GiB (powers of 1024)");
+                         "'; use B, KB, MB, GB, TB (powers of 1000) or KiB, MiB, GiB, TiB (powers of 1024)");
 }
 
 Result<RuntimeBudget> ParseRuntimeBudget(std::string_view text) {

@@ -1,5 +1,7 @@
+#include <cmath>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <sstream>
 
 #include "base/units.h"
@@ -72,11 +74,48 @@ bool HasSchedule(const v1::Schedule& s) {
   return s.status() == v1::Schedule::STATUS_OPTIMAL || s.status() == v1::Schedule::STATUS_FEASIBLE;
 }
 
+// "at most 22.9% above optimal (0.010100 J); 92.7% of the energy above the floor unproven"
+std::string GapInWords(const v1::Schedule& s) {
+  const double unproven_j = std::max(0.0, s.energy().total_j() - s.lower_bound_j());
+  const double relative = s.lower_bound_j() > 0 ? unproven_j / s.lower_bound_j() : 0;
+  return "at most " + Fixed(relative * 100, 2) + "% above optimal (" + Fixed(unproven_j) + " J); " +
+         Fixed(s.gap() * 100, 1) + "% of the energy above the floor unproven";
+}
+
+// One line per improvement of a solve that runs for more than a second.
+class ProgressPrinter {
+ public:
+  explicit ProgressPrinter(std::ostream& out) : out_(out) {}
+  void operator()(const solver::Progress& p) {
+    if (p.elapsed_s < 1.0) return;
+    const bool better = p.energy_j < energy_j_;
+    if (printed_s_ >= 0) {                                    // the first line after a second, then only news
+      if (!better && p.elapsed_s - printed_s_ < 1.0) return;  // the bound alone: at most one line a second
+      if (!better && !(p.lower_bound_j > bound_j_)) return;
+    }
+    energy_j_ = std::min(energy_j_, p.energy_j);
+    bound_j_ = std::max(bound_j_, p.lower_bound_j);
+    printed_s_ = p.elapsed_s;
+    out_ << "progress       " << FormatSeconds(p.elapsed_s) << ": best "
+         << (std::isfinite(energy_j_) ? Fixed(energy_j_) + " J" : std::string("none yet")) << ", bound "
+         << Fixed(bound_j_) << " J";
+    if (std::isfinite(energy_j_) && energy_j_ > p.floor_j) {
+      out_ << ", " << Fixed(std::max(0.0, energy_j_ - bound_j_) / (energy_j_ - p.floor_j) * 100, 1)
+           << "% of the energy above the floor unproven";
+    }
+    out_ << "\n" << std::flush;
+  }
+
+ private:
+  std::ostream& out_;
+  double energy_j_ = std::numeric_limits<double>::infinity();
+  double bound_j_ = 0;
+  double printed_s_ = -1;
+};
+
 void PrintSchedule(const v1::Schedule& s) {
   std::cout << "status         " << StatusName(s.status());
-  if (s.status() == v1::Schedule::STATUS_FEASIBLE) {
-    std::cout << ", gap " << Fixed(s.gap() * 100, 3) << "% of the energy above the floor";
-  }
+  if (s.status() == v1::Schedule::STATUS_FEASIBLE) std::cout << ": " << GapInWords(s);
   std::cout << "\n";
   if (!s.message().empty()) std::cout << "               " << s.message() << "\n";
   if (!HasSchedule(s)) {
@@ -124,10 +163,16 @@ Result<v1::ScheduleRequest> BuildRequest(const SolveFlags& flags) {
     request.set_derivation(flags.derivation);
     request.set_trainable(flags.trainable);
   }
-  if (flags.ram_budget.empty()) return InvalidArgument("--ram-budget is required (e.g. 3MB, 2.5MiB, 3000000)");
-  EC_ASSIGN_OR_RETURN(int64_t ram, ParseBytes(flags.ram_budget));
-  if (ram <= 0) return InvalidArgument("--ram-budget must be positive");
-  request.set_ram_budget_bytes(static_cast<uint64_t>(ram));
+  if (flags.ram_budget.empty() && !flags.min_ram) {
+    return InvalidArgument("--ram-budget is required (e.g. 3MB, 2.5MiB, 3000000), unless --min-ram searches for it");
+  }
+  if (!flags.ram_budget.empty()) {
+    EC_ASSIGN_OR_RETURN(int64_t ram, ParseBytes(flags.ram_budget));
+    if (ram <= 0) return InvalidArgument("--ram-budget must be positive");
+    request.set_ram_budget_bytes(static_cast<uint64_t>(ram));
+  }
+  request.set_compare(flags.compare);
+  request.set_min_ram(flags.min_ram);
   EC_ASSIGN_OR_RETURN(RuntimeBudget runtime, ParseRuntimeBudget(flags.runtime_budget));
   if (runtime.kind == RuntimeBudget::Kind::kMultiple) {
     request.set_runtime_budget_multiple(runtime.value);
@@ -149,7 +194,8 @@ Status WriteFile(const std::string& path, const std::string& text) {
   return out.flush() ? Status::Ok() : PermissionDenied("cannot write " + path);
 }
 
-int RunCompare(const solver::Problem& problem, const SolveFlags& flags, v1::EnergySource energy_source) {
+// The optimum next to every baseline and greedy (Schedule.compared).
+void PrintComparison(const v1::Schedule& optimal) {
   Table table({{"strategy", Table::Align::kLeft},
                {"status", Table::Align::kLeft},
                {"energy"},
@@ -158,28 +204,36 @@ int RunCompare(const solver::Problem& problem, const SolveFlags& flags, v1::Ener
                {"page in/out"},
                {"peak RAM"},
                {"runtime"}});
-  double optimal_j = 0;
-  std::vector<solver::Strategy> strategies = {solver::Strategy::kOptimal};
-  strategies.insert(strategies.end(), std::begin(solver::kBaselines), std::end(solver::kBaselines));
-  for (solver::Strategy kind : strategies) {
-    if (kind == solver::Strategy::kPagingOnly && !problem.allow_paging) continue;
-    const std::string strategy(solver::StrategyName(kind));
-    solver::SolveOptions options{strategy, flags.time_limit_s, flags.threads, false};
-    auto s = solver::Solve(problem, options);
-    if (!s.ok()) return Failure(s.status());
-    if (kind == solver::Strategy::kOptimal && HasSchedule(*s)) optimal_j = s->energy().total_j();
+  const double optimal_j = HasSchedule(optimal) ? optimal.energy().total_j() : 0;
+  std::vector<const v1::Schedule*> rows = {&optimal};
+  for (const v1::Schedule& s : optimal.compared()) rows.push_back(&s);
+  for (const v1::Schedule* s : rows) {
     if (!HasSchedule(*s)) {
-      table.AddRow({strategy, s->status() == v1::Schedule::STATUS_INFEASIBLE ? "infeasible" : "no schedule"});
+      table.AddRow({s->strategy(), s->status() == v1::Schedule::STATUS_INFEASIBLE ? "infeasible" : "no schedule"});
       continue;
     }
-    const std::string versus = optimal_j > 0 ? "+" + Fixed((s->energy().total_j() / optimal_j - 1) * 100, 2) + "%" : "";
-    table.AddRow({strategy, s->status() == v1::Schedule::STATUS_OPTIMAL ? "optimal" : "feasible",
-                  EnergyText(s->energy().total_j(), energy_source), versus, std::to_string(s->recomputations()),
+    std::string versus;
+    if (optimal_j > 0) {
+      const double percent = (s->energy().total_j() / optimal_j - 1) * 100;
+      versus = (percent < 0 ? "" : "+") + Fixed(percent, 2) + "%";
+    }
+    table.AddRow({s->strategy(), s->status() == v1::Schedule::STATUS_OPTIMAL ? "optimal" : "feasible",
+                  EnergyText(s->energy().total_j(), optimal.energy_source()), versus, std::to_string(s->recomputations()),
                   std::to_string(s->page_ins()) + "/" + std::to_string(s->page_outs()),
                   FormatBytes(static_cast<double>(s->peak_ram_bytes())), FormatSeconds(s->runtime_s())});
   }
   table.Print(std::cout);
-  return kExitOk;
+}
+
+// --min-ram: the smallest budget found, before the schedule solved at it.
+void PrintMinRam(const v1::Schedule& s, const solver::Problem* problem, const std::string& runtime_budget) {
+  std::cout << "smallest RAM   " << BytesText(s.min_feasible_ram_bytes()) << " has a schedule at " << runtime_budget
+            << ", found by the heuristics and baselines";
+  if (problem) {
+    std::cout << "; no schedule needs less than " << BytesText(solver::MemoryLowerBound(*problem))
+              << " (the largest node with its inputs)";
+  }
+  std::cout << "\n";
 }
 
 // --out: the schedule in protobuf's JSON mapping, indented.
@@ -190,23 +244,23 @@ Status WriteScheduleJson(const std::string& path, const v1::Schedule& schedule) 
 
 // Solved by a daemon, which also stores the schedule.
 int RunRemoteSolve(const SolveFlags& flags, const Context& ctx, const v1::ScheduleRequest& request) {
-  if (flags.compare || flags.min_ram || !flags.svg_path.empty()) {
-    return UsageError(InvalidArgument("--compare, --min-ram and --svg are local only"));
-  }
+  if (!flags.svg_path.empty()) return UsageError(InvalidArgument("--svg is local only"));
   v1::Schedule schedule;
   if (Status s = daemon::CallRemote(ctx.remote, "SolverService/Solve", request, schedule); !s.ok()) return Failure(s);
-  if (!flags.out_path.empty()) {
+  if (!flags.out_path.empty() && HasSchedule(schedule)) {
     if (Status s = WriteScheduleJson(flags.out_path, schedule); !s.ok()) return Failure(s);
   }
   if (flags.json) {
     PrintJson(schedule);
   } else {
     std::cout << "problem        " << request.model() << " on " << request.device() << " via " << ctx.remote
-              << ", RAM budget " << BytesText(request.ram_budget_bytes()) << ", runtime budget " << flags.runtime_budget
-              << "\n";
+              << ", RAM budget " << BytesText(schedule.request().ram_budget_bytes()) << ", runtime budget "
+              << flags.runtime_budget << "\n";
+    if (flags.min_ram) PrintMinRam(schedule, nullptr, flags.runtime_budget);
     PrintSchedule(schedule);
+    if (flags.compare) PrintComparison(schedule);
     std::cout << "stored         schedule #" << schedule.id() << " in the daemon's database\n";
-    if (!flags.out_path.empty()) std::cout << "written        " << flags.out_path << "\n";
+    if (!flags.out_path.empty() && HasSchedule(schedule)) std::cout << "written        " << flags.out_path << "\n";
   }
   return HasSchedule(schedule) ? kExitOk : kExitFailure;
 }
@@ -235,26 +289,14 @@ int RunSolve(const SolveFlags& flags, const Context& ctx) {
     if (!opened.ok()) return Failure(opened.status());
     db.emplace(std::move(opened).value());
   }
-  if (flags.compare || flags.min_ram) {
-    auto table = service::CostTableForRequest(db ? &*db : nullptr, *request);
-    if (!table.ok()) return Failure(table.status());
-    auto problem = solver::ProblemFromCostTable(*table, *request);
-    if (!problem.ok()) return Failure(problem.status());
-    if (flags.compare) return RunCompare(*problem, flags, table->energy_source());
-    auto ram = solver::MinFeasibleRam(*problem);
-    if (!ram.ok()) return Failure(ram.status());
-    std::cout << "smallest RAM budget with a schedule at " << flags.runtime_budget << ": " << BytesText(*ram)
-              << ", found by the heuristics to 0.1%; lower bound " << BytesText(solver::MemoryLowerBound(*problem))
-              << " (the largest node with its inputs)\n";
-    return kExitOk;
-  }
-
   // The flags were checked above: what fails now is the graph, the costs or the database.
-  auto solved = service::SolveRequest(db ? &*db : nullptr, *request, store);
+  ProgressPrinter progress(flags.json ? std::cerr : std::cout);  // stdout stays one JSON document
+  auto solved = service::SolveRequest(db ? &*db : nullptr, *request, store, nullptr,
+                                      [&progress](const solver::Progress& p) { progress(p); });
   if (!solved.ok()) return Failure(solved.status());
   const v1::CostTable& table = solved->table;
   const v1::Schedule& schedule = solved->schedule;
-  if (!flags.out_path.empty()) {
+  if (!flags.out_path.empty() && HasSchedule(schedule)) {  // a failed solve writes no file
     if (Status s = WriteScheduleJson(flags.out_path, schedule); !s.ok()) return Failure(s);
   }
   if (!flags.svg_path.empty() && HasSchedule(schedule)) {
@@ -265,12 +307,15 @@ int RunSolve(const SolveFlags& flags, const Context& ctx) {
   if (flags.json) {
     PrintJson(schedule);
   } else {
-    std::cout << "problem        " << table.graph().model() << " on " << table.device() << " (" << table.cost_source()
-              << "), " << solved->problem.size() << " nodes, RAM budget " << BytesText(request->ram_budget_bytes())
+    const std::string where = table.device().empty() ? " from " + flags.graph_file : " on " + table.device();
+    std::cout << "problem        " << table.graph().model() << where << " (" << table.cost_source() << "), "
+              << solved->problem.size() << " nodes, RAM budget " << BytesText(schedule.request().ram_budget_bytes())
               << ", runtime budget " << flags.runtime_budget << "\n";
+    if (flags.min_ram) PrintMinRam(schedule, &solved->problem, flags.runtime_budget);
     PrintSchedule(schedule);
+    if (flags.compare) PrintComparison(schedule);
     if (!not_stored.empty()) std::cout << "not stored     " << not_stored << "\n";
-    if (!flags.out_path.empty()) std::cout << "written        " << flags.out_path << "\n";
+    if (!flags.out_path.empty() && HasSchedule(schedule)) std::cout << "written        " << flags.out_path << "\n";
     if (!flags.svg_path.empty() && HasSchedule(schedule)) std::cout << "written        " << flags.svg_path << "\n";
   }
   return HasSchedule(schedule) ? kExitOk : kExitFailure;
@@ -356,11 +401,12 @@ void RegisterSolveCommand(CLI::App& app, Context& ctx) {
   std::vector<std::string> strategies;
   for (solver::Strategy s : solver::kStrategies) strategies.emplace_back(solver::StrategyName(s));
   cmd->add_option("--strategy", flags->strategy,
-                  solver::StrategyNames() + " (greedy: the MILP's heuristic start alone)")
+                  solver::StrategyNames() + " (optimal starts from all the others and is never worse than them)")
       ->capture_default_str()
       ->check(CLI::IsMember(strategies));
-  cmd->add_flag("--compare", flags->compare, "Every strategy side by side");
-  cmd->add_flag("--min-ram", flags->min_ram, "Search the smallest RAM budget with a schedule");
+  cmd->add_flag("--compare", flags->compare, "The schedule next to every baseline and greedy");
+  cmd->add_flag("--min-ram", flags->min_ram,
+                "Search the smallest RAM budget with a schedule (no --ram-budget needed), then solve there");
   cmd->add_flag("--no-store", flags->no_store, "Do not store the request and schedule in the cost database");
   cmd->add_flag("--json", flags->json, "Print the schedule as protobuf JSON");
   cmd->add_option("--out", flags->out_path, "Write the schedule (protobuf JSON) to a file");
@@ -371,7 +417,8 @@ void RegisterSolveCommand(CLI::App& app, Context& ctx) {
       "  edgecost solve --model resnet18_cifar --ram-budget 1.5MB --runtime-budget 1.5x --compare\n"
       "  edgecost solve --model resnet18_cifar --device this --ram-budget 1MB --out s.json --svg s.svg\n"
       "  edgecost solve --model resnet18_cifar --device this --cost-source measured-in-step --ram-budget 1MB\n"
-      "  edgecost solve --graph checkmate_graph.json --ram-budget 2GB --runtime-budget 1.2x");
+      "  edgecost solve --graph checkmate_graph.json --ram-budget 2GB --runtime-budget 1.2x\n"
+      "  edgecost solve --model resnet50 --no-paging --min-ram --runtime-budget 1.5x --json");
   cmd->callback([flags, &ctx] { ctx.exit_code = RunSolve(*flags, ctx); });
 
   auto path = std::make_shared<std::string>();

@@ -1,6 +1,7 @@
 #include "service/cost_tables.h"
 
 #include <set>
+#include <chrono>
 
 #include "graph/cost_source.h"
 #include "graph/graph_io.h"
@@ -135,20 +136,46 @@ Result<v1::ListModelsResponse> DescribeZoo(int batch_size) {
 }
 
 Result<SolvedRequest> SolveRequest(costdb::CostDb* db, const v1::ScheduleRequest& request, bool store,
-                                   const std::atomic<bool>* stop) {
+                                   const std::atomic<bool>* stop,
+                                   const std::function<void(const solver::Progress&)>& on_progress) {
+  const auto start = std::chrono::steady_clock::now();
   SolvedRequest solved;
+  v1::ScheduleRequest solved_request = request;
+  if (request.min_ram() && request.ram_budget_bytes() == 0) solved_request.set_ram_budget_bytes(1);  // searched below
   EC_ASSIGN_OR_RETURN(solved.table, CostTableForRequest(db, request));
-  EC_ASSIGN_OR_RETURN(solved.problem, solver::ProblemFromCostTable(solved.table, request));
+  EC_ASSIGN_OR_RETURN(solved.problem, solver::ProblemFromCostTable(solved.table, solved_request));
   solver::SolveOptions options;
   if (!request.strategy().empty()) options.strategy = request.strategy();
   if (request.time_limit_s() > 0) options.time_limit_s = request.time_limit_s();
   if (request.threads() > 0) options.threads = static_cast<int>(request.threads());
   options.stop = stop;
+  options.on_progress = on_progress;
+  auto elapsed_s = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
+  auto now_s = [] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  };
+  if (request.min_ram()) {
+    EC_ASSIGN_OR_RETURN(const int64_t ram,
+                        solver::MinFeasibleRam(solved.problem, now_s() + 0.5 * options.time_limit_s));
+    solved.problem.ram_budget_bytes = ram;
+    solved_request.set_ram_budget_bytes(static_cast<uint64_t>(ram));
+    options.time_limit_s = std::max(0.0, options.time_limit_s - elapsed_s());
+  }
   EC_ASSIGN_OR_RETURN(solved.schedule, solver::Solve(solved.problem, options));
-  *solved.schedule.mutable_request() = request;
+  if (request.min_ram()) solved.schedule.set_min_feasible_ram_bytes(solved_request.ram_budget_bytes());
+  if (request.compare()) {
+    for (solver::Strategy kind : solver::kBaselinesAndGreedy) {
+      if (kind == solver::Strategy::kPagingOnly && !solved.problem.allow_paging) continue;
+      solver::SolveOptions baseline;
+      baseline.strategy = std::string(solver::StrategyName(kind));
+      baseline.search_min_ram = false;
+      EC_ASSIGN_OR_RETURN(*solved.schedule.add_compared(), solver::Solve(solved.problem, baseline));
+    }
+  }
+  *solved.schedule.mutable_request() = solved_request;
   solved.schedule.set_energy_source(solved.table.energy_source());
   if (db && store) {
-    EC_ASSIGN_OR_RETURN(int64_t request_id, db->PutScheduleRequest(request));
+    EC_ASSIGN_OR_RETURN(int64_t request_id, db->PutScheduleRequest(solved_request));
     EC_ASSIGN_OR_RETURN(int64_t table_id, StoreCostTable(*db, solved.table));
     EC_ASSIGN_OR_RETURN(solved.schedule_id, db->PutSchedule(request_id, table_id, solved.schedule));
   }

@@ -4,12 +4,14 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 
 #include "base/status.h"
 #include "costdb/costdb.h"
 #include "proto/edgecost.pb.h"
 #include "solver/problem.h"
 #include "solver/simulator.h"
+#include "solver/solve.h"
 
 namespace edgecost::service {
 
@@ -25,7 +27,11 @@ Result<v1::CostTable> CostTableForRequest(costdb::CostDb* db, const v1::Schedule
 // the request, the table and the schedule when `store` (the schedule's id is
 // returned, else 0). Empty fields take defaults: strategy "optimal", 60 s,
 // one thread. `stop` ends the search early with the best schedule so far.
-// Shared by `edgecost solve` and SolverService.Solve.
+// With `min_ram` the smallest RAM budget with a schedule is searched first (half
+// the time limit at most) and the schedule is solved there; the returned
+// schedule's request carries that budget. With `compare` every baseline and
+// greedy are solved too (Schedule.compared). `on_progress` sees the optimum's
+// search as it improves. Shared by `edgecost solve` and SolverService.Solve.
 struct SolvedRequest {
   v1::CostTable table;
   solver::Problem problem;  // the table and the request's budgets, as solved
@@ -33,7 +39,8 @@ struct SolvedRequest {
   int64_t schedule_id = 0;
 };
 Result<SolvedRequest> SolveRequest(costdb::CostDb* db, const v1::ScheduleRequest& request, bool store = true,
-                                   const std::atomic<bool>* stop = nullptr);
+                                   const std::atomic<bool>* stop = nullptr,
+                                   const std::function<void(const solver::Progress&)>& on_progress = {});
 
 // What `edgecost check` does: a schedule's own request gives its cost table
 // and budgets (a measured table needs `db`), and the simulator replays it.

@@ -12,6 +12,8 @@ TEST(ParseBytes, AcceptsPlainSiAndBinaryUnits) {
   EXPECT_EQ(*ParseBytes("512 KiB"), 524288);
   EXPECT_EQ(*ParseBytes("1.5gb"), 1500000000);
   EXPECT_EQ(*ParseBytes("40B"), 40);
+  EXPECT_EQ(*ParseBytes("2TB"), 2000000000000);
+  EXPECT_EQ(*ParseBytes("1.5 TiB"), 1649267441664);
 }
 
 TEST(ParseBytes, RejectsGarbageWithAHint) {

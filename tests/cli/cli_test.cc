@@ -466,4 +466,108 @@ TEST_F(CliTest, ConsistencyAUserNotices) {
     EXPECT_THAT(Edgecost("runs").output, HasSubstr("no training runs"));
   }
 
+namespace {
+
+// Every input `solve` takes, each with every strategy, --json, --compare and
+// --min-ram without --ram-budget: the zoo, a training-graph/v1 file, networkx
+// node-link, ONNX and measured costs. One test per input.
+class SolveInputTest : public CliTest {
+ protected:
+  void SolveEveryWay(const std::string& input, const std::string& budget) {
+    for (const char* strategy : {"optimal", "greedy", "checkpoint-all", "sqrt", "revolve", "paging-only"}) {
+      const CommandResult run = Edgecost("solve " + input + " --ram-budget " + budget +
+                                         " --runtime-budget 2x --time-limit-s 2 --strategy " + strategy);
+      // A baseline may miss the budget (exit 1), but says so; none fails for the input's sake.
+      EXPECT_THAT(run.output, ::testing::AnyOf(HasSubstr("energy "), HasSubstr("does not meet these budgets")))
+          << strategy << ": " << run.output;
+      EXPECT_THAT(run.output, ::testing::Not(HasSubstr("error"))) << strategy;
+    }
+    const CommandResult json =
+        Edgecost("solve " + input + " --ram-budget " + budget + " --runtime-budget 2x --time-limit-s 2 --json");
+    ASSERT_EQ(json.exit_code, 0) << json.output;
+    EXPECT_THAT(json.output, HasSubstr("\"status\": \"STATUS_"));
+    EXPECT_THAT(json.output, HasSubstr("\"foundBy\""));
+    const CommandResult compare =
+        Edgecost("solve " + input + " --ram-budget " + budget + " --runtime-budget 2x --time-limit-s 2 --compare");
+    ASSERT_EQ(compare.exit_code, 0) << compare.output;
+    for (const char* strategy : {"checkpoint-all", "sqrt", "revolve", "paging-only", "greedy"}) {
+      EXPECT_THAT(compare.output, HasSubstr(strategy));
+    }
+    EXPECT_THAT(compare.output, ::testing::Not(HasSubstr("+-")));
+    const CommandResult min_ram = Edgecost("solve " + input + " --runtime-budget 2x --time-limit-s 2 --min-ram");
+    ASSERT_EQ(min_ram.exit_code, 0) << min_ram.output;
+    EXPECT_THAT(min_ram.output, HasSubstr("smallest RAM"));
+    EXPECT_THAT(min_ram.output, HasSubstr("energy "));
+  }
+};
+
+TEST_F(SolveInputTest, ZooModel) { SolveEveryWay("--model linear --platform a72", "5kB"); }
+
+TEST_F(SolveInputTest, TrainingGraphFile) {
+  const std::string file = (dir_ / "linear.json").string();
+  ASSERT_EQ(Edgecost("costs linear --platform m4 --out " + file + " --summary").exit_code, 0);
+  SolveEveryWay("--graph " + file, "5kB");
+}
+
+TEST_F(SolveInputTest, NetworkxNodeLink) {
+  const std::string file = (dir_ / "chain.json").string();
+  std::ofstream(file) << R"({"directed": true, "graph": {"name": "chain"}, "nodes": [
+    {"id": 0, "cost_cpu": 1.0, "cost_ram": 100}, {"id": 1, "cost_cpu": 2.0, "cost_ram": 50},
+    {"id": 2, "cost_cpu": 1.0, "cost_ram": 60}, {"id": 3, "cost_cpu": 2.5, "cost_ram": 80, "backward": true},
+    {"id": 4, "cost_cpu": 1.5, "cost_ram": 80, "backward": true}],
+    "links": [{"source": 0, "target": 1}, {"source": 1, "target": 2}, {"source": 2, "target": 3},
+              {"source": 1, "target": 3}, {"source": 3, "target": 4}, {"source": 0, "target": 4}]})";
+  SolveEveryWay("--graph " + file, "300B");
+}
+
+TEST_F(SolveInputTest, OnnxModel) { SolveEveryWay("--model tests/graph/data/mlp.onnx --platform a72", "2kB"); }
+
+TEST_F(SolveInputTest, MeasuredCosts) {
+  const CommandResult profile = Edgecost("profile --model linear --threads 1 --min-window-s 0.002");
+  ASSERT_EQ(profile.exit_code, 0) << profile.output;
+  SolveEveryWay("--model linear --device this", "6kB");
+}
+
+TEST_F(CliTest, SolveTakesTerabytes) {
+  const CommandResult run =
+      Edgecost("solve --model linear --platform a72 --ram-budget 1TiB --runtime-budget 1x --json --no-store");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_THAT(run.output, HasSubstr("\"ramBudgetBytes\": \"1099511627776\""));
+}
+
+}  // namespace
+
+namespace {
+
+// A solve stopped by its time limit: progress lines while it runs (on stderr
+// when stdout is JSON), a gap with its absolute bound, an SVG titled
+// "feasible", and a failed solve writes no file.
+TEST_F(CliTest, ALongSolveShowsProgressAndItsGap) {
+  const std::string svg = (dir_ / "s.svg").string();
+  const std::string args =
+      "solve --model resnet18_cifar --platform a72 --ram-budget 1.5MB --runtime-budget 1.5x --time-limit-s 2.5 ";
+  const CommandResult text = Edgecost(args + "--svg " + svg);
+  ASSERT_EQ(text.exit_code, 0) << text.output;
+  EXPECT_THAT(text.output, HasSubstr("progress       "));
+  EXPECT_THAT(text.output, ::testing::ContainsRegex("feasible: at most [0-9.]+% above optimal \\([0-9.]+ J\\)"));
+  std::ifstream in(svg);
+  const std::string picture((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_THAT(picture, HasSubstr("feasible schedule (strategy optimal)"));
+
+  const std::string err = (dir_ / "err.txt").string();
+  const CommandResult json =
+      Run("(EDGECOST_DB='" + (dir_ / "costs.db").string() + "' " + EDGECOST_BIN + " " + args + "--json 2>" + err + ")");
+  ASSERT_EQ(json.exit_code, 0) << json.output;
+  EXPECT_EQ(json.output.substr(0, 1), "{") << json.output;  // stdout is one JSON document
+  EXPECT_THAT(json.output, ::testing::Not(HasSubstr("progress")));
+  std::ifstream err_in(err);
+  const std::string progress((std::istreambuf_iterator<char>(err_in)), std::istreambuf_iterator<char>());
+  EXPECT_THAT(progress, HasSubstr("progress       "));
+
+  const std::string out = (dir_ / "none.json").string();
+  const CommandResult failed = Edgecost("solve --model resnet18_cifar --platform a72 --ram-budget 100kB --out " + out);
+  EXPECT_EQ(failed.exit_code, 1) << failed.output;
+  EXPECT_FALSE(std::filesystem::exists(out)) << "a failed solve wrote " << out;
+}
+
 }  // namespace
