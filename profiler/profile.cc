@@ -1,12 +1,16 @@
 #include "profiler/profile.h"
 
+#include <omp.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <fstream>
 #include <map>
 #include <random>
+#include <thread>
 
+#include "profiler/interference.h"
 #include "profiler/node_work.h"
 
 namespace edgecost::profiler {
@@ -19,7 +23,40 @@ int64_t ResidentBytes() {
   return resident * ::sysconf(_SC_PAGESIZE);
 }
 
+// The OpenMP thread count for one op, restored afterwards: oneDNN sizes its
+// parallel regions (and some kernels their blocking) by it.
+class TeamScope {
+ public:
+  explicit TeamScope(int threads) : saved_(omp_get_max_threads()) { omp_set_num_threads(std::max(1, threads)); }
+  ~TeamScope() { omp_set_num_threads(saved_); }
+  TeamScope(const TeamScope&) = delete;
+  TeamScope& operator=(const TeamScope&) = delete;
+
+ private:
+  int saved_;
+};
+
+// How disturbed an attempt was, to keep the least disturbed one.
+double DisturbanceScore(const v1::Interference& i) {
+  const double total = i.total_repetitions();
+  return (total > 0 ? i.disturbed_repetitions() / total : 1.0) + i.steal_fraction();
+}
+
+void AnnotateNodeCost(const v1::OpCost& op, v1::NodeCost& cost) {
+  *cost.mutable_runtime_stats() = op.runtime();
+  cost.set_unreliable(op.unreliable());
+  cost.set_unreliable_reason(op.unreliable_reason());
+}
+
 }  // namespace
+
+std::string UnreliableSummary(const ProfileSummary& summary, const std::string& accept_hint) {
+  if (summary.unreliable.empty()) return "";
+  const size_t n = summary.unreliable.size();
+  const std::string text = std::to_string(n) + (n == 1 ? " op" : " ops") + " measured while the CPU was busy";
+  return accept_hint.empty() ? text + ", stored marked unreliable"
+                             : text + ": re-run when the device is idle, or " + accept_hint;
+}
 
 Result<ProfileSummary> ProfileGraph(costdb::CostDb& db, Backend& backend, const v1::TrainingGraph& graph,
                                     const std::string& fingerprint_hash, int64_t run_id, EnergyMeter* meter,
@@ -41,26 +78,28 @@ Result<ProfileSummary> ProfileGraph(costdb::CostDb& db, Backend& backend, const 
   for (const auto& [key, work] : distinct) {
     if (!options.force) {
       EC_ASSIGN_OR_RETURN(std::optional<v1::OpCost> known, db.GetOpCost(fingerprint_hash, key));
-      if (known) {
+      // An op stored as unreliable is measured again: the device may be quiet now.
+      if (known && !known->unreliable()) {
         ++summary.reused;
         continue;
       }
     }
     todo.push_back(&work);
   }
-  std::shuffle(todo.begin(), todo.end(), std::mt19937(options.shuffle_seed));
+  std::mt19937 shuffle(options.shuffle_seed);
+  std::shuffle(todo.begin(), todo.end(), shuffle);
 
-  Clock& clock = SteadyClock();
-  const double start_s = clock.NowS();
-  for (size_t i = 0; i < todo.size(); ++i) {
-    if (options.stop && options.stop->load()) {
-      summary.interrupted = true;
-      break;
-    }
-    const NodeWork& work = *todo[i];
+  std::function<std::unique_ptr<InterferenceWatch>()> make_watch = options.make_watch;
+  if (!make_watch) make_watch = [] { return std::make_unique<SchedInterferenceWatch>(); };
+
+  // One window for one op: the cost as it would be stored.
+  auto measure = [&](const NodeWork& work) -> Result<std::pair<v1::OpCost, bool>> {
+    TeamScope team(work.team_threads);
     const int64_t resident_before = ResidentBytes();
     EC_ASSIGN_OR_RETURN(NodeRunner runner, NodeRunner::Create(backend, work));
-    EC_ASSIGN_OR_RETURN(Measurement m, Measure([&runner] { runner.Run(); }, clock, meter, options.measure));
+    std::unique_ptr<InterferenceWatch> watch = make_watch();
+    EC_ASSIGN_OR_RETURN(Measurement m,
+                        Measure([&runner] { runner.Run(); }, SteadyClock(), meter, options.measure, watch.get()));
     v1::OpCost cost;
     *cost.mutable_signature() = work.signature;
     v1::RuntimeStats& runtime = *cost.mutable_runtime();
@@ -82,7 +121,33 @@ Result<ProfileSummary> ProfileGraph(costdb::CostDb& db, Backend& backend, const 
     cost.set_output_bytes(output_elements * sizeof(float));
     cost.set_workspace_bytes(runner.scratchpad_bytes() + runner.workspace_bytes());
     cost.set_rss_growth_bytes(ResidentBytes() - resident_before);
-    EC_RETURN_IF_ERROR(db.PutOpCost(fingerprint_hash, run_id, cost));  // committed now: nothing lost on a crash
+    *cost.mutable_interference() = m.interference;
+    cost.set_team_threads(static_cast<uint32_t>(work.team_threads));
+    if (!m.clean) {
+      cost.set_unreliable(true);
+      cost.set_unreliable_reason(m.disturbance);
+    }
+    return std::make_pair(std::move(cost), m.clean);
+  };
+
+  struct Disturbed {
+    const NodeWork* work;
+    v1::OpCost best;  // the least disturbed attempt so far, as stored
+  };
+  std::vector<Disturbed> disturbed;
+  Clock& clock = SteadyClock();
+  const double start_s = clock.NowS();
+  for (size_t i = 0; i < todo.size(); ++i) {
+    if (options.stop && options.stop->load()) {
+      summary.interrupted = true;
+      break;
+    }
+    const NodeWork& work = *todo[i];
+    EC_ASSIGN_OR_RETURN(auto attempt, measure(work));
+    attempt.first.set_attempts(1);
+    // Committed now, marked if disturbed: nothing is lost on a crash, nothing passes for clean.
+    EC_RETURN_IF_ERROR(db.PutOpCost(fingerprint_hash, run_id, attempt.first));
+    if (!attempt.second) disturbed.push_back({&work, std::move(attempt.first)});
     ++summary.measured;
     if (options.on_progress) {
       const double elapsed = clock.NowS() - start_s;
@@ -90,6 +155,39 @@ Result<ProfileSummary> ProfileGraph(costdb::CostDb& db, Backend& backend, const 
       options.on_progress({static_cast<int>(i + 1), static_cast<int>(todo.size()), work.signature.key(), elapsed,
                            per_op * static_cast<double>(todo.size() - i - 1)});
     }
+  }
+
+  // Disturbed ops again, interleaved: each round in a new order, within the budget.
+  const double first_pass_s = clock.NowS() - start_s;
+  const double budget_s = options.retry_budget_s > 0 ? options.retry_budget_s : std::max(2.0, first_pass_s);
+  const double retry_start_s = clock.NowS();
+  for (int round = 1; round < options.max_attempts && !disturbed.empty() && !summary.interrupted; ++round) {
+    if (clock.NowS() - retry_start_s >= budget_s) break;
+    if (options.retry_pause_s > 0) std::this_thread::sleep_for(std::chrono::duration<double>(options.retry_pause_s));
+    std::shuffle(disturbed.begin(), disturbed.end(), shuffle);
+    std::vector<Disturbed> still;
+    for (size_t k = 0; k < disturbed.size(); ++k) {
+      Disturbed& d = disturbed[k];
+      if ((options.stop && options.stop->load()) || clock.NowS() - retry_start_s >= budget_s) {
+        if (options.stop && options.stop->load()) summary.interrupted = true;
+        still.insert(still.end(), std::make_move_iterator(disturbed.begin() + static_cast<ptrdiff_t>(k)),
+                     std::make_move_iterator(disturbed.end()));
+        break;
+      }
+      EC_ASSIGN_OR_RETURN(auto attempt, measure(*d.work));
+      ++summary.remeasured;
+      const uint32_t attempts = d.best.attempts() + 1;
+      if (attempt.second || DisturbanceScore(attempt.first.interference()) < DisturbanceScore(d.best.interference())) {
+        d.best = std::move(attempt.first);
+      }
+      d.best.set_attempts(attempts);
+      EC_RETURN_IF_ERROR(db.PutOpCost(fingerprint_hash, run_id, d.best));
+      if (!attempt.second) still.push_back(std::move(d));
+    }
+    disturbed = std::move(still);
+  }
+  for (const Disturbed& d : disturbed) {
+    summary.unreliable.push_back({d.work->signature.key(), d.best.unreliable_reason()});
   }
   summary.elapsed_s = clock.NowS() - start_s;
   return summary;
@@ -128,6 +226,7 @@ Result<v1::CostTable> MeasuredCostTable(costdb::CostDb& db, const v1::TrainingGr
     }
     cost.set_runtime_s(op->runtime().median_s());
     cost.set_compute_j(op->energy_j());
+    AnnotateNodeCost(*op, cost);
     if (sources.find(op->energy_probe()) == std::string::npos) {
       sources +=
           (sources.empty() ? "" : ", ") + op->energy_probe() + " (" + v1::EnergySource_Name(op->energy_source()) + ")";
@@ -154,6 +253,18 @@ Result<v1::CostTable> LoadMeasuredCostTable(costdb::CostDb& db, const graph::Gra
     return NotFound("no measured costs for " + graph.model() + " (derivation " + graph.derivation() + ", trainable " +
                     graph.trainable() + ", batch size " + std::to_string(graph.batch_size()) + ") on device " + device +
                     "; run `edgecost profile --model " + spec.model_or_file + "` there");
+  }
+  if (!table.ok()) return table;
+  // The stored table keeps medians; spread, interval and reliability are the op costs'.
+  std::map<std::string, std::optional<v1::OpCost>> ops;
+  for (v1::NodeCost& cost : *table->mutable_costs()) {
+    if (cost.op_key().empty()) continue;
+    auto it = ops.find(cost.op_key());
+    if (it == ops.end()) {
+      EC_ASSIGN_OR_RETURN(std::optional<v1::OpCost> op, db.GetOpCost(table->fingerprint_hash(), cost.op_key()));
+      it = ops.emplace(cost.op_key(), std::move(op)).first;
+    }
+    if (it->second) AnnotateNodeCost(*it->second, cost);
   }
   return table;
 }

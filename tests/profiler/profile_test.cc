@@ -19,6 +19,24 @@
 namespace edgecost::profiler {
 namespace {
 
+// A watch that reports every repetition of a window as disturbed, or none.
+class ScriptedWatch : public InterferenceWatch {
+ public:
+  explicit ScriptedWatch(bool disturbed) : disturbed_(disturbed) {}
+  Status BeginWindow() override { return Status::Ok(); }
+  Result<double> WaitSinceLastS() override { return disturbed_ ? 0.008 : 0.0; }
+  Result<v1::Interference> EndWindow(double) override {
+    v1::Interference i;
+    i.set_watched(true);
+    i.set_other_runnable(disturbed_ ? 1 : 0);
+    i.set_load1(1.0);
+    return i;
+  }
+
+ private:
+  bool disturbed_;
+};
+
 class ProfileTest : public edgecost::testing::TempDirTest {
  protected:
   void SetUp() override {
@@ -33,6 +51,10 @@ class ProfileTest : public edgecost::testing::TempDirTest {
     options_.measure.min_window_s = 0.0005;
     options_.measure.warmup_runs = 1;
     options_.measure.min_repetitions = 2;
+    options_.measure.max_window_s = 0.005;  // a disturbed window gives up soon
+    // The logic of these tests, not the machine's load: a watch that sees no interference.
+    options_.make_watch = [] { return std::make_unique<ScriptedWatch>(false); };
+    options_.retry_pause_s = 0;
   }
   void TearDown() override {
     db_.reset();
@@ -119,6 +141,128 @@ TEST_F(ProfileTest, MeasuredCostTableNeedsEveryOpAndPaging) {
   const double bytes = static_cast<double>(graph->nodes(1).output_bytes());
   EXPECT_DOUBLE_EQ(table->costs(1).page_in_j(), (1e-4 + bytes / 1e8) * 3);
   EXPECT_NE(table->note().find("ESTIMATED"), std::string::npos);
+}
+
+// The first `disturbed_windows` windows are disturbed, the rest clean.
+std::function<std::unique_ptr<InterferenceWatch>()> LoadThatPasses(int disturbed_windows) {
+  auto windows = std::make_shared<int>(0);
+  return [windows, disturbed_windows] { return std::make_unique<ScriptedWatch>((*windows)++ < disturbed_windows); };
+}
+
+TEST_F(ProfileTest, DisturbedOpsAreMeasuredAgainAfterTheOthersAndStoredCleanWhenTheLoadPasses) {
+  const auto graph = graph::ZooTrainingGraph("linear", 1, graph::Derivation::kExact);
+  int distinct = 0;
+  {
+    options_.make_watch = LoadThatPasses(1000000);  // count the ops first, with a run that is always disturbed
+    options_.max_attempts = 1;
+    auto counted = Profile(*graph);
+    ASSERT_TRUE(counted.ok());
+    distinct = counted->distinct_ops;
+    EXPECT_EQ(counted->unreliable.size(), static_cast<size_t>(distinct));
+  }
+  // A burst of load over the whole first pass, gone by the retries.
+  options_.make_watch = LoadThatPasses(distinct);
+  options_.max_attempts = 4;
+  auto summary = Profile(*graph);
+  ASSERT_TRUE(summary.ok()) << summary.status().message();
+  EXPECT_EQ(summary->reused, 0);  // stored unreliable by the run before: measured again
+  EXPECT_EQ(summary->measured, distinct);
+  EXPECT_EQ(summary->remeasured, distinct);
+  EXPECT_TRUE(summary->unreliable.empty());
+  EXPECT_EQ(UnreliableSummary(*summary, "`--accept-noisy`"), "");
+  const auto costs = db_->ListOpCosts("fp");
+  ASSERT_TRUE(costs.ok());
+  for (const v1::OpCost& cost : *costs) {
+    EXPECT_FALSE(cost.unreliable()) << cost.signature().key();
+    EXPECT_EQ(cost.attempts(), 2u) << cost.signature().key();
+    EXPECT_TRUE(cost.unreliable_reason().empty());
+    EXPECT_GT(cost.runtime().repetitions(), 0u);
+  }
+}
+
+TEST_F(ProfileTest, OpsNeverMeasuredCleanlyAreStoredUnreliableWithTheReason) {
+  const auto graph = graph::ZooTrainingGraph("linear", 1, graph::Derivation::kExact);
+  options_.make_watch = [] { return std::make_unique<ScriptedWatch>(true); };
+  options_.max_attempts = 3;
+  auto summary = Profile(*graph);
+  ASSERT_TRUE(summary.ok()) << summary.status().message();
+  ASSERT_EQ(summary->unreliable.size(), static_cast<size_t>(summary->distinct_ops));
+  EXPECT_EQ(summary->remeasured, 2 * summary->distinct_ops);
+  const std::string message = UnreliableSummary(*summary, "`--accept-noisy`");
+  EXPECT_EQ(message, std::to_string(summary->distinct_ops) +
+                         " ops measured while the CPU was busy: re-run when the device is idle, or `--accept-noisy`");
+  EXPECT_EQ(UnreliableSummary(*summary, ""),
+            std::to_string(summary->distinct_ops) + " ops measured while the CPU was busy, stored marked unreliable");
+  const auto costs = db_->ListOpCosts("fp");
+  ASSERT_TRUE(costs.ok());
+  for (const v1::OpCost& cost : *costs) {
+    EXPECT_TRUE(cost.unreliable()) << cost.signature().key();
+    EXPECT_EQ(cost.attempts(), 3u);
+    EXPECT_NE(cost.unreliable_reason().find("waited for a CPU"), std::string::npos) << cost.unreliable_reason();
+    EXPECT_EQ(cost.interference().disturbed_repetitions(), cost.interference().total_repetitions());
+  }
+
+  // The measured table carries the mark, the spread and the interval to whoever reads it.
+  v1::PagingCost paging;
+  paging.set_storage_path("/var/tmp");
+  paging.set_page_in_throughput_bytes_per_s(1e8);
+  paging.set_page_out_throughput_bytes_per_s(1e8);
+  ASSERT_TRUE(db_->PutPagingCost("fp", paging).ok());
+  auto table = MeasuredCostTable(*db_, *graph, "test-device", "fp", 1);
+  ASSERT_TRUE(table.ok()) << table.status().message();
+  ASSERT_TRUE(db_->PutCostTable(*table).ok());
+  auto loaded =
+      LoadMeasuredCostTable(*db_, {.model_or_file = "linear", .derivation = graph::Derivation::kExact}, "test-device");
+  ASSERT_TRUE(loaded.ok()) << loaded.status().message();
+  for (const v1::CostTable* t : {&*table, &*loaded}) {
+    for (const v1::NodeCost& c : t->costs()) {
+      if (c.op_key().empty()) continue;
+      EXPECT_TRUE(c.unreliable()) << c.op_key();
+      EXPECT_FALSE(c.unreliable_reason().empty());
+    }
+  }
+}
+
+TEST_F(ProfileTest, TheRetryBudgetBoundsTheEffort) {
+  const auto graph = graph::ZooTrainingGraph("linear", 1, graph::Derivation::kExact);
+  options_.make_watch = [] { return std::make_unique<ScriptedWatch>(true); };
+  options_.retry_budget_s = 1e-9;
+  auto summary = Profile(*graph);
+  ASSERT_TRUE(summary.ok());
+  EXPECT_EQ(summary->remeasured, 0);
+  EXPECT_EQ(summary->unreliable.size(), static_cast<size_t>(summary->distinct_ops));
+  const auto costs = db_->ListOpCosts("fp");
+  ASSERT_TRUE(costs.ok());
+  for (const v1::OpCost& cost : *costs) EXPECT_EQ(cost.attempts(), 1u);
+}
+
+TEST_F(ProfileTest, CleanCostsCarryTheirSpreadIntervalAndTeam) {
+  const auto graph = graph::ZooTrainingGraph("linear", 1, graph::Derivation::kExact);
+  options_.threads = 2;
+  ASSERT_TRUE(Profile(*graph).ok());
+  const auto costs = db_->ListOpCosts("fp");
+  ASSERT_TRUE(costs.ok());
+  for (const v1::OpCost& cost : *costs) {
+    EXPECT_FALSE(cost.unreliable());
+    EXPECT_EQ(cost.attempts(), 1u);
+    EXPECT_LE(cost.runtime().ci95_low_s(), cost.runtime().median_s());
+    EXPECT_GE(cost.runtime().ci95_high_s(), cost.runtime().median_s());
+    EXPECT_TRUE(cost.team_threads() == 1 || cost.team_threads() == 2) << cost.team_threads();
+  }
+}
+
+TEST(NodeWork, TinyOpsRunOnOneThreadAndLargeOnesOnTheTeam) {
+  const auto graph = graph::ZooTrainingGraph("resnet18_cifar", 1, graph::Derivation::kExact);
+  int single = 0, team = 0;
+  for (int i = 0; i < graph->nodes_size(); ++i) {
+    auto work = WorkForNode(*graph, i, 2);
+    ASSERT_TRUE(work.ok());
+    if (work->pass == Pass::kNone) continue;
+    EXPECT_EQ(work->team_threads, graph->nodes(i).flops() < kTeamMinFlops ? 1 : 2) << graph->nodes(i).name();
+    (work->team_threads == 1 ? single : team)++;
+  }
+  EXPECT_GT(single, 0);
+  EXPECT_GT(team, 0);
 }
 
 TEST(NodeWork, IdenticalOpsShareASignatureAndThreadsSeparateThem) {
