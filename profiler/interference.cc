@@ -3,12 +3,19 @@
 #include <omp.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
 
 namespace edgecost::profiler {
 namespace {
+
+double ProcessCpuS() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
 
 long InvoluntarySwitches() {
   rusage usage{};
@@ -45,6 +52,7 @@ Status SchedInterferenceWatch::BeginWindow() {
   Result<probes::SystemLoad> load = probes::ReadSystemLoad(proc_root_);
   have_load_ = load.ok();
   if (have_load_) load_start_ = *load;
+  process_cpu_start_s_ = ProcessCpuS();
   return Status::Ok();
 }
 
@@ -78,6 +86,9 @@ Result<v1::Interference> SchedInterferenceWatch::EndWindow(double window_s) {
       // procs_running counts the op's own team (spinning or running) and this reader.
       out.set_other_runnable(static_cast<uint32_t>(std::max(0, end->procs_running - static_cast<int>(team_size_))));
       out.set_load1(end->load1);
+      // The CPUs' busy time (in ticks, hence the tick of slack) less this process's own.
+      const double others_s = end->busy_s - load_start_.busy_s - (ProcessCpuS() - process_cpu_start_s_) - tick_s;
+      out.set_other_cpu_cores(window_s > 0 ? std::max(0.0, others_s) / window_s : 0);
     }
   }
   return out;

@@ -42,6 +42,7 @@ class SchedInterferenceWatch : public InterferenceWatch {
   long involuntary_start_ = 0;
   long last_involuntary_ = 0;
   probes::SystemLoad load_start_;
+  double process_cpu_start_s_ = 0;
   bool have_load_ = false;
 };
 

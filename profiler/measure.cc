@@ -89,6 +89,7 @@ Result<Measurement> Measure(const std::function<void()>& op, Clock& clock, Energ
 
   std::vector<double> samples_s;
   uint32_t disturbed = 0;
+  double executed_s = 0;  // the repetitions' own time, without the reads between them
   double energy_start_j = 0;
   if (meter) {
     EC_ASSIGN_OR_RETURN(energy_start_j, meter->EnergyJ());
@@ -112,6 +113,7 @@ Result<Measurement> Measure(const std::function<void()>& op, Clock& clock, Energ
     op();
     now_s = clock.NowS();
     const double sample_s = now_s - start_s;
+    executed_s += sample_s;
     if (watch) {
       // Read after the repetition, outside its timing: a wait in the gap before
       // it counts against it too, as a thread descheduled there delays it.
@@ -134,13 +136,16 @@ Result<Measurement> Measure(const std::function<void()>& op, Clock& clock, Energ
     const Verdict verdict = JudgeInterference(m.interference, clean_repetitions, options);
     m.clean = verdict.clean;
     m.disturbance = verdict.reason;
+    m.shared = m.interference.other_cpu_cores() >= options.interference.shared_cpu_cores;
   }
   if (meter) {
     EC_ASSIGN_OR_RETURN(double energy_end_j, meter->EnergyJ());
-    // Energy per execution over every execution of the window, disturbed ones included.
+    // The window's mean power over the executions' own time (every execution,
+    // disturbed ones included): the reads between repetitions cost no energy of the op.
     const double runs = static_cast<double>(clean_repetitions + disturbed);
-    m.energy_j = (energy_end_j - energy_start_j) / runs;
-    m.dynamic_energy_j = m.energy_j - meter->IdlePowerW() * (m.window_s / runs);
+    const double power_w = m.window_s > 0 ? (energy_end_j - energy_start_j) / m.window_s : 0;
+    m.energy_j = power_w * executed_s / runs;
+    m.dynamic_energy_j = m.energy_j - meter->IdlePowerW() * (executed_s / runs);
     m.sensor_updates = meter->UpdateIntervalS() > 0 ? m.window_s / meter->UpdateIntervalS() : 0;
     m.energy_precise = m.sensor_updates >= options.min_sensor_updates;
   }

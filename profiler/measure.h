@@ -55,6 +55,11 @@ struct InterferenceLimits {
   // disturbed and the hypervisor stole at most max_steal_fraction of the CPUs.
   double max_disturbed_fraction = 0.2;
   double max_steal_fraction = 0.02;
+  // Other tasks using this much CPU (in cores) share caches and memory with
+  // the op, which the scheduler's accounting does not show: such a window
+  // counts only once another window agrees with it within confirm_tolerance.
+  double shared_cpu_cores = 0.25;
+  double confirm_tolerance = 0.10;
 };
 
 struct RuntimeSummary {
@@ -89,6 +94,7 @@ struct Measurement {
   v1::Interference interference;
   bool clean = true;
   std::string disturbance;  // why not clean, in words
+  bool shared = false;      // clean, but other tasks used the CPUs meanwhile: needs confirming
 };
 
 // Runs `op` repeatedly and measures it. `meter` may be null (runtime only);

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <map>
 #include <random>
@@ -93,14 +95,20 @@ Result<ProfileSummary> ProfileGraph(costdb::CostDb& db, Backend& backend, const 
   if (!make_watch) make_watch = [] { return std::make_unique<SchedInterferenceWatch>(); };
 
   // One window for one op: the cost as it would be stored.
-  auto measure = [&](const NodeWork& work) -> Result<std::pair<v1::OpCost, bool>> {
+  struct Attempt {
+    v1::OpCost cost;
+    bool clean = false;
+    bool shared = false;
+  };
+  auto measure = [&](const NodeWork& work) -> Result<Attempt> {
     TeamScope team(work.team_threads);
     const int64_t resident_before = ResidentBytes();
     EC_ASSIGN_OR_RETURN(NodeRunner runner, NodeRunner::Create(backend, work));
     std::unique_ptr<InterferenceWatch> watch = make_watch();
     EC_ASSIGN_OR_RETURN(Measurement m,
                         Measure([&runner] { runner.Run(); }, SteadyClock(), meter, options.measure, watch.get()));
-    v1::OpCost cost;
+    Attempt attempt{.clean = m.clean, .shared = m.clean && m.shared};
+    v1::OpCost& cost = attempt.cost;
     *cost.mutable_signature() = work.signature;
     v1::RuntimeStats& runtime = *cost.mutable_runtime();
     runtime.set_median_s(m.runtime.median_s);
@@ -126,15 +134,74 @@ Result<ProfileSummary> ProfileGraph(costdb::CostDb& db, Backend& backend, const 
     if (!m.clean) {
       cost.set_unreliable(true);
       cost.set_unreliable_reason(m.disturbance);
+    } else if (attempt.shared) {
+      char text[160];
+      std::snprintf(text, sizeof text,
+                    "other tasks used %.2f CPUs meanwhile (caches and memory are shared) and no second window "
+                    "confirmed it",
+                    m.interference.other_cpu_cores());
+      cost.set_unreliable(true);  // until a second window agrees
+      cost.set_unreliable_reason(text);
     }
-    return std::make_pair(std::move(cost), m.clean);
+    return attempt;
   };
 
-  struct Disturbed {
+  // An op not yet measured cleanly: what is stored for it, marked unreliable.
+  struct Pending {
     const NodeWork* work;
-    v1::OpCost best;  // the least disturbed attempt so far, as stored
+    v1::OpCost best;                 // the least disturbed attempt so far, as stored
+    std::vector<v1::OpCost> shared;  // clean windows taken while others used the CPUs
+    uint32_t attempts = 0;
   };
-  std::vector<Disturbed> disturbed;
+  const double tolerance = options.measure.interference.confirm_tolerance;
+  // Takes one attempt into account; true when the op is settled (stored clean).
+  auto settle = [&](Pending& p, Attempt attempt) -> Result<bool> {
+    ++p.attempts;
+    bool settled = false;
+    if (attempt.clean && !attempt.shared) {
+      p.best = std::move(attempt.cost);
+      settled = true;
+    } else if (attempt.shared) {
+      // Two windows at different times that agree: the load did not move the figure.
+      const double median = attempt.cost.runtime().median_s();
+      for (const v1::OpCost& other : p.shared) {
+        const double low = std::min(median, other.runtime().median_s());
+        if (low > 0 && std::fabs(median - other.runtime().median_s()) <= tolerance * low) {
+          p.best = median <= other.runtime().median_s() ? attempt.cost : other;
+          p.best.set_unreliable(false);
+          p.best.clear_unreliable_reason();
+          settled = true;
+          break;
+        }
+      }
+      if (!settled) {
+        p.shared.push_back(attempt.cost);
+        p.best = std::move(attempt.cost);
+        if (p.shared.size() > 1) {
+          double low = p.shared.front().runtime().median_s(), high = low;
+          for (const v1::OpCost& c : p.shared) {
+            low = std::min(low, c.runtime().median_s());
+            high = std::max(high, c.runtime().median_s());
+          }
+          char text[200];
+          std::snprintf(text, sizeof text,
+                        "%zu windows disagreed by up to %.0f%% while other tasks used %.2f CPUs (caches and memory "
+                        "are shared)",
+                        p.shared.size(), low > 0 ? 100 * (high - low) / low : 0.0,
+                        p.best.interference().other_cpu_cores());
+          p.best.set_unreliable_reason(text);
+        }
+      }
+    } else if (p.best.signature().key().empty() || (p.shared.empty() && DisturbanceScore(attempt.cost.interference()) <
+                                                                            DisturbanceScore(p.best.interference()))) {
+      p.best = std::move(attempt.cost);
+    }
+    p.best.set_attempts(p.attempts);
+    EC_RETURN_IF_ERROR(db.PutOpCost(fingerprint_hash, run_id, p.best));  // committed now: nothing lost on a crash
+    return settled;
+  };
+
+  std::vector<Pending> pending;
   Clock& clock = SteadyClock();
   const double start_s = clock.NowS();
   for (size_t i = 0; i < todo.size(); ++i) {
@@ -143,11 +210,10 @@ Result<ProfileSummary> ProfileGraph(costdb::CostDb& db, Backend& backend, const 
       break;
     }
     const NodeWork& work = *todo[i];
-    EC_ASSIGN_OR_RETURN(auto attempt, measure(work));
-    attempt.first.set_attempts(1);
-    // Committed now, marked if disturbed: nothing is lost on a crash, nothing passes for clean.
-    EC_RETURN_IF_ERROR(db.PutOpCost(fingerprint_hash, run_id, attempt.first));
-    if (!attempt.second) disturbed.push_back({&work, std::move(attempt.first)});
+    EC_ASSIGN_OR_RETURN(Attempt attempt, measure(work));
+    Pending p{.work = &work};
+    EC_ASSIGN_OR_RETURN(bool settled, settle(p, std::move(attempt)));
+    if (!settled) pending.push_back(std::move(p));
     ++summary.measured;
     if (options.on_progress) {
       const double elapsed = clock.NowS() - start_s;
@@ -157,38 +223,31 @@ Result<ProfileSummary> ProfileGraph(costdb::CostDb& db, Backend& backend, const 
     }
   }
 
-  // Disturbed ops again, interleaved: each round in a new order, within the budget.
+  // Unsettled ops again, interleaved: each round in a new order, within the budget.
   const double first_pass_s = clock.NowS() - start_s;
-  const double budget_s = options.retry_budget_s > 0 ? options.retry_budget_s : std::max(2.0, first_pass_s);
+  const double budget_s = options.retry_budget_s > 0 ? options.retry_budget_s : std::max(2.0, 2 * first_pass_s);
   const double retry_start_s = clock.NowS();
-  for (int round = 1; round < options.max_attempts && !disturbed.empty() && !summary.interrupted; ++round) {
+  for (int round = 1; round < options.max_attempts && !pending.empty() && !summary.interrupted; ++round) {
     if (clock.NowS() - retry_start_s >= budget_s) break;
     if (options.retry_pause_s > 0) std::this_thread::sleep_for(std::chrono::duration<double>(options.retry_pause_s));
-    std::shuffle(disturbed.begin(), disturbed.end(), shuffle);
-    std::vector<Disturbed> still;
-    for (size_t k = 0; k < disturbed.size(); ++k) {
-      Disturbed& d = disturbed[k];
-      if ((options.stop && options.stop->load()) || clock.NowS() - retry_start_s >= budget_s) {
-        if (options.stop && options.stop->load()) summary.interrupted = true;
-        still.insert(still.end(), std::make_move_iterator(disturbed.begin() + static_cast<ptrdiff_t>(k)),
-                     std::make_move_iterator(disturbed.end()));
+    std::shuffle(pending.begin(), pending.end(), shuffle);
+    std::vector<Pending> still;
+    for (size_t k = 0; k < pending.size(); ++k) {
+      const bool stopped = options.stop && options.stop->load();
+      if (stopped || clock.NowS() - retry_start_s >= budget_s) {
+        summary.interrupted = stopped;
+        still.insert(still.end(), std::make_move_iterator(pending.begin() + static_cast<ptrdiff_t>(k)),
+                     std::make_move_iterator(pending.end()));
         break;
       }
-      EC_ASSIGN_OR_RETURN(auto attempt, measure(*d.work));
+      EC_ASSIGN_OR_RETURN(Attempt attempt, measure(*pending[k].work));
       ++summary.remeasured;
-      const uint32_t attempts = d.best.attempts() + 1;
-      if (attempt.second || DisturbanceScore(attempt.first.interference()) < DisturbanceScore(d.best.interference())) {
-        d.best = std::move(attempt.first);
-      }
-      d.best.set_attempts(attempts);
-      EC_RETURN_IF_ERROR(db.PutOpCost(fingerprint_hash, run_id, d.best));
-      if (!attempt.second) still.push_back(std::move(d));
+      EC_ASSIGN_OR_RETURN(bool settled, settle(pending[k], std::move(attempt)));
+      if (!settled) still.push_back(std::move(pending[k]));
     }
-    disturbed = std::move(still);
+    pending = std::move(still);
   }
-  for (const Disturbed& d : disturbed) {
-    summary.unreliable.push_back({d.work->signature.key(), d.best.unreliable_reason()});
-  }
+  for (const Pending& p : pending) summary.unreliable.push_back({p.work->signature.key(), p.best.unreliable_reason()});
   summary.elapsed_s = clock.NowS() - start_s;
   return summary;
 }
