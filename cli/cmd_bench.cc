@@ -25,7 +25,16 @@ void RegisterBenchCommand(CLI::App& app, Context& ctx) {
                                          "Profiling time for resnet18_cifar and resnet18, run-to-run "
                                          "agreement, measurement overhead");
   prof->add_option("--threads", profiler_options->threads, "oneDNN threads (default: all cores)");
-  prof->callback([profiler_options, &ctx] {
+  auto section = std::make_shared<std::string>("all");
+  prof->add_option("--section", *section,
+                   "all; speed (profiling time, agreement, overhead); busy (quiet against one core kept busy by "
+                   "a spinning process)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"all", "speed", "busy"}));
+  prof->footer("Examples:\n  edgecost bench profiler\n  edgecost bench profiler --section busy --threads 2");
+  prof->callback([profiler_options, section, &ctx] {
+    profiler_options->speed = *section != "busy";
+    profiler_options->busy = *section != "speed";
     const Status status = profiler::RunProfilerBenchmark(std::cout, *profiler_options);
     ctx.exit_code = status.ok() ? kExitOk : Failure(status);
   });

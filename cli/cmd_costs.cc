@@ -1,6 +1,8 @@
 #include <algorithm>
+#include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <map>
 
 #include "base/units.h"
 #include "cli/cli.h"
@@ -72,23 +74,75 @@ std::string EnergyHeader(const v1::CostTable& table) {
   return table.energy_source() == v1::ENERGY_SOURCE_ESTIMATED ? "energy ESTIMATED" : "energy";
 }
 
-void PrintNodeTable(const v1::CostTable& table, const Totals& t) {
-  Table out({{"#"},
-             {"name", Table::Align::kLeft},
-             {"runtime"},
-             {EnergyHeader(table)},
-             {"output"},
-             {"page-in"},
-             {"page-out"}});
+// Relative width of a measured op's 95% interval above which the summary names it.
+constexpr double kWideInterval = 0.10;
+
+std::string Interval(const v1::RuntimeStats& r) {
+  if (r.repetitions() == 0) return "";
+  return FormatSeconds(r.ci95_low_s()) + " .. " + FormatSeconds(r.ci95_high_s());
+}
+
+// What a measured table's figures are worth: the ops stored as unreliable and
+// those whose interval is wide, each op named once.
+void PrintUncertainty(const v1::CostTable& table) {
+  std::map<std::string, std::pair<std::string, const v1::NodeCost*>> unreliable, wide;  // op -> first node
   for (int i = 0; i < table.costs_size(); ++i) {
     const v1::NodeCost& c = table.costs(i);
-    out.AddRow({std::to_string(i), table.graph().nodes(i).name(), FormatSeconds(c.runtime_s()),
-                FormatJoules(c.compute_j()), FormatBytes(static_cast<double>(c.ram_bytes())),
-                FormatJoules(c.page_in_j()), FormatJoules(c.page_out_j())});
+    if (c.op_key().empty()) continue;
+    const std::string& name = table.graph().nodes(i).name();
+    if (c.unreliable()) unreliable.emplace(c.op_key(), std::make_pair(name, &c));
+    const v1::RuntimeStats& r = c.runtime_stats();
+    if (r.median_s() > 0 && (r.ci95_high_s() - r.ci95_low_s()) / r.median_s() > kWideInterval) {
+      wide.emplace(c.op_key(), std::make_pair(name, &c));
+    }
+  }
+  if (!unreliable.empty()) {
+    std::cout << "unreliable     " << unreliable.size()
+              << " ops measured while the device was busy (re-run `edgecost profile` when it is idle):\n";
+    for (const auto& [key, node] : unreliable) {
+      std::cout << "               " << node.first << " (" << key << "): " << node.second->unreliable_reason() << "\n";
+    }
+  }
+  if (!wide.empty()) {
+    std::cout << "wide interval  " << wide.size() << " ops whose 95% interval exceeds " << kWideInterval * 100
+              << "% of the median:\n";
+    for (const auto& [key, node] : wide) {
+      const v1::RuntimeStats& r = node.second->runtime_stats();
+      char share[16];
+      std::snprintf(share, sizeof share, "%.0f%%", 100 * (r.ci95_high_s() - r.ci95_low_s()) / r.median_s());
+      std::cout << "               " << node.first << " (" << key << "): " << Interval(r) << ", " << share << "\n";
+    }
+  }
+  if (unreliable.empty() && wide.empty())
+    std::cout << "uncertainty    every op measured cleanly, intervals within " << kWideInterval * 100
+              << "% of the median\n";
+}
+
+void PrintNodeTable(const v1::CostTable& table, const Totals& t) {
+  // Measured tables carry each op's spread and interval: shown when there.
+  bool stats = false;
+  for (const v1::NodeCost& c : table.costs()) stats = stats || c.runtime_stats().repetitions() > 0;
+  std::vector<Table::Column> columns = {{"#"}, {"name", Table::Align::kLeft}, {"runtime"}};
+  if (stats) columns.insert(columns.end(), {{"spread"}, {"95% interval"}});
+  columns.insert(columns.end(), {{EnergyHeader(table)}, {"output"}, {"page-in"}, {"page-out"}});
+  Table out(columns);
+  for (int i = 0; i < table.costs_size(); ++i) {
+    const v1::NodeCost& c = table.costs(i);
+    std::vector<std::string> row = {std::to_string(i), table.graph().nodes(i).name(),
+                                    FormatSeconds(c.runtime_s()) + (c.unreliable() ? " !" : "")};
+    if (stats) {
+      row.push_back(c.runtime_stats().repetitions() ? FormatSeconds(c.runtime_stats().stddev_s()) : "");
+      row.push_back(Interval(c.runtime_stats()));
+    }
+    row.insert(row.end(), {FormatJoules(c.compute_j()), FormatBytes(static_cast<double>(c.ram_bytes())),
+                           FormatJoules(c.page_in_j()), FormatJoules(c.page_out_j())});
+    out.AddRow(row);
   }
   out.AddRule();
-  out.AddRow({"", "total", FormatSeconds(t.runtime_s), FormatJoules(t.compute_j), "", FormatJoules(t.page_in_j),
-              FormatJoules(t.page_out_j)});
+  std::vector<std::string> total = {"", "total", FormatSeconds(t.runtime_s)};
+  if (stats) total.insert(total.end(), {"", ""});
+  total.insert(total.end(), {FormatJoules(t.compute_j), "", FormatJoules(t.page_in_j), FormatJoules(t.page_out_j)});
+  out.AddRow(total);
   out.Print(std::cout);
   std::cout << "\n";
 }
@@ -109,6 +163,8 @@ int RunMeasuredCosts(const CostsFlags& flags, const graph::GraphSpec& spec, cons
   Table out({{"#"},
              {"name", Table::Align::kLeft},
              {"runtime"},
+             {"spread"},
+             {"95% interval"},
              {EnergyHeader(*measured)},
              {poet + " runtime"},
              {poet + " energy ESTIMATED"},
@@ -116,18 +172,23 @@ int RunMeasuredCosts(const CostsFlags& flags, const graph::GraphSpec& spec, cons
   for (int i = 0; i < measured->costs_size(); ++i) {
     const v1::NodeCost& m = measured->costs(i);
     const v1::NodeCost& e = estimate->costs(i);
-    out.AddRow({std::to_string(i), measured->graph().nodes(i).name(), FormatSeconds(m.runtime_s()),
+    const bool stats = m.runtime_stats().repetitions() > 0;
+    out.AddRow({std::to_string(i), measured->graph().nodes(i).name(),
+                FormatSeconds(m.runtime_s()) + (m.unreliable() ? " !" : ""),
+                stats ? FormatSeconds(m.runtime_stats().stddev_s()) : "", Interval(m.runtime_stats()),
                 FormatJoules(m.compute_j()), FormatSeconds(e.runtime_s()), FormatJoules(e.compute_j()), m.op_key()});
   }
   const Totals t = Sum(*measured), te = Sum(*estimate);
   out.AddRule();
-  out.AddRow({"", "total", FormatSeconds(t.runtime_s), FormatJoules(t.compute_j), FormatSeconds(te.runtime_s),
+  out.AddRow({"", "total", FormatSeconds(t.runtime_s), "", "", FormatJoules(t.compute_j), FormatSeconds(te.runtime_s),
               FormatJoules(te.compute_j), ""});
   if (!flags.summary) {
     out.Print(std::cout);
-    std::cout << "\n";
+    std::cout << "(! unreliable: measured while the device was busy; spread is the standard deviation of the "
+                 "repetitions, the interval that of the median)\n\n";
   }
   PrintSummary(*measured, t);
+  PrintUncertainty(*measured);
   return kExitOk;
 }
 
@@ -150,6 +211,7 @@ int RunRemoteCosts(const CostsFlags& flags, const Context& ctx) {
   const Totals totals = Sum(table);
   if (!flags.summary) PrintNodeTable(table, totals);
   PrintSummary(table, totals);
+  if (table.cost_source() == profiler::kMeasuredSource) PrintUncertainty(table);
   return kExitOk;
 }
 

@@ -26,6 +26,7 @@ struct ProfileFlags {
   GraphFlags graph;
   int threads = 0;
   bool force = false;
+  bool accept_noisy = false;
   std::string paging_dir;
   double min_window_s = profiler::MeasureOptions{}.min_window_s;
   std::optional<double> idle_power_w;  // unset: [probes.estimate] of --probes-config, or its default
@@ -56,6 +57,7 @@ int RunRemoteProfile(const ProfileFlags& flags, const Context& ctx) {
   v1::StartProfileRequest request;
   request.set_model(flags.graph.model_or_file);
   request.set_force(flags.force);
+  request.set_accept_noisy(flags.accept_noisy);
   request.set_threads(static_cast<uint32_t>(std::max(0, flags.threads)));
   v1::Job job;
   if (Status s = daemon::CallRemote(ctx.remote, "JobService/StartProfile", request, job); !s.ok()) return Failure(s);
@@ -101,6 +103,7 @@ int RunProfile(const ProfileFlags& flags, const Context& ctx) {
   options.graph = *spec;
   options.threads = flags.threads;
   options.force = flags.force;
+  options.accept_noisy = flags.accept_noisy;
   options.paging_dir = flags.paging_dir;
   options.min_window_s = flags.min_window_s;
   options.idle_power_w = flags.idle_power_w;
@@ -125,10 +128,21 @@ int RunProfile(const ProfileFlags& flags, const Context& ctx) {
             << "ops            " << summary.distinct_ops << " distinct: " << summary.measured << " measured now, "
             << summary.reused << " already stored";
   if (summary.without_work) std::cout << ", " << summary.without_work << " nodes without work";
+  if (summary.remeasured) std::cout << "; " << summary.remeasured << " windows measured again after interference";
   std::cout << "\ntime           " << FormatSeconds(summary.elapsed_s) << "\n";
   if (summary.interrupted) {
     std::cout << "interrupted    what was measured is stored; run the same command again to resume\n";
     return kExitFailure;
+  }
+  if (!result->noisy_message.empty()) {
+    for (const profiler::UnreliableOp& op : summary.unreliable) {
+      std::cout << "unreliable     " << op.op_key << "\n               " << op.reason << "\n";
+    }
+    std::cout << "busy           " << result->noisy_message << "\n";
+    if (!flags.accept_noisy) {
+      std::cout << "not stored     no cost table built; the op costs are stored, marked unreliable\n";
+      return kExitFailure;
+    }
   }
   std::cout << "training step  " << FormatSeconds(result->step_runtime_s) << ", " << FormatJoules(result->step_energy_j)
             << (result->energy_measured ? " (measured by " + result->energy_source + ")"
@@ -150,6 +164,9 @@ void RegisterProfileCommand(CLI::App& app, Context& ctx) {
   cmd->add_option("--threads", flags->threads, "oneDNN threads (default: all cores)");
   cmd->add_flag("--force", flags->force, "Measure again ops already stored for this device");
   cmd->add_flag("--json", flags->json, "Print the result as protobuf JSON (ProfileResult); progress stays on stderr");
+  cmd->add_flag("--accept-noisy", flags->accept_noisy,
+                "Build the cost table even if some ops could not be measured cleanly (another task or the "
+                "hypervisor took the CPU); they stay marked unreliable");
   cmd->add_option("--paging-dir", flags->paging_dir, "Where paged tensors go (default: beside the database)");
   cmd->add_option("--min-window-s", flags->min_window_s, "Minimum timed window per op")->capture_default_str();
   cmd->add_option("--idle-power-w", flags->idle_power_w,
@@ -161,10 +178,14 @@ void RegisterProfileCommand(CLI::App& app, Context& ctx) {
       ->check(CLI::ExistingFile);
   cmd->footer(
       "Interrupting (Ctrl-C) keeps every op measured so far; the next run resumes.\n"
+      "Every timed window is checked for interference (the op's threads waiting for a CPU, steal time);\n"
+      "disturbed ops are measured again, and those never clean are stored marked unreliable: the\n"
+      "cost table is then not built unless --accept-noisy. A later run measures them again.\n"
       "Examples:\n"
       "  edgecost profile --model resnet18_cifar\n"
       "  edgecost profile --model resnet18 --threads 2 --force\n"
-      "  edgecost profile --model my_model.onnx --batch-size 8");
+      "  edgecost profile --model my_model.onnx --batch-size 8\n"
+      "  edgecost profile --model linear --accept-noisy");
   cmd->callback([flags, &ctx] { ctx.exit_code = RunProfile(*flags, ctx); });
 }
 

@@ -322,6 +322,7 @@ void JobManager::RunProfile(Entry& entry) {
   options.graph.model_or_file = entry.request.model();
   options.threads = static_cast<int>(entry.request.threads());
   options.force = entry.request.force();
+  options.accept_noisy = entry.request.accept_noisy();
   double last_reported = -1;
   auto progress = [&](const profiler::ProfileProgress& p) {
     const double fraction = p.total ? static_cast<double>(p.done) / p.total : 1.0;
@@ -333,17 +334,24 @@ void JobManager::RunProfile(Entry& entry) {
     });
   };
   auto log = [&](const std::string& line) { Update(entry, [&](v1::Job& job) { job.set_message(line); }); };
-  Result<service::ProfileJobResult> result = service::RunProfileJob(options, &entry.stop, progress, log);
+  Result<service::ProfileJobResult> result =
+      service::RunProfileJob(options, &entry.stop, progress, log, "start the profile with accept_noisy");
   Update(entry, [&](v1::Job& job) {
     if (!result.ok()) {
       job.set_state(v1::Job::STATE_FAILED);
       job.set_message(result.status().message());
     } else if (result->summary.interrupted) {
       SetStopped(entry, job, std::to_string(result->summary.measured) + " ops measured and kept");
+    } else if (result->cost_table_id == 0) {
+      // Noisy, not accepted: the op costs are stored marked unreliable, no table.
+      job.set_state(v1::Job::STATE_FAILED);
+      job.set_message(result->noisy_message + "; no cost table stored");
+      *job.mutable_profile() = service::ToProto(*result);
     } else {
       job.set_state(v1::Job::STATE_SUCCEEDED);
       job.set_progress(1);
-      job.set_message("cost table #" + std::to_string(result->cost_table_id) + " stored");
+      job.set_message("cost table #" + std::to_string(result->cost_table_id) + " stored" +
+                      (result->noisy_message.empty() ? "" : "; " + result->noisy_message));
       *job.mutable_profile() = service::ToProto(*result);
     }
   });

@@ -198,7 +198,8 @@ int ProfileAndSignal(const std::filesystem::path& dir, int signal) {
 TEST_F(CliTest, ProfileKilledMidRunKeepsWhatItMeasuredAndResumes) {
   const int status = ProfileAndSignal(dir_, SIGKILL);
   ASSERT_TRUE(WIFSIGNALED(status)) << "the profile finished before it could be killed";
-  const CommandResult resumed = Edgecost("profile --model resnet18_cifar --threads 1 --min-window-s 0.005");
+  const CommandResult resumed =
+      Edgecost("profile --model resnet18_cifar --threads 1 --min-window-s 0.005 --accept-noisy");
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_THAT(resumed.output,
               ::testing::ContainsRegex("ops +43 distinct: [0-9]+ measured now, ([2-9]|[1-4][0-9]) already stored"));
@@ -210,7 +211,8 @@ TEST_F(CliTest, ProfileInterruptedByCtrlCStopsCleanly) {
   ASSERT_TRUE(WIFEXITED(status)) << "SIGINT should stop the profile at a safe point, not kill it";
   EXPECT_EQ(WEXITSTATUS(status), 1);
   std::ifstream in(dir_ / "profile.log");
-  const CommandResult resumed = Edgecost("profile --model resnet18_cifar --threads 1 --min-window-s 0.005");
+  const CommandResult resumed =
+      Edgecost("profile --model resnet18_cifar --threads 1 --min-window-s 0.005 --accept-noisy");
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_THAT(resumed.output, HasSubstr("already stored"));
   EXPECT_THAT(resumed.output, HasSubstr("stored         cost table"));
@@ -318,7 +320,7 @@ TEST_F(CliTest, TheConfiguredPowerModelReachesTheStoredCosts) {
   const std::string config = (dir_ / "probes.toml").string();
   std::ofstream(config) << "[probes.estimate]\nidle_w = 7.25\nactive_w_per_core = 0.5\n";
   const std::string no_sensors = "EDGECOST_SYSFS_ROOT=" + (dir_ / "no-sysfs").string() + " ";
-  const std::string profile = "profile --model linear --min-window-s 0.005 --probes-config " + config;
+  const std::string profile = "profile --model linear --min-window-s 0.005 --accept-noisy --probes-config " + config;
   const CommandResult configured =
       Run(no_sensors + "EDGECOST_DB=" + (dir_ / "costs.db").string() + " " + EDGECOST_BIN + " " + profile);
   ASSERT_EQ(configured.exit_code, 0) << configured.output;

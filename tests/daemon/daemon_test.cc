@@ -188,12 +188,13 @@ TEST_F(DaemonTest, CommandsRunAgainstTheDaemonWithRemote) {
       Shell("EDGECOST_TOKEN=0123456789abcdef0123456789abcdef " + bin + " --remote " + tcp + " costs linear --summary"),
       HasSubstr("linear"));
   EXPECT_THAT(Shell(bin + " --remote unix:/nonexistent.sock costs linear"), HasSubstr("cannot reach the daemon"));
-  EXPECT_THAT(Shell(bin + " --remote unix:" + Socket() + " profile --model linear --threads 1"),
+  EXPECT_THAT(Shell(bin + " --remote unix:" + Socket() + " profile --model linear --threads 1 --accept-noisy"),
               HasSubstr("succeeded: cost table"));
 }
 
 TEST_F(DaemonTest, StoppedOrKilledDuringAJobRestartsAndResumesIt) {
-  const std::string started = Call("JobService/StartProfile", R"({"model":"resnet18_cifar","threads":1})");
+  const std::string started =
+      Call("JobService/StartProfile", R"({"model":"resnet18_cifar","threads":1,"accept_noisy":true})");
   const size_t at = started.find("\"id\":\"");
   ASSERT_NE(at, std::string::npos) << started;
   const std::string id = started.substr(at + 6, started.find('"', at + 6) - at - 6);

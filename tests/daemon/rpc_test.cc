@@ -123,6 +123,7 @@ TEST_F(RpcTest, EveryMethodInProtobuf) {
   v1::StartProfileRequest profile;
   profile.set_model("linear");
   profile.set_threads(1);
+  profile.set_accept_noisy(true);  // this test is about jobs, not about how quiet the machine is
   const auto first = Remote<v1::Job>("JobService/StartProfile", profile);
   const auto second = Remote<v1::Job>("JobService/StartProfile", profile);
   EXPECT_EQ(second.state(), v1::Job::STATE_QUEUED);
@@ -187,7 +188,8 @@ TEST_F(RpcTest, ManyClientsWhileAProfileRuns) {
   v1::StartProfileRequest profile;
   profile.set_model("resnet18_cifar");
   profile.set_threads(1);
-  profile.set_force(true);  // measure again even if an earlier test did
+  profile.set_accept_noisy(true);  // this test is about jobs, not about how quiet the machine is
+  profile.set_force(true);         // measure again even if an earlier test did
   const auto job = Remote<v1::Job>("JobService/StartProfile", profile);
   ASSERT_EQ(WaitForJob(job.id(), [](const v1::Job& j) { return j.progress() > 0 || Finished(j); }).state(),
             v1::Job::STATE_RUNNING);
