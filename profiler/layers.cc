@@ -971,6 +971,13 @@ class Embedding : public OpLayer {
     for (int64_t i = 0; i < count_; ++i) std::copy_n(table + Row(ids[i]) * dim_, dim_, out + i * dim_);
   }
   void BackwardInput() override {}  // ids have no gradient
+  // The copy loops run outside the step lists, where StepLayer finds what to rebind: rebind them here.
+  void Bind(Tensor& t, float* data) override {
+    if (&t == &inputs_[0]) ids_.set_data_handle(data);
+    if (&t == &output_) out_.set_data_handle(data);
+    if (&t == &grad_output_) dy_.set_data_handle(data);
+    StepLayer::Bind(t, data);
+  }
   void BackwardWeights() override {
     const float* ids = static_cast<const float*>(ids_.get_data_handle());
     const float* dy = static_cast<const float*>(dy_.get_data_handle());

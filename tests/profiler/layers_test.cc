@@ -217,6 +217,53 @@ TEST(Layers, NewKernelsAreDeterministic) {
   }
 }
 
+// The training executor binds activations to its own memory (Layer::Bind): the new kernels,
+// the embedding's copy loops too, then read and write there.
+TEST(Layers, NewKernelsFollowBind) {
+  const std::vector<LayerSpec> specs = {
+      {"embedding", {{"vocabulary", 50}, {"dim", 8}}, {{2, 6}}, {2, 6, 8}},
+      {"slice", {{"axis", 1}, {"start", 1}, {"end", 3}}, {{2, 4, 3}}, {2, 2, 3}},
+      {"concat", {{"axis", 1}}, {{2, 3, 2}, {2, 1, 2}}, {2, 4, 2}},
+      {"transpose", {{"perm", 213}}, {{2, 3, 4, 5}}, {2, 4, 3, 5}},
+      {"matmul", {}, {{2, 3, 4}, {2, 4, 5}}, {2, 3, 5}},
+      {"mul", {}, {{2, 3, 4, 4}, {2, 3, 1, 1}}, {2, 3, 4, 4}},
+      {"layernorm", {}, {{2, 3, 8}}, {2, 3, 8}},
+  };
+  for (const LayerSpec& spec : specs) {
+    SCOPED_TRACE(spec.kind);
+    Backend backend;
+    auto reference = MakeLayer(backend, spec, 5);
+    auto bound = MakeLayer(backend, spec, 5);
+    ASSERT_TRUE(reference.ok() && bound.ok());
+    Layer& ref = **reference;
+    Layer& layer = **bound;
+    ref.Forward();
+    ref.BackwardInput();
+    // Copies of every activation in memory the layer does not own, then bound.
+    std::vector<std::vector<float>> arena;
+    auto bind = [&](Tensor& t) {
+      arena.push_back(t.data);
+      arena.back().push_back(0.0f);  // never empty, even for a bound scalar
+      layer.Bind(t, arena.back().data());
+      return arena.size() - 1;
+    };
+    std::vector<size_t> inputs, grad_inputs;
+    for (Tensor& t : layer.inputs()) inputs.push_back(bind(t));
+    for (Tensor& t : layer.grad_inputs()) grad_inputs.push_back(bind(t));
+    const size_t output = bind(layer.output());
+    const size_t grad_output = bind(layer.grad_output());
+    (void)inputs;
+    (void)grad_output;
+    layer.Forward();
+    layer.BackwardInput();
+    EXPECT_EQ(std::vector<float>(arena[output].begin(), arena[output].end() - 1), ref.output().data);
+    for (size_t k = 0; k < grad_inputs.size(); ++k) {
+      EXPECT_EQ(std::vector<float>(arena[grad_inputs[k]].begin(), arena[grad_inputs[k]].end() - 1),
+                ref.grad_inputs()[k].data);
+    }
+  }
+}
+
 TEST(Layers, GradSumAddsItsParts) {
   Backend backend;
   auto sum = MakeGradSum(backend, {2, 3}, 3);
