@@ -370,6 +370,7 @@ void JobManager::RunTrain(Entry& entry) {
     options.solve.set_runtime_budget_multiple(request.runtime_budget_multiple() > 0 ? request.runtime_budget_multiple()
                                                                                     : 1.5);
     options.solve.set_strategy(request.strategy());
+    options.solve.set_count_paging_time(true);  // as `edgecost train`: overlap does not hide paging
   }
   if (!request.cost_source().empty()) options.cost_source = request.cost_source();
   options.steps = request.steps() > 0 ? static_cast<int>(request.steps()) : 10;

@@ -308,7 +308,11 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
   const int64_t rss_start = reset ? ProcStatusBytes("VmRSS") : ProcStatusBytes("VmHWM");
   EC_ASSIGN_OR_RETURN(double energy_start_j, meter->EnergyJ());
   uint64_t peak = 0;
+  std::vector<double> step_cpu_s;
   for (int s = 0; s < options.steps; ++s) {
+    if (s == 1) {  // energy, like time, over the steps after the first (which warms caches and kernels)
+      EC_ASSIGN_OR_RETURN(energy_start_j, meter->EnergyJ());
+    }
     if (stop && stop->load()) {
       return Status(ErrorCode::kCancelled, "stopped after " + std::to_string(s) + " of " +
                                                std::to_string(options.steps) + " steps; no run record is stored");
@@ -326,6 +330,7 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
     step.set_step(static_cast<uint32_t>(s + 1));
     step.set_loss(stats.loss);
     step.set_runtime_s(stats.runtime_s);
+    step_cpu_s.push_back(stats.cpu_s);
     step.set_update_s(update_s);
     step.set_peak_activation_bytes(stats.peak_activation_bytes);
     step.set_paged_out_bytes(stats.paged_out_bytes);
@@ -352,18 +357,20 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
   EC_ASSIGN_OR_RETURN(double energy_end_j, meter->EnergyJ());
   const int64_t hwm = ProcStatusBytes("VmHWM");
   run.set_rss_growth_bytes(hwm >= 0 && rss_start >= 0 ? hwm - rss_start : 0);
-  run.set_energy_j((energy_end_j - energy_start_j) / options.steps);
+  run.set_energy_j((energy_end_j - energy_start_j) / std::max(1, options.steps - 1));
 
-  std::vector<double> runtimes, waits;
+  std::vector<double> runtimes, waits, cpus;
   std::vector<uint64_t> outs, ins;
   for (int s = options.steps > 1 ? 1 : 0; s < options.steps; ++s) {
     const v1::TrainStep& step = run.step_stats(s);
     runtimes.push_back(step.runtime_s());
+    cpus.push_back(step_cpu_s[static_cast<size_t>(s)]);
     waits.push_back(step.paging_wait_s());
     outs.push_back(step.paged_out_bytes());
     ins.push_back(step.paged_in_bytes());
   }
   run.set_runtime_s(Median(runtimes));
+  result.median_cpu_s = Median(cpus);
   run.set_paging_wait_s(Median(waits));
   run.set_paged_out_bytes(Median(outs));
   run.set_paged_in_bytes(Median(ins));

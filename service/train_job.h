@@ -58,6 +58,7 @@ struct TrainJobResult {
   int64_t in_step_table_id = 0;    // the measured-in-step cost table, when stored
   std::string trace_json;          // Chrome Trace Event JSON, with `trace`
   std::vector<std::string> notes;  // what could not be predicted or measured, and why
+  double median_cpu_s = 0;         // the compute thread's CPU time per step, over the steps after the first
 };
 
 // A schedule checked against a training graph: its cost table must be the

@@ -1,5 +1,7 @@
 #include "train/executor.h"
 
+#include <time.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -19,6 +21,12 @@ using profiler::Pass;
 Status Unimplemented(std::string message) { return Status(ErrorCode::kUnimplemented, std::move(message)); }
 
 double NowS() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+double ThreadCpuS() {
+  timespec t{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
 
 int64_t Elements(const profiler::Dims& dims) {
   int64_t n = 1;
@@ -436,6 +444,7 @@ Result<StepStats> Executor::Step(const solver::Plan* plan_or_null) {
   stats.node_runs.assign(static_cast<size_t>(n), 0);
   s.loss = 0;
   const double start = NowS();
+  const double cpu_start = ThreadCpuS();
   Status status = Status::Ok();
   for (int t = 0; t < n && status.ok(); ++t) {
     const bool has_next = t + 1 < n;
@@ -487,6 +496,7 @@ Result<StepStats> Executor::Step(const solver::Plan* plan_or_null) {
   for (int i = 0; i < n; ++i) s.arena->Free(i);
   if (!status.ok()) return status;
   stats.runtime_s = NowS() - start;
+  stats.cpu_s = ThreadCpuS() - cpu_start;
   stats.loss = s.loss / static_cast<double>(std::max<int64_t>(1, s.label_rows));
   stats.peak_activation_bytes = s.arena->peak_bytes();
   if (s.pager) {

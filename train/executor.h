@@ -42,6 +42,7 @@ struct TraceEvent {
 struct StepStats {
   double loss = 0;  // mean over the batch
   double runtime_s = 0;
+  double cpu_s = 0;  // CPU time of the calling thread: the step without waiting for a core (one thread)
   double update_s = 0;
   uint64_t planned_peak_bytes = 0;
   uint64_t peak_activation_bytes = 0;  // the arena's peak live bytes

@@ -73,7 +73,7 @@ TEST_F(CostDbTest, MigratesAnEmptyFileFromZeroToTheLatestSchema) {
     ASSERT_TRUE(info.ok());
     EXPECT_EQ(info->schema_version, kSchemaVersion);
     EXPECT_EQ(info->journal_mode, "wal");
-    EXPECT_EQ(info->row_counts.size(), 12u);
+    EXPECT_EQ(info->row_counts.size(), 13u);
     for (const auto& [table, rows] : info->row_counts) EXPECT_EQ(rows, 0) << table;
   }
   auto raw = Db::Open(path_, Db::Access::kReadOnly, 1000);
@@ -83,9 +83,32 @@ TEST_F(CostDbTest, MigratesAnEmptyFileFromZeroToTheLatestSchema) {
   while (*tables->Step()) names.insert(tables->Text(0));
   EXPECT_EQ(names, (std::set<std::string>{"cost_sources", "cost_tables", "devices", "fingerprints", "jobs", "models",
                                           "node_costs", "op_costs", "paging_costs", "runs", "schedule_requests",
-                                          "schedules"}));
+                                          "schedules", "train_runs"}));
   // Opening again is a no-op migration.
   EXPECT_EQ(OpenOrDie().Info()->schema_version, kSchemaVersion);
+}
+
+TEST_F(CostDbTest, TrainingRunRecordsAreKeptAndListedNewestLast) {
+  CostDb db = OpenOrDie();
+  for (const char* model : {"linear", "resnet18_cifar", "linear"}) {
+    v1::TrainRun run;
+    run.set_model(model);
+    run.set_device("vm");
+    run.set_steps(3);
+    run.add_step_stats()->set_loss(2.5);
+    ASSERT_TRUE(db.PutTrainRun(run).ok());
+  }
+  auto all = db.ListTrainRuns();
+  ASSERT_TRUE(all.ok()) << all.status().message();
+  ASSERT_EQ(all->size(), 3u);
+  EXPECT_EQ((*all)[0].id(), 1u);
+  EXPECT_EQ((*all)[2].id(), 3u);
+  EXPECT_FALSE((*all)[0].created_at().empty());
+  EXPECT_EQ((*all)[1].step_stats(0).loss(), 2.5);
+  auto linear = db.ListTrainRuns("linear", 1);  // the newest one of the model
+  ASSERT_TRUE(linear.ok());
+  ASSERT_EQ(linear->size(), 1u);
+  EXPECT_EQ((*linear)[0].id(), 3u);
 }
 
 TEST_F(CostDbTest, ListsTheModelsMeasuredOnAFingerprint) {
