@@ -4,6 +4,7 @@
 #include "bench/probes_bench.h"
 #include "bench/profiler_bench.h"
 #include "bench/solver_bench.h"
+#include "bench/train_bench.h"
 #include "cli/cli.h"
 
 namespace edgecost::cli {
@@ -11,13 +12,29 @@ namespace edgecost::cli {
 void RegisterBenchCommand(CLI::App& app, Context& ctx) {
   CLI::App* bench = app.add_subcommand("bench", "Benchmarks that print figures (speed, agreement, overhead)");
   bench->require_subcommand(1);
+  bench->footer(
+      "Figures, not assertions: run them on a quiet machine and compare runs side by side.\n"
+      "Examples:\n"
+      "  edgecost bench profiler --threads 1\n"
+      "  edgecost bench solver --time-scale 0.1\n"
+      "  edgecost bench probes\n"
+      "  edgecost bench daemon --protobuf");
 
   auto profiler_options = std::make_shared<profiler::ProfilerBenchOptions>();
   CLI::App* prof = bench->add_subcommand("profiler",
                                          "Profiling time for resnet18_cifar and resnet18, run-to-run "
                                          "agreement, measurement overhead");
   prof->add_option("--threads", profiler_options->threads, "oneDNN threads (default: all cores)");
-  prof->callback([profiler_options, &ctx] {
+  auto section = std::make_shared<std::string>("all");
+  prof->add_option("--section", *section,
+                   "all; speed (profiling time, agreement, overhead); busy (quiet against one core kept busy by "
+                   "a spinning process)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"all", "speed", "busy"}));
+  prof->footer("Examples:\n  edgecost bench profiler\n  edgecost bench profiler --section busy --threads 2");
+  prof->callback([profiler_options, section, &ctx] {
+    profiler_options->speed = *section != "busy";
+    profiler_options->busy = *section != "speed";
     const Status status = profiler::RunProfilerBenchmark(std::cout, *profiler_options);
     ctx.exit_code = status.ok() ? kExitOk : Failure(status);
   });
@@ -41,6 +58,21 @@ void RegisterBenchCommand(CLI::App& app, Context& ctx) {
   serve->add_flag("--protobuf", daemon_options->protobuf, "Binary protobuf bodies instead of JSON");
   serve->callback([daemon_options, &ctx] {
     const Status status = daemon::RunDaemonBenchmark(std::cout, *daemon_options);
+    ctx.exit_code = status.ok() ? kExitOk : Failure(status);
+  });
+
+  auto train_options = std::make_shared<service::TrainBenchOptions>();
+  CLI::App* train = bench->add_subcommand("train",
+                                          "resnet18_cifar trained for real under three schedules: peak bytes against "
+                                          "the plan, step time against the predictions, against PyTorch");
+  train->add_option("--threads", train_options->threads, "oneDNN and PyTorch threads")->capture_default_str();
+  train->add_option("--batch-size", train_options->batch_size, "Batch size")->capture_default_str();
+  train->add_option("--steps", train_options->steps, "Steps per schedule")
+      ->capture_default_str()
+      ->check(CLI::Range(2, 100000));
+  train->add_option("--python", train_options->python, "Python with PyTorch")->capture_default_str();
+  train->callback([train_options, &ctx] {
+    const Status status = service::RunTrainBenchmark(std::cout, *train_options);
     ctx.exit_code = status.ok() ? kExitOk : Failure(status);
   });
 

@@ -4,14 +4,13 @@
 #include <limits>
 #include <sstream>
 
-#include <google/protobuf/util/json_util.h>
-
 #include "base/units.h"
 #include "cli/cli.h"
 #include "cli/table.h"
 #include "costdb/costdb.h"
 #include "daemon/client.h"
 #include "graph/cost_source.h"
+#include "proto/json.h"
 #include "service/cost_tables.h"
 #include "solver/heuristics.h"
 #include "solver/problem.h"
@@ -27,6 +26,7 @@ struct SolveFlags {
   std::string graph_file;
   std::string platform = "a72";
   std::string device;
+  std::string cost_source;  // with --device: measured (default) or measured-in-step
   int batch_size = 1;
   std::string derivation;
   std::string trainable = "all";
@@ -44,6 +44,7 @@ struct SolveFlags {
   bool json = false;
   std::string out_path;
   std::string svg_path;
+  CLI::Option* platform_option = nullptr;  // to refuse --platform with --device instead of ignoring it
 };
 
 const char* StatusName(v1::Schedule::Status status) {
@@ -119,19 +120,20 @@ void PrintSchedule(const v1::Schedule& s) {
   if (!s.message().empty()) std::cout << "               " << s.message() << "\n";
   if (!HasSchedule(s)) {
     if (s.min_feasible_ram_bytes() > 0) {
-      std::cout << "smallest RAM   " << s.min_feasible_ram_bytes() << " B ("
-                << FormatBytes(static_cast<double>(s.min_feasible_ram_bytes()))
-                << ") has a schedule at this runtime budget (found by the heuristics)\n";
+      std::cout << "smallest RAM   " << BytesText(s.min_feasible_ram_bytes())
+                << " has a schedule at this runtime budget (found by the heuristics)\n";
     }
     return;
   }
   const v1::EnergyBreakdown& e = s.energy();
-  std::cout << "energy         " << Fixed(e.total_j()) << " J = compute " << Fixed(e.compute_j()) << " + recompute "
-            << Fixed(e.recompute_j()) << " + page-in " << Fixed(e.page_in_j()) << " + page-out "
-            << Fixed(e.page_out_j()) << "\n"
-            << "lower bound    " << Fixed(s.lower_bound_j()) << " J (floor " << Fixed(s.floor_j())
-            << " J: every node computed once)\n"
-            << "peak RAM       " << s.peak_ram_bytes() << " B of " << s.ram_budget_bytes() << " B budget\n"
+  const auto energy = [&](double j) { return FormatJoules(j); };
+  std::cout << "energy         " << EnergyText(e.total_j(), s.energy_source()) << " = compute " << energy(e.compute_j())
+            << " + recompute " << energy(e.recompute_j()) << " + page-in " << energy(e.page_in_j()) << " + page-out "
+            << energy(e.page_out_j()) << "\n"
+            << "lower bound    " << energy(s.lower_bound_j()) << " (floor " << energy(s.floor_j())
+            << ": every node computed once)\n"
+            << "peak RAM       " << BytesText(s.peak_ram_bytes()) << " of " << BytesText(s.ram_budget_bytes())
+            << " budget\n"
             << "runtime        " << FormatSeconds(s.runtime_s()) << " of " << FormatSeconds(s.runtime_budget_s())
             << " budget\n"
             << "operations     " << s.recomputations() << " recomputations, " << s.page_outs() << " page-outs, "
@@ -145,9 +147,18 @@ Result<v1::ScheduleRequest> BuildRequest(const SolveFlags& flags) {
   if (!flags.graph_file.empty()) {
     request.set_graph_file(flags.graph_file);
   } else {
+    if (!flags.device.empty() && flags.platform_option && flags.platform_option->count() > 0) {
+      return InvalidArgument("--platform " + flags.platform + " names a board preset (poet-flops costs) and --device " +
+                             flags.device + " a profiled device (measured costs): give one of them");
+    }
     request.set_model(flags.model);
     request.set_device(flags.device.empty() ? flags.platform : flags.device);
-    request.set_cost_source(flags.device.empty() ? std::string(graph::kPoetFlopsSource) : "measured");
+    if (!flags.cost_source.empty() && flags.device.empty()) {
+      return InvalidArgument("--cost-source " + flags.cost_source + " needs --device (costs measured on a device)");
+    }
+    request.set_cost_source(flags.device.empty()        ? std::string(graph::kPoetFlopsSource)
+                            : flags.cost_source.empty() ? "measured"
+                                                        : flags.cost_source);
     request.set_batch_size(static_cast<uint32_t>(flags.batch_size));
     request.set_derivation(flags.derivation);
     request.set_trainable(flags.trainable);
@@ -164,9 +175,6 @@ Result<v1::ScheduleRequest> BuildRequest(const SolveFlags& flags) {
   request.set_min_ram(flags.min_ram);
   EC_ASSIGN_OR_RETURN(RuntimeBudget runtime, ParseRuntimeBudget(flags.runtime_budget));
   if (runtime.kind == RuntimeBudget::Kind::kMultiple) {
-    if (!(runtime.value >= 1)) {
-      return InvalidArgument("--runtime-budget must be at least 1x: a step computes every node at least once");
-    }
     request.set_runtime_budget_multiple(runtime.value);
   } else {
     request.set_runtime_budget_s(runtime.value);
@@ -190,7 +198,7 @@ Status WriteFile(const std::string& path, const std::string& text) {
 void PrintComparison(const v1::Schedule& optimal) {
   Table table({{"strategy", Table::Align::kLeft},
                {"status", Table::Align::kLeft},
-               {"energy J"},
+               {"energy"},
                {"vs optimal"},
                {"recompute"},
                {"page in/out"},
@@ -210,7 +218,7 @@ void PrintComparison(const v1::Schedule& optimal) {
       versus = (percent < 0 ? "" : "+") + Fixed(percent, 2) + "%";
     }
     table.AddRow({s->strategy(), s->status() == v1::Schedule::STATUS_OPTIMAL ? "optimal" : "feasible",
-                  Fixed(s->energy().total_j()), versus, std::to_string(s->recomputations()),
+                  EnergyText(s->energy().total_j(), optimal.energy_source()), versus, std::to_string(s->recomputations()),
                   std::to_string(s->page_ins()) + "/" + std::to_string(s->page_outs()),
                   FormatBytes(static_cast<double>(s->peak_ram_bytes())), FormatSeconds(s->runtime_s())});
   }
@@ -219,22 +227,18 @@ void PrintComparison(const v1::Schedule& optimal) {
 
 // --min-ram: the smallest budget found, before the schedule solved at it.
 void PrintMinRam(const v1::Schedule& s, const solver::Problem* problem, const std::string& runtime_budget) {
-  std::cout << "smallest RAM   " << s.min_feasible_ram_bytes() << " B ("
-            << FormatBytes(static_cast<double>(s.min_feasible_ram_bytes())) << ") has a schedule at " << runtime_budget
+  std::cout << "smallest RAM   " << BytesText(s.min_feasible_ram_bytes()) << " has a schedule at " << runtime_budget
             << ", found by the heuristics and baselines";
   if (problem) {
-    std::cout << "; no schedule needs less than " << solver::MemoryLowerBound(*problem)
-              << " B (the largest node with its inputs)";
+    std::cout << "; no schedule needs less than " << BytesText(solver::MemoryLowerBound(*problem))
+              << " (the largest node with its inputs)";
   }
   std::cout << "\n";
 }
 
 // --out: the schedule in protobuf's JSON mapping, indented.
 Status WriteScheduleJson(const std::string& path, const v1::Schedule& schedule) {
-  std::string json;
-  google::protobuf::util::JsonPrintOptions options;
-  options.add_whitespace = true;
-  (void)google::protobuf::util::MessageToJsonString(schedule, &json, options);
+  EC_ASSIGN_OR_RETURN(std::string json, proto::ToJson(schedule, {.indent = true}));
   return WriteFile(path, json);
 }
 
@@ -250,7 +254,7 @@ int RunRemoteSolve(const SolveFlags& flags, const Context& ctx, const v1::Schedu
     PrintJson(schedule);
   } else {
     std::cout << "problem        " << request.model() << " on " << request.device() << " via " << ctx.remote
-              << ", RAM budget " << schedule.request().ram_budget_bytes() << " B, runtime budget "
+              << ", RAM budget " << BytesText(schedule.request().ram_budget_bytes()) << ", runtime budget "
               << flags.runtime_budget << "\n";
     if (flags.min_ram) PrintMinRam(schedule, nullptr, flags.runtime_budget);
     PrintSchedule(schedule);
@@ -265,7 +269,7 @@ int RunSolve(const SolveFlags& flags, const Context& ctx) {
   auto request = BuildRequest(flags);
   if (!request.ok()) return UsageError(request.status());
   if (!ctx.remote.empty()) return RunRemoteSolve(flags, ctx, *request);
-  const std::string db_path = ctx.db_path.empty() ? costdb::DefaultDbPath() : ctx.db_path;
+  const std::string db_path = DbPath(ctx);
   std::optional<costdb::CostDb> db;
   bool store = !flags.no_store;
   std::string not_stored;  // why a schedule meant to be stored is not
@@ -305,8 +309,8 @@ int RunSolve(const SolveFlags& flags, const Context& ctx) {
   } else {
     const std::string where = table.device().empty() ? " from " + flags.graph_file : " on " + table.device();
     std::cout << "problem        " << table.graph().model() << where << " (" << table.cost_source() << "), "
-              << solved->problem.size() << " nodes, RAM budget " << schedule.request().ram_budget_bytes()
-              << " B, runtime budget " << flags.runtime_budget << "\n";
+              << solved->problem.size() << " nodes, RAM budget " << BytesText(schedule.request().ram_budget_bytes())
+              << ", runtime budget " << flags.runtime_budget << "\n";
     if (flags.min_ram) PrintMinRam(schedule, &solved->problem, flags.runtime_budget);
     PrintSchedule(schedule);
     if (flags.compare) PrintComparison(schedule);
@@ -317,19 +321,19 @@ int RunSolve(const SolveFlags& flags, const Context& ctx) {
   return HasSchedule(schedule) ? kExitOk : kExitFailure;
 }
 
-int RunCheck(const std::string& path, const Context& ctx) {
+int RunCheck(const std::string& path, bool json, const Context& ctx) {
   std::ifstream in(path);
   if (!in) return Failure(NotFound("cannot read " + path));
   std::stringstream text;
   text << in.rdbuf();
   v1::Schedule schedule;
-  if (!google::protobuf::util::JsonStringToMessage(text.str(), &schedule).ok()) {
-    return Failure(InvalidArgument(path + " is not a schedule (protobuf JSON of edgecost.v1.Schedule)"));
+  if (Status decoded = proto::FromJson(text.str(), &schedule); !decoded.ok()) {
+    return Failure(
+        InvalidArgument(path + " is not a schedule (protobuf JSON of edgecost.v1.Schedule): " + decoded.message()));
   }
   std::optional<costdb::CostDb> db;
-  if (schedule.request().cost_source() == "measured") {
-    auto opened =
-        costdb::CostDb::Open(ctx.db_path.empty() ? costdb::DefaultDbPath() : ctx.db_path, costdb::OpenMode::kReadOnly);
+  if (schedule.request().cost_source() == "measured" || schedule.request().cost_source() == "measured-in-step") {
+    auto opened = costdb::CostDb::Open(DbPath(ctx), costdb::OpenMode::kReadOnly);
     if (!opened.ok()) return Failure(opened.status());
     db.emplace(std::move(opened).value());
   }
@@ -337,13 +341,28 @@ int RunCheck(const std::string& path, const Context& ctx) {
   if (!checked.ok()) return Failure(checked.status());
   const solver::Problem* problem = &checked->problem;
   const solver::Replay& replay = checked->replay;
+  if (json) {
+    v1::CheckResult result;
+    result.set_valid(replay.valid);
+    result.set_violation(replay.violation);
+    *result.mutable_energy() = replay.energy;
+    result.set_energy_source(schedule.energy_source());
+    result.set_peak_ram_bytes(static_cast<uint64_t>(replay.peak_ram_bytes));
+    result.set_ram_budget_bytes(static_cast<uint64_t>(problem->ram_budget_bytes));
+    result.set_runtime_s(replay.runtime_s);
+    result.set_runtime_budget_s(problem->runtime_budget_s);
+    result.set_claimed_energy_j(schedule.energy().total_j());
+    PrintJson(result);
+    return replay.valid ? kExitOk : kExitFailure;
+  }
   if (!replay.valid) {
     std::cout << "invalid        " << replay.violation << "\n";
     return kExitFailure;
   }
-  std::cout << "valid          energy " << Fixed(replay.energy.total_j()) << " J, peak RAM " << replay.peak_ram_bytes
-            << " B of " << problem->ram_budget_bytes << " B, runtime " << FormatSeconds(replay.runtime_s) << " of "
-            << FormatSeconds(problem->runtime_budget_s) << "\n";
+  std::cout << "valid          energy " << EnergyText(replay.energy.total_j(), schedule.energy_source())
+            << ", peak RAM " << BytesText(replay.peak_ram_bytes) << " of " << BytesText(problem->ram_budget_bytes)
+            << ", runtime " << FormatSeconds(replay.runtime_s) << " of " << FormatSeconds(problem->runtime_budget_s)
+            << "\n";
   if (std::fabs(replay.energy.total_j() - schedule.energy().total_j()) >
       1e-9 * std::max(1.0, replay.energy.total_j())) {
     std::cout << "note           the file claims " << Fixed(schedule.energy().total_j()) << " J\n";
@@ -360,10 +379,16 @@ void RegisterSolveCommand(CLI::App& app, Context& ctx) {
                                      "runtime budgets");
   cmd->add_option("--model", flags->model, "Zoo or ONNX model")->capture_default_str();
   cmd->add_option("--graph", flags->graph_file, "A graph file with costs (training-graph/v1 or node-link JSON)");
-  cmd->add_option("--platform", flags->platform, "Board preset for poet-flops costs")->capture_default_str();
+  flags->platform_option =
+      cmd->add_option("--platform", flags->platform, "Board preset for poet-flops costs")->capture_default_str();
   cmd->add_option("--device", flags->device, "Use measured costs of a profiled device (\"this\": this machine)");
+  cmd->add_option("--cost-source", flags->cost_source,
+                  "With --device: measured (ops one at a time, the default) or measured-in-step (node times "
+                  "inside real steps, kept by `edgecost train`)")
+      ->check(CLI::IsMember({"measured", "measured-in-step"}));
   cmd->add_option("--batch-size", flags->batch_size, "Batch size")->capture_default_str();
-  cmd->add_option("--derivation", flags->derivation, "poet or exact (default: poet for presets, exact for devices)");
+  cmd->add_option("--derivation", flags->derivation,
+                  "exact (default: what each backward really reads) or poet (POET's construction)");
   cmd->add_option("--trainable", flags->trainable, "all, last:K or bias")->capture_default_str();
   cmd->add_option("--ram-budget", flags->ram_budget, "RAM for activations: 3000000, 3MB, 2.5MiB");
   cmd->add_option("--runtime-budget", flags->runtime_budget, "Multiple of a plain step (7.6x) or seconds (1.2s)")
@@ -391,15 +416,18 @@ void RegisterSolveCommand(CLI::App& app, Context& ctx) {
       "  edgecost solve --model resnet18_cifar --platform a72 --ram-budget 3MB --runtime-budget 7.6x\n"
       "  edgecost solve --model resnet18_cifar --ram-budget 1.5MB --runtime-budget 1.5x --compare\n"
       "  edgecost solve --model resnet18_cifar --device this --ram-budget 1MB --out s.json --svg s.svg\n"
+      "  edgecost solve --model resnet18_cifar --device this --cost-source measured-in-step --ram-budget 1MB\n"
       "  edgecost solve --graph checkmate_graph.json --ram-budget 2GB --runtime-budget 1.2x\n"
       "  edgecost solve --model resnet50 --no-paging --min-ram --runtime-budget 1.5x --json");
   cmd->callback([flags, &ctx] { ctx.exit_code = RunSolve(*flags, ctx); });
 
   auto path = std::make_shared<std::string>();
   CLI::App* check = app.add_subcommand("check", "Replay a schedule file and name its first violation");
+  auto json = std::make_shared<bool>(false);
   check->add_option("schedule", *path, "Schedule JSON written by `edgecost solve --out`")->required();
-  check->footer("Example:\n  edgecost check schedule.json");
-  check->callback([path, &ctx] { ctx.exit_code = RunCheck(*path, ctx); });
+  check->add_flag("--json", *json, "Print the replay as protobuf JSON (CheckResult)");
+  check->footer("Examples:\n  edgecost check schedule.json\n  edgecost check schedule.json --json");
+  check->callback([path, json, &ctx] { ctx.exit_code = RunCheck(*path, *json, ctx); });
 }
 
 }  // namespace edgecost::cli

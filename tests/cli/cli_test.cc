@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -15,11 +16,13 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "base/units.h"
 #include "tests/temp_dir.h"
 
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 struct CommandResult {
   int exit_code;
@@ -55,7 +58,7 @@ TEST_F(CliTest, ModelsListsTheZoo) {
 }
 
 TEST_F(CliTest, CostsPrintsTotalsAndStoresTheTable) {
-  const CommandResult run = Edgecost("costs resnet18_cifar --platform a72 --store --summary");
+  const CommandResult run = Edgecost("costs resnet18_cifar --platform a72 --derivation poet --store --summary");
   ASSERT_EQ(run.exit_code, 0) << run.output;
   EXPECT_THAT(run.output, HasSubstr("7.89 J"));  // POET's README optimum is the all-once floor
   EXPECT_THAT(run.output, HasSubstr("stored"));
@@ -74,7 +77,7 @@ TEST_F(CliTest, CostsWritesAGraphFileThatReadsBack) {
 }
 
 TEST_F(CliTest, GraphFormats) {
-  EXPECT_THAT(Edgecost("graph transformer").output, HasSubstr("layer18_GradientLayer"));
+  EXPECT_THAT(Edgecost("graph transformer --derivation poet").output, HasSubstr("layer18_GradientLayer"));
   EXPECT_THAT(Edgecost("graph linear --format dot").output, HasSubstr("digraph"));
   EXPECT_THAT(Edgecost("graph linear --format json --derivation exact").output, HasSubstr("\"role\": \"grad_weight\""));
 }
@@ -97,12 +100,12 @@ TEST_F(CliTest, ExitCodesSeparateUsageFromFailure) {
 TEST_F(CliTest, SolveWritesAScheduleThatCheckAccepts) {
   const std::string schedule = (dir_ / "schedule.json").string();
   const CommandResult run = Edgecost(
-      "solve --model resnet18_cifar --platform a72 --ram-budget 3MB --runtime-budget 7.6x"
+      "solve --model resnet18_cifar --platform a72 --derivation poet --ram-budget 3MB --runtime-budget 7.6x"
       " --out " +
       schedule + " --svg " + (dir_ / "schedule.svg").string());
   ASSERT_EQ(run.exit_code, 0) << run.output;
   EXPECT_THAT(run.output, HasSubstr("optimal (proven)"));
-  EXPECT_THAT(run.output, HasSubstr("7.889510 J"));
+  EXPECT_THAT(run.output, HasSubstr("energy         7.89 J ESTIMATED = compute 7.89 J + recompute 0 J"));
   std::ifstream svg(dir_ / "schedule.svg");
   const std::string picture((std::istreambuf_iterator<char>(svg)), std::istreambuf_iterator<char>());
   EXPECT_THAT(picture, HasSubstr("<svg"));
@@ -195,7 +198,8 @@ int ProfileAndSignal(const std::filesystem::path& dir, int signal) {
 TEST_F(CliTest, ProfileKilledMidRunKeepsWhatItMeasuredAndResumes) {
   const int status = ProfileAndSignal(dir_, SIGKILL);
   ASSERT_TRUE(WIFSIGNALED(status)) << "the profile finished before it could be killed";
-  const CommandResult resumed = Edgecost("profile --model resnet18_cifar --threads 1 --min-window-s 0.005");
+  const CommandResult resumed =
+      Edgecost("profile --model resnet18_cifar --threads 1 --min-window-s 0.005 --accept-noisy");
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_THAT(resumed.output,
               ::testing::ContainsRegex("ops +43 distinct: [0-9]+ measured now, ([2-9]|[1-4][0-9]) already stored"));
@@ -207,7 +211,8 @@ TEST_F(CliTest, ProfileInterruptedByCtrlCStopsCleanly) {
   ASSERT_TRUE(WIFEXITED(status)) << "SIGINT should stop the profile at a safe point, not kill it";
   EXPECT_EQ(WEXITSTATUS(status), 1);
   std::ifstream in(dir_ / "profile.log");
-  const CommandResult resumed = Edgecost("profile --model resnet18_cifar --threads 1 --min-window-s 0.005");
+  const CommandResult resumed =
+      Edgecost("profile --model resnet18_cifar --threads 1 --min-window-s 0.005 --accept-noisy");
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_THAT(resumed.output, HasSubstr("already stored"));
   EXPECT_THAT(resumed.output, HasSubstr("stored         cost table"));
@@ -315,7 +320,7 @@ TEST_F(CliTest, TheConfiguredPowerModelReachesTheStoredCosts) {
   const std::string config = (dir_ / "probes.toml").string();
   std::ofstream(config) << "[probes.estimate]\nidle_w = 7.25\nactive_w_per_core = 0.5\n";
   const std::string no_sensors = "EDGECOST_SYSFS_ROOT=" + (dir_ / "no-sysfs").string() + " ";
-  const std::string profile = "profile --model linear --min-window-s 0.005 --probes-config " + config;
+  const std::string profile = "profile --model linear --min-window-s 0.005 --accept-noisy --probes-config " + config;
   const CommandResult configured =
       Run(no_sensors + "EDGECOST_DB=" + (dir_ / "costs.db").string() + " " + EDGECOST_BIN + " " + profile);
   ASSERT_EQ(configured.exit_code, 0) << configured.output;
@@ -337,9 +342,131 @@ TEST_F(CliTest, GlobalFlagsAfterTheSubcommandAndRemoteWhereItMeansSomething) {
   for (const char* command : {"models", "db info", "graph linear", "probes", "serve --socket none"}) {
     const CommandResult remote = Edgecost(std::string("--remote unix:/nonexistent.sock ") + command);
     EXPECT_EQ(remote.exit_code, 2) << command << ": " << remote.output;
-    EXPECT_THAT(remote.output, HasSubstr("--remote serves costs, solve, profile and jobs")) << command;
+    EXPECT_THAT(remote.output, HasSubstr("--remote serves costs, solve, profile, train and jobs")) << command;
   }
 }
+
+// What a user notices: one derivation everywhere, budgets that say what they
+// mean, --json on every command, ESTIMATED where a model gave the energy, one
+// activation total per model, and measured costs that move between databases.
+TEST_F(CliTest, ConsistencyAUserNotices) {
+  const CommandResult bare = Edgecost("solve --model linear --platform a72 --ram-budget 10kB --runtime-budget 2");
+  EXPECT_EQ(bare.exit_code, 2) << bare.output;
+  EXPECT_THAT(bare.output, HasSubstr("write 2x"));
+  const CommandResult both = Edgecost("solve --model linear --platform m4 --device this --ram-budget 10kB");
+  EXPECT_EQ(both.exit_code, 2) << both.output;
+  EXPECT_THAT(both.output, HasSubstr("give one of them"));
+
+  const CommandResult solve = Edgecost(
+      "solve --model linear --platform a72 --ram-budget 10kB --runtime-budget 2x --out " + (dir_ / "s.json").string());
+  ASSERT_EQ(solve.exit_code, 0) << solve.output;
+  EXPECT_THAT(solve.output, HasSubstr("J ESTIMATED"));
+  EXPECT_THAT(solve.output, ::testing::ContainsRegex("RAM budget 10.0 kB \\(10000 B\\)"));
+  EXPECT_THAT(Edgecost("check " + (dir_ / "s.json").string() + " --json").output, HasSubstr("\"valid\": true"));
+  EXPECT_THAT(Edgecost("graph linear --json").output, HasSubstr("\"index\": 0"));  // zero values printed
+  EXPECT_THAT(Edgecost("probes --json").output, HasSubstr("\"energySources\""));
+  EXPECT_THAT(Edgecost("graph linear").output, HasSubstr("derivation exact"));
+
+  // One activation total: `models` and `costs` count the same bytes.
+  const CommandResult models = Edgecost("models --json");
+  const size_t linear = models.output.find("\"name\": \"linear\"");
+  ASSERT_NE(linear, std::string::npos) << models.output;
+  const size_t field = models.output.find("\"activationBytes\": \"", linear);
+  ASSERT_NE(field, std::string::npos);
+  const uint64_t bytes = std::stoull(models.output.substr(field + 20));
+  EXPECT_THAT(Edgecost("costs linear --platform a72 --summary").output,
+              HasSubstr("activations    " + edgecost::FormatBytes(static_cast<double>(bytes))));
+
+  // Measured here, exported, imported into another database, solved there.
+  const std::string no_sensors = "EDGECOST_SYSFS_ROOT=" + (dir_ / "no-sysfs").string() + " ";
+  const CommandResult profile = Run(no_sensors + "EDGECOST_DB=" + (dir_ / "costs.db").string() + " " + EDGECOST_BIN +
+                                    " profile --model linear --min-window-s 0.005 --json");
+  ASSERT_EQ(profile.exit_code, 0) << profile.output;
+  EXPECT_THAT(profile.output, HasSubstr("\"costTableId\""));
+  char host[256] = {};
+  ASSERT_EQ(::gethostname(host, sizeof host - 1), 0);
+  const CommandResult unknown = Edgecost("costs linear --device no-such-board");
+  EXPECT_EQ(unknown.exit_code, 1);
+  EXPECT_THAT(unknown.output, HasSubstr(std::string("measured devices: ") + host));
+  const std::string exported = (dir_ / "export.json").string();
+  const CommandResult out = Edgecost(std::string("db export ") + host + " --out " + exported);
+  ASSERT_EQ(out.exit_code, 0) << out.output;
+  const std::string other = "--db " + (dir_ / "host.db").string() + " ";
+  const CommandResult in = Edgecost(other + "db import " + exported);
+  ASSERT_EQ(in.exit_code, 0) << in.output;
+  const CommandResult there = Edgecost(other + "costs linear --device " + host + " --summary");
+  ASSERT_EQ(there.exit_code, 0) << there.output;
+  EXPECT_THAT(there.output, HasSubstr("ESTIMATED"));  // no sensor here: the energy is the power model's
+  EXPECT_EQ(
+      Edgecost(other + "solve --model linear --device " + host + " --ram-budget 10kB --runtime-budget 2x").exit_code,
+      0);
+  const CommandResult info = Edgecost(other + "db info");
+  EXPECT_THAT(info.output, HasSubstr("cost tables (current)"));
+  EXPECT_THAT(info.output, HasSubstr(host));
+  EXPECT_EQ(Edgecost("db export a72").exit_code, 1);  // a preset has nothing measured
+}
+
+  // A schedule written by solve runs for real; a tampered copy is refused before anything runs;
+  // the run is listed by `runs`.
+  TEST_F(CliTest, TrainRunsAScheduleAndRefusesATamperedOne) {
+    const std::string schedule = (dir_ / "s.json").string();
+    ASSERT_EQ(Edgecost("solve --model linear --platform a72 --derivation exact --batch-size 2 --ram-budget 20kB "
+                       "--runtime-budget 3x --time-limit-s 5 --out " +
+                       schedule)
+                  .exit_code,
+              0);
+    const CommandResult run = Edgecost("train --model linear --batch-size 2 --schedule " + schedule +
+                                       " --steps 3 --verify --threads 1 --paging-dir " + (dir_ / "paging").string());
+    ASSERT_EQ(run.exit_code, 0) << run.output;
+    EXPECT_THAT(run.output, HasSubstr("peak activations"));
+    EXPECT_THAT(run.output, HasSubstr("gradients bit-identical to the plain step's"));
+    EXPECT_THAT(run.output, HasSubstr("ESTIMATED"));
+    EXPECT_THAT(run.output, HasSubstr("stored         training run #1"));
+
+    // The budget edited below the schedule's peak: refused, naming the stage, and nothing stored.
+    std::ifstream in(schedule);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::string budget = "\"ramBudgetBytes\": \"20000\"";
+    const size_t at = text.find(budget);
+    ASSERT_NE(at, std::string::npos) << text.substr(0, 400);
+    text.replace(at, budget.size(), "\"ramBudgetBytes\": \"100\"");
+    const std::string tampered = (dir_ / "tampered.json").string();
+    std::ofstream(tampered) << text;
+    const CommandResult refused = Edgecost("train --model linear --batch-size 2 --schedule " + tampered + " --steps 3");
+    EXPECT_EQ(refused.exit_code, 1) << refused.output;
+    EXPECT_THAT(refused.output, HasSubstr("schedule refused before running anything: stage "));
+
+    const CommandResult runs = Edgecost("runs");
+    ASSERT_EQ(runs.exit_code, 0) << runs.output;
+    EXPECT_THAT(runs.output, HasSubstr("identical"));
+    EXPECT_THAT(Edgecost("runs --json").output, HasSubstr("\"stepStats\""));
+    EXPECT_EQ(Edgecost("train --model linear --steps 0").exit_code, 2);
+  }
+
+  // A paging directory that fills up (a 4 KiB tmpfs in a mount namespace of its own) fails the
+  // run with the reason, stores no run record and leaves no paging file.
+  TEST_F(CliTest, AFullPagingDirectoryFailsTheRunAndStoresNothing) {
+    const std::filesystem::path paging = dir_ / "paging";
+    std::filesystem::create_directories(paging);
+    const std::string schedule = (dir_ / "s.json").string();
+    ASSERT_EQ(Edgecost("solve --model linear --platform a72 --derivation exact --batch-size 2 --ram-budget 1GB "
+                       "--runtime-budget 3x --strategy paging-only --out " +
+                       schedule)
+                  .exit_code,
+              0);
+    const std::string train = "EDGECOST_DB=" + (dir_ / "costs.db").string() + " " + EDGECOST_BIN +
+                              " train --model linear --batch-size 2 --steps 2 --schedule " + schedule +
+                              " --paging-dir " + paging.string();
+    const CommandResult run = Run("unshare -m sh -c 'mount -t tmpfs -o size=4k tmpfs " + paging.string() + " && " +
+                                  train + "; echo exit=$?; ls -A " + paging.string() + "'");
+    if (run.output.find("exit=") == std::string::npos) {
+      GTEST_SKIP() << "no tmpfs mount here (needs root and mount namespaces): " << run.output;
+    }
+    EXPECT_THAT(run.output, HasSubstr("exit=1"));
+    EXPECT_THAT(run.output, HasSubstr("No space left on device"));
+    EXPECT_THAT(run.output.substr(run.output.find("exit=")), Not(HasSubstr(".page")));
+    EXPECT_THAT(Edgecost("runs").output, HasSubstr("no training runs"));
+  }
 
 namespace {
 
