@@ -13,9 +13,6 @@
 #include <thread>
 
 #include <CbcEventHandler.hpp>
-#include <CbcHeuristic.hpp>
-#include <CbcHeuristicLocal.hpp>
-#include <CbcHeuristicRINS.hpp>
 #include <CbcModel.hpp>
 #include <CglClique.hpp>
 #include <CglGomory.hpp>
@@ -85,12 +82,27 @@ class Model {
 // next event, and a hard one a little later at which running LPs are cut short.
 // An LP cut short may look like a pruned node to CBC, so afterwards only bounds
 // recorded before it are trusted.
+// What a caller that stops waiting keeps: the best schedule and bound so far.
+struct Salvage {
+  std::mutex mutex;
+  std::optional<Plan> plan;
+  double objective_j = std::numeric_limits<double>::infinity();
+  double lower_bound_j = 0;
+  bool root_solved = false;
+  int columns = 0;
+  int rows = 0;
+};
+
+struct Formulation;
+Plan PlanOf(const Formulation& f, const double* v);
+
 struct StopState {
   const std::atomic<bool>* stop = nullptr;
+  Salvage* salvage = nullptr;
+  const Formulation* formulation = nullptr;
   double soft_deadline = 0;
   double hard_deadline = 0;
   std::atomic<bool> lp_interrupted{false};
-  std::atomic<bool> in_branch_and_bound{false};
   std::atomic<double> trusted_bound{-1e300};  // CBC's best possible objective (scaled), last seen intact
   double energy_scale = 1;
   std::function<void(double, double)> on_progress;
@@ -116,6 +128,20 @@ class SearchEvents : public CbcEventHandler {
     }
   }
 
+  // Copies an improved schedule and bound for a caller that may stop waiting.
+  void Keep() {
+    Salvage& salvage = *state_->salvage;
+    const double objective_j =
+        model_->bestSolution() ? model_->getObjValue() * state_->energy_scale : std::numeric_limits<double>::infinity();
+    const double bound_j = state_->trusted_bound.load() * state_->energy_scale;
+    std::lock_guard<std::mutex> lock(salvage.mutex);
+    salvage.lower_bound_j = std::max(salvage.lower_bound_j, bound_j);
+    if (objective_j < salvage.objective_j) {
+      salvage.objective_j = objective_j;
+      salvage.plan = PlanOf(*state_->formulation, model_->bestSolution());
+    }
+  }
+
   SearchEvents(double start, double* first, StopState* state) : start_(start), first_(first), state_(state) {}
   CbcEventHandler* clone() const override { return new SearchEvents(*this); }
   CbcAction event(CbcEvent which) override {
@@ -125,6 +151,7 @@ class SearchEvents : public CbcEventHandler {
       if (std::isfinite(bound) && bound > state_->trusted_bound.load()) state_->trusted_bound = bound;
     }
     if (model_ && state_->on_progress && !state_->lp_interrupted.load()) Report();
+    if (model_ && state_->salvage && !state_->lp_interrupted.load()) Keep();
     return state_->Stopped() || Now() >= state_->soft_deadline ? stop : noAction;
   }
 
@@ -362,7 +389,7 @@ Plan PlanOf(const Formulation& f, const double* v) {
 
 namespace {
 
-MilpResult SolveMilpHere(const Problem& p, const MilpOptions& options) {
+MilpResult SolveMilpHere(const Problem& p, const MilpOptions& options, Salvage* salvage) {
   const double start = Now();
   MilpResult result;
   StopState state;
@@ -380,6 +407,13 @@ MilpResult SolveMilpHere(const Problem& p, const MilpOptions& options) {
   const Formulation f = Build(p, options, m);
   result.columns = m.columns();
   result.rows = m.rows();
+  state.salvage = salvage;
+  state.formulation = &f;
+  {
+    std::lock_guard<std::mutex> lock(salvage->mutex);
+    salvage->columns = result.columns;
+    salvage->rows = result.rows;
+  }
 
   OsiClpSolverInterface solver;
   m.LoadInto(solver);
@@ -404,6 +438,11 @@ MilpResult SolveMilpHere(const Problem& p, const MilpOptions& options) {
   result.lower_bound_j = solver.getObjValue() * f.energy_scale;
   state.energy_scale = f.energy_scale;
   state.trusted_bound = solver.getObjValue();
+  {
+    std::lock_guard<std::mutex> lock(salvage->mutex);
+    salvage->root_solved = true;
+    salvage->lower_bound_j = result.lower_bound_j;
+  }
   if (state.on_progress) state.on_progress(std::numeric_limits<double>::infinity(), result.lower_bound_j);
   if (state.Stopped() || Now() >= state.soft_deadline) return result;
   CbcModel model(solver);
@@ -430,18 +469,6 @@ MilpResult SolveMilpHere(const Problem& p, const MilpOptions& options) {
   model.addCutGenerator(&knapsack, -1, "Knapsack");
   model.addCutGenerator(&clique, -1, "Clique");
   model.addCutGenerator(&mir, -1, "MIR");
-  // CBC's own primal heuristics, none of which CbcModel adds by itself: rounding,
-  // a local search around the incumbent, and RINS, which re-solves the
-  // neighbourhood where the incumbent and the LP agree as a smaller MILP (a
-  // large-neighbourhood search over stages and nodes).
-  CbcRounding rounding(model);
-  CbcHeuristicLocal local(model);
-  CbcHeuristicRINS rins(model);
-  if (!std::getenv("EDGECOST_CBC_NO_HEURISTICS")) {  // for measuring what they add
-    model.addHeuristic(&rounding);
-    model.addHeuristic(&local);
-    model.addHeuristic(&rins);
-  }
   SearchEvents handler(start, &result.first_solution_s, &state);
   model.passInEventHandler(&handler);
   if (options.incumbent) {
@@ -485,6 +512,7 @@ struct MilpJob {
   bool done = false;
   bool abandoned = false;
   MilpResult result;
+  Salvage salvage;
 };
 
 }  // namespace
@@ -515,7 +543,7 @@ MilpResult SolveMilp(const Problem& p, const MilpOptions& options) {
     };
   }
   std::thread([job] {
-    MilpResult result = SolveMilpHere(job->problem, job->options);
+    MilpResult result = SolveMilpHere(job->problem, job->options, &job->salvage);
     std::lock_guard<std::mutex> lock(job->mutex);
     job->result = std::move(result);
     job->done = true;
@@ -535,7 +563,17 @@ MilpResult SolveMilp(const Problem& p, const MilpOptions& options) {
       job->abandoned = true;
       job->stop = true;
       MilpResult late;
-      late.error = "the MILP was still setting up at its time limit and was left to stop by itself";
+      std::lock_guard<std::mutex> salvage_lock(job->salvage.mutex);
+      late.plan = job->salvage.plan;
+      late.objective_j = job->salvage.objective_j;
+      late.lower_bound_j = job->salvage.lower_bound_j;
+      late.root_solved = job->salvage.root_solved;
+      late.columns = job->salvage.columns;
+      late.rows = job->salvage.rows;
+      late.solve_time_s = Now() - start;
+      late.error = late.root_solved ? "CBC had not stopped at the time limit and was left to stop by itself; its best "
+                                      "schedule and bound until then are kept"
+                                    : "the MILP was left to stop by itself at the time limit";
       return late;
     }
     job->changed.wait_for(lock, std::chrono::milliseconds(20));

@@ -119,6 +119,38 @@ TEST_F(ServicesTest, SolverServiceStoresEmitsAndChecksWhatCrossesTheWire) {
   EXPECT_EQ(solver.Solve(bad).status().code(), ErrorCode::kInvalidArgument);
 }
 
+// --compare and --min-ram over RPC: the baselines beside the schedule, and the
+// smallest budget searched when none is given, carried in the schedule's request.
+TEST_F(ServicesTest, SolverServiceComparesAndFindsTheSmallestBudget) {
+  std::atomic<bool> stop{false};
+  SolverService solver(Db(), events_, &stop);
+  v1::ScheduleRequest request;
+  request.set_model("linear");
+  request.set_device("a72");
+  request.set_ram_budget_bytes(5000);
+  request.set_runtime_budget_multiple(2);
+  request.set_time_limit_s(2);
+  request.set_compare(true);
+  auto compared = solver.Solve(request);
+  ASSERT_TRUE(compared.ok()) << compared.status().message();
+  ASSERT_EQ(compared->compared_size(), 5);  // checkpoint-all, paging-only, sqrt, revolve, greedy
+  for (const v1::Schedule& baseline : compared->compared()) {
+    if (baseline.stages_size() > 0) {
+      EXPECT_GE(baseline.energy().total_j(), compared->energy().total_j() - 1e-12) << baseline.strategy();
+    }
+  }
+
+  request.set_compare(false);
+  request.set_ram_budget_bytes(0);
+  request.set_min_ram(true);
+  auto smallest = solver.Solve(request);
+  ASSERT_TRUE(smallest.ok()) << smallest.status().message();
+  EXPECT_GT(smallest->min_feasible_ram_bytes(), 0u);
+  EXPECT_EQ(smallest->request().ram_budget_bytes(), smallest->min_feasible_ram_bytes());
+  EXPECT_LE(smallest->peak_ram_bytes(), smallest->min_feasible_ram_bytes());
+  EXPECT_LE(smallest->min_feasible_ram_bytes(), compared->compared(1).peak_ram_bytes());  // paging-only's peak
+}
+
 TEST_F(ServicesTest, JobServiceListsTheNewestAndRefusesWhatCannotRun) {
   JobManager manager(Db(), "", events_);
   ASSERT_TRUE(manager.Open().ok());
