@@ -70,6 +70,12 @@ Verdict JudgeInterference(const v1::Interference& interference, uint32_t clean_r
     std::snprintf(text, sizeof text, "%.0f%% of the repetitions waited for a CPU", 100 * disturbed_fraction);
     return {false, text + waited + ": another task ran on the op's cores" + others};
   }
+  if (interference.other_cpu_cores() >= limits.shared_cpu_cores && !limits.confirm_shared) {
+    std::snprintf(text, sizeof text,
+                  "other tasks used %.2f CPUs meanwhile (they share caches, memory bandwidth and perhaps the core)",
+                  interference.other_cpu_cores());
+    return {false, text + others};
+  }
   if (static_cast<int>(clean_repetitions) < options.min_repetitions) {
     std::snprintf(text, sizeof text, "only %u undisturbed repetitions within %.2f s", clean_repetitions,
                   options.max_window_s);
