@@ -33,9 +33,12 @@ std::string ScheduleToSvg(const Problem& p, const v1::Schedule& schedule) {
   out << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\"" << height
       << "\" font-family=\"sans-serif\" font-size=\"12\">\n"
       << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
-      << "<text x=\"" << left << "\" y=\"20\" font-size=\"14\">" << schedule.strategy()
-      << " schedule: " << schedule.energy().total_j() << " J, peak " << schedule.peak_ram_bytes() << " B of "
-      << schedule.ram_budget_bytes() << " B</text>\n"
+      << "<text x=\"" << left
+      << "\" y=\"20\" font-size=\"14\">"
+      // "optimal" only with a proof: a solve stopped by its time limit drew a feasible schedule
+      << (schedule.status() == v1::Schedule::STATUS_OPTIMAL ? "optimal" : "feasible") << " schedule (strategy "
+      << schedule.strategy() << "): " << schedule.energy().total_j() << " J, peak " << schedule.peak_ram_bytes()
+      << " B of " << schedule.ram_budget_bytes() << " B</text>\n"
       << "<text x=\"" << left + n * cell / 2 << "\" y=\"" << top - 10
       << "\" text-anchor=\"middle\">node (topological order) &#8594;</text>\n"
       << "<text x=\"20\" y=\"" << top + n * cell / 2 << "\" text-anchor=\"middle\" transform=\"rotate(-90 20 "
