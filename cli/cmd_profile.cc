@@ -178,7 +178,8 @@ void RegisterProfileCommand(CLI::App& app, Context& ctx) {
       ->check(CLI::ExistingFile);
   cmd->footer(
       "Interrupting (Ctrl-C) keeps every op measured so far; the next run resumes.\n"
-      "Every timed window is checked for interference (the op's threads waiting for a CPU, steal time);\n"
+      "Every timed window is checked for interference (the op's threads waiting for a CPU, steal time,\n"
+      "CPU used by other tasks);\n"
       "disturbed ops are measured again, and those never clean are stored marked unreliable: the\n"
       "cost table is then not built unless --accept-noisy. A later run measures them again.\n"
       "Examples:\n"

@@ -70,6 +70,12 @@ Verdict JudgeInterference(const v1::Interference& interference, uint32_t clean_r
     std::snprintf(text, sizeof text, "%.0f%% of the repetitions waited for a CPU", 100 * disturbed_fraction);
     return {false, text + waited + ": another task ran on the op's cores" + others};
   }
+  if (interference.other_cpu_cores() >= limits.shared_cpu_cores && !limits.confirm_shared) {
+    std::snprintf(text, sizeof text,
+                  "other tasks used %.2f CPUs meanwhile (they share caches, memory bandwidth and perhaps the core)",
+                  interference.other_cpu_cores());
+    return {false, text + others};
+  }
   if (static_cast<int>(clean_repetitions) < options.min_repetitions) {
     std::snprintf(text, sizeof text, "only %u undisturbed repetitions within %.2f s", clean_repetitions,
                   options.max_window_s);
@@ -88,6 +94,7 @@ Result<Measurement> Measure(const std::function<void()>& op, Clock& clock, Energ
   target_window_s = std::min(target_window_s, options.max_window_s);
 
   std::vector<double> samples_s;
+  std::vector<double> disturbed_s;  // kept only for a window with no clean repetition at all
   uint32_t disturbed = 0;
   double executed_s = 0;  // the repetitions' own time, without the reads between them
   double energy_start_j = 0;
@@ -120,6 +127,7 @@ Result<Measurement> Measure(const std::function<void()>& op, Clock& clock, Energ
       EC_ASSIGN_OR_RETURN(double wait_s, watch->WaitSinceLastS());
       if (wait_s > std::max(options.interference.min_wait_s, options.interference.wait_fraction * sample_s)) {
         ++disturbed;
+        disturbed_s.push_back(sample_s);
         continue;
       }
     }
@@ -128,7 +136,8 @@ Result<Measurement> Measure(const std::function<void()>& op, Clock& clock, Energ
   Measurement m;
   m.window_s = now_s - window_start_s;
   const uint32_t clean_repetitions = static_cast<uint32_t>(samples_s.size());
-  m.runtime = Summarize(std::move(samples_s));
+  // A window with no undisturbed repetition still reports what it saw (it is not clean): never a zero.
+  m.runtime = Summarize(samples_s.empty() ? std::move(disturbed_s) : std::move(samples_s));
   if (watch) {
     EC_ASSIGN_OR_RETURN(m.interference, watch->EndWindow(m.window_s));
     m.interference.set_disturbed_repetitions(disturbed);

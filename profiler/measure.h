@@ -55,10 +55,13 @@ struct InterferenceLimits {
   // disturbed and the hypervisor stole at most max_steal_fraction of the CPUs.
   double max_disturbed_fraction = 0.2;
   double max_steal_fraction = 0.02;
-  // Other tasks using this much CPU (in cores) share caches and memory with
-  // the op, which the scheduler's accounting does not show: such a window
-  // counts only once another window agrees with it within confirm_tolerance.
+  // Other tasks using this much CPU (in cores) share caches, memory bandwidth
+  // and perhaps the core's SMT sibling with the op, which the scheduler's
+  // accounting does not show: such a window is disturbed, or, with
+  // confirm_shared, counts once another window agrees within confirm_tolerance
+  // (which a steady load defeats: both windows are off alike).
   double shared_cpu_cores = 0.25;
+  bool confirm_shared = false;
   double confirm_tolerance = 0.10;
 };
 

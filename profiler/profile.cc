@@ -41,7 +41,7 @@ class TeamScope {
 // How disturbed an attempt was, to keep the least disturbed one.
 double DisturbanceScore(const v1::Interference& i) {
   const double total = i.total_repetitions();
-  return (total > 0 ? i.disturbed_repetitions() / total : 1.0) + i.steal_fraction();
+  return (total > 0 ? i.disturbed_repetitions() / total : 1.0) + i.steal_fraction() + 0.5 * i.other_cpu_cores();
 }
 
 void AnnotateNodeCost(const v1::OpCost& op, v1::NodeCost& cost) {

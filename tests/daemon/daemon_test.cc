@@ -128,7 +128,7 @@ TEST_F(DaemonTest, SolveStoresTheScheduleForLater) {
 }
 
 TEST_F(DaemonTest, ProfileJobRunsOffTheIoThreadsAndReportsEvents) {
-  const std::string started = Call("JobService/StartProfile", R"({"model":"linear","threads":1})");
+  const std::string started = Call("JobService/StartProfile", R"({"model":"linear","threads":1,"accept_noisy":true})");
   ASSERT_THAT(started, HasSubstr("STATE_QUEUED"));
   // Queries stay answered while the job runs.
   EXPECT_THAT(Call("CostService/ListModels", "{}"), HasSubstr("resnet18_cifar"));

@@ -196,6 +196,7 @@ TEST_F(ProfileTest, OpsNeverMeasuredCleanlyAreStoredUnreliableWithTheReason) {
   const auto graph = graph::ZooTrainingGraph("linear", 1, graph::Derivation::kExact);
   options_.make_watch = [] { return std::make_unique<ScriptedWatch>(true); };
   options_.max_attempts = 3;
+  options_.retry_budget_s = 600;  // the attempts bound the effort here, not the time
   auto summary = Profile(*graph);
   ASSERT_TRUE(summary.ok()) << summary.status().message();
   ASSERT_EQ(summary->unreliable.size(), static_cast<size_t>(summary->distinct_ops));
@@ -235,10 +236,27 @@ TEST_F(ProfileTest, OpsNeverMeasuredCleanlyAreStoredUnreliableWithTheReason) {
   }
 }
 
-TEST_F(ProfileTest, WhileOthersUseTheCpusAWindowCountsOnlyWhenASecondOneAgrees) {
+TEST_F(ProfileTest, WhileOthersUseTheCpusAWindowIsDisturbed) {
+  const auto graph = graph::ZooTrainingGraph("linear", 1, graph::Derivation::kExact);
+  options_.make_watch = [] { return std::make_unique<ScriptedWatch>(false, 1.5); };
+  options_.max_attempts = 2;
+  auto summary = Profile(*graph);
+  ASSERT_TRUE(summary.ok()) << summary.status().message();
+  EXPECT_EQ(summary->unreliable.size(), static_cast<size_t>(summary->distinct_ops));
+  const auto costs = db_->ListOpCosts("fp");
+  ASSERT_TRUE(costs.ok());
+  for (const v1::OpCost& cost : *costs) {
+    EXPECT_TRUE(cost.unreliable());
+    EXPECT_NE(cost.unreliable_reason().find("other tasks used 1.50 CPUs meanwhile"), std::string::npos)
+        << cost.unreliable_reason();
+  }
+}
+
+TEST_F(ProfileTest, WithConfirmSharedAWindowOthersSharedCountsOnlyWhenASecondOneAgrees) {
   const auto graph = graph::ZooTrainingGraph("linear", 1, graph::Derivation::kExact);
   // Clean windows, but another task used one and a half CPUs meanwhile.
   options_.make_watch = [] { return std::make_unique<ScriptedWatch>(false, 1.5); };
+  options_.measure.interference.confirm_shared = true;
   options_.measure.interference.confirm_tolerance = 1e9;  // any two windows agree
   auto agreed = Profile(*graph);
   ASSERT_TRUE(agreed.ok()) << agreed.status().message();
@@ -254,6 +272,7 @@ TEST_F(ProfileTest, WhileOthersUseTheCpusAWindowCountsOnlyWhenASecondOneAgrees) 
   }
   options_.measure.interference.confirm_tolerance = -1;  // no two windows agree
   options_.max_attempts = 3;
+  options_.retry_budget_s = 600;
   options_.force = true;
   auto disagreed = Profile(*graph);
   ASSERT_TRUE(disagreed.ok());
