@@ -42,5 +42,6 @@ void RegisterServeCommand(CLI::App& app, Context& ctx);
 void RegisterJobsCommand(CLI::App& app, Context& ctx);
 void RegisterSolveCommand(CLI::App& app, Context& ctx);
 void RegisterProbesCommand(CLI::App& app, Context& ctx);
+void RegisterTraceCommand(CLI::App& app, Context& ctx);
 
 }  // namespace edgecost::cli

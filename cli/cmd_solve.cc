@@ -11,6 +11,7 @@
 #include "daemon/client.h"
 #include "graph/cost_source.h"
 #include "service/cost_tables.h"
+#include "solver/explain.h"
 #include "solver/heuristics.h"
 #include "solver/problem.h"
 #include "solver/simulator.h"
@@ -263,6 +264,11 @@ int RunSolve(const SolveFlags& flags, const Context& ctx) {
               << "), " << solved->problem.size() << " nodes, RAM budget " << request->ram_budget_bytes()
               << " B, runtime budget " << flags.runtime_budget << "\n";
     PrintSchedule(schedule);
+    if (HasSchedule(schedule)) {
+      auto plan = solver::ExplainPlan(solved->problem, schedule);
+      std::cout << "plan           " << (plan.ok() ? solver::PlanInWords(*plan) : plan.status().message() + "\n");
+    }
+    if (solved->schedule_id > 0) std::cout << "stored         schedule #" << solved->schedule_id << "\n";
     if (!not_stored.empty()) std::cout << "not stored     " << not_stored << "\n";
     if (!flags.out_path.empty()) std::cout << "written        " << flags.out_path << "\n";
     if (!flags.svg_path.empty() && HasSchedule(schedule)) std::cout << "written        " << flags.svg_path << "\n";

@@ -54,11 +54,13 @@ Result<Measurement> Measure(const std::function<void()>& op, Clock& clock, Energ
   target_window_s = std::min(target_window_s, options.max_window_s);
 
   std::vector<double> samples_s;
+  Measurement m;
   double energy_start_j = 0;
   if (meter) {
     EC_ASSIGN_OR_RETURN(energy_start_j, meter->EnergyJ());
   }
   const double window_start_s = clock.NowS();
+  m.window_start_s = window_start_s;
   double now_s = window_start_s;
   while (static_cast<int>(samples_s.size()) < options.max_repetitions &&
          (static_cast<int>(samples_s.size()) < options.min_repetitions || now_s - window_start_s < target_window_s)) {
@@ -66,8 +68,9 @@ Result<Measurement> Measure(const std::function<void()>& op, Clock& clock, Energ
     op();
     now_s = clock.NowS();
     samples_s.push_back(now_s - start_s);
+    if (m.repetitions.size() < kMaxKeptRepetitions)
+      m.repetitions.push_back({start_s - window_start_s, now_s - start_s});
   }
-  Measurement m;
   m.window_s = now_s - window_start_s;
   m.runtime = Summarize(std::move(samples_s));
   if (meter) {

@@ -51,11 +51,21 @@ struct MeasureOptions {
   int min_sensor_updates = 10;  // energy needs this many sensor updates inside the window
 };
 
+// At most this many repetitions are kept with their times, for traces.
+inline constexpr size_t kMaxKeptRepetitions = 1000;
+
+struct Repetition {
+  double start_s = 0;  // from the window's start
+  double runtime_s = 0;
+};
+
 struct Measurement {
   RuntimeSummary runtime;
-  double energy_j = 0;          // per execution, total
-  double dynamic_energy_j = 0;  // per execution, minus idle power x runtime
+  std::vector<Repetition> repetitions;  // the first kMaxKeptRepetitions
+  double energy_j = 0;                  // per execution, total
+  double dynamic_energy_j = 0;          // per execution, minus idle power x runtime
   double window_s = 0;
+  double window_start_s = 0;    // on the measuring clock
   double sensor_updates = 0;    // updates the window spanned
   bool energy_precise = false;  // false: the window covered fewer updates than asked
 };

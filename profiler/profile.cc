@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <fstream>
 #include <map>
 #include <random>
@@ -60,6 +61,10 @@ Result<ProfileSummary> ProfileGraph(costdb::CostDb& db, Backend& backend, const 
     const NodeWork& work = *todo[i];
     const int64_t resident_before = ResidentBytes();
     EC_ASSIGN_OR_RETURN(NodeRunner runner, NodeRunner::Create(backend, work));
+    // Wall time of the window's start, for traces: now, plus the measuring clock's time until then.
+    const double unix_before_s =
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    const double clock_before_s = clock.NowS();
     EC_ASSIGN_OR_RETURN(Measurement m, Measure([&runner] { runner.Run(); }, clock, meter, options.measure));
     v1::OpCost cost;
     *cost.mutable_signature() = work.signature;
@@ -69,6 +74,12 @@ Result<ProfileSummary> ProfileGraph(costdb::CostDb& db, Backend& backend, const 
     runtime.set_ci95_low_s(m.runtime.ci95_low_s);
     runtime.set_ci95_high_s(m.runtime.ci95_high_s);
     runtime.set_repetitions(m.runtime.repetitions);
+    cost.set_window_start_unix_s(unix_before_s + (m.window_start_s - clock_before_s));
+    for (const Repetition& r : m.repetitions) {
+      v1::Repetition* kept = cost.add_repetitions();
+      kept->set_start_s(r.start_s);
+      kept->set_runtime_s(r.runtime_s);
+    }
     if (meter) {
       cost.set_energy_j(m.energy_j);
       cost.set_dynamic_energy_j(m.dynamic_energy_j);

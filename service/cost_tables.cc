@@ -61,6 +61,21 @@ Result<CheckedSchedule> CheckSchedule(costdb::CostDb* db, const v1::Schedule& sc
   return checked;
 }
 
+Result<StoredScheduleView> LoadStoredSchedule(costdb::CostDb& db, int64_t schedule_id) {
+  StoredScheduleView view;
+  EC_ASSIGN_OR_RETURN(view.schedule, db.GetSchedule(schedule_id));
+  view.schedule.set_id(static_cast<uint64_t>(schedule_id));
+  EC_ASSIGN_OR_RETURN(int64_t table_id, db.ScheduleCostTableId(schedule_id));
+  if (table_id != 0) {
+    EC_ASSIGN_OR_RETURN(view.table, db.GetCostTableById(table_id));
+  } else {
+    EC_ASSIGN_OR_RETURN(view.table, CostTableForRequest(&db, view.schedule.request()));
+  }
+  EC_ASSIGN_OR_RETURN(view.problem, solver::ProblemFromCostTable(view.table, view.schedule.request()));
+  view.replay = solver::Simulate(view.problem, view.schedule);
+  return view;
+}
+
 Result<v1::ListModelsResponse> DescribeZoo(int batch_size) {
   v1::ListModelsResponse response;
   for (const graph::ZooModel& model : graph::ZooModels()) {

@@ -43,6 +43,16 @@ struct CheckedSchedule {
 };
 Result<CheckedSchedule> CheckSchedule(costdb::CostDb* db, const v1::Schedule& schedule);
 
+// A stored schedule with the problem it was solved for: the cost table stored
+// with it (not a newer one measured since), and the simulator's replay.
+struct StoredScheduleView {
+  v1::Schedule schedule;
+  v1::CostTable table;
+  solver::Problem problem;
+  solver::Replay replay;
+};
+Result<StoredScheduleView> LoadStoredSchedule(costdb::CostDb& db, int64_t schedule_id);
+
 // What `edgecost models` and ListModels show for each zoo model.
 Result<v1::ListModelsResponse> DescribeZoo(int batch_size);
 

@@ -1,5 +1,5 @@
 // Fuzz target for the services behind the transport: every route of
-// CostService, SolverService and JobService, in JSON and protobuf, through the
+// CostService, SolverService, JobService and TraceService, in JSON and protobuf, through the
 // daemon's whole request path (Daemon::Handle: auth, metrics, the cost-table
 // cache, Twirp decoding, the service, encoding) on a temporary database.
 //
@@ -34,7 +34,8 @@ constexpr const char* kRoutes[] = {
     "CostService/GetCostTable",  "CostService/GetPagingCosts",  "SolverService/Solve",
     "SolverService/GetSchedule", "SolverService/ListSchedules", "JobService/StartProfile",
     "JobService/GetJob",         "JobService/CancelJob",        "JobService/ListJobs",
-    "JobService/WatchEvents",    "CostService/NoSuchMethod",
+    "JobService/WatchEvents",    "CostService/NoSuchMethod",    "TraceService/GetTrace",
+    "TraceService/ListRuns",
 };
 
 Daemon& FuzzedDaemon() {
