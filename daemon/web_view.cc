@@ -157,7 +157,10 @@ std::vector<std::string> FingerprintChanges(const v1::Fingerprint& before, const
     std::string a, b;
     google::protobuf::TextFormat::PrintFieldValueToString(before, field, -1, &a);
     google::protobuf::TextFormat::PrintFieldValueToString(after, field, -1, &b);
-    if (a != b) changes.push_back(std::string(field->name()) + ": " + a + " \u2192 " + b);
+    if (a == b) continue;
+    if (a == "\"\"" || a == "0") a = "(none)";
+    if (b == "\"\"" || b == "0") b = "(none)";
+    changes.push_back(std::string(field->name()) + ": " + a + " \u2192 " + b);
   }
   return changes;
 }

@@ -17,6 +17,7 @@
 #include "daemon/daemon.h"
 #include "graph/derive.h"
 #include "service/cost_tables.h"
+#include "service/profile_job.h"
 #include "tests/service/trace_format.h"
 #include "tests/temp_dir.h"
 
@@ -57,7 +58,7 @@ class WebViewTest : public edgecost::testing::TempDirTest {
     ::setenv("EDGECOST_SYSFS_ROOT", (dir_ / "sys").c_str(), 1);
     DaemonConfig config;
     config.db_path = (dir_ / "costs.db").string();
-    config.socket_path = (dir_ / "edgecost.sock").string();
+    config.socket_path = "";  // TCP alone: Unix socket paths are short, and these folders have long names
     config.tcp_port = 0;
     config.token_file = (dir_ / "token").string();
     config.fingerprint_check_s = 0;
@@ -247,6 +248,44 @@ TEST_F(WebViewTest, ASchedulePageHasThePictureThePlanAndATrace) {
   EXPECT_EQ(Get("/schedule?id=abc").status, 400);
   EXPECT_EQ(Get("/trace?schedule=999").status, 404);
   EXPECT_EQ(Get("/trace").status, 400);
+}
+
+TEST_F(WebViewTest, MeasuredCostsSitBesidePoetFlopsWithIntervalsAndDevicesShowWhatChanged) {
+  service::ProfileJobOptions options;
+  options.db_path = (dir_ / "costs.db").string();
+  options.graph.model_or_file = "linear";
+  options.graph.derivation = graph::Derivation::kExact;
+  options.threads = 1;
+  options.min_window_s = 0.002;
+  auto profiled = service::RunProfileJob(
+      options, nullptr, [](const profiler::ProfileProgress&) {}, [](const std::string&) {});
+  ASSERT_TRUE(profiled.ok()) << profiled.status().message();
+  const std::string device = profiled->device.name();
+
+  const HttpResponse page = Get("/costs?model=linear&device=" + device);
+  ASSERT_EQ(page.status, 200) << page.body;
+  EXPECT_EQ(Count(page.body, "<tr class=\"node\">"), static_cast<size_t>(profiled->graph.nodes_size()));
+  EXPECT_THAT(page.body, HasSubstr("poet-flops runtime"));
+  EXPECT_THAT(page.body, HasSubstr("poet-flops on a72 for the same graph"));
+  EXPECT_THAT(page.body, HasSubstr("<path class=\"ci\""));  // the 95% interval of each measured median
+  EXPECT_THAT(page.body, HasSubstr("(95%: "));
+  const HttpResponse overview = Get("/");
+  EXPECT_THAT(overview.body, HasSubstr(">measured on " + HtmlEscape(device) + "</a>"));
+  EXPECT_THAT(overview.body, HasSubstr("id=\"run-table\""));
+  EXPECT_THAT(overview.body, HasSubstr("/trace?run=1"));
+
+  // The governor changes: the device's history says what changed, and when.
+  v1::Device changed = profiled->device;
+  changed.mutable_fingerprint()->set_cpu_governor("test-governor");
+  changed.mutable_fingerprint()->set_hash("changedhash0123");
+  {
+    auto db = costdb::CostDb::Open((dir_ / "costs.db").string());
+    ASSERT_TRUE(db.ok());
+    ASSERT_TRUE(db->UpsertDevice(changed).ok());
+  }
+  const HttpResponse after = Get("/");
+  EXPECT_THAT(after.body, HasSubstr("1 change</summary>"));
+  EXPECT_THAT(after.body, HasSubstr("<li>cpu_governor: (none) \u2192 &quot;test-governor&quot;</li>"));
 }
 
 TEST(WebForms, ValuesAreDecodedAndTextEscaped) {
