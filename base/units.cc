@@ -83,7 +83,7 @@ Result<int64_t> ParseBytes(std::string_view text) {
   if (!SplitNumber(text, &number, &unit)) {
     return InvalidArgument("'" + std::string(text) + "' is not a size; write e.g. 3000000, 3MB or 2.5MiB");
   }
-  static constexpr std::array<std::pair<const char*, double>, 10> kUnits = {{{"", 1.0},
+  static constexpr std::array<std::pair<const char*, double>, 12> kUnits = {{{"", 1.0},
                                                                              {"b", 1.0},
                                                                              {"kb", 1e3},
                                                                              {"mb", 1e6},
@@ -91,6 +91,8 @@ Result<int64_t> ParseBytes(std::string_view text) {
                                                                              {"kib", 1024.0},
                                                                              {"mib", 1048576.0},
                                                                              {"gib", 1073741824.0},
+                                                                             {"tb", 1e12},
+                                                                             {"tib", 1099511627776.0},
                                                                              {"k", 1e3},
                                                                              {"m", 1e6}}};
   for (const auto& [name, scale] : kUnits) {
@@ -101,17 +103,28 @@ Result<int64_t> ParseBytes(std::string_view text) {
     }
   }
   return InvalidArgument("unknown size unit '" + unit + "' in '" + std::string(text) +
-                         "'; use B, KB, MB, GB (powers of 1000) or KiB, MiB, GiB (powers of 1024)");
+                         "'; use B, KB, MB, GB, TB (powers of 1000) or KiB, MiB, GiB, TiB (powers of 1024)");
 }
 
 Result<RuntimeBudget> ParseRuntimeBudget(std::string_view text) {
   double number = 0;
   std::string unit;
-  if (!SplitNumber(text, &number, &unit) || number <= 0) {
+  if (!SplitNumber(text, &number, &unit)) {
     return InvalidArgument("'" + std::string(text) +
                            "' is not a runtime budget; write a multiple of one training step (7.6x) or seconds (1.2s)");
   }
-  if (unit == "x" || unit.empty()) return RuntimeBudget{RuntimeBudget::Kind::kMultiple, number};
+  if (unit.empty()) {
+    return InvalidArgument("'" + std::string(text) + "' has no unit; write " + std::string(text) +
+                           "x (a multiple of one plain training step) or " + std::string(text) + "s (seconds)");
+  }
+  if (unit == "x") {
+    if (!(number >= 1)) {
+      return InvalidArgument("a runtime budget of " + std::string(text) +
+                             " is below 1x; it must be at least 1x, since a step computes every node at least once");
+    }
+    return RuntimeBudget{RuntimeBudget::Kind::kMultiple, number};
+  }
+  if (!(number > 0)) return InvalidArgument("a runtime budget of " + std::string(text) + " is not positive");
   if (unit == "s") return RuntimeBudget{RuntimeBudget::Kind::kSeconds, number};
   if (unit == "ms") return RuntimeBudget{RuntimeBudget::Kind::kSeconds, number * 1e-3};
   return InvalidArgument("unknown runtime unit '" + unit + "' in '" + std::string(text) + "'; use x, s or ms");

@@ -9,7 +9,7 @@
 
 namespace edgecost {
 
-// "3000000", "3MB" (10^6), "2.5MiB" (2^20), "512KiB", "1.5GB". Case-insensitive units.
+// "3000000", "3MB" (10^6), "2.5MiB" (2^20), "512KiB", "1.5GB", "2TB", "1TiB". Case-insensitive units.
 Result<int64_t> ParseBytes(std::string_view text);
 
 // A runtime budget: a multiple of one plain training step ("7.6x") or seconds ("1.2s", "800ms").

@@ -1,9 +1,10 @@
-// `edgecost bench solver`: POET's instances at several budgets, solved by
-// edgecost's MILP and by POET's own formulation through the same CBC, printed
-// as a table of figures (a benchmark, not a test).
+// `edgecost bench solver`: the targets of the solver's issue on POET's
+// instances, solved by edgecost and, for two of them, by POET's own formulation
+// through the same CBC, printed as a table of figures (a benchmark, not a test).
 #pragma once
 
 #include <ostream>
+#include <string>
 
 #include "base/status.h"
 
@@ -13,6 +14,7 @@ struct SolverBenchOptions {
   double time_scale = 1.0;         // multiplies every instance's time limit (0.1 for a quick look)
   double poet_time_limit_s = 120;  // POET's formulation, per instance it runs on
   int threads = 1;
+  std::string only;  // run only the instances whose model name contains this
 };
 
 Status RunSolverBenchmark(std::ostream& out, const SolverBenchOptions& options);

@@ -4,6 +4,7 @@
 #include "bench/probes_bench.h"
 #include "bench/profiler_bench.h"
 #include "bench/solver_bench.h"
+#include "bench/train_bench.h"
 #include "cli/cli.h"
 
 namespace edgecost::cli {
@@ -11,13 +12,29 @@ namespace edgecost::cli {
 void RegisterBenchCommand(CLI::App& app, Context& ctx) {
   CLI::App* bench = app.add_subcommand("bench", "Benchmarks that print figures (speed, agreement, overhead)");
   bench->require_subcommand(1);
+  bench->footer(
+      "Figures, not assertions: run them on a quiet machine and compare runs side by side.\n"
+      "Examples:\n"
+      "  edgecost bench profiler --threads 1\n"
+      "  edgecost bench solver --time-scale 0.1\n"
+      "  edgecost bench probes\n"
+      "  edgecost bench daemon --protobuf");
 
   auto profiler_options = std::make_shared<profiler::ProfilerBenchOptions>();
   CLI::App* prof = bench->add_subcommand("profiler",
                                          "Profiling time for resnet18_cifar and resnet18, run-to-run "
                                          "agreement, measurement overhead");
   prof->add_option("--threads", profiler_options->threads, "oneDNN threads (default: all cores)");
-  prof->callback([profiler_options, &ctx] {
+  auto section = std::make_shared<std::string>("all");
+  prof->add_option("--section", *section,
+                   "all; speed (profiling time, agreement, overhead); busy (quiet against one core kept busy by "
+                   "a spinning process)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"all", "speed", "busy"}));
+  prof->footer("Examples:\n  edgecost bench profiler\n  edgecost bench profiler --section busy --threads 2");
+  prof->callback([profiler_options, section, &ctx] {
+    profiler_options->speed = *section != "busy";
+    profiler_options->busy = *section != "speed";
     const Status status = profiler::RunProfilerBenchmark(std::cout, *profiler_options);
     ctx.exit_code = status.ok() ? kExitOk : Failure(status);
   });
@@ -44,16 +61,33 @@ void RegisterBenchCommand(CLI::App& app, Context& ctx) {
     ctx.exit_code = status.ok() ? kExitOk : Failure(status);
   });
 
+  auto train_options = std::make_shared<service::TrainBenchOptions>();
+  CLI::App* train = bench->add_subcommand("train",
+                                          "resnet18_cifar trained for real under three schedules: peak bytes against "
+                                          "the plan, step time against the predictions, against PyTorch");
+  train->add_option("--threads", train_options->threads, "oneDNN and PyTorch threads")->capture_default_str();
+  train->add_option("--batch-size", train_options->batch_size, "Batch size")->capture_default_str();
+  train->add_option("--steps", train_options->steps, "Steps per schedule")
+      ->capture_default_str()
+      ->check(CLI::Range(2, 100000));
+  train->add_option("--python", train_options->python, "Python with PyTorch")->capture_default_str();
+  train->callback([train_options, &ctx] {
+    const Status status = service::RunTrainBenchmark(std::cout, *train_options);
+    ctx.exit_code = status.ok() ? kExitOk : Failure(status);
+  });
+
   auto solver_options = std::make_shared<solver::SolverBenchOptions>();
   CLI::App* solve = bench->add_subcommand("solver",
-                                          "POET's instances at several budgets: status, energy, gap, time "
-                                          "to first schedule and to proof, next to POET's formulation "
-                                          "(about 15 minutes at full time limits)");
+                                          "The solver's targets on POET's instances: status, energy, bound, "
+                                          "gap, time to first schedule and to proof, target met, next to "
+                                          "POET's formulation (about 95 minutes at full time limits; "
+                                          "--time-scale 0.05 for a look)");
   solve->add_option("--time-scale", solver_options->time_scale, "Multiply every time limit (0.1: a quick look)")
       ->check(CLI::PositiveNumber);
   solve->add_option("--poet-time-limit-s", solver_options->poet_time_limit_s,
                     "Time limit of POET's formulation per instance, before scaling");
   solve->add_option("--threads", solver_options->threads, "CBC threads")->check(CLI::PositiveNumber);
+  solve->add_option("--only", solver_options->only, "Only the instances of models whose name contains this");
   solve->callback([solver_options, &ctx] {
     const Status status = solver::RunSolverBenchmark(std::cout, *solver_options);
     ctx.exit_code = status.ok() ? kExitOk : Failure(status);

@@ -1,6 +1,8 @@
 #include <algorithm>
+#include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <map>
 
 #include "base/units.h"
 #include "cli/cli.h"
@@ -9,8 +11,10 @@
 #include "costdb/costdb.h"
 #include "daemon/client.h"
 #include "graph/cost_source.h"
+#include "graph/derive.h"
 #include "graph/graph_io.h"
 #include "profiler/profile.h"
+#include "service/cost_tables.h"
 
 namespace edgecost::cli {
 namespace {
@@ -29,7 +33,7 @@ struct CostsFlags {
 struct Totals {
   int forward = 0, loss = 0, backward = 0;
   double runtime_s = 0, compute_j = 0, page_in_j = 0, page_out_j = 0;
-  uint64_t forward_bytes = 0, largest_bytes = 0;
+  uint64_t largest_bytes = 0;
 };
 
 Totals Sum(const v1::CostTable& table) {
@@ -42,7 +46,6 @@ Totals Sum(const v1::CostTable& table) {
     t.compute_j += cost.compute_j();
     t.page_in_j += cost.page_in_j();
     t.page_out_j += cost.page_out_j();
-    if (phase != v1::PHASE_BACKWARD) t.forward_bytes += cost.ram_bytes();
     t.largest_bytes = std::max<uint64_t>(t.largest_bytes, cost.ram_bytes());
   }
   return t;
@@ -56,9 +59,10 @@ void PrintSummary(const v1::CostTable& table, const Totals& t) {
   if (!table.note().empty()) std::cout << "               " << table.note() << "\n";
   std::cout << "nodes          " << g.nodes_size() << " (" << t.forward << " forward, " << t.loss << " loss, "
             << t.backward << " backward)\n"
-            << "training step  " << FormatSeconds(t.runtime_s) << ", " << FormatJoules(t.compute_j)
+            << "training step  " << FormatSeconds(t.runtime_s) << ", " << EnergyText(t.compute_j, table.energy_source())
             << " (every node computed once: the energy floor of any schedule)\n"
-            << "activations    " << FormatBytes(static_cast<double>(t.forward_bytes)) << " of forward outputs, "
+            << "activations    " << FormatBytes(static_cast<double>(graph::ActivationBytes(g)))
+            << " of forward and loss outputs, "
             << "largest single output " << FormatBytes(static_cast<double>(t.largest_bytes)) << "\n"
             << "parameters     " << FormatBytes(static_cast<double>(g.param_bytes()))
             << " (outside the activation budget)\n"
@@ -66,25 +70,86 @@ void PrintSummary(const v1::CostTable& table, const Totals& t) {
             << FormatJoules(t.page_in_j) << "\n";
 }
 
-void PrintNodeTable(const v1::CostTable& table, const Totals& t) {
-  Table out({{"#"}, {"name", Table::Align::kLeft}, {"runtime"}, {"energy"}, {"output"}, {"page-in"}, {"page-out"}});
+std::string EnergyHeader(const v1::CostTable& table) {
+  return table.energy_source() == v1::ENERGY_SOURCE_ESTIMATED ? "energy ESTIMATED" : "energy";
+}
+
+// Relative width of a measured op's 95% interval above which the summary names it.
+constexpr double kWideInterval = 0.10;
+
+std::string Interval(const v1::RuntimeStats& r) {
+  if (r.repetitions() == 0) return "";
+  return FormatSeconds(r.ci95_low_s()) + " .. " + FormatSeconds(r.ci95_high_s());
+}
+
+// What a measured table's figures are worth: the ops stored as unreliable and
+// those whose interval is wide, each op named once.
+void PrintUncertainty(const v1::CostTable& table) {
+  std::map<std::string, std::pair<std::string, const v1::NodeCost*>> unreliable, wide;  // op -> first node
   for (int i = 0; i < table.costs_size(); ++i) {
     const v1::NodeCost& c = table.costs(i);
-    out.AddRow({std::to_string(i), table.graph().nodes(i).name(), FormatSeconds(c.runtime_s()),
-                FormatJoules(c.compute_j()), FormatBytes(static_cast<double>(c.ram_bytes())),
-                FormatJoules(c.page_in_j()), FormatJoules(c.page_out_j())});
+    if (c.op_key().empty()) continue;
+    const std::string& name = table.graph().nodes(i).name();
+    if (c.unreliable()) unreliable.emplace(c.op_key(), std::make_pair(name, &c));
+    const v1::RuntimeStats& r = c.runtime_stats();
+    if (r.median_s() > 0 && (r.ci95_high_s() - r.ci95_low_s()) / r.median_s() > kWideInterval) {
+      wide.emplace(c.op_key(), std::make_pair(name, &c));
+    }
+  }
+  if (!unreliable.empty()) {
+    std::cout << "unreliable     " << unreliable.size()
+              << " ops measured while the device was busy (re-run `edgecost profile` when it is idle):\n";
+    for (const auto& [key, node] : unreliable) {
+      std::cout << "               " << node.first << " (" << key << "): " << node.second->unreliable_reason() << "\n";
+    }
+  }
+  if (!wide.empty()) {
+    std::cout << "wide interval  " << wide.size() << " ops whose 95% interval exceeds " << kWideInterval * 100
+              << "% of the median:\n";
+    for (const auto& [key, node] : wide) {
+      const v1::RuntimeStats& r = node.second->runtime_stats();
+      char share[16];
+      std::snprintf(share, sizeof share, "%.0f%%", 100 * (r.ci95_high_s() - r.ci95_low_s()) / r.median_s());
+      std::cout << "               " << node.first << " (" << key << "): " << Interval(r) << ", " << share << "\n";
+    }
+  }
+  if (unreliable.empty() && wide.empty())
+    std::cout << "uncertainty    every op measured cleanly, intervals within " << kWideInterval * 100
+              << "% of the median\n";
+}
+
+void PrintNodeTable(const v1::CostTable& table, const Totals& t) {
+  // Measured tables carry each op's spread and interval: shown when there.
+  bool stats = false;
+  for (const v1::NodeCost& c : table.costs()) stats = stats || c.runtime_stats().repetitions() > 0;
+  std::vector<Table::Column> columns = {{"#"}, {"name", Table::Align::kLeft}, {"runtime"}};
+  if (stats) columns.insert(columns.end(), {{"spread"}, {"95% interval"}});
+  columns.insert(columns.end(), {{EnergyHeader(table)}, {"output"}, {"page-in"}, {"page-out"}});
+  Table out(columns);
+  for (int i = 0; i < table.costs_size(); ++i) {
+    const v1::NodeCost& c = table.costs(i);
+    std::vector<std::string> row = {std::to_string(i), table.graph().nodes(i).name(),
+                                    FormatSeconds(c.runtime_s()) + (c.unreliable() ? " !" : "")};
+    if (stats) {
+      row.push_back(c.runtime_stats().repetitions() ? FormatSeconds(c.runtime_stats().stddev_s()) : "");
+      row.push_back(Interval(c.runtime_stats()));
+    }
+    row.insert(row.end(), {FormatJoules(c.compute_j()), FormatBytes(static_cast<double>(c.ram_bytes())),
+                           FormatJoules(c.page_in_j()), FormatJoules(c.page_out_j())});
+    out.AddRow(row);
   }
   out.AddRule();
-  out.AddRow({"", "total", FormatSeconds(t.runtime_s), FormatJoules(t.compute_j), "", FormatJoules(t.page_in_j),
-              FormatJoules(t.page_out_j)});
+  std::vector<std::string> total = {"", "total", FormatSeconds(t.runtime_s)};
+  if (stats) total.insert(total.end(), {"", ""});
+  total.insert(total.end(), {FormatJoules(t.compute_j), "", FormatJoules(t.page_in_j), FormatJoules(t.page_out_j)});
+  out.AddRow(total);
   out.Print(std::cout);
   std::cout << "\n";
 }
 
 // Measured costs next to POET's estimate for the same graph.
 int RunMeasuredCosts(const CostsFlags& flags, const graph::GraphSpec& spec, const Context& ctx) {
-  auto db =
-      costdb::CostDb::Open(ctx.db_path.empty() ? costdb::DefaultDbPath() : ctx.db_path, costdb::OpenMode::kReadOnly);
+  auto db = costdb::CostDb::Open(DbPath(ctx), costdb::OpenMode::kReadOnly);
   if (!db.ok()) return Failure(db.status());
   auto measured = profiler::LoadMeasuredCostTable(*db, spec, flags.device);
   if (!measured.ok()) return Failure(measured.status());
@@ -98,25 +163,32 @@ int RunMeasuredCosts(const CostsFlags& flags, const graph::GraphSpec& spec, cons
   Table out({{"#"},
              {"name", Table::Align::kLeft},
              {"runtime"},
-             {"energy"},
+             {"spread"},
+             {"95% interval"},
+             {EnergyHeader(*measured)},
              {poet + " runtime"},
-             {poet + " energy"},
+             {poet + " energy ESTIMATED"},
              {"op", Table::Align::kLeft}});
   for (int i = 0; i < measured->costs_size(); ++i) {
     const v1::NodeCost& m = measured->costs(i);
     const v1::NodeCost& e = estimate->costs(i);
-    out.AddRow({std::to_string(i), measured->graph().nodes(i).name(), FormatSeconds(m.runtime_s()),
+    const bool stats = m.runtime_stats().repetitions() > 0;
+    out.AddRow({std::to_string(i), measured->graph().nodes(i).name(),
+                FormatSeconds(m.runtime_s()) + (m.unreliable() ? " !" : ""),
+                stats ? FormatSeconds(m.runtime_stats().stddev_s()) : "", Interval(m.runtime_stats()),
                 FormatJoules(m.compute_j()), FormatSeconds(e.runtime_s()), FormatJoules(e.compute_j()), m.op_key()});
   }
   const Totals t = Sum(*measured), te = Sum(*estimate);
   out.AddRule();
-  out.AddRow({"", "total", FormatSeconds(t.runtime_s), FormatJoules(t.compute_j), FormatSeconds(te.runtime_s),
+  out.AddRow({"", "total", FormatSeconds(t.runtime_s), "", "", FormatJoules(t.compute_j), FormatSeconds(te.runtime_s),
               FormatJoules(te.compute_j), ""});
   if (!flags.summary) {
     out.Print(std::cout);
-    std::cout << "\n";
+    std::cout << "(! unreliable: measured while the device was busy; spread is the standard deviation of the "
+                 "repetitions, the interval that of the median)\n\n";
   }
   PrintSummary(*measured, t);
+  PrintUncertainty(*measured);
   return kExitOk;
 }
 
@@ -139,6 +211,7 @@ int RunRemoteCosts(const CostsFlags& flags, const Context& ctx) {
   const Totals totals = Sum(table);
   if (!flags.summary) PrintNodeTable(table, totals);
   PrintSummary(table, totals);
+  if (table.cost_source() == profiler::kMeasuredSource) PrintUncertainty(table);
   return kExitOk;
 }
 
@@ -147,8 +220,6 @@ int RunCosts(const CostsFlags& flags, const Context& ctx) {
   auto spec = flags.graph.Spec();
   if (!spec.ok()) return UsageError(spec.status());
   if (!flags.device.empty()) {
-    // Profiles use the exact derivation unless told otherwise.
-    if (flags.graph.derivation_option->count() == 0) spec->derivation = graph::Derivation::kExact;
     return RunMeasuredCosts(flags, *spec, ctx);
   }
   auto table = graph::LoadCostTable(*spec, flags.platform, flags.source);
@@ -162,10 +233,10 @@ int RunCosts(const CostsFlags& flags, const Context& ctx) {
   int64_t stored_id = 0;
   std::string db_path;
   if (flags.store) {
-    db_path = ctx.db_path.empty() ? costdb::DefaultDbPath() : ctx.db_path;
+    db_path = DbPath(ctx);
     auto db = costdb::CostDb::Open(db_path, costdb::OpenMode::kReadWrite);
     if (!db.ok()) return Failure(db.status());
-    auto id = db->PutCostTable(*table);
+    auto id = service::StoreCostTable(*db, *table);
     if (!id.ok()) return Failure(id.status());
     stored_id = *id;
   }

@@ -26,11 +26,13 @@ struct ProfileFlags {
   GraphFlags graph;
   int threads = 0;
   bool force = false;
+  bool accept_noisy = false;
   std::string paging_dir;
   double min_window_s = profiler::MeasureOptions{}.min_window_s;
   std::optional<double> idle_power_w;  // unset: [probes.estimate] of --probes-config, or its default
   std::optional<double> core_power_w;
   std::string probes_config;
+  bool json = false;
 };
 
 // One line per op, redrawn in place on a terminal.
@@ -55,6 +57,7 @@ int RunRemoteProfile(const ProfileFlags& flags, const Context& ctx) {
   v1::StartProfileRequest request;
   request.set_model(flags.graph.model_or_file);
   request.set_force(flags.force);
+  request.set_accept_noisy(flags.accept_noisy);
   request.set_threads(static_cast<uint32_t>(std::max(0, flags.threads)));
   v1::Job job;
   if (Status s = daemon::CallRemote(ctx.remote, "JobService/StartProfile", request, job); !s.ok()) return Failure(s);
@@ -82,8 +85,11 @@ int RunRemoteProfile(const ProfileFlags& flags, const Context& ctx) {
   }
   std::signal(SIGINT, SIG_DFL);
   std::signal(SIGTERM, SIG_DFL);
-  std::cout << "job            " << job.id() << " " << v1::Job::State_Name(job.state()) << ": " << job.message()
-            << "\n";
+  if (flags.json) {
+    PrintJson(job);
+  } else {
+    std::cout << "job            " << job.id() << " " << JobStateText(job.state()) << ": " << job.message() << "\n";
+  }
   return job.state() == v1::Job::STATE_SUCCEEDED ? kExitOk : kExitFailure;
 }
 
@@ -93,10 +99,11 @@ int RunProfile(const ProfileFlags& flags, const Context& ctx) {
   auto spec = flags.graph.Spec();
   if (!spec.ok()) return UsageError(spec.status());
   service::ProfileJobOptions options;
-  options.db_path = ctx.db_path.empty() ? costdb::DefaultDbPath() : ctx.db_path;
+  options.db_path = DbPath(ctx);
   options.graph = *spec;
   options.threads = flags.threads;
   options.force = flags.force;
+  options.accept_noisy = flags.accept_noisy;
   options.paging_dir = flags.paging_dir;
   options.min_window_s = flags.min_window_s;
   options.idle_power_w = flags.idle_power_w;
@@ -112,15 +119,30 @@ int RunProfile(const ProfileFlags& flags, const Context& ctx) {
   if (!result.ok()) return Failure(result.status());
 
   const profiler::ProfileSummary& summary = result->summary;
+  if (flags.json) {
+    PrintJson(service::ToProto(*result));
+    return summary.interrupted ? kExitFailure : kExitOk;
+  }
   std::cout << "profiled       " << result->graph.model() << " (derivation " << result->graph.derivation() << ", "
             << result->graph.nodes_size() << " nodes) on " << result->device.name() << "\n"
             << "ops            " << summary.distinct_ops << " distinct: " << summary.measured << " measured now, "
             << summary.reused << " already stored";
   if (summary.without_work) std::cout << ", " << summary.without_work << " nodes without work";
+  if (summary.remeasured) std::cout << "; " << summary.remeasured << " windows measured again after interference";
   std::cout << "\ntime           " << FormatSeconds(summary.elapsed_s) << "\n";
   if (summary.interrupted) {
     std::cout << "interrupted    what was measured is stored; run the same command again to resume\n";
     return kExitFailure;
+  }
+  if (!result->noisy_message.empty()) {
+    for (const profiler::UnreliableOp& op : summary.unreliable) {
+      std::cout << "unreliable     " << op.op_key << "\n               " << op.reason << "\n";
+    }
+    std::cout << "busy           " << result->noisy_message << "\n";
+    if (!flags.accept_noisy) {
+      std::cout << "not stored     no cost table built; the op costs are stored, marked unreliable\n";
+      return kExitFailure;
+    }
   }
   std::cout << "training step  " << FormatSeconds(result->step_runtime_s) << ", " << FormatJoules(result->step_energy_j)
             << (result->energy_measured ? " (measured by " + result->energy_source + ")"
@@ -134,12 +156,17 @@ int RunProfile(const ProfileFlags& flags, const Context& ctx) {
 
 void RegisterProfileCommand(CLI::App& app, Context& ctx) {
   auto flags = std::make_shared<ProfileFlags>();
-  flags->graph.derivation = "exact";
   CLI::App* cmd = app.add_subcommand("profile", "Measure every distinct op of a training graph on this device");
   flags->graph.AddTo(cmd, /*positional=*/false);
-  cmd->add_option("--model", flags->graph.model_or_file, "Zoo model to profile")->required();
+  cmd->add_option("--model", flags->graph.model_or_file,
+                  "Zoo model (see `edgecost models`) or ONNX file from torch.onnx.export (.onnx)")
+      ->required();
   cmd->add_option("--threads", flags->threads, "oneDNN threads (default: all cores)");
   cmd->add_flag("--force", flags->force, "Measure again ops already stored for this device");
+  cmd->add_flag("--json", flags->json, "Print the result as protobuf JSON (ProfileResult); progress stays on stderr");
+  cmd->add_flag("--accept-noisy", flags->accept_noisy,
+                "Build the cost table even if some ops could not be measured cleanly (another task or the "
+                "hypervisor took the CPU); they stay marked unreliable");
   cmd->add_option("--paging-dir", flags->paging_dir, "Where paged tensors go (default: beside the database)");
   cmd->add_option("--min-window-s", flags->min_window_s, "Minimum timed window per op")->capture_default_str();
   cmd->add_option("--idle-power-w", flags->idle_power_w,
@@ -151,9 +178,14 @@ void RegisterProfileCommand(CLI::App& app, Context& ctx) {
       ->check(CLI::ExistingFile);
   cmd->footer(
       "Interrupting (Ctrl-C) keeps every op measured so far; the next run resumes.\n"
+      "Every timed window is checked for interference (the op's threads waiting for a CPU, steal time);\n"
+      "disturbed ops are measured again, and those never clean are stored marked unreliable: the\n"
+      "cost table is then not built unless --accept-noisy. A later run measures them again.\n"
       "Examples:\n"
       "  edgecost profile --model resnet18_cifar\n"
-      "  edgecost profile --model resnet18 --threads 2 --force");
+      "  edgecost profile --model resnet18 --threads 2 --force\n"
+      "  edgecost profile --model my_model.onnx --batch-size 8\n"
+      "  edgecost profile --model linear --accept-noisy");
   cmd->callback([flags, &ctx] { ctx.exit_code = RunProfile(*flags, ctx); });
 }
 

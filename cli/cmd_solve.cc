@@ -1,8 +1,8 @@
+#include <cmath>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <sstream>
-
-#include <google/protobuf/util/json_util.h>
 
 #include "base/units.h"
 #include "cli/cli.h"
@@ -10,6 +10,7 @@
 #include "costdb/costdb.h"
 #include "daemon/client.h"
 #include "graph/cost_source.h"
+#include "proto/json.h"
 #include "service/cost_tables.h"
 #include "solver/explain.h"
 #include "solver/heuristics.h"
@@ -26,6 +27,7 @@ struct SolveFlags {
   std::string graph_file;
   std::string platform = "a72";
   std::string device;
+  std::string cost_source;  // with --device: measured (default) or measured-in-step
   int batch_size = 1;
   std::string derivation;
   std::string trainable = "all";
@@ -43,6 +45,7 @@ struct SolveFlags {
   bool json = false;
   std::string out_path;
   std::string svg_path;
+  CLI::Option* platform_option = nullptr;  // to refuse --platform with --device instead of ignoring it
 };
 
 const char* StatusName(v1::Schedule::Status status) {
@@ -72,28 +75,66 @@ bool HasSchedule(const v1::Schedule& s) {
   return s.status() == v1::Schedule::STATUS_OPTIMAL || s.status() == v1::Schedule::STATUS_FEASIBLE;
 }
 
+// "at most 22.9% above optimal (0.010100 J); 92.7% of the energy above the floor unproven"
+std::string GapInWords(const v1::Schedule& s) {
+  const double unproven_j = std::max(0.0, s.energy().total_j() - s.lower_bound_j());
+  const double relative = s.lower_bound_j() > 0 ? unproven_j / s.lower_bound_j() : 0;
+  return "at most " + Fixed(relative * 100, 2) + "% above optimal (" + Fixed(unproven_j) + " J); " +
+         Fixed(s.gap() * 100, 1) + "% of the energy above the floor unproven";
+}
+
+// One line per improvement of a solve that runs for more than a second.
+class ProgressPrinter {
+ public:
+  explicit ProgressPrinter(std::ostream& out) : out_(out) {}
+  void operator()(const solver::Progress& p) {
+    if (p.elapsed_s < 1.0) return;
+    const bool better = p.energy_j < energy_j_;
+    if (printed_s_ >= 0) {                                    // the first line after a second, then only news
+      if (!better && p.elapsed_s - printed_s_ < 1.0) return;  // the bound alone: at most one line a second
+      if (!better && !(p.lower_bound_j > bound_j_)) return;
+    }
+    energy_j_ = std::min(energy_j_, p.energy_j);
+    bound_j_ = std::max(bound_j_, p.lower_bound_j);
+    printed_s_ = p.elapsed_s;
+    out_ << "progress       " << FormatSeconds(p.elapsed_s) << ": best "
+         << (std::isfinite(energy_j_) ? Fixed(energy_j_) + " J" : std::string("none yet")) << ", bound "
+         << Fixed(bound_j_) << " J";
+    if (std::isfinite(energy_j_) && energy_j_ > p.floor_j) {
+      out_ << ", " << Fixed(std::max(0.0, energy_j_ - bound_j_) / (energy_j_ - p.floor_j) * 100, 1)
+           << "% of the energy above the floor unproven";
+    }
+    out_ << "\n" << std::flush;
+  }
+
+ private:
+  std::ostream& out_;
+  double energy_j_ = std::numeric_limits<double>::infinity();
+  double bound_j_ = 0;
+  double printed_s_ = -1;
+};
+
 void PrintSchedule(const v1::Schedule& s) {
   std::cout << "status         " << StatusName(s.status());
-  if (s.status() == v1::Schedule::STATUS_FEASIBLE) {
-    std::cout << ", gap " << Fixed(s.gap() * 100, 3) << "% of the energy above the floor";
-  }
+  if (s.status() == v1::Schedule::STATUS_FEASIBLE) std::cout << ": " << GapInWords(s);
   std::cout << "\n";
   if (!s.message().empty()) std::cout << "               " << s.message() << "\n";
   if (!HasSchedule(s)) {
     if (s.min_feasible_ram_bytes() > 0) {
-      std::cout << "smallest RAM   " << s.min_feasible_ram_bytes() << " B ("
-                << FormatBytes(static_cast<double>(s.min_feasible_ram_bytes()))
-                << ") has a schedule at this runtime budget (found by the heuristics)\n";
+      std::cout << "smallest RAM   " << BytesText(s.min_feasible_ram_bytes())
+                << " has a schedule at this runtime budget (found by the heuristics)\n";
     }
     return;
   }
   const v1::EnergyBreakdown& e = s.energy();
-  std::cout << "energy         " << Fixed(e.total_j()) << " J = compute " << Fixed(e.compute_j()) << " + recompute "
-            << Fixed(e.recompute_j()) << " + page-in " << Fixed(e.page_in_j()) << " + page-out "
-            << Fixed(e.page_out_j()) << "\n"
-            << "lower bound    " << Fixed(s.lower_bound_j()) << " J (floor " << Fixed(s.floor_j())
-            << " J: every node computed once)\n"
-            << "peak RAM       " << s.peak_ram_bytes() << " B of " << s.ram_budget_bytes() << " B budget\n"
+  const auto energy = [&](double j) { return FormatJoules(j); };
+  std::cout << "energy         " << EnergyText(e.total_j(), s.energy_source()) << " = compute " << energy(e.compute_j())
+            << " + recompute " << energy(e.recompute_j()) << " + page-in " << energy(e.page_in_j()) << " + page-out "
+            << energy(e.page_out_j()) << "\n"
+            << "lower bound    " << energy(s.lower_bound_j()) << " (floor " << energy(s.floor_j())
+            << ": every node computed once)\n"
+            << "peak RAM       " << BytesText(s.peak_ram_bytes()) << " of " << BytesText(s.ram_budget_bytes())
+            << " budget\n"
             << "runtime        " << FormatSeconds(s.runtime_s()) << " of " << FormatSeconds(s.runtime_budget_s())
             << " budget\n"
             << "operations     " << s.recomputations() << " recomputations, " << s.page_outs() << " page-outs, "
@@ -107,22 +148,34 @@ Result<v1::ScheduleRequest> BuildRequest(const SolveFlags& flags) {
   if (!flags.graph_file.empty()) {
     request.set_graph_file(flags.graph_file);
   } else {
+    if (!flags.device.empty() && flags.platform_option && flags.platform_option->count() > 0) {
+      return InvalidArgument("--platform " + flags.platform + " names a board preset (poet-flops costs) and --device " +
+                             flags.device + " a profiled device (measured costs): give one of them");
+    }
     request.set_model(flags.model);
     request.set_device(flags.device.empty() ? flags.platform : flags.device);
-    request.set_cost_source(flags.device.empty() ? std::string(graph::kPoetFlopsSource) : "measured");
+    if (!flags.cost_source.empty() && flags.device.empty()) {
+      return InvalidArgument("--cost-source " + flags.cost_source + " needs --device (costs measured on a device)");
+    }
+    request.set_cost_source(flags.device.empty()        ? std::string(graph::kPoetFlopsSource)
+                            : flags.cost_source.empty() ? "measured"
+                                                        : flags.cost_source);
     request.set_batch_size(static_cast<uint32_t>(flags.batch_size));
     request.set_derivation(flags.derivation);
     request.set_trainable(flags.trainable);
   }
-  if (flags.ram_budget.empty()) return InvalidArgument("--ram-budget is required (e.g. 3MB, 2.5MiB, 3000000)");
-  EC_ASSIGN_OR_RETURN(int64_t ram, ParseBytes(flags.ram_budget));
-  if (ram <= 0) return InvalidArgument("--ram-budget must be positive");
-  request.set_ram_budget_bytes(static_cast<uint64_t>(ram));
+  if (flags.ram_budget.empty() && !flags.min_ram) {
+    return InvalidArgument("--ram-budget is required (e.g. 3MB, 2.5MiB, 3000000), unless --min-ram searches for it");
+  }
+  if (!flags.ram_budget.empty()) {
+    EC_ASSIGN_OR_RETURN(int64_t ram, ParseBytes(flags.ram_budget));
+    if (ram <= 0) return InvalidArgument("--ram-budget must be positive");
+    request.set_ram_budget_bytes(static_cast<uint64_t>(ram));
+  }
+  request.set_compare(flags.compare);
+  request.set_min_ram(flags.min_ram);
   EC_ASSIGN_OR_RETURN(RuntimeBudget runtime, ParseRuntimeBudget(flags.runtime_budget));
   if (runtime.kind == RuntimeBudget::Kind::kMultiple) {
-    if (!(runtime.value >= 1)) {
-      return InvalidArgument("--runtime-budget must be at least 1x: a step computes every node at least once");
-    }
     request.set_runtime_budget_multiple(runtime.value);
   } else {
     request.set_runtime_budget_s(runtime.value);
@@ -142,66 +195,74 @@ Status WriteFile(const std::string& path, const std::string& text) {
   return out.flush() ? Status::Ok() : PermissionDenied("cannot write " + path);
 }
 
-int RunCompare(const solver::Problem& problem, const SolveFlags& flags) {
+// The optimum next to every baseline and greedy (Schedule.compared).
+void PrintComparison(const v1::Schedule& optimal) {
   Table table({{"strategy", Table::Align::kLeft},
                {"status", Table::Align::kLeft},
-               {"energy J"},
+               {"energy"},
                {"vs optimal"},
                {"recompute"},
                {"page in/out"},
                {"peak RAM"},
                {"runtime"}});
-  double optimal_j = 0;
-  std::vector<solver::Strategy> strategies = {solver::Strategy::kOptimal};
-  strategies.insert(strategies.end(), std::begin(solver::kBaselines), std::end(solver::kBaselines));
-  for (solver::Strategy kind : strategies) {
-    if (kind == solver::Strategy::kPagingOnly && !problem.allow_paging) continue;
-    const std::string strategy(solver::StrategyName(kind));
-    solver::SolveOptions options{strategy, flags.time_limit_s, flags.threads, false};
-    auto s = solver::Solve(problem, options);
-    if (!s.ok()) return Failure(s.status());
-    if (kind == solver::Strategy::kOptimal && HasSchedule(*s)) optimal_j = s->energy().total_j();
+  const double optimal_j = HasSchedule(optimal) ? optimal.energy().total_j() : 0;
+  std::vector<const v1::Schedule*> rows = {&optimal};
+  for (const v1::Schedule& s : optimal.compared()) rows.push_back(&s);
+  for (const v1::Schedule* s : rows) {
     if (!HasSchedule(*s)) {
-      table.AddRow({strategy, s->status() == v1::Schedule::STATUS_INFEASIBLE ? "infeasible" : "no schedule"});
+      table.AddRow({s->strategy(), s->status() == v1::Schedule::STATUS_INFEASIBLE ? "infeasible" : "no schedule"});
       continue;
     }
-    const std::string versus = optimal_j > 0 ? "+" + Fixed((s->energy().total_j() / optimal_j - 1) * 100, 2) + "%" : "";
-    table.AddRow({strategy, s->status() == v1::Schedule::STATUS_OPTIMAL ? "optimal" : "feasible",
-                  Fixed(s->energy().total_j()), versus, std::to_string(s->recomputations()),
+    std::string versus;
+    if (optimal_j > 0) {
+      const double percent = (s->energy().total_j() / optimal_j - 1) * 100;
+      versus = (percent < 0 ? "" : "+") + Fixed(percent, 2) + "%";
+    }
+    table.AddRow({s->strategy(), s->status() == v1::Schedule::STATUS_OPTIMAL ? "optimal" : "feasible",
+                  EnergyText(s->energy().total_j(), optimal.energy_source()), versus,
+                  std::to_string(s->recomputations()),
                   std::to_string(s->page_ins()) + "/" + std::to_string(s->page_outs()),
                   FormatBytes(static_cast<double>(s->peak_ram_bytes())), FormatSeconds(s->runtime_s())});
   }
   table.Print(std::cout);
-  return kExitOk;
+}
+
+// --min-ram: the smallest budget found, before the schedule solved at it.
+void PrintMinRam(const v1::Schedule& s, const solver::Problem* problem, const std::string& runtime_budget) {
+  std::cout << "smallest RAM   " << BytesText(s.min_feasible_ram_bytes()) << " has a schedule at " << runtime_budget
+            << ", found by the heuristics and baselines";
+  if (problem) {
+    std::cout << "; no schedule needs less than " << BytesText(solver::MemoryLowerBound(*problem))
+              << " (the largest node with its inputs)";
+  }
+  std::cout << "\n";
 }
 
 // --out: the schedule in protobuf's JSON mapping, indented.
 Status WriteScheduleJson(const std::string& path, const v1::Schedule& schedule) {
-  std::string json;
-  google::protobuf::util::JsonPrintOptions options;
-  options.add_whitespace = true;
-  (void)google::protobuf::util::MessageToJsonString(schedule, &json, options);
+  EC_ASSIGN_OR_RETURN(std::string json, proto::ToJson(schedule, {.indent = true}));
   return WriteFile(path, json);
 }
 
 // Solved by a daemon, which also stores the schedule.
 int RunRemoteSolve(const SolveFlags& flags, const Context& ctx, const v1::ScheduleRequest& request) {
-  if (flags.compare || flags.min_ram || !flags.svg_path.empty()) {
-    return UsageError(InvalidArgument("--compare, --min-ram and --svg are local only"));
-  }
+  if (!flags.svg_path.empty()) return UsageError(InvalidArgument("--svg is local only"));
   v1::Schedule schedule;
   if (Status s = daemon::CallRemote(ctx.remote, "SolverService/Solve", request, schedule); !s.ok()) return Failure(s);
-  if (!flags.out_path.empty()) {
+  if (!flags.out_path.empty() && HasSchedule(schedule)) {
     if (Status s = WriteScheduleJson(flags.out_path, schedule); !s.ok()) return Failure(s);
   }
   if (flags.json) {
     PrintJson(schedule);
   } else {
     std::cout << "problem        " << request.model() << " on " << request.device() << " via " << ctx.remote
-              << ", RAM budget " << request.ram_budget_bytes() << " B, runtime budget " << flags.runtime_budget << "\n";
+              << ", RAM budget " << BytesText(schedule.request().ram_budget_bytes()) << ", runtime budget "
+              << flags.runtime_budget << "\n";
+    if (flags.min_ram) PrintMinRam(schedule, nullptr, flags.runtime_budget);
     PrintSchedule(schedule);
+    if (flags.compare) PrintComparison(schedule);
     std::cout << "stored         schedule #" << schedule.id() << " in the daemon's database\n";
-    if (!flags.out_path.empty()) std::cout << "written        " << flags.out_path << "\n";
+    if (!flags.out_path.empty() && HasSchedule(schedule)) std::cout << "written        " << flags.out_path << "\n";
   }
   return HasSchedule(schedule) ? kExitOk : kExitFailure;
 }
@@ -210,7 +271,7 @@ int RunSolve(const SolveFlags& flags, const Context& ctx) {
   auto request = BuildRequest(flags);
   if (!request.ok()) return UsageError(request.status());
   if (!ctx.remote.empty()) return RunRemoteSolve(flags, ctx, *request);
-  const std::string db_path = ctx.db_path.empty() ? costdb::DefaultDbPath() : ctx.db_path;
+  const std::string db_path = DbPath(ctx);
   std::optional<costdb::CostDb> db;
   bool store = !flags.no_store;
   std::string not_stored;  // why a schedule meant to be stored is not
@@ -230,26 +291,14 @@ int RunSolve(const SolveFlags& flags, const Context& ctx) {
     if (!opened.ok()) return Failure(opened.status());
     db.emplace(std::move(opened).value());
   }
-  if (flags.compare || flags.min_ram) {
-    auto table = service::CostTableForRequest(db ? &*db : nullptr, *request);
-    if (!table.ok()) return Failure(table.status());
-    auto problem = solver::ProblemFromCostTable(*table, *request);
-    if (!problem.ok()) return Failure(problem.status());
-    if (flags.compare) return RunCompare(*problem, flags);
-    auto ram = solver::MinFeasibleRam(*problem);
-    if (!ram.ok()) return Failure(ram.status());
-    std::cout << "smallest RAM budget with a schedule at " << flags.runtime_budget << ": " << *ram << " B ("
-              << FormatBytes(static_cast<double>(*ram)) << "), found by the heuristics to 0.1%; lower bound "
-              << solver::MemoryLowerBound(*problem) << " B (the largest node with its inputs)\n";
-    return kExitOk;
-  }
-
   // The flags were checked above: what fails now is the graph, the costs or the database.
-  auto solved = service::SolveRequest(db ? &*db : nullptr, *request, store);
+  ProgressPrinter progress(flags.json ? std::cerr : std::cout);  // stdout stays one JSON document
+  auto solved = service::SolveRequest(db ? &*db : nullptr, *request, store, nullptr,
+                                      [&progress](const solver::Progress& p) { progress(p); });
   if (!solved.ok()) return Failure(solved.status());
   const v1::CostTable& table = solved->table;
   const v1::Schedule& schedule = solved->schedule;
-  if (!flags.out_path.empty()) {
+  if (!flags.out_path.empty() && HasSchedule(schedule)) {  // a failed solve writes no file
     if (Status s = WriteScheduleJson(flags.out_path, schedule); !s.ok()) return Failure(s);
   }
   if (!flags.svg_path.empty() && HasSchedule(schedule)) {
@@ -260,35 +309,38 @@ int RunSolve(const SolveFlags& flags, const Context& ctx) {
   if (flags.json) {
     PrintJson(schedule);
   } else {
-    std::cout << "problem        " << table.graph().model() << " on " << table.device() << " (" << table.cost_source()
-              << "), " << solved->problem.size() << " nodes, RAM budget " << request->ram_budget_bytes()
-              << " B, runtime budget " << flags.runtime_budget << "\n";
+    const std::string where = table.device().empty() ? " from " + flags.graph_file : " on " + table.device();
+    std::cout << "problem        " << table.graph().model() << where << " (" << table.cost_source() << "), "
+              << solved->problem.size() << " nodes, RAM budget " << BytesText(schedule.request().ram_budget_bytes())
+              << ", runtime budget " << flags.runtime_budget << "\n";
+    if (flags.min_ram) PrintMinRam(schedule, &solved->problem, flags.runtime_budget);
     PrintSchedule(schedule);
+    if (flags.compare) PrintComparison(schedule);
     if (HasSchedule(schedule)) {
       auto plan = solver::ExplainPlan(solved->problem, schedule);
       std::cout << "plan           " << (plan.ok() ? solver::PlanInWords(*plan) : plan.status().message() + "\n");
     }
     if (solved->schedule_id > 0) std::cout << "stored         schedule #" << solved->schedule_id << "\n";
     if (!not_stored.empty()) std::cout << "not stored     " << not_stored << "\n";
-    if (!flags.out_path.empty()) std::cout << "written        " << flags.out_path << "\n";
+    if (!flags.out_path.empty() && HasSchedule(schedule)) std::cout << "written        " << flags.out_path << "\n";
     if (!flags.svg_path.empty() && HasSchedule(schedule)) std::cout << "written        " << flags.svg_path << "\n";
   }
   return HasSchedule(schedule) ? kExitOk : kExitFailure;
 }
 
-int RunCheck(const std::string& path, const Context& ctx) {
+int RunCheck(const std::string& path, bool json, const Context& ctx) {
   std::ifstream in(path);
   if (!in) return Failure(NotFound("cannot read " + path));
   std::stringstream text;
   text << in.rdbuf();
   v1::Schedule schedule;
-  if (!google::protobuf::util::JsonStringToMessage(text.str(), &schedule).ok()) {
-    return Failure(InvalidArgument(path + " is not a schedule (protobuf JSON of edgecost.v1.Schedule)"));
+  if (Status decoded = proto::FromJson(text.str(), &schedule); !decoded.ok()) {
+    return Failure(
+        InvalidArgument(path + " is not a schedule (protobuf JSON of edgecost.v1.Schedule): " + decoded.message()));
   }
   std::optional<costdb::CostDb> db;
-  if (schedule.request().cost_source() == "measured") {
-    auto opened =
-        costdb::CostDb::Open(ctx.db_path.empty() ? costdb::DefaultDbPath() : ctx.db_path, costdb::OpenMode::kReadOnly);
+  if (schedule.request().cost_source() == "measured" || schedule.request().cost_source() == "measured-in-step") {
+    auto opened = costdb::CostDb::Open(DbPath(ctx), costdb::OpenMode::kReadOnly);
     if (!opened.ok()) return Failure(opened.status());
     db.emplace(std::move(opened).value());
   }
@@ -296,13 +348,28 @@ int RunCheck(const std::string& path, const Context& ctx) {
   if (!checked.ok()) return Failure(checked.status());
   const solver::Problem* problem = &checked->problem;
   const solver::Replay& replay = checked->replay;
+  if (json) {
+    v1::CheckResult result;
+    result.set_valid(replay.valid);
+    result.set_violation(replay.violation);
+    *result.mutable_energy() = replay.energy;
+    result.set_energy_source(schedule.energy_source());
+    result.set_peak_ram_bytes(static_cast<uint64_t>(replay.peak_ram_bytes));
+    result.set_ram_budget_bytes(static_cast<uint64_t>(problem->ram_budget_bytes));
+    result.set_runtime_s(replay.runtime_s);
+    result.set_runtime_budget_s(problem->runtime_budget_s);
+    result.set_claimed_energy_j(schedule.energy().total_j());
+    PrintJson(result);
+    return replay.valid ? kExitOk : kExitFailure;
+  }
   if (!replay.valid) {
     std::cout << "invalid        " << replay.violation << "\n";
     return kExitFailure;
   }
-  std::cout << "valid          energy " << Fixed(replay.energy.total_j()) << " J, peak RAM " << replay.peak_ram_bytes
-            << " B of " << problem->ram_budget_bytes << " B, runtime " << FormatSeconds(replay.runtime_s) << " of "
-            << FormatSeconds(problem->runtime_budget_s) << "\n";
+  std::cout << "valid          energy " << EnergyText(replay.energy.total_j(), schedule.energy_source())
+            << ", peak RAM " << BytesText(replay.peak_ram_bytes) << " of " << BytesText(problem->ram_budget_bytes)
+            << ", runtime " << FormatSeconds(replay.runtime_s) << " of " << FormatSeconds(problem->runtime_budget_s)
+            << "\n";
   if (std::fabs(replay.energy.total_j() - schedule.energy().total_j()) >
       1e-9 * std::max(1.0, replay.energy.total_j())) {
     std::cout << "note           the file claims " << Fixed(schedule.energy().total_j()) << " J\n";
@@ -319,10 +386,16 @@ void RegisterSolveCommand(CLI::App& app, Context& ctx) {
                                      "runtime budgets");
   cmd->add_option("--model", flags->model, "Zoo or ONNX model")->capture_default_str();
   cmd->add_option("--graph", flags->graph_file, "A graph file with costs (training-graph/v1 or node-link JSON)");
-  cmd->add_option("--platform", flags->platform, "Board preset for poet-flops costs")->capture_default_str();
+  flags->platform_option =
+      cmd->add_option("--platform", flags->platform, "Board preset for poet-flops costs")->capture_default_str();
   cmd->add_option("--device", flags->device, "Use measured costs of a profiled device (\"this\": this machine)");
+  cmd->add_option("--cost-source", flags->cost_source,
+                  "With --device: measured (ops one at a time, the default) or measured-in-step (node times "
+                  "inside real steps, kept by `edgecost train`)")
+      ->check(CLI::IsMember({"measured", "measured-in-step"}));
   cmd->add_option("--batch-size", flags->batch_size, "Batch size")->capture_default_str();
-  cmd->add_option("--derivation", flags->derivation, "poet or exact (default: poet for presets, exact for devices)");
+  cmd->add_option("--derivation", flags->derivation,
+                  "exact (default: what each backward really reads) or poet (POET's construction)");
   cmd->add_option("--trainable", flags->trainable, "all, last:K or bias")->capture_default_str();
   cmd->add_option("--ram-budget", flags->ram_budget, "RAM for activations: 3000000, 3MB, 2.5MiB");
   cmd->add_option("--runtime-budget", flags->runtime_budget, "Multiple of a plain step (7.6x) or seconds (1.2s)")
@@ -335,11 +408,12 @@ void RegisterSolveCommand(CLI::App& app, Context& ctx) {
   std::vector<std::string> strategies;
   for (solver::Strategy s : solver::kStrategies) strategies.emplace_back(solver::StrategyName(s));
   cmd->add_option("--strategy", flags->strategy,
-                  solver::StrategyNames() + " (greedy: the MILP's heuristic start alone)")
+                  solver::StrategyNames() + " (optimal starts from all the others and is never worse than them)")
       ->capture_default_str()
       ->check(CLI::IsMember(strategies));
-  cmd->add_flag("--compare", flags->compare, "Every strategy side by side");
-  cmd->add_flag("--min-ram", flags->min_ram, "Search the smallest RAM budget with a schedule");
+  cmd->add_flag("--compare", flags->compare, "The schedule next to every baseline and greedy");
+  cmd->add_flag("--min-ram", flags->min_ram,
+                "Search the smallest RAM budget with a schedule (no --ram-budget needed), then solve there");
   cmd->add_flag("--no-store", flags->no_store, "Do not store the request and schedule in the cost database");
   cmd->add_flag("--json", flags->json, "Print the schedule as protobuf JSON");
   cmd->add_option("--out", flags->out_path, "Write the schedule (protobuf JSON) to a file");
@@ -349,14 +423,18 @@ void RegisterSolveCommand(CLI::App& app, Context& ctx) {
       "  edgecost solve --model resnet18_cifar --platform a72 --ram-budget 3MB --runtime-budget 7.6x\n"
       "  edgecost solve --model resnet18_cifar --ram-budget 1.5MB --runtime-budget 1.5x --compare\n"
       "  edgecost solve --model resnet18_cifar --device this --ram-budget 1MB --out s.json --svg s.svg\n"
-      "  edgecost solve --graph checkmate_graph.json --ram-budget 2GB --runtime-budget 1.2x");
+      "  edgecost solve --model resnet18_cifar --device this --cost-source measured-in-step --ram-budget 1MB\n"
+      "  edgecost solve --graph checkmate_graph.json --ram-budget 2GB --runtime-budget 1.2x\n"
+      "  edgecost solve --model resnet50 --no-paging --min-ram --runtime-budget 1.5x --json");
   cmd->callback([flags, &ctx] { ctx.exit_code = RunSolve(*flags, ctx); });
 
   auto path = std::make_shared<std::string>();
   CLI::App* check = app.add_subcommand("check", "Replay a schedule file and name its first violation");
+  auto json = std::make_shared<bool>(false);
   check->add_option("schedule", *path, "Schedule JSON written by `edgecost solve --out`")->required();
-  check->footer("Example:\n  edgecost check schedule.json");
-  check->callback([path, &ctx] { ctx.exit_code = RunCheck(*path, ctx); });
+  check->add_flag("--json", *json, "Print the replay as protobuf JSON (CheckResult)");
+  check->footer("Examples:\n  edgecost check schedule.json\n  edgecost check schedule.json --json");
+  check->callback([path, json, &ctx] { ctx.exit_code = RunCheck(*path, *json, ctx); });
 }
 
 }  // namespace edgecost::cli

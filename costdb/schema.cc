@@ -157,6 +157,18 @@ CREATE TABLE jobs (
   updated_at TEXT NOT NULL
 );
 )sql",
+    // 2 -> 3: training run records, a schedule's predictions held against real steps.
+    R"sql(
+CREATE TABLE train_runs (
+  id INTEGER PRIMARY KEY,
+  model TEXT NOT NULL,
+  device TEXT NOT NULL,
+  schedule_id INTEGER,                -- the schedule run, when it was a stored one
+  run BLOB NOT NULL,                  -- edgecost.v1.TrainRun
+  created_at TEXT NOT NULL
+);
+CREATE INDEX train_runs_by_model ON train_runs(model, device);
+)sql",
 };
 static_assert(std::size(kMigrations) == kSchemaVersion, "one migration step per schema version");
 

@@ -142,6 +142,8 @@ void Daemon::RegisterRoutes() {
   router_.Add<v1::StartProfileRequest, v1::Job>("JobService", "StartProfile",
                                                 bind(&job_service_, &JobService::StartProfile),
                                                 /*mutates=*/true);
+  router_.Add<v1::StartTrainRequest, v1::Job>("JobService", "StartTrain", bind(&job_service_, &JobService::StartTrain),
+                                              /*mutates=*/true);
   router_.Add<v1::GetJobRequest, v1::Job>("JobService", "GetJob", bind(&job_service_, &JobService::GetJob));
   router_.Add<v1::CancelJobRequest, v1::Job>("JobService", "CancelJob", bind(&job_service_, &JobService::CancelJob),
                                              /*mutates=*/true);

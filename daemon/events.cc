@@ -31,10 +31,10 @@ void EventLog::Shutdown() {
   for (auto& [id, watcher] : watchers) Answer(watcher, {});
 }
 
-std::vector<v1::Event> EventLog::EventsAfterLocked(uint64_t after_sequence) const {
+std::vector<v1::Event> EventLog::EventsAfterLocked(uint64_t after_sequence, uint64_t job_id) const {
   std::vector<v1::Event> out;
   for (const v1::Event& e : events_) {
-    if (e.sequence() > after_sequence) out.push_back(e);
+    if (e.sequence() > after_sequence && (job_id == 0 || (e.has_job() && e.job().id() == job_id))) out.push_back(e);
   }
   return out;
 }
@@ -46,12 +46,16 @@ void EventLog::Emit(v1::Event event) {
     event.set_sequence(++last_sequence_);
     events_.push_back(std::move(event));
     if (events_.size() > kMaxEvents) events_.erase(events_.begin(), events_.begin() + kMaxEvents / 10);
-    // Every watcher waits for anything newer than what it had, and this is newer.
-    for (auto& [id, watcher] : watchers_) {
-      std::vector<v1::Event> events = EventsAfterLocked(watcher.after_sequence);
-      ready.emplace_back(std::move(watcher), std::move(events));
+    // Every watcher waits for anything newer than what it had (of its job, when it follows one).
+    for (auto it = watchers_.begin(); it != watchers_.end();) {
+      std::vector<v1::Event> events = EventsAfterLocked(it->second.after_sequence, it->second.job_id);
+      if (events.empty()) {
+        ++it;
+        continue;
+      }
+      ready.emplace_back(std::move(it->second), std::move(events));
+      it = watchers_.erase(it);
     }
-    watchers_.clear();
   }
   for (auto& [watcher, events] : ready) Answer(watcher, std::move(events));
 }
@@ -62,10 +66,10 @@ void EventLog::Answer(Watcher& watcher, std::vector<v1::Event> events) {
   watcher.done(std::move(events));
 }
 
-void EventLog::Watch(uint64_t after_sequence, double wait_s, EventsCallback done) {
+void EventLog::Watch(uint64_t after_sequence, double wait_s, EventsCallback done, uint64_t job_id) {
   std::unique_lock lock(mutex_);
   if (after_sequence > last_sequence_) after_sequence = 0;  // asked of an earlier run of the daemon
-  std::vector<v1::Event> events = EventsAfterLocked(after_sequence);
+  std::vector<v1::Event> events = EventsAfterLocked(after_sequence, job_id);
   if (!events.empty() || shutting_down_ || !(wait_s > 0)) {  // NaN too: answer now
     lock.unlock();
     return done(std::move(events));
@@ -75,7 +79,7 @@ void EventLog::Watch(uint64_t after_sequence, double wait_s, EventsCallback done
       timers_, std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                    std::chrono::duration<double>(std::min(wait_s, kMaxWatchS))));
   timer->async_wait([this, id](const boost::system::error_code&) { FinishWatch(id); });
-  watchers_.emplace(id, Watcher{after_sequence, std::move(done), std::move(timer)});
+  watchers_.emplace(id, Watcher{after_sequence, job_id, std::move(done), std::move(timer)});
 }
 
 size_t EventLog::WatcherCount() {

@@ -32,8 +32,9 @@ class EventLog {
   // at once if there are any, else at the next event, after `wait_s` (at most
   // a minute) or at shutdown. Sequences start again at 1 when the daemon does,
   // so an `after_sequence` beyond the last one gets every event kept.
+  // A nonzero `job_id` follows one job: only its events count.
   using EventsCallback = std::function<void(std::vector<v1::Event>)>;
-  void Watch(uint64_t after_sequence, double wait_s, EventsCallback done);
+  void Watch(uint64_t after_sequence, double wait_s, EventsCallback done, uint64_t job_id = 0);
   size_t WatcherCount();  // long polls waiting for an event
 
   // Answers every watcher with what it has, and answers new ones at once.
@@ -42,10 +43,11 @@ class EventLog {
  private:
   struct Watcher {
     uint64_t after_sequence = 0;
+    uint64_t job_id = 0;
     EventsCallback done;
     std::shared_ptr<boost::asio::steady_timer> timer;
   };
-  std::vector<v1::Event> EventsAfterLocked(uint64_t after_sequence) const;
+  std::vector<v1::Event> EventsAfterLocked(uint64_t after_sequence, uint64_t job_id) const;
   void FinishWatch(uint64_t watcher_id);  // its time is up
   void Answer(Watcher& watcher, std::vector<v1::Event> events);
 

@@ -1,5 +1,7 @@
 #include "daemon/jobs.h"
 
+#include <unistd.h>
+
 #include <chrono>
 #include <ctime>
 #include <thread>
@@ -12,6 +14,8 @@
 #include "graph/zoo.h"
 #include "service/cost_tables.h"
 #include "service/profile_job.h"
+#include "service/train_job.h"
+#include "solver/solve.h"
 
 namespace edgecost::daemon {
 namespace {
@@ -69,7 +73,9 @@ std::optional<v1::Event> JobManager::ResumeOrRefuseLocked(Entry& entry) {
   const v1::Job::State state = job.state();
   if (state != v1::Job::STATE_QUEUED && state != v1::Job::STATE_RUNNING) return std::nullopt;
   if (state == v1::Job::STATE_RUNNING) job.set_crashes(job.crashes() + 1);
-  const Status valid = job.kind() == "profile" ? CheckProfileRequest(entry.request) : Status::Ok();
+  const Status valid = job.kind() == "profile" ? CheckProfileRequest(entry.request)
+                       : job.kind() == "train" ? CheckTrainRequest(job.train_request())
+                                               : Status::Ok();
   if (!valid.ok()) {
     job.set_state(v1::Job::STATE_FAILED);
     job.set_message("not run: " + valid.message());
@@ -169,7 +175,56 @@ Result<v1::Job> JobManager::StartProfile(const v1::StartProfileRequest& request)
   EC_RETURN_IF_ERROR(CheckProfileRequest(request));
   auto entry = std::make_unique<Entry>();
   entry->request = request;
+  entry->job.set_model(request.model());
   return Enqueue(std::move(entry), "profile", "queued: profile " + request.model());
+}
+
+Status CheckTrainRequest(const v1::StartTrainRequest& request) {
+  v1::StartProfileRequest model;
+  model.set_model(request.model());
+  model.set_threads(request.threads());
+  EC_RETURN_IF_ERROR(CheckProfileRequest(model));  // the same rules for the model and the threads
+  if (request.batch_size() > static_cast<uint32_t>(graph::kMaxBatchSize)) {
+    return InvalidArgument("batch_size is at most " + std::to_string(graph::kMaxBatchSize));
+  }
+  if (request.steps() > 100000) return InvalidArgument("steps is at most 100000");
+  // The layers hold a few copies of every activation: refuse what would not fit in memory.
+  EC_ASSIGN_OR_RETURN(v1::TrainingGraph graph,
+                      graph::ZooTrainingGraph(request.model(), std::max<int>(1, static_cast<int>(request.batch_size())),
+                                              graph::Derivation::kExact));
+  uint64_t activation_bytes = 0;
+  for (const v1::TrainingNode& node : graph.nodes()) activation_bytes += node.output_bytes();
+  const uint64_t memory_bytes =
+      static_cast<uint64_t>(::sysconf(_SC_PHYS_PAGES)) * static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  if (activation_bytes > memory_bytes / 8) {
+    return ResourceExhausted("training " + request.model() + " at batch size " + std::to_string(request.batch_size()) +
+                             " needs about " + std::to_string(4 * activation_bytes) +
+                             " B of memory, more than half of " + "this machine's; use a smaller batch");
+  }
+  if (!(request.lr() >= 0) || request.lr() > 1e6) return InvalidArgument("lr must be a positive number");
+  if (!(request.runtime_budget_multiple() == 0 || request.runtime_budget_multiple() >= 1) ||
+      request.runtime_budget_multiple() > 1e6) {
+    return InvalidArgument("runtime_budget_multiple must be at least 1");
+  }
+  if (request.schedule_id() != 0 && request.ram_budget_bytes() != 0) {
+    return InvalidArgument("give schedule_id or ram_budget_bytes, not both");
+  }
+  if (!request.strategy().empty() && !solver::ParseStrategy(request.strategy()).ok()) {
+    return InvalidArgument("unknown strategy '" + request.strategy() + "'; use " + solver::StrategyNames());
+  }
+  if (!request.cost_source().empty() && request.cost_source() != "measured" &&
+      request.cost_source() != service::kMeasuredInStepSource) {
+    return InvalidArgument("cost_source is measured or measured-in-step");
+  }
+  return Status::Ok();
+}
+
+Result<v1::Job> JobManager::StartTrain(const v1::StartTrainRequest& request) {
+  EC_RETURN_IF_ERROR(CheckTrainRequest(request));
+  auto entry = std::make_unique<Entry>();
+  *entry->job.mutable_train_request() = request;
+  entry->job.set_model(request.model());
+  return Enqueue(std::move(entry), "train", "queued: train " + request.model());
 }
 
 Result<v1::Job> JobManager::StartRegeneration(const std::string& why) {
@@ -245,6 +300,8 @@ void JobManager::Worker() {
     try {
       if (entry->job.kind() == "profile") {
         RunProfile(*entry);
+      } else if (entry->job.kind() == "train") {
+        RunTrain(*entry);
       } else {
         RunRegeneration(*entry);
       }
@@ -263,9 +320,9 @@ void JobManager::RunProfile(Entry& entry) {
   options.db_path = db_path_;
   options.probes_config = probes_config_;
   options.graph.model_or_file = entry.request.model();
-  options.graph.derivation = graph::Derivation::kExact;
   options.threads = static_cast<int>(entry.request.threads());
   options.force = entry.request.force();
+  options.accept_noisy = entry.request.accept_noisy();
   double last_reported = -1;
   auto progress = [&](const profiler::ProfileProgress& p) {
     const double fraction = p.total ? static_cast<double>(p.done) / p.total : 1.0;
@@ -277,17 +334,75 @@ void JobManager::RunProfile(Entry& entry) {
     });
   };
   auto log = [&](const std::string& line) { Update(entry, [&](v1::Job& job) { job.set_message(line); }); };
-  Result<service::ProfileJobResult> result = service::RunProfileJob(options, &entry.stop, progress, log);
+  Result<service::ProfileJobResult> result =
+      service::RunProfileJob(options, &entry.stop, progress, log, "start the profile with accept_noisy");
   Update(entry, [&](v1::Job& job) {
     if (!result.ok()) {
       job.set_state(v1::Job::STATE_FAILED);
       job.set_message(result.status().message());
     } else if (result->summary.interrupted) {
       SetStopped(entry, job, std::to_string(result->summary.measured) + " ops measured and kept");
+    } else if (result->cost_table_id == 0) {
+      // Noisy, not accepted: the op costs are stored marked unreliable, no table.
+      job.set_state(v1::Job::STATE_FAILED);
+      job.set_message(result->noisy_message + "; no cost table stored");
+      *job.mutable_profile() = service::ToProto(*result);
     } else {
       job.set_state(v1::Job::STATE_SUCCEEDED);
       job.set_progress(1);
-      job.set_message("cost table #" + std::to_string(result->cost_table_id) + " stored");
+      job.set_message("cost table #" + std::to_string(result->cost_table_id) + " stored" +
+                      (result->noisy_message.empty() ? "" : "; " + result->noisy_message));
+      *job.mutable_profile() = service::ToProto(*result);
+    }
+  });
+}
+
+void JobManager::RunTrain(Entry& entry) {
+  const v1::StartTrainRequest request = entry.job.train_request();
+  service::TrainJobOptions options;
+  options.db_path = db_path_;
+  options.probes_config = probes_config_;
+  options.graph.model_or_file = request.model();
+  options.graph.batch_size = request.batch_size() > 0 ? static_cast<int>(request.batch_size()) : 1;
+  options.schedule_id = request.schedule_id();
+  if (request.ram_budget_bytes() > 0) {
+    options.solve.set_ram_budget_bytes(request.ram_budget_bytes());
+    options.solve.set_runtime_budget_multiple(request.runtime_budget_multiple() > 0 ? request.runtime_budget_multiple()
+                                                                                    : 1.5);
+    options.solve.set_strategy(request.strategy());
+  }
+  if (!request.cost_source().empty()) options.cost_source = request.cost_source();
+  options.steps = request.steps() > 0 ? static_cast<int>(request.steps()) : 10;
+  options.lr = request.lr() > 0 ? request.lr() : 0.01;
+  options.threads = static_cast<int>(request.threads());
+  options.verify = request.verify();
+  auto progress = [&](const service::TrainProgress& p) {
+    Update(entry, [&](v1::Job& job) {
+      job.set_progress(static_cast<double>(p.step) / p.steps);
+      job.set_message("step " + std::to_string(p.step) + "/" + std::to_string(p.steps) + ", loss " +
+                      std::to_string(p.loss));
+    });
+  };
+  auto log = [&](const std::string& line) { Update(entry, [&](v1::Job& job) { job.set_message(line); }); };
+  Result<service::TrainJobResult> result = service::RunTrainJob(options, &entry.stop, progress, log);
+  Update(entry, [&](v1::Job& job) {
+    if (!result.ok() && result.status().code() == ErrorCode::kCancelled) {
+      SetStopped(entry, job, "no run record stored");
+    } else if (!result.ok()) {
+      job.set_state(v1::Job::STATE_FAILED);
+      job.set_message(result.status().message());
+    } else {
+      job.set_state(v1::Job::STATE_SUCCEEDED);
+      job.set_progress(1);
+      *job.mutable_train_run() = result->run;
+      const v1::TrainRun& run = result->run;
+      std::string message = "training run #" + std::to_string(result->run_id) + " stored: step " +
+                            std::to_string(run.runtime_s()) + " s (predicted " +
+                            std::to_string(run.predicted_runtime_s()) + " s), peak " +
+                            std::to_string(run.peak_activation_bytes()) + " B (planned " +
+                            std::to_string(run.predicted_peak_bytes()) + " B)";
+      if (run.has_verify()) message += run.verify().identical() ? ", gradients identical" : ", gradients DIFFER";
+      job.set_message(message);
     }
   });
 }
@@ -303,18 +418,18 @@ void JobManager::RunRegeneration(Entry& entry) {
     });
     return;
   }
-  int solved = 0, failed = 0;
+  v1::RegenerateResult done;
   for (size_t i = 0; i < requests->size() && !entry.stop; ++i) {
     const v1::ScheduleRequest& request = (*requests)[i].second;
     Result<service::SolvedRequest> result = service::SolveRequest(&*db, request);
     v1::Event event;
     event.set_kind("schedule");
     if (result.ok()) {
-      ++solved;
+      done.add_schedule_ids(static_cast<uint64_t>(result->schedule_id));
       event.set_schedule_id(static_cast<uint64_t>(result->schedule_id));
       event.set_message("schedule #" + std::to_string(result->schedule_id) + " regenerated for " + request.model());
     } else {
-      ++failed;
+      done.set_failed(done.failed() + 1);
       event.set_message("request #" + std::to_string((*requests)[i].first) + " (" + request.model() +
                         ") not regenerated: " + result.status().message());
     }
@@ -322,10 +437,12 @@ void JobManager::RunRegeneration(Entry& entry) {
     Update(entry, [&](v1::Job& job) { job.set_progress(static_cast<double>(i + 1) / requests->size()); });
   }
   Update(entry, [&](v1::Job& job) {
-    const std::string counts = std::to_string(solved) + " schedules regenerated, " + std::to_string(failed) + " failed";
+    const std::string counts = std::to_string(done.schedule_ids_size()) + " schedules regenerated, " +
+                               std::to_string(done.failed()) + " failed";
     if (entry.stop) return SetStopped(entry, job, counts);
-    job.set_state(failed ? v1::Job::STATE_FAILED : v1::Job::STATE_SUCCEEDED);
+    job.set_state(done.failed() ? v1::Job::STATE_FAILED : v1::Job::STATE_SUCCEEDED);
     job.set_message(counts);
+    *job.mutable_regenerate() = done;
   });
 }
 

@@ -25,6 +25,8 @@ namespace edgecost::daemon {
 // What a profile job may ask for, checked when it is started and again when a
 // stored one is loaded: a zoo model by name (never a file), at most one thread per core.
 Status CheckProfileRequest(const v1::StartProfileRequest& request);
+// A train job: a zoo model by name, a bounded number of steps, at most one thread per core.
+Status CheckTrainRequest(const v1::StartTrainRequest& request);
 
 class JobManager {
  public:
@@ -38,6 +40,8 @@ class JobManager {
   Status Open();
 
   Result<v1::Job> StartProfile(const v1::StartProfileRequest& request);
+  // Real training steps under a schedule (kind "train"); the result is the job's train_run.
+  Result<v1::Job> StartTrain(const v1::StartTrainRequest& request);
   // After a hardware change: a job that solves every stored schedule request
   // again against the current costs (queued after any re-profiles).
   Result<v1::Job> StartRegeneration(const std::string& why);
@@ -60,6 +64,7 @@ class JobManager {
   std::optional<v1::Event> ResumeOrRefuseLocked(Entry& entry);
   Result<v1::Job> Enqueue(std::unique_ptr<Entry> entry, const std::string& kind, const std::string& message);
   void RunProfile(Entry& entry);
+  void RunTrain(Entry& entry);
   void RunRegeneration(Entry& entry);
   void Update(Entry& entry, const std::function<void(v1::Job&)>& change);  // stores it and emits
   void StoreLocked(const Entry& entry);

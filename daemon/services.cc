@@ -33,10 +33,7 @@ unsigned Cores() { return std::max(1u, std::thread::hardware_concurrency()); }
 
 Result<v1::ListDevicesResponse> CostService::ListDevices(const v1::ListDevicesRequest&) {
   EC_ASSIGN_OR_RETURN(costdb::CostDb * db, ThreadDb(db_path_));
-  EC_ASSIGN_OR_RETURN(std::vector<v1::Device> devices, db->ListDevices());
-  v1::ListDevicesResponse response;
-  for (v1::Device& device : devices) *response.add_devices() = std::move(device);
-  return response;
+  return service::ListDevices(*db);
 }
 
 Result<v1::Device> CostService::GetDevice(const v1::GetDeviceRequest& request) {
@@ -65,7 +62,9 @@ Result<v1::PagingCost> CostService::GetPagingCosts(const v1::GetPagingCostsReque
 }
 
 Result<v1::Schedule> SolverService::Solve(const v1::ScheduleRequest& request) {
-  if (request.ram_budget_bytes() == 0) return InvalidArgument("ram_budget_bytes is required");
+  if (request.ram_budget_bytes() == 0 && !request.min_ram()) {
+    return InvalidArgument("ram_budget_bytes is required, unless min_ram asks for the smallest one");
+  }
   // Reading files on a caller's behalf would expose whatever the daemon's user can read.
   if (!request.graph_file().empty()) return InvalidArgument("graph_file is read by the local CLI only; name a model");
   EC_RETURN_IF_ERROR(graph::CheckModelName(request.model()));
@@ -136,11 +135,14 @@ Result<v1::ListJobsResponse> JobService::ListJobs(const v1::ListJobsRequest& req
 }
 
 void JobService::WatchEvents(const v1::WatchEventsRequest& request, std::function<void(v1::WatchEventsResponse)> done) {
-  events_.Watch(request.after_sequence(), request.wait_s(), [done = std::move(done)](std::vector<v1::Event> events) {
-    v1::WatchEventsResponse response;
-    for (v1::Event& event : events) *response.add_events() = std::move(event);
-    done(std::move(response));
-  });
+  events_.Watch(
+      request.after_sequence(), request.wait_s(),
+      [done = std::move(done)](std::vector<v1::Event> events) {
+        v1::WatchEventsResponse response;
+        for (v1::Event& event : events) *response.add_events() = std::move(event);
+        done(std::move(response));
+      },
+      request.job_id());
 }
 
 }  // namespace edgecost::daemon

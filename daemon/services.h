@@ -66,6 +66,7 @@ class JobService {
   JobService(JobManager& jobs, EventLog& events) : jobs_(jobs), events_(events) {}
 
   Result<v1::Job> StartProfile(const v1::StartProfileRequest& request) { return jobs_.StartProfile(request); }
+  Result<v1::Job> StartTrain(const v1::StartTrainRequest& request) { return jobs_.StartTrain(request); }
   Result<v1::Job> GetJob(const v1::GetJobRequest& request) { return jobs_.Get(request.id()); }
   Result<v1::Job> CancelJob(const v1::CancelJobRequest& request) { return jobs_.Cancel(request.id()); }
   Result<v1::ListJobsResponse> ListJobs(const v1::ListJobsRequest& request);

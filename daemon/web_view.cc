@@ -699,9 +699,39 @@ Result<std::string> WebView::SchedulePage(const std::string& query) {
   } else {
     out << "<pre class=\"words\">" << HtmlEscape(solver::PlanInWords(*plan)) << "</pre>";
   }
-  out << "</section><section aria-labelledby=\"measured-h\"><h2 id=\"measured-h\">Predicted against measured</h2>"
-         "<p>No measured training run of this schedule is stored yet; the figures above are predictions from the "
-         "cost table.</p></section>";
+  out << "</section><section aria-labelledby=\"measured-h\"><h2 id=\"measured-h\">Predicted against measured</h2>";
+  // Training runs of this schedule (edgecost train, JobService.StartTrain), newest last.
+  Result<std::vector<v1::TrainRun>> runs = db.ListTrainRuns(r.model(), 100);
+  std::vector<v1::TrainRun> mine;
+  if (runs.ok()) {
+    for (v1::TrainRun& run : *runs) {
+      if (run.schedule_id() == id) mine.push_back(std::move(run));
+    }
+  }
+  if (!runs.ok()) {
+    out << ErrorBox(runs.status());
+  } else if (mine.empty()) {
+    out << "<p>No measured training run of this schedule is stored yet (<code>edgecost train --schedule-id " << id
+        << "</code> makes one); the figures above are predictions from the cost table.</p>";
+  } else {
+    out << "<div class=\"scroll\"><table id=\"train-run-table\"><caption>Per step: predicted from the cost table, "
+           "measured as the median of the steps after the first</caption><thead><tr><th scope=\"col\">run</th>"
+           "<th scope=\"col\">steps</th><th scope=\"col\">runtime predicted</th><th scope=\"col\">measured</th>"
+           "<th scope=\"col\">peak predicted</th><th scope=\"col\">measured</th>"
+           "<th scope=\"col\">energy predicted</th><th scope=\"col\">measured</th>"
+           "<th scope=\"col\">paging wait</th><th scope=\"col\">when</th></tr></thead><tbody>";
+    for (const v1::TrainRun& run : mine) {
+      out << "<tr><td>#" << run.id() << "</td><td>" << run.steps() << "</td><td>"
+          << FormatSeconds(run.predicted_runtime_s()) << "</td><td>" << FormatSeconds(run.runtime_s()) << "</td><td>"
+          << FormatBytes(static_cast<double>(run.predicted_peak_bytes())) << "</td><td>"
+          << FormatBytes(static_cast<double>(run.peak_activation_bytes())) << "</td><td>"
+          << FormatJoules(run.predicted_energy_j()) << "</td><td>" << FormatJoules(run.energy_j())
+          << (run.energy_source() == v1::ENERGY_SOURCE_ESTIMATED ? " (estimated)" : "") << "</td><td>"
+          << FormatSeconds(run.paging_wait_s()) << "</td><td>" << HtmlEscape(run.created_at()) << "</td></tr>";
+    }
+    out << "</tbody></table></div>";
+  }
+  out << "</section>";
   return Layout("Schedule #" + std::to_string(id), out.str());
 }
 

@@ -1,5 +1,6 @@
 #include "graph/derive.h"
 
+#include <algorithm>
 #include <charconv>
 #include <optional>
 #include <vector>
@@ -156,6 +157,22 @@ void AddExactBackward(const ForwardGraph& forward, const std::vector<bool>& trai
                                              Bytes(x_shape), reads, v, flops));
     };
 
+    // One backward node computing the gradients of all inputs that need one (ops of several
+    // activations: one oneDNN pass gives them together); its output is all of them.
+    auto grad_all_inputs = [&](const std::vector<int>& reads, double flops) {
+      std::vector<int> targets;
+      int64_t bytes = 0;
+      for (int in : layer.inputs) {
+        if (!needs_grad[in] || std::find(targets.begin(), targets.end(), in) != targets.end()) continue;
+        targets.push_back(in);
+        bytes += Bytes(layers[in].output_shape);
+      }
+      if (targets.empty()) return;
+      const int node =
+          out.AddGrad(name + ".grad", kind, GradRole::kGrad, layers[targets[0]].output_shape, bytes, reads, v, flops);
+      for (int in : targets) contributions[in].push_back(node);
+    };
+
     switch (layer.kind) {
       case OpKind::kInput:
         break;
@@ -213,6 +230,76 @@ void AddExactBackward(const ForwardGraph& forward, const std::vector<bool>& trai
         break;
       case OpKind::kCrossEntropyLoss:
         break;  // only the last layer is a loss
+      case OpKind::kReshape:
+        // dX is dY itself (a view): no node.
+        if (x_needs_grad) contributions[x].push_back(dy);
+        break;
+      case OpKind::kRelu6:
+      case OpKind::kHardSwish:
+      case OpKind::kGelu:
+      case OpKind::kSilu:
+      case OpKind::kPow:
+        grad_input(GradRole::kGrad, {x, dy}, 2.0 * layer.flops);
+        break;
+      case OpKind::kHardSigmoid:
+      case OpKind::kSigmoid:
+      case OpKind::kTanh:
+      case OpKind::kSqrt:
+      case OpKind::kSoftmax:
+        grad_input(GradRole::kGrad, {v, dy}, 2.0 * layer.flops);
+        break;
+      case OpKind::kAffine:
+      case OpKind::kReduceMean:
+      case OpKind::kTranspose:
+      case OpKind::kSlice:
+        grad_input(GradRole::kGrad, {dy}, layer.flops);
+        break;
+      case OpKind::kConcat:
+        grad_all_inputs({dy}, layer.flops);
+        break;
+      case OpKind::kAddBroadcast:
+      case OpKind::kSub:
+      case OpKind::kMul:
+      case OpKind::kDiv: {
+        const bool product = layer.kind == OpKind::kMul || layer.kind == OpKind::kDiv;
+        if (layer.inputs.size() == 2) {  // two activations: one kernel gives both gradients
+          grad_all_inputs(product ? std::vector<int>{layer.inputs[0], layer.inputs[1], dy} : std::vector<int>{dy},
+                          2.0 * layer.flops);
+          break;
+        }
+        // An activation and a parameter P: dX = dY (* or / P) reads dY; dP reads X for a product.
+        if (trains[v]) {
+          const bool bias = layer.bias_count > 0;
+          out.AddGrad(name + (bias ? ".grad_bias" : ".grad_weight"), kind,
+                      bias ? GradRole::kGradBias : GradRole::kGradWeight, {layer.param_count}, 0,
+                      product ? std::vector<int>{x, dy} : std::vector<int>{dy}, v, 2.0 * layer.flops);
+        }
+        if (x_needs_grad) grad_input(GradRole::kGradInput, {dy}, layer.flops);
+        break;
+      }
+      case OpKind::kMatMul:
+        grad_all_inputs({layer.inputs[0], layer.inputs[1], dy}, 2.0 * layer.flops);
+        break;
+      case OpKind::kLayerNorm: {
+        // As batchnorm2d: one primitive gives dX, dgamma and dbeta (statistics recomputed from X).
+        const bool beta_only = !x_needs_grad && bias_only;
+        const std::vector<int> reads = beta_only ? std::vector<int>{dy} : std::vector<int>{x, dy};
+        if (x_needs_grad) {
+          grad_input(GradRole::kGrad, reads, 2.0 * layer.flops);
+        } else {
+          out.AddGrad(name + (bias_only ? ".grad_bias" : ".grad_weight"), kind,
+                      bias_only ? GradRole::kGradBias : GradRole::kGradWeight, {layer.param_count}, 0, reads, v,
+                      2.0 * layer.flops);
+        }
+        break;
+      }
+      case OpKind::kEmbedding:
+        // Integer ids have no gradient; the table's gradient adds dY's rows at the ids.
+        if (trains[v]) {
+          out.AddGrad(name + ".grad_weight", kind, GradRole::kGradWeight, {layer.param_count}, 0, {x, dy}, v,
+                      layer.flops);
+        }
+        break;
     }
   }
 }
@@ -250,6 +337,14 @@ Result<Derivation> ParseDerivation(std::string_view text) {
 }
 
 std::string_view DerivationName(Derivation derivation) { return derivation == Derivation::kPoet ? "poet" : "exact"; }
+
+uint64_t ActivationBytes(const v1::TrainingGraph& graph) {
+  uint64_t bytes = 0;
+  for (const v1::TrainingNode& node : graph.nodes()) {
+    if (node.phase() != v1::PHASE_BACKWARD) bytes += node.output_bytes();
+  }
+  return bytes;
+}
 
 Result<Trainable> Trainable::Parse(std::string_view text) {
   if (text == "all") return Trainable{};

@@ -26,7 +26,30 @@
 //   attention_scores,  grad                         X, dY
 //   attention_context
 //   cross_entropy_loss grad                         X             (softmax(X) - labels)
-//   add, flatten       none: dX is dY (a view)      -
+//   add, flatten,      none: dX is dY (a view)      -
+//   reshape
+//   relu6, hardswish,  grad                         X, dY
+//   gelu, silu, pow
+//   sigmoid, tanh,     grad                         Y, dY         (derivative from Y)
+//   sqrt, hardsigmoid,
+//   softmax
+//   affine, slice,     grad                         dY
+//   reduce_mean,
+//   transpose
+//   concat             grad (all inputs)            dY
+//   add_broadcast, sub grad (both inputs)           dY            (broadcast axes summed)
+//   mul, div           grad (both inputs)           A, B, dY
+//   matmul             grad (both inputs)           A, B, dY      (dA = dY B^T, dB = A^T dY)
+//     ... of an activation X and a parameter P:
+//   add_broadcast, sub grad_input                   dY
+//                      grad_bias                    dY
+//   mul, div           grad_input                   dY            (dY * P, dY / P)
+//                      grad_weight                  X, dY
+//   layernorm          grad (dX, dgamma, dbeta;     X, dY         (as batchnorm2d)
+//                      one primitive)
+//   embedding          grad_weight                  X, dY         (ids have no gradient)
+//
+// A node differentiating several inputs has all their gradients as its output.
 //   a tensor read by   grad_sum (sum of the         each consumer's gradient
 //   several ops        consumers' gradients)
 //
@@ -64,6 +87,13 @@ Result<GradRole> ParseGradRole(std::string_view name);
 enum class Derivation { kPoet, kExact };
 Result<Derivation> ParseDerivation(std::string_view text);
 std::string_view DerivationName(Derivation derivation);
+// One default everywhere (graph, costs, profile, solve, RPC): the graph the kernels
+// really run. `poet` is asked for by name, to compare with POET's own numbers.
+inline constexpr Derivation kDefaultDerivation = Derivation::kExact;
+
+// The bytes a plain step holds at the turn from forward to backward when it keeps
+// everything: the outputs of the forward nodes and the loss.
+uint64_t ActivationBytes(const v1::TrainingGraph& graph);
 
 struct Trainable {
   enum class Mode { kAll, kLastK, kBias };

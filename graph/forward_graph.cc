@@ -1,5 +1,6 @@
 #include "graph/forward_graph.h"
 
+#include <algorithm>
 #include <cassert>
 #include <sstream>
 #include <stdexcept>
@@ -50,6 +51,52 @@ std::string_view OpKindName(OpKind kind) {
       return "attention_context";
     case OpKind::kCrossEntropyLoss:
       return "cross_entropy_loss";
+    case OpKind::kRelu6:
+      return "relu6";
+    case OpKind::kHardSwish:
+      return "hardswish";
+    case OpKind::kHardSigmoid:
+      return "hardsigmoid";
+    case OpKind::kSigmoid:
+      return "sigmoid";
+    case OpKind::kTanh:
+      return "tanh";
+    case OpKind::kGelu:
+      return "gelu";
+    case OpKind::kSilu:
+      return "silu";
+    case OpKind::kSqrt:
+      return "sqrt";
+    case OpKind::kPow:
+      return "pow";
+    case OpKind::kAffine:
+      return "affine";
+    case OpKind::kMul:
+      return "mul";
+    case OpKind::kSub:
+      return "sub";
+    case OpKind::kDiv:
+      return "div";
+    case OpKind::kAddBroadcast:
+      return "add_broadcast";
+    case OpKind::kMatMul:
+      return "matmul";
+    case OpKind::kSoftmax:
+      return "softmax";
+    case OpKind::kLayerNorm:
+      return "layernorm";
+    case OpKind::kReduceMean:
+      return "reduce_mean";
+    case OpKind::kConcat:
+      return "concat";
+    case OpKind::kTranspose:
+      return "transpose";
+    case OpKind::kReshape:
+      return "reshape";
+    case OpKind::kSlice:
+      return "slice";
+    case OpKind::kEmbedding:
+      return "embedding";
   }
   return "unknown";
 }
@@ -93,6 +140,52 @@ std::string_view PoetClassName(OpKind kind) {
       return "QKTVMatrix";
     case OpKind::kCrossEntropyLoss:
       return "CrossEntropyLoss";
+    case OpKind::kRelu6:
+      return "ReLU6Layer";
+    case OpKind::kHardSwish:
+      return "HardSwishLayer";
+    case OpKind::kHardSigmoid:
+      return "HardSigmoidLayer";
+    case OpKind::kSigmoid:
+      return "SigmoidLayer";
+    case OpKind::kTanh:
+      return "TanhLayer";
+    case OpKind::kGelu:
+      return "GELULayer";
+    case OpKind::kSilu:
+      return "SiLULayer";
+    case OpKind::kSqrt:
+      return "SqrtLayer";
+    case OpKind::kPow:
+      return "PowLayer";
+    case OpKind::kAffine:
+      return "AffineLayer";
+    case OpKind::kMul:
+      return "MulLayer";
+    case OpKind::kSub:
+      return "SubLayer";
+    case OpKind::kDiv:
+      return "DivLayer";
+    case OpKind::kAddBroadcast:
+      return "AddLayer";
+    case OpKind::kMatMul:
+      return "MatMulLayer";
+    case OpKind::kSoftmax:
+      return "SoftmaxLayer";
+    case OpKind::kLayerNorm:
+      return "LayerNorm";
+    case OpKind::kReduceMean:
+      return "ReduceMeanLayer";
+    case OpKind::kConcat:
+      return "ConcatLayer";
+    case OpKind::kTranspose:
+      return "TransposeLayer";
+    case OpKind::kReshape:
+      return "ReshapeLayer";
+    case OpKind::kSlice:
+      return "SliceLayer";
+    case OpKind::kEmbedding:
+      return "EmbeddingLayer";
   }
   return "Unknown";
 }
@@ -108,23 +201,30 @@ int ForwardGraph::Append(Layer layer) {
 int ForwardGraph::Input(Shape shape) { return Append({.kind = OpKind::kInput, .output_shape = std::move(shape)}); }
 
 int ForwardGraph::Conv2d(int x, int64_t in_channels, int64_t out_channels, int64_t kernel, int64_t stride,
-                         int64_t padding) {
+                         int64_t padding, int64_t groups, bool bias) {
   const Shape& in = shape(x);
   if (in.size() != 4 || in[1] != in_channels) throw std::logic_error("conv2d input shape mismatch in " + model_);
+  if (groups < 1 || in_channels % groups != 0 || out_channels % groups != 0) {
+    throw std::logic_error("conv2d groups do not divide the channels in " + model_);
+  }
   const int64_t h = (in[2] - kernel + 2 * padding) / stride + 1;
   const int64_t w = (in[3] - kernel + 2 * padding) / stride + 1;
   Shape out = {in[0], out_channels, h, w};
   Layer layer{.kind = OpKind::kConv2d, .inputs = {x}, .output_shape = out};
-  layer.param_count = out_channels * in_channels * kernel * kernel + out_channels;
-  layer.bias_count = out_channels;
-  // POET counts 2 * k^2 * |input| * C_out (input size, not output size) + |output|.
-  layer.flops = 2.0 * static_cast<double>(kernel * kernel * NumElements(in) * out_channels) +
+  layer.bias_count = bias ? out_channels : 0;
+  layer.param_count = out_channels * (in_channels / groups) * kernel * kernel + layer.bias_count;
+  // POET counts 2 * k^2 * |input| * C_out (input size, not output size) + |output|; a group
+  // sees 1/groups of the input channels.
+  layer.flops = 2.0 * static_cast<double>(kernel * kernel * NumElements(in) * out_channels / groups) +
                 static_cast<double>(NumElements(out));
   layer.attributes = {{"in_channels", in_channels},
                       {"out_channels", out_channels},
                       {"kernel", kernel},
                       {"stride", stride},
                       {"padding", padding}};
+  // Only set where they differ from POET's convolutions, so that existing op signatures stay.
+  if (groups != 1) layer.attributes["groups"] = groups;
+  if (!bias) layer.attributes["no_bias"] = 1;
   return Append(std::move(layer));
 }
 
@@ -145,21 +245,30 @@ int ForwardGraph::Relu(int x) {
 }
 
 namespace {
-Shape PoolShape(const Shape& in, int64_t kernel, int64_t stride, int64_t padding) {
+Shape PoolShape(const Shape& in, int64_t kernel, int64_t stride, int64_t padding, bool ceil_mode = false) {
   if (in.size() != 4) throw std::logic_error("pooling needs an NCHW input");
-  return {in[0], in[1], (in[2] + 2 * padding - kernel) / stride + 1, (in[3] + 2 * padding - kernel) / stride + 1};
+  auto extent = [&](int64_t size) {
+    const int64_t span = size + 2 * padding - kernel;
+    int64_t out = (ceil_mode ? (span + stride - 1) / stride : span / stride) + 1;
+    // PyTorch and ONNX: the last window must start inside the input or its left padding.
+    if (ceil_mode && (out - 1) * stride >= size + padding) --out;
+    return out;
+  };
+  return {in[0], in[1], extent(in[2]), extent(in[3])};
 }
 }  // namespace
 
-int ForwardGraph::MaxPool2d(int x, int64_t kernel, int64_t stride, int64_t padding) {
-  Shape out = PoolShape(shape(x), kernel, stride, padding);
+int ForwardGraph::MaxPool2d(int x, int64_t kernel, int64_t stride, int64_t padding, bool ceil_mode) {
+  Shape out = PoolShape(shape(x), kernel, stride, padding, ceil_mode);
   // POET: "Flops assume stride=1 for legacy reasons".
   const double flops = 2.0 * static_cast<double>(kernel * kernel * NumElements(out));
-  return Append({.kind = OpKind::kMaxPool2d,
-                 .inputs = {x},
-                 .output_shape = out,
-                 .flops = flops,
-                 .attributes = {{"kernel", kernel}, {"stride", stride}, {"padding", padding}}});
+  Layer layer{.kind = OpKind::kMaxPool2d,
+              .inputs = {x},
+              .output_shape = out,
+              .flops = flops,
+              .attributes = {{"kernel", kernel}, {"stride", stride}, {"padding", padding}}};
+  if (ceil_mode) layer.attributes["ceil_mode"] = 1;
+  return Append(std::move(layer));
 }
 
 int ForwardGraph::AvgPool2d(int x, int64_t kernel, int64_t stride, int64_t padding) {
@@ -243,6 +352,276 @@ int ForwardGraph::CrossEntropyLoss(int logits, int64_t classes) {
                  .output_shape = {classes},
                  .flops = flops,
                  .attributes = {{"classes", classes}}});
+}
+
+// ---- The op set of imported models ------------------------------------------------------------
+
+namespace {
+
+[[noreturn]] void Fail(const std::string& what) { throw std::logic_error(what); }
+
+int64_t Axis(int64_t axis, size_t rank) {
+  const int64_t r = static_cast<int64_t>(rank);
+  if (axis < -r || axis >= r) Fail("axis " + std::to_string(axis) + " out of range for rank " + std::to_string(r));
+  return axis < 0 ? axis + r : axis;
+}
+
+// FLOPs per element of the elementwise kinds (a comparison, add or multiply is one).
+double UnaryFlopsPerElement(OpKind kind) {
+  switch (kind) {
+    case OpKind::kRelu6:
+    case OpKind::kSqrt:
+      return 1;
+    case OpKind::kAffine:
+    case OpKind::kPow:
+      return 2;
+    case OpKind::kHardSigmoid:
+      return 3;
+    case OpKind::kHardSwish:
+      return 4;
+    case OpKind::kSigmoid:
+    case OpKind::kTanh:
+      return 4;  // exp, add, divide (and a multiply for tanh)
+    case OpKind::kSilu:
+      return 5;
+    case OpKind::kGelu:
+      return 8;  // x * 0.5 * (1 + erf(x / sqrt 2)), erf as a short polynomial
+    case OpKind::kInput:
+    case OpKind::kConv2d:
+    case OpKind::kBatchNorm2d:
+    case OpKind::kRelu:
+    case OpKind::kMaxPool2d:
+    case OpKind::kAvgPool2d:
+    case OpKind::kFlatten:
+    case OpKind::kLinear:
+    case OpKind::kLinearRelu:
+    case OpKind::kDropout:
+    case OpKind::kAdd:
+    case OpKind::kQkvProjection:
+    case OpKind::kAttentionScores:
+    case OpKind::kAttentionContext:
+    case OpKind::kCrossEntropyLoss:
+    case OpKind::kMul:
+    case OpKind::kSub:
+    case OpKind::kDiv:
+    case OpKind::kAddBroadcast:
+    case OpKind::kMatMul:
+    case OpKind::kSoftmax:
+    case OpKind::kLayerNorm:
+    case OpKind::kReduceMean:
+    case OpKind::kConcat:
+    case OpKind::kTranspose:
+    case OpKind::kReshape:
+    case OpKind::kSlice:
+    case OpKind::kEmbedding:
+      break;
+  }
+  Fail(std::string(OpKindName(kind)) + " is not an elementwise op of one input");
+}
+
+}  // namespace
+
+Shape BroadcastShapes(const Shape& a, const Shape& b) {
+  const size_t rank = std::max(a.size(), b.size());
+  Shape out(rank);
+  for (size_t i = 0; i < rank; ++i) {
+    const int64_t da = i < rank - a.size() ? 1 : a[i - (rank - a.size())];
+    const int64_t db = i < rank - b.size() ? 1 : b[i - (rank - b.size())];
+    if (da != db && da != 1 && db != 1)
+      Fail("shapes " + ShapeToString(a) + " and " + ShapeToString(b) + " do not broadcast");
+    out[i] = std::max(da, db);
+  }
+  return out;
+}
+
+int ForwardGraph::Unary(OpKind kind, int x, std::map<std::string, int64_t> attributes) {
+  const Shape in = shape(x);
+  const double flops = UnaryFlopsPerElement(kind) * static_cast<double>(NumElements(in));
+  return Append({.kind = kind, .inputs = {x}, .output_shape = in, .flops = flops, .attributes = std::move(attributes)});
+}
+
+int ForwardGraph::Binary(OpKind kind, int a, int b) {
+  if (kind != OpKind::kMul && kind != OpKind::kSub && kind != OpKind::kDiv && kind != OpKind::kAddBroadcast) {
+    Fail(std::string(OpKindName(kind)) + " is not a binary op");
+  }
+  Shape out = BroadcastShapes(shape(a), shape(b));
+  const double flops = static_cast<double>(NumElements(out));
+  return Append({.kind = kind, .inputs = {a, b}, .output_shape = std::move(out), .flops = flops});
+}
+
+int ForwardGraph::BinaryParam(OpKind kind, int a, const Shape& param) {
+  if (kind != OpKind::kMul && kind != OpKind::kSub && kind != OpKind::kDiv && kind != OpKind::kAddBroadcast) {
+    Fail(std::string(OpKindName(kind)) + " is not a binary op");
+  }
+  Shape p = param;
+  while (!p.empty() && p.front() == 1) p.erase(p.begin());
+  const Shape& in = shape(a);
+  if (p.size() > in.size() || !std::equal(p.begin(), p.end(), in.end() - static_cast<std::ptrdiff_t>(p.size()))) {
+    Fail("parameter of shape " + ShapeToString(param) + " does not broadcast over the trailing axes of " +
+         ShapeToString(in));
+  }
+  Layer layer{.kind = kind, .inputs = {a}, .output_shape = in, .flops = static_cast<double>(NumElements(in))};
+  layer.param_count = NumElements(p);
+  if (kind == OpKind::kAddBroadcast || kind == OpKind::kSub) layer.bias_count = layer.param_count;
+  layer.attributes = {{"param_rank", static_cast<int64_t>(p.size())}};
+  return Append(std::move(layer));
+}
+
+int ForwardGraph::LinearNd(int x, int64_t in_features, int64_t out_features, bool bias) {
+  const Shape& in = shape(x);
+  if (in.size() < 2 || in.back() != in_features) Fail("linear input shape mismatch in " + model_);
+  Shape out = in;
+  out.back() = out_features;
+  const int64_t rows = NumElements(in) / in_features;
+  Layer layer{.kind = OpKind::kLinear, .inputs = {x}, .output_shape = out};
+  layer.bias_count = bias ? out_features : 0;
+  layer.param_count = in_features * out_features + layer.bias_count;
+  layer.flops = 2.0 * static_cast<double>(rows * in_features * out_features) +
+                (bias ? static_cast<double>(rows * out_features) : 0.0);
+  layer.attributes = {{"in_features", in_features}, {"out_features", out_features}};
+  if (!bias) layer.attributes["no_bias"] = 1;
+  return Append(std::move(layer));
+}
+
+int ForwardGraph::MatMul(int a, int b) {
+  const Shape& sa = shape(a);
+  const Shape& sb = shape(b);
+  if (sa.size() < 2 || sb.size() < 2 || sa.back() != sb[sb.size() - 2]) {
+    Fail("matmul of " + ShapeToString(sa) + " and " + ShapeToString(sb) + " in " + model_);
+  }
+  Shape out = BroadcastShapes(Shape(sa.begin(), sa.end() - 2), Shape(sb.begin(), sb.end() - 2));
+  out.push_back(sa[sa.size() - 2]);
+  out.push_back(sb.back());
+  const double flops = 2.0 * static_cast<double>(NumElements(out) * sa.back());
+  return Append({.kind = OpKind::kMatMul, .inputs = {a, b}, .output_shape = std::move(out), .flops = flops});
+}
+
+int ForwardGraph::Softmax(int x, int64_t axis) {
+  const Shape in = shape(x);
+  return Append({.kind = OpKind::kSoftmax,
+                 .inputs = {x},
+                 .output_shape = in,
+                 .flops = 5.0 * static_cast<double>(NumElements(in)),  // max, subtract, exp, sum, divide
+                 .attributes = {{"axis", Axis(axis, in.size())}}});
+}
+
+int ForwardGraph::LayerNorm(int x) {
+  const Shape in = shape(x);
+  if (in.empty()) Fail("layer normalization of a scalar in " + model_);
+  Layer layer{.kind = OpKind::kLayerNorm, .inputs = {x}, .output_shape = in};
+  layer.param_count = 2 * in.back();  // scale and shift
+  layer.bias_count = in.back();
+  layer.flops = 8.0 * static_cast<double>(NumElements(in));  // mean, variance, normalize, scale and shift
+  return Append(std::move(layer));
+}
+
+int ForwardGraph::ReduceMean(int x, const std::vector<int64_t>& axes, bool keepdims) {
+  const Shape in = shape(x);
+  int64_t mask = 0;
+  for (int64_t a : axes) mask |= int64_t{1} << Axis(a, in.size());
+  if (axes.empty()) mask = (int64_t{1} << in.size()) - 1;  // ONNX: no axes reduces all
+  Shape out;
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (!(mask >> i & 1)) {
+      out.push_back(in[i]);
+    } else if (keepdims) {
+      out.push_back(1);
+    }
+  }
+  return Append({.kind = OpKind::kReduceMean,
+                 .inputs = {x},
+                 .output_shape = out,
+                 .flops = static_cast<double>(NumElements(in)),
+                 .attributes = {{"axes", mask}, {"keepdims", keepdims ? 1 : 0}}});
+}
+
+int ForwardGraph::Concat(const std::vector<int>& inputs, int64_t axis) {
+  if (inputs.empty()) Fail("concat of nothing in " + model_);
+  Shape out = shape(inputs[0]);
+  const int64_t a = Axis(axis, out.size());
+  out[a] = 0;
+  for (int input : inputs) {
+    const Shape& s = shape(input);
+    for (size_t i = 0; i < s.size(); ++i) {
+      if (static_cast<int64_t>(i) != a && (s.size() != out.size() || s[i] != out[i])) {
+        Fail("concat of mismatched shapes in " + model_);
+      }
+    }
+    out[a] += s[a];
+  }
+  const double flops = static_cast<double>(NumElements(out));
+  return Append({.kind = OpKind::kConcat,
+                 .inputs = inputs,
+                 .output_shape = std::move(out),
+                 .flops = flops,
+                 .attributes = {{"axis", a}}});
+}
+
+int64_t EncodePerm(const std::vector<int64_t>& perm) {
+  int64_t code = 0;
+  for (int64_t p : perm) code = code * 10 + p;
+  return code;
+}
+
+std::vector<int64_t> DecodePerm(int64_t code, size_t rank) {
+  std::vector<int64_t> perm(rank);
+  for (size_t i = rank; i-- > 0;) {
+    perm[i] = code % 10;
+    code /= 10;
+  }
+  return perm;
+}
+
+int ForwardGraph::Transpose(int x, const std::vector<int64_t>& perm) {
+  const Shape in = shape(x);
+  if (perm.size() != in.size() || in.size() > 9) Fail("transpose permutation does not fit the input in " + model_);
+  Shape out(in.size());
+  std::vector<bool> seen(in.size(), false);
+  for (size_t i = 0; i < perm.size(); ++i) {
+    if (perm[i] < 0 || perm[i] >= static_cast<int64_t>(in.size()) || seen[perm[i]]) Fail("bad permutation");
+    seen[perm[i]] = true;
+    out[i] = in[perm[i]];
+  }
+  return Append({.kind = OpKind::kTranspose,
+                 .inputs = {x},
+                 .output_shape = std::move(out),
+                 .flops = static_cast<double>(NumElements(in)),
+                 .attributes = {{"perm", EncodePerm(perm)}}});
+}
+
+int ForwardGraph::Reshape(int x, const Shape& target) {
+  if (NumElements(target) != NumElements(shape(x))) {
+    Fail("reshape of " + ShapeToString(shape(x)) + " to " + ShapeToString(target) + " in " + model_);
+  }
+  return Append({.kind = OpKind::kReshape, .inputs = {x}, .output_shape = target, .flops = 0});
+}
+
+int ForwardGraph::Slice(int x, int64_t axis, int64_t start, int64_t end, bool squeeze) {
+  const Shape in = shape(x);
+  const int64_t a = Axis(axis, in.size());
+  if (start < 0 || end > in[a] || start >= end || (squeeze && end != start + 1)) {
+    Fail("slice [" + std::to_string(start) + ", " + std::to_string(end) + ") of axis " + std::to_string(a) + " of " +
+         ShapeToString(in));
+  }
+  Shape out = in;
+  out[a] = end - start;
+  if (squeeze) out.erase(out.begin() + a);
+  const double flops = static_cast<double>(NumElements(out));
+  return Append({.kind = OpKind::kSlice,
+                 .inputs = {x},
+                 .output_shape = std::move(out),
+                 .flops = flops,
+                 .attributes = {{"axis", a}, {"start", start}, {"end", end}}});
+}
+
+int ForwardGraph::Embedding(int ids, int64_t vocabulary, int64_t dim) {
+  Shape out = shape(ids);
+  out.push_back(dim);
+  Layer layer{.kind = OpKind::kEmbedding, .inputs = {ids}, .output_shape = out};
+  layer.param_count = vocabulary * dim;
+  layer.flops = static_cast<double>(NumElements(out));  // a copy per element
+  layer.attributes = {{"vocabulary", vocabulary}, {"dim", dim}};
+  return Append(std::move(layer));
 }
 
 }  // namespace edgecost::graph

@@ -35,9 +35,34 @@ enum class OpKind {
   kAttentionScores,   // Q K^T with mask and dropout fused
   kAttentionContext,  // softmax(scores) V with head concat fused
   kCrossEntropyLoss,
+  // The op set of models exported from PyTorch (graph/onnx_import.cc). Unlike POET's kinds
+  // above, their FLOPs are the real count of one forward execution.
+  kRelu6,        // Clip(0, 6)
+  kHardSwish,    // x * relu6(x + 3) / 6
+  kHardSigmoid,  // clip(x / 6 + 1/2, 0, 1)
+  kSigmoid,
+  kTanh,
+  kGelu,  // x * Phi(x), exact (erf); PyTorch exports it decomposed, the importer fuses it
+  kSilu,  // x * sigmoid(x), fused from Sigmoid and Mul
+  kSqrt,
+  kPow,     // x ^ exponent (an integer)
+  kAffine,  // x * alpha + beta with scalar constants (Mul, Div, Add, Sub by a constant)
+  kMul,     // elementwise with broadcasting, of two activations or an activation and a parameter
+  kSub,
+  kDiv,
+  kAddBroadcast,  // Add that broadcasts, or adds a parameter (kAdd is the plain residual add)
+  kMatMul,        // batched matrix product of two activations, with broadcasting
+  kSoftmax,
+  kLayerNorm,  // over the last axis, with a scale and a shift
+  kReduceMean,
+  kConcat,
+  kTranspose,
+  kReshape,    // a view: the same elements in another shape
+  kSlice,      // a range of one axis (Slice, Split, Gather of one index)
+  kEmbedding,  // rows of a parameter table picked by integer ids (Gather)
 };
 
-inline constexpr OpKind kLastOpKind = OpKind::kCrossEntropyLoss;
+inline constexpr OpKind kLastOpKind = OpKind::kEmbedding;
 
 // Stable lower-case name used in graphs, op signatures and the database.
 std::string_view OpKindName(OpKind kind);
@@ -63,10 +88,13 @@ class ForwardGraph {
   ForwardGraph(std::string model, int batch_size) : model_(std::move(model)), batch_size_(batch_size) {}
 
   int Input(Shape shape);
-  int Conv2d(int x, int64_t in_channels, int64_t out_channels, int64_t kernel, int64_t stride, int64_t padding);
+  // groups > 1 is a grouped convolution (groups == channels: depthwise); PyTorch's convolutions
+  // before a batch norm have no bias.
+  int Conv2d(int x, int64_t in_channels, int64_t out_channels, int64_t kernel, int64_t stride, int64_t padding,
+             int64_t groups = 1, bool bias = true);
   int BatchNorm2d(int x);
   int Relu(int x);
-  int MaxPool2d(int x, int64_t kernel, int64_t stride, int64_t padding = 0);
+  int MaxPool2d(int x, int64_t kernel, int64_t stride, int64_t padding = 0, bool ceil_mode = false);
   int AvgPool2d(int x, int64_t kernel, int64_t stride, int64_t padding = 0);
   int Flatten(int x);
   int Linear(int x, int64_t in_features, int64_t out_features);
@@ -77,6 +105,28 @@ class ForwardGraph {
   int AttentionScores(int qkv, int64_t seq_len, int64_t head_dim, int64_t heads);
   int AttentionContext(int scores, int64_t seq_len, int64_t head_dim, int64_t heads);
   int CrossEntropyLoss(int logits, int64_t classes);
+
+  // The kinds of imported models. Shapes that do not fit throw std::logic_error, as above.
+  // Elementwise of one input: kRelu6 .. kAffine; `attributes` as the kernel reads them
+  // (kPow: exponent; kAffine: alpha_e6, beta_e6, the constants times 10^6).
+  int Unary(OpKind kind, int x, std::map<std::string, int64_t> attributes = {});
+  // kMul, kSub, kDiv, kAddBroadcast of two activations, NumPy broadcasting.
+  int Binary(OpKind kind, int a, int b);
+  // The same with a trainable parameter as the second operand, broadcast over the leading axes
+  // of `a` (its shape a suffix of a's shape, after dropping leading ones).
+  int BinaryParam(OpKind kind, int a, const Shape& param);
+  // A linear layer over the last axis of an input of any rank (MatMul by a weight, Gemm).
+  int LinearNd(int x, int64_t in_features, int64_t out_features, bool bias);
+  int MatMul(int a, int b);
+  int Softmax(int x, int64_t axis);
+  int LayerNorm(int x);
+  int ReduceMean(int x, const std::vector<int64_t>& axes, bool keepdims);
+  int Concat(const std::vector<int>& inputs, int64_t axis);
+  int Transpose(int x, const std::vector<int64_t>& perm);
+  int Reshape(int x, const Shape& shape);
+  // Elements [start, end) of `axis`; `squeeze` drops the axis (Gather of one index).
+  int Slice(int x, int64_t axis, int64_t start, int64_t end, bool squeeze = false);
+  int Embedding(int ids, int64_t vocabulary, int64_t dim);
 
   const std::string& model() const { return model_; }
   int batch_size() const { return batch_size_; }
@@ -93,5 +143,11 @@ class ForwardGraph {
   int batch_size_;
   std::vector<Layer> layers_;
 };
+
+// NumPy broadcasting of two shapes; std::logic_error when they do not broadcast.
+Shape BroadcastShapes(const Shape& a, const Shape& b);
+// kTranspose's "perm" attribute: the permutation's digits (ranks up to 9).
+int64_t EncodePerm(const std::vector<int64_t>& perm);
+std::vector<int64_t> DecodePerm(int64_t code, size_t rank);
 
 }  // namespace edgecost::graph

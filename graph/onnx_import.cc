@@ -1,8 +1,15 @@
 #include "graph/onnx_import.h"
 
+#include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <limits>
 #include <map>
+#include <optional>
+#include <set>
 #include <sstream>
 
 #include <onnx/onnx_pb.h>
@@ -11,13 +18,15 @@
 namespace edgecost::graph {
 namespace {
 
-// One ONNX node's integer attributes, with defaults.
+// One ONNX node's attributes, with defaults.
 class Attributes {
  public:
   explicit Attributes(const onnx::NodeProto& node) {
     for (const onnx::AttributeProto& a : node.attribute()) {
       if (a.type() == onnx::AttributeProto::INT) ints_[a.name()] = {a.i()};
       if (a.type() == onnx::AttributeProto::INTS) ints_[a.name()] = {a.ints().begin(), a.ints().end()};
+      if (a.type() == onnx::AttributeProto::FLOAT) floats_[a.name()] = a.f();
+      if (a.type() == onnx::AttributeProto::TENSOR) tensors_[a.name()] = &a.t();
     }
   }
   std::vector<int64_t> Ints(const std::string& name, std::vector<int64_t> fallback) const {
@@ -25,9 +34,20 @@ class Attributes {
     return it == ints_.end() ? fallback : it->second;
   }
   int64_t Int(const std::string& name, int64_t fallback) const { return Ints(name, {fallback})[0]; }
+  bool Has(const std::string& name) const { return ints_.count(name) || floats_.count(name) || tensors_.count(name); }
+  float Float(const std::string& name, float fallback) const {
+    auto it = floats_.find(name);
+    return it == floats_.end() ? fallback : it->second;
+  }
+  const onnx::TensorProto* Tensor(const std::string& name) const {
+    auto it = tensors_.find(name);
+    return it == tensors_.end() ? nullptr : it->second;
+  }
 
  private:
   std::map<std::string, std::vector<int64_t>> ints_;
+  std::map<std::string, float> floats_;
+  std::map<std::string, const onnx::TensorProto*> tensors_;
 };
 
 bool AllEqual(const std::vector<int64_t>& v) {
@@ -37,6 +57,489 @@ bool AllEqual(const std::vector<int64_t>& v) {
   return true;
 }
 
+bool Near(double a, double b) { return std::fabs(a - b) <= 1e-4 * std::max(1.0, std::fabs(b)); }
+
+// What an ONNX tensor name stands for at import: an activation (a node of the forward graph), a
+// constant folded at import (shape arithmetic), a parameter (an initializer: only its shape
+// matters) or nothing usable (the output of an op that could not be imported).
+struct Value {
+  enum class Kind { kActivation, kConstant, kParameter, kMissing };
+  Kind kind = Kind::kMissing;
+  int node = -1;
+  Shape shape;               // constants and parameters
+  std::vector<double> data;  // constants, and parameters small enough to be read as constants
+  bool integer = false;      // an integer or boolean constant (for Div and Cast)
+  bool has_data = false;
+
+  static Value Activation(int node) { return {.kind = Kind::kActivation, .node = node}; }
+  static Value Constant(Shape shape, std::vector<double> data, bool integer) {
+    return {.kind = Kind::kConstant,
+            .shape = std::move(shape),
+            .data = std::move(data),
+            .integer = integer,
+            .has_data = true};
+  }
+  static Value Parameter(Shape shape) { return {.kind = Kind::kParameter, .shape = std::move(shape)}; }
+  bool scalar() const { return has_data && data.size() == 1; }
+};
+
+bool IsIntegerType(int type) {
+  switch (type) {
+    case onnx::TensorProto::FLOAT:
+    case onnx::TensorProto::DOUBLE:
+    case onnx::TensorProto::FLOAT16:
+    case onnx::TensorProto::BFLOAT16:
+      return false;
+    default:
+      return true;
+  }
+}
+
+// The values of a tensor of one of the types exporters use for constants.
+Result<std::vector<double>> TensorValues(const onnx::TensorProto& t) {
+  const int64_t n = NumElements(Shape(t.dims().begin(), t.dims().end()));
+  std::vector<double> out;
+  out.reserve(static_cast<size_t>(n));
+  const std::string& raw = t.raw_data();
+  auto from_raw = [&]<typename T>(T) -> Status {
+    if (raw.size() != static_cast<size_t>(n) * sizeof(T)) return InvalidArgument("raw data of the wrong size");
+    for (int64_t i = 0; i < n; ++i) {
+      T v;
+      std::memcpy(&v, raw.data() + i * sizeof(T), sizeof(T));
+      out.push_back(static_cast<double>(v));
+    }
+    return Status::Ok();
+  };
+  switch (t.data_type()) {
+    case onnx::TensorProto::FLOAT:
+      if (!raw.empty()) {
+        EC_RETURN_IF_ERROR(from_raw(float{}));
+      } else {
+        out.assign(t.float_data().begin(), t.float_data().end());
+      }
+      break;
+    case onnx::TensorProto::DOUBLE:
+      if (!raw.empty()) {
+        EC_RETURN_IF_ERROR(from_raw(double{}));
+      } else {
+        out.assign(t.double_data().begin(), t.double_data().end());
+      }
+      break;
+    case onnx::TensorProto::INT64:
+      if (!raw.empty()) {
+        EC_RETURN_IF_ERROR(from_raw(int64_t{}));
+      } else {
+        out.assign(t.int64_data().begin(), t.int64_data().end());
+      }
+      break;
+    case onnx::TensorProto::INT32:
+      if (!raw.empty()) {
+        EC_RETURN_IF_ERROR(from_raw(int32_t{}));
+      } else {
+        out.assign(t.int32_data().begin(), t.int32_data().end());
+      }
+      break;
+    case onnx::TensorProto::BOOL:
+    case onnx::TensorProto::UINT8:
+    case onnx::TensorProto::INT8:
+      if (!raw.empty()) {
+        EC_RETURN_IF_ERROR(from_raw(uint8_t{}));
+      } else {
+        out.assign(t.int32_data().begin(), t.int32_data().end());
+      }
+      break;
+    default:
+      return InvalidArgument("constant of ONNX data type " + std::to_string(t.data_type()) + " is not supported");
+  }
+  if (static_cast<int64_t>(out.size()) != n) return InvalidArgument("constant with missing values");
+  return out;
+}
+
+// Row-major strides of a shape.
+std::vector<int64_t> Strides(const Shape& shape) {
+  std::vector<int64_t> strides(shape.size(), 1);
+  for (int i = static_cast<int>(shape.size()) - 2; i >= 0; --i) strides[i] = strides[i + 1] * shape[i + 1];
+  return strides;
+}
+
+// The flat index into `shape` of the broadcast position `index` of a tensor of shape `out`.
+int64_t BroadcastIndex(const Shape& shape, const Shape& out, int64_t index) {
+  const std::vector<int64_t> out_strides = Strides(out);
+  const std::vector<int64_t> strides = Strides(shape);
+  const size_t lead = out.size() - shape.size();
+  int64_t flat = 0;
+  for (size_t d = 0; d < out.size(); ++d) {
+    const int64_t coordinate = index / out_strides[d] % out[d];
+    if (d >= lead && shape[d - lead] != 1) flat += coordinate * strides[d - lead];
+  }
+  return flat;
+}
+
+int64_t NormalizeAxis(int64_t axis, size_t rank) { return axis < 0 ? axis + static_cast<int64_t>(rank) : axis; }
+
+// Evaluates the shape arithmetic exporters emit (Shape, Gather, Unsqueeze, Concat, Constant,
+// ConstantOfShape, Range, Cast, Equal, Where, arithmetic...) on constants. ONNX's C++ library
+// infers shapes but has no evaluator, so the few ops that compute them are evaluated here.
+class ConstantFolder {
+ public:
+  using Inputs = std::vector<const Value*>;
+
+  // The node's outputs, or an error naming why it cannot be folded.
+  static Result<std::vector<Value>> Fold(const onnx::NodeProto& node, const Inputs& in, int opset) {
+    const std::string& op = node.op_type();
+    const Attributes attrs(node);
+    auto need = [&](size_t count) -> Status {
+      if (in.size() < count) return InvalidArgument("missing inputs");
+      for (size_t i = 0; i < count; ++i) {
+        if (!in[i] || !in[i]->has_data) return InvalidArgument("input " + std::to_string(i) + " is not a constant");
+      }
+      return Status::Ok();
+    };
+    if (op == "Constant") {
+      if (const onnx::TensorProto* t = attrs.Tensor("value")) {
+        EC_ASSIGN_OR_RETURN(std::vector<double> data, TensorValues(*t));
+        return std::vector<Value>{
+            Value::Constant(Shape(t->dims().begin(), t->dims().end()), std::move(data), IsIntegerType(t->data_type()))};
+      }
+      for (const onnx::AttributeProto& a : node.attribute()) {
+        if (a.name() == "value_int") return std::vector<Value>{Value::Constant({}, {static_cast<double>(a.i())}, true)};
+        if (a.name() == "value_float") return std::vector<Value>{Value::Constant({}, {a.f()}, false)};
+        if (a.name() == "value_ints") {
+          return std::vector<Value>{Value::Constant({a.ints_size()}, {a.ints().begin(), a.ints().end()}, true)};
+        }
+        if (a.name() == "value_floats") {
+          return std::vector<Value>{Value::Constant({a.floats_size()}, {a.floats().begin(), a.floats().end()}, false)};
+        }
+      }
+      return InvalidArgument("a Constant without a value this importer reads");
+    }
+    if (op == "Identity") {
+      EC_RETURN_IF_ERROR(need(1));
+      return std::vector<Value>{*in[0]};
+    }
+    if (op == "Shape") {
+      if (in.empty() || !in[0]) return InvalidArgument("missing input");
+      const Shape& s = in[0]->shape;
+      const int64_t rank = static_cast<int64_t>(s.size());
+      int64_t start = std::clamp(NormalizeAxis(attrs.Int("start", 0), s.size()), int64_t{0}, rank);
+      int64_t end = std::clamp(NormalizeAxis(attrs.Int("end", rank), s.size()), int64_t{0}, rank);
+      std::vector<double> data;
+      for (int64_t i = start; i < end; ++i) data.push_back(static_cast<double>(s[i]));
+      const Shape dims = {static_cast<int64_t>(data.size())};
+      return std::vector<Value>{Value::Constant(dims, std::move(data), true)};
+    }
+    if (op == "Size") {
+      if (in.empty() || !in[0]) return InvalidArgument("missing input");
+      return std::vector<Value>{Value::Constant({}, {static_cast<double>(NumElements(in[0]->shape))}, true)};
+    }
+    if (op == "ConstantOfShape") {
+      EC_RETURN_IF_ERROR(need(1));
+      Shape shape;
+      for (double d : in[0]->data) shape.push_back(static_cast<int64_t>(d));
+      double fill = 0;
+      bool integer = false;
+      if (const onnx::TensorProto* t = attrs.Tensor("value")) {
+        EC_ASSIGN_OR_RETURN(std::vector<double> v, TensorValues(*t));
+        if (v.size() != 1) return InvalidArgument("a fill value that is not one value");
+        fill = v[0];
+        integer = IsIntegerType(t->data_type());
+      }
+      if (NumElements(shape) > kMaxElements) return InvalidArgument("too large a constant");
+      return std::vector<Value>{Value::Constant(shape, std::vector<double>(NumElements(shape), fill), integer)};
+    }
+    if (op == "Range") {
+      EC_RETURN_IF_ERROR(need(3));
+      const double start = in[0]->data.at(0), limit = in[1]->data.at(0), delta = in[2]->data.at(0);
+      if (delta == 0) return InvalidArgument("Range with a zero step");
+      const int64_t n = std::max<int64_t>(0, static_cast<int64_t>(std::ceil((limit - start) / delta)));
+      if (n > kMaxElements) return InvalidArgument("too large a range");
+      std::vector<double> data;
+      for (int64_t i = 0; i < n; ++i) data.push_back(start + static_cast<double>(i) * delta);
+      return std::vector<Value>{Value::Constant({n}, std::move(data), in[0]->integer)};
+    }
+    if (op == "Cast") {
+      EC_RETURN_IF_ERROR(need(1));
+      const int to = static_cast<int>(attrs.Int("to", onnx::TensorProto::FLOAT));
+      Value v = *in[0];
+      v.integer = IsIntegerType(to);
+      for (double& d : v.data) {
+        if (to == onnx::TensorProto::BOOL) {
+          d = d != 0 ? 1 : 0;
+        } else if (v.integer) {
+          d = std::trunc(d);
+        } else if (to == onnx::TensorProto::FLOAT) {
+          d = static_cast<float>(d);
+        }
+      }
+      return std::vector<Value>{std::move(v)};
+    }
+    if (op == "Unsqueeze" || op == "Squeeze") {
+      EC_RETURN_IF_ERROR(need(1));
+      std::vector<int64_t> axes = attrs.Ints("axes", {});
+      if (opset >= 13 && in.size() > 1 && in[1]) {
+        if (!in[1]->has_data) return InvalidArgument("axes are not a constant");
+        axes.clear();
+        for (double d : in[1]->data) axes.push_back(static_cast<int64_t>(d));
+      }
+      Value v = *in[0];
+      EC_ASSIGN_OR_RETURN(v.shape, SqueezeShape(op == "Unsqueeze", in[0]->shape, axes));
+      return std::vector<Value>{std::move(v)};
+    }
+    if (op == "Reshape") {
+      EC_RETURN_IF_ERROR(need(2));
+      Value v = *in[0];
+      EC_ASSIGN_OR_RETURN(v.shape, ReshapeTarget(in[0]->shape, in[1]->data, attrs.Int("allowzero", 0) != 0));
+      return std::vector<Value>{std::move(v)};
+    }
+    if (op == "Concat") {
+      for (size_t i = 0; i < in.size(); ++i) EC_RETURN_IF_ERROR(need(i + 1));
+      if (in.empty()) return InvalidArgument("no inputs");
+      const size_t rank = in[0]->shape.size();
+      const int64_t axis = NormalizeAxis(attrs.Int("axis", 0), rank);
+      if (axis < 0 || axis >= static_cast<int64_t>(std::max<size_t>(rank, 1))) return InvalidArgument("bad axis");
+      if (rank == 0) return InvalidArgument("concat of scalars");
+      Shape out = in[0]->shape;
+      out[axis] = 0;
+      for (const Value* v : in) {
+        if (v->shape.size() != rank) return InvalidArgument("ranks differ");
+        out[axis] += v->shape[axis];
+      }
+      // outer x (axis extent x inner) blocks, one input after another
+      int64_t outer = 1, inner = 1;
+      for (int64_t d = 0; d < axis; ++d) outer *= out[d];
+      for (size_t d = axis + 1; d < rank; ++d) inner *= out[d];
+      std::vector<double> data;
+      for (int64_t o = 0; o < outer; ++o) {
+        for (const Value* v : in) {
+          const int64_t block = v->shape[axis] * inner;
+          data.insert(data.end(), v->data.begin() + o * block, v->data.begin() + (o + 1) * block);
+        }
+      }
+      return std::vector<Value>{Value::Constant(out, std::move(data), in[0]->integer)};
+    }
+    if (op == "Gather") {
+      EC_RETURN_IF_ERROR(need(2));
+      const Value& data = *in[0];
+      const Value& indices = *in[1];
+      if (data.shape.empty()) return InvalidArgument("gather from a scalar");
+      const int64_t axis = NormalizeAxis(attrs.Int("axis", 0), data.shape.size());
+      Shape out(data.shape.begin(), data.shape.begin() + axis);
+      out.insert(out.end(), indices.shape.begin(), indices.shape.end());
+      out.insert(out.end(), data.shape.begin() + axis + 1, data.shape.end());
+      int64_t outer = 1, inner = 1;
+      for (int64_t d = 0; d < axis; ++d) outer *= data.shape[d];
+      for (size_t d = axis + 1; d < data.shape.size(); ++d) inner *= data.shape[d];
+      const int64_t extent = data.shape[axis];
+      std::vector<double> values;
+      for (int64_t o = 0; o < outer; ++o) {
+        for (double index : indices.data) {
+          int64_t i = static_cast<int64_t>(index);
+          if (i < 0) i += extent;
+          if (i < 0 || i >= extent) return InvalidArgument("gather index out of range");
+          const auto from = data.data.begin() + (o * extent + i) * inner;
+          values.insert(values.end(), from, from + inner);
+        }
+      }
+      return std::vector<Value>{Value::Constant(out, std::move(values), data.integer)};
+    }
+    if (op == "Slice") {
+      EC_RETURN_IF_ERROR(need(3));
+      if (in[0]->shape.size() != 1) return InvalidArgument("only slices of vectors are folded");
+      const int64_t n = in[0]->shape[0];
+      if (in.size() > 3 && in[3] && in[3]->has_data && NormalizeAxis(static_cast<int64_t>(in[3]->data.at(0)), 1) != 0) {
+        return InvalidArgument("bad axis");
+      }
+      const int64_t step = in.size() > 4 && in[4] && in[4]->has_data ? static_cast<int64_t>(in[4]->data.at(0)) : 1;
+      if (step != 1) return InvalidArgument("only unit steps are folded");
+      const auto [start, end] =
+          SliceRange(static_cast<int64_t>(in[1]->data.at(0)), static_cast<int64_t>(in[2]->data.at(0)), n);
+      std::vector<double> values(in[0]->data.begin() + start, in[0]->data.begin() + std::max(start, end));
+      const Shape dims = {static_cast<int64_t>(values.size())};
+      return std::vector<Value>{Value::Constant(dims, std::move(values), in[0]->integer)};
+    }
+    if (op == "Transpose") {
+      EC_RETURN_IF_ERROR(need(1));
+      const Value& v = *in[0];
+      std::vector<int64_t> perm = attrs.Ints("perm", {});
+      if (perm.empty()) {
+        for (size_t i = v.shape.size(); i-- > 0;) perm.push_back(static_cast<int64_t>(i));
+      }
+      if (perm.size() != v.shape.size()) return InvalidArgument("permutation does not fit");
+      Shape out;
+      for (int64_t p : perm) out.push_back(v.shape.at(p));
+      const std::vector<int64_t> in_strides = Strides(v.shape);
+      const std::vector<int64_t> out_strides = Strides(out);
+      std::vector<double> data(v.data.size());
+      for (int64_t i = 0; i < static_cast<int64_t>(data.size()); ++i) {
+        int64_t from = 0;
+        for (size_t d = 0; d < out.size(); ++d) from += (i / out_strides[d] % out[d]) * in_strides[perm[d]];
+        data[i] = v.data[from];
+      }
+      return std::vector<Value>{Value::Constant(out, std::move(data), v.integer)};
+    }
+    if (op == "Expand") {
+      EC_RETURN_IF_ERROR(need(2));
+      Shape target;
+      for (double d : in[1]->data) target.push_back(static_cast<int64_t>(d));
+      return Elementwise(
+          in, [](const std::vector<double>& x) { return x[0]; }, in[0]->integer, &target, 1);
+    }
+    // Elementwise ops with broadcasting.
+    using F = std::function<double(const std::vector<double>&)>;
+    const bool integer = !in.empty() && in[0] && in[0]->integer;
+    const std::map<std::string, std::pair<int, F>> elementwise = {
+        {"Add", {2, [](auto& x) { return x[0] + x[1]; }}},
+        {"Sub", {2, [](auto& x) { return x[0] - x[1]; }}},
+        {"Mul", {2, [](auto& x) { return x[0] * x[1]; }}},
+        {"Div", {2, [integer](auto& x) { return integer ? std::trunc(x[0] / x[1]) : x[0] / x[1]; }}},
+        {"Pow", {2, [](auto& x) { return std::pow(x[0], x[1]); }}},
+        {"Equal", {2, [](auto& x) { return x[0] == x[1] ? 1.0 : 0.0; }}},
+        {"Less", {2, [](auto& x) { return x[0] < x[1] ? 1.0 : 0.0; }}},
+        {"Greater", {2, [](auto& x) { return x[0] > x[1] ? 1.0 : 0.0; }}},
+        {"And", {2, [](auto& x) { return x[0] != 0 && x[1] != 0 ? 1.0 : 0.0; }}},
+        {"Or", {2, [](auto& x) { return x[0] != 0 || x[1] != 0 ? 1.0 : 0.0; }}},
+        {"Min", {2, [](auto& x) { return std::min(x[0], x[1]); }}},
+        {"Max", {2, [](auto& x) { return std::max(x[0], x[1]); }}},
+        {"Where", {3, [](auto& x) { return x[0] != 0 ? x[1] : x[2]; }}},
+        {"Not", {1, [](auto& x) { return x[0] == 0 ? 1.0 : 0.0; }}},
+        {"Neg", {1, [](auto& x) { return -x[0]; }}},
+        {"Abs", {1, [](auto& x) { return std::fabs(x[0]); }}},
+        {"Sqrt", {1, [](auto& x) { return std::sqrt(x[0]); }}},
+        {"Floor", {1, [](auto& x) { return std::floor(x[0]); }}},
+        {"Ceil", {1, [](auto& x) { return std::ceil(x[0]); }}},
+        {"Reciprocal", {1, [](auto& x) { return 1.0 / x[0]; }}},
+    };
+    auto it = elementwise.find(op);
+    if (it == elementwise.end()) return InvalidArgument("no constant evaluation of " + op);
+    EC_RETURN_IF_ERROR(need(static_cast<size_t>(it->second.first)));
+    const bool boolean = op == "Equal" || op == "Less" || op == "Greater" || op == "And" || op == "Or" || op == "Not";
+    const bool out_integer = boolean || (op == "Where" ? in[1]->integer : integer);
+    return Elementwise(in, it->second.second, out_integer, nullptr, it->second.first);
+  }
+
+  static Result<Shape> SqueezeShape(bool unsqueeze, const Shape& in, std::vector<int64_t> axes) {
+    Shape out = in;
+    if (unsqueeze) {
+      const size_t rank = in.size() + axes.size();
+      for (int64_t& a : axes) a = NormalizeAxis(a, rank);
+      std::sort(axes.begin(), axes.end());
+      for (int64_t a : axes) {
+        if (a < 0 || a > static_cast<int64_t>(out.size())) return InvalidArgument("bad unsqueeze axis");
+        out.insert(out.begin() + a, 1);
+      }
+      return out;
+    }
+    if (axes.empty()) {
+      out.erase(std::remove(out.begin(), out.end(), 1), out.end());
+      return out;
+    }
+    for (int64_t& a : axes) a = NormalizeAxis(a, in.size());
+    std::sort(axes.rbegin(), axes.rend());
+    for (int64_t a : axes) {
+      if (a < 0 || a >= static_cast<int64_t>(out.size()) || out[a] != 1) return InvalidArgument("bad squeeze axis");
+      out.erase(out.begin() + a);
+    }
+    return out;
+  }
+
+  // ONNX Reshape's target: 0 copies the input's extent, -1 takes what is left.
+  static Result<Shape> ReshapeTarget(const Shape& in, const std::vector<double>& target, bool allowzero) {
+    Shape out;
+    int infer = -1;
+    int64_t known = 1;
+    for (size_t i = 0; i < target.size(); ++i) {
+      int64_t d = static_cast<int64_t>(target[i]);
+      if (d == 0 && !allowzero) {
+        if (i >= in.size()) return InvalidArgument("reshape copies an axis the input lacks");
+        d = in[i];
+      }
+      if (d == -1) {
+        if (infer >= 0) return InvalidArgument("two -1 in a reshape target");
+        infer = static_cast<int>(i);
+        out.push_back(1);
+        continue;
+      }
+      if (d < 0) return InvalidArgument("negative reshape extent");
+      known *= d;
+      out.push_back(d);
+    }
+    const int64_t total = NumElements(in);
+    if (infer >= 0) {
+      if (known == 0 || total % known != 0) return InvalidArgument("reshape target does not divide the input");
+      out[infer] = total / known;
+    }
+    if (NumElements(out) != total) {
+      return InvalidArgument("reshape of " + ShapeToString(in) + " to " + ShapeToString(out) + " changes its size");
+    }
+    return out;
+  }
+
+  // ONNX Slice's clamping of [start, end) on an axis of extent n, for a unit step.
+  static std::pair<int64_t, int64_t> SliceRange(int64_t start, int64_t end, int64_t n) {
+    if (start < 0) start += n;
+    if (end < 0) end += n;
+    return {std::clamp<int64_t>(start, 0, n), std::clamp<int64_t>(end, 0, n)};
+  }
+
+  static constexpr int64_t kMaxElements = 1 << 20;
+
+  static bool CanFold(const std::string& op) {
+    static const std::set<std::string> ops = {"Constant", "Identity", "Shape",     "Size",      "ConstantOfShape",
+                                              "Range",    "Cast",     "Unsqueeze", "Squeeze",   "Reshape",
+                                              "Concat",   "Gather",   "Slice",     "Transpose", "Expand",
+                                              "Add",      "Sub",      "Mul",       "Div",       "Pow",
+                                              "Equal",    "Less",     "Greater",   "And",       "Or",
+                                              "Min",      "Max",      "Where",     "Not",       "Neg",
+                                              "Abs",      "Sqrt",     "Floor",     "Ceil",      "Reciprocal"};
+    return ops.count(op) > 0;
+  }
+
+ private:
+  static Result<std::vector<Value>> Elementwise(const Inputs& in,
+                                                const std::function<double(const std::vector<double>&)>& f,
+                                                bool integer, const Shape* target, int arity) {
+    Shape out = target ? *target : Shape{};
+    for (int i = 0; i < arity; ++i) {
+      try {
+        out = BroadcastShapes(out, in[i]->shape);
+      } catch (const std::logic_error& e) {
+        return InvalidArgument(e.what());
+      }
+    }
+    if (NumElements(out) > kMaxElements) return InvalidArgument("too large a constant");
+    std::vector<double> data(static_cast<size_t>(NumElements(out)));
+    std::vector<double> args(static_cast<size_t>(arity));
+    for (int64_t i = 0; i < static_cast<int64_t>(data.size()); ++i) {
+      for (int k = 0; k < arity; ++k) args[k] = in[k]->data[BroadcastIndex(in[k]->shape, out, i)];
+      data[i] = f(args);
+    }
+    return std::vector<Value>{Value::Constant(out, std::move(data), integer)};
+  }
+};
+
+// The ops the importer turns into graph nodes (besides what ConstantFolder evaluates).
+const std::set<std::string>& NodeOps() {
+  static const std::set<std::string> ops = {"Identity",    "Dropout",
+                                            "Conv",        "BatchNormalization",
+                                            "Relu",        "Clip",
+                                            "HardSigmoid", "HardSwish",
+                                            "Sigmoid",     "Tanh",
+                                            "Erf",         "Sqrt",
+                                            "Pow",         "Add",
+                                            "Sub",         "Mul",
+                                            "Div",         "MatMul",
+                                            "Gemm",        "MaxPool",
+                                            "AveragePool", "GlobalAveragePool",
+                                            "Flatten",     "Reshape",
+                                            "Squeeze",     "Unsqueeze",
+                                            "Transpose",   "ReduceMean",
+                                            "Concat",      "Split",
+                                            "Slice",       "Gather",
+                                            "Softmax",     "LayerNormalization",
+                                            "Cast"};
+  return ops;
+}
+
 class Importer {
  public:
   Importer(const onnx::ModelProto& model, std::string origin, std::string name)
@@ -44,29 +547,70 @@ class Importer {
 
   Result<ForwardGraph> Run() {
     const onnx::GraphProto& g = model_.graph();
-    for (const onnx::TensorProto& t : g.initializer()) {
-      initializers_[t.name()] = Shape(t.dims().begin(), t.dims().end());
+    for (const onnx::OperatorSetIdProto& o : model_.opset_import()) {
+      if (o.domain().empty() || o.domain() == "ai.onnx") opset_ = static_cast<int>(o.version());
     }
-    for (const onnx::ValueInfoProto& v : g.value_info()) inferred_[v.name()] = ShapeOf(v);
-    for (const onnx::ValueInfoProto& v : g.output()) inferred_[v.name()] = ShapeOf(v);
+    for (const onnx::TensorProto& t : g.initializer()) {
+      Value v = Value::Parameter(Shape(t.dims().begin(), t.dims().end()));
+      if (NumElements(v.shape) <= 64) {  // small ones may be constants (eps, shape targets)
+        auto data = TensorValues(t);
+        if (data.ok()) {
+          v.data = std::move(*data);
+          v.has_data = true;
+          v.integer = IsIntegerType(t.data_type());
+          if (v.integer) v.kind = Value::Kind::kConstant;  // integers are never weights
+        }
+      }
+      values_[t.name()] = std::move(v);
+    }
+    for (const auto* list : {&g.value_info(), &g.output()}) {
+      for (const onnx::ValueInfoProto& v : *list) {
+        if (v.type().tensor_type().has_shape()) inferred_[v.name()] = ShapeOf(v);  // else the rank is unknown
+      }
+    }
     int inputs = 0;
     for (const onnx::ValueInfoProto& v : g.input()) {
-      if (initializers_.count(v.name())) continue;  // old exporters list weights as inputs
+      if (values_.count(v.name())) continue;  // old exporters list weights as inputs
       const Shape shape = ShapeOf(v);
       for (int64_t d : shape) {
         if (d <= 0)
           return Error("input '" + v.name() + "' has a symbolic or unknown dimension; export with fixed shapes");
       }
-      tensors_[v.name()] = graph_.Input(shape);
+      values_[v.name()] = Value::Activation(graph_.Input(shape));
       if (shape.size() >= 2) graph_.set_batch_size(static_cast<int>(shape[0]));
       ++inputs;
     }
     if (inputs != 1) return Error("expected one data input, found " + std::to_string(inputs));
-    for (int i = 0; i < g.node_size(); ++i) EC_RETURN_IF_ERROR(ImportNode(g.node(i), i));
-    if (g.output_size() != 1 || !tensors_.count(g.output(0).name())) {
+    for (int i = 0; i < g.node_size(); ++i) {
+      for (const std::string& input : g.node(i).input()) consumers_[input].push_back(i);
+    }
+    // Constants first: the fusions look ahead at nodes whose constant inputs come later in the file.
+    for (int i = 0; i < g.node_size(); ++i) {
+      if (g.node(i).op_type() != "Constant") continue;
+      consumed_.insert(i);
+      EC_RETURN_IF_ERROR(ImportNode(g.node(i), i));
+    }
+    for (int i = 0; i < g.node_size(); ++i) {
+      if (consumed_.count(i)) continue;
+      EC_RETURN_IF_ERROR(ImportNode(g.node(i), i));
+    }
+    if (!unsupported_.empty()) {
+      std::string list;
+      for (const auto& [op, where] : unsupported_) list += "\n  " + op + ": " + where;
+      return Error(std::to_string(unsupported_.size()) + " unsupported op kind(s), each with its first node:" + list +
+                   "\nsupported: " + SupportedList());
+    }
+    EC_RETURN_IF_ERROR(CheckTrainingExport());
+    if (g.output_size() != 1) return Error("expected one output, found " + std::to_string(g.output_size()));
+    auto out = values_.find(g.output(0).name());
+    if (out == values_.end() || out->second.kind != Value::Kind::kActivation) {
       return Error("expected one output computed by the graph");
     }
-    const int logits = tensors_.at(g.output(0).name());
+    const int logits = out->second.node;
+    if (graph_.shape(logits).size() != 2) {
+      return Error("the output has shape " + ShapeToString(graph_.shape(logits)) +
+                   "; a cross-entropy loss needs logits of shape (batch, classes)");
+    }
     graph_.CrossEntropyLoss(logits, graph_.shape(logits).back());
     return std::move(graph_);
   }
@@ -78,114 +622,633 @@ class Importer {
     return shape;
   }
 
+  static std::string SupportedList() {
+    std::string list;
+    for (const std::string& op : NodeOps()) list += (list.empty() ? "" : ", ") + op;
+    return list +
+           "; shape arithmetic on constants (Constant, Shape, Gather, Unsqueeze, Concat, "
+           "ConstantOfShape, Range, Cast, Equal, Where, ...) is folded at import";
+  }
+
   Status Error(const std::string& what) const { return InvalidArgument(origin_ + ": " + what); }
 
+  std::string Where(const onnx::NodeProto& node, int index) const {
+    return "node " + std::to_string(index) + " ('" + node.name() + "')";
+  }
+
   Status NodeError(const onnx::NodeProto& node, int index, const std::string& what) const {
-    return Error("node " + std::to_string(index) + " ('" + node.name() + "', " + node.op_type() + "): " + what);
+    return Error(Where(node, index) + ", " + node.op_type() + ": " + what);
   }
 
-  Result<int> Activation(const onnx::NodeProto& node, int index, int input) const {
-    if (input >= node.input_size()) return NodeError(node, index, "missing input " + std::to_string(input));
-    auto it = tensors_.find(node.input(input));
-    if (it == tensors_.end()) {
-      return NodeError(node, index, "input '" + node.input(input) + "' is not computed by a supported op");
+  // Records an op the importer cannot take (the first node of each kind), so that one error lists them all.
+  Status Unsupported(const onnx::NodeProto& node, int index, const std::string& why) {
+    std::string key = node.op_type();
+    if (!unsupported_.count(key)) unsupported_[key] = Where(node, index) + (why.empty() ? "" : ": " + why);
+    return Status::Ok();  // import goes on, to find every unsupported kind
+  }
+
+  const Value* Input(const onnx::NodeProto& node, int i) const {
+    if (i >= node.input_size() || node.input(i).empty()) return nullptr;
+    auto it = values_.find(node.input(i));
+    return it == values_.end() ? nullptr : &it->second;
+  }
+
+  Shape ShapeOfValue(const Value& v) const {
+    return v.kind == Value::Kind::kActivation ? graph_.shape(v.node) : v.shape;
+  }
+
+  void SetOutput(const onnx::NodeProto& node, int i, Value v) {
+    if (i < node.output_size() && !node.output(i).empty()) values_[node.output(i)] = std::move(v);
+  }
+
+  // The one node consuming `tensor`, if it has exactly one consumer (and is not a graph output).
+  const onnx::NodeProto* SoleConsumer(const std::string& tensor, int* index) const {
+    auto it = consumers_.find(tensor);
+    if (it == consumers_.end() || it->second.size() != 1) return nullptr;
+    for (const onnx::ValueInfoProto& out : model_.graph().output()) {
+      if (out.name() == tensor) return nullptr;
     }
-    return it->second;
+    *index = it->second[0];
+    return &model_.graph().node(*index);
   }
 
-  Result<Shape> Initializer(const onnx::NodeProto& node, int index, int input) const {
-    auto it = input < node.input_size() ? initializers_.find(node.input(input)) : initializers_.end();
-    if (it == initializers_.end())
-      return NodeError(node, index, "expects a constant weight as input " + std::to_string(input));
-    return it->second;
+  // The scalar a constant input holds, if it is one.
+  std::optional<double> ScalarInput(const onnx::NodeProto& node, int i) const {
+    const Value* v = Input(node, i);
+    if (!v || !v->scalar()) return std::nullopt;
+    return v->data[0];
   }
 
   Status ImportNode(const onnx::NodeProto& node, int index) {
+    std::vector<const Value*> in;
+    bool missing = false, any_activation = false, any_parameter = false;
+    for (int i = 0; i < node.input_size(); ++i) {
+      const Value* v = Input(node, i);
+      if (!node.input(i).empty() && !v) missing = true;
+      if (v && v->kind == Value::Kind::kActivation) any_activation = true;
+      if (v && v->kind == Value::Kind::kParameter) any_parameter = true;
+      in.push_back(v);
+    }
+    const std::string& op = node.op_type();
+    if (missing) {  // downstream of an unsupported op: only its kind is of interest
+      if (!NodeOps().count(op) && !ConstantFolder::CanFold(op)) (void)Unsupported(node, index, "");
+      return Status::Ok();
+    }
+    if ((op == "Shape" || op == "Size") && !in.empty() && in[0]) {  // of anything with a known shape
+      Value shape_only = Value::Parameter(ShapeOfValue(*in[0]));
+      auto folded = ConstantFolder::Fold(node, {&shape_only}, opset_);
+      if (!folded.ok()) return NodeError(node, index, folded.status().message());
+      SetOutput(node, 0, std::move((*folded)[0]));
+      return Status::Ok();
+    }
+    if (!any_activation && !any_parameter) {
+      auto folded = ConstantFolder::Fold(node, in, opset_);
+      if (!folded.ok()) {
+        return Unsupported(node, index, "cannot be evaluated at import (" + folded.status().message() + ")");
+      }
+      for (size_t i = 0; i < folded->size(); ++i) SetOutput(node, static_cast<int>(i), std::move((*folded)[i]));
+      return Status::Ok();
+    }
+    if (!any_activation) return ImportParameterOp(node, index, in);
+    const size_t before = graph_.layers().size();
+    Status status = Status::Ok();
+    try {
+      status = ImportActivationOp(node, index, in);
+    } catch (const std::logic_error& e) {
+      status = NodeError(node, index, e.what());
+    }
+    if (!status.ok()) return status;
+    // Our shapes must agree with ONNX's own shape inference.
+    for (int o = 0; o < node.output_size(); ++o) {
+      auto v = values_.find(node.output(o));
+      auto inferred = inferred_.find(node.output(o));
+      if (v == values_.end() || v->second.kind != Value::Kind::kActivation || inferred == inferred_.end()) continue;
+      if (graph_.layers().size() == before) continue;  // an alias
+      const Shape& ours = graph_.shape(v->second.node);
+      if (inferred->second != ours &&
+          std::all_of(inferred->second.begin(), inferred->second.end(), [](int64_t d) { return d >= 0; })) {
+        return NodeError(
+            node, index,
+            "computed shape " + ShapeToString(ours) + " but ONNX infers " + ShapeToString(inferred->second));
+      }
+    }
+    return Status::Ok();
+  }
+
+  // Ops on weights alone: a weight seen through Identity, transposed for MatMul, or rows of it picked by
+  // constant ids (position embeddings).
+  Status ImportParameterOp(const onnx::NodeProto& node, int index, const std::vector<const Value*>& in) {
     const std::string& op = node.op_type();
     const Attributes attrs(node);
-    int out = -1;
-    if (op == "Identity" || op == "Dropout") {
-      EC_ASSIGN_OR_RETURN(int x, Activation(node, index, 0));
-      out = op == "Dropout" ? graph_.Dropout(x) : x;
+    const Value& p = *in[0];
+    if (op == "Identity" || op == "Cast") {
+      SetOutput(node, 0, p);
+    } else if (op == "Transpose" && p.kind == Value::Kind::kParameter) {
+      std::vector<int64_t> perm = attrs.Ints("perm", {});
+      if (perm.empty()) {
+        for (size_t i = p.shape.size(); i-- > 0;) perm.push_back(static_cast<int64_t>(i));
+      }
+      Shape out;
+      for (int64_t a : perm) out.push_back(p.shape.at(a));
+      SetOutput(node, 0, Value::Parameter(out));
+    } else if (op == "Gather" && p.kind == Value::Kind::kParameter && in.size() > 1 && in[1] && in[1]->has_data &&
+               attrs.Int("axis", 0) == 0 && p.shape.size() == 2) {
+      Shape out = in[1]->shape;
+      out.push_back(p.shape[1]);
+      SetOutput(node, 0, Value::Parameter(out));
+    } else {
+      auto folded = ConstantFolder::Fold(node, in, opset_);  // small weights with data (eps), and Shape
+      if (!folded.ok()) return Unsupported(node, index, "an op on weights alone is not supported");
+      for (size_t i = 0; i < folded->size(); ++i) SetOutput(node, static_cast<int>(i), std::move((*folded)[i]));
+    }
+    return Status::Ok();
+  }
+
+  int Act(const Value* v) const { return v->node; }
+
+  Status ImportActivationOp(const onnx::NodeProto& node, int index, const std::vector<const Value*>& in) {
+    const std::string& op = node.op_type();
+    const Attributes attrs(node);
+    auto activation = [&](int i) -> const Value* {
+      return i < static_cast<int>(in.size()) && in[i] && in[i]->kind == Value::Kind::kActivation ? in[i] : nullptr;
+    };
+    const Value* x0 = activation(0);
+    auto set = [&](int node_index) { SetOutput(node, 0, Value::Activation(node_index)); };
+    auto unary = [&](OpKind kind, std::map<std::string, int64_t> a = {}) {
+      if (!x0) {
+        (void)Unsupported(node, index, "the first input must be an activation");
+      } else {
+        set(graph_.Unary(kind, Act(x0), std::move(a)));
+      }
+    };
+
+    if (op == "Identity" || op == "Cast") {
+      if (!x0) return NodeError(node, index, "expects an activation");
+      SetOutput(node, 0, *x0);
+    } else if (op == "Dropout") {
+      if (!x0) return NodeError(node, index, "expects an activation");
+      const std::optional<double> training = ScalarInput(node, 2);
+      // Dropout is the identity unless training mode is on (opset 12+), or before opset 12.
+      if (opset_ >= 12 && (!training || *training == 0)) {
+        SetOutput(node, 0, *x0);
+      } else {
+        set(graph_.Dropout(Act(x0)));
+      }
     } else if (op == "Conv") {
-      EC_ASSIGN_OR_RETURN(int x, Activation(node, index, 0));
-      EC_ASSIGN_OR_RETURN(Shape w, Initializer(node, index, 1));
+      if (!x0 || !in[1] || in[1]->kind != Value::Kind::kParameter) {
+        return Unsupported(node, index, "needs an activation and a weight");
+      }
+      const Shape& w = in[1]->shape;
+      if (w.size() != 4) return Unsupported(node, index, "only 2-D convolutions are supported");
       const auto kernel = attrs.Ints("kernel_shape", {w[2], w[3]});
       const auto strides = attrs.Ints("strides", {1, 1});
       const auto pads = attrs.Ints("pads", {0, 0, 0, 0});
-      if (attrs.Int("group", 1) != 1) return NodeError(node, index, "grouped convolution is not supported");
+      const int64_t groups = attrs.Int("group", 1);
       if (!AllEqual(attrs.Ints("dilations", {1, 1})) || attrs.Ints("dilations", {1, 1})[0] != 1) {
-        return NodeError(node, index, "dilated convolution is not supported");
+        return Unsupported(node, index, "dilated convolution is not supported");
       }
       if (!AllEqual(kernel) || !AllEqual(strides) || !AllEqual(pads)) {
-        return NodeError(node, index, "only square kernels, equal strides and symmetric padding are supported");
+        return Unsupported(node, index, "only square kernels, equal strides and symmetric padding are supported");
       }
-      out = graph_.Conv2d(x, w[1], w[0], kernel[0], strides[0], pads[0]);
+      weight_names_.push_back(node.input(1));
+      set(graph_.Conv2d(Act(x0), w[1] * groups, w[0], kernel[0], strides[0], pads[0], groups, in.size() > 2 && in[2]));
     } else if (op == "BatchNormalization") {
-      EC_ASSIGN_OR_RETURN(int x, Activation(node, index, 0));
-      out = graph_.BatchNorm2d(x);
+      if (!x0) return NodeError(node, index, "expects an activation");
+      ++batch_norms_;
+      // Training exports compute batch statistics: training_mode=1 (opset 14+) or extra outputs (before).
+      const bool training = opset_ >= 14 ? attrs.Int("training_mode", 0) != 0 : node.output_size() > 1;
+      if (!training && eval_batch_norm_.empty()) eval_batch_norm_ = Where(node, index);
+      set(graph_.BatchNorm2d(Act(x0)));
     } else if (op == "Relu") {
-      EC_ASSIGN_OR_RETURN(int x, Activation(node, index, 0));
-      out = graph_.Relu(x);
+      if (!x0) return NodeError(node, index, "expects an activation");
+      set(graph_.Relu(Act(x0)));
+    } else if (op == "Clip") {
+      double lo = attrs.Float("min", -std::numeric_limits<float>::max());
+      double hi = attrs.Float("max", std::numeric_limits<float>::max());
+      if (in.size() > 1 && in[1]) {
+        if (!in[1]->scalar()) return Unsupported(node, index, "bounds must be constants");
+        lo = in[1]->data[0];
+      }
+      if (in.size() > 2 && in[2]) {
+        if (!in[2]->scalar()) return Unsupported(node, index, "bounds must be constants");
+        hi = in[2]->data[0];
+      }
+      if (!x0) return NodeError(node, index, "expects an activation");
+      if (lo == 0 && hi == 6) {
+        set(graph_.Unary(OpKind::kRelu6, Act(x0)));
+      } else if (lo == 0 && hi >= std::numeric_limits<float>::max()) {
+        set(graph_.Relu(Act(x0)));
+      } else {
+        return Unsupported(node, index, "only Clip(0, 6) (ReLU6) and Clip(0) (ReLU) are supported");
+      }
+    } else if (op == "HardSigmoid") {
+      if (!Near(attrs.Float("alpha", 0.2f), 1.0 / 6) || !Near(attrs.Float("beta", 0.5f), 0.5)) {
+        return Unsupported(node, index, "only PyTorch's hardsigmoid (alpha 1/6, beta 1/2) is supported");
+      }
+      // x * HardSigmoid(x) is how opset 13 spells HardSwish.
+      int mul_index = -1;
+      const onnx::NodeProto* mul = SoleConsumer(node.output(0), &mul_index);
+      if (x0 && mul && mul->op_type() == "Mul" && mul->input_size() == 2 &&
+          (mul->input(0) == node.input(0) || mul->input(1) == node.input(0))) {
+        consumed_.insert(mul_index);
+        SetOutput(*mul, 0, Value::Activation(graph_.Unary(OpKind::kHardSwish, Act(x0))));
+        return Status::Ok();
+      }
+      unary(OpKind::kHardSigmoid);
+    } else if (op == "HardSwish") {
+      unary(OpKind::kHardSwish);
+    } else if (op == "Sigmoid") {
+      // x * Sigmoid(x) is SiLU (swish).
+      int mul_index = -1;
+      const onnx::NodeProto* mul = SoleConsumer(node.output(0), &mul_index);
+      if (x0 && mul && mul->op_type() == "Mul" && mul->input_size() == 2 &&
+          (mul->input(0) == node.input(0) || mul->input(1) == node.input(0))) {
+        consumed_.insert(mul_index);
+        SetOutput(*mul, 0, Value::Activation(graph_.Unary(OpKind::kSilu, Act(x0))));
+        return Status::Ok();
+      }
+      unary(OpKind::kSigmoid);
+    } else if (op == "Tanh") {
+      unary(OpKind::kTanh);
+    } else if (op == "Sqrt") {
+      unary(OpKind::kSqrt);
+    } else if (op == "Erf") {
+      return Unsupported(node, index, "Erf is supported as part of GELU, x * 0.5 * (1 + erf(x / sqrt(2)))");
+    } else if (op == "Pow") {
+      const std::optional<double> exponent = ScalarInput(node, 1);
+      if (!x0 || !exponent) return Unsupported(node, index, "only an activation to a constant power is supported");
+      if (*exponent == 0.5) {
+        unary(OpKind::kSqrt);
+      } else if (*exponent == std::round(*exponent) && std::fabs(*exponent) <= 16) {
+        unary(OpKind::kPow, {{"exponent", static_cast<int64_t>(*exponent)}});
+      } else {
+        return Unsupported(node, index, "only integer exponents and 0.5 are supported");
+      }
+    } else if (op == "Add" || op == "Sub" || op == "Mul" || op == "Div") {
+      return ImportArithmetic(node, index, in);
+    } else if (op == "MatMul" || op == "Gemm") {
+      return ImportMatMul(node, index, in);
     } else if (op == "MaxPool" || op == "AveragePool") {
-      EC_ASSIGN_OR_RETURN(int x, Activation(node, index, 0));
+      if (!x0) return NodeError(node, index, "expects an activation");
       const auto kernel = attrs.Ints("kernel_shape", {1, 1});
       const auto strides = attrs.Ints("strides", {1, 1});
       const auto pads = attrs.Ints("pads", {0, 0, 0, 0});
-      if (!AllEqual(kernel) || !AllEqual(strides) || !AllEqual(pads) || attrs.Int("ceil_mode", 0) != 0) {
-        return NodeError(node, index,
-                         "only square windows, equal strides, symmetric padding and floor mode are supported");
+      const bool ceil_mode = attrs.Int("ceil_mode", 0) != 0;
+      if (!AllEqual(kernel) || !AllEqual(strides) || !AllEqual(pads) || (ceil_mode && op == "AveragePool")) {
+        return Unsupported(node, index,
+                           "only square windows, equal strides, symmetric padding (and floor mode for average "
+                           "pooling) are supported");
       }
-      out = op == "MaxPool" ? graph_.MaxPool2d(x, kernel[0], strides[0], pads[0])
-                            : graph_.AvgPool2d(x, kernel[0], strides[0], pads[0]);
+      set(op == "MaxPool" ? graph_.MaxPool2d(Act(x0), kernel[0], strides[0], pads[0], ceil_mode)
+                          : graph_.AvgPool2d(Act(x0), kernel[0], strides[0], pads[0]));
     } else if (op == "GlobalAveragePool") {
-      EC_ASSIGN_OR_RETURN(int x, Activation(node, index, 0));
-      const Shape& in = graph_.shape(x);
-      if (in.size() != 4 || in[2] != in[3]) return NodeError(node, index, "needs a square NCHW input");
-      out = graph_.AvgPool2d(x, in[2], 1);
-    } else if (op == "Flatten" || op == "Reshape") {
-      EC_ASSIGN_OR_RETURN(int x, Activation(node, index, 0));
-      if (op == "Flatten" && attrs.Int("axis", 1) != 1) return NodeError(node, index, "only axis 1 is supported");
-      out = graph_.Flatten(x);
-      if (op == "Reshape" && inferred_.count(node.output(0)) && inferred_.at(node.output(0)) != graph_.shape(out)) {
-        return NodeError(node, index, "only reshapes to (batch, features) are supported");
+      if (!x0) return NodeError(node, index, "expects an activation");
+      const Shape& s = graph_.shape(Act(x0));
+      if (s.size() != 4 || s[2] != s[3]) return Unsupported(node, index, "needs a square NCHW input");
+      set(graph_.AvgPool2d(Act(x0), s[2], 1));
+    } else if (op == "Flatten") {
+      if (!x0) return NodeError(node, index, "expects an activation");
+      const Shape& s = graph_.shape(Act(x0));
+      const int64_t axis = NormalizeAxis(attrs.Int("axis", 1), s.size());
+      if (axis == 1) {
+        set(graph_.Flatten(Act(x0)));
+      } else {
+        int64_t outer = 1;
+        for (int64_t d = 0; d < axis; ++d) outer *= s[d];
+        set(graph_.Reshape(Act(x0), {outer, NumElements(s) / outer}));
       }
-    } else if (op == "Gemm") {
-      EC_ASSIGN_OR_RETURN(int x, Activation(node, index, 0));
-      EC_ASSIGN_OR_RETURN(Shape w, Initializer(node, index, 1));
-      if (attrs.Int("transA", 0) != 0 || attrs.Int("transB", 0) != 1) {
-        return NodeError(node, index, "only Gemm with transB=1 (torch.nn.Linear) is supported");
+    } else if (op == "Reshape" || op == "Squeeze" || op == "Unsqueeze") {
+      if (!x0) return NodeError(node, index, "expects an activation");
+      const Shape& s = graph_.shape(Act(x0));
+      Result<Shape> target = InvalidArgument("");
+      if (op == "Reshape") {
+        if (!in[1] || !in[1]->has_data) return Unsupported(node, index, "the target shape must be a constant");
+        target = ConstantFolder::ReshapeTarget(s, in[1]->data, attrs.Int("allowzero", 0) != 0);
+      } else {
+        std::vector<int64_t> axes = attrs.Ints("axes", {});
+        if (in.size() > 1 && in[1]) {
+          if (!in[1]->has_data) return Unsupported(node, index, "the axes must be a constant");
+          axes.clear();
+          for (double d : in[1]->data) axes.push_back(static_cast<int64_t>(d));
+        }
+        target = ConstantFolder::SqueezeShape(op == "Unsqueeze", s, axes);
       }
-      if (graph_.shape(x).size() != 2 || graph_.shape(x)[1] != w[1]) {
+      if (!target.ok()) return NodeError(node, index, target.status().message());
+      set(*target == s ? Act(x0) : graph_.Reshape(Act(x0), *target));
+    } else if (op == "Transpose") {
+      if (!x0) return NodeError(node, index, "expects an activation");
+      std::vector<int64_t> perm = attrs.Ints("perm", {});
+      const size_t rank = graph_.shape(Act(x0)).size();
+      if (perm.empty()) {
+        for (size_t i = rank; i-- > 0;) perm.push_back(static_cast<int64_t>(i));
+      }
+      set(graph_.Transpose(Act(x0), perm));
+    } else if (op == "ReduceMean") {
+      if (!x0) return NodeError(node, index, "expects an activation");
+      if (TryLayerNorm(node, index, Act(x0))) return Status::Ok();
+      set(graph_.ReduceMean(Act(x0), attrs.Ints("axes", {}), attrs.Int("keepdims", 1) != 0));
+    } else if (op == "Concat") {
+      std::vector<int> inputs;
+      for (size_t i = 0; i < in.size(); ++i) {
+        if (!activation(static_cast<int>(i))) return Unsupported(node, index, "every input must be an activation");
+        inputs.push_back(Act(in[i]));
+      }
+      set(graph_.Concat(inputs, attrs.Int("axis", 0)));
+    } else if (op == "Split") {
+      if (!x0) return NodeError(node, index, "expects an activation");
+      const Shape& s = graph_.shape(Act(x0));
+      const int64_t axis = NormalizeAxis(attrs.Int("axis", 0), s.size());
+      std::vector<int64_t> sizes = attrs.Ints("split", {});
+      if (in.size() > 1 && in[1]) {
+        if (!in[1]->has_data) return Unsupported(node, index, "split sizes must be constants");
+        sizes.clear();
+        for (double d : in[1]->data) sizes.push_back(static_cast<int64_t>(d));
+      }
+      if (sizes.empty()) sizes.assign(node.output_size(), s.at(axis) / node.output_size());
+      int64_t start = 0;
+      for (int o = 0; o < node.output_size() && o < static_cast<int>(sizes.size()); ++o) {
+        SetOutput(node, o, Value::Activation(graph_.Slice(Act(x0), axis, start, start + sizes[o])));
+        start += sizes[o];
+      }
+    } else if (op == "Slice") {
+      if (!x0) return NodeError(node, index, "expects an activation");
+      for (int i = 1; i < static_cast<int>(in.size()); ++i) {
+        if (in[i] && !in[i]->has_data)
+          return Unsupported(node, index, "starts, ends, axes and steps must be constants");
+      }
+      if (!in[1] || !in[2]) return Unsupported(node, index, "needs starts and ends (opset 10+)");
+      int x = Act(x0);
+      for (size_t k = 0; k < in[1]->data.size(); ++k) {
+        const Shape& s = graph_.shape(x);
+        const int64_t axis = NormalizeAxis(
+            in.size() > 3 && in[3] ? static_cast<int64_t>(in[3]->data.at(k)) : static_cast<int64_t>(k), s.size());
+        const int64_t step = in.size() > 4 && in[4] ? static_cast<int64_t>(in[4]->data.at(k)) : 1;
+        if (step != 1) return Unsupported(node, index, "only unit steps are supported");
+        const double start_d = in[1]->data[k], end_d = in[2]->data.at(k);
+        const auto [start, end] =
+            ConstantFolder::SliceRange(static_cast<int64_t>(std::clamp(start_d, -9e18, 9e18)),
+                                       static_cast<int64_t>(std::clamp(end_d, -9e18, 9e18)), s.at(axis));
+        if (start != 0 || end != s[axis]) x = graph_.Slice(x, axis, start, end);
+      }
+      set(x);
+    } else if (op == "Gather") {
+      const int64_t axis = attrs.Int("axis", 0);
+      if (in[0]->kind == Value::Kind::kParameter && activation(1) && axis == 0 && in[0]->shape.size() == 2) {
+        set(graph_.Embedding(Act(in[1]), in[0]->shape[0], in[0]->shape[1]));
+      } else if (x0 && in[1] && in[1]->has_data && in[1]->data.size() == 1) {
+        const Shape& s = graph_.shape(Act(x0));
+        const int64_t a = NormalizeAxis(axis, s.size());
+        int64_t i = static_cast<int64_t>(in[1]->data[0]);
+        if (i < 0) i += s.at(a);
+        set(graph_.Slice(Act(x0), a, i, i + 1, /*squeeze=*/in[1]->shape.empty()));
+      } else {
+        return Unsupported(node, index,
+                           "supported: rows of a weight by activation ids (embeddings), one constant index of an "
+                           "activation");
+      }
+    } else if (op == "Softmax") {
+      if (!x0) return NodeError(node, index, "expects an activation");
+      const size_t rank = graph_.shape(Act(x0)).size();
+      const int64_t axis = NormalizeAxis(attrs.Int("axis", opset_ >= 13 ? -1 : 1), rank);
+      // Before opset 13 Softmax flattens from `axis` on: the same as the last axis only when axis is the last.
+      if (opset_ < 13 && axis != static_cast<int64_t>(rank) - 1) {
+        return Unsupported(node, index, "before opset 13 only a softmax over the last axis is supported");
+      }
+      set(graph_.Softmax(Act(x0), axis));
+    } else if (op == "LayerNormalization") {
+      if (!x0) return NodeError(node, index, "expects an activation");
+      const size_t rank = graph_.shape(Act(x0)).size();
+      if (NormalizeAxis(attrs.Int("axis", -1), rank) != static_cast<int64_t>(rank) - 1) {
+        return Unsupported(node, index, "only a normalization over the last axis is supported");
+      }
+      set(graph_.LayerNorm(Act(x0)));
+    } else {
+      return Unsupported(node, index, "");
+    }
+    return Status::Ok();
+  }
+
+  // Add, Sub, Mul, Div: of two activations, an activation and a scalar constant (an affine map),
+  // or an activation and a weight. x * 0.5 * (1 + erf(x / sqrt 2)) is GELU.
+  Status ImportArithmetic(const onnx::NodeProto& node, int index, const std::vector<const Value*>& in) {
+    const std::string& op = node.op_type();
+    if (in.size() != 2 || !in[0] || !in[1]) return NodeError(node, index, "expects two inputs");
+    if (op == "Div" && TryGelu(node, index)) return Status::Ok();
+    const bool a_act = in[0]->kind == Value::Kind::kActivation, b_act = in[1]->kind == Value::Kind::kActivation;
+    auto set = [&](int n) { SetOutput(node, 0, Value::Activation(n)); };
+    const OpKind kind = op == "Add"   ? OpKind::kAddBroadcast
+                        : op == "Sub" ? OpKind::kSub
+                        : op == "Mul" ? OpKind::kMul
+                                      : OpKind::kDiv;
+    if (a_act && b_act) {
+      const Shape& sa = graph_.shape(in[0]->node);
+      if (op == "Add" && sa == graph_.shape(in[1]->node)) {
+        set(graph_.Add(in[0]->node, in[1]->node));
+      } else {
+        set(graph_.Binary(kind, in[0]->node, in[1]->node));
+      }
+      return Status::Ok();
+    }
+    const Value& x = a_act ? *in[0] : *in[1];
+    const Value& c = a_act ? *in[1] : *in[0];
+    if (c.scalar()) {
+      const double k = c.data[0];
+      double alpha = 1, beta = 0;
+      if (op == "Add") {
+        beta = k;
+      } else if (op == "Sub") {
+        alpha = a_act ? 1 : -1;
+        beta = a_act ? -k : k;
+      } else if (op == "Mul") {
+        alpha = k;
+      } else if (a_act && k != 0) {
+        alpha = 1 / k;
+      } else {
+        return Unsupported(node, index, "dividing a constant by an activation is not supported");
+      }
+      set(graph_.Unary(OpKind::kAffine, x.node,
+                       {{"alpha_e6", std::llround(alpha * 1e6)}, {"beta_e6", std::llround(beta * 1e6)}}));
+      return Status::Ok();
+    }
+    if (c.kind == Value::Kind::kParameter && (a_act || op == "Add" || op == "Mul")) {
+      set(graph_.BinaryParam(kind, x.node, c.shape));
+      return Status::Ok();
+    }
+    return Unsupported(node, index, "only an activation with another, a scalar constant or a weight is supported");
+  }
+
+  // MatMul or Gemm by a weight: a linear layer (with the bias of a following Add); of two activations: matmul.
+  Status ImportMatMul(const onnx::NodeProto& node, int index, const std::vector<const Value*>& in) {
+    const Attributes attrs(node);
+    if (in.size() < 2 || !in[0] || !in[1] || in[0]->kind != Value::Kind::kActivation) {
+      return Unsupported(node, index, "the first input must be an activation");
+    }
+    const int x = in[0]->node;
+    if (node.op_type() == "Gemm") {
+      if (attrs.Int("transA", 0) != 0 || attrs.Float("alpha", 1) != 1 || attrs.Float("beta", 1) != 1 ||
+          in[1]->kind != Value::Kind::kParameter) {
+        return Unsupported(node, index, "only Gemm by a weight, without transA, alpha or beta, is supported");
+      }
+      const Shape& w = in[1]->shape;
+      const bool trans_b = attrs.Int("transB", 0) != 0;
+      const int64_t in_features = trans_b ? w[1] : w[0], out_features = trans_b ? w[0] : w[1];
+      if (graph_.shape(x).size() != 2 || graph_.shape(x)[1] != in_features) {
         return NodeError(node, index, "input features do not match the weight");
       }
-      out = graph_.Linear(x, w[1], w[0]);
-    } else if (op == "Add") {
-      EC_ASSIGN_OR_RETURN(int a, Activation(node, index, 0));
-      EC_ASSIGN_OR_RETURN(int b, Activation(node, index, 1));
-      out = graph_.Add(a, b);
-    } else {
-      return NodeError(node, index,
-                       "unsupported op; supported: Conv, BatchNormalization, Relu, MaxPool, "
-                       "AveragePool, GlobalAveragePool, Flatten, Reshape, Gemm, Add, Dropout, Identity");
+      const bool bias = in.size() > 2 && in[2];
+      SetOutput(node, 0,
+                Value::Activation(bias ? graph_.Linear(x, in_features, out_features)
+                                       : graph_.LinearNd(x, in_features, out_features, false)));
+      return Status::Ok();
     }
-    // Our shapes must agree with ONNX's own shape inference.
-    auto inferred = inferred_.find(node.output(0));
-    if (inferred != inferred_.end() && inferred->second != graph_.shape(out) && op != "Identity") {
-      return NodeError(
-          node, index,
-          "computed shape " + ShapeToString(graph_.shape(out)) + " but ONNX infers " + ShapeToString(inferred->second));
+    if (in[1]->kind == Value::Kind::kActivation) {
+      SetOutput(node, 0, Value::Activation(graph_.MatMul(x, in[1]->node)));
+      return Status::Ok();
     }
-    tensors_[node.output(0)] = out;
+    if (in[1]->kind != Value::Kind::kParameter || in[1]->shape.size() != 2) {
+      return Unsupported(node, index, "only a product with a 2-D weight or another activation is supported");
+    }
+    const int64_t in_features = in[1]->shape[0], out_features = in[1]->shape[1];
+    // torch.nn.Linear on more than two axes exports MatMul, then Add of the bias.
+    int add_index = -1;
+    const onnx::NodeProto* add = SoleConsumer(node.output(0), &add_index);
+    if (add && add->op_type() == "Add" && add->input_size() == 2) {
+      const std::string& other = add->input(0) == node.output(0) ? add->input(1) : add->input(0);
+      auto bias = values_.find(other);
+      if (bias != values_.end() && bias->second.kind == Value::Kind::kParameter &&
+          bias->second.shape == Shape{out_features}) {
+        consumed_.insert(add_index);
+        SetOutput(*add, 0, Value::Activation(graph_.LinearNd(x, in_features, out_features, true)));
+        return Status::Ok();
+      }
+    }
+    SetOutput(node, 0, Value::Activation(graph_.LinearNd(x, in_features, out_features, false)));
+    return Status::Ok();
+  }
+
+  // The node producing `tensor` among the not yet imported nodes after `after`, if `tensor` has one consumer.
+  const onnx::NodeProto* Next(const std::string& tensor, const std::string& op, int* index) const {
+    const onnx::NodeProto* n = SoleConsumer(tensor, index);
+    return n && n->op_type() == op && !consumed_.count(*index) ? n : nullptr;
+  }
+
+  // The input of `node` other than `tensor`, as a scalar constant.
+  std::optional<double> OtherScalar(const onnx::NodeProto& node, const std::string& tensor) const {
+    if (node.input_size() != 2) return std::nullopt;
+    const int other = node.input(0) == tensor ? 1 : node.input(1) == tensor ? 0 : -1;
+    if (other < 0) return std::nullopt;
+    return ScalarInput(node, other);
+  }
+
+  // PyTorch before opset 20 exports GELU as Div(x, sqrt 2) -> Erf -> Add(1) -> Mul(x) -> Mul(0.5).
+  bool TryGelu(const onnx::NodeProto& div, int div_index) {
+    const Value* x = Input(div, 0);
+    const std::optional<double> root2 = ScalarInput(div, 1);
+    if (!x || x->kind != Value::Kind::kActivation || !root2 || !Near(*root2, std::sqrt(2.0))) return false;
+    int erf_i = -1, add_i = -1, mul_i = -1, half_i = -1;
+    const onnx::NodeProto* erf = Next(div.output(0), "Erf", &erf_i);
+    const onnx::NodeProto* add = erf ? Next(erf->output(0), "Add", &add_i) : nullptr;
+    if (!add || !Near(OtherScalar(*add, erf->output(0)).value_or(0), 1)) return false;
+    const onnx::NodeProto* mul = Next(add->output(0), "Mul", &mul_i);
+    if (!mul || (mul->input(0) != div.input(0) && mul->input(1) != div.input(0))) return false;
+    const onnx::NodeProto* half = Next(mul->output(0), "Mul", &half_i);
+    if (!half || !Near(OtherScalar(*half, mul->output(0)).value_or(0), 0.5)) return false;
+    consumed_.insert({erf_i, add_i, mul_i, half_i});
+    SetOutput(*half, 0, Value::Activation(graph_.Unary(OpKind::kGelu, x->node)));
+    (void)div_index;
+    return true;
+  }
+
+  // LayerNorm before opset 17: ReduceMean -> Sub -> Pow(2) -> ReduceMean -> Add(eps) -> Sqrt -> Div,
+  // then Mul(gamma) and Add(beta). The mean feeds Sub only; the difference feeds Pow and Div.
+  bool TryLayerNorm(const onnx::NodeProto& mean, int mean_index, int x) {
+    const Attributes attrs(mean);
+    const size_t rank = graph_.shape(x).size();
+    const std::vector<int64_t> axes = attrs.Ints("axes", {});
+    if (axes.size() != 1 || NormalizeAxis(axes[0], rank) != static_cast<int64_t>(rank) - 1) return false;
+    int sub_i = -1, pow_i = -1, mean2_i = -1, add_i = -1, sqrt_i = -1, div_i = -1, mul_i = -1, beta_i = -1;
+    const onnx::NodeProto* sub = Next(mean.output(0), "Sub", &sub_i);
+    if (!sub || sub->input(0) != mean.input(0) || sub->input(1) != mean.output(0)) return false;
+    auto uses = consumers_.find(sub->output(0));
+    if (uses == consumers_.end() || uses->second.size() != 2) return false;
+    const onnx::NodeProto* pow = nullptr;
+    const onnx::NodeProto* div = nullptr;
+    for (int u : uses->second) {
+      const onnx::NodeProto& n = model_.graph().node(u);
+      if (n.op_type() == "Pow" && n.input(0) == sub->output(0)) {
+        pow = &n;
+        pow_i = u;
+      }
+      if (n.op_type() == "Div" && n.input(0) == sub->output(0)) {
+        div = &n;
+        div_i = u;
+      }
+    }
+    if (!pow || !div || !Near(ScalarInput(*pow, 1).value_or(0), 2)) return false;
+    const onnx::NodeProto* mean2 = Next(pow->output(0), "ReduceMean", &mean2_i);
+    if (!mean2 || Attributes(*mean2).Ints("axes", {}) != axes) return false;
+    const onnx::NodeProto* add = Next(mean2->output(0), "Add", &add_i);
+    if (!add || !OtherScalar(*add, mean2->output(0))) return false;
+    const onnx::NodeProto* sqrt = Next(add->output(0), "Sqrt", &sqrt_i);
+    if (!sqrt || Next(sqrt->output(0), "Div", &div_i) != div || div->input(1) != sqrt->output(0)) return false;
+    consumed_.insert({sub_i, pow_i, mean2_i, add_i, sqrt_i, div_i});
+    std::string out = div->output(0);
+    // The affine part: gamma, then beta. Without it the scale and shift stay at 1 and 0 (counted all the same).
+    const int64_t features = graph_.shape(x).back();
+    auto weight = [&](const onnx::NodeProto& n, const std::string& tensor) {
+      const std::string& other = n.input(0) == tensor ? n.input(1) : n.input(0);
+      auto it = values_.find(other);
+      return it != values_.end() && it->second.kind == Value::Kind::kParameter && it->second.shape == Shape{features};
+    };
+    if (const onnx::NodeProto* mul = Next(out, "Mul", &mul_i); mul && weight(*mul, out)) {
+      consumed_.insert(mul_i);
+      out = mul->output(0);
+      if (const onnx::NodeProto* beta = Next(out, "Add", &beta_i); beta && weight(*beta, out)) {
+        consumed_.insert(beta_i);
+        out = beta->output(0);
+      }
+    }
+    values_[out] = Value::Activation(graph_.LayerNorm(x));
+    (void)mean_index;
+    return true;
+  }
+
+  // An eval-mode export has its batch norms folded into the convolutions (their weights renamed
+  // onnx::Conv_N by the exporter) or running statistics in place of batch statistics: its
+  // training graph would be wrong without a word.
+  Status CheckTrainingExport() const {
+    const std::string fix =
+        "export in training mode: torch.onnx.export(..., training=torch.onnx.TrainingMode.TRAINING, "
+        "do_constant_folding=False)";
+    if (!eval_batch_norm_.empty()) {
+      return Error("batch normalization at " + eval_batch_norm_ +
+                   " uses running statistics: the model was exported in eval mode; " + fix);
+    }
+    if (batch_norms_ == 0) {
+      for (const std::string& w : weight_names_) {
+        if (w.starts_with("onnx::Conv_")) {
+          return Error("convolution weight '" + w +
+                       "' was computed by the exporter and there is no BatchNormalization: the batch norms were "
+                       "folded into the convolutions by an eval-mode export; " +
+                       fix);
+        }
+      }
+    }
     return Status::Ok();
   }
 
   const onnx::ModelProto& model_;
   std::string origin_;
   ForwardGraph graph_;
-  std::map<std::string, Shape> initializers_;
+  int opset_ = 13;
+  std::map<std::string, Value> values_;
   std::map<std::string, Shape> inferred_;
-  std::map<std::string, int> tensors_;
+  std::map<std::string, std::vector<int>> consumers_;
+  std::set<int> consumed_;  // nodes fused into an earlier one
+  std::map<std::string, std::string> unsupported_;
+  std::vector<std::string> weight_names_;
+  int batch_norms_ = 0;
+  std::string eval_batch_norm_;
 };
 
 }  // namespace
@@ -196,7 +1259,9 @@ Result<ForwardGraph> ImportOnnx(const std::string& path) {
   onnx::ModelProto model;
   if (!model.ParseFromIstream(&in)) return InvalidArgument(path + " is not an ONNX model (protobuf parse failed)");
   try {
-    onnx::shape_inference::InferShapes(model);
+    // Data propagation gives the shapes that shape arithmetic computes (Reshape targets).
+    onnx::shape_inference::InferShapes(model, onnx::OpSchemaRegistry::Instance(),
+                                       onnx::ShapeInferenceOptions(false, 0, true));
   } catch (const std::exception& e) {
     return InvalidArgument(path + ": ONNX shape inference failed: " + e.what());
   }

@@ -5,6 +5,7 @@
 #include <functional>
 #include <numeric>
 #include <random>
+#include <stdexcept>
 #include <unordered_map>
 
 #include "graph/forward_graph.h"
@@ -53,7 +54,33 @@ class StepLayer : public Layer {
   void BackwardBias() override { Run(backward_bias_); }
   bool HasParameters() const override { return !params_.empty(); }
 
+  void Bind(Tensor& t, float* data) override {
+    if (bindings_.empty()) FindBindings();
+    for (const auto& [mem, offset] : bindings_[&t]) mem->set_data_handle(data + offset);
+    if (!t.data.empty()) std::vector<float>().swap(t.data);
+  }
+
  protected:
+  // Which step arguments lie in which bindable tensor, found once while every tensor
+  // still has its own storage (disjoint ranges), so later binds never confuse two tensors.
+  void FindBindings() {
+    std::vector<Tensor*> tensors = {&output_, &grad_output_};
+    for (Tensor& t : inputs_) tensors.push_back(&t);
+    for (Tensor& t : grad_inputs_) tensors.push_back(&t);
+    for (auto* pass : {&forward_, &backward_input_, &backward_weights_, &backward_bias_}) {
+      for (Step& step : *pass) {
+        for (auto& [arg, mem] : step.args) {
+          const auto* handle = static_cast<const float*>(mem.get_data_handle());
+          for (Tensor* t : tensors) {
+            if (!t->data.empty() && handle >= t->data.data() && handle < t->data.data() + t->data.size()) {
+              bindings_[t].push_back({&mem, handle - t->data.data()});
+            }
+          }
+        }
+      }
+    }
+  }
+
   void Run(std::vector<Step>& steps) {
     for (Step& step : steps) step.primitive.execute(backend_.stream(), step.args);
     backend_.stream().wait();
@@ -147,46 +174,62 @@ class StepLayer : public Layer {
   dnnl::primitive_attr attr_;
   std::deque<Tensor> owned_;
   std::vector<Step> forward_, backward_input_, backward_weights_, backward_bias_;
+  std::unordered_map<const Tensor*, std::vector<std::pair<memory*, ptrdiff_t>>> bindings_;
 };
 
+// Convolution, grouped when the "groups" attribute says so (groups == channels: depthwise), with a
+// bias unless "no_bias" (PyTorch's convolutions before a batch norm have none).
 class Conv2d : public StepLayer {
  public:
   Conv2d(Backend& b, const LayerSpec& spec, uint32_t seed) : StepLayer(b, seed) {
     InitInputs(spec.input_shapes);
     InitOutput(spec.output_shape);
     const int64_t k = spec.attributes.at("kernel"), s = spec.attributes.at("stride"), p = spec.attributes.at("padding");
+    const auto attribute = [&](const char* name, int64_t fallback) {
+      auto it = spec.attributes.find(name);
+      return it == spec.attributes.end() ? fallback : it->second;
+    };
+    const int64_t groups = attribute("groups", 1);
+    const bool bias = attribute("no_bias", 0) == 0;
     const int64_t in_channels = spec.input_shapes[0][1], out_channels = spec.output_shape[1];
-    Tensor& w = Param({out_channels, in_channels, k, k}, std::sqrt(2.0f / static_cast<float>(in_channels * k * k)));
-    Tensor& bias = Param({out_channels}, 0.01f);
+    Tensor& w = Param({out_channels, in_channels / groups, k, k},
+                      std::sqrt(2.0f / static_cast<float>(in_channels / groups * k * k)));
+    Tensor* bias_t = bias ? &Param({out_channels}, 0.01f) : nullptr;
+    // Grouped weights are (groups, out/groups, in/groups, k, k): the same memory as PyTorch's.
+    const memory::desc w_md =
+        groups == 1 ? Plain(w.dims) : Plain({groups, out_channels / groups, in_channels / groups, k, k});
+    const memory::desc b_md = bias ? Plain(bias_t->dims) : memory::desc();
     Tensor& x = inputs_[0];
     // Same padding on both sides when it fits, else as much on the right as the output size needs.
     const int64_t pad_r = (spec.output_shape[2] - 1) * s + k - x.dims[2] - p;
     const memory::dims strides = {s, s}, pad_l = {p, p}, pad_rr = {pad_r, pad_r};
     dnnl::convolution_forward::primitive_desc fwd(
-        dnnl::convolution_forward::desc(prop_kind::forward_training, algorithm::convolution_direct, Plain(x.dims),
-                                        Plain(w.dims), Plain(bias.dims), Plain(output_.dims), strides, pad_l, pad_rr),
+        dnnl::convolution_forward::desc(prop_kind::forward_training, algorithm::convolution_direct, Plain(x.dims), w_md,
+                                        b_md, Plain(output_.dims), strides, pad_l, pad_rr),
         attr_, backend_.engine());
-    Add(forward_, fwd,
-        {{DNNL_ARG_SRC, Mem(x)}, {DNNL_ARG_WEIGHTS, Mem(w)}, {DNNL_ARG_BIAS, Mem(bias)}, {DNNL_ARG_DST, Mem(output_)}});
+    std::unordered_map<int, memory> fwd_args = {
+        {DNNL_ARG_SRC, Mem(x)}, {DNNL_ARG_WEIGHTS, Mem(w, w_md)}, {DNNL_ARG_DST, Mem(output_)}};
+    if (bias) fwd_args[DNNL_ARG_BIAS] = Mem(*bias_t);
+    Add(forward_, fwd, fwd_args);
     dnnl::convolution_backward_data::primitive_desc data(
-        dnnl::convolution_backward_data::desc(algorithm::convolution_direct, Plain(x.dims), Plain(w.dims),
-                                              Plain(output_.dims), strides, pad_l, pad_rr),
+        dnnl::convolution_backward_data::desc(algorithm::convolution_direct, Plain(x.dims), w_md, Plain(output_.dims),
+                                              strides, pad_l, pad_rr),
         attr_, backend_.engine(), fwd);
     Add(backward_input_, data,
         {{DNNL_ARG_DIFF_DST, Mem(grad_output_)},
-         {DNNL_ARG_WEIGHTS, Mem(w)},
+         {DNNL_ARG_WEIGHTS, Mem(w, w_md)},
          {DNNL_ARG_DIFF_SRC, Mem(grad_inputs_[0])}});
     dnnl::convolution_backward_weights::primitive_desc weights(
-        dnnl::convolution_backward_weights::desc(algorithm::convolution_direct, Plain(x.dims), Plain(w.dims),
-                                                 Plain(bias.dims), Plain(output_.dims), strides, pad_l, pad_rr),
+        dnnl::convolution_backward_weights::desc(algorithm::convolution_direct, Plain(x.dims), w_md, b_md,
+                                                 Plain(output_.dims), strides, pad_l, pad_rr),
         attr_, backend_.engine(), fwd);
-    Add(backward_weights_, weights,
-        {{DNNL_ARG_SRC, Mem(x)},
-         {DNNL_ARG_DIFF_DST, Mem(grad_output_)},
-         {DNNL_ARG_DIFF_WEIGHTS, Mem(*grad_params_[0])},
-         {DNNL_ARG_DIFF_BIAS, Mem(*grad_params_[1])}});
+    std::unordered_map<int, memory> weight_args = {{DNNL_ARG_SRC, Mem(x)},
+                                                   {DNNL_ARG_DIFF_DST, Mem(grad_output_)},
+                                                   {DNNL_ARG_DIFF_WEIGHTS, Mem(*grad_params_[0], w_md)}};
+    if (bias) weight_args[DNNL_ARG_DIFF_BIAS] = Mem(*grad_params_[1]);
+    Add(backward_weights_, weights, weight_args);
     const Dims& y = output_.dims;
-    AddReduceSum(backward_bias_, Mem(grad_output_), Mem(*grad_params_[1], Plain({1, y[1], 1, 1})));
+    if (bias) AddReduceSum(backward_bias_, Mem(grad_output_), Mem(*grad_params_[1], Plain({1, y[1], 1, 1})));
   }
 };
 
@@ -195,7 +238,12 @@ class Linear : public StepLayer {
  public:
   Linear(Backend& b, const LayerSpec& spec, uint32_t seed, bool fused_relu, bool bias) : StepLayer(b, seed) {
     // The QKV projection's output is listed as (3 seq, d, heads); the kernel sees (seq, 3 d heads).
-    const Dims x_dims = {spec.input_shapes[0][0], Elements(spec.input_shapes[0]) / spec.input_shapes[0][0]};
+    // A linear layer over the last axis of a larger input sees all other axes as rows.
+    const Dims& in_shape = spec.input_shapes[0];
+    const auto features = spec.attributes.find("in_features");
+    const int64_t rows =
+        features != spec.attributes.end() && in_shape.size() > 2 ? Elements(in_shape) / features->second : in_shape[0];
+    const Dims x_dims = {rows, Elements(in_shape) / rows};
     const int64_t in = x_dims[1];
     const int64_t out = Elements(spec.output_shape) / x_dims[0];
     InitInputs({x_dims});
@@ -464,6 +512,8 @@ class CrossEntropyLoss : public StepLayer {
     InitOutput({1, 1});
     Tensor& onehot = Own(logits);
     Tensor& minus_onehot = Own(logits);
+    onehot_ = &onehot;
+    minus_onehot_ = &minus_onehot;
     std::uniform_int_distribution<int64_t> label(0, logits[1] - 1);
     for (int64_t r = 0; r < logits[0]; ++r) {
       const int64_t at = r * logits[1] + label(rng_);
@@ -482,6 +532,461 @@ class CrossEntropyLoss : public StepLayer {
     Add(backward_input_, softmax, {{DNNL_ARG_SRC, Mem(inputs_[0])}, {DNNL_ARG_DST, Mem(probs)}});
     AddBinary(backward_input_, algorithm::binary_sub, Mem(probs), Mem(onehot), Mem(grad_inputs_[0]));
   }
+
+  Status SetLabels(const std::vector<int32_t>& labels) override {
+    const int64_t rows = onehot_->dims[0], classes = onehot_->dims[1];
+    if (static_cast<int64_t>(labels.size()) != rows) {
+      return InvalidArgument("the loss has " + std::to_string(rows) + " rows but got " + std::to_string(labels.size()) +
+                             " labels");
+    }
+    std::fill(onehot_->data.begin(), onehot_->data.end(), 0.0f);
+    std::fill(minus_onehot_->data.begin(), minus_onehot_->data.end(), 0.0f);
+    for (int64_t r = 0; r < rows; ++r) {
+      const int32_t label = labels[static_cast<size_t>(r)];
+      if (label < 0 || label >= classes) {
+        return InvalidArgument("label " + std::to_string(label) + " of row " + std::to_string(r) + " is not in [0, " +
+                               std::to_string(classes) + ")");
+      }
+      onehot_->data[static_cast<size_t>(r * classes + label)] = 1.0f;
+      minus_onehot_->data[static_cast<size_t>(r * classes + label)] = -1.0f;
+    }
+    return Status::Ok();
+  }
+
+ private:
+  Tensor* onehot_ = nullptr;
+  Tensor* minus_onehot_ = nullptr;
+};
+
+// ---- Kernels of the op set of imported models -------------------------------------------------
+
+// `dims` with leading ones up to `rank` axes (NumPy broadcasting aligns shapes on the right).
+Dims Padded(const Dims& dims, size_t rank) {
+  Dims out(rank - dims.size(), 1);
+  out.insert(out.end(), dims.begin(), dims.end());
+  return out;
+}
+
+// A row-major tensor with its last two axes swapped, without copying.
+memory::desc TransposedLast(const Dims& dims) {
+  const size_t r = dims.size();
+  memory::dims strides(r, 1);
+  for (int i = static_cast<int>(r) - 2; i >= 0; --i) strides[i] = strides[i + 1] * dims[i + 1];
+  memory::dims d(dims.begin(), dims.end());
+  std::swap(d[r - 1], d[r - 2]);
+  std::swap(strides[r - 1], strides[r - 2]);
+  return memory::desc(d, memory::data_type::f32, strides);
+}
+
+std::vector<int64_t> RowMajorStrides(const Dims& dims) {
+  std::vector<int64_t> strides(dims.size(), 1);
+  for (int i = static_cast<int>(dims.size()) - 2; i >= 0; --i) strides[i] = strides[i + 1] * dims[i + 1];
+  return strides;
+}
+
+// A value attribute stored times 10^6 (graph::OpKind::kAffine).
+float Micro(const LayerSpec& spec, const std::string& name, float fallback) {
+  auto it = spec.attributes.find(name);
+  return it == spec.attributes.end() ? fallback : static_cast<float>(it->second) * 1e-6f;
+}
+
+// Shared by the new kernels: elementwise steps, reductions to a broadcast shape, expansion.
+class OpLayer : public StepLayer {
+ public:
+  using StepLayer::StepLayer;
+
+ protected:
+  void AddEltwise(std::vector<Step>& pass, algorithm alg, float alpha, float beta, memory src, memory dst) {
+    dnnl::eltwise_forward::primitive_desc pd(
+        dnnl::eltwise_forward::desc(prop_kind::forward_training, alg, src.get_desc(), alpha, beta), attr_,
+        backend_.engine());
+    Add(pass, pd, {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}});
+  }
+
+  // diff_src from diff_dst at `at` (the source, or the destination for *_use_dst_for_bwd).
+  void AddEltwiseBackward(std::vector<Step>& pass, algorithm alg, float alpha, float beta, memory at, memory diff_dst,
+                          memory diff_src) {
+    const memory::desc md = at.get_desc();
+    dnnl::eltwise_forward::primitive_desc hint(
+        dnnl::eltwise_forward::desc(prop_kind::forward_training, alg, md, alpha, beta), attr_, backend_.engine());
+    dnnl::eltwise_backward::primitive_desc pd(dnnl::eltwise_backward::desc(alg, md, md, alpha, beta), attr_,
+                                              backend_.engine(), hint);
+    const bool use_dst =
+        alg == algorithm::eltwise_relu_use_dst_for_bwd || alg == algorithm::eltwise_logistic_use_dst_for_bwd ||
+        alg == algorithm::eltwise_tanh_use_dst_for_bwd || alg == algorithm::eltwise_sqrt_use_dst_for_bwd ||
+        alg == algorithm::eltwise_clip_v2_use_dst_for_bwd;
+    Add(pass, pd,
+        {{use_dst ? DNNL_ARG_DST : DNNL_ARG_SRC, at}, {DNNL_ARG_DIFF_DST, diff_dst}, {DNNL_ARG_DIFF_SRC, diff_src}});
+  }
+
+  // `to` (dims `to_dims`, broadcast against `full`) = sum of `from` (dims `full`) over the broadcast axes.
+  void AddReduceTo(std::vector<Step>& pass, memory from, const Dims& full, Tensor& to, const Dims& to_dims) {
+    AddReduceSum(pass, from, Mem(to, Plain(Padded(to_dims, full.size()))));
+  }
+
+  // A full-size copy of `t` broadcast to `full` (oneDNN broadcasts only the second operand).
+  memory Expand(std::vector<Step>& pass, Tensor& t, const Dims& full) {
+    if (t.dims == full) return Mem(t);
+    Tensor& zeros = Own(full);
+    Tensor& out = Own(full);
+    AddBinary(pass, algorithm::binary_add, Mem(zeros), Mem(t, Plain(Padded(t.dims, full.size()))), Mem(out));
+    return Mem(out);
+  }
+
+  // Positive values away from zero, for divisors and square roots.
+  static void Positive(Tensor& t) {
+    for (float& v : t.data) v = std::fabs(v) + 0.5f;
+  }
+};
+
+// An elementwise op of one input: one oneDNN eltwise algorithm, its derivative taken at X or
+// (for the *_use_dst_for_bwd algorithms) at Y.
+struct EltwiseSpec {
+  algorithm alg;
+  float alpha = 0.0f, beta = 0.0f;
+  bool use_dst = false;
+  bool positive_input = false;  // square roots: a variance plus epsilon
+};
+
+class Unary : public OpLayer {
+ public:
+  Unary(Backend& b, const LayerSpec& spec, uint32_t seed, const EltwiseSpec& e) : OpLayer(b, seed) {
+    InitInputs(spec.input_shapes);
+    InitOutput(spec.output_shape);
+    if (e.positive_input) Positive(inputs_[0]);
+    AddEltwise(forward_, e.alg, e.alpha, e.beta, Mem(inputs_[0]), Mem(output_));
+    AddEltwiseBackward(backward_input_, e.alg, e.alpha, e.beta, e.use_dst ? Mem(output_) : Mem(inputs_[0]),
+                       Mem(grad_output_), Mem(grad_inputs_[0]));
+    Forward();
+  }
+};
+
+// PyTorch's hardsigmoid, clip(x / 6 + 1/2, 0, 1): two eltwise steps. The clip's derivative comes
+// from Y; the affine step's is a constant.
+class HardSigmoid : public OpLayer {
+ public:
+  HardSigmoid(Backend& b, const LayerSpec& spec, uint32_t seed) : OpLayer(b, seed) {
+    InitInputs(spec.input_shapes);
+    InitOutput(spec.output_shape);
+    const Dims& x = inputs_[0].dims;
+    Tensor& z = Own(x);
+    AddEltwise(forward_, algorithm::eltwise_linear, 1.0f / 6, 0.5f, Mem(inputs_[0]), Mem(z));
+    AddEltwise(forward_, algorithm::eltwise_clip_v2_use_dst_for_bwd, 0.0f, 1.0f, Mem(z), Mem(output_));
+    Tensor& dz = Own(x);
+    AddEltwiseBackward(backward_input_, algorithm::eltwise_clip_v2_use_dst_for_bwd, 0.0f, 1.0f, Mem(output_),
+                       Mem(grad_output_), Mem(dz));
+    AddEltwiseBackward(backward_input_, algorithm::eltwise_linear, 1.0f / 6, 0.5f, Mem(dz), Mem(dz),
+                       Mem(grad_inputs_[0]));
+    Forward();
+  }
+};
+
+// Add, Sub, Mul, Div with broadcasting: of two activations A and B, or of an activation A and a
+// parameter B (graph::ForwardGraph::BinaryParam) whose gradient is BackwardWeights (and BackwardBias).
+class Binary : public OpLayer {
+ public:
+  Binary(Backend& b, const LayerSpec& spec, uint32_t seed, algorithm alg) : OpLayer(b, seed) {
+    const bool with_param = spec.input_shapes.size() == 1;
+    const Dims& full = spec.output_shape;
+    if (with_param) {
+      InitInputs({spec.input_shapes[0]});
+    } else {
+      InitInputs({spec.input_shapes[0], spec.input_shapes[1]});
+    }
+    InitOutput(full);
+    Tensor* bt = nullptr;
+    Tensor* dbt = nullptr;
+    if (with_param) {
+      const int64_t rank = spec.attributes.at("param_rank");
+      bt = &Param(Dims(full.end() - rank, full.end()), 0.5f);
+      dbt = grad_params_[0];
+    } else {
+      bt = &inputs_[1];
+      dbt = &grad_inputs_[1];
+    }
+    Tensor& a = inputs_[0];
+    Tensor& da = grad_inputs_[0];
+    Tensor& bb = *bt;
+    if (alg == algorithm::binary_div) Positive(bb);
+    if (alg == algorithm::binary_mul && with_param) {
+      for (float& v : bb.data) v += 1.0f;  // a scale near one
+    }
+    auto bcast = [&](Tensor& t) { return Mem(t, Plain(Padded(t.dims, full.size()))); };
+    AddBinary(forward_, alg, Expand(forward_, a, full), bcast(bb), Mem(output_));
+
+    // Gradients: dA and dB, each summed over the axes it was broadcast along.
+    std::vector<Step>& db_pass = with_param ? backward_weights_ : backward_input_;
+    memory dy = Mem(grad_output_);
+    switch (alg) {
+      case algorithm::binary_add:
+      case algorithm::binary_sub:
+        AddReduceTo(backward_input_, dy, full, da, a.dims);
+        for (auto* pass : {&db_pass, with_param ? &backward_bias_ : nullptr}) {
+          if (!pass) continue;
+          AddReduceTo(*pass, dy, full, *dbt, bb.dims);
+          if (alg == algorithm::binary_sub)
+            AddEltwise(*pass, algorithm::eltwise_linear, -1.0f, 0.0f, Mem(*dbt), Mem(*dbt));
+        }
+        break;
+      case algorithm::binary_mul: {
+        Tensor& t = Own(full);
+        AddBinary(backward_input_, algorithm::binary_mul, dy, bcast(bb), Mem(t));
+        AddReduceTo(backward_input_, Mem(t), full, da, a.dims);
+        Tensor& u = Own(full);
+        AddBinary(db_pass, algorithm::binary_mul, dy, bcast(a), Mem(u));
+        AddReduceTo(db_pass, Mem(u), full, *dbt, bb.dims);
+        break;
+      }
+      case algorithm::binary_div: {
+        Tensor& t = Own(full);
+        AddBinary(backward_input_, algorithm::binary_div, dy, bcast(bb), Mem(t));
+        AddReduceTo(backward_input_, Mem(t), full, da, a.dims);
+        // dB = -sum(dY * A / B^2)
+        Tensor& u = Own(full);
+        AddBinary(db_pass, algorithm::binary_mul, dy, bcast(a), Mem(u));
+        AddBinary(db_pass, algorithm::binary_div, Mem(u), bcast(bb), Mem(u));
+        AddBinary(db_pass, algorithm::binary_div, Mem(u), bcast(bb), Mem(u));
+        AddReduceTo(db_pass, Mem(u), full, *dbt, bb.dims);
+        AddEltwise(db_pass, algorithm::eltwise_linear, -1.0f, 0.0f, Mem(*dbt), Mem(*dbt));
+        break;
+      }
+      default:
+        throw std::logic_error("not a binary algorithm");
+    }
+  }
+};
+
+// Batched C = A B of two activations, batch axes broadcast. dA = dC B^T, dB = A^T dC, summed over
+// the batch axes an operand was broadcast along.
+class MatMul : public OpLayer {
+ public:
+  MatMul(Backend& b, const LayerSpec& spec, uint32_t seed) : OpLayer(b, seed) {
+    InitInputs(spec.input_shapes);
+    InitOutput(spec.output_shape);
+    const Dims& c = spec.output_shape;
+    const size_t rank = c.size();
+    Tensor& a = inputs_[0];
+    Tensor& bm = inputs_[1];
+    const Dims ad = Padded(a.dims, rank), bd = Padded(bm.dims, rank);
+    AddMatmul(forward_, Mem(a, Plain(ad)), Mem(bm, Plain(bd)), Mem(output_));
+    // Full-batch shapes of the gradients before the reduction over broadcast axes.
+    Dims da_full = c, db_full = c;
+    da_full[rank - 1] = ad[rank - 1];
+    db_full[rank - 2] = bd[rank - 2];
+    memory da = da_full == ad ? Mem(grad_inputs_[0], Plain(ad)) : Mem(Own(da_full));
+    memory db = db_full == bd ? Mem(grad_inputs_[1], Plain(bd)) : Mem(Own(db_full));
+    AddMatmul(backward_input_, Mem(grad_output_), Mem(bm, TransposedLast(bd)), da);
+    AddMatmul(backward_input_, Mem(a, TransposedLast(ad)), Mem(grad_output_), db);
+    if (da_full != ad) AddReduceSum(backward_input_, da, Mem(grad_inputs_[0], Plain(ad)));
+    if (db_full != bd) AddReduceSum(backward_input_, db, Mem(grad_inputs_[1], Plain(bd)));
+  }
+};
+
+class Softmax : public OpLayer {
+ public:
+  Softmax(Backend& b, const LayerSpec& spec, uint32_t seed) : OpLayer(b, seed) {
+    InitInputs(spec.input_shapes);
+    InitOutput(spec.output_shape);
+    const int axis = static_cast<int>(spec.attributes.at("axis"));
+    const memory::desc md = Plain(output_.dims);
+    dnnl::softmax_forward::primitive_desc fwd(dnnl::softmax_forward::desc(prop_kind::forward_training, md, axis), attr_,
+                                              backend_.engine());
+    Add(forward_, fwd, {{DNNL_ARG_SRC, Mem(inputs_[0])}, {DNNL_ARG_DST, Mem(output_)}});
+    dnnl::softmax_backward::primitive_desc bwd(dnnl::softmax_backward::desc(md, md, axis), attr_, backend_.engine(),
+                                               fwd);
+    Add(backward_input_, bwd,
+        {{DNNL_ARG_DST, Mem(output_)},
+         {DNNL_ARG_DIFF_DST, Mem(grad_output_)},
+         {DNNL_ARG_DIFF_SRC, Mem(grad_inputs_[0])}});
+    Forward();
+  }
+};
+
+// Layer normalization over the last axis with scale and shift; like batch normalization, one
+// backward primitive gives dX, dscale and dshift.
+class LayerNorm : public OpLayer {
+ public:
+  LayerNorm(Backend& b, const LayerSpec& spec, uint32_t seed) : OpLayer(b, seed) {
+    InitInputs(spec.input_shapes);
+    InitOutput(spec.output_shape);
+    Tensor& x = inputs_[0];
+    const int64_t features = x.dims.back();
+    Tensor& scale = Param({features}, 0.1f);
+    for (float& g : scale.data) g += 1.0f;
+    Tensor& shift = Param({features}, 0.1f);
+    const Dims stat_dims(x.dims.begin(), x.dims.end() - 1);
+    Tensor& mean = Own(stat_dims);
+    Tensor& variance = Own(stat_dims);
+    const auto flags = dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift;
+    constexpr float kEpsilon = 1e-5f;
+    const memory::desc md = Plain(x.dims);
+    dnnl::layer_normalization_forward::primitive_desc fwd(
+        dnnl::layer_normalization_forward::desc(prop_kind::forward_training, md, kEpsilon, flags), attr_,
+        backend_.engine());
+    Add(forward_, fwd,
+        {{DNNL_ARG_SRC, Mem(x)},
+         {DNNL_ARG_DST, Mem(output_)},
+         {DNNL_ARG_SCALE, Mem(scale)},
+         {DNNL_ARG_SHIFT, Mem(shift)},
+         {DNNL_ARG_MEAN, Mem(mean)},
+         {DNNL_ARG_VARIANCE, Mem(variance)}});
+    dnnl::layer_normalization_backward::primitive_desc bwd(
+        dnnl::layer_normalization_backward::desc(prop_kind::backward, md, md, kEpsilon, flags), attr_,
+        backend_.engine(), fwd);
+    for (auto* pass : {&backward_input_, &backward_weights_, &backward_bias_}) {
+      Add(*pass, bwd,
+          {{DNNL_ARG_SRC, Mem(x)},
+           {DNNL_ARG_MEAN, Mem(mean)},
+           {DNNL_ARG_VARIANCE, Mem(variance)},
+           {DNNL_ARG_DIFF_DST, Mem(grad_output_)},
+           {DNNL_ARG_SCALE, Mem(scale)},
+           {DNNL_ARG_SHIFT, Mem(shift)},
+           {DNNL_ARG_DIFF_SRC, Mem(grad_inputs_[0])},
+           {DNNL_ARG_DIFF_SCALE, Mem(*grad_params_[0])},
+           {DNNL_ARG_DIFF_SHIFT, Mem(*grad_params_[1])}});
+    }
+    Forward();  // statistics for the backward pass
+  }
+};
+
+// Mean over the axes in the "axes" bit mask. dX = dY / n broadcast back over the reduced axes.
+class ReduceMean : public OpLayer {
+ public:
+  ReduceMean(Backend& b, const LayerSpec& spec, uint32_t seed) : OpLayer(b, seed) {
+    InitInputs(spec.input_shapes);
+    InitOutput(spec.output_shape);
+    const Dims& x = spec.input_shapes[0];
+    const int64_t mask = spec.attributes.at("axes");
+    Dims kept = x;  // the output with its reduced axes kept as ones
+    int64_t n = 1;
+    for (size_t i = 0; i < x.size(); ++i) {
+      if (mask >> i & 1) {
+        n *= x[i];
+        kept[i] = 1;
+      }
+    }
+    dnnl::reduction::primitive_desc pd(
+        dnnl::reduction::desc(algorithm::reduction_mean, Plain(x), Plain(kept), 0.f, 0.f), attr_, backend_.engine());
+    Add(forward_, pd, {{DNNL_ARG_SRC, Mem(inputs_[0])}, {DNNL_ARG_DST, Mem(output_, Plain(kept))}});
+    Tensor& inverse = Own(x);
+    std::fill(inverse.data.begin(), inverse.data.end(), 1.0f / static_cast<float>(n));
+    AddBinary(backward_input_, algorithm::binary_mul, Mem(inverse), Mem(grad_output_, Plain(kept)),
+              Mem(grad_inputs_[0]));
+  }
+};
+
+class Concat : public OpLayer {
+ public:
+  Concat(Backend& b, const LayerSpec& spec, uint32_t seed) : OpLayer(b, seed) {
+    InitInputs(spec.input_shapes);
+    InitOutput(spec.output_shape);
+    const int axis = static_cast<int>(spec.attributes.at("axis"));
+    std::vector<memory::desc> mds;
+    std::unordered_map<int, memory> args = {{DNNL_ARG_DST, Mem(output_)}};
+    for (size_t i = 0; i < inputs_.size(); ++i) {
+      mds.push_back(Plain(inputs_[i].dims));
+      args[DNNL_ARG_MULTIPLE_SRC + static_cast<int>(i)] = Mem(inputs_[i]);
+    }
+    dnnl::concat::primitive_desc pd(Plain(output_.dims), axis, mds, backend_.engine(), attr_);
+    Add(forward_, pd, args);
+    // dX_i is the slab of dY at the input's offset along the axis.
+    memory::dims offsets(output_.dims.size(), 0);
+    for (size_t i = 0; i < inputs_.size(); ++i) {
+      const memory::desc part =
+          Plain(output_.dims).submemory_desc(memory::dims(inputs_[i].dims.begin(), inputs_[i].dims.end()), offsets);
+      AddReorder(backward_input_, Mem(grad_output_, part), Mem(grad_inputs_[i]));
+      offsets[axis] += inputs_[i].dims[axis];
+    }
+  }
+};
+
+// Y = X with its axes permuted: a reorder from X's memory seen in Y's axis order.
+class Transpose : public OpLayer {
+ public:
+  Transpose(Backend& b, const LayerSpec& spec, uint32_t seed) : OpLayer(b, seed) {
+    InitInputs(spec.input_shapes);
+    InitOutput(spec.output_shape);
+    const Dims& x = spec.input_shapes[0];
+    const std::vector<int64_t> perm = graph::DecodePerm(spec.attributes.at("perm"), x.size());
+    const std::vector<int64_t> x_strides = RowMajorStrides(x), y_strides = RowMajorStrides(output_.dims);
+    memory::dims x_in_y_order(x.size()), y_in_x_order(x.size());
+    for (size_t i = 0; i < perm.size(); ++i) {
+      x_in_y_order[i] = x_strides[perm[i]];
+      y_in_x_order[perm[i]] = y_strides[i];
+    }
+    AddReorder(forward_,
+               Mem(inputs_[0], memory::desc(memory::dims(output_.dims.begin(), output_.dims.end()),
+                                            memory::data_type::f32, x_in_y_order)),
+               Mem(output_));
+    AddReorder(backward_input_,
+               Mem(grad_output_, memory::desc(memory::dims(x.begin(), x.end()), memory::data_type::f32, y_in_x_order)),
+               Mem(grad_inputs_[0]));
+  }
+};
+
+// Elements [start, end) of one axis (squeezed or not): a reorder of a sub-memory; its backward
+// writes dY into that part of dX, whose other elements stay zero.
+class Slice : public OpLayer {
+ public:
+  Slice(Backend& b, const LayerSpec& spec, uint32_t seed) : OpLayer(b, seed) {
+    InitInputs(spec.input_shapes);
+    InitOutput(spec.output_shape);
+    const Dims& x = spec.input_shapes[0];
+    const size_t axis = static_cast<size_t>(spec.attributes.at("axis"));
+    const int64_t start = spec.attributes.at("start"), end = spec.attributes.at("end");
+    Dims part = x;
+    part[axis] = end - start;
+    memory::dims offsets(x.size(), 0);
+    offsets[axis] = start;
+    const memory::desc sub = Plain(x).submemory_desc(memory::dims(part.begin(), part.end()), offsets);
+    AddReorder(forward_, Mem(inputs_[0], sub), Mem(output_, Plain(part)));
+    AddReorder(backward_input_, Mem(grad_output_, Plain(part)), Mem(grad_inputs_[0], sub));
+  }
+};
+
+// Rows of a parameter table picked by integer ids. oneDNN has no gather primitive, so this is a
+// copy loop; it reads and writes through the memories (set_data_handle rebinds them).
+class Embedding : public OpLayer {
+ public:
+  Embedding(Backend& b, const LayerSpec& spec, uint32_t seed) : OpLayer(b, seed) {
+    InitInputs(spec.input_shapes);
+    InitOutput(spec.output_shape);
+    vocabulary_ = spec.attributes.at("vocabulary");
+    dim_ = spec.attributes.at("dim");
+    Tensor& table = Param({vocabulary_, dim_}, 1.0f);
+    std::uniform_int_distribution<int64_t> id(0, vocabulary_ - 1);
+    for (float& v : inputs_[0].data) v = static_cast<float>(id(rng_));
+    ids_ = Mem(inputs_[0]);
+    table_ = Mem(table);
+    out_ = Mem(output_);
+    dy_ = Mem(grad_output_);
+    dtable_ = Mem(*grad_params_[0]);
+    count_ = inputs_[0].size();
+  }
+
+  void Forward() override {
+    const float* ids = static_cast<const float*>(ids_.get_data_handle());
+    const float* table = static_cast<const float*>(table_.get_data_handle());
+    float* out = static_cast<float*>(out_.get_data_handle());
+    for (int64_t i = 0; i < count_; ++i) std::copy_n(table + Row(ids[i]) * dim_, dim_, out + i * dim_);
+  }
+  void BackwardInput() override {}  // ids have no gradient
+  void BackwardWeights() override {
+    const float* ids = static_cast<const float*>(ids_.get_data_handle());
+    const float* dy = static_cast<const float*>(dy_.get_data_handle());
+    float* dtable = static_cast<float*>(dtable_.get_data_handle());
+    std::fill_n(dtable, vocabulary_ * dim_, 0.0f);
+    for (int64_t i = 0; i < count_; ++i) {
+      float* row = dtable + Row(ids[i]) * dim_;
+      for (int64_t k = 0; k < dim_; ++k) row[k] += dy[i * dim_ + k];
+    }
+  }
+
+ private:
+  int64_t Row(float id) const { return std::clamp<int64_t>(std::lround(id), 0, vocabulary_ - 1); }
+
+  int64_t vocabulary_ = 0, dim_ = 0, count_ = 0;
+  memory ids_, table_, out_, dy_, dtable_;
 };
 
 class GradSum : public StepLayer {
@@ -498,7 +1003,14 @@ class GradSum : public StepLayer {
   }
 };
 
+template <typename T, typename... Args>
+Result<std::unique_ptr<Layer>> Make(Args&&... args) {
+  return std::unique_ptr<Layer>(new T(std::forward<Args>(args)...));
+}
+
 }  // namespace
+
+Status Layer::SetLabels(const std::vector<int32_t>&) { return FailedPrecondition("only a loss layer takes labels"); }
 
 Tensor::Tensor(Dims d) : dims(std::move(d)), data(static_cast<size_t>(dims.empty() ? 0 : Elements(dims)), 0.0f) {}
 
@@ -536,7 +1048,7 @@ Result<std::unique_ptr<Layer>> MakeLayer(Backend& backend, const LayerSpec& spec
       case OpKind::kConv2d:
         return std::unique_ptr<Layer>(new Conv2d(backend, spec, seed));
       case OpKind::kLinear:
-        return std::unique_ptr<Layer>(new Linear(backend, spec, seed, false, true));
+        return std::unique_ptr<Layer>(new Linear(backend, spec, seed, false, !spec.attributes.count("no_bias")));
       case OpKind::kLinearRelu:
         return std::unique_ptr<Layer>(new Linear(backend, spec, seed, true, true));
       case OpKind::kQkvProjection:
@@ -561,6 +1073,62 @@ Result<std::unique_ptr<Layer>> MakeLayer(Backend& backend, const LayerSpec& spec
         return std::unique_ptr<Layer>(new AttentionContext(backend, spec, seed));
       case OpKind::kCrossEntropyLoss:
         return std::unique_ptr<Layer>(new CrossEntropyLoss(backend, spec, seed));
+      case OpKind::kRelu6:
+        return Make<Unary>(backend, spec, seed, EltwiseSpec{.alg = algorithm::eltwise_clip_v2, .beta = 6.0f});
+      case OpKind::kHardSwish:
+        return Make<Unary>(backend, spec, seed, EltwiseSpec{.alg = algorithm::eltwise_hardswish});
+      case OpKind::kHardSigmoid:
+        return Make<HardSigmoid>(backend, spec, seed);
+      case OpKind::kSigmoid:
+        return Make<Unary>(backend, spec, seed,
+                           EltwiseSpec{.alg = algorithm::eltwise_logistic_use_dst_for_bwd, .use_dst = true});
+      case OpKind::kTanh:
+        return Make<Unary>(backend, spec, seed,
+                           EltwiseSpec{.alg = algorithm::eltwise_tanh_use_dst_for_bwd, .use_dst = true});
+      case OpKind::kGelu:
+        return Make<Unary>(backend, spec, seed, EltwiseSpec{.alg = algorithm::eltwise_gelu_erf});
+      case OpKind::kSilu:
+        return Make<Unary>(backend, spec, seed, EltwiseSpec{.alg = algorithm::eltwise_swish, .alpha = 1.0f});
+      case OpKind::kSqrt:
+        return Make<Unary>(
+            backend, spec, seed,
+            EltwiseSpec{.alg = algorithm::eltwise_sqrt_use_dst_for_bwd, .use_dst = true, .positive_input = true});
+      case OpKind::kPow:
+        return Make<Unary>(backend, spec, seed,
+                           EltwiseSpec{.alg = algorithm::eltwise_pow,
+                                       .alpha = 1.0f,
+                                       .beta = static_cast<float>(spec.attributes.at("exponent"))});
+      case OpKind::kAffine:
+        return Make<Unary>(backend, spec, seed,
+                           EltwiseSpec{.alg = algorithm::eltwise_linear,
+                                       .alpha = Micro(spec, "alpha_e6", 1.0f),
+                                       .beta = Micro(spec, "beta_e6", 0.0f)});
+      case OpKind::kMul:
+        return Make<Binary>(backend, spec, seed, algorithm::binary_mul);
+      case OpKind::kSub:
+        return Make<Binary>(backend, spec, seed, algorithm::binary_sub);
+      case OpKind::kDiv:
+        return Make<Binary>(backend, spec, seed, algorithm::binary_div);
+      case OpKind::kAddBroadcast:
+        return Make<Binary>(backend, spec, seed, algorithm::binary_add);
+      case OpKind::kMatMul:
+        return Make<MatMul>(backend, spec, seed);
+      case OpKind::kSoftmax:
+        return Make<Softmax>(backend, spec, seed);
+      case OpKind::kLayerNorm:
+        return Make<LayerNorm>(backend, spec, seed);
+      case OpKind::kReduceMean:
+        return Make<ReduceMean>(backend, spec, seed);
+      case OpKind::kConcat:
+        return Make<Concat>(backend, spec, seed);
+      case OpKind::kTranspose:
+        return Make<Transpose>(backend, spec, seed);
+      case OpKind::kReshape:
+        return Make<Flatten>(backend, spec, seed);  // a view in frameworks, a copy as a kernel
+      case OpKind::kSlice:
+        return Make<Slice>(backend, spec, seed);
+      case OpKind::kEmbedding:
+        return Make<Embedding>(backend, spec, seed);
       case OpKind::kInput:
         break;
     }
@@ -569,6 +1137,8 @@ Result<std::unique_ptr<Layer>> MakeLayer(Backend& backend, const LayerSpec& spec
     return Internal("oneDNN refused op kind '" + spec.kind + "': " + e.what());
   } catch (const std::out_of_range&) {
     return InvalidArgument("op kind '" + spec.kind + "' is missing an attribute it needs");
+  } catch (const std::logic_error& e) {
+    return InvalidArgument("op kind '" + spec.kind + "': " + e.what());
   }
 }
 

@@ -62,6 +62,14 @@ class Layer {
   uint64_t scratchpad_bytes() const { return scratchpad_bytes_; }
   uint64_t workspace_bytes() const { return workspace_bytes_; }
 
+  // Runs the kernels on `data` instead of `t`'s own storage, which is released. `t` is one
+  // of inputs(), output(), grad_output() or grad_inputs(); `data` holds at least as many
+  // elements as t.dims and stays valid until the next Bind of `t`. The training executor
+  // binds layers to activations that live in its arena and are shared between layers.
+  virtual void Bind(Tensor& t, float* data) = 0;
+  // Class labels of a loss layer, one per row of its logits; other layers refuse.
+  virtual Status SetLabels(const std::vector<int32_t>& labels);
+
  protected:
   std::vector<Tensor> inputs_;
   Tensor output_;

@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <numeric>
+
+#include "base/units.h"
 
 namespace edgecost::profiler {
 namespace {
@@ -44,8 +47,39 @@ RuntimeSummary Summarize(std::vector<double> samples_s) {
   return s;
 }
 
+Verdict JudgeInterference(const v1::Interference& interference, uint32_t clean_repetitions,
+                          const MeasureOptions& options) {
+  const InterferenceLimits& limits = options.interference;
+  char text[256];
+  std::string others;
+  if (interference.other_runnable() > 0) {
+    std::snprintf(text, sizeof text, "; %u other tasks runnable, load %.2f", interference.other_runnable(),
+                  interference.load1());
+    others = text;
+  }
+  const double total = interference.total_repetitions();
+  const double disturbed_fraction = total > 0 ? interference.disturbed_repetitions() / total : 0;
+  if (interference.steal_fraction() > limits.max_steal_fraction) {
+    std::snprintf(text, sizeof text, "the hypervisor took %.0f%% of the CPUs (steal time)",
+                  100 * interference.steal_fraction());
+    return {false, text + others};
+  }
+  if (disturbed_fraction > limits.max_disturbed_fraction) {
+    const std::string waited =
+        interference.run_queue_wait_s() > 0 ? " (" + FormatSeconds(interference.run_queue_wait_s()) + " in all)" : "";
+    std::snprintf(text, sizeof text, "%.0f%% of the repetitions waited for a CPU", 100 * disturbed_fraction);
+    return {false, text + waited + ": another task ran on the op's cores" + others};
+  }
+  if (static_cast<int>(clean_repetitions) < options.min_repetitions) {
+    std::snprintf(text, sizeof text, "only %u undisturbed repetitions within %.2f s", clean_repetitions,
+                  options.max_window_s);
+    return {false, text + others};
+  }
+  return {};
+}
+
 Result<Measurement> Measure(const std::function<void()>& op, Clock& clock, EnergyMeter* meter,
-                            const MeasureOptions& options) {
+                            const MeasureOptions& options, InterferenceWatch* watch) {
   const double warmup_start_s = clock.NowS();
   for (int i = 0; i < options.warmup_runs || clock.NowS() - warmup_start_s < options.warmup_s; ++i) op();
   // A window long enough for the sensor to update min_sensor_updates times, within the cap.
@@ -54,30 +88,72 @@ Result<Measurement> Measure(const std::function<void()>& op, Clock& clock, Energ
   target_window_s = std::min(target_window_s, options.max_window_s);
 
   std::vector<double> samples_s;
-  Measurement m;
+  std::vector<Repetition> repetitions;
+  uint32_t disturbed = 0;
+  double executed_s = 0;  // the repetitions' own time, without the reads between them
   double energy_start_j = 0;
   if (meter) {
     EC_ASSIGN_OR_RETURN(energy_start_j, meter->EnergyJ());
   }
+  if (watch) EC_RETURN_IF_ERROR(watch->BeginWindow());
   const double window_start_s = clock.NowS();
-  m.window_start_s = window_start_s;
+  const double window_start_unix_s =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   double now_s = window_start_s;
-  while (static_cast<int>(samples_s.size()) < options.max_repetitions &&
-         (static_cast<int>(samples_s.size()) < options.min_repetitions || now_s - window_start_s < target_window_s)) {
+  // Until enough undisturbed repetitions and a long enough window; a busy
+  // device extends the window up to max_window_s to find clean repetitions.
+  auto more = [&] {
+    const int total = static_cast<int>(samples_s.size() + disturbed);
+    if (total >= options.max_repetitions) return false;
+    const double elapsed_s = now_s - window_start_s;
+    if (static_cast<int>(samples_s.size()) < options.min_repetitions) {
+      return total < options.min_repetitions || elapsed_s < options.max_window_s;
+    }
+    return elapsed_s < target_window_s;
+  };
+  while (more()) {
     const double start_s = clock.NowS();
     op();
     now_s = clock.NowS();
-    samples_s.push_back(now_s - start_s);
-    if (m.repetitions.size() < kMaxKeptRepetitions)
-      m.repetitions.push_back({start_s - window_start_s, now_s - start_s});
+    const double sample_s = now_s - start_s;
+    executed_s += sample_s;
+    const bool kept = repetitions.size() < kMaxKeptRepetitions;
+    if (kept) repetitions.push_back({start_s - window_start_s, sample_s, false});
+    if (watch) {
+      // Read after the repetition, outside its timing: a wait in the gap before
+      // it counts against it too, as a thread descheduled there delays it.
+      EC_ASSIGN_OR_RETURN(double wait_s, watch->WaitSinceLastS());
+      if (wait_s > std::max(options.interference.min_wait_s, options.interference.wait_fraction * sample_s)) {
+        ++disturbed;
+        if (kept) repetitions.back().disturbed = true;
+        continue;
+      }
+    }
+    samples_s.push_back(sample_s);
   }
+  Measurement m;
   m.window_s = now_s - window_start_s;
+  m.repetitions = std::move(repetitions);
+  m.window_start_unix_s = window_start_unix_s;
+  const uint32_t clean_repetitions = static_cast<uint32_t>(samples_s.size());
   m.runtime = Summarize(std::move(samples_s));
+  if (watch) {
+    EC_ASSIGN_OR_RETURN(m.interference, watch->EndWindow(m.window_s));
+    m.interference.set_disturbed_repetitions(disturbed);
+    m.interference.set_total_repetitions(clean_repetitions + disturbed);
+    const Verdict verdict = JudgeInterference(m.interference, clean_repetitions, options);
+    m.clean = verdict.clean;
+    m.disturbance = verdict.reason;
+    m.shared = m.interference.other_cpu_cores() >= options.interference.shared_cpu_cores;
+  }
   if (meter) {
     EC_ASSIGN_OR_RETURN(double energy_end_j, meter->EnergyJ());
-    const double runs = static_cast<double>(m.runtime.repetitions);
-    m.energy_j = (energy_end_j - energy_start_j) / runs;
-    m.dynamic_energy_j = m.energy_j - meter->IdlePowerW() * (m.window_s / runs);
+    // The window's mean power over the executions' own time (every execution,
+    // disturbed ones included): the reads between repetitions cost no energy of the op.
+    const double runs = static_cast<double>(clean_repetitions + disturbed);
+    const double power_w = m.window_s > 0 ? (energy_end_j - energy_start_j) / m.window_s : 0;
+    m.energy_j = power_w * executed_s / runs;
+    m.dynamic_energy_j = m.energy_j - meter->IdlePowerW() * (executed_s / runs);
     m.sensor_updates = meter->UpdateIntervalS() > 0 ? m.window_s / meter->UpdateIntervalS() : 0;
     m.energy_precise = m.sensor_updates >= options.min_sensor_updates;
   }

@@ -32,6 +32,36 @@ class EnergyMeter {
   virtual std::string Name() const = 0;
 };
 
+// What the scheduler and the hypervisor did to the op's threads while it was
+// timed; tests substitute a fake.
+class InterferenceWatch {
+ public:
+  virtual ~InterferenceWatch() = default;
+  // After warm-up, before the first timed repetition.
+  virtual Status BeginWindow() = 0;
+  // Seconds the op's threads were runnable but waited for a CPU since the
+  // previous call (or BeginWindow): read after every repetition.
+  virtual Result<double> WaitSinceLastS() = 0;
+  // The whole window: steal, run queue, load, involuntary switches.
+  virtual Result<v1::Interference> EndWindow(double window_s) = 0;
+};
+
+struct InterferenceLimits {
+  // A repetition is disturbed when its threads waited longer than this share
+  // of its runtime, and at least min_wait_s: it is left out of the statistics.
+  double wait_fraction = 0.02;
+  double min_wait_s = 2e-6;
+  // A window is clean when at most this share of its repetitions was
+  // disturbed and the hypervisor stole at most max_steal_fraction of the CPUs.
+  double max_disturbed_fraction = 0.2;
+  double max_steal_fraction = 0.02;
+  // Other tasks using this much CPU (in cores) share caches and memory with
+  // the op, which the scheduler's accounting does not show: such a window
+  // counts only once another window agrees with it within confirm_tolerance.
+  double shared_cpu_cores = 0.25;
+  double confirm_tolerance = 0.10;
+};
+
 struct RuntimeSummary {
   double median_s = 0;
   double stddev_s = 0;
@@ -49,6 +79,7 @@ struct MeasureOptions {
   double min_window_s = 0.1;    // at least this much timed work per op
   double max_window_s = 1.0;    // give up extending the window after this
   int min_sensor_updates = 10;  // energy needs this many sensor updates inside the window
+  InterferenceLimits interference;
 };
 
 // At most this many repetitions are kept with their times, for traces.
@@ -57,21 +88,37 @@ inline constexpr size_t kMaxKeptRepetitions = 1000;
 struct Repetition {
   double start_s = 0;  // from the window's start
   double runtime_s = 0;
+  bool disturbed = false;  // left out of the runtime: a thread of the op waited for a CPU
 };
 
 struct Measurement {
   RuntimeSummary runtime;
-  std::vector<Repetition> repetitions;  // the first kMaxKeptRepetitions
+  std::vector<Repetition> repetitions;  // the first kMaxKeptRepetitions, disturbed ones included
+  double window_start_unix_s = 0;       // wall time of the window's start (seconds since 1970, UTC)
   double energy_j = 0;                  // per execution, total
   double dynamic_energy_j = 0;          // per execution, minus idle power x runtime
   double window_s = 0;
-  double window_start_s = 0;    // on the measuring clock
   double sensor_updates = 0;    // updates the window spanned
   bool energy_precise = false;  // false: the window covered fewer updates than asked
+  // With an InterferenceWatch: the runtime summarises the undisturbed
+  // repetitions only, and `clean` says whether the window can be trusted.
+  v1::Interference interference;
+  bool clean = true;
+  std::string disturbance;  // why not clean, in words
+  bool shared = false;      // clean, but other tasks used the CPUs meanwhile: needs confirming
 };
 
-// Runs `op` repeatedly and measures it. `meter` may be null (runtime only).
+// Runs `op` repeatedly and measures it. `meter` may be null (runtime only);
+// `watch` may be null (nothing is checked and the window counts as clean).
 Result<Measurement> Measure(const std::function<void()>& op, Clock& clock, EnergyMeter* meter,
-                            const MeasureOptions& options);
+                            const MeasureOptions& options, InterferenceWatch* watch = nullptr);
+
+// The verdict on a window's interference, and the reason in words when it is not clean.
+struct Verdict {
+  bool clean = true;
+  std::string reason;
+};
+Verdict JudgeInterference(const v1::Interference& interference, uint32_t clean_repetitions,
+                          const MeasureOptions& options);
 
 }  // namespace edgecost::profiler

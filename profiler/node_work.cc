@@ -1,5 +1,6 @@
 #include "profiler/node_work.h"
 
+#include <algorithm>
 #include <map>
 #include <sstream>
 
@@ -121,6 +122,7 @@ Result<NodeWork> WorkForNode(const v1::TrainingGraph& graph, int index, int thre
   }
   key << "/f32/onednn/t" << threads;
   sig.set_key(key.str());
+  work.team_threads = node.flops() < kTeamMinFlops ? 1 : std::max(1, threads);
   return work;
 }
 

@@ -26,7 +26,15 @@ struct NodeWork {
   LayerSpec spec;     // the forward layer the pass belongs to
   int sum_parts = 0;  // kGradSum: how many gradients are added
   v1::OpSignature signature;
+  // Threads the op runs on: `threads`, or 1 for an op too small to repay a
+  // team (a 200-float ReLU on two threads is mostly barrier, and a busy core
+  // stalls that barrier for a whole time slice).
+  int team_threads = 1;
 };
+
+// Below this many FLOPs an op runs on one thread, as a training runtime with a
+// grain size runs it.
+inline constexpr double kTeamMinFlops = 1e6;
 
 // The work of node `index`; `threads` enters the signature (costs differ per thread count).
 Result<NodeWork> WorkForNode(const v1::TrainingGraph& graph, int index, int threads);

@@ -1,13 +1,18 @@
 #include "profiler/profile.h"
 
+#include <omp.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <map>
 #include <random>
+#include <thread>
 
+#include "profiler/interference.h"
 #include "profiler/node_work.h"
 
 namespace edgecost::profiler {
@@ -20,7 +25,40 @@ int64_t ResidentBytes() {
   return resident * ::sysconf(_SC_PAGESIZE);
 }
 
+// The OpenMP thread count for one op, restored afterwards: oneDNN sizes its
+// parallel regions (and some kernels their blocking) by it.
+class TeamScope {
+ public:
+  explicit TeamScope(int threads) : saved_(omp_get_max_threads()) { omp_set_num_threads(std::max(1, threads)); }
+  ~TeamScope() { omp_set_num_threads(saved_); }
+  TeamScope(const TeamScope&) = delete;
+  TeamScope& operator=(const TeamScope&) = delete;
+
+ private:
+  int saved_;
+};
+
+// How disturbed an attempt was, to keep the least disturbed one.
+double DisturbanceScore(const v1::Interference& i) {
+  const double total = i.total_repetitions();
+  return (total > 0 ? i.disturbed_repetitions() / total : 1.0) + i.steal_fraction();
+}
+
+void AnnotateNodeCost(const v1::OpCost& op, v1::NodeCost& cost) {
+  *cost.mutable_runtime_stats() = op.runtime();
+  cost.set_unreliable(op.unreliable());
+  cost.set_unreliable_reason(op.unreliable_reason());
+}
+
 }  // namespace
+
+std::string UnreliableSummary(const ProfileSummary& summary, const std::string& accept_hint) {
+  if (summary.unreliable.empty()) return "";
+  const size_t n = summary.unreliable.size();
+  const std::string text = std::to_string(n) + (n == 1 ? " op" : " ops") + " measured while the CPU was busy";
+  return accept_hint.empty() ? text + ", stored marked unreliable"
+                             : text + ": re-run when the device is idle, or " + accept_hint;
+}
 
 Result<ProfileSummary> ProfileGraph(costdb::CostDb& db, Backend& backend, const v1::TrainingGraph& graph,
                                     const std::string& fingerprint_hash, int64_t run_id, EnergyMeter* meter,
@@ -42,31 +80,35 @@ Result<ProfileSummary> ProfileGraph(costdb::CostDb& db, Backend& backend, const 
   for (const auto& [key, work] : distinct) {
     if (!options.force) {
       EC_ASSIGN_OR_RETURN(std::optional<v1::OpCost> known, db.GetOpCost(fingerprint_hash, key));
-      if (known) {
+      // An op stored as unreliable is measured again: the device may be quiet now.
+      if (known && !known->unreliable()) {
         ++summary.reused;
         continue;
       }
     }
     todo.push_back(&work);
   }
-  std::shuffle(todo.begin(), todo.end(), std::mt19937(options.shuffle_seed));
+  std::mt19937 shuffle(options.shuffle_seed);
+  std::shuffle(todo.begin(), todo.end(), shuffle);
 
-  Clock& clock = SteadyClock();
-  const double start_s = clock.NowS();
-  for (size_t i = 0; i < todo.size(); ++i) {
-    if (options.stop && options.stop->load()) {
-      summary.interrupted = true;
-      break;
-    }
-    const NodeWork& work = *todo[i];
+  std::function<std::unique_ptr<InterferenceWatch>()> make_watch = options.make_watch;
+  if (!make_watch) make_watch = [] { return std::make_unique<SchedInterferenceWatch>(); };
+
+  // One window for one op: the cost as it would be stored.
+  struct Attempt {
+    v1::OpCost cost;
+    bool clean = false;
+    bool shared = false;
+  };
+  auto measure = [&](const NodeWork& work) -> Result<Attempt> {
+    TeamScope team(work.team_threads);
     const int64_t resident_before = ResidentBytes();
     EC_ASSIGN_OR_RETURN(NodeRunner runner, NodeRunner::Create(backend, work));
-    // Wall time of the window's start, for traces: now, plus the measuring clock's time until then.
-    const double unix_before_s =
-        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-    const double clock_before_s = clock.NowS();
-    EC_ASSIGN_OR_RETURN(Measurement m, Measure([&runner] { runner.Run(); }, clock, meter, options.measure));
-    v1::OpCost cost;
+    std::unique_ptr<InterferenceWatch> watch = make_watch();
+    EC_ASSIGN_OR_RETURN(Measurement m,
+                        Measure([&runner] { runner.Run(); }, SteadyClock(), meter, options.measure, watch.get()));
+    Attempt attempt{.clean = m.clean, .shared = m.clean && m.shared};
+    v1::OpCost& cost = attempt.cost;
     *cost.mutable_signature() = work.signature;
     v1::RuntimeStats& runtime = *cost.mutable_runtime();
     runtime.set_median_s(m.runtime.median_s);
@@ -74,11 +116,12 @@ Result<ProfileSummary> ProfileGraph(costdb::CostDb& db, Backend& backend, const 
     runtime.set_ci95_low_s(m.runtime.ci95_low_s);
     runtime.set_ci95_high_s(m.runtime.ci95_high_s);
     runtime.set_repetitions(m.runtime.repetitions);
-    cost.set_window_start_unix_s(unix_before_s + (m.window_start_s - clock_before_s));
+    cost.set_window_start_unix_s(m.window_start_unix_s);
     for (const Repetition& r : m.repetitions) {
       v1::Repetition* kept = cost.add_repetitions();
       kept->set_start_s(r.start_s);
       kept->set_runtime_s(r.runtime_s);
+      kept->set_disturbed(r.disturbed);
     }
     if (meter) {
       cost.set_energy_j(m.energy_j);
@@ -93,7 +136,91 @@ Result<ProfileSummary> ProfileGraph(costdb::CostDb& db, Backend& backend, const 
     cost.set_output_bytes(output_elements * sizeof(float));
     cost.set_workspace_bytes(runner.scratchpad_bytes() + runner.workspace_bytes());
     cost.set_rss_growth_bytes(ResidentBytes() - resident_before);
-    EC_RETURN_IF_ERROR(db.PutOpCost(fingerprint_hash, run_id, cost));  // committed now: nothing lost on a crash
+    *cost.mutable_interference() = m.interference;
+    cost.set_team_threads(static_cast<uint32_t>(work.team_threads));
+    if (!m.clean) {
+      cost.set_unreliable(true);
+      cost.set_unreliable_reason(m.disturbance);
+    } else if (attempt.shared) {
+      char text[160];
+      std::snprintf(text, sizeof text,
+                    "other tasks used %.2f CPUs meanwhile (caches and memory are shared) and no second window "
+                    "confirmed it",
+                    m.interference.other_cpu_cores());
+      cost.set_unreliable(true);  // until a second window agrees
+      cost.set_unreliable_reason(text);
+    }
+    return attempt;
+  };
+
+  // An op not yet measured cleanly: what is stored for it, marked unreliable.
+  struct Pending {
+    const NodeWork* work;
+    v1::OpCost best;                 // the least disturbed attempt so far, as stored
+    std::vector<v1::OpCost> shared;  // clean windows taken while others used the CPUs
+    uint32_t attempts = 0;
+  };
+  const double tolerance = options.measure.interference.confirm_tolerance;
+  // Takes one attempt into account; true when the op is settled (stored clean).
+  auto settle = [&](Pending& p, Attempt attempt) -> Result<bool> {
+    ++p.attempts;
+    bool settled = false;
+    if (attempt.clean && !attempt.shared) {
+      p.best = std::move(attempt.cost);
+      settled = true;
+    } else if (attempt.shared) {
+      // Two windows at different times that agree: the load did not move the figure.
+      const double median = attempt.cost.runtime().median_s();
+      for (const v1::OpCost& other : p.shared) {
+        const double low = std::min(median, other.runtime().median_s());
+        if (low > 0 && std::fabs(median - other.runtime().median_s()) <= tolerance * low) {
+          p.best = median <= other.runtime().median_s() ? attempt.cost : other;
+          p.best.set_unreliable(false);
+          p.best.clear_unreliable_reason();
+          settled = true;
+          break;
+        }
+      }
+      if (!settled) {
+        p.shared.push_back(attempt.cost);
+        p.best = std::move(attempt.cost);
+        if (p.shared.size() > 1) {
+          double low = p.shared.front().runtime().median_s(), high = low;
+          for (const v1::OpCost& c : p.shared) {
+            low = std::min(low, c.runtime().median_s());
+            high = std::max(high, c.runtime().median_s());
+          }
+          char text[200];
+          std::snprintf(text, sizeof text,
+                        "%zu windows disagreed by up to %.0f%% while other tasks used %.2f CPUs (caches and memory "
+                        "are shared)",
+                        p.shared.size(), low > 0 ? 100 * (high - low) / low : 0.0,
+                        p.best.interference().other_cpu_cores());
+          p.best.set_unreliable_reason(text);
+        }
+      }
+    } else if (p.best.signature().key().empty() || (p.shared.empty() && DisturbanceScore(attempt.cost.interference()) <
+                                                                            DisturbanceScore(p.best.interference()))) {
+      p.best = std::move(attempt.cost);
+    }
+    p.best.set_attempts(p.attempts);
+    EC_RETURN_IF_ERROR(db.PutOpCost(fingerprint_hash, run_id, p.best));  // committed now: nothing lost on a crash
+    return settled;
+  };
+
+  std::vector<Pending> pending;
+  Clock& clock = SteadyClock();
+  const double start_s = clock.NowS();
+  for (size_t i = 0; i < todo.size(); ++i) {
+    if (options.stop && options.stop->load()) {
+      summary.interrupted = true;
+      break;
+    }
+    const NodeWork& work = *todo[i];
+    EC_ASSIGN_OR_RETURN(Attempt attempt, measure(work));
+    Pending p{.work = &work};
+    EC_ASSIGN_OR_RETURN(bool settled, settle(p, std::move(attempt)));
+    if (!settled) pending.push_back(std::move(p));
     ++summary.measured;
     if (options.on_progress) {
       const double elapsed = clock.NowS() - start_s;
@@ -102,6 +229,32 @@ Result<ProfileSummary> ProfileGraph(costdb::CostDb& db, Backend& backend, const 
                            per_op * static_cast<double>(todo.size() - i - 1)});
     }
   }
+
+  // Unsettled ops again, interleaved: each round in a new order, within the budget.
+  const double first_pass_s = clock.NowS() - start_s;
+  const double budget_s = options.retry_budget_s > 0 ? options.retry_budget_s : std::max(2.0, 2 * first_pass_s);
+  const double retry_start_s = clock.NowS();
+  for (int round = 1; round < options.max_attempts && !pending.empty() && !summary.interrupted; ++round) {
+    if (clock.NowS() - retry_start_s >= budget_s) break;
+    if (options.retry_pause_s > 0) std::this_thread::sleep_for(std::chrono::duration<double>(options.retry_pause_s));
+    std::shuffle(pending.begin(), pending.end(), shuffle);
+    std::vector<Pending> still;
+    for (size_t k = 0; k < pending.size(); ++k) {
+      const bool stopped = options.stop && options.stop->load();
+      if (stopped || clock.NowS() - retry_start_s >= budget_s) {
+        summary.interrupted = stopped;
+        still.insert(still.end(), std::make_move_iterator(pending.begin() + static_cast<ptrdiff_t>(k)),
+                     std::make_move_iterator(pending.end()));
+        break;
+      }
+      EC_ASSIGN_OR_RETURN(Attempt attempt, measure(*pending[k].work));
+      ++summary.remeasured;
+      EC_ASSIGN_OR_RETURN(bool settled, settle(pending[k], std::move(attempt)));
+      if (!settled) still.push_back(std::move(pending[k]));
+    }
+    pending = std::move(still);
+  }
+  for (const Pending& p : pending) summary.unreliable.push_back({p.work->signature.key(), p.best.unreliable_reason()});
   summary.elapsed_s = clock.NowS() - start_s;
   return summary;
 }
@@ -119,6 +272,7 @@ Result<v1::CostTable> MeasuredCostTable(costdb::CostDb& db, const v1::TrainingGr
   }
   *table.mutable_paging() = *paging;
   std::string sources;
+  v1::EnergySource weakest = v1::ENERGY_SOURCE_UNSPECIFIED;
   for (int i = 0; i < graph.nodes_size(); ++i) {
     const v1::TrainingNode& node = graph.nodes(i);
     EC_ASSIGN_OR_RETURN(NodeWork work, WorkForNode(graph, i, threads));
@@ -135,17 +289,27 @@ Result<v1::CostTable> MeasuredCostTable(costdb::CostDb& db, const v1::TrainingGr
     EC_ASSIGN_OR_RETURN(std::optional<v1::OpCost> op, db.GetOpCost(fingerprint_hash, work.signature.key()));
     if (!op) {
       return NotFound("node " + std::to_string(i) + " ('" + node.name() + "', op " + work.signature.key() +
-                      ") has not been measured on this device; run `edgecost profile --model " + graph.model() + "`");
+                      ") has not been measured on this device; run " + ProfileCommand(graph, graph.model()));
     }
     cost.set_runtime_s(op->runtime().median_s());
     cost.set_compute_j(op->energy_j());
+    weakest = std::max(weakest, op->energy_source());  // the enum orders sources from measured to estimated
+    AnnotateNodeCost(*op, cost);
     if (sources.find(op->energy_probe()) == std::string::npos) {
-      sources +=
-          (sources.empty() ? "" : ", ") + op->energy_probe() + " (" + v1::EnergySource_Name(op->energy_source()) + ")";
+      sources += (sources.empty() ? "" : ", ") + op->energy_probe() +
+                 (op->energy_source() == v1::ENERGY_SOURCE_ESTIMATED ? " (ESTIMATED)" : "");
     }
   }
   table.set_note("measured with oneDNN on this device; energy from " + (sources.empty() ? "no source" : sources));
+  table.set_energy_source(weakest);
   return table;
+}
+
+std::string ProfileCommand(const v1::TrainingGraph& graph, const std::string& model_or_file) {
+  std::string command = "`edgecost profile --model " + model_or_file + " --derivation " + graph.derivation();
+  if (graph.batch_size() != 1) command += " --batch-size " + std::to_string(graph.batch_size());
+  if (graph.trainable() != "all") command += " --trainable " + graph.trainable();
+  return command + "`";
 }
 
 std::string ThisDeviceName() {
@@ -159,13 +323,39 @@ Result<v1::CostTable> LoadMeasuredCostTable(costdb::CostDb& db, const graph::Gra
     return InvalidArgument("measured costs exist for models; " + spec.model_or_file + " carries its own costs");
   }
   EC_ASSIGN_OR_RETURN(v1::TrainingGraph graph, graph::LoadTrainingGraph(spec));
+  if (Result<v1::Device> known = db.GetDevice(device); known.status().code() == ErrorCode::kNotFound) {
+    EC_ASSIGN_OR_RETURN(std::vector<v1::Device> devices, db.ListDevices());
+    std::string names;
+    for (const v1::Device& d : devices) {
+      if (d.kind() == v1::Device::KIND_MEASURED) names += (names.empty() ? "" : ", ") + d.name();
+    }
+    return NotFound("no device '" + device + "' in " + db.path() + "; measured devices: " +
+                    (names.empty() ? "none yet (run `edgecost profile` on the device)" : names) +
+                    "; board presets take --platform");
+  }
   Result<v1::CostTable> table = db.GetCostTable(
       {graph.model(), device, kMeasuredSource, graph.batch_size(), graph.derivation(), graph.trainable()});
   if (table.status().code() == ErrorCode::kNotFound) {
     return NotFound("no measured costs for " + graph.model() + " (derivation " + graph.derivation() + ", trainable " +
                     graph.trainable() + ", batch size " + std::to_string(graph.batch_size()) + ") on device " + device +
-                    "; run `edgecost profile --model " + spec.model_or_file + "` there");
+                    "; run " + ProfileCommand(graph, spec.model_or_file) + " there");
   }
+  if (!table.ok()) return table;
+  // The stored table keeps medians; spread, interval, reliability and the energy's source are the op costs'.
+  std::map<std::string, std::optional<v1::OpCost>> ops;
+  v1::EnergySource weakest = v1::ENERGY_SOURCE_UNSPECIFIED;
+  for (v1::NodeCost& cost : *table->mutable_costs()) {
+    if (cost.op_key().empty()) continue;
+    auto it = ops.find(cost.op_key());
+    if (it == ops.end()) {
+      EC_ASSIGN_OR_RETURN(std::optional<v1::OpCost> op, db.GetOpCost(table->fingerprint_hash(), cost.op_key()));
+      it = ops.emplace(cost.op_key(), std::move(op)).first;
+    }
+    if (!it->second) continue;
+    AnnotateNodeCost(*it->second, cost);
+    weakest = std::max(weakest, it->second->energy_source());
+  }
+  table->set_energy_source(weakest);
   return table;
 }
 

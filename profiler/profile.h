@@ -6,7 +6,9 @@
 
 #include <atomic>
 #include <functional>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "base/status.h"
 #include "costdb/costdb.h"
@@ -32,18 +34,41 @@ struct ProfileOptions {
   uint32_t shuffle_seed = 1;
   std::function<void(const ProfileProgress&)> on_progress;
   const std::atomic<bool>* stop = nullptr;  // checked between ops (Ctrl-C, SIGTERM)
+  // Interference: an op whose window was disturbed is measured again after the
+  // others, in rounds of shuffled order (so that a burst of load hits other ops
+  // each time), up to max_attempts windows in all and within retry_budget_s
+  // (0: as long as the first pass took, at least 2 s). What stays disturbed is
+  // stored marked unreliable with the reason.
+  int max_attempts = 4;
+  double retry_budget_s = 0;
+  double retry_pause_s = 0.2;  // between rounds: a short burst of load may pass
+  // Makes the watch for each window; unset: the scheduler's accounting under
+  // /proc (SchedInterferenceWatch). Tests substitute fakes.
+  std::function<std::unique_ptr<InterferenceWatch>()> make_watch;
+};
+
+struct UnreliableOp {
+  std::string op_key;
+  std::string reason;
 };
 
 struct ProfileSummary {
   int nodes = 0;
   int distinct_ops = 0;
-  int measured = 0;          // this run
-  int reused = 0;            // already in the database for this fingerprint
-  int without_work = 0;      // the input layer and its gradient
-  int imprecise_energy = 0;  // windows shorter than the energy source needs
+  int measured = 0;                      // this run
+  int reused = 0;                        // already in the database for this fingerprint
+  int without_work = 0;                  // the input layer and its gradient
+  int imprecise_energy = 0;              // windows shorter than the energy source needs
+  int remeasured = 0;                    // windows measured again because interference disturbed them
+  std::vector<UnreliableOp> unreliable;  // stored marked unreliable: disturbed in every attempt
   double elapsed_s = 0;
   bool interrupted = false;
 };
+
+// "3 ops measured while the CPU was busy: re-run when the device is idle, or
+// `--accept-noisy`" (with an empty hint: "..., stored marked unreliable"), or
+// empty when every op was measured cleanly.
+std::string UnreliableSummary(const ProfileSummary& summary, const std::string& accept_hint);
 
 Result<ProfileSummary> ProfileGraph(costdb::CostDb& db, Backend& backend, const v1::TrainingGraph& graph,
                                     const std::string& fingerprint_hash, int64_t run_id, EnergyMeter* meter,
@@ -56,6 +81,9 @@ Result<v1::CostTable> MeasuredCostTable(costdb::CostDb& db, const v1::TrainingGr
 
 // The stored measured cost table of a zoo model on a device ("this": this machine).
 Result<v1::CostTable> LoadMeasuredCostTable(costdb::CostDb& db, const graph::GraphSpec& spec, std::string device);
+
+// The `edgecost profile` command line that measures `graph` (derivation, batch size and trainable named).
+std::string ProfileCommand(const v1::TrainingGraph& graph, const std::string& model_or_file);
 
 // This machine's device name in the database: its host name.
 std::string ThisDeviceName();

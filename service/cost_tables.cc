@@ -1,10 +1,14 @@
 #include "service/cost_tables.h"
 
+#include <chrono>
+#include <set>
+
 #include "graph/cost_source.h"
 #include "graph/graph_io.h"
 #include "graph/resolve.h"
 #include "graph/zoo.h"
 #include "profiler/profile.h"
+#include "service/train_job.h"
 #include "solver/problem.h"
 #include "solver/solve.h"
 
@@ -16,8 +20,9 @@ Result<v1::CostTable> ResolveCostTable(costdb::CostDb* db, const v1::GetCostTabl
   const bool preset = graph::FindBoardPreset(device).ok();
   std::string source = request.cost_source();
   if (source.empty()) source = preset ? std::string(graph::kPoetFlopsSource) : profiler::kMeasuredSource;
-  std::string derivation = request.derivation();
-  if (derivation.empty()) derivation = source == profiler::kMeasuredSource ? "exact" : "poet";
+  const std::string derivation = request.derivation().empty()
+                                     ? std::string(graph::DerivationName(graph::kDefaultDerivation))
+                                     : request.derivation();
 
   graph::GraphSpec spec;
   spec.model_or_file = request.model();
@@ -34,6 +39,21 @@ Result<v1::CostTable> ResolveCostTable(costdb::CostDb* db, const v1::GetCostTabl
   if (source == profiler::kMeasuredSource) {
     if (db == nullptr) return FailedPrecondition("measured costs need the cost database");
     return profiler::LoadMeasuredCostTable(*db, spec, device);
+  }
+  if (source == kMeasuredInStepSource) {  // kept by `edgecost train` from the node times inside real steps
+    if (db == nullptr) return FailedPrecondition("measured-in-step costs need the cost database");
+    if (preset) return InvalidArgument("measured-in-step costs exist for measured devices, not '" + device + "'");
+    const std::string name = device == "this" ? profiler::ThisDeviceName() : device;
+    EC_ASSIGN_OR_RETURN(v1::TrainingGraph graph, graph::LoadTrainingGraph(spec));
+    Result<v1::CostTable> table = db->GetCostTable(
+        {graph.model(), name, kMeasuredInStepSource, graph.batch_size(), graph.derivation(), graph.trainable()});
+    if (table.status().code() == ErrorCode::kNotFound) {
+      return NotFound("no measured-in-step costs for " + graph.model() + " (batch size " +
+                      std::to_string(graph.batch_size()) + ", derivation " + graph.derivation() + ") on device " +
+                      name + "; run `edgecost train --model " + spec.model_or_file +
+                      " --steps 10` there after profiling it");
+    }
+    return table;
   }
   if (!preset) {
     return InvalidArgument("cost source '" + source + "' needs a board preset as device, not '" + device + "'");
@@ -76,41 +96,102 @@ Result<StoredScheduleView> LoadStoredSchedule(costdb::CostDb& db, int64_t schedu
   return view;
 }
 
+namespace {
+
+v1::Device PresetDevice(const std::string& name) {
+  v1::Device device;
+  device.set_name(name);
+  device.set_kind(v1::Device::KIND_PRESET);
+  device.mutable_fingerprint()->set_board_preset(name);
+  device.mutable_fingerprint()->set_hash("preset:" + name);
+  return device;
+}
+
+}  // namespace
+
+Result<int64_t> StoreCostTable(costdb::CostDb& db, v1::CostTable table) {
+  if (table.fingerprint_hash().empty() || table.fingerprint_hash().starts_with("preset:")) {
+    if (table.device().empty()) table.set_device(table.cost_source());
+    const v1::Device device = PresetDevice(table.device());
+    table.set_fingerprint_hash(device.fingerprint().hash());
+    EC_RETURN_IF_ERROR(db.UpsertDevice(device).status());
+  }
+  return db.PutCostTable(table);
+}
+
+Result<v1::ListDevicesResponse> ListDevices(costdb::CostDb& db) {
+  EC_ASSIGN_OR_RETURN(std::vector<v1::Device> stored, db.ListDevices());
+  v1::ListDevicesResponse response;
+  std::set<std::string> names;
+  for (v1::Device& device : stored) {
+    names.insert(device.name());
+    *response.add_devices() = std::move(device);
+  }
+  for (const graph::BoardPreset& preset : graph::BoardPresets()) {
+    if (!names.count(std::string(preset.name))) *response.add_devices() = PresetDevice(std::string(preset.name));
+  }
+  return response;
+}
+
 Result<v1::ListModelsResponse> DescribeZoo(int batch_size) {
   v1::ListModelsResponse response;
   for (const graph::ZooModel& model : graph::ZooModels()) {
-    EC_ASSIGN_OR_RETURN(v1::TrainingGraph poet,
-                        graph::ZooTrainingGraph(model.name, model.BatchSize(batch_size), graph::Derivation::kPoet));
+    EC_ASSIGN_OR_RETURN(v1::TrainingGraph training,
+                        graph::ZooTrainingGraph(model.name, model.BatchSize(batch_size), graph::kDefaultDerivation));
     v1::ModelInfo& info = *response.add_models();
     info.set_name(std::string(model.name));
-    uint64_t activation_bytes = 0;
-    for (const v1::TrainingNode& node : poet.nodes()) {
-      if (node.phase() != v1::PHASE_FORWARD) continue;
-      info.set_forward_nodes(info.forward_nodes() + 1);
-      activation_bytes += node.output_bytes();
+    for (const v1::TrainingNode& node : training.nodes()) {
+      if (node.phase() == v1::PHASE_FORWARD) info.set_forward_nodes(info.forward_nodes() + 1);
     }
-    info.set_training_nodes(static_cast<uint32_t>(poet.nodes_size()));
-    info.set_param_bytes(poet.param_bytes());
-    info.set_activation_bytes(activation_bytes);
+    info.set_training_nodes(static_cast<uint32_t>(training.nodes_size()));
+    info.set_param_bytes(training.param_bytes());
+    info.set_activation_bytes(graph::ActivationBytes(training));
   }
   return response;
 }
 
 Result<SolvedRequest> SolveRequest(costdb::CostDb* db, const v1::ScheduleRequest& request, bool store,
-                                   const std::atomic<bool>* stop) {
+                                   const std::atomic<bool>* stop,
+                                   const std::function<void(const solver::Progress&)>& on_progress) {
+  const auto start = std::chrono::steady_clock::now();
   SolvedRequest solved;
+  v1::ScheduleRequest solved_request = request;
+  if (request.min_ram() && request.ram_budget_bytes() == 0) solved_request.set_ram_budget_bytes(1);  // searched below
   EC_ASSIGN_OR_RETURN(solved.table, CostTableForRequest(db, request));
-  EC_ASSIGN_OR_RETURN(solved.problem, solver::ProblemFromCostTable(solved.table, request));
+  EC_ASSIGN_OR_RETURN(solved.problem, solver::ProblemFromCostTable(solved.table, solved_request));
   solver::SolveOptions options;
   if (!request.strategy().empty()) options.strategy = request.strategy();
   if (request.time_limit_s() > 0) options.time_limit_s = request.time_limit_s();
   if (request.threads() > 0) options.threads = static_cast<int>(request.threads());
   options.stop = stop;
+  options.on_progress = on_progress;
+  auto elapsed_s = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
+  auto now_s = [] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  };
+  if (request.min_ram()) {
+    EC_ASSIGN_OR_RETURN(const int64_t ram,
+                        solver::MinFeasibleRam(solved.problem, now_s() + 0.5 * options.time_limit_s));
+    solved.problem.ram_budget_bytes = ram;
+    solved_request.set_ram_budget_bytes(static_cast<uint64_t>(ram));
+    options.time_limit_s = std::max(0.0, options.time_limit_s - elapsed_s());
+  }
   EC_ASSIGN_OR_RETURN(solved.schedule, solver::Solve(solved.problem, options));
-  *solved.schedule.mutable_request() = request;
+  if (request.min_ram()) solved.schedule.set_min_feasible_ram_bytes(solved_request.ram_budget_bytes());
+  if (request.compare()) {
+    for (solver::Strategy kind : solver::kBaselinesAndGreedy) {
+      if (kind == solver::Strategy::kPagingOnly && !solved.problem.allow_paging) continue;
+      solver::SolveOptions baseline;
+      baseline.strategy = std::string(solver::StrategyName(kind));
+      baseline.search_min_ram = false;
+      EC_ASSIGN_OR_RETURN(*solved.schedule.add_compared(), solver::Solve(solved.problem, baseline));
+    }
+  }
+  *solved.schedule.mutable_request() = solved_request;
+  solved.schedule.set_energy_source(solved.table.energy_source());
   if (db && store) {
-    EC_ASSIGN_OR_RETURN(int64_t request_id, db->PutScheduleRequest(request));
-    EC_ASSIGN_OR_RETURN(int64_t table_id, db->PutCostTable(solved.table));
+    EC_ASSIGN_OR_RETURN(int64_t request_id, db->PutScheduleRequest(solved_request));
+    EC_ASSIGN_OR_RETURN(int64_t table_id, StoreCostTable(*db, solved.table));
     EC_ASSIGN_OR_RETURN(solved.schedule_id, db->PutSchedule(request_id, table_id, solved.schedule));
   }
   return solved;

@@ -4,18 +4,20 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 
 #include "base/status.h"
 #include "costdb/costdb.h"
 #include "proto/edgecost.pb.h"
 #include "solver/problem.h"
 #include "solver/simulator.h"
+#include "solver/solve.h"
 
 namespace edgecost::service {
 
 // Empty fields take defaults: device "this"; cost source "measured" for a measured
-// device, "poet-flops" for a board preset; derivation "exact" for measured costs,
-// "poet" for poet-flops; trainable "all"; batch size 1. `db` may be null for presets.
+// device, "poet-flops" for a board preset; derivation graph::kDefaultDerivation;
+// trainable "all"; batch size 1. `db` may be null for presets.
 Result<v1::CostTable> ResolveCostTable(costdb::CostDb* db, const v1::GetCostTableRequest& request);
 
 // The cost table a schedule request is about: its graph file, or its model on its device.
@@ -25,7 +27,11 @@ Result<v1::CostTable> CostTableForRequest(costdb::CostDb* db, const v1::Schedule
 // the request, the table and the schedule when `store` (the schedule's id is
 // returned, else 0). Empty fields take defaults: strategy "optimal", 60 s,
 // one thread. `stop` ends the search early with the best schedule so far.
-// Shared by `edgecost solve` and SolverService.Solve.
+// With `min_ram` the smallest RAM budget with a schedule is searched first (half
+// the time limit at most) and the schedule is solved there; the returned
+// schedule's request carries that budget. With `compare` every baseline and
+// greedy are solved too (Schedule.compared). `on_progress` sees the optimum's
+// search as it improves. Shared by `edgecost solve` and SolverService.Solve.
 struct SolvedRequest {
   v1::CostTable table;
   solver::Problem problem;  // the table and the request's budgets, as solved
@@ -33,7 +39,8 @@ struct SolvedRequest {
   int64_t schedule_id = 0;
 };
 Result<SolvedRequest> SolveRequest(costdb::CostDb* db, const v1::ScheduleRequest& request, bool store = true,
-                                   const std::atomic<bool>* stop = nullptr);
+                                   const std::atomic<bool>* stop = nullptr,
+                                   const std::function<void(const solver::Progress&)>& on_progress = {});
 
 // What `edgecost check` does: a schedule's own request gives its cost table
 // and budgets (a measured table needs `db`), and the simulator replays it.
@@ -42,6 +49,14 @@ struct CheckedSchedule {
   solver::Replay replay;
 };
 Result<CheckedSchedule> CheckSchedule(costdb::CostDb* db, const v1::Schedule& schedule);
+
+// Stores a cost table. A table that no profiler measured (a board preset, a
+// graph file's own costs) gets its device recorded first, as a preset named
+// after the board or the file's cost source.
+Result<int64_t> StoreCostTable(costdb::CostDb& db, v1::CostTable table);
+
+// The devices of the database, then every board preset it does not hold yet.
+Result<v1::ListDevicesResponse> ListDevices(costdb::CostDb& db);
 
 // A stored schedule with the problem it was solved for: the cost table stored
 // with it (not a newer one measured since), and the simulator's replay.

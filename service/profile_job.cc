@@ -34,9 +34,27 @@ v1::Device ThisDevice(const std::string& paging_dir) {
   return device;
 }
 
+v1::ProfileResult ToProto(const ProfileJobResult& result) {
+  v1::ProfileResult out;
+  out.set_nodes(static_cast<uint32_t>(result.summary.nodes));
+  out.set_distinct_ops(static_cast<uint32_t>(result.summary.distinct_ops));
+  out.set_measured(static_cast<uint32_t>(result.summary.measured));
+  out.set_reused(static_cast<uint32_t>(result.summary.reused));
+  out.set_elapsed_s(result.summary.elapsed_s);
+  out.set_cost_table_id(static_cast<uint64_t>(result.cost_table_id));
+  out.set_fingerprint_hash(result.device.fingerprint().hash());
+  out.set_energy_source(result.energy_source);
+  out.set_energy_measured(result.energy_measured);
+  out.set_step_runtime_s(result.step_runtime_s);
+  out.set_step_energy_j(result.step_energy_j);
+  out.set_unreliable_ops(static_cast<uint32_t>(result.summary.unreliable.size()));
+  return out;
+}
+
 Result<ProfileJobResult> RunProfileJob(const ProfileJobOptions& options, const std::atomic<bool>* stop,
                                        const std::function<void(const profiler::ProfileProgress&)>& on_progress,
-                                       const std::function<void(const std::string&)>& log) {
+                                       const std::function<void(const std::string&)>& log,
+                                       const std::string& accept_hint) {
   ProfileJobResult result;
   EC_ASSIGN_OR_RETURN(result.graph, graph::LoadTrainingGraph(options.graph));
   EC_ASSIGN_OR_RETURN(costdb::CostDb db, costdb::CostDb::Open(options.db_path, costdb::OpenMode::kReadWrite));
@@ -108,6 +126,12 @@ Result<ProfileJobResult> RunProfileJob(const ProfileJobOptions& options, const s
   EC_RETURN_IF_ERROR(db.FinishRun(
       run, summary->interrupted ? costdb::RunStatus::kCancelled : costdb::RunStatus::kComplete, meter->IdlePowerW()));
   if (summary->interrupted) return result;
+  result.noisy_message = profiler::UnreliableSummary(result.summary, options.accept_noisy ? "" : accept_hint);
+  if (!result.noisy_message.empty()) {
+    for (const profiler::UnreliableOp& op : result.summary.unreliable)
+      log("unreliable: " + op.op_key + ": " + op.reason);
+    if (!options.accept_noisy) return result;  // the op costs stay stored, marked; no table is built from them
+  }
 
   EC_ASSIGN_OR_RETURN(v1::CostTable table, profiler::MeasuredCostTable(db, result.graph, device.name(), hash, threads));
   EC_ASSIGN_OR_RETURN(result.cost_table_id, db.PutCostTable(table));

@@ -28,6 +28,9 @@ struct ProfileJobOptions {
   // of the config (or its defaults), each figure overridden when set here.
   std::optional<double> idle_power_w;
   std::optional<double> core_power_w;
+  // Ops that interference kept from measuring cleanly are stored marked
+  // unreliable either way; without this the cost table is not built from them.
+  bool accept_noisy = false;
 };
 
 struct ProfileJobResult {
@@ -36,10 +39,16 @@ struct ProfileJobResult {
   profiler::ProfileSummary summary;
   std::string energy_source;  // the probe, or the estimate's name
   bool energy_measured = false;
-  int64_t cost_table_id = 0;  // 0 when interrupted
+  int64_t cost_table_id = 0;  // 0 when interrupted, or noisy without accept_noisy
+  // Ops measured while the device was busy: "3 ops measured while the CPU was
+  // busy: re-run when the device is idle, or ...", empty when every op was clean.
+  std::string noisy_message;
   double step_runtime_s = 0;  // one training step, from the stored table
   double step_energy_j = 0;
 };
+
+// The result as a Job carries it over RPC.
+v1::ProfileResult ToProto(const ProfileJobResult& result);
 
 // "paging" beside the database: where paged tensors go unless told otherwise.
 std::string DefaultPagingDir(const std::string& db_path);
@@ -49,9 +58,11 @@ std::string DefaultPagingDir(const std::string& db_path);
 v1::Device ThisDevice(const std::string& paging_dir);
 
 // `log` gets a line for each stage (device, energy source, paging); `stop` is
-// checked between ops, and what was measured stays stored.
+// checked between ops, and what was measured stays stored. `accept_hint` is
+// how the caller's user accepts noisy costs ("`--accept-noisy`").
 Result<ProfileJobResult> RunProfileJob(const ProfileJobOptions& options, const std::atomic<bool>* stop,
                                        const std::function<void(const profiler::ProfileProgress&)>& on_progress,
-                                       const std::function<void(const std::string&)>& log);
+                                       const std::function<void(const std::string&)>& log,
+                                       const std::string& accept_hint = "`--accept-noisy`");
 
 }  // namespace edgecost::service

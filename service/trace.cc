@@ -227,7 +227,7 @@ Result<v1::Trace> GetTrace(costdb::CostDb& db, const v1::GetTraceRequest& reques
 }
 
 Result<v1::ListRunsResponse> ListRuns(costdb::CostDb& db) {
-  EC_ASSIGN_OR_RETURN(auto runs, db.ListRuns());
+  EC_ASSIGN_OR_RETURN(auto runs, db.ListRunsWithOpCounts());
   v1::ListRunsResponse response;
   for (const auto& [run, ops] : runs) {
     v1::ProfileRun& out = *response.add_runs();

@@ -33,13 +33,17 @@ std::vector<int> ForwardChain(const Problem& p) {
 
 // The cheapest valid candidate of a family of checkpoint sets.
 std::optional<Candidate> BestOf(const Problem& p, const std::vector<std::vector<int>>& checkpoint_sets) {
+  if (!p.allow_remat) return std::nullopt;
   const std::vector<int> chain = ForwardChain(p);
   std::optional<Candidate> best;
-  for (const std::vector<int>& keep : checkpoint_sets) {
+  std::set<std::vector<int>> seen;  // many segment counts give the same set: replay each set once
+  for (std::vector<int> keep : checkpoint_sets) {
+    std::sort(keep.begin(), keep.end());
+    keep.erase(std::unique(keep.begin(), keep.end()), keep.end());
+    if (!seen.insert(keep).second) continue;
     std::vector<Policy> policies(static_cast<size_t>(p.size()), Policy::kKeep);
     for (int node : chain) policies[static_cast<size_t>(node)] = Policy::kRecomputeOnce;
     for (int node : keep) policies[static_cast<size_t>(node)] = Policy::kKeep;
-    if (!p.allow_remat) continue;
     Candidate c = Evaluate(p, BuildPlan(p, policies));
     if (c.replay.valid && (!best || c.replay.energy.total_j() < best->replay.energy.total_j())) best = std::move(c);
   }
@@ -279,11 +283,15 @@ std::optional<Candidate> SqrtCheckpointing(const Problem& p) {
 std::optional<Candidate> Revolve(const Problem& p) {
   const std::vector<int> chain = ForwardChain(p);
   const int length = static_cast<int>(chain.size());
+  std::set<std::vector<int>> tried;
   for (int slots = 1; slots <= length; ++slots) {
     std::vector<int> positions = {0};
     BinomialCheckpoints(0, length, slots, positions);
     std::vector<int> keep;
     for (int pos : positions) keep.push_back(chain[static_cast<size_t>(std::min(pos, length - 1))]);
+    std::sort(keep.begin(), keep.end());
+    keep.erase(std::unique(keep.begin(), keep.end()), keep.end());
+    if (!tried.insert(keep).second) continue;        // more slots placed no new checkpoint
     if (auto best = BestOf(p, {keep})) return best;  // the fewest checkpoints that fit
   }
   return std::nullopt;

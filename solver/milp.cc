@@ -3,10 +3,19 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstdlib>
+#include <functional>
+#include <limits>
 #include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
 
 #include <CbcEventHandler.hpp>
+#include <CbcHeuristic.hpp>
+#include <CbcHeuristicLocal.hpp>
+#include <CbcHeuristicRINS.hpp>
 #include <CbcModel.hpp>
 #include <CglClique.hpp>
 #include <CglGomory.hpp>
@@ -72,32 +81,74 @@ class Model {
   std::vector<bool> integer_;
 };
 
-// Records when CBC first holds a solution, and stops the search when asked to.
+// When to stop: the caller's flag, a soft deadline at which CBC stops at its
+// next event, and a hard one a little later at which running LPs are cut short.
+// An LP cut short may look like a pruned node to CBC, so afterwards only bounds
+// recorded before it are trusted.
+struct StopState {
+  const std::atomic<bool>* stop = nullptr;
+  double soft_deadline = 0;
+  double hard_deadline = 0;
+  std::atomic<bool> lp_interrupted{false};
+  std::atomic<bool> in_branch_and_bound{false};
+  std::atomic<double> trusted_bound{-1e300};  // CBC's best possible objective (scaled), last seen intact
+  double energy_scale = 1;
+  std::function<void(double, double)> on_progress;
+  std::mutex progress_mutex;
+  double reported_objective = std::numeric_limits<double>::infinity();
+  double reported_bound = -std::numeric_limits<double>::infinity();
+
+  bool Stopped() const { return stop && stop->load(); }
+};
+
+// Records when CBC first holds a solution and its bound as it improves, and stops the search when asked to.
 class SearchEvents : public CbcEventHandler {
  public:
-  SearchEvents(double start, double* first, const std::atomic<bool>* stop)
-      : start_(start), first_(first), stop_(stop) {}
+  void Report() {
+    const double objective = model_->bestSolution() ? model_->getObjValue() : std::numeric_limits<double>::infinity();
+    const double bound = state_->trusted_bound.load();
+    std::lock_guard<std::mutex> lock(state_->progress_mutex);
+    if (objective < state_->reported_objective || bound > state_->reported_bound) {
+      state_->reported_objective = std::min(objective, state_->reported_objective);
+      state_->reported_bound = std::max(bound, state_->reported_bound);
+      state_->on_progress(state_->reported_objective * state_->energy_scale,
+                          state_->reported_bound * state_->energy_scale);
+    }
+  }
+
+  SearchEvents(double start, double* first, StopState* state) : start_(start), first_(first), state_(state) {}
   CbcEventHandler* clone() const override { return new SearchEvents(*this); }
   CbcAction event(CbcEvent which) override {
     if ((which == solution || which == heuristicSolution) && *first_ < 0) *first_ = Now() - start_;
-    return stop_ && stop_->load() ? stop : noAction;
+    if (which == node && model_ && !state_->lp_interrupted.load()) {
+      const double bound = model_->getBestPossibleObjValue();
+      if (std::isfinite(bound) && bound > state_->trusted_bound.load()) state_->trusted_bound = bound;
+    }
+    if (model_ && state_->on_progress && !state_->lp_interrupted.load()) Report();
+    return state_->Stopped() || Now() >= state_->soft_deadline ? stop : noAction;
   }
 
  private:
   double start_;
   double* first_;
-  const std::atomic<bool>* stop_;
+  StopState* state_;
 };
 
-// Stops Clp's simplex when asked to: the root LP of a large graph can take minutes.
+// Stops Clp's simplex when asked to or past the hard deadline: the root LP of a
+// large graph, or one node's LP, can take minutes.
 class LpStop : public ClpEventHandler {
  public:
-  explicit LpStop(const std::atomic<bool>* stop) : stop_(stop) {}
+  explicit LpStop(StopState* state) : state_(state) {}
   ClpEventHandler* clone() const override { return new LpStop(*this); }
-  int event(Event which) override { return which == endOfIteration && stop_->load() ? 0 : -1; }  // 0: stop
+  int event(Event which) override {
+    if (which != endOfIteration) return -1;
+    if (!state_->Stopped() && Now() < state_->hard_deadline) return -1;
+    state_->lp_interrupted = true;
+    return 0;  // stop
+  }
 
  private:
-  const std::atomic<bool>* stop_;
+  StopState* state_;
 };
 
 struct Formulation {
@@ -309,10 +360,22 @@ Plan PlanOf(const Formulation& f, const double* v) {
 
 }  // namespace
 
-MilpResult SolveMilp(const Problem& p, const MilpOptions& options) {
+namespace {
+
+MilpResult SolveMilpHere(const Problem& p, const MilpOptions& options) {
   const double start = Now();
   MilpResult result;
-  if (options.stop && *options.stop) return result;  // asked to stop before it began: the caller keeps its incumbent
+  StopState state;
+  state.stop = options.stop;
+  // The caller may overrun by max(1 s, 5%): CBC is asked to stop a little before
+  // the limit (it finishes a cut pass or a node first), LPs are cut short a little after.
+  const double limit_s = std::max(0.0, options.time_limit_s);
+  const double slack_s = std::min(std::max(1.0, 0.05 * limit_s), 0.5 * limit_s);
+  state.soft_deadline = start + limit_s - 0.3 * slack_s;
+  state.hard_deadline = start + limit_s + 0.1 * slack_s;
+  state.on_progress = options.on_progress;
+  // Asked to stop before it began, or no time: the caller keeps its incumbent.
+  if (state.Stopped() || options.time_limit_s <= 0) return result;
   Model m;
   const Formulation f = Build(p, options, m);
   result.columns = m.columns();
@@ -325,29 +388,29 @@ MilpResult SolveMilp(const Problem& p, const MilpOptions& options) {
   // The root LP alone can take minutes on graphs of a few hundred nodes, and CBC
   // neither bounds its time nor tells a stopped LP from a cut-off one (it then
   // calls the incumbent optimal). So solve it here, within the time limit.
-  solver.getModelPtr()->setMaximumWallSeconds(std::max(0.1, options.time_limit_s - (Now() - start)));
-  if (options.stop) {
-    LpStop lp_stop(options.stop);
+  {
+    LpStop lp_stop(&state);
     solver.getModelPtr()->passInEventHandler(&lp_stop);  // Clp keeps a copy
   }
   solver.initialSolve();
   result.solve_time_s = Now() - start;
+  if (state.lp_interrupted) return result;  // out of time (or stopped): no bound, no schedule beyond the incumbent
   if (solver.isProvenPrimalInfeasible()) {
     result.proven_infeasible = !options.incumbent;
     return result;
   }
-  // Out of time (or stopped): no bound, no schedule beyond the incumbent.
-  if (!solver.isProvenOptimal() || (options.stop && *options.stop)) return result;
+  if (!solver.isProvenOptimal()) return result;
+  result.root_solved = true;
   result.lower_bound_j = solver.getObjValue() * f.energy_scale;
-  // Lift the LP's limit and stop handler again: CBC would take a node LP stopped by them for a pruned node.
-  solver.getModelPtr()->setMaximumWallSeconds(-1);
-  const ClpEventHandler carry_on;
-  solver.getModelPtr()->passInEventHandler(&carry_on);
+  state.energy_scale = f.energy_scale;
+  state.trusted_bound = solver.getObjValue();
+  if (state.on_progress) state.on_progress(std::numeric_limits<double>::infinity(), result.lower_bound_j);
+  if (state.Stopped() || Now() >= state.soft_deadline) return result;
   CbcModel model(solver);
   const int cbc_log = std::getenv("EDGECOST_CBC_LOG") ? 1 : 0;  // CBC's own progress, for diagnosis
   model.setLogLevel(cbc_log);
   model.messageHandler()->setLogLevel(cbc_log);
-  model.setMaximumSeconds(std::max(0.1, options.time_limit_s - (Now() - start)));
+  model.setMaximumSeconds(std::max(0.01, state.soft_deadline - Now()));
   if (options.threads > 1) model.setNumberThreads(options.threads);
   // Prove, don't stop early: the default gap tolerances would let "optimal" mean "close".
   model.setAllowableGap(1e-9);
@@ -367,7 +430,19 @@ MilpResult SolveMilp(const Problem& p, const MilpOptions& options) {
   model.addCutGenerator(&knapsack, -1, "Knapsack");
   model.addCutGenerator(&clique, -1, "Clique");
   model.addCutGenerator(&mir, -1, "MIR");
-  SearchEvents handler(start, &result.first_solution_s, options.stop);
+  // CBC's own primal heuristics, none of which CbcModel adds by itself: rounding,
+  // a local search around the incumbent, and RINS, which re-solves the
+  // neighbourhood where the incumbent and the LP agree as a smaller MILP (a
+  // large-neighbourhood search over stages and nodes).
+  CbcRounding rounding(model);
+  CbcHeuristicLocal local(model);
+  CbcHeuristicRINS rins(model);
+  if (!std::getenv("EDGECOST_CBC_NO_HEURISTICS")) {  // for measuring what they add
+    model.addHeuristic(&rounding);
+    model.addHeuristic(&local);
+    model.addHeuristic(&rins);
+  }
+  SearchEvents handler(start, &result.first_solution_s, &state);
   model.passInEventHandler(&handler);
   if (options.incumbent) {
     const std::vector<double> values = Values(p, f, *options.incumbent, m.columns());
@@ -386,14 +461,86 @@ MilpResult SolveMilp(const Problem& p, const MilpOptions& options) {
     return result;
   }
   result.solve_time_s = Now() - start;
-  result.proven_infeasible = model.isProvenInfeasible() && !options.incumbent;
+  const bool trusted = !state.lp_interrupted.load();
+  result.proven_infeasible = trusted && model.isProvenInfeasible() && !options.incumbent;
   if (model.bestSolution()) {
     result.plan = PlanOf(f, model.bestSolution());
     result.objective_j = model.getObjValue() * f.energy_scale;
-    result.proven_optimal = model.isProvenOptimal();
+    result.proven_optimal = trusted && model.isProvenOptimal();
   }
-  result.lower_bound_j = std::max(result.lower_bound_j, model.getBestPossibleObjValue() * f.energy_scale);
+  const double bound = trusted ? model.getBestPossibleObjValue() : state.trusted_bound.load();
+  if (std::isfinite(bound)) result.lower_bound_j = std::max(result.lower_bound_j, bound * f.energy_scale);
   return result;
+}
+
+// What a solve on its own thread owns: copies of everything it reads, so that it
+// may outlive a caller that stopped waiting for it.
+struct MilpJob {
+  Problem problem;
+  std::optional<Plan> incumbent;
+  MilpOptions options;
+  std::atomic<bool> stop{false};
+  std::mutex mutex;  // guards the fields below, and calls of the caller's progress callback
+  std::condition_variable changed;
+  bool done = false;
+  bool abandoned = false;
+  MilpResult result;
+};
+
+}  // namespace
+
+// Building the model, Clp's setup before its first iteration and some of CBC's
+// cut passes cannot be interrupted, and on graphs of a few hundred nodes they
+// take seconds. So the MILP runs on a thread of its own: at the hard deadline
+// the caller stops waiting, keeps its incumbent, and the thread, told to stop,
+// ends at its next check without calling back.
+MilpResult SolveMilp(const Problem& p, const MilpOptions& options) {
+  const double start = Now();
+  if ((options.stop && options.stop->load()) || options.time_limit_s <= 0) return {};
+  auto job = std::make_shared<MilpJob>();
+  job->problem = p;
+  if (options.incumbent) job->incumbent = *options.incumbent;
+  job->options = options;
+  job->options.incumbent = job->incumbent ? &*job->incumbent : nullptr;
+  job->options.stop = &job->stop;
+  const std::function<void(double, double)> caller_progress = options.on_progress;
+  job->options.on_progress = nullptr;
+  if (caller_progress) {
+    std::weak_ptr<MilpJob> weak = job;
+    job->options.on_progress = [weak, caller_progress](double energy_j, double bound_j) {
+      std::shared_ptr<MilpJob> j = weak.lock();
+      if (!j) return;
+      std::lock_guard<std::mutex> lock(j->mutex);
+      if (!j->abandoned) caller_progress(energy_j, bound_j);
+    };
+  }
+  std::thread([job] {
+    MilpResult result = SolveMilpHere(job->problem, job->options);
+    std::lock_guard<std::mutex> lock(job->mutex);
+    job->result = std::move(result);
+    job->done = true;
+    job->changed.notify_all();
+  }).detach();
+  const double limit_s = std::max(0.0, options.time_limit_s);
+  const double give_up = start + limit_s + 0.2 * std::min(std::max(1.0, 0.05 * limit_s), 0.5 * limit_s);
+  std::unique_lock<std::mutex> lock(job->mutex);
+  double heartbeat = start;
+  while (!job->done) {
+    if (caller_progress && Now() - heartbeat >= 1.0) {  // no news, e.g. during the root LP: say so once a second
+      heartbeat = Now();
+      caller_progress(std::numeric_limits<double>::infinity(), -std::numeric_limits<double>::infinity());
+    }
+    if (options.stop && options.stop->load()) job->stop = true;  // the caller's stop, passed on
+    if (Now() >= give_up) {
+      job->abandoned = true;
+      job->stop = true;
+      MilpResult late;
+      late.error = "the MILP was still setting up at its time limit and was left to stop by itself";
+      return late;
+    }
+    job->changed.wait_for(lock, std::chrono::milliseconds(20));
+  }
+  return std::move(job->result);
 }
 
 }  // namespace edgecost::solver

@@ -25,11 +25,17 @@
 namespace edgecost::solver {
 
 struct MilpOptions {
+  // Kept whole, root LP included: CBC stops at its next event after it, and any
+  // LP still running a little later is cut short (its bound is then not trusted).
   double time_limit_s = 60;
   int threads = 1;
   const Plan* incumbent = nullptr;          // a valid schedule to start from
   bool poet_formulation = false;            // POET's own formulation: all T x T variables, two-sided big-M frees
   const std::atomic<bool>* stop = nullptr;  // checked at every branch-and-bound event
+  // Called with the best energy (J; infinity when unknown) and the proven bound
+  // (J; -infinity when unknown) whenever either improves, and once a second
+  // without news; never concurrently, never after SolveMilp returned.
+  std::function<void(double energy_j, double lower_bound_j)> on_progress;
 };
 
 struct MilpResult {
@@ -38,6 +44,7 @@ struct MilpResult {
   double lower_bound_j = 0;  // CBC's proven bound
   bool proven_optimal = false;
   bool proven_infeasible = false;
+  bool root_solved = false;  // the root LP finished: lower_bound_j is at least its bound
   double solve_time_s = 0;
   double first_solution_s = -1;  // when CBC had its first solution (its own or the incumbent)
   int columns = 0;

@@ -2,6 +2,8 @@
 
 #include <chrono>
 #include <cmath>
+#include <limits>
+#include <optional>
 
 #include "solver/heuristics.h"
 #include "solver/milp.h"
@@ -45,12 +47,14 @@ v1::Schedule FromCandidate(const Problem& p, const Candidate& c, const std::stri
 }
 
 v1::Schedule NoSchedule(const Problem& p, const std::string& strategy, v1::Schedule::Status status,
-                        const std::string& message, bool search_min_ram) {
+                        const std::string& message, bool search_min_ram, double deadline) {
   v1::Schedule s = Base(p, strategy);
   s.set_status(status);
   s.set_message(message);
   if (search_min_ram) {
-    if (Result<int64_t> ram = MinFeasibleRam(p); ram.ok()) s.set_min_feasible_ram_bytes(static_cast<uint64_t>(*ram));
+    if (Result<int64_t> ram = MinFeasibleRam(p, deadline); ram.ok()) {
+      s.set_min_feasible_ram_bytes(static_cast<uint64_t>(*ram));
+    }
   }
   return s;
 }
@@ -69,6 +73,52 @@ std::string ObviouslyInfeasible(const Problem& p) {
   return "";
 }
 
+// One heuristic or baseline, replayed; nullopt when it finds nothing. Each is
+// deterministic and polynomial (well under a second on the zoo's largest graphs),
+// so they always run whole.
+std::optional<Candidate> RunHeuristic(const Problem& p, Strategy kind) {
+  switch (kind) {
+    case Strategy::kCheckpointAll:
+      return CheckpointAll(p);
+    case Strategy::kPagingOnly:
+      return PagingOnly(p);
+    case Strategy::kSqrt:
+      return SqrtCheckpointing(p);
+    case Strategy::kRevolve:
+      return Revolve(p);
+    case Strategy::kGreedy:
+      return Greedy(p);
+    case Strategy::kOptimal:
+      return std::nullopt;  // not a heuristic
+  }
+  return std::nullopt;
+}
+
+// A baseline or the greedy heuristic alone.
+v1::Schedule SolveHeuristic(const Problem& p, const SolveOptions& options, Strategy kind, double start) {
+  const std::string strategy(StrategyName(kind));
+  std::optional<Candidate> found = RunHeuristic(p, kind);
+  std::string why_not = "no placement of its checkpoints fits both budgets";
+  if (found && !found->replay.valid) {
+    why_not = "its schedule fails: " + found->replay.violation;
+    found.reset();
+  }
+  if (!found) {
+    v1::Schedule s = NoSchedule(p, strategy, v1::Schedule::STATUS_NO_SOLUTION,
+                                "the " + strategy + " strategy does not meet these budgets; " + why_not,
+                                options.search_min_ram, start + std::max(0.0, options.time_limit_s));
+    s.set_solve_time_s(Now() - start);
+    return s;
+  }
+  v1::Schedule s = FromCandidate(p, *found, strategy);
+  SetGap(s);
+  if (s.status() == v1::Schedule::STATUS_FEASIBLE) s.set_lower_bound_j(p.FloorJ());
+  s.set_found_by(strategy);
+  s.set_time_to_first_feasible_s(Now() - start);
+  s.set_solve_time_s(Now() - start);
+  return s;
+}
+
 }  // namespace
 
 Status FillFromReplay(const Problem& p, v1::Schedule& schedule) {
@@ -83,24 +133,46 @@ Status FillFromReplay(const Problem& p, v1::Schedule& schedule) {
   return Status::Ok();
 }
 
-Result<int64_t> MinFeasibleRam(const Problem& problem) {
+Result<int64_t> MinFeasibleRam(const Problem& problem, double deadline) {
   Problem p = problem;
+  int64_t best = std::numeric_limits<int64_t>::max();
+  // Whether any heuristic meets `budget`; the smallest peak any of them reaches is kept
+  // (a schedule with peak P is valid at every budget from P up).
   auto feasible = [&](int64_t budget) {
     p.ram_budget_bytes = budget;
-    if (CheckpointAll(p).replay.valid) return true;
-    if (p.allow_paging && PagingOnly(p).replay.valid) return true;
-    return Greedy(p).has_value();
+    bool any = false;
+    for (Strategy kind : kBaselinesAndGreedy) {
+      if (kind == Strategy::kPagingOnly && !p.allow_paging) continue;
+      std::optional<Candidate> c = RunHeuristic(p, kind);
+      if (!c || !c->replay.valid) continue;
+      any = true;
+      best = std::min(best, c->replay.peak_ram_bytes);
+    }
+    return any;
   };
   int64_t low = MemoryLowerBound(p) - 1;  // infeasible
   int64_t high = 0;
   for (int64_t ram : p.ram_bytes) high += ram;
   high = std::max(high, low + 1);
   if (!feasible(high)) return NotFound("no schedule found at this runtime budget even with all activations in RAM");
-  while (high - low > std::max<int64_t>(1, high / 1000)) {  // to 0.1%
-    const int64_t mid = low + (high - low) / 2;
-    (feasible(mid) ? high : low) = mid;
+  // The heuristics are not monotone in the budget (one may meet a budget and miss a larger one),
+  // so a coarse scan in 5% steps comes before the bisection.
+  const int64_t top = best;
+  for (int percent = 95; percent >= 5 && Now() < deadline; percent -= 5) {
+    const int64_t budget = top / 100 * percent;
+    if (budget <= low) break;
+    if (budget < best) feasible(budget);
   }
-  return high;
+  high = best;
+  while (high - low > std::max<int64_t>(1, high / 1000) && Now() < deadline) {  // to 0.1%
+    const int64_t mid = low + (high - low) / 2;
+    if (feasible(mid)) {
+      high = std::min(mid, best);
+    } else {
+      low = mid;
+    }
+  }
+  return best;
 }
 
 std::string_view StrategyName(Strategy strategy) {
@@ -139,97 +211,92 @@ Result<v1::Schedule> Solve(const Problem& p, const SolveOptions& options) {
   if (p.size() == 0) return InvalidArgument("the graph has no nodes");
   const std::string infeasible = ObviouslyInfeasible(p);
   if (!infeasible.empty()) {
-    v1::Schedule s =
-        NoSchedule(p, options.strategy, v1::Schedule::STATUS_INFEASIBLE, infeasible, options.search_min_ram);
+    v1::Schedule s = NoSchedule(p, options.strategy, v1::Schedule::STATUS_INFEASIBLE, infeasible,
+                                options.search_min_ram, start + std::max(0.0, options.time_limit_s));
     s.set_solve_time_s(Now() - start);
     return s;
   }
 
-  std::optional<Candidate> found;
   EC_ASSIGN_OR_RETURN(const Strategy kind, ParseStrategy(options.strategy));
   const std::string strategy(StrategyName(kind));
-  switch (kind) {
-    case Strategy::kCheckpointAll:
-      found = CheckpointAll(p);
-      break;
-    case Strategy::kPagingOnly:
-      if (!p.allow_paging) return InvalidArgument("paging-only needs paging; drop --no-paging");
-      found = PagingOnly(p);
-      break;
-    case Strategy::kSqrt:
-      found = SqrtCheckpointing(p);
-      break;
-    case Strategy::kRevolve:
-      found = Revolve(p);
-      break;
-    case Strategy::kOptimal:
-      if (options.poet_formulation) break;  // POET hands CBC nothing to start from
-      [[fallthrough]];
-    case Strategy::kGreedy: {
-      Candidate all = CheckpointAll(p);
-      if (all.replay.valid) {
-        found = std::move(all);
-      } else {
-        found = Greedy(p);
-        if (!found && p.allow_paging) {
-          Candidate paging = PagingOnly(p);
-          if (paging.replay.valid) found = std::move(paging);
-        }
-      }
-      break;
-    }
+  if (kind == Strategy::kPagingOnly && !p.allow_paging) {
+    return InvalidArgument("paging-only needs paging; drop --no-paging");
   }
-  std::string why_not = "no placement of its checkpoints fits both budgets";
-  if (found && !found->replay.valid) {
-    why_not = "its schedule fails: " + found->replay.violation;
-    found.reset();
+  if (kind != Strategy::kOptimal) return SolveHeuristic(p, options, kind, start);
+  const double deadline = start + std::max(0.0, options.time_limit_s);
+
+  // Every heuristic and baseline first: the best of them is CBC's incumbent and
+  // what is returned if CBC finds nothing better, so the optimum is never worse.
+  std::optional<Candidate> found;
+  Strategy found_by = Strategy::kOptimal;
+  for (Strategy start_kind : kBaselinesAndGreedy) {
+    if (options.poet_formulation) break;  // POET hands CBC nothing to start from
+    if (start_kind == Strategy::kPagingOnly && !p.allow_paging) continue;
+    std::optional<Candidate> c = RunHeuristic(p, start_kind);
+    if (!c || !c->replay.valid) continue;
+    if (!found || c->replay.energy.total_j() < found->replay.energy.total_j()) {
+      found = std::move(c);
+      found_by = start_kind;
+    }
   }
   const double first_feasible_s = Now() - start;
-
-  if (kind != Strategy::kOptimal) {
-    if (!found) {
-      v1::Schedule s =
-          NoSchedule(p, strategy, v1::Schedule::STATUS_NO_SOLUTION,
-                     "the " + strategy + " strategy does not meet these budgets; " + why_not, options.search_min_ram);
-      s.set_solve_time_s(Now() - start);
-      return s;
-    }
-    v1::Schedule s = FromCandidate(p, *found, strategy);
-    SetGap(s);
-    if (s.status() == v1::Schedule::STATUS_FEASIBLE) s.set_lower_bound_j(p.FloorJ());
-    s.set_time_to_first_feasible_s(first_feasible_s);
-    s.set_solve_time_s(Now() - start);
-    return s;
-  }
+  double best_j = found ? found->replay.energy.total_j() : std::numeric_limits<double>::infinity();
+  auto report = [&](double energy_j, double bound_j, const std::string& by) {
+    if (!options.on_progress) return;
+    options.on_progress({Now() - start, energy_j, std::max(bound_j, p.FloorJ()), p.FloorJ(), by});
+  };
+  if (found) report(best_j, p.FloorJ(), std::string(StrategyName(found_by)));
 
   // A heuristic schedule at the floor is already optimal: no MILP needed.
   if (found) {
     v1::Schedule s = FromCandidate(p, *found, strategy);
     SetGap(s);
     if (s.status() == v1::Schedule::STATUS_OPTIMAL) {
-      s.set_message("every node computed once and nothing paged: the energy floor, optimal by definition");
+      s.set_message(s.recomputations() > 0
+                        ? "at the energy floor: only nodes that cost no energy are recomputed, nothing paged"
+                        : "every node computed once and nothing paged: the energy floor, optimal by definition");
+      s.set_found_by(std::string(StrategyName(found_by)));
       s.set_time_to_first_feasible_s(first_feasible_s);
       s.set_solve_time_s(Now() - start);
       return s;
     }
   }
 
+  const double milp_start_s = Now() - start;
   MilpOptions milp;
-  milp.time_limit_s = std::max(0.5, options.time_limit_s - (Now() - start));
+  milp.time_limit_s = std::max(0.0, deadline - Now());
   milp.threads = options.threads;
   milp.incumbent = found ? &found->plan : nullptr;
   milp.poet_formulation = options.poet_formulation;
   milp.stop = options.stop;
-  const MilpResult result = SolveMilp(p, milp);
-  std::string message =
-      "MILP: " + std::to_string(result.columns) + " variables, " + std::to_string(result.rows) + " constraints";
-  if (!result.error.empty()) message += "; " + result.error;
+  if (options.on_progress) {
+    milp.on_progress = [&](double energy_j, double bound_j) {
+      const bool better = energy_j < best_j * (1 - 1e-12);
+      if (better) best_j = energy_j;
+      report(best_j, bound_j, better ? "milp" : "");
+    };
+  }
+  // Below a tenth of a second no model of interest is even built: the heuristics' best is the answer.
+  MilpResult result;
+  if (milp.time_limit_s >= 0.1) {
+    result = SolveMilp(p, milp);
+  } else {
+    result.error = "no time left for the MILP after the heuristics";
+  }
+  std::string message;
+  auto note = [&message](const std::string& text) { message += (message.empty() ? "" : "; ") + text; };
+  if (result.columns > 0) {
+    note("MILP: " + std::to_string(result.columns) + " variables, " + std::to_string(result.rows) + " constraints");
+  }
+  if (!result.error.empty()) note(result.error);
+  if (!result.root_solved) note("no bound beyond the floor: the MILP's root LP did not finish within the time limit");
   if (result.plan) {
     Candidate milp_candidate{*result.plan, Simulate(p, *result.plan)};
     if (!milp_candidate.replay.valid) {
-      message += "; CBC's schedule failed the replay (" + milp_candidate.replay.violation + ") and was discarded";
+      note("CBC's schedule failed the replay (" + milp_candidate.replay.violation + ") and was discarded");
     } else if (!found || milp_candidate.replay.energy.total_j() < found->replay.energy.total_j()) {
       found = std::move(milp_candidate);
+      found_by = Strategy::kOptimal;
     }
   }
   if (!found) {
@@ -237,17 +304,21 @@ Result<v1::Schedule> Solve(const Problem& p, const SolveOptions& options) {
     v1::Schedule s =
         NoSchedule(p, strategy, infeasible_proven ? v1::Schedule::STATUS_INFEASIBLE : v1::Schedule::STATUS_NO_SOLUTION,
                    infeasible_proven ? "CBC proved that no schedule meets these budgets"
-                                     : "no schedule found within the time limit; " + message,
-                   options.search_min_ram);
+                                     : "no schedule found within the time limit by CBC or any heuristic; " + message,
+                   options.search_min_ram, std::max(deadline, Now() + 0.5));
     s.set_solve_time_s(Now() - start);
     return s;
+  }
+  if (found_by != Strategy::kOptimal) {
+    note("the best schedule is " + std::string(StrategyName(found_by)) + "'s");
   }
   v1::Schedule s = FromCandidate(p, *found, strategy);
   s.set_lower_bound_j(std::max(p.FloorJ(), std::min(result.lower_bound_j, s.energy().total_j())));
   SetGap(s);
   s.set_message(message);
-  s.set_time_to_first_feasible_s(result.first_solution_s >= 0 && !milp.incumbent ? result.first_solution_s
-                                                                                 : first_feasible_s);
+  s.set_found_by(found_by == Strategy::kOptimal ? "milp" : std::string(StrategyName(found_by)));
+  const bool milp_first = !milp.incumbent && result.first_solution_s >= 0;  // POET's formulation starts from nothing
+  s.set_time_to_first_feasible_s(milp_first ? milp_start_s + result.first_solution_s : first_feasible_s);
   s.set_solve_time_s(Now() - start);
   return s;
 }

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <functional>
+#include <limits>
 #include <string>
 #include <string_view>
 
@@ -24,9 +25,21 @@ inline constexpr Strategy kStrategies[] = {Strategy::kOptimal, Strategy::kGreedy
                                            Strategy::kSqrt,    Strategy::kRevolve, Strategy::kPagingOnly};
 inline constexpr Strategy kBaselines[] = {Strategy::kCheckpointAll, Strategy::kSqrt, Strategy::kRevolve,
                                           Strategy::kPagingOnly};
+// What "optimal" starts from: it never returns a schedule worse than the best of these.
+inline constexpr Strategy kBaselinesAndGreedy[] = {Strategy::kCheckpointAll, Strategy::kPagingOnly, Strategy::kSqrt,
+                                                   Strategy::kRevolve, Strategy::kGreedy};
 std::string_view StrategyName(Strategy strategy);  // "optimal", "checkpoint-all", ...
 Result<Strategy> ParseStrategy(std::string_view name);
 std::string StrategyNames();  // every name, comma-separated, for help and errors
+
+// A solve's state as it improves, for progress lines.
+struct Progress {
+  double elapsed_s = 0;
+  double energy_j = 0;  // the best schedule's energy; infinity before there is one
+  double lower_bound_j = 0;
+  double floor_j = 0;
+  std::string found_by;  // what found the best schedule: "milp" or a heuristic's name
+};
 
 struct SolveOptions {
   std::string strategy = "optimal";  // a StrategyName
@@ -37,13 +50,17 @@ struct SolveOptions {
   // Set from another thread (e.g. at shutdown): the MILP stops at its next
   // branch-and-bound event and the best schedule so far is returned.
   const std::atomic<bool>* stop = nullptr;
+  // Called as the best schedule or the bound improves, from the solving thread.
+  std::function<void(const Progress&)> on_progress;
 };
 
 Result<v1::Schedule> Solve(const Problem& problem, const SolveOptions& options);
 
-// The smallest RAM budget (bytes) for which the heuristics find a schedule at the
-// problem's runtime budget; not a proof of minimality. NotFound when none does.
-Result<int64_t> MinFeasibleRam(const Problem& problem);
+// The smallest RAM budget (bytes) for which the heuristics and baselines find a
+// schedule at the problem's runtime budget: never above the peak of any schedule
+// they find on the way; not a proof of minimality. NotFound when none does.
+// Past `deadline` (steady-clock seconds) it returns the best found so far.
+Result<int64_t> MinFeasibleRam(const Problem& problem, double deadline = std::numeric_limits<double>::infinity());
 
 // Fills energy, counts, peak RAM and runtime of `schedule` from a replay; an
 // invalid schedule is an Internal error naming the violation.

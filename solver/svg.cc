@@ -87,9 +87,12 @@ std::string ScheduleToSvg(const Problem& p, const v1::Schedule& schedule) {
       << "<title id=\"schedule-title\">" << Escape(schedule.strategy()) << " schedule of " << n
       << " nodes: stages down, nodes across; RAM in use over time below</title>\n"
       << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
-      << "<text x=\"" << left << "\" y=\"20\" font-size=\"14\">" << Escape(schedule.strategy())
-      << " schedule: " << schedule.energy().total_j() << " J, peak " << schedule.peak_ram_bytes() << " B of "
-      << schedule.ram_budget_bytes() << " B</text>\n"
+      << "<text x=\"" << left
+      << "\" y=\"20\" font-size=\"14\">"
+      // "optimal" only with a proof: a solve stopped by its time limit drew a feasible schedule
+      << (schedule.status() == v1::Schedule::STATUS_OPTIMAL ? "optimal" : "feasible") << " schedule (strategy "
+      << Escape(schedule.strategy()) << "): " << schedule.energy().total_j() << " J, peak " << schedule.peak_ram_bytes()
+      << " B of " << schedule.ram_budget_bytes() << " B</text>\n"
       << "<text x=\"" << left + grid / 2 << "\" y=\"" << top - 10
       << "\" text-anchor=\"middle\">node (topological order) &#8594;</text>\n"
       << "<text x=\"20\" y=\"" << top + grid / 2 << "\" text-anchor=\"middle\" transform=\"rotate(-90 20 "

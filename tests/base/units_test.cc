@@ -12,6 +12,8 @@ TEST(ParseBytes, AcceptsPlainSiAndBinaryUnits) {
   EXPECT_EQ(*ParseBytes("512 KiB"), 524288);
   EXPECT_EQ(*ParseBytes("1.5gb"), 1500000000);
   EXPECT_EQ(*ParseBytes("40B"), 40);
+  EXPECT_EQ(*ParseBytes("2TB"), 2000000000000);
+  EXPECT_EQ(*ParseBytes("1.5 TiB"), 1649267441664);
 }
 
 TEST(ParseBytes, RejectsGarbageWithAHint) {
@@ -31,8 +33,13 @@ TEST(ParseRuntimeBudget, MultiplesAndSeconds) {
   EXPECT_EQ(s.kind, RuntimeBudget::Kind::kSeconds);
   EXPECT_DOUBLE_EQ(s.Seconds(100.0), 1.2);
   EXPECT_DOUBLE_EQ(ParseRuntimeBudget("800ms")->Seconds(1.0), 0.8);
-  EXPECT_FALSE(ParseRuntimeBudget("0x").ok());
   EXPECT_FALSE(ParseRuntimeBudget("2h").ok());
+  // A bare number is not silently a multiple, and a multiple under 1x says why it cannot be.
+  EXPECT_NE(ParseRuntimeBudget("2").status().message().find("2x"), std::string::npos);
+  EXPECT_NE(ParseRuntimeBudget("0x").status().message().find("at least 1x"), std::string::npos);
+  EXPECT_NE(ParseRuntimeBudget("0.5x").status().message().find("at least 1x"), std::string::npos);
+  EXPECT_FALSE(ParseRuntimeBudget("0s").ok());
+  EXPECT_FALSE(ParseRuntimeBudget("-1s").ok());
 }
 
 TEST(Format, HumanUnits) {

@@ -230,6 +230,25 @@ TEST_F(WebViewTest, ASchedulePageHasThePictureThePlanAndATrace) {
   EXPECT_THAT(page.body, HasSubstr("<polyline class=\"ram\""));
   EXPECT_THAT(page.body, HasSubstr("against the plain step"));
   EXPECT_THAT(page.body, HasSubstr("Predicted against measured"));
+  EXPECT_THAT(page.body, HasSubstr("No measured training run of this schedule"));
+  // A training run of this schedule is shown beside the predictions.
+  {
+    auto db = costdb::CostDb::Open((dir_ / "costs.db").string());
+    ASSERT_TRUE(db.ok());
+    v1::TrainRun run;
+    run.set_model("linear");
+    run.set_device("a72");
+    run.set_schedule_id(static_cast<uint64_t>(id));
+    run.set_steps(7);
+    run.set_predicted_runtime_s(0.002);
+    run.set_runtime_s(0.003);
+    run.set_predicted_peak_bytes(7416);
+    run.set_peak_activation_bytes(7000);
+    ASSERT_TRUE(db->PutTrainRun(run).ok());
+  }
+  const HttpResponse measured = Get("/schedule?id=" + std::to_string(id));
+  EXPECT_THAT(measured.body, HasSubstr("id=\"train-run-table\""));
+  EXPECT_THAT(measured.body, HasSubstr("<td>7</td><td>2 ms</td><td>3 ms</td><td>7.42 kB</td><td>7 kB</td>"));
   EXPECT_THAT(page.body, HasSubstr("/trace?schedule=" + std::to_string(id)));
 
   const HttpResponse trace = Get("/trace?schedule=" + std::to_string(id));

@@ -34,8 +34,8 @@ constexpr const char* kRoutes[] = {
     "CostService/GetCostTable",  "CostService/GetPagingCosts",  "SolverService/Solve",
     "SolverService/GetSchedule", "SolverService/ListSchedules", "JobService/StartProfile",
     "JobService/GetJob",         "JobService/CancelJob",        "JobService/ListJobs",
-    "JobService/WatchEvents",    "CostService/NoSuchMethod",    "TraceService/GetTrace",
-    "TraceService/ListRuns",
+    "JobService/WatchEvents",    "CostService/NoSuchMethod",    "JobService/StartTrain",
+    "TraceService/GetTrace",     "TraceService/ListRuns",
 };
 
 Daemon& FuzzedDaemon() {
@@ -128,7 +128,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   request.content_type = json ? "application/json" : "application/protobuf";
   request.body.assign(reinterpret_cast<const char*>(data + 1), size - 1);
   Shorten(request, json);
-  const bool starts_jobs = request.target.ends_with("/StartProfile");
+  const bool starts_jobs = request.target.ends_with("/StartProfile") || request.target.ends_with("/StartTrain");
   const HttpResponse response = Call(std::move(request));
   if (response.status != 200) {
     // A Twirp error object; "internal" means a handler threw or an invariant broke.

@@ -117,6 +117,62 @@ TEST(ExactDerivation, NormalizationAndPoolingRules) {
   EXPECT_EQ(bn_grad->output_bytes(), 2u * 4 * 4 * 4);
 }
 
+// An attention block of the imported op set: layernorm, linear over 3 axes, matmul of two
+// activations, softmax, a squeeze-excite style product, GELU, a mean and a head.
+ForwardGraph SmallAttention() {
+  ForwardGraph g("attention", 2);
+  int ids = g.Input({2, 4});                                                              // 0
+  int x = g.Embedding(ids, 10, 8);                                                        // 1
+  x = g.BinaryParam(OpKind::kAddBroadcast, x, {4, 8});                                    // 2: position embeddings
+  x = g.LayerNorm(x);                                                                     // 3
+  int q = g.LinearNd(x, 8, 8, true);                                                      // 4
+  int k = g.Transpose(g.LinearNd(x, 8, 8, true), {0, 2, 1});                              // 5, 6
+  int s = g.Softmax(g.MatMul(q, k), -1);                                                  // 7, 8
+  int y = g.Unary(OpKind::kGelu, g.Binary(OpKind::kMul, s, g.ReduceMean(s, {2}, true)));  // 9, 10, 11
+  g.CrossEntropyLoss(g.LinearNd(g.ReduceMean(y, {1}, false), 4, 3, true), 3);             // 12, 13, 14
+  return g;
+}
+
+TEST(ExactDerivation, ImportedOpSetReadsWhatItsBackwardNeeds) {
+  const ForwardGraph g = SmallAttention();
+  EXPECT_EQ(g.shape(8), (Shape{2, 4, 4}));
+  const auto graph = DeriveTrainingGraph(g, Derivation::kExact);
+  ASSERT_TRUE(graph.ok()) << graph.status().message();
+  const auto* gelu = Find(*graph, "layer11_GELULayer.grad");
+  const auto* mul = Find(*graph, "layer10_MulLayer.grad");
+  const auto* mean = Find(*graph, "layer9_ReduceMeanLayer.grad");
+  const auto* softmax_sum = Find(*graph, "layer8_SoftmaxLayer.grad_sum");
+  const auto* softmax = Find(*graph, "layer8_SoftmaxLayer.grad");
+  const auto* matmul = Find(*graph, "layer7_MatMulLayer.grad");
+  const auto* transpose = Find(*graph, "layer6_TransposeLayer.grad");
+  ASSERT_TRUE(gelu && mul && mean && softmax_sum && softmax && matmul && transpose);
+  EXPECT_EQ(Inputs(*gelu)[0], 10u);                                               // X (the derivative of erf at X)
+  EXPECT_EQ(Inputs(*mul), (std::vector<uint32_t>{8, 9, gelu->index()}));          // A, B, dY
+  EXPECT_EQ(mul->output_bytes(), 4u * (2 * 4 * 4 + 2 * 4 * 1));                   // dA and dB
+  EXPECT_EQ(Inputs(*mean), (std::vector<uint32_t>{mul->index()}));                // dY only
+  EXPECT_EQ(Inputs(*softmax), (std::vector<uint32_t>{8, softmax_sum->index()}));  // Y, dY
+  EXPECT_EQ(Inputs(*matmul), (std::vector<uint32_t>{4, 6, softmax->index()}));
+  EXPECT_EQ(Inputs(*transpose), (std::vector<uint32_t>{matmul->index()}));
+  // The layer norm, as batch norm, reads X and dY; the embedding has no input gradient.
+  const auto* norm = Find(*graph, "layer3_LayerNorm.grad");
+  ASSERT_TRUE(norm);
+  EXPECT_EQ(Inputs(*norm)[0], 2u);
+  EXPECT_TRUE(Find(*graph, "layer2_AddLayer.grad_bias"));
+  const auto* table = Find(*graph, "layer1_EmbeddingLayer.grad_weight");
+  ASSERT_TRUE(table);
+  EXPECT_EQ(Inputs(*table)[0], 0u);  // the ids
+  EXPECT_FALSE(Find(*graph, "layer1_EmbeddingLayer.grad_input"));
+  EXPECT_FALSE(Find(*graph, "layer1_EmbeddingLayer.grad"));
+
+  // Bias-only training: the shifts of layernorm and the position add, no table gradient.
+  const auto bias = DeriveTrainingGraph(g, Derivation::kExact, *Trainable::Parse("bias"));
+  ASSERT_TRUE(bias.ok());
+  EXPECT_FALSE(Find(*bias, "layer1_EmbeddingLayer.grad_weight"));
+  EXPECT_TRUE(Find(*bias, "layer2_AddLayer.grad_bias"));
+  EXPECT_FALSE(Find(*bias, "layer4_LinearLayer.grad_weight"));
+  EXPECT_TRUE(Find(*bias, "layer4_LinearLayer.grad_bias"));
+}
+
 TEST(ExactDerivation, LastKTrainsOnlyTheTopLayers) {
   const auto graph = DeriveTrainingGraph(SmallCnn(), Derivation::kExact, *Trainable::Parse("last:1"));
   ASSERT_TRUE(graph.ok());

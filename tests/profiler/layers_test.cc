@@ -107,6 +107,116 @@ TEST(LayerGradients, CrossEntropyLoss) {
   CheckLayer({"cross_entropy_loss", {{"classes", 5}}, {{3, 5}}, {5}}, /*unit_grad_output=*/true);
 }
 
+// The op set of imported models (graph/onnx_import.cc).
+
+TEST(LayerGradients, GroupedConv2d) {
+  CheckLayer({"conv2d", {{"kernel", 3}, {"stride", 2}, {"padding", 1}, {"groups", 2}}, {{2, 4, 5, 5}}, {2, 6, 3, 3}});
+}
+
+TEST(LayerGradients, DepthwiseConv2dWithoutBias) {
+  CheckLayer({"conv2d",
+              {{"kernel", 3}, {"stride", 1}, {"padding", 1}, {"groups", 4}, {"no_bias", 1}},
+              {{2, 4, 4, 4}},
+              {2, 4, 4, 4}});
+}
+
+TEST(LayerGradients, LinearOverTheLastAxis) {
+  CheckLayer({"linear", {{"in_features", 6}, {"out_features", 4}}, {{2, 3, 6}}, {2, 3, 4}});
+  CheckLayer({"linear", {{"in_features", 6}, {"out_features", 4}, {"no_bias", 1}}, {{2, 3, 6}}, {2, 3, 4}});
+}
+
+TEST(LayerGradients, MaxPool2dCeilMode) {
+  CheckLayer({"maxpool2d", {{"kernel", 3}, {"stride", 2}, {"ceil_mode", 1}}, {{1, 2, 6, 6}}, {1, 2, 3, 3}});
+}
+
+TEST(LayerGradients, Elementwise) {
+  for (const char* kind : {"relu6", "hardswish", "hardsigmoid", "sigmoid", "tanh", "gelu", "silu", "sqrt"}) {
+    CheckLayer({kind, {}, {{2, 3, 4}}, {2, 3, 4}});
+  }
+  CheckLayer({"pow", {{"exponent", 2}}, {{2, 3, 4}}, {2, 3, 4}});
+  CheckLayer({"pow", {{"exponent", 3}}, {{2, 3, 4}}, {2, 3, 4}});
+  CheckLayer({"affine", {{"alpha_e6", -2500000}, {"beta_e6", 500000}}, {{2, 3, 4}}, {2, 3, 4}});
+}
+
+TEST(LayerGradients, BinaryOfTwoActivationsBroadcasts) {
+  for (const char* kind : {"mul", "sub", "div", "add_broadcast"}) {
+    CheckLayer({kind, {}, {{2, 3, 4, 4}, {2, 3, 1, 1}}, {2, 3, 4, 4}});  // squeeze-excite
+    CheckLayer({kind, {}, {{2, 1, 4}, {2, 3, 4}}, {2, 3, 4}});           // the first operand broadcast
+    CheckLayer({kind, {}, {{2, 3, 4}, {2, 3, 4}}, {2, 3, 4}});
+  }
+}
+
+TEST(LayerGradients, BinaryWithAParameter) {
+  for (const char* kind : {"mul", "sub", "div", "add_broadcast"}) {
+    CheckLayer({kind, {{"param_rank", 1}}, {{2, 3, 4}}, {2, 3, 4}});
+    CheckLayer({kind, {{"param_rank", 2}}, {{2, 3, 4}}, {2, 3, 4}});  // position embeddings
+  }
+}
+
+TEST(LayerGradients, MatMul) {
+  CheckLayer({"matmul", {}, {{2, 3, 4}, {2, 4, 5}}, {2, 3, 5}});
+  CheckLayer({"matmul", {}, {{2, 2, 3, 4}, {2, 2, 4, 3}}, {2, 2, 3, 3}});  // attention, per head
+  CheckLayer({"matmul", {}, {{2, 2, 3, 4}, {4, 5}}, {2, 2, 3, 5}});        // B broadcast over the batch
+}
+
+TEST(LayerGradients, Softmax) { CheckLayer({"softmax", {{"axis", 2}}, {{2, 3, 4}}, {2, 3, 4}}); }
+
+TEST(LayerGradients, LayerNorm) { CheckLayer({"layernorm", {}, {{2, 3, 8}}, {2, 3, 8}}); }
+
+TEST(LayerGradients, ReduceMean) {
+  CheckLayer({"reduce_mean", {{"axes", 0b1100}, {"keepdims", 0}}, {{2, 3, 4, 4}}, {2, 3}});
+  CheckLayer({"reduce_mean", {{"axes", 0b100}, {"keepdims", 1}}, {{2, 3, 4}}, {2, 3, 1}});
+}
+
+TEST(LayerGradients, Concat) { CheckLayer({"concat", {{"axis", 1}}, {{2, 3, 2}, {2, 1, 2}}, {2, 4, 2}}); }
+
+TEST(LayerGradients, Transpose) {
+  CheckLayer({"transpose", {{"perm", 213}}, {{2, 3, 4, 5}}, {2, 4, 3, 5}});  // 0 2 1 3
+  CheckLayer({"transpose", {{"perm", 120}}, {{3, 4, 5}}, {4, 5, 3}});
+}
+
+TEST(LayerGradients, Reshape) { CheckLayer({"reshape", {}, {{2, 3, 4}}, {6, 4}}); }
+
+TEST(LayerGradients, Slice) {
+  CheckLayer({"slice", {{"axis", 1}, {"start", 1}, {"end", 3}}, {{2, 4, 3}}, {2, 2, 3}});
+  CheckLayer({"slice", {{"axis", 1}, {"start", 0}, {"end", 1}}, {{2, 4, 3}}, {2, 3}});  // Gather of index 0
+}
+
+TEST(LayerGradients, Embedding) { CheckLayer({"embedding", {{"vocabulary", 7}, {"dim", 3}}, {{2, 4}}, {2, 4, 3}}); }
+
+// Forward and backward of the new kernels give the same bits run to run (fixed thread count).
+TEST(Layers, NewKernelsAreDeterministic) {
+  const std::vector<LayerSpec> specs = {
+      {"conv2d", {{"kernel", 3}, {"stride", 1}, {"padding", 1}, {"groups", 4}}, {{2, 4, 6, 6}}, {2, 4, 6, 6}},
+      {"gelu", {}, {{4, 16}}, {4, 16}},
+      {"mul", {}, {{2, 8, 4, 4}, {2, 8, 1, 1}}, {2, 8, 4, 4}},
+      {"matmul", {}, {{2, 4, 8, 16}, {2, 4, 16, 8}}, {2, 4, 8, 8}},
+      {"softmax", {{"axis", 1}}, {{8, 16}}, {8, 16}},
+      {"layernorm", {}, {{2, 8, 16}}, {2, 8, 16}},
+      {"reduce_mean", {{"axes", 0b1100}, {"keepdims", 0}}, {{2, 8, 4, 4}}, {2, 8}},
+      {"embedding", {{"vocabulary", 50}, {"dim", 8}}, {{2, 6}}, {2, 6, 8}},
+  };
+  for (const LayerSpec& spec : specs) {
+    SCOPED_TRACE(spec.kind);
+    Backend backend;
+    std::vector<std::vector<float>> runs[2];
+    for (auto& run : runs) {
+      auto made = MakeLayer(backend, spec, 5);
+      ASSERT_TRUE(made.ok()) << made.status().message();
+      Layer& layer = **made;
+      for (int repeat = 0; repeat < 2; ++repeat) {
+        layer.Forward();
+        layer.BackwardInput();
+        if (layer.HasParameters()) layer.BackwardWeights();
+      }
+      run.push_back(layer.output().data);
+      for (const Tensor& g : layer.grad_inputs()) run.push_back(g.data);
+      for (const Tensor* g : layer.grad_params()) run.push_back(g->data);
+    }
+    EXPECT_EQ(runs[0], runs[1]);
+  }
+}
+
 TEST(Layers, GradSumAddsItsParts) {
   Backend backend;
   auto sum = MakeGradSum(backend, {2, 3}, 3);

@@ -2,6 +2,7 @@
 #include "profiler/measure.h"
 
 #include <cmath>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -94,6 +95,126 @@ TEST(Measure, RuntimeOnlyWithoutAMeter) {
   ASSERT_TRUE(m.ok());
   EXPECT_EQ(m->runtime.repetitions, 7u);
   EXPECT_DOUBLE_EQ(m->energy_j, 0);
+}
+
+// Scripted interference: repetition i waited `waits_s[i % size]` for a CPU.
+class FakeWatch : public InterferenceWatch {
+ public:
+  explicit FakeWatch(std::vector<double> waits_s, double steal_fraction = 0)
+      : waits_s_(std::move(waits_s)), steal_fraction_(steal_fraction) {}
+  Status BeginWindow() override {
+    ++windows;
+    return Status::Ok();
+  }
+  Result<double> WaitSinceLastS() override { return waits_s_[next_++ % waits_s_.size()]; }
+  Result<v1::Interference> EndWindow(double) override {
+    v1::Interference i;
+    i.set_watched(true);
+    i.set_steal_fraction(steal_fraction_);
+    i.set_other_runnable(1);
+    i.set_load1(1.5);
+    return i;
+  }
+  int windows = 0;
+
+ private:
+  std::vector<double> waits_s_;
+  double steal_fraction_;
+  size_t next_ = 0;
+};
+
+// An op that takes 1 ms, or 8 ms (a scheduler quantum) when the watch will
+// report that its threads waited: the disturbed repetitions are the slow ones.
+struct QuantumOp {
+  FakeClock& clock;
+  std::vector<bool> slow;
+  size_t i = 0;
+  void operator()() { clock.now_s += slow[i++ % slow.size()] ? 0.008 : 0.001; }
+};
+
+MeasureOptions SmallWindow() {
+  MeasureOptions options;
+  options.warmup_runs = 0;
+  options.warmup_s = 0;
+  options.min_window_s = 0.05;
+  options.max_window_s = 0.5;
+  return options;
+}
+
+TEST(Measure, LeavesOutRepetitionsWhoseThreadsWaitedForACpu) {
+  FakeClock clock;
+  // One repetition in ten waited 7 ms for a CPU and took 8 ms.
+  std::vector<double> waits(10, 0.0);
+  waits[3] = 0.007;
+  std::vector<bool> slow(10, false);
+  slow[3] = true;
+  FakeWatch watch(waits);
+  auto m = Measure(QuantumOp{clock, slow}, clock, nullptr, SmallWindow(), &watch);
+  ASSERT_TRUE(m.ok());
+  EXPECT_TRUE(m->clean) << m->disturbance;
+  EXPECT_NEAR(m->runtime.median_s, 0.001, 1e-12);
+  EXPECT_NEAR(m->runtime.ci95_high_s, 0.001, 1e-12);  // no quantum left in the interval either
+  // Every tenth repetition (the window may end inside a tenth).
+  EXPECT_EQ(m->interference.disturbed_repetitions(), (m->interference.total_repetitions() + 6) / 10);
+  EXPECT_EQ(m->runtime.repetitions, m->interference.total_repetitions() - m->interference.disturbed_repetitions());
+}
+
+TEST(Measure, AWaitShorterThanTheThresholdIsNotADisturbance) {
+  FakeClock clock;
+  // 10 us of waiting on a 1 ms repetition is 1%, under the 2% threshold.
+  FakeWatch watch({1e-5});
+  auto m = Measure([&] { clock.now_s += 0.001; }, clock, nullptr, SmallWindow(), &watch);
+  ASSERT_TRUE(m.ok());
+  EXPECT_TRUE(m->clean);
+  EXPECT_EQ(m->interference.disturbed_repetitions(), 0u);
+}
+
+TEST(Measure, AWindowMostlyDisturbedIsNotClean) {
+  FakeClock clock;
+  FakeWatch watch({0.007, 0.0});  // every other repetition waited out a quantum
+  auto m = Measure(QuantumOp{clock, {true, false}}, clock, nullptr, SmallWindow(), &watch);
+  ASSERT_TRUE(m.ok());
+  EXPECT_FALSE(m->clean);
+  EXPECT_NEAR(m->interference.disturbed_repetitions(), m->interference.total_repetitions() / 2.0, 1);
+  EXPECT_NE(m->disturbance.find("% of the repetitions waited for a CPU"), std::string::npos) << m->disturbance;
+  EXPECT_NE(m->disturbance.find("1 other tasks runnable, load 1.50"), std::string::npos) << m->disturbance;
+  // What is kept is still the undisturbed repetitions' figure, for the least-disturbed attempt.
+  EXPECT_NEAR(m->runtime.median_s, 0.001, 1e-12);
+}
+
+TEST(Measure, AWindowEveryRepetitionOfWhichWasDisturbedEndsAtTheCap) {
+  FakeClock clock;
+  FakeWatch watch({0.007});
+  MeasureOptions options = SmallWindow();
+  auto m = Measure(QuantumOp{clock, {true}}, clock, nullptr, options, &watch);
+  ASSERT_TRUE(m.ok());
+  EXPECT_FALSE(m->clean);
+  EXPECT_EQ(m->runtime.repetitions, 0u);
+  EXPECT_GE(m->window_s, options.max_window_s);  // searched for clean repetitions up to the cap
+  EXPECT_LT(m->window_s, options.max_window_s + 0.01);
+}
+
+TEST(Measure, StealTimeMakesAWindowUnclean) {
+  FakeClock clock;
+  FakeWatch watch({0.0}, /*steal_fraction=*/0.15);
+  auto m = Measure([&] { clock.now_s += 0.001; }, clock, nullptr, SmallWindow(), &watch);
+  ASSERT_TRUE(m.ok());
+  EXPECT_FALSE(m->clean);
+  EXPECT_NE(m->disturbance.find("hypervisor took 15%"), std::string::npos) << m->disturbance;
+}
+
+TEST(Measure, EnergyCountsEveryExecutionOfTheWindow) {
+  FakeClock clock;
+  FakeMeter meter(clock, /*power_w=*/10, /*idle_w=*/0, /*interval_s=*/0.001);
+  FakeWatch watch({0.007, 0.0});
+  MeasureOptions options = SmallWindow();
+  options.min_sensor_updates = 1;
+  auto m = Measure(QuantumOp{clock, {true, false}}, clock, &meter, options, &watch);
+  ASSERT_TRUE(m.ok());
+  // 10 W over alternating 8 ms and 1 ms executions, within a sensor step.
+  const double slow = m->interference.disturbed_repetitions();
+  const double total = m->interference.total_repetitions();
+  EXPECT_NEAR(m->energy_j, 10 * (0.008 * slow + 0.001 * (total - slow)) / total, 10 * 0.001 / total);
 }
 
 }  // namespace

@@ -38,7 +38,7 @@ class Mlp(nn.Module):
 
 
 class WithSigmoid(nn.Module):
-    """Uses an op the importer does not support, to test the error."""
+    """A sigmoid after a linear layer."""
 
     def __init__(self):
         super().__init__()
@@ -46,6 +46,49 @@ class WithSigmoid(nn.Module):
 
     def forward(self, x):
         return torch.sigmoid(self.fc(x))
+
+
+class Unsupported(nn.Module):
+    """Two op kinds the importer does not take (Sin, CumSum), each used twice, for the error that lists them all."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        x = torch.sin(self.fc(x))
+        x = torch.cumsum(x, dim=1)
+        return torch.cumsum(torch.sin(x), dim=1)
+
+
+class ViewByShape(nn.Module):
+    """ShuffleNet's chunk and channel shuffle: shape arithmetic (Shape, Gather, Add, Div, Mul, Unsqueeze,
+    Concat) that the importer folds, leaving Slice, Reshape and Transpose of activations."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.fc = nn.Linear(4 * 4 * 4, 5)
+
+    def forward(self, x):
+        x = torch.relu(self.conv(x))
+        a, b = x.chunk(2, dim=1)
+        x = torch.cat((b, a), dim=1)
+        n, c, h, w = x.size()
+        x = x.view(n, 2, c // 2, h, w).transpose(1, 2).contiguous().view(n, -1)
+        return self.fc(x)
+
+
+class TinyBnNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1, bias=False)
+        self.bn = nn.BatchNorm2d(4)
+        self.fc = nn.Linear(4, 3)
+
+    def forward(self, x):
+        x = torch.relu(self.bn(self.conv(x)))
+        return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1))
 
 
 def export(model, example, path):
@@ -59,3 +102,9 @@ if __name__ == "__main__":
     export(SmallResNet(), torch.randn(2, 3, 16, 16), "small_resnet.onnx")
     export(Mlp(), torch.randn(4, 20), "mlp.onnx")
     export(WithSigmoid(), torch.randn(1, 4), "sigmoid.onnx")
+    export(Unsupported(), torch.randn(2, 4), "unsupported.onnx")
+    export(ViewByShape(), torch.randn(2, 3, 4, 4), "view_by_shape.onnx")
+    # Eval mode, as users export by mistake: the batch norm is folded into the convolution.
+    model = TinyBnNet().eval()
+    torch.onnx.export(model, torch.randn(2, 3, 8, 8), "tiny_bn_eval.onnx", input_names=["input"],
+                      output_names=["logits"], opset_version=13)

@@ -1,0 +1,380 @@
+// edgecost train: real training steps under a schedule, predicted next to measured;
+// edgecost runs: the stored run records.
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <csignal>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "base/units.h"
+#include "cli/cli.h"
+#include "cli/table.h"
+#include "costdb/costdb.h"
+#include "daemon/client.h"
+#include "service/train_job.h"
+#include "solver/solve.h"
+
+namespace edgecost::cli {
+namespace {
+
+std::atomic<bool> g_stop{false};
+void OnSignal(int) { g_stop.store(true); }
+
+struct TrainFlags {
+  std::string model;
+  int batch_size = 1;
+  std::string trainable = "all";
+  std::string schedule_file;
+  uint64_t schedule_id = 0;
+  std::string ram_budget;
+  std::string runtime_budget = "1.5x";
+  std::string strategy = "optimal";
+  std::string cost_source = "measured";
+  bool count_paging_time = false;
+  double time_limit_s = 60;
+  int steps = 10;
+  double lr = 0.01;
+  int threads = 0;
+  uint32_t seed = 1;
+  std::string data_file;
+  bool verify = false;
+  std::string trace_path;
+  std::string paging_dir;
+  bool no_store = false;
+  bool json = false;
+  std::string probes_config;
+};
+
+std::string Percent(double measured, double predicted) {
+  if (!(predicted > 0)) return "";
+  std::ostringstream out;
+  out.setf(std::ios::fixed);
+  out.precision(1);
+  out << (measured >= predicted ? "+" : "") << 100.0 * (measured - predicted) / predicted << "%";
+  return out.str();
+}
+
+std::string Number(double value, int digits = 4) {
+  std::ostringstream out;
+  out.setf(std::ios::fixed);
+  out.precision(digits);
+  out << value;
+  return out.str();
+}
+
+void PrintRun(const service::TrainJobResult& result) {
+  const v1::TrainRun& run = result.run;
+  const bool predicted = !run.cost_source().empty();
+  const bool estimated = run.energy_source() == v1::ENERGY_SOURCE_ESTIMATED;
+  Table table({{"", Table::Align::kLeft}, {"predicted"}, {"measured"}, {"", Table::Align::kLeft}});
+  const std::string median = run.steps() > 1 ? "median of steps 2.." + std::to_string(run.steps()) : "one step";
+  table.AddRow({"step time", predicted ? FormatSeconds(run.predicted_runtime_s()) : "-", FormatSeconds(run.runtime_s()),
+                median + (predicted ? ", error " + Percent(run.runtime_s(), run.predicted_runtime_s()) : "")});
+  table.AddRow({"peak activations", FormatBytes(static_cast<double>(run.predicted_peak_bytes())),
+                FormatBytes(static_cast<double>(run.peak_activation_bytes())),
+                "the arena's live bytes" +
+                    std::string(run.ram_budget_bytes() > 0
+                                    ? ", budget " + FormatBytes(static_cast<double>(run.ram_budget_bytes()))
+                                    : "")});
+  table.AddRow({"resident growth", "-", FormatBytes(static_cast<double>(run.rss_growth_bytes())),
+                "high-water mark (VmHWM) over the steps; layer state outside the arena " +
+                    FormatBytes(static_cast<double>(run.layer_state_bytes()))});
+  if (run.page_outs() + run.page_ins() > 0) {
+    table.AddRow({"paging", FormatSeconds(run.predicted_paging_s()),
+                  FormatSeconds(run.step_stats(run.steps() > 1 ? 1 : 0).page_out_s() +
+                                run.step_stats(run.steps() > 1 ? 1 : 0).page_in_s()),
+                  std::to_string(run.page_outs()) + " out (" + FormatBytes(static_cast<double>(run.paged_out_bytes())) +
+                      "), " + std::to_string(run.page_ins()) + " in (" +
+                      FormatBytes(static_cast<double>(run.paged_in_bytes())) + ") on the I/O thread"});
+    table.AddRow({"paging on path", "0 s", FormatSeconds(run.paging_wait_s()),
+                  "time computation waited for I/O (POET assumes none)"});
+  }
+  table.AddRow(
+      {"energy", predicted ? FormatJoules(run.predicted_energy_j()) : "-", FormatJoules(run.energy_j()),
+       estimated ? "ESTIMATED by " + run.energy_probe() + " (no sensor here)" : "measured by " + run.energy_probe()});
+  table.AddRow({"loss", "", Number(run.last_loss()), "from " + Number(run.first_loss()) + " at step 1"});
+  table.Print(std::cout);
+  if (run.has_verify()) {
+    const v1::GradientCheck& v = run.verify();
+    std::cout << "verify         "
+              << (v.identical() ? "gradients bit-identical to the plain step's (" + std::to_string(v.parameters()) +
+                                      " parameter tensors)"
+                                : "gradients differ from the plain step's: largest difference " +
+                                      std::to_string(v.max_abs_diff()) + " at " + v.where())
+              << "\n";
+  }
+  for (const std::string& note : result.notes) std::cout << "note           " << note << "\n";
+  if (result.run_id) {
+    std::cout << "stored         training run #" << result.run_id;
+    if (result.in_step_table_id) {
+      std::cout << "; measured-in-step cost table #" << result.in_step_table_id
+                << " (solve --cost-source measured-in-step)";
+    }
+    std::cout << "\n";
+  }
+}
+
+// Trained by a daemon as a job, followed through WatchEvents until it ends; Ctrl-C cancels it.
+int RunRemoteTrain(const TrainFlags& flags, const Context& ctx) {
+  if (!flags.schedule_file.empty() || !flags.data_file.empty() || !flags.trace_path.empty()) {
+    return UsageError(
+        InvalidArgument("over --remote a schedule is --schedule-id or budgets; --schedule, --data and --trace are "
+                        "files of this machine"));
+  }
+  v1::StartTrainRequest request;
+  request.set_model(flags.model);
+  request.set_batch_size(static_cast<uint32_t>(flags.batch_size));
+  request.set_schedule_id(flags.schedule_id);
+  if (!flags.ram_budget.empty()) {
+    auto ram = ParseBytes(flags.ram_budget);
+    if (!ram.ok()) return UsageError(ram.status());
+    request.set_ram_budget_bytes(static_cast<uint64_t>(std::max<int64_t>(0, *ram)));
+    auto runtime = ParseRuntimeBudget(flags.runtime_budget);
+    if (!runtime.ok() || runtime->kind != RuntimeBudget::Kind::kMultiple) {
+      return UsageError(InvalidArgument("over --remote the runtime budget is a multiple of a plain step (1.5x)"));
+    }
+    request.set_runtime_budget_multiple(runtime->value);
+    request.set_strategy(flags.strategy);
+  }
+  request.set_steps(static_cast<uint32_t>(flags.steps));
+  request.set_lr(flags.lr);
+  request.set_threads(static_cast<uint32_t>(std::max(0, flags.threads)));
+  request.set_verify(flags.verify);
+  request.set_cost_source(flags.cost_source);
+  v1::Job job;
+  if (Status s = daemon::CallRemote(ctx.remote, "JobService/StartTrain", request, job); !s.ok()) return Failure(s);
+  std::cerr << "job " << job.id() << " on " << ctx.remote << ": " << job.message() << "\n";
+  std::signal(SIGINT, OnSignal);
+  std::signal(SIGTERM, OnSignal);
+  bool cancelled = false;
+  uint64_t after = 0;
+  while (job.state() == v1::Job::STATE_QUEUED || job.state() == v1::Job::STATE_RUNNING) {
+    if (g_stop && !cancelled) {
+      v1::CancelJobRequest cancel;
+      cancel.set_id(job.id());
+      (void)daemon::CallRemote(ctx.remote, "JobService/CancelJob", cancel, job);
+      cancelled = true;
+    }
+    v1::WatchEventsRequest watch;  // this job's events only, a second at a time so Ctrl-C is seen
+    watch.set_after_sequence(after);
+    watch.set_wait_s(1);
+    watch.set_job_id(job.id());
+    v1::WatchEventsResponse events;
+    if (Status s = daemon::CallRemote(ctx.remote, "JobService/WatchEvents", watch, events); !s.ok()) {
+      return Failure(s);
+    }
+    for (const v1::Event& event : events.events()) {
+      after = std::max(after, event.sequence());
+      job = event.job();
+      std::cerr << "job " << job.id() << " " << static_cast<int>(100 * job.progress()) << "%: " << job.message()
+                << "\n";
+    }
+  }
+  std::signal(SIGINT, SIG_DFL);
+  std::signal(SIGTERM, SIG_DFL);
+  if (job.state() != v1::Job::STATE_SUCCEEDED) {
+    std::cout << "job            " << job.id() << " " << v1::Job::State_Name(job.state()) << ": " << job.message()
+              << "\n";
+    return kExitFailure;
+  }
+  if (flags.json) {
+    PrintJson(job.train_run());
+    return kExitOk;
+  }
+  service::TrainJobResult result;
+  result.run = job.train_run();
+  result.run_id = static_cast<int64_t>(result.run.id());
+  std::cout << "trained        " << result.run.model() << " on " << ctx.remote << " (job " << job.id() << ")\n";
+  PrintRun(result);
+  return result.run.has_verify() && !result.run.verify().identical() ? kExitFailure : kExitOk;
+}
+
+int RunTrain(const TrainFlags& flags, const Context& ctx) {
+  if (!ctx.remote.empty()) return RunRemoteTrain(flags, ctx);
+  service::TrainJobOptions options;
+  options.db_path = ctx.db_path.empty() ? costdb::DefaultDbPath() : ctx.db_path;
+  options.graph.model_or_file = flags.model;
+  options.graph.batch_size = flags.batch_size;
+  auto trainable = graph::Trainable::Parse(flags.trainable);
+  if (!trainable.ok()) return UsageError(trainable.status());
+  options.graph.trainable = *trainable;
+  options.schedule_file = flags.schedule_file;
+  options.schedule_id = flags.schedule_id;
+  if (!flags.ram_budget.empty()) {
+    auto ram = ParseBytes(flags.ram_budget);
+    if (!ram.ok()) return UsageError(ram.status());
+    if (*ram <= 0) return UsageError(InvalidArgument("--ram-budget must be positive"));
+    options.solve.set_ram_budget_bytes(static_cast<uint64_t>(*ram));
+    auto runtime = ParseRuntimeBudget(flags.runtime_budget);
+    if (!runtime.ok()) return UsageError(runtime.status());
+    if (runtime->kind == RuntimeBudget::Kind::kMultiple) {
+      if (!(runtime->value >= 1)) return UsageError(InvalidArgument("--runtime-budget must be at least 1x"));
+      options.solve.set_runtime_budget_multiple(runtime->value);
+    } else {
+      options.solve.set_runtime_budget_s(runtime->value);
+    }
+    options.solve.set_strategy(flags.strategy);
+    options.solve.set_count_paging_time(flags.count_paging_time);
+    options.solve.set_time_limit_s(flags.time_limit_s);
+  }
+  options.cost_source = flags.cost_source;
+  options.steps = flags.steps;
+  options.lr = flags.lr;
+  options.threads = flags.threads;
+  options.seed = flags.seed;
+  options.data_file = flags.data_file;
+  options.verify = flags.verify;
+  options.trace = !flags.trace_path.empty();
+  options.paging_dir = flags.paging_dir;
+  options.store = !flags.no_store;
+  options.probes_config = flags.probes_config;
+
+  const bool tty = ::isatty(STDERR_FILENO);
+  auto progress = [&](const service::TrainProgress& p) {
+    std::cerr << (tty ? "\r" : "") << "step " << p.step << "/" << p.steps << "  loss " << Number(p.loss) << "  "
+              << FormatSeconds(p.runtime_s) << (tty ? "\033[K" : "") << ((!tty || p.step == p.steps) ? "\n" : "")
+              << std::flush;
+  };
+  std::signal(SIGINT, OnSignal);
+  std::signal(SIGTERM, OnSignal);
+  auto result =
+      service::RunTrainJob(options, &g_stop, progress, [](const std::string& line) { std::cerr << line << "\n"; });
+  std::signal(SIGINT, SIG_DFL);
+  std::signal(SIGTERM, SIG_DFL);
+  if (!result.ok()) return Failure(result.status());
+  if (!flags.trace_path.empty()) {
+    std::ofstream out(flags.trace_path);
+    out << result->trace_json;
+    if (!out) return Failure(PermissionDenied("cannot write " + flags.trace_path));
+  }
+  if (flags.json) {
+    PrintJson(result->run);
+  } else {
+    const v1::TrainRun& run = result->run;
+    std::cout << "trained        " << run.model() << ", batch " << run.batch_size() << ", " << run.steps()
+              << " steps of SGD (lr " << run.lr() << ") on " << run.device() << ", " << run.threads() << " threads, "
+              << run.data() << "\n"
+              << "schedule       " << run.strategy()
+              << (run.schedule_id() ? " (#" + std::to_string(run.schedule_id()) + ")" : std::string())
+              << (run.cost_source().empty() ? "" : ", predictions from " + run.cost_source() + " costs") << "\n";
+    PrintRun(*result);
+    if (!flags.trace_path.empty()) std::cout << "written        " << flags.trace_path << " (Chrome Trace Event JSON)\n";
+  }
+  if (result->run.has_verify() && !result->run.verify().identical()) return kExitFailure;
+  return kExitOk;
+}
+
+int RunRuns(const std::string& model, int limit, bool json, const Context& ctx) {
+  auto db =
+      costdb::CostDb::Open(ctx.db_path.empty() ? costdb::DefaultDbPath() : ctx.db_path, costdb::OpenMode::kReadOnly);
+  if (!db.ok()) return Failure(db.status());
+  auto runs = db->ListTrainRuns(model, limit);
+  if (!runs.ok()) return Failure(runs.status());
+  if (json) {
+    v1::ListTrainRunsResponse response;
+    for (const v1::TrainRun& run : *runs) *response.add_runs() = run;
+    PrintJson(response);
+    return kExitOk;
+  }
+  if (runs->empty()) {
+    std::cout << "no training runs" << (model.empty() ? "" : " of " + model) << "; run `edgecost train`\n";
+    return kExitOk;
+  }
+  Table table({{"run"},
+               {"model", Table::Align::kLeft},
+               {"schedule", Table::Align::kLeft},
+               {"budget"},
+               {"steps"},
+               {"step predicted"},
+               {"measured"},
+               {"error"},
+               {"peak planned"},
+               {"measured"},
+               {"paging on path"},
+               {"loss", Table::Align::kLeft},
+               {"gradients", Table::Align::kLeft},
+               {"when", Table::Align::kLeft}});
+  for (const v1::TrainRun& run : *runs) {
+    table.AddRow({std::to_string(run.id()), run.model() + " b" + std::to_string(run.batch_size()),
+                  run.strategy() + (run.schedule_id() ? " #" + std::to_string(run.schedule_id()) : std::string()),
+                  run.ram_budget_bytes() ? FormatBytes(static_cast<double>(run.ram_budget_bytes())) : "-",
+                  std::to_string(run.steps()),
+                  run.cost_source().empty() ? "-" : FormatSeconds(run.predicted_runtime_s()),
+                  FormatSeconds(run.runtime_s()), Percent(run.runtime_s(), run.predicted_runtime_s()),
+                  FormatBytes(static_cast<double>(run.predicted_peak_bytes())),
+                  FormatBytes(static_cast<double>(run.peak_activation_bytes())), FormatSeconds(run.paging_wait_s()),
+                  Number(run.first_loss(), 3) + " -> " + Number(run.last_loss(), 3),
+                  !run.has_verify()          ? "-"
+                  : run.verify().identical() ? "identical"
+                                             : "DIFFER",
+                  run.created_at()});
+  }
+  table.Print(std::cout);
+  return kExitOk;
+}
+
+}  // namespace
+
+void RegisterTrainCommand(CLI::App& app, Context& ctx) {
+  auto flags = std::make_shared<TrainFlags>();
+  CLI::App* cmd = app.add_subcommand(
+      "train", "Run real SGD training steps under a schedule and hold its predictions against measurements");
+  cmd->add_option("--model", flags->model, "Zoo model or ONNX file")->required();
+  cmd->add_option("--batch-size", flags->batch_size, "Batch size")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--trainable", flags->trainable, "Trained parameters: all, last:K or bias")->capture_default_str();
+  cmd->add_option("--schedule", flags->schedule_file, "A schedule file from `edgecost solve --out` (exact derivation)");
+  cmd->add_option("--schedule-id", flags->schedule_id, "A schedule stored in the cost database");
+  cmd->add_option("--ram-budget", flags->ram_budget, "Solve a schedule for this activation RAM first: 1.2MB, 3MiB");
+  cmd->add_option("--runtime-budget", flags->runtime_budget, "With --ram-budget: a multiple of a plain step or seconds")
+      ->capture_default_str();
+  cmd->add_option("--strategy", flags->strategy, "With --ram-budget: " + solver::StrategyNames())
+      ->capture_default_str();
+  cmd->add_option("--cost-source", flags->cost_source,
+                  "Costs of the predictions and of a schedule solved here: measured or measured-in-step")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"measured", "measured-in-step"}));
+  cmd->add_flag("--count-paging-time", flags->count_paging_time,
+                "With --ram-budget: paging time counts against the runtime budget");
+  cmd->add_option("--time-limit-s", flags->time_limit_s, "With --ram-budget: solver time limit")->capture_default_str();
+  cmd->add_option("--steps", flags->steps, "Training steps")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--lr", flags->lr, "SGD learning rate (on the batch-mean loss)")->capture_default_str();
+  cmd->add_option("--threads", flags->threads, "oneDNN threads (default: all cores)");
+  cmd->add_option("--seed", flags->seed, "Seed of the parameters and the synthetic data")->capture_default_str();
+  cmd->add_option("--data", flags->data_file,
+                  "CIFAR-10 binary batch file (data_batch_1.bin) instead of a synthetic batch");
+  cmd->add_flag("--verify", flags->verify,
+                "Also run the plain step on one batch and compare every parameter gradient bit for bit");
+  cmd->add_option("--trace", flags->trace_path, "Write per-node timings as Chrome Trace Event JSON (Perfetto)");
+  cmd->add_option("--paging-dir", flags->paging_dir, "Where paged activations go (default: paging/ beside the db)");
+  cmd->add_option("--probes-config", flags->probes_config, "TOML with a [probes] section (meters, the estimate)");
+  cmd->add_flag("--no-store", flags->no_store, "Keep no run record and no measured-in-step costs");
+  cmd->add_flag("--json", flags->json, "Print the run record as protobuf JSON");
+  cmd->footer(
+      "Without a schedule the plain step runs (every activation kept until its last use).\n"
+      "Examples:\n"
+      "  edgecost train --model resnet18_cifar --batch-size 2 --steps 50\n"
+      "  edgecost train --model resnet18_cifar --ram-budget 1.2MB --runtime-budget 1.5x --verify\n"
+      "  edgecost solve --model resnet18_cifar --device this --ram-budget 1MB --out s.json\n"
+      "  edgecost train --model resnet18_cifar --schedule s.json --steps 20 --trace t.json\n"
+      "  edgecost train --model resnet18_cifar --batch-size 8 --data cifar-10-batches-bin/data_batch_1.bin --lr 0.05\n"
+      "  edgecost --remote unix:/run/edgecost/edgecost.sock train --model resnet18_cifar --schedule-id 3 --verify");
+  cmd->callback([flags, &ctx] { ctx.exit_code = RunTrain(*flags, ctx); });
+
+  auto model = std::make_shared<std::string>();
+  auto limit = std::make_shared<int>(0);
+  auto json = std::make_shared<bool>(false);
+  CLI::App* runs = app.add_subcommand("runs", "List training run records: predicted against measured");
+  runs->add_option("--model", *model, "Only this model's runs");
+  runs->add_option("--limit", *limit, "The newest N runs (default 100)")->check(CLI::NonNegativeNumber);
+  runs->add_flag("--json", *json, "Print the records as protobuf JSON");
+  runs->footer("Examples:\n  edgecost runs\n  edgecost runs --model resnet18_cifar --limit 5 --json");
+  runs->callback([model, limit, json, &ctx] {
+    ctx.exit_code = LocalOnly(ctx, [&] { return RunRuns(*model, *limit, *json, ctx); });
+  });
+}
+
+}  // namespace edgecost::cli

@@ -1,0 +1,425 @@
+#include "service/train_job.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include <google/protobuf/util/json_util.h>
+
+#include "base/units.h"
+#include "probes/registry.h"
+#include "profiler/power_model.h"
+#include "profiler/probe_meter.h"
+#include "profiler/profile.h"
+#include "service/cost_tables.h"
+#include "service/profile_job.h"
+#include "solver/solve.h"
+#include "train/arena.h"
+#include "train/data.h"
+#include "train/executor.h"
+#include "train/pager.h"
+#include "train/trace.h"
+
+namespace edgecost::service {
+namespace {
+
+double NowS() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+// A /proc/self/status figure in bytes (VmHWM, VmRSS); -1 when unreadable.
+int64_t ProcStatusBytes(const std::string& key) {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind(key + ":", 0) == 0) return std::stoll(line.substr(key.size() + 1)) * 1024;
+  }
+  return -1;
+}
+
+// Resets the resident high-water mark to the current RSS (Linux 4.0+), so the growth is the steps'.
+bool ResetHighWater() {
+  std::ofstream clear("/proc/self/clear_refs");
+  clear << "5";
+  clear.flush();
+  return static_cast<bool>(clear);
+}
+
+template <typename T>
+T Median(std::vector<T> v) {
+  if (v.empty()) return T{};
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+Result<v1::Schedule> ReadScheduleFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return NotFound("cannot read " + path);
+  std::stringstream text;
+  text << in.rdbuf();
+  v1::Schedule schedule;
+  if (!google::protobuf::util::JsonStringToMessage(text.str(), &schedule).ok()) {
+    return InvalidArgument(path +
+                           " is not a schedule (protobuf JSON of edgecost.v1.Schedule, from `edgecost solve "
+                           "--out`)");
+  }
+  return schedule;
+}
+
+bool HasSchedule(const v1::Schedule& s) {
+  return s.status() == v1::Schedule::STATUS_OPTIMAL || s.status() == v1::Schedule::STATUS_FEASIBLE;
+}
+
+// The best energy source here, or the power model, labelled as an estimate.
+Result<std::unique_ptr<profiler::EnergyMeter>> StartMeter(const std::string& probes_config,
+                                                          const std::function<void(const std::string&)>& log) {
+  EC_ASSIGN_OR_RETURN(probes::ProbesConfig config, probes::LoadProbesConfig(probes_config));
+  probes::Detected detected = probes::DetectAll(config);
+  if (!detected.probes.empty()) {
+    log("energy: measuring idle power of " + detected.probes.front()->info().name + " for 1 s ...");
+    EC_ASSIGN_OR_RETURN(auto meter, profiler::ProbeMeter::Start(std::move(detected.probes.front())));
+    return std::unique_ptr<profiler::EnergyMeter>(std::move(meter));
+  }
+  auto meter = std::make_unique<profiler::EstimatedMeter>(config.estimate);
+  log("energy: no sensor measures energy here (see `edgecost probes`); estimated by " + meter->Name() +
+      " and labelled ESTIMATED");
+  return std::unique_ptr<profiler::EnergyMeter>(std::move(meter));
+}
+
+// The largest difference between two sets of gradients, and where it is.
+v1::GradientCheck CompareGradients(const v1::TrainingGraph& graph, const std::vector<train::ParamGradient>& plain,
+                                   const std::vector<train::ParamGradient>& scheduled) {
+  v1::GradientCheck check;
+  check.set_identical(plain.size() == scheduled.size());
+  check.set_parameters(static_cast<uint32_t>(plain.size()));
+  double worst = 0;
+  for (size_t p = 0; p < std::min(plain.size(), scheduled.size()); ++p) {
+    const auto& a = plain[p].values;
+    const auto& b = scheduled[p].values;
+    if (a.size() != b.size() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) != 0) {
+      check.set_identical(false);
+    }
+    for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+      const double diff = std::fabs(static_cast<double>(a[i]) - static_cast<double>(b[i]));
+      if (diff > worst || (std::isnan(diff) && !std::isnan(worst))) {
+        worst = diff;
+        check.set_where("node " + std::to_string(plain[p].node) + " (" + graph.nodes(plain[p].node).name() +
+                        ") parameter " + std::to_string(plain[p].index) + ", element " + std::to_string(i) +
+                        ": plain " + std::to_string(a[i]) + ", scheduled " + std::to_string(b[i]));
+      }
+    }
+  }
+  check.set_max_abs_diff(worst);
+  return check;
+}
+
+}  // namespace
+
+Result<CheckedRun> CheckScheduleAgainstGraph(const v1::TrainingGraph& graph, const v1::Schedule& schedule,
+                                             const v1::CostTable& table) {
+  const v1::TrainingGraph& planned = table.graph();
+  const std::string stale = ": the schedule is for another model or a stale graph, or was edited; solve it again";
+  if (!schedule.request().model().empty() && graph::ModelName(schedule.request().model()) != graph.model()) {
+    return FailedPrecondition("the schedule is for model '" + schedule.request().model() + "', not '" + graph.model() +
+                              "'");
+  }
+  if (planned.nodes_size() != graph.nodes_size()) {
+    return FailedPrecondition("the schedule's graph has " + std::to_string(planned.nodes_size()) + " nodes, model " +
+                              graph.model() + " has " + std::to_string(graph.nodes_size()) + stale);
+  }
+  for (int i = 0; i < graph.nodes_size(); ++i) {
+    const v1::TrainingNode& a = planned.nodes(i);
+    const v1::TrainingNode& b = graph.nodes(i);
+    const bool same_inputs = std::equal(a.inputs().begin(), a.inputs().end(), b.inputs().begin(), b.inputs().end());
+    if (a.name() != b.name() || a.output_bytes() != b.output_bytes() || !same_inputs) {
+      return FailedPrecondition("node " + std::to_string(i) + " ('" + b.name() + "') differs from the schedule's ('" +
+                                a.name() + "', " + std::to_string(a.output_bytes()) + " B)" + stale);
+    }
+  }
+  CheckedRun checked;
+  checked.schedule = schedule;
+  checked.table = table;
+  EC_ASSIGN_OR_RETURN(checked.problem, solver::ProblemFromCostTable(table, schedule.request()));
+  checked.replay = solver::Simulate(checked.problem, schedule);
+  if (!checked.replay.valid) {
+    return FailedPrecondition("schedule refused before running anything: " + checked.replay.violation);
+  }
+  checked.plan = solver::PlanFromStages(schedule, graph.nodes_size());
+  return checked;
+}
+
+Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::atomic<bool>* stop,
+                                   const std::function<void(const TrainProgress&)>& on_step,
+                                   const std::function<void(const std::string&)>& log) {
+  if (options.steps < 1) return InvalidArgument("--steps must be at least 1");
+  if (!(options.lr > 0) || !std::isfinite(options.lr)) return InvalidArgument("--lr must be a positive number");
+  const int sources =
+      !options.schedule_file.empty() + (options.schedule_id != 0) + (options.solve.ram_budget_bytes() > 0);
+  if (sources > 1) return InvalidArgument("give one schedule: --schedule FILE, --schedule-id N, or budgets to solve");
+  TrainJobResult result;
+  graph::GraphSpec spec = options.graph;
+  spec.derivation = graph::Derivation::kExact;
+  EC_ASSIGN_OR_RETURN(v1::TrainingGraph graph, graph::LoadTrainingGraph(spec));
+  EC_ASSIGN_OR_RETURN(costdb::CostDb db, costdb::CostDb::Open(options.db_path, costdb::OpenMode::kReadWrite));
+  const int threads = options.threads > 0 ? options.threads : omp_get_num_procs();
+  omp_set_num_threads(threads);
+  const std::string paging_dir = options.paging_dir.empty() ? DefaultPagingDir(options.db_path) : options.paging_dir;
+  if (const int removed = train::Pager::RemoveStaleFiles(paging_dir); removed > 0) {
+    log("paging: removed " + std::to_string(removed) + " files left in " + paging_dir + " by runs that were killed");
+  }
+
+  // The schedule and the cost table its predictions come from, checked before anything runs.
+  std::optional<CheckedRun> checked;
+  std::optional<v1::Schedule> schedule;
+  uint64_t schedule_id = options.schedule_id;
+  std::optional<v1::CostTable> table;
+  if (!options.schedule_file.empty()) {
+    EC_ASSIGN_OR_RETURN(schedule, ReadScheduleFile(options.schedule_file));
+  } else if (options.schedule_id != 0) {
+    EC_ASSIGN_OR_RETURN(schedule, db.GetSchedule(static_cast<int64_t>(options.schedule_id)));
+  } else if (options.solve.ram_budget_bytes() > 0) {
+    v1::ScheduleRequest request = options.solve;
+    request.set_model(spec.model_or_file);
+    if (request.device().empty()) request.set_device("this");
+    if (request.cost_source().empty()) request.set_cost_source(options.cost_source);
+    request.set_batch_size(static_cast<uint32_t>(spec.batch_size));
+    request.set_derivation("exact");
+    request.set_trainable(spec.trainable.ToString());
+    log("solving a schedule (" + (request.strategy().empty() ? std::string("optimal") : request.strategy()) + ") for " +
+        FormatBytes(static_cast<double>(request.ram_budget_bytes())) + " ...");
+    EC_ASSIGN_OR_RETURN(SolvedRequest solved, SolveRequest(&db, request, options.store));
+    if (!HasSchedule(solved.schedule)) {
+      std::string hint;
+      if (solved.schedule.min_feasible_ram_bytes() > 0) {
+        hint = "; the smallest RAM budget with a schedule is about " +
+               FormatBytes(static_cast<double>(solved.schedule.min_feasible_ram_bytes()));
+      }
+      return FailedPrecondition("no schedule meets the budgets: " + solved.schedule.message() + hint);
+    }
+    schedule = solved.schedule;
+    schedule_id = static_cast<uint64_t>(solved.schedule_id);
+    table = solved.table;
+  }
+  if (schedule) {
+    if (!table) {
+      EC_ASSIGN_OR_RETURN(table, CostTableForRequest(&db, schedule->request()));
+    }
+    EC_ASSIGN_OR_RETURN(checked, CheckScheduleAgainstGraph(graph, *schedule, *table));
+    log("schedule: " + (schedule->strategy().empty() ? std::string("?") : schedule->strategy()) + ", replayed: peak " +
+        FormatBytes(static_cast<double>(checked->replay.peak_ram_bytes)) + " of " +
+        FormatBytes(static_cast<double>(checked->problem.ram_budget_bytes)) + ", " +
+        std::to_string(checked->replay.recomputations) + " recomputations, " +
+        std::to_string(checked->replay.page_outs) + " page-outs, " + std::to_string(checked->replay.page_ins) +
+        " page-ins");
+  } else {
+    v1::GetCostTableRequest request;
+    request.set_model(spec.model_or_file);
+    request.set_device("this");
+    request.set_cost_source(options.cost_source);
+    request.set_batch_size(static_cast<uint32_t>(spec.batch_size));
+    request.set_derivation("exact");
+    request.set_trainable(spec.trainable.ToString());
+    Result<v1::CostTable> found = ResolveCostTable(&db, request);
+    if (found.ok()) {
+      table = *found;
+    } else {
+      result.notes.push_back("no predictions: " + found.status().message());
+    }
+  }
+
+  train::ExecutorOptions executor_options;
+  executor_options.seed = options.seed;
+  executor_options.paging_dir = paging_dir;
+  executor_options.trace = options.trace;
+  EC_ASSIGN_OR_RETURN(std::unique_ptr<train::Executor> executor, train::Executor::Create(graph, executor_options));
+  train::DataSource data = train::DataSource::Synthetic(executor->input_elements(), executor->label_rows(),
+                                                        executor->classes(), options.seed);
+  if (!options.data_file.empty()) {
+    EC_ASSIGN_OR_RETURN(data, train::DataSource::Cifar10(options.data_file, executor->input_elements(),
+                                                         executor->label_rows(), executor->classes()));
+  }
+  const solver::Plan* plan = checked ? &checked->plan : nullptr;
+
+  v1::TrainRun& run = result.run;
+  run.set_model(graph.model());
+  run.set_device(profiler::ThisDeviceName());
+  run.set_strategy(checked ? checked->schedule.strategy() : "plain");
+  run.set_schedule_id(schedule_id);
+  run.set_batch_size(graph.batch_size());
+  run.set_steps(static_cast<uint32_t>(options.steps));
+  run.set_threads(static_cast<uint32_t>(threads));
+  run.set_lr(options.lr);
+  run.set_data(data.Describe());
+  run.set_layer_state_bytes(executor->layer_state_bytes());
+  if (table) run.set_cost_source(table->cost_source());
+  if (checked) {
+    const solver::Replay& r = checked->replay;
+    const solver::Problem& p = checked->problem;
+    run.set_ram_budget_bytes(static_cast<uint64_t>(p.ram_budget_bytes));
+    run.set_runtime_budget_s(p.runtime_budget_s);
+    run.set_predicted_runtime_s(r.runtime_s);
+    run.set_predicted_peak_bytes(static_cast<uint64_t>(r.peak_ram_bytes));
+    run.set_predicted_energy_j(r.energy.total_j());
+    run.set_page_outs(r.page_outs);
+    run.set_page_ins(r.page_ins);
+    run.set_recomputations(r.recomputations);
+    double paging_s = 0;
+    if (!p.page_in_s.empty()) {
+      for (int t = 0; t < p.size(); ++t) {
+        for (int i = 0; i < p.size(); ++i) {
+          if (checked->plan.page_in[t][i]) paging_s += p.page_in_s[static_cast<size_t>(i)];
+          if (checked->plan.page_out[t][i]) paging_s += p.page_out_s[static_cast<size_t>(i)];
+        }
+      }
+    } else if (r.page_ins + r.page_outs > 0) {
+      result.notes.push_back("the cost table has no paging times: the paging time is not predicted");
+    }
+    run.set_predicted_paging_s(paging_s);
+    if (p.count_paging_time) {
+      result.notes.push_back("the schedule counts paging time in its runtime");
+    }
+  } else {
+    run.set_predicted_peak_bytes(static_cast<uint64_t>(
+        train::PlanMemory(executor->node_bytes(), executor->preds(), train::PlainPlan(executor->preds())).peak_bytes));
+    if (table) {
+      double runtime = 0, energy = 0;
+      for (const v1::NodeCost& c : table->costs()) {
+        runtime += c.runtime_s();
+        energy += c.compute_j();
+      }
+      run.set_predicted_runtime_s(runtime);
+      run.set_predicted_energy_j(energy);
+    }
+  }
+
+  EC_ASSIGN_OR_RETURN(std::unique_ptr<profiler::EnergyMeter> meter, StartMeter(options.probes_config, log));
+  run.set_energy_source(meter->Source());
+  run.set_energy_probe(meter->Name());
+
+  // The steps. The high-water mark restarts here, so its growth is theirs.
+  const int n = graph.nodes_size();
+  std::vector<std::vector<double>> per_execution_s(static_cast<size_t>(n));
+  std::vector<uint32_t> executions(static_cast<size_t>(n), 0);
+  std::vector<train::StepTrace> traces;
+  const bool reset = ResetHighWater();
+  const int64_t rss_start = reset ? ProcStatusBytes("VmRSS") : ProcStatusBytes("VmHWM");
+  EC_ASSIGN_OR_RETURN(double energy_start_j, meter->EnergyJ());
+  uint64_t peak = 0;
+  for (int s = 0; s < options.steps; ++s) {
+    if (stop && stop->load()) {
+      return Status(ErrorCode::kCancelled, "stopped after " + std::to_string(s) + " of " +
+                                               std::to_string(options.steps) + " steps; no run record is stored");
+    }
+    EC_RETURN_IF_ERROR(executor->SetBatch(data.BatchFor(s)));
+    EC_ASSIGN_OR_RETURN(train::StepStats stats, executor->Step(plan));
+    const double update_start = NowS();
+    executor->Update(options.lr);
+    const double update_s = NowS() - update_start;
+    if (!std::isfinite(stats.loss)) {
+      return FailedPrecondition("the loss is " + std::to_string(stats.loss) + " at step " + std::to_string(s + 1) +
+                                "; lower --lr");
+    }
+    v1::TrainStep& step = *run.add_step_stats();
+    step.set_step(static_cast<uint32_t>(s + 1));
+    step.set_loss(stats.loss);
+    step.set_runtime_s(stats.runtime_s);
+    step.set_update_s(update_s);
+    step.set_peak_activation_bytes(stats.peak_activation_bytes);
+    step.set_paged_out_bytes(stats.paged_out_bytes);
+    step.set_paged_in_bytes(stats.paged_in_bytes);
+    step.set_page_out_s(stats.page_out_s);
+    step.set_page_in_s(stats.page_in_s);
+    step.set_paging_wait_s(stats.paging_wait_s);
+    peak = std::max(peak, stats.peak_activation_bytes);
+    // The first step warms caches and allocations; node times come from the others when there are.
+    if (s > 0 || options.steps == 1) {
+      for (int i = 0; i < n; ++i) {
+        const uint32_t runs = stats.node_runs[static_cast<size_t>(i)];
+        if (runs == 0) continue;
+        per_execution_s[static_cast<size_t>(i)].push_back(stats.node_s[static_cast<size_t>(i)] / runs);
+        executions[static_cast<size_t>(i)] = runs;
+      }
+    }
+    if (options.trace) {
+      stats.events.push_back({-1, train::TraceEvent::Kind::kUpdate, executor->ClockS() - update_s, update_s});
+      traces.push_back({s + 1, std::move(stats.events)});
+    }
+    if (on_step) on_step({s + 1, options.steps, stats.loss, stats.runtime_s});
+  }
+  EC_ASSIGN_OR_RETURN(double energy_end_j, meter->EnergyJ());
+  const int64_t hwm = ProcStatusBytes("VmHWM");
+  run.set_rss_growth_bytes(hwm >= 0 && rss_start >= 0 ? hwm - rss_start : 0);
+  run.set_energy_j((energy_end_j - energy_start_j) / options.steps);
+
+  std::vector<double> runtimes, waits;
+  std::vector<uint64_t> outs, ins;
+  for (int s = options.steps > 1 ? 1 : 0; s < options.steps; ++s) {
+    const v1::TrainStep& step = run.step_stats(s);
+    runtimes.push_back(step.runtime_s());
+    waits.push_back(step.paging_wait_s());
+    outs.push_back(step.paged_out_bytes());
+    ins.push_back(step.paged_in_bytes());
+  }
+  run.set_runtime_s(Median(runtimes));
+  run.set_paging_wait_s(Median(waits));
+  run.set_paged_out_bytes(Median(outs));
+  run.set_paged_in_bytes(Median(ins));
+  run.set_peak_activation_bytes(peak);
+  run.set_first_loss(run.step_stats(0).loss());
+  run.set_last_loss(run.step_stats(options.steps - 1).loss());
+  for (int i = 0; i < n; ++i) {
+    if (executions[static_cast<size_t>(i)] == 0) continue;
+    v1::NodeTime& t = *run.add_nodes();
+    t.set_node(static_cast<uint32_t>(i));
+    t.set_name(graph.nodes(i).name());
+    t.set_runtime_s(Median(per_execution_s[static_cast<size_t>(i)]));
+    t.set_executions(executions[static_cast<size_t>(i)]);
+    if (table && i < table->costs_size()) t.set_predicted_s(table->costs(i).runtime_s());
+  }
+
+  // --verify: the plain step and the scheduled step on one batch, with the same parameters.
+  if (options.verify) {
+    if (!plan) {
+      result.notes.push_back(
+          "--verify compares a schedule's gradients with the plain step's; this run has no schedule");
+    } else {
+      log("verifying: the plain step and the scheduled step on one batch ...");
+      EC_RETURN_IF_ERROR(executor->SetBatch(data.BatchFor(0)));
+      EC_RETURN_IF_ERROR(executor->Step(nullptr).status());
+      const std::vector<train::ParamGradient> plain = executor->Gradients();
+      EC_RETURN_IF_ERROR(executor->Step(plan).status());
+      *run.mutable_verify() = CompareGradients(graph, plain, executor->Gradients());
+    }
+  }
+  if (options.trace) result.trace_json = train::ChromeTrace(graph, traces);
+
+  // Stored only now, whole: a failed or stopped run leaves no record.
+  if (options.store) {
+    EC_ASSIGN_OR_RETURN(result.run_id, db.PutTrainRun(run));
+    run.set_id(static_cast<uint64_t>(result.run_id));
+    const bool measured =
+        table && (table->cost_source() == profiler::kMeasuredSource || table->cost_source() == kMeasuredInStepSource);
+    if (measured && options.steps >= 2) {
+      v1::CostTable in_step = *table;
+      in_step.set_cost_source(kMeasuredInStepSource);
+      for (const v1::NodeTime& t : run.nodes()) {
+        v1::NodeCost& c = *in_step.mutable_costs(static_cast<int>(t.node()));
+        // Energy follows the runtime: the isolated op's energy scaled by in-step over isolated time.
+        if (c.runtime_s() > 0) c.set_compute_j(c.compute_j() * t.runtime_s() / c.runtime_s());
+        c.set_runtime_s(t.runtime_s());
+      }
+      in_step.set_note("runtimes are medians inside real training steps (training run #" +
+                       std::to_string(result.run_id) + ", " + std::to_string(options.steps - 1) +
+                       " steps); energies are the measured ones scaled by in-step over isolated time");
+      EC_ASSIGN_OR_RETURN(result.in_step_table_id, db.PutCostTable(in_step));
+    } else if (!measured) {
+      result.notes.push_back("no measured-in-step costs: they are kept for measured cost tables only");
+    }
+  }
+  return result;
+}
+
+}  // namespace edgecost::service

@@ -1,0 +1,79 @@
+// Real training steps under a schedule, as `edgecost train`, `bench train` and
+// the daemon's train jobs run them: the schedule is resolved (a file, a stored
+// one, one solved now, or none for the plain step) and checked against the
+// model and its budgets before anything runs; then N steps run on the executor,
+// and a run record holds what the schedule predicted next to what the steps
+// measured. The per-node times inside the steps become the `measured-in-step`
+// cost table, which `solve --cost-source measured-in-step` plans with.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "base/status.h"
+#include "costdb/costdb.h"
+#include "graph/resolve.h"
+#include "proto/edgecost.pb.h"
+#include "solver/plan.h"
+#include "solver/problem.h"
+#include "solver/simulator.h"
+
+namespace edgecost::service {
+
+inline constexpr char kMeasuredInStepSource[] = "measured-in-step";
+
+struct TrainJobOptions {
+  std::string db_path;
+  graph::GraphSpec graph;  // the derivation is always exact: the executor runs real gradients
+  // The schedule, at most one of: a protobuf JSON file (`edgecost solve --out`), a
+  // stored schedule, or a request solved now (ram_budget_bytes > 0). None: the plain step.
+  std::string schedule_file;
+  uint64_t schedule_id = 0;
+  v1::ScheduleRequest solve;
+  std::string cost_source = "measured";  // of the predictions (and of a schedule solved now)
+  int steps = 10;
+  double lr = 0.01;
+  int threads = 0;  // 0: all cores
+  uint32_t seed = 1;
+  std::string data_file;  // CIFAR-10 binary; empty: synthetic
+  bool verify = false;
+  bool trace = false;
+  std::string paging_dir;  // empty: "paging" beside the database
+  bool store = true;       // the run record and the measured-in-step table
+  std::string probes_config;
+};
+
+struct TrainProgress {
+  int step = 0;  // 1-based, of `steps`
+  int steps = 0;
+  double loss = 0;
+  double runtime_s = 0;
+};
+
+struct TrainJobResult {
+  v1::TrainRun run;
+  int64_t run_id = 0;              // 0 when not stored
+  int64_t in_step_table_id = 0;    // the measured-in-step cost table, when stored
+  std::string trace_json;          // Chrome Trace Event JSON, with `trace`
+  std::vector<std::string> notes;  // what could not be predicted or measured, and why
+};
+
+// A schedule checked against a training graph: its cost table must be the
+// graph's (same nodes, bytes and edges) and its replay must keep to the budgets.
+struct CheckedRun {
+  v1::Schedule schedule;
+  solver::Plan plan;
+  v1::CostTable table;
+  solver::Problem problem;
+  solver::Replay replay;
+};
+Result<CheckedRun> CheckScheduleAgainstGraph(const v1::TrainingGraph& graph, const v1::Schedule& schedule,
+                                             const v1::CostTable& table);
+
+Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::atomic<bool>* stop,
+                                   const std::function<void(const TrainProgress&)>& on_step,
+                                   const std::function<void(const std::string&)>& log);
+
+}  // namespace edgecost::service

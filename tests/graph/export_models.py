@@ -1,0 +1,191 @@
+#!/usr/bin/python3
+"""Exports the models edge devices train, with random weights, as ONNX training graphs.
+
+Run by the ONNX model tests (tests/graph/onnx_models_test.cc) during the test run, with Debian's
+python3-torch and python3-torchvision: nothing is downloaded. Usage:
+
+  /usr/bin/python3 tests/graph/export_models.py OUT_DIR [MODEL ...] [--opset N] [--eval]
+  /usr/bin/python3 tests/graph/export_models.py --time [MODEL ...] [--threads N] [--steps N]
+  /usr/bin/python3 tests/graph/export_models.py OUT_DIR --suite
+
+`--suite` exports what tests/graph/onnx_models_test.cc reads in one run: every model (opset 13),
+the transformers at opset 17 into OUT_DIR/opset17 and mobilenet_v2 in eval mode into OUT_DIR/eval.
+Exit status 3: PyTorch is not installed.
+`--list` prints the model names. `--eval` exports in eval mode (batch norm folded), as users do by
+mistake. `--time` measures a PyTorch training step (forward, loss, backward, SGD update) per model
+and prints `model median_s min_s` lines, for scripts/compare_models.
+"""
+import argparse
+import os
+import re
+import statistics
+import sys
+import time
+import warnings
+
+try:
+    import torch
+    from torch import nn
+except ImportError as e:  # the tests skip, saying so
+    print(f"PyTorch is not installed ({e}): apt-get install python3-torch python3-torchvision python3-onnx",
+          file=sys.stderr)
+    sys.exit(3)
+
+
+class TransformerClassifier(nn.Module):
+    """A 2-layer nn.TransformerEncoder (d_model 128, 4 heads) over a sequence of 64 feature vectors,
+    with a classification head on the mean over the sequence."""
+
+    def __init__(self, d_model=128, heads=4, layers=2, classes=10):
+        super().__init__()
+        layer = nn.TransformerEncoderLayer(d_model, heads, dim_feedforward=4 * d_model, batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.head = nn.Linear(d_model, classes)
+
+    def forward(self, x):
+        return self.head(self.encoder(x).mean(dim=1))
+
+
+class BertBlock(nn.Module):
+    """One post-norm BERT layer in plain torch.nn: self-attention, GELU feed-forward, LayerNorm."""
+
+    def __init__(self, d_model, heads):
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.out = nn.Linear(d_model, d_model)
+        self.norm1 = nn.LayerNorm(d_model)
+        self.ff = nn.Sequential(nn.Linear(d_model, 4 * d_model), nn.GELU(), nn.Linear(4 * d_model, d_model))
+        self.norm2 = nn.LayerNorm(d_model)
+        self.drop = nn.Dropout(0.1)
+
+    def forward(self, x):
+        n, s, d = x.shape
+        q, k, v = self.qkv(x).split(d, dim=-1)
+        q, k, v = (t.reshape(n, s, self.heads, d // self.heads).transpose(1, 2) for t in (q, k, v))
+        scores = q @ k.transpose(-2, -1) / (d // self.heads) ** 0.5
+        context = (self.drop(scores.softmax(dim=-1)) @ v).transpose(1, 2).reshape(n, s, d)
+        x = self.norm1(x + self.drop(self.out(context)))
+        return self.norm2(x + self.drop(self.ff(x)))
+
+
+class SmallBert(nn.Module):
+    """A small BERT-style encoder: token and position embeddings, 2 blocks, a [CLS] classifier."""
+
+    def __init__(self, vocab=1000, seq=64, d_model=128, heads=4, layers=2, classes=2):
+        super().__init__()
+        self.tokens = nn.Embedding(vocab, d_model)
+        self.positions = nn.Embedding(seq, d_model)
+        self.norm = nn.LayerNorm(d_model)
+        self.blocks = nn.ModuleList(BertBlock(d_model, heads) for _ in range(layers))
+        self.head = nn.Linear(d_model, classes)
+
+    def forward(self, ids):
+        positions = torch.arange(ids.shape[1], device=ids.device)
+        x = self.norm(self.tokens(ids) + self.positions(positions))
+        for block in self.blocks:
+            x = block(x)
+        return self.head(torch.tanh(x[:, 0]))
+
+
+def torchvision_model(name, **kwargs):
+    import torchvision
+
+    return getattr(torchvision.models, name)(num_classes=10, **kwargs)
+
+
+# name: (constructor, example input)
+MODELS = {
+    "mobilenet_v2": (lambda: torchvision_model("mobilenet_v2"), lambda: torch.randn(2, 3, 64, 64)),
+    "mobilenet_v3_small": (lambda: torchvision_model("mobilenet_v3_small"), lambda: torch.randn(2, 3, 64, 64)),
+    # PyTorch 1.13 cannot export stochastic depth's bernoulli_ in training mode: it is left out.
+    "efficientnet_b0": (lambda: torchvision_model("efficientnet_b0", stochastic_depth_prob=0.0), lambda: torch.randn(2, 3, 64, 64)),
+    "shufflenet_v2_x0_5": (lambda: torchvision_model("shufflenet_v2_x0_5"), lambda: torch.randn(2, 3, 64, 64)),
+    "squeezenet1_1": (lambda: torchvision_model("squeezenet1_1"), lambda: torch.randn(2, 3, 64, 64)),
+    "transformer_encoder": (TransformerClassifier, lambda: torch.randn(2, 64, 128)),
+    "small_bert": (SmallBert, lambda: torch.randint(0, 1000, (2, 64))),
+}
+
+
+def export(name, out_dir, opset, eval_mode):
+    make, example = MODELS[name]
+    torch.manual_seed(0)
+    model = make()
+    path = os.path.join(out_dir, name + ".onnx")
+    mode = torch.onnx.TrainingMode.EVAL if eval_mode else torch.onnx.TrainingMode.TRAINING
+    if eval_mode:
+        model.eval()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, example(), path, input_names=["input"], output_names=["logits"],
+                          opset_version=opset, training=mode, do_constant_folding=eval_mode)
+    print(path)
+
+
+def time_step(name, steps):
+    """Median and fastest seconds of a training step: forward, cross-entropy loss, backward, SGD update.
+    The fastest is what a step costs without preemption on a shared machine."""
+    make, example = MODELS[name]
+    torch.manual_seed(0)
+    model = make()
+    model.train()
+    x = example()
+    logits = model(x)
+    labels = torch.randint(0, logits.shape[-1], (logits.shape[0],))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    times = []
+    for i in range(steps + 2):
+        start = time.perf_counter()
+        optimizer.zero_grad()
+        loss = nn.functional.cross_entropy(model(x), labels)
+        loss.backward()
+        optimizer.step()
+        if i >= 2:  # two warm-up steps
+            times.append(time.perf_counter() - start)
+    return statistics.median(times), min(times)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("out_dir", nargs="?")
+    parser.add_argument("models", nargs="*")
+    parser.add_argument("--opset", type=int, default=13)
+    parser.add_argument("--eval", action="store_true")
+    parser.add_argument("--list", action="store_true")
+    parser.add_argument("--time", action="store_true")
+    parser.add_argument("--suite", action="store_true")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--steps", type=int, default=10)
+    args = parser.parse_args()
+    if args.list:
+        print("\n".join(MODELS))
+        return 0
+    if args.time:
+        torch.set_num_threads(args.threads)
+        blas = re.search(r"BLAS_INFO=(\w+)", torch.__config__.show())
+        print(f"# torch {torch.__version__}, BLAS {blas.group(1) if blas else 'unknown'}, {args.threads} thread(s)")
+        names = ([args.out_dir] if args.out_dir else []) + args.models
+        for name in names or MODELS:
+            median_s, min_s = time_step(name, args.steps)
+            print(f"{name} {median_s:.6f} {min_s:.6f}", flush=True)
+        return 0
+    if not args.out_dir:
+        parser.error("OUT_DIR is required")
+    if args.suite:
+        for name in MODELS:
+            export(name, args.out_dir, 13, False)
+        for sub, names, opset, eval_mode in (("opset17", ["transformer_encoder", "small_bert"], 17, False),
+                                             ("eval", ["mobilenet_v2"], 13, True)):
+            os.makedirs(os.path.join(args.out_dir, sub), exist_ok=True)
+            for name in names:
+                export(name, os.path.join(args.out_dir, sub), opset, eval_mode)
+        return 0
+    for name in args.models or MODELS:
+        if name not in MODELS:
+            parser.error(f"unknown model '{name}'; --list prints the names")
+        export(name, args.out_dir, args.opset, args.eval)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,314 @@
+// The executor against the plain step: every schedule a strategy or a random mix
+// of the heuristics' policies makes must give bit-identical parameter gradients,
+// hold no more activation bytes than planned, and really page through files.
+#include "train/executor.h"
+
+#include <omp.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include <gtest/gtest.h>
+
+#include "graph/cost_source.h"
+#include "graph/derive.h"
+#include "graph/resolve.h"
+#include "graph/zoo.h"
+#include "solver/heuristics.h"
+#include "solver/plan.h"
+#include "solver/problem.h"
+#include "solver/simulator.h"
+#include "solver/solve.h"
+#include "tests/temp_dir.h"
+#include "train/pager.h"
+
+namespace edgecost::train {
+namespace {
+
+// Every op kind of a CNN: convolution, batch norm, ReLU, residual add, both poolings,
+// flatten, linear with and without a fused ReLU, dropout and the loss.
+graph::ForwardGraph TinyCnn() {
+  graph::ForwardGraph g("tiny_cnn", 2);
+  const int x = g.Input({2, 3, 8, 8});
+  const int r1 = g.Relu(g.BatchNorm2d(g.Conv2d(x, 3, 4, 3, 1, 1)));
+  const int c2 = g.Conv2d(r1, 4, 4, 3, 1, 1);
+  const int a = g.Add(c2, r1);
+  const int q = g.AvgPool2d(g.MaxPool2d(a, 2, 2), 2, 2);
+  const int l1 = g.LinearRelu(g.Flatten(q), 16, 12);
+  const int l2 = g.Linear(g.Dropout(l1), 12, 5);
+  g.CrossEntropyLoss(l2, 5);
+  return g;
+}
+
+// The attention op kinds: fused QKV projection, scores, context.
+graph::ForwardGraph TinyAttention() {
+  graph::ForwardGraph g("tiny_attention", 1);
+  const int x = g.Input({8, 16});
+  const int h = g.Linear(x, 16, 16);
+  const int qkv = g.QkvProjection(h, 8, 16, 4, 2);
+  const int context = g.AttentionContext(g.AttentionScores(qkv, 8, 4, 2), 8, 4, 2);
+  const int projection = g.Linear(context, 8, 16);
+  const int out = g.Linear(g.Add(h, projection), 16, 5);
+  g.CrossEntropyLoss(out, 5);
+  return g;
+}
+
+v1::TrainingGraph Exact(const graph::ForwardGraph& forward) {
+  auto graph = graph::DeriveTrainingGraph(forward, graph::Derivation::kExact);
+  EXPECT_TRUE(graph.ok()) << graph.status().message();
+  return *graph;
+}
+
+Batch SyntheticBatch(const Executor& e, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  Batch batch;
+  batch.inputs.resize(static_cast<size_t>(e.input_elements()));
+  for (float& v : batch.inputs) v = normal(rng);
+  std::uniform_int_distribution<int32_t> label(0, static_cast<int32_t>(e.classes()) - 1);
+  for (int64_t r = 0; r < e.label_rows(); ++r) batch.labels.push_back(label(rng));
+  return batch;
+}
+
+solver::Problem ProblemFor(const v1::TrainingGraph& graph, int64_t ram_budget_bytes, double runtime_multiple) {
+  auto source = graph::MakePoetFlopsSource("a72");
+  EXPECT_TRUE(source.ok());
+  auto table = (*source)->CostTableFor(graph);
+  EXPECT_TRUE(table.ok()) << table.status().message();
+  v1::ScheduleRequest request;
+  request.set_ram_budget_bytes(static_cast<uint64_t>(ram_budget_bytes));
+  request.set_runtime_budget_multiple(runtime_multiple);
+  auto problem = solver::ProblemFromCostTable(*table, request);
+  EXPECT_TRUE(problem.ok()) << problem.status().message();
+  return *problem;
+}
+
+class ExecutorTest : public testing::TempDirTest {
+ protected:
+  // One thread unless a test says otherwise: oneDNN's OpenMP threads spin, and a shared
+  // machine makes two of them crawl. Bit-identity is claimed at a fixed thread count.
+  void SetUp() override {
+    TempDirTest::SetUp();
+    omp_set_num_threads(1);
+  }
+  std::unique_ptr<Executor> Make(const v1::TrainingGraph& graph) {
+    auto e = Executor::Create(graph, {.seed = 5, .paging_dir = (dir_ / "paging").string()});
+    EXPECT_TRUE(e.ok()) << e.status().message();
+    return e.ok() ? std::move(*e) : nullptr;
+  }
+
+  // Runs `plan` and the plain step on the same batch and parameters; the gradients must match bit for bit.
+  void ExpectSameGradients(Executor& e, const solver::Plan& plan, const std::vector<ParamGradient>& plain,
+                           const std::string& what) {
+    auto stats = e.Step(&plan);
+    ASSERT_TRUE(stats.ok()) << what << ": " << stats.status().message();
+    EXPECT_LE(stats->peak_activation_bytes, stats->planned_peak_bytes) << what;
+    const std::vector<ParamGradient> got = e.Gradients();
+    ASSERT_EQ(got.size(), plain.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      ASSERT_EQ(got[i].values.size(), plain[i].values.size());
+      EXPECT_EQ(0, std::memcmp(got[i].values.data(), plain[i].values.data(), got[i].values.size() * sizeof(float)))
+          << what << ": gradient of node " << got[i].node << " parameter " << got[i].index << " differs";
+    }
+    // Files of this run are removed only when the executor goes; none may be left half-written.
+  }
+
+  // The plain step's gradients and peak on `e`'s current batch.
+  std::vector<ParamGradient> Plain(Executor& e, uint64_t* peak = nullptr) {
+    auto stats = e.Step(nullptr);
+    EXPECT_TRUE(stats.ok()) << stats.status().message();
+    if (peak && stats.ok()) *peak = stats->peak_activation_bytes;
+    return e.Gradients();
+  }
+};
+
+TEST_F(ExecutorTest, RefusesPoetGraphs) {
+  auto graph = graph::ZooTrainingGraph("linear", 2, graph::Derivation::kPoet);
+  ASSERT_TRUE(graph.ok());
+  auto e = Executor::Create(*graph, {});
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("exact"), std::string::npos) << e.status().message();
+}
+
+TEST_F(ExecutorTest, PlainStepPeakIsThePlannedPeakAndGradientsAreNotZero) {
+  const v1::TrainingGraph graph = Exact(TinyCnn());
+  auto e = Make(graph);
+  ASSERT_TRUE(e);
+  ASSERT_TRUE(e->SetBatch(SyntheticBatch(*e, 1)).ok());
+  auto stats = e->Step(nullptr);
+  ASSERT_TRUE(stats.ok()) << stats.status().message();
+  // The plain step as the simulator replays checkpoint-all: the same peak, byte for byte.
+  const solver::Problem problem = ProblemFor(graph, 1 << 30, 100);
+  const solver::Replay replay = solver::Simulate(problem, solver::CheckpointAll(problem).plan);
+  ASSERT_TRUE(replay.valid) << replay.violation;
+  EXPECT_EQ(stats->planned_peak_bytes, static_cast<uint64_t>(replay.peak_ram_bytes));
+  EXPECT_EQ(stats->peak_activation_bytes, stats->planned_peak_bytes);
+  EXPECT_GT(stats->loss, 0);
+  bool nonzero = false;
+  for (const ParamGradient& g : e->Gradients()) {
+    for (float v : g.values) nonzero = nonzero || v != 0.0f;
+  }
+  EXPECT_TRUE(nonzero);
+  // Every weight and bias of the five layers with parameters trains (conv x2, bn, linear x2).
+  EXPECT_EQ(e->Gradients().size(), 10u);
+}
+
+TEST_F(ExecutorTest, LossFallsOnAFixedBatch) {
+  // Two zoo models, and a residual CNN that PyTorch exported to ONNX (tests/graph/data/make_onnx.py).
+  for (const char* model : {"linear", "resnet18_cifar", "tests/graph/data/small_resnet.onnx"}) {
+    SCOPED_TRACE(model);
+    auto graph = graph::LoadTrainingGraph({model, 2, graph::Derivation::kExact, {}});
+    ASSERT_TRUE(graph.ok()) << graph.status().message();
+    auto e = Make(*graph);
+    ASSERT_TRUE(e);
+    ASSERT_TRUE(e->SetBatch(SyntheticBatch(*e, 2)).ok());
+    double first = 0, last = 0;
+    for (int step = 0; step < 50; ++step) {
+      auto stats = e->Step(nullptr);
+      ASSERT_TRUE(stats.ok()) << stats.status().message();
+      ASSERT_TRUE(std::isfinite(stats->loss));
+      if (step == 0) first = stats->loss;
+      last = stats->loss;
+      e->Update(0.05);
+    }
+    EXPECT_LT(last, 0.5 * first) << "first " << first << ", last " << last;
+  }
+}
+
+TEST_F(ExecutorTest, EveryStrategyGivesThePlainGradients) {
+  for (const int threads : {1, 2})
+    for (const graph::ForwardGraph& forward : {TinyCnn(), TinyAttention()}) {
+      SCOPED_TRACE(forward.model() + " on " + std::to_string(threads) + " threads");
+      omp_set_num_threads(threads);
+      const v1::TrainingGraph graph = Exact(forward);
+      auto e = Make(graph);
+      ASSERT_TRUE(e);
+      ASSERT_TRUE(e->SetBatch(SyntheticBatch(*e, 3)).ok());
+      uint64_t plain_peak = 0;
+      const std::vector<ParamGradient> plain = Plain(*e, &plain_peak);
+      const solver::Problem loose = ProblemFor(graph, static_cast<int64_t>(plain_peak), 100);
+      const int64_t floor = solver::MemoryLowerBound(loose);
+      for (const char* strategy : {"optimal", "sqrt", "revolve", "paging-only", "checkpoint-all"}) {
+        SCOPED_TRACE(strategy);
+        // A budget between the least any schedule needs and the plain peak.
+        const solver::Problem problem = ProblemFor(graph, (floor + static_cast<int64_t>(plain_peak)) / 2, 100);
+        auto schedule = solver::Solve(problem, {.strategy = strategy, .time_limit_s = 5, .search_min_ram = false});
+        if (!schedule.ok() || schedule->stages_size() == 0) continue;  // a baseline that cannot meet the budget
+        const solver::Plan plan = solver::PlanFromStages(*schedule, problem.size());
+        ExpectSameGradients(*e, plan, plain, strategy);
+        auto stats = e->Step(&plan);
+        ASSERT_TRUE(stats.ok());
+        EXPECT_EQ(stats->planned_peak_bytes, schedule->peak_ram_bytes())
+            << "the executor plans as the simulator replays";
+        EXPECT_LE(stats->peak_activation_bytes, schedule->ram_budget_bytes());
+        EXPECT_EQ(stats->page_outs, schedule->page_outs());
+        EXPECT_EQ(stats->page_ins, schedule->page_ins());
+        EXPECT_EQ(stats->recomputations, schedule->recomputations());
+      }
+    }
+}
+
+TEST_F(ExecutorTest, FiftyRandomHeuristicSchedulesGiveThePlainGradients) {
+  std::mt19937 rng(17);
+  int checked = 0, paged = 0, recomputed = 0;
+  for (const graph::ForwardGraph& forward : {TinyCnn(), TinyAttention()}) {
+    const v1::TrainingGraph graph = Exact(forward);
+    auto e = Make(graph);
+    ASSERT_TRUE(e);
+    ASSERT_TRUE(e->SetBatch(SyntheticBatch(*e, 4)).ok());
+    const std::vector<ParamGradient> plain = Plain(*e);
+    const solver::Problem problem = ProblemFor(graph, int64_t{1} << 40, 1000);
+    std::uniform_int_distribution<int> policy(0, 3);
+    for (int i = 0; i < 25; ++i) {
+      std::vector<solver::Policy> policies(static_cast<size_t>(problem.size()));
+      for (auto& p : policies) p = static_cast<solver::Policy>(policy(rng));
+      const solver::Plan plan = solver::BuildPlan(problem, policies);
+      const solver::Replay replay = solver::Simulate(problem, plan);
+      ASSERT_TRUE(replay.valid) << replay.violation;
+      ExpectSameGradients(*e, plan, plain, forward.model() + " random schedule " + std::to_string(i));
+      auto stats = e->Step(&plan);
+      ASSERT_TRUE(stats.ok());
+      EXPECT_EQ(stats->planned_peak_bytes, static_cast<uint64_t>(replay.peak_ram_bytes));
+      paged += stats->page_ins > 0;
+      recomputed += stats->recomputations > 0;
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 50);
+  EXPECT_GT(paged, 10);
+  EXPECT_GT(recomputed, 10);
+}
+
+TEST_F(ExecutorTest, PagingWritesRealFilesAndRemovesThem) {
+  const v1::TrainingGraph graph = Exact(TinyCnn());
+  const solver::Problem problem = ProblemFor(graph, int64_t{1} << 40, 1000);
+  const solver::Plan plan = solver::PagingOnly(problem).plan;
+  {
+    auto e = Make(graph);
+    ASSERT_TRUE(e);
+    ASSERT_TRUE(e->SetBatch(SyntheticBatch(*e, 5)).ok());
+    auto stats = e->Step(&plan);
+    ASSERT_TRUE(stats.ok()) << stats.status().message();
+    EXPECT_GT(stats->page_outs, 0u);
+    EXPECT_GT(stats->paged_out_bytes, 0u);
+    EXPECT_EQ(stats->paged_in_bytes > 0, stats->page_ins > 0);
+    int files = 0;
+    for (const auto& entry : std::filesystem::directory_iterator(dir_ / "paging")) files += entry.is_regular_file();
+    EXPECT_GT(files, 0) << "the paged tensors are files while the executor lives";
+  }
+  EXPECT_TRUE(std::filesystem::is_empty(dir_ / "paging"));
+}
+
+TEST_F(ExecutorTest, StartRemovesPagingFilesOfDeadProcessesOnly) {
+  const std::filesystem::path dir = dir_ / "paging";
+  std::filesystem::create_directories(dir);
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  ASSERT_GT(child, 0);
+  ::waitpid(child, nullptr, 0);  // a process that no longer runs, as after kill -9
+  const std::filesystem::path dead = dir / ("edgecost-train-" + std::to_string(child) + "-3.page");
+  const std::filesystem::path alive = dir / ("edgecost-train-" + std::to_string(::getppid()) + "-3.page");
+  const std::filesystem::path other = dir / "notes.txt";
+  for (const auto& path : {dead, alive, other}) std::ofstream(path) << "x";
+  Arena arena(4);
+  auto pager = Pager::Start(dir.string(), arena, 0);
+  ASSERT_TRUE(pager.ok());
+  EXPECT_FALSE(std::filesystem::exists(dead));
+  EXPECT_TRUE(std::filesystem::exists(alive));
+  EXPECT_TRUE(std::filesystem::exists(other));
+}
+
+TEST_F(ExecutorTest, AFullPagingDeviceFailsTheStepWithoutLeavingFiles) {
+  const v1::TrainingGraph graph = Exact(TinyCnn());
+  const solver::Problem problem = ProblemFor(graph, int64_t{1} << 40, 1000);
+  const solver::Plan plan = solver::PagingOnly(problem).plan;
+  auto e = Make(graph);
+  ASSERT_TRUE(e);
+  ASSERT_TRUE(e->SetBatch(SyntheticBatch(*e, 6)).ok());
+  // Writes beyond 1 KiB fail with EFBIG, as a full device fails them with ENOSPC.
+  struct rlimit saved {};
+  ASSERT_EQ(0, ::getrlimit(RLIMIT_FSIZE, &saved));
+  ::signal(SIGXFSZ, SIG_IGN);
+  struct rlimit small = saved;
+  small.rlim_cur = 1024;
+  ASSERT_EQ(0, ::setrlimit(RLIMIT_FSIZE, &small));
+  auto stats = e->Step(&plan);
+  ASSERT_EQ(0, ::setrlimit(RLIMIT_FSIZE, &saved));
+  ::signal(SIGXFSZ, SIG_DFL);
+  ASSERT_FALSE(stats.ok());
+  EXPECT_EQ(stats.status().code(), ErrorCode::kResourceExhausted) << stats.status().message();
+  EXPECT_NE(stats.status().message().find("paging"), std::string::npos) << stats.status().message();
+  // The executor is usable again: the plain step runs.
+  EXPECT_TRUE(e->Step(nullptr).ok());
+  e.reset();
+  EXPECT_TRUE(std::filesystem::is_empty(dir_ / "paging"));
+}
+
+}  // namespace
+}  // namespace edgecost::train

@@ -1,0 +1,504 @@
+#include "train/executor.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <set>
+
+#include "graph/derive.h"
+#include "graph/forward_graph.h"
+#include "profiler/layers.h"
+#include "profiler/node_work.h"
+#include "train/pager.h"
+
+namespace edgecost::train {
+namespace {
+
+using profiler::Pass;
+
+Status Unimplemented(std::string message) { return Status(ErrorCode::kUnimplemented, std::move(message)); }
+
+double NowS() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+int64_t Elements(const profiler::Dims& dims) {
+  int64_t n = 1;
+  for (int64_t d : dims) n *= d;
+  return n;
+}
+
+// What a layer's kernel reads in a pass besides parameters and its own state:
+// its inputs X, its output Y, the incoming gradient dY. The executor binds these
+// to the arena and refuses a graph whose node does not list what its kernel reads.
+struct Reads {
+  bool x = false, y = false, dy = false;
+};
+
+Reads KernelReads(graph::OpKind kind, Pass pass) {
+  using graph::OpKind;
+  const bool forward = pass == Pass::kForward;
+  if (forward) return {true, false, false};
+  switch (kind) {
+    case OpKind::kConv2d:
+    case OpKind::kLinear:
+    case OpKind::kQkvProjection:
+      return {pass == Pass::kBackwardWeights, false, true};
+    case OpKind::kLinearRelu:
+      return {pass == Pass::kBackwardWeights, true, true};
+    case OpKind::kBatchNorm2d:
+      return {true, false, true};  // one primitive for dX, dgamma and dbeta reads X
+    case OpKind::kRelu:
+      return {false, true, true};
+    case OpKind::kAttentionScores:
+      return {true, false, true};
+    case OpKind::kCrossEntropyLoss:
+      return {true, false, false};
+    case OpKind::kDropout:
+    case OpKind::kMaxPool2d:  // argmax from the workspace the forward pass left
+    case OpKind::kAvgPool2d:
+    case OpKind::kAttentionContext:
+    case OpKind::kFlatten:
+    case OpKind::kAdd:
+      return {false, false, true};
+    case OpKind::kInput:
+      return {};
+  }
+  return {true, true, true};
+}
+
+}  // namespace
+
+struct Executor::NodeExec {
+  enum class Kind { kNone, kInput, kLayer } kind = Kind::kNone;
+  profiler::Layer* layer = nullptr;
+  Pass pass = Pass::kNone;
+  std::vector<std::pair<profiler::Tensor*, int>> binds;  // tensor <- node's buffer
+  bool zero_output = false;                              // the kernel writes only part of its output
+  bool loss = false;
+};
+
+struct Executor::State {
+  profiler::Backend backend;
+  std::vector<std::unique_ptr<profiler::Layer>> layers;  // by node: forward layers and gradient sums
+  std::vector<NodeExec> execs;
+  std::vector<std::vector<int>> succs;
+  std::unique_ptr<Arena> arena;
+  std::unique_ptr<Pager> pager_storage;  // started at the first schedule that pages
+  Pager* pager = nullptr;                // this step's: null when its plan does not page
+  solver::Plan plain;
+  Batch batch;
+  std::vector<std::pair<int, int>> trained;  // (forward node, parameter index)
+  int input_node = -1, loss_node = -1;
+  int64_t label_rows = 0, classes = 0;
+  double origin_s = 0;
+  double loss = 0;
+};
+
+Executor::~Executor() = default;
+
+Result<std::unique_ptr<Executor>> Executor::Create(const v1::TrainingGraph& graph, const ExecutorOptions& options) {
+  if (graph.derivation() != "exact") {
+    return InvalidArgument("the executor runs graphs of the exact derivation (--derivation exact); '" +
+                           graph.derivation() + "' has gradient nodes that are not real gradients");
+  }
+  std::unique_ptr<Executor> e(new Executor());
+  e->graph_ = graph;
+  e->options_ = options;
+  e->state_ = std::make_unique<State>();
+  State& s = *e->state_;
+  const int n = graph.nodes_size();
+  e->bytes_.resize(static_cast<size_t>(n));
+  e->preds_.resize(static_cast<size_t>(n));
+  s.succs.resize(static_cast<size_t>(n));
+  s.execs.resize(static_cast<size_t>(n));
+  s.layers.resize(static_cast<size_t>(n));
+  for (int v = 0; v < n; ++v) {
+    const v1::TrainingNode& node = graph.nodes(v);
+    e->bytes_[static_cast<size_t>(v)] = static_cast<int64_t>(node.output_bytes());
+    std::set<int> distinct;
+    for (uint32_t u : node.inputs()) {
+      if (u >= static_cast<uint32_t>(v)) return InvalidArgument("node " + std::to_string(v) + " reads a later node");
+      if (distinct.insert(static_cast<int>(u)).second) {
+        e->preds_[static_cast<size_t>(v)].push_back(static_cast<int>(u));
+        s.succs[u].push_back(v);
+      }
+    }
+  }
+
+  // Which layers' parameters train (last:K and bias change it), as graph/derive decides.
+  EC_ASSIGN_OR_RETURN(graph::Trainable trainable, graph::Trainable::Parse(graph.trainable()));
+  std::vector<bool> layer_trains(static_cast<size_t>(n), false);
+  int remaining = trainable.last_k;
+  for (int v = n - 1; v >= 0; --v) {
+    const v1::TrainingNode& node = graph.nodes(v);
+    if (node.phase() == v1::PHASE_BACKWARD || node.param_count() == 0) continue;
+    switch (trainable.mode) {
+      case graph::Trainable::Mode::kAll:
+      case graph::Trainable::Mode::kBias:
+        layer_trains[static_cast<size_t>(v)] = true;
+        break;
+      case graph::Trainable::Mode::kLastK:
+        layer_trains[static_cast<size_t>(v)] = remaining-- > 0;
+        break;
+    }
+  }
+  const bool bias_only = trainable.mode == graph::Trainable::Mode::kBias;
+
+  std::set<std::pair<int, int>> trained;
+  for (int v = 0; v < n; ++v) {
+    const v1::TrainingNode& node = graph.nodes(v);
+    EC_ASSIGN_OR_RETURN(profiler::NodeWork work, profiler::WorkForNode(graph, v, 1));
+    NodeExec& exec = s.execs[static_cast<size_t>(v)];
+    exec.pass = work.pass;
+    const std::string label = "node " + std::to_string(v) + " ('" + node.name() + "')";
+    if (node.phase() != v1::PHASE_BACKWARD) {
+      if (work.pass == Pass::kNone) {
+        if (s.input_node >= 0) return Unimplemented("the executor feeds one input node; " + label + " is a second");
+        s.input_node = v;
+        exec.kind = NodeExec::Kind::kInput;
+        continue;
+      }
+      EC_ASSIGN_OR_RETURN(s.layers[static_cast<size_t>(v)],
+                          profiler::MakeLayer(s.backend, work.spec, options.seed + static_cast<uint32_t>(v)));
+      profiler::Layer& layer = *s.layers[static_cast<size_t>(v)];
+      exec.kind = NodeExec::Kind::kLayer;
+      exec.layer = &layer;
+      if (layer.inputs().size() != static_cast<size_t>(node.inputs_size())) {
+        return InvalidArgument(label + " has " + std::to_string(node.inputs_size()) + " inputs; its kernel takes " +
+                               std::to_string(layer.inputs().size()));
+      }
+      for (int j = 0; j < node.inputs_size(); ++j) exec.binds.push_back({&layer.inputs()[j], node.inputs(j)});
+      exec.binds.push_back({&layer.output(), v});
+      if (node.phase() == v1::PHASE_LOSS) {
+        exec.loss = true;
+        s.loss_node = v;
+        s.label_rows = layer.inputs()[0].dims[0];
+        s.classes = layer.inputs()[0].dims[1];
+      }
+      for (profiler::Tensor* p : layer.params()) e->param_bytes_ += p->bytes();
+      e->layer_state_bytes_ += layer.scratchpad_bytes() + layer.workspace_bytes();
+      continue;
+    }
+    switch (work.pass) {
+      case Pass::kNone:
+        continue;
+      case Pass::kBackwardAll:
+        return InvalidArgument(label + " is POET's one gradient per layer; train graphs of the exact derivation");
+      case Pass::kGradSum: {
+        EC_ASSIGN_OR_RETURN(s.layers[static_cast<size_t>(v)],
+                            profiler::MakeGradSum(s.backend, work.spec.output_shape, work.sum_parts, options.seed));
+        profiler::Layer& layer = *s.layers[static_cast<size_t>(v)];
+        exec.kind = NodeExec::Kind::kLayer;
+        exec.layer = &layer;
+        for (int j = 0; j < node.inputs_size(); ++j) exec.binds.push_back({&layer.inputs()[j], node.inputs(j)});
+        exec.binds.push_back({&layer.output(), v});
+        continue;
+      }
+      case Pass::kForward:
+      case Pass::kBackwardInput:
+      case Pass::kBackwardWeights:
+      case Pass::kBackwardBias:
+        break;
+    }
+    const int f = node.forward_of();
+    profiler::Layer* layer = s.layers[static_cast<size_t>(f)].get();
+    if (!layer) return InvalidArgument(label + " differentiates node " + std::to_string(f) + ", which has no kernel");
+    exec.kind = NodeExec::Kind::kLayer;
+    exec.layer = layer;
+    const v1::TrainingNode& fwd = graph.nodes(f);
+    EC_ASSIGN_OR_RETURN(graph::OpKind kind, graph::ParseOpKind(fwd.op_kind()));
+    const Reads reads = KernelReads(kind, work.pass);
+    auto lists = [&](int u) { return std::find(node.inputs().begin(), node.inputs().end(), u) != node.inputs().end(); };
+    auto missing = [&](const std::string& what) {
+      return Unimplemented(label + ": its oneDNN kernel reads " + what +
+                           " but the graph does not list it among the node's inputs; the executor cannot run it");
+    };
+    if (reads.x) {
+      for (int j = 0; j < fwd.inputs_size(); ++j) {
+        if (!lists(static_cast<int>(fwd.inputs(j)))) return missing("the layer's input");
+        exec.binds.push_back({&layer->inputs()[j], fwd.inputs(j)});
+      }
+    }
+    if (reads.y) {
+      if (!lists(f)) return missing("the layer's output");
+      exec.binds.push_back({&layer->output(), f});
+    }
+    if (reads.dy) {
+      int dy = -1;
+      for (uint32_t u : node.inputs()) {
+        if (graph.nodes(static_cast<int>(u)).phase() != v1::PHASE_BACKWARD) continue;
+        if (dy >= 0 && dy != static_cast<int>(u)) return InvalidArgument(label + " reads two incoming gradients");
+        dy = static_cast<int>(u);
+      }
+      if (dy < 0) return missing("the incoming gradient");
+      exec.binds.push_back({&layer->grad_output(), dy});
+    }
+    if (node.output_bytes() > 0) {
+      if (layer->grad_inputs().empty())
+        return InvalidArgument(label + " has an output but its layer no input gradient");
+      exec.binds.push_back({&layer->grad_inputs()[0], v});
+      exec.zero_output = kind == graph::OpKind::kAttentionScores;  // dV is not written: it must read as zero
+    }
+    // The parameters this node's pass gives gradients for, when they train.
+    EC_ASSIGN_OR_RETURN(graph::GradRole role, graph::ParseGradRole(node.role()));
+    const int params = static_cast<int>(layer->params().size());
+    if (params > 0 && layer_trains[static_cast<size_t>(f)]) {
+      const bool gives_weights = role == graph::GradRole::kGradWeight ||
+                                 (kind == graph::OpKind::kBatchNorm2d && role == graph::GradRole::kGrad);
+      const bool gives_bias = gives_weights || role == graph::GradRole::kGradBias;
+      for (int i = 0; i < params; ++i) {
+        const bool is_bias = i == 1;
+        if (is_bias ? gives_bias : (gives_weights && !bias_only)) trained.insert({f, i});
+      }
+    }
+  }
+  if (s.input_node < 0 || s.loss_node < 0) return InvalidArgument("the graph needs an input node and a loss node");
+  for (int v = 0; v < n; ++v) {
+    for (const auto& [tensor, u] : s.execs[static_cast<size_t>(v)].binds) {
+      if (Elements(tensor->dims) * static_cast<int64_t>(sizeof(float)) > e->bytes_[static_cast<size_t>(u)]) {
+        return InvalidArgument("node " + std::to_string(v) + " reads " + std::to_string(Elements(tensor->dims) * 4) +
+                               " B from node " + std::to_string(u) + ", whose output has " +
+                               std::to_string(e->bytes_[static_cast<size_t>(u)]) + " B");
+      }
+    }
+  }
+  s.trained.assign(trained.begin(), trained.end());
+  s.arena = std::make_unique<Arena>(n);
+  s.plain = PlainPlan(e->preds_);
+  s.origin_s = NowS();
+  return e;
+}
+
+int64_t Executor::input_elements() const { return bytes_[static_cast<size_t>(state_->input_node)] / 4; }
+int64_t Executor::label_rows() const { return state_->label_rows; }
+int64_t Executor::classes() const { return state_->classes; }
+
+Status Executor::SetBatch(const Batch& batch) {
+  State& s = *state_;
+  if (static_cast<int64_t>(batch.inputs.size()) != input_elements()) {
+    return InvalidArgument("the batch has " + std::to_string(batch.inputs.size()) + " input values; the model takes " +
+                           std::to_string(input_elements()));
+  }
+  EC_RETURN_IF_ERROR(s.execs[static_cast<size_t>(s.loss_node)].layer->SetLabels(batch.labels));
+  s.batch = batch;
+  return Status::Ok();
+}
+
+Status Executor::Bind(const NodeExec& exec) {
+  for (const auto& [tensor, u] : exec.binds) {
+    float* data = state_->arena->Get(u);
+    if (!data) return Internal("node " + std::to_string(u) + " has no buffer when it is read");
+    exec.layer->Bind(*tensor, data);
+  }
+  return Status::Ok();
+}
+
+Status Executor::Compute(int k, int stage, StepStats& stats) {
+  State& s = *state_;
+  const size_t ki = static_cast<size_t>(k);
+  const double wait_start = NowS();
+  double waited = 0;
+  for (int u : preds_[ki]) {
+    if (s.pager) EC_RETURN_IF_ERROR(s.pager->WaitRead(u, &waited));
+    if (!s.arena->Live(u)) {
+      return Internal("stage " + std::to_string(stage) + ": node " + std::to_string(k) + " reads node " +
+                      std::to_string(u) + ", which is neither resident nor computed");
+    }
+  }
+  if (s.pager) EC_RETURN_IF_ERROR(s.pager->WaitAll(k, &waited));
+  if (waited > 0) {
+    stats.paging_wait_s += waited;
+    if (options_.trace) stats.events.push_back({k, TraceEvent::Kind::kWait, wait_start - s.origin_s, waited});
+  }
+  if (bytes_[ki] > 0 && !s.arena->Live(k)) {
+    Result<float*> buffer = s.arena->Allocate(k, static_cast<uint64_t>(bytes_[ki]));
+    if (!buffer.ok()) {
+      return Internal("stage " + std::to_string(stage) + ": holding node " + std::to_string(k) +
+                      " would exceed the planned peak: " + buffer.status().message());
+    }
+  }
+  const NodeExec& exec = s.execs[ki];
+  const double start = NowS();
+  switch (exec.kind) {
+    case NodeExec::Kind::kNone:
+      break;
+    case NodeExec::Kind::kInput:
+      std::memcpy(s.arena->Get(k), s.batch.inputs.data(), s.batch.inputs.size() * sizeof(float));
+      break;
+    case NodeExec::Kind::kLayer: {
+      EC_RETURN_IF_ERROR(Bind(exec));
+      if (exec.zero_output) std::memset(s.arena->Get(k), 0, static_cast<size_t>(bytes_[ki]));
+      switch (exec.pass) {
+        case Pass::kForward:
+        case Pass::kGradSum:
+          exec.layer->Forward();
+          break;
+        case Pass::kBackwardInput:
+          exec.layer->BackwardInput();
+          break;
+        case Pass::kBackwardWeights:
+          exec.layer->BackwardWeights();
+          break;
+        case Pass::kBackwardBias:
+          exec.layer->BackwardBias();
+          break;
+        case Pass::kNone:
+        case Pass::kBackwardAll:
+          return Internal("node " + std::to_string(k) + " has no pass to run");
+      }
+      if (exec.loss) s.loss = static_cast<double>(s.arena->Get(k)[0]);
+      break;
+    }
+  }
+  const double end = NowS();
+  stats.node_s[ki] += end - start;
+  ++stats.node_runs[ki];
+  if (k != stage) ++stats.recomputations;
+  if (options_.trace) {
+    stats.events.push_back(
+        {k, k == stage ? TraceEvent::Kind::kCompute : TraceEvent::Kind::kRecompute, start - s.origin_s, end - start});
+  }
+  return Status::Ok();
+}
+
+Status Executor::Release(int node, StepStats& stats) {
+  State& s = *state_;
+  if (s.pager) {
+    const double start = NowS();
+    double waited = 0;
+    EC_RETURN_IF_ERROR(s.pager->WaitAll(node, &waited));
+    if (waited > 0) {
+      stats.paging_wait_s += waited;
+      if (options_.trace) stats.events.push_back({node, TraceEvent::Kind::kWait, start - s.origin_s, waited});
+    }
+  }
+  s.arena->Free(node);
+  return Status::Ok();
+}
+
+Result<StepStats> Executor::Step(const solver::Plan* plan_or_null) {
+  State& s = *state_;
+  const solver::Plan& plan = plan_or_null ? *plan_or_null : s.plain;
+  const int n = graph_.nodes_size();
+  if (plan.size() != n) {
+    return InvalidArgument("the schedule has " + std::to_string(plan.size()) + " stages for " + std::to_string(n) +
+                           " nodes");
+  }
+  if (s.batch.inputs.empty()) return FailedPrecondition("no batch: call SetBatch first");
+  bool pages = false;
+  for (int t = 0; t < n && !pages; ++t) {
+    for (int i = 0; i < n && !pages; ++i) pages = plan.page_in[t][i] || plan.page_out[t][i];
+  }
+  // A pager whose I/O failed is replaced: its files go with it, and the next step starts clean.
+  if (s.pager_storage && !s.pager_storage->Healthy()) s.pager_storage.reset();
+  if (pages && !s.pager_storage) {
+    if (options_.paging_dir.empty()) return FailedPrecondition("the schedule pages but no paging directory is set");
+    EC_ASSIGN_OR_RETURN(s.pager_storage, Pager::Start(options_.paging_dir, *s.arena, s.origin_s));
+  }
+  s.pager = pages ? s.pager_storage.get() : nullptr;
+  const PlannedMemory planned = PlanMemory(bytes_, preds_, plan);
+  EC_RETURN_IF_ERROR(s.arena->BeginStep(static_cast<uint64_t>(planned.peak_bytes)));
+  if (s.pager) {
+    s.pager->TakeStats();
+    s.pager->TakeEvents();
+  }
+  StepStats stats;
+  stats.planned_peak_bytes = static_cast<uint64_t>(planned.peak_bytes);
+  stats.node_s.assign(static_cast<size_t>(n), 0.0);
+  stats.node_runs.assign(static_cast<size_t>(n), 0);
+  s.loss = 0;
+  const double start = NowS();
+  Status status = Status::Ok();
+  for (int t = 0; t < n && status.ok(); ++t) {
+    const bool has_next = t + 1 < n;
+    const std::vector<int64_t>& rest = planned.rest_peak_bytes[static_cast<size_t>(t)];
+    if (s.pager) {
+      s.pager->SetStage(t, static_cast<uint64_t>(rest[0]));
+      for (int i = 0; i < n; ++i) {
+        if (!plan.page_out[t][i]) continue;
+        if (!s.arena->Live(i)) {
+          status = Internal("stage " + std::to_string(t) + " pages out node " + std::to_string(i) +
+                            ", which is not resident");
+          break;
+        }
+        s.pager->PageOut(i, t);
+      }
+      for (int i = 0; i < n; ++i) {
+        if (plan.page_in[t][i]) s.pager->PageIn(i, t, static_cast<uint64_t>(bytes_[static_cast<size_t>(i)]));
+      }
+    }
+    size_t j = 0;
+    for (int k = 0; k <= t && status.ok(); ++k) {
+      if (!plan.compute[t][k]) continue;
+      if (s.pager) s.pager->SetReserve(static_cast<uint64_t>(rest[j]));
+      ++j;
+      status = Compute(k, t, stats);
+      if (!status.ok()) break;
+      for (int u : preds_[static_cast<size_t>(k)]) {
+        if (has_next && plan.resident[t + 1][u]) continue;
+        bool used_later = false;
+        for (int v : s.succs[static_cast<size_t>(u)])
+          used_later = used_later || (v > k && v <= t && plan.compute[t][v]);
+        if (!used_later) {
+          status = Release(u, stats);
+          if (!status.ok()) break;
+        }
+      }
+    }
+    for (int i = 0; i < n && status.ok(); ++i) {
+      if (s.arena->Live(i) && !(has_next && plan.resident[t + 1][i])) status = Release(i, stats);
+    }
+  }
+  if (s.pager) {
+    double waited = 0;
+    const Status drained = s.pager->Drain(&waited);
+    stats.paging_wait_s += waited;
+    if (status.ok()) status = drained;
+  }
+  // Nothing stays between steps, not even after a failure.
+  for (int i = 0; i < n; ++i) s.arena->Free(i);
+  if (!status.ok()) return status;
+  stats.runtime_s = NowS() - start;
+  stats.loss = s.loss / static_cast<double>(std::max<int64_t>(1, s.label_rows));
+  stats.peak_activation_bytes = s.arena->peak_bytes();
+  if (s.pager) {
+    const PagerStats io = s.pager->TakeStats();
+    stats.paged_out_bytes = io.paged_out_bytes;
+    stats.paged_in_bytes = io.paged_in_bytes;
+    stats.page_outs = io.page_outs;
+    stats.page_ins = io.page_ins;
+    stats.page_out_s = io.page_out_s;
+    stats.page_in_s = io.page_in_s;
+    if (options_.trace) {
+      for (const IoEvent& io_event : s.pager->TakeEvents()) {
+        stats.events.push_back({io_event.node,
+                                io_event.page_out ? TraceEvent::Kind::kPageOut : TraceEvent::Kind::kPageIn,
+                                io_event.start_s, io_event.duration_s});
+      }
+    }
+  }
+  return stats;
+}
+
+void Executor::Update(double lr) {
+  State& s = *state_;
+  const float step = static_cast<float>(lr / static_cast<double>(std::max<int64_t>(1, s.label_rows)));
+  for (const auto& [node, index] : s.trained) {
+    profiler::Layer& layer = *s.layers[static_cast<size_t>(node)];
+    std::vector<float>& p = layer.params()[static_cast<size_t>(index)]->data;
+    const std::vector<float>& g = layer.grad_params()[static_cast<size_t>(index)]->data;
+    for (size_t i = 0; i < p.size(); ++i) p[i] -= step * g[i];
+  }
+}
+
+double Executor::ClockS() const { return NowS() - state_->origin_s; }
+
+std::vector<ParamGradient> Executor::Gradients() const {
+  std::vector<ParamGradient> out;
+  for (const auto& [node, index] : state_->trained) {
+    const profiler::Layer& layer = *state_->layers[static_cast<size_t>(node)];
+    out.push_back({node, index, const_cast<profiler::Layer&>(layer).grad_params()[static_cast<size_t>(index)]->data});
+  }
+  return out;
+}
+
+}  // namespace edgecost::train

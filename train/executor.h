@@ -1,0 +1,112 @@
+// The executor: real training steps on the profiler's oneDNN layers, stage by
+// stage as a schedule says (compute, keep, free, recompute, page out, page in),
+// then an SGD update. Every activation lives in the arena, which counts every
+// live byte and refuses to hold more than the schedule planned; layers are bound
+// to the arena's buffers before each pass (profiler::Layer::Bind), so outputs are
+// shared between the layers that produce and read them, as in a framework.
+//
+// What stays outside the arena, as layer state: parameters and their gradients
+// (outside the RAM budget, as in POET), batch-norm statistics, max-pooling's
+// argmax workspace, dropout masks (fixed per layer, drawn from the seed) and
+// oneDNN scratchpads. Their bytes are reported as layer_state_bytes.
+//
+// Only graphs of the `exact` derivation can be run: POET's derivation has one
+// gradient node per layer whose output shape is not the gradient's.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "proto/edgecost.pb.h"
+#include "solver/plan.h"
+#include "train/arena.h"
+
+namespace edgecost::train {
+
+// One batch: the input node's tensor (row-major, f32) and one class label per row of the logits.
+struct Batch {
+  std::vector<float> inputs;
+  std::vector<int32_t> labels;
+};
+
+// A node execution or an I/O operation as it ran, for traces (seconds from the executor's start).
+struct TraceEvent {
+  int node = 0;
+  enum class Kind { kCompute, kRecompute, kPageOut, kPageIn, kWait, kUpdate } kind = Kind::kCompute;
+  double start_s = 0, duration_s = 0;
+};
+
+struct StepStats {
+  double loss = 0;  // mean over the batch
+  double runtime_s = 0;
+  double update_s = 0;
+  uint64_t planned_peak_bytes = 0;
+  uint64_t peak_activation_bytes = 0;  // the arena's peak live bytes
+  uint64_t paged_out_bytes = 0, paged_in_bytes = 0;
+  uint32_t page_outs = 0, page_ins = 0, recomputations = 0;
+  double page_out_s = 0, page_in_s = 0;  // time the I/O thread spent
+  double paging_wait_s = 0;              // time computation waited for I/O: paging on the critical path
+  std::vector<double> node_s;            // per node: seconds summed over its executions in the step
+  std::vector<uint32_t> node_runs;       // per node: executions in the step
+  std::vector<TraceEvent> events;        // with ExecutorOptions::trace
+};
+
+struct ExecutorOptions {
+  uint32_t seed = 1;       // parameter initialisation (node i's layer gets seed + i)
+  std::string paging_dir;  // needed for schedules that page
+  bool trace = false;      // keep every node's timing as TraceEvents
+};
+
+// A trained parameter's gradient, for comparisons.
+struct ParamGradient {
+  int node = 0;   // the forward node that owns it
+  int index = 0;  // 0: weights (or batch-norm scale), 1: bias (or shift)
+  std::vector<float> values;
+};
+
+class Executor {
+ public:
+  static Result<std::unique_ptr<Executor>> Create(const v1::TrainingGraph& graph, const ExecutorOptions& options);
+  ~Executor();
+
+  const v1::TrainingGraph& graph() const { return graph_; }
+  int64_t input_elements() const;  // the input node's elements: what Batch::inputs holds
+  int64_t label_rows() const;      // rows of the logits: what Batch::labels holds
+  int64_t classes() const;
+  uint64_t layer_state_bytes() const { return layer_state_bytes_; }
+  uint64_t param_bytes() const { return param_bytes_; }
+  // Node bytes and distinct inputs, as the simulator sees the graph.
+  const std::vector<int64_t>& node_bytes() const { return bytes_; }
+  const std::vector<std::vector<int>>& preds() const { return preds_; }
+
+  Status SetBatch(const Batch& batch);
+  // One forward, loss and backward pass under `plan` (the plain step when null),
+  // leaving the parameter gradients; no update. A plan is checked for shape here;
+  // its validity against budgets is the caller's (the solver's simulator).
+  Result<StepStats> Step(const solver::Plan* plan);
+  // SGD on the last step's gradients: p -= lr / batch rows * dp (the loss is summed over rows).
+  void Update(double lr);
+  std::vector<ParamGradient> Gradients() const;
+  // Seconds since the executor was created: the clock of TraceEvents.
+  double ClockS() const;
+
+ private:
+  struct NodeExec;
+  Executor() = default;
+  Status Compute(int node, int stage, StepStats& stats);
+  Status Release(int node, StepStats& stats);
+  Status Bind(const NodeExec& exec);
+
+  v1::TrainingGraph graph_;
+  ExecutorOptions options_;
+  std::vector<int64_t> bytes_;
+  std::vector<std::vector<int>> preds_;
+  struct State;
+  std::unique_ptr<State> state_;
+  uint64_t layer_state_bytes_ = 0, param_bytes_ = 0;
+};
+
+}  // namespace edgecost::train
