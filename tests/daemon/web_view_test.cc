@@ -248,7 +248,7 @@ TEST_F(WebViewTest, ASchedulePageHasThePictureThePlanAndATrace) {
   }
   const HttpResponse measured = Get("/schedule?id=" + std::to_string(id));
   EXPECT_THAT(measured.body, HasSubstr("id=\"train-run-table\""));
-  EXPECT_THAT(measured.body, HasSubstr("<td>7</td><td>2 ms</td><td>3 ms</td><td>7.42 kB</td><td>7 kB</td>"));
+  EXPECT_THAT(measured.body, HasSubstr("<td>7</td><td>2.00 ms</td><td>3.00 ms</td><td>7.42 kB</td><td>7.00 kB</td>"));
   EXPECT_THAT(page.body, HasSubstr("/trace?schedule=" + std::to_string(id)));
 
   const HttpResponse trace = Get("/trace?schedule=" + std::to_string(id));
