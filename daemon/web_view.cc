@@ -549,10 +549,14 @@ Result<std::string> WebView::CostsPage(const std::string& query) {
   }
   // 95% intervals of measured runtimes, from the op costs behind the table.
   std::map<std::string, v1::RuntimeStats> intervals;
+  std::map<std::string, std::string> unreliable;  // op key -> why it could not be measured cleanly
   if (measured) {
     EC_ASSIGN_OR_RETURN(costdb::CostDb db, costdb::CostDb::Open(sources_.db_path, costdb::OpenMode::kReadOnly));
     EC_ASSIGN_OR_RETURN(std::vector<v1::OpCost> ops, db.ListOpCosts(table.fingerprint_hash()));
-    for (const v1::OpCost& op : ops) intervals[op.signature().key()] = op.runtime();
+    for (const v1::OpCost& op : ops) {
+      intervals[op.signature().key()] = op.runtime();
+      if (op.unreliable()) unreliable[op.signature().key()] = op.unreliable_reason();
+    }
   }
   double max_s = 0, max_j = 0, max_bytes = 0, total_s = 0, total_j = 0;
   for (const v1::NodeCost& c : table.costs()) {
@@ -627,9 +631,12 @@ Result<std::string> WebView::CostsPage(const std::string& query) {
     out << "<tr class=\"node\"><td data-value=\"" << i << "\">" << i << "</td><td>" << HtmlEscape(node.name())
         << "</td><td>" << PhaseText(node.phase()) << "</td><td data-value=\"" << c.runtime_s() << "\">"
         << Bar(c.runtime_s(), max_s, ci, "runtime") << " <span title=\"" << HtmlEscape(ci_text) << "\">"
-        << FormatSeconds(c.runtime_s()) << "</span></td><td data-value=\"" << c.compute_j() << "\">"
-        << Bar(c.compute_j(), max_j, std::nullopt, "energy") << " " << FormatJoules(c.compute_j())
-        << "</td><td data-value=\"" << c.ram_bytes() << "\">"
+        << FormatSeconds(c.runtime_s()) << "</span>"
+        << (unreliable.count(c.op_key()) ? " <strong class=\"unreliable\" title=\"" +
+                                               HtmlEscape(unreliable[c.op_key()]) + "\">unreliable</strong>"
+                                         : std::string())
+        << "</td><td data-value=\"" << c.compute_j() << "\">" << Bar(c.compute_j(), max_j, std::nullopt, "energy")
+        << " " << FormatJoules(c.compute_j()) << "</td><td data-value=\"" << c.ram_bytes() << "\">"
         << Bar(static_cast<double>(c.ram_bytes()), max_bytes, std::nullopt, "memory") << " "
         << FormatBytes(static_cast<double>(c.ram_bytes())) << "</td>";
     if (estimate) {
