@@ -53,6 +53,7 @@ void RegisterServeCommand(CLI::App& app, Context& ctx);
 void RegisterJobsCommand(CLI::App& app, Context& ctx);
 void RegisterSolveCommand(CLI::App& app, Context& ctx);
 void RegisterProbesCommand(CLI::App& app, Context& ctx);
+void RegisterTraceCommand(CLI::App& app, Context& ctx);
 void RegisterTrainCommand(CLI::App& app, Context& ctx);
 
 }  // namespace edgecost::cli

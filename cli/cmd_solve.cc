@@ -12,6 +12,7 @@
 #include "graph/cost_source.h"
 #include "proto/json.h"
 #include "service/cost_tables.h"
+#include "solver/explain.h"
 #include "solver/heuristics.h"
 #include "solver/problem.h"
 #include "solver/simulator.h"
@@ -218,7 +219,8 @@ void PrintComparison(const v1::Schedule& optimal) {
       versus = (percent < 0 ? "" : "+") + Fixed(percent, 2) + "%";
     }
     table.AddRow({s->strategy(), s->status() == v1::Schedule::STATUS_OPTIMAL ? "optimal" : "feasible",
-                  EnergyText(s->energy().total_j(), optimal.energy_source()), versus, std::to_string(s->recomputations()),
+                  EnergyText(s->energy().total_j(), optimal.energy_source()), versus,
+                  std::to_string(s->recomputations()),
                   std::to_string(s->page_ins()) + "/" + std::to_string(s->page_outs()),
                   FormatBytes(static_cast<double>(s->peak_ram_bytes())), FormatSeconds(s->runtime_s())});
   }
@@ -314,6 +316,11 @@ int RunSolve(const SolveFlags& flags, const Context& ctx) {
     if (flags.min_ram) PrintMinRam(schedule, &solved->problem, flags.runtime_budget);
     PrintSchedule(schedule);
     if (flags.compare) PrintComparison(schedule);
+    if (HasSchedule(schedule)) {
+      auto plan = solver::ExplainPlan(solved->problem, schedule);
+      std::cout << "plan           " << (plan.ok() ? solver::PlanInWords(*plan) : plan.status().message() + "\n");
+    }
+    if (solved->schedule_id > 0) std::cout << "stored         schedule #" << solved->schedule_id << "\n";
     if (!not_stored.empty()) std::cout << "not stored     " << not_stored << "\n";
     if (!flags.out_path.empty() && HasSchedule(schedule)) std::cout << "written        " << flags.out_path << "\n";
     if (!flags.svg_path.empty() && HasSchedule(schedule)) std::cout << "written        " << flags.svg_path << "\n";

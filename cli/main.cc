@@ -31,6 +31,7 @@ int main(int argc, char** argv) {
   RegisterGraphCommand(app, ctx);
   RegisterCostsCommand(app, ctx);
   RegisterSolveCommand(app, ctx);
+  RegisterTraceCommand(app, ctx);
   RegisterProbesCommand(app, ctx);
   RegisterProfileCommand(app, ctx);
   RegisterTrainCommand(app, ctx);

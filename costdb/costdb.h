@@ -64,6 +64,13 @@ struct StoredRun {
   std::optional<double> idle_power_w;  // absent when no sensor measured it
 };
 
+// One fingerprint a device has shown, and when.
+struct FingerprintRecord {
+  v1::Fingerprint fingerprint;
+  std::string first_seen_at;  // UTC, ISO 8601
+  std::string superseded_at;  // empty while current
+};
+
 struct StoredSchedule {
   int64_t id = 0;
   int64_t request_id = 0;
@@ -120,6 +127,8 @@ class CostDb {
   // The device with its current fingerprint and its history, newest first.
   Result<v1::Device> GetDevice(const std::string& name);
   Result<std::vector<v1::Device>> ListDevices();
+  // Every fingerprint of a device, newest first seen first.
+  Result<std::vector<FingerprintRecord>> ListFingerprintHistory(const std::string& device);
 
   // Idempotent on model, derivation, trainable and batch size. A graph that
   // differs from the stored one (a newer derivation) supersedes it, so cost
@@ -145,6 +154,10 @@ class CostDb {
   Status FinishRun(int64_t run_id, RunStatus status, std::optional<double> idle_power_w = std::nullopt);
   Result<StoredRun> GetRun(int64_t run_id);
   Result<std::vector<StoredRun>> ListRuns();  // oldest first
+  // Every run, newest first, with the number of op costs each still provides.
+  Result<std::vector<std::pair<StoredRun, int64_t>>> ListRunsWithOpCounts();
+  // The op costs a run measured and that no later run replaced, in the order they were measured.
+  Result<std::vector<v1::OpCost>> ListRunOpCosts(int64_t run_id);
 
   // Measured op costs, one per fingerprint and op signature key; storing a key
   // again replaces its cost. run_id 0 means no run (an imported cost).
@@ -161,6 +174,8 @@ class CostDb {
   Result<int64_t> PutScheduleRequest(const v1::ScheduleRequest& request);
   Result<int64_t> PutSchedule(int64_t request_id, int64_t cost_table_id, const v1::Schedule& schedule);
   Result<v1::Schedule> GetSchedule(int64_t id);
+  // The cost table a stored schedule was solved from; 0 when none was stored.
+  Result<int64_t> ScheduleCostTableId(int64_t schedule_id);
   // Empty filters match everything; oldest first.
   Result<std::vector<StoredSchedule>> ListSchedules(const std::string& model = "", const std::string& device = "");
   Result<std::vector<std::pair<int64_t, v1::ScheduleRequest>>> ListScheduleRequests();

@@ -98,4 +98,21 @@ Result<v1::Device> CostDb::GetDevice(const std::string& name) {
 
 Result<std::vector<v1::Device>> CostDb::ListDevices() { return ReadDevices(std::nullopt); }
 
+Result<std::vector<FingerprintRecord>> CostDb::ListFingerprintHistory(const std::string& device) {
+  EC_ASSIGN_OR_RETURN(Statement stmt,
+                      db_.Prepare("SELECT f.fingerprint, f.first_seen_at, coalesce(f.superseded_at, '') FROM "
+                                  "fingerprints f JOIN devices d ON d.id = f.device_id WHERE d.name = ? "
+                                  "ORDER BY f.first_seen_at DESC, f.id DESC"));
+  stmt.Bind(1, device);
+  std::vector<FingerprintRecord> history;
+  EC_RETURN_IF_ERROR(ForEachRow(stmt, [&]() -> Status {
+    FingerprintRecord& record = history.emplace_back();
+    EC_ASSIGN_OR_RETURN(record.fingerprint, Parse<v1::Fingerprint>(stmt.Blob(0), "fingerprint", path()));
+    record.first_seen_at = stmt.Text(1);
+    record.superseded_at = stmt.Text(2);
+    return Status::Ok();
+  }));
+  return history;
+}
+
 }  // namespace edgecost::costdb

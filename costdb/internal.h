@@ -17,10 +17,9 @@ namespace edgecost::costdb::internal {
 namespace fs = std::filesystem;
 using Kind = Transaction::Kind;
 
-inline constexpr const char* kTables[] = {"devices",    "fingerprints",      "cost_sources", "runs",
-                                          "op_costs",   "paging_costs",      "models",       "cost_tables",
-                                          "node_costs", "schedule_requests", "schedules",    "jobs",
-                                          "train_runs"};
+inline constexpr const char* kTables[] = {
+    "devices",     "fingerprints", "cost_sources",      "runs",      "op_costs", "paging_costs", "models",
+    "cost_tables", "node_costs",   "schedule_requests", "schedules", "jobs",     "train_runs"};
 
 // "INSERT ... ON CONFLICT (key) DO UPDATE SET every other column", with one
 // `?` per column in `columns` order, so that binding follows the same list.

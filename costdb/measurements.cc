@@ -74,6 +74,41 @@ Result<std::vector<StoredRun>> CostDb::ListRuns() {
   return runs;
 }
 
+Result<std::vector<std::pair<StoredRun, int64_t>>> CostDb::ListRunsWithOpCounts() {
+  EC_ASSIGN_OR_RETURN(
+      Statement stmt,
+      db_.Prepare("SELECT r.id, f.hash, s.name, r.status, r.started_at, r.finished_at, r.idle_power_w, "
+                  "(SELECT count(*) FROM op_costs o WHERE o.run_id = r.id) FROM runs r "
+                  "JOIN fingerprints f ON f.id = r.fingerprint_id JOIN cost_sources s ON s.id = r.cost_source_id "
+                  "ORDER BY r.id DESC"));
+  std::vector<std::pair<StoredRun, int64_t>> runs;
+  EC_RETURN_IF_ERROR(ForEachRow(stmt, [&]() -> Status {
+    runs.emplace_back(StoredRun{.id = stmt.Int(0),
+                                .fingerprint_hash = stmt.Text(1),
+                                .cost_source = stmt.Text(2),
+                                .status = RunStatusFromText(stmt.Text(3)),
+                                .started_at = stmt.Text(4),
+                                .finished_at = stmt.Text(5),
+                                .idle_power_w = stmt.OptionalDouble(6)},
+                      stmt.Int(7));
+    return Status::Ok();
+  }));
+  return runs;
+}
+
+Result<std::vector<v1::OpCost>> CostDb::ListRunOpCosts(int64_t run_id) {
+  EC_RETURN_IF_ERROR(GetRun(run_id).status());
+  EC_ASSIGN_OR_RETURN(Statement stmt,
+                      db_.Prepare("SELECT op_cost FROM op_costs WHERE run_id = ? ORDER BY measured_at, id"));
+  stmt.Bind(1, run_id);
+  std::vector<v1::OpCost> costs;
+  EC_RETURN_IF_ERROR(ForEachRow(stmt, [&]() -> Status {
+    EC_ASSIGN_OR_RETURN(costs.emplace_back(), Parse<v1::OpCost>(stmt.Blob(0), "op cost", path()));
+    return Status::Ok();
+  }));
+  return costs;
+}
+
 Status CostDb::PutOpCost(const std::string& fingerprint_hash, int64_t run_id, const v1::OpCost& cost) {
   if (cost.signature().key().empty()) return InvalidArgument("an op cost needs its signature key");
   EC_ASSIGN_OR_RETURN(Transaction tx, Write());

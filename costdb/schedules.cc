@@ -72,6 +72,13 @@ Result<v1::Schedule> CostDb::GetSchedule(int64_t id) {
   return Parse<v1::Schedule>(stmt.Blob(0), "schedule", path());
 }
 
+Result<int64_t> CostDb::ScheduleCostTableId(int64_t schedule_id) {
+  EC_ASSIGN_OR_RETURN(Statement stmt, db_.Prepare("SELECT coalesce(cost_table_id, 0) FROM schedules WHERE id = ?"));
+  EC_ASSIGN_OR_RETURN(bool found, stmt.Bind(1, schedule_id).Step());
+  if (!found) return NotFound("no schedule #" + std::to_string(schedule_id) + " in " + path());
+  return stmt.Int(0);
+}
+
 Result<std::vector<StoredSchedule>> CostDb::ListSchedules(const std::string& model, const std::string& device) {
   EC_ASSIGN_OR_RETURN(
       Statement stmt,

@@ -34,6 +34,7 @@ Daemon::Daemon(DaemonConfig config)
       cost_service_(config_.db_path, &cost_tables_),
       solver_service_(config_.db_path, events_, &stop_solves_),
       job_service_(jobs_, events_),
+      trace_service_(config_.db_path),
       solve_pool_(static_cast<size_t>(std::max(1, config_.concurrent_solves))) {
   if (!config_.token_file.empty()) {
     if (Result<std::string> token = ReadToken(config_.token_file); token.ok()) token_ = *token;  // Start() says if not
@@ -42,6 +43,21 @@ Daemon::Daemon(DaemonConfig config)
     probes_ = probes::DetectAll(*probes);
   }
   RegisterRoutes();
+  web_view_ = std::make_unique<WebView>(WebViewSources{.db_path = config_.db_path,
+                                                       .costs = &cost_service_,
+                                                       .solver = &solver_service_,
+                                                       .jobs = &job_service_,
+                                                       .traces = &trace_service_,
+                                                       .readings =
+                                                           [this] {
+                                                             std::lock_guard lock(probes_mutex_);
+                                                             return ReadProbes(probes_);
+                                                           },
+                                                       .probe_infos =
+                                                           [this] {
+                                                             std::lock_guard lock(probes_mutex_);
+                                                             return probes_.infos;
+                                                           }});
 }
 
 Daemon::~Daemon() {
@@ -133,6 +149,10 @@ void Daemon::RegisterRoutes() {
                                              /*mutates=*/true);
   router_.Add<v1::ListJobsRequest, v1::ListJobsResponse>("JobService", "ListJobs",
                                                          bind(&job_service_, &JobService::ListJobs));
+  router_.Add<v1::GetTraceRequest, v1::Trace>("TraceService", "GetTrace",
+                                              bind(&trace_service_, &TraceService::GetTrace));
+  router_.Add<v1::ListRunsRequest, v1::ListRunsResponse>("TraceService", "ListRuns",
+                                                         bind(&trace_service_, &TraceService::ListRuns));
   router_.AddAsync<v1::WatchEventsRequest, v1::WatchEventsResponse>(
       "JobService", "WatchEvents",
       [this](const v1::WatchEventsRequest& request, TwirpRouter::Done<v1::WatchEventsResponse> done) {
@@ -141,9 +161,33 @@ void Daemon::RegisterRoutes() {
       });
 }
 
+HttpResponse Daemon::Login(const HttpRequest& request) {
+  if (token_.empty()) return WebView::LoginPage(403, "this agent has no token; the page is served on its Unix socket");
+  if (!ConstantTimeEquals(FormValue(request.body, "token"), token_)) {
+    HttpResponse refused = WebView::LoginPage(401, "That is not this agent's token.");
+    refused.close_connection = true;
+    return refused;
+  }
+  // A session cookie: it lasts until the browser closes, and scripts cannot read it.
+  HttpResponse response{303, "text/plain; charset=utf-8", "see /\n"};
+  response.headers = {{"Set-Cookie", std::string(WebSessions::kCookie) + "=" + web_sessions_.Create() +
+                                         "; Path=/; HttpOnly; SameSite=Strict"},
+                      {"Location", "/"}};
+  return response;
+}
+
 void Daemon::Handle(HttpRequest request, HttpReply reply) {
   if (request.target == "/healthz") return reply({200, "text/plain", "ok\n"});
-  const bool has_token = !token_.empty() && ConstantTimeEquals(request.authorization, "Bearer " + token_);
+  if (WebView::IsAsset(request)) return reply(WebView::Asset(request));  // static files: no data in them
+  if (request.method == "POST" && request.target == "/login") return reply(Login(request));
+  const bool has_token = (!token_.empty() && ConstantTimeEquals(request.authorization, "Bearer " + token_)) ||
+                         (!request.cookie.empty() && web_sessions_.Valid(request.cookie));
+  if (request.over_tcp && !has_token && WebView::Serves(request)) {
+    HttpResponse refused = WebView::LoginPage(401, "");
+    refused.close_connection = true;
+    request_metrics_.Record("web", refused.status, 0);
+    return reply(std::move(refused));
+  }
   if (request.over_tcp && !has_token) {
     // The connection closes too, so unauthenticated callers hold no connection between attempts.
     HttpResponse refused = TwirpError("unauthenticated", 401, "TCP callers need 'Authorization: Bearer <token>'");
@@ -152,6 +196,13 @@ void Daemon::Handle(HttpRequest request, HttpReply reply) {
     return reply(std::move(refused));
   }
   if (request.target == "/metrics") return reply({200, "text/plain; version=0.0.4", MetricsText()});
+  if (WebView::Serves(request)) {
+    const auto start = std::chrono::steady_clock::now();
+    HttpResponse page = web_view_->Get(request);
+    request_metrics_.Record("web", page.status,
+                            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    return reply(std::move(page));
+  }
 
   const auto start = std::chrono::steady_clock::now();
   HttpReply measured = [this, target = request.target, start, reply = std::move(reply)](HttpResponse response) {

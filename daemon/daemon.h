@@ -23,6 +23,7 @@
 #include "daemon/metrics.h"
 #include "daemon/services.h"
 #include "daemon/twirp.h"
+#include "daemon/web_view.h"
 #include "probes/registry.h"
 
 namespace edgecost::daemon {
@@ -51,6 +52,7 @@ class Daemon {
  private:
   void RegisterRoutes();
   std::string MetricsText();
+  HttpResponse Login(const HttpRequest& request);
 
   DaemonConfig config_;
   std::string token_;
@@ -62,7 +64,10 @@ class Daemon {
   CostService cost_service_;
   SolverService solver_service_;
   JobService job_service_;
+  TraceService trace_service_;
   TwirpRouter router_;
+  WebSessions web_sessions_;
+  std::unique_ptr<WebView> web_view_;
   // Solves run here, not on the HTTP workers, so that queries stay answered while they search.
   boost::asio::thread_pool solve_pool_;
   std::atomic<int> solves_in_flight_{0};  // running and waiting

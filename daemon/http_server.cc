@@ -96,6 +96,7 @@ class Session : public std::enable_shared_from_this<Session<Protocol>> {
     request.target = std::string(message.target());
     request.content_type = std::string(message[http::field::content_type]);
     request.authorization = std::string(message[http::field::authorization]);
+    request.cookie = std::string(message[http::field::cookie]);
     request.body = std::move(message.body());
     request.over_tcp = over_tcp_;
     stream_.expires_never();  // the handler may take a while; the write has its own deadline
@@ -125,6 +126,7 @@ class Session : public std::enable_shared_from_this<Session<Protocol>> {
     response_.result(static_cast<http::status>(response.status));
     response_.set(http::field::server, "edgecost");
     response_.set(http::field::content_type, response.content_type);
+    for (const auto& [name, value] : response.headers) response_.insert(name, value);
     response_.keep_alive(keep_alive);
     response_.body() = std::move(response.body);
     response_.prepare_payload();

@@ -9,6 +9,8 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "base/status.h"
 
@@ -19,6 +21,7 @@ struct HttpRequest {
   std::string target;
   std::string content_type;
   std::string authorization;  // the Authorization header, if any
+  std::string cookie;         // the Cookie header, if any (the web view's session)
   std::string body;
   bool over_tcp = false;  // false: the Unix socket, protected by file permissions
 };
@@ -27,7 +30,8 @@ struct HttpResponse {
   int status = 200;
   std::string content_type = "application/json";
   std::string body;
-  bool close_connection = false;  // close after this response, whatever the client asked
+  bool close_connection = false;                             // close after this response, whatever the client asked
+  std::vector<std::pair<std::string, std::string>> headers;  // more fields: Set-Cookie, Location, ...
 };
 
 // An error as a Twirp error object, {"code":"...","msg":"..."}, with the message escaped.

@@ -53,19 +53,27 @@ void WriteGauges(std::ostream& out, const DaemonGauges& gauges) {
       << gauges.event_watchers << "\n";
 }
 
+std::vector<ProbeReading> ReadProbes(const probes::Detected& probes) {
+  std::vector<ProbeReading> readings;
+  for (const auto& probe : probes.probes) {
+    Result<std::vector<double>> values = probe->Read();
+    if (!values.ok()) continue;
+    const probes::ProbeInfo& info = probe->info();
+    for (size_t d = 0; d < values->size() && d < info.domains.size(); ++d) {
+      readings.push_back({info.source, info.name, info.domains[d], info.kind == probes::ReadingKind::kPower,
+                          info.measured, (*values)[d]});
+    }
+  }
+  return readings;
+}
+
 void WriteProbeMetrics(std::ostream& out, const probes::Detected& probes) {
   out << "# HELP edgecost_probe_power_watts Live power per probe and rail.\n# TYPE edgecost_probe_power_watts gauge\n"
          "# HELP edgecost_probe_energy_joules_total Energy counters per probe and domain.\n"
          "# TYPE edgecost_probe_energy_joules_total counter\n";
-  for (const auto& probe : probes.probes) {
-    Result<std::vector<double>> values = probe->Read();
-    if (!values.ok()) continue;
-    const bool power = probe->info().kind == probes::ReadingKind::kPower;
-    for (size_t d = 0; d < values->size() && d < probe->info().domains.size(); ++d) {
-      out << (power ? "edgecost_probe_power_watts" : "edgecost_probe_energy_joules_total") << "{source=\""
-          << probe->info().source << "\",probe=\"" << probe->info().name << "\",domain=\"" << probe->info().domains[d]
-          << "\"} " << (*values)[d] << "\n";
-    }
+  for (const ProbeReading& r : ReadProbes(probes)) {
+    out << (r.power ? "edgecost_probe_power_watts" : "edgecost_probe_energy_joules_total") << "{source=\"" << r.source
+        << "\",probe=\"" << r.probe << "\",domain=\"" << r.domain << "\"} " << r.value << "\n";
   }
 }
 

@@ -37,6 +37,17 @@ struct DaemonGauges {
 };
 void WriteGauges(std::ostream& out, const DaemonGauges& gauges);
 
+// One value of one probe's domain or rail: watts for a power source, cumulative
+// joules for an energy counter. What /metrics and the web view show.
+struct ProbeReading {
+  std::string source, probe, domain;
+  bool power = false;
+  bool measured = true;  // false: the estimate, never passed off as measured
+  double value = 0;
+};
+// Probes that fail to read are left out.
+std::vector<ProbeReading> ReadProbes(const probes::Detected& probes);
+
 // Power sources as gauges, energy counters as raw totals (a wrap looks like a
 // counter reset, which rate() handles). Probes that fail to read are left out.
 void WriteProbeMetrics(std::ostream& out, const probes::Detected& probes);

@@ -11,6 +11,7 @@
 #include "graph/resolve.h"
 #include "profiler/profile.h"
 #include "service/cost_tables.h"
+#include "service/trace.h"
 
 namespace edgecost::daemon {
 namespace {
@@ -112,6 +113,16 @@ Result<v1::ListSchedulesResponse> SolverService::ListSchedules(const v1::ListSch
     summary->set_superseded(s.superseded);
   }
   return response;
+}
+
+Result<v1::Trace> TraceService::GetTrace(const v1::GetTraceRequest& request) {
+  EC_ASSIGN_OR_RETURN(costdb::CostDb * db, ThreadDb(db_path_));
+  return service::GetTrace(*db, request);
+}
+
+Result<v1::ListRunsResponse> TraceService::ListRuns(const v1::ListRunsRequest&) {
+  EC_ASSIGN_OR_RETURN(costdb::CostDb * db, ThreadDb(db_path_));
+  return service::ListRuns(*db);
 }
 
 Result<v1::ListJobsResponse> JobService::ListJobs(const v1::ListJobsRequest& request) {

@@ -50,6 +50,17 @@ class SolverService {
   const std::atomic<bool>* stop_;
 };
 
+class TraceService {
+ public:
+  explicit TraceService(std::string db_path) : db_path_(std::move(db_path)) {}
+
+  Result<v1::Trace> GetTrace(const v1::GetTraceRequest& request);
+  Result<v1::ListRunsResponse> ListRuns(const v1::ListRunsRequest& request);
+
+ private:
+  std::string db_path_;
+};
+
 class JobService {
  public:
   JobService(JobManager& jobs, EventLog& events) : jobs_(jobs), events_(events) {}

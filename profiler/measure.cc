@@ -95,6 +95,7 @@ Result<Measurement> Measure(const std::function<void()>& op, Clock& clock, Energ
 
   std::vector<double> samples_s;
   std::vector<double> disturbed_s;  // kept only for a window with no clean repetition at all
+  std::vector<Repetition> repetitions;
   uint32_t disturbed = 0;
   double executed_s = 0;  // the repetitions' own time, without the reads between them
   double energy_start_j = 0;
@@ -103,6 +104,8 @@ Result<Measurement> Measure(const std::function<void()>& op, Clock& clock, Energ
   }
   if (watch) EC_RETURN_IF_ERROR(watch->BeginWindow());
   const double window_start_s = clock.NowS();
+  const double window_start_unix_s =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   double now_s = window_start_s;
   // Until enough undisturbed repetitions and a long enough window; a busy
   // device extends the window up to max_window_s to find clean repetitions.
@@ -121,6 +124,8 @@ Result<Measurement> Measure(const std::function<void()>& op, Clock& clock, Energ
     now_s = clock.NowS();
     const double sample_s = now_s - start_s;
     executed_s += sample_s;
+    const bool kept = repetitions.size() < kMaxKeptRepetitions;
+    if (kept) repetitions.push_back({start_s - window_start_s, sample_s, false});
     if (watch) {
       // Read after the repetition, outside its timing: a wait in the gap before
       // it counts against it too, as a thread descheduled there delays it.
@@ -128,6 +133,7 @@ Result<Measurement> Measure(const std::function<void()>& op, Clock& clock, Energ
       if (wait_s > std::max(options.interference.min_wait_s, options.interference.wait_fraction * sample_s)) {
         ++disturbed;
         disturbed_s.push_back(sample_s);
+        if (kept) repetitions.back().disturbed = true;
         continue;
       }
     }
@@ -135,6 +141,8 @@ Result<Measurement> Measure(const std::function<void()>& op, Clock& clock, Energ
   }
   Measurement m;
   m.window_s = now_s - window_start_s;
+  m.repetitions = std::move(repetitions);
+  m.window_start_unix_s = window_start_unix_s;
   const uint32_t clean_repetitions = static_cast<uint32_t>(samples_s.size());
   // A window with no undisturbed repetition still reports what it saw (it is not clean): never a zero.
   m.runtime = Summarize(samples_s.empty() ? std::move(disturbed_s) : std::move(samples_s));

@@ -85,10 +85,21 @@ struct MeasureOptions {
   InterferenceLimits interference;
 };
 
+// At most this many repetitions are kept with their times, for traces.
+inline constexpr size_t kMaxKeptRepetitions = 1000;
+
+struct Repetition {
+  double start_s = 0;  // from the window's start
+  double runtime_s = 0;
+  bool disturbed = false;  // left out of the runtime: a thread of the op waited for a CPU
+};
+
 struct Measurement {
   RuntimeSummary runtime;
-  double energy_j = 0;          // per execution, total
-  double dynamic_energy_j = 0;  // per execution, minus idle power x runtime
+  std::vector<Repetition> repetitions;  // the first kMaxKeptRepetitions, disturbed ones included
+  double window_start_unix_s = 0;       // wall time of the window's start (seconds since 1970, UTC)
+  double energy_j = 0;                  // per execution, total
+  double dynamic_energy_j = 0;          // per execution, minus idle power x runtime
   double window_s = 0;
   double sensor_updates = 0;    // updates the window spanned
   bool energy_precise = false;  // false: the window covered fewer updates than asked

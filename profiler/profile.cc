@@ -116,6 +116,13 @@ Result<ProfileSummary> ProfileGraph(costdb::CostDb& db, Backend& backend, const 
     runtime.set_ci95_low_s(m.runtime.ci95_low_s);
     runtime.set_ci95_high_s(m.runtime.ci95_high_s);
     runtime.set_repetitions(m.runtime.repetitions);
+    cost.set_window_start_unix_s(m.window_start_unix_s);
+    for (const Repetition& r : m.repetitions) {
+      v1::Repetition* kept = cost.add_repetitions();
+      kept->set_start_s(r.start_s);
+      kept->set_runtime_s(r.runtime_s);
+      kept->set_disturbed(r.disturbed);
+    }
     if (meter) {
       cost.set_energy_j(m.energy_j);
       cost.set_dynamic_energy_j(m.dynamic_energy_j);

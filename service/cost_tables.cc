@@ -1,7 +1,7 @@
 #include "service/cost_tables.h"
 
-#include <set>
 #include <chrono>
+#include <set>
 
 #include "graph/cost_source.h"
 #include "graph/graph_io.h"
@@ -79,6 +79,21 @@ Result<CheckedSchedule> CheckSchedule(costdb::CostDb* db, const v1::Schedule& sc
   EC_ASSIGN_OR_RETURN(checked.problem, solver::ProblemFromCostTable(table, schedule.request()));
   checked.replay = solver::Simulate(checked.problem, schedule);
   return checked;
+}
+
+Result<StoredScheduleView> LoadStoredSchedule(costdb::CostDb& db, int64_t schedule_id) {
+  StoredScheduleView view;
+  EC_ASSIGN_OR_RETURN(view.schedule, db.GetSchedule(schedule_id));
+  view.schedule.set_id(static_cast<uint64_t>(schedule_id));
+  EC_ASSIGN_OR_RETURN(int64_t table_id, db.ScheduleCostTableId(schedule_id));
+  if (table_id != 0) {
+    EC_ASSIGN_OR_RETURN(view.table, db.GetCostTableById(table_id));
+  } else {
+    EC_ASSIGN_OR_RETURN(view.table, CostTableForRequest(&db, view.schedule.request()));
+  }
+  EC_ASSIGN_OR_RETURN(view.problem, solver::ProblemFromCostTable(view.table, view.schedule.request()));
+  view.replay = solver::Simulate(view.problem, view.schedule);
+  return view;
 }
 
 namespace {

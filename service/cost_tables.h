@@ -58,6 +58,16 @@ Result<int64_t> StoreCostTable(costdb::CostDb& db, v1::CostTable table);
 // The devices of the database, then every board preset it does not hold yet.
 Result<v1::ListDevicesResponse> ListDevices(costdb::CostDb& db);
 
+// A stored schedule with the problem it was solved for: the cost table stored
+// with it (not a newer one measured since), and the simulator's replay.
+struct StoredScheduleView {
+  v1::Schedule schedule;
+  v1::CostTable table;
+  solver::Problem problem;
+  solver::Replay replay;
+};
+Result<StoredScheduleView> LoadStoredSchedule(costdb::CostDb& db, int64_t schedule_id);
+
 // What `edgecost models` and ListModels show for each zoo model.
 Result<v1::ListModelsResponse> DescribeZoo(int batch_size);
 

@@ -7,7 +7,8 @@ namespace {
 
 class Replayer {
  public:
-  Replayer(const Problem& p, const Plan& plan) : p_(p), plan_(plan), n_(p.size()) {
+  Replayer(const Problem& p, const Plan& plan, SimulateOptions options)
+      : p_(p), plan_(plan), n_(p.size()), options_(options) {
     succs_.resize(static_cast<size_t>(n_));
     for (int v = 0; v < n_; ++v) {
       for (int u : p.preds[static_cast<size_t>(v)]) succs_[static_cast<size_t>(u)].push_back(v);
@@ -79,6 +80,7 @@ class Replayer {
     for (int i = 0; i < n_; ++i) {
       if (S[i]) memory += p_.ram_bytes[static_cast<size_t>(i)];
     }
+    Record(t, -1, MemoryPoint::When::kStageStart, memory);
     if (!Check(t, -1, memory)) return false;
     for (int k = 0; k <= t; ++k) {
       if (!R[k]) continue;
@@ -88,6 +90,7 @@ class Replayer {
         }
       }
       memory += p_.ram_bytes[static_cast<size_t>(k)];
+      Record(t, k, MemoryPoint::When::kAfterCompute, memory);
       if (!Check(t, k, memory)) return false;
       // Inputs whose last use in this stage was k, and which are not kept, are freed.
       for (int u : p_.preds[static_cast<size_t>(k)]) {
@@ -96,6 +99,7 @@ class Replayer {
         for (int j : succs_[static_cast<size_t>(u)]) used_later = used_later || (j > k && j <= t && R[j]);
         if (!used_later) memory -= p_.ram_bytes[static_cast<size_t>(u)];
       }
+      Record(t, k, MemoryPoint::When::kAfterFree, memory);
       const double compute_j = p_.compute_j[static_cast<size_t>(k)];
       if (k == t) {
         replay_.energy.set_compute_j(replay_.energy.compute_j() + compute_j);
@@ -121,6 +125,10 @@ class Replayer {
     return true;
   }
 
+  void Record(int t, int k, MemoryPoint::When when, int64_t memory) {
+    if (options_.record_memory) replay_.memory.push_back({t, k, when, memory});
+  }
+
   bool Check(int t, int k, int64_t memory) {
     replay_.peak_ram_bytes = std::max(replay_.peak_ram_bytes, memory);
     if (memory <= p_.ram_budget_bytes) return true;
@@ -133,15 +141,18 @@ class Replayer {
   const Problem& p_;
   const Plan& plan_;
   const int n_;
+  const SimulateOptions options_;
   std::vector<std::vector<int>> succs_;
   Replay replay_;
 };
 
 }  // namespace
 
-Replay Simulate(const Problem& problem, const Plan& plan) { return Replayer(problem, plan).Run(); }
+Replay Simulate(const Problem& problem, const Plan& plan, SimulateOptions options) {
+  return Replayer(problem, plan, options).Run();
+}
 
-Replay Simulate(const Problem& problem, const v1::Schedule& schedule) {
+Replay Simulate(const Problem& problem, const v1::Schedule& schedule, SimulateOptions options) {
   const int n = problem.size();
   Replay bad;
   if (schedule.stages_size() != n) {
@@ -161,7 +172,7 @@ Replay Simulate(const Problem& problem, const v1::Schedule& schedule) {
       }
     }
   }
-  return Simulate(problem, PlanFromStages(schedule, n));
+  return Simulate(problem, PlanFromStages(schedule, n), options);
 }
 
 }  // namespace edgecost::solver

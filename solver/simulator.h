@@ -7,12 +7,24 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "base/status.h"
 #include "solver/plan.h"
 #include "solver/problem.h"
 
 namespace edgecost::solver {
+
+// Memory in use at one point of the replay: at a stage's start (node -1), right
+// after a computation allocated its output, and after the inputs it was the last
+// reader of were freed. Recorded when asked, for timelines and pictures.
+struct MemoryPoint {
+  enum class When { kStageStart, kAfterCompute, kAfterFree };
+  int stage = 0;
+  int node = -1;
+  When when = When::kStageStart;
+  int64_t bytes = 0;
+};
 
 struct Replay {
   bool valid = false;
@@ -23,10 +35,15 @@ struct Replay {
   int64_t peak_ram_bytes = 0;
   double runtime_s = 0;  // compute time (plus paging time when the problem counts it)
   uint32_t recomputations = 0, page_ins = 0, page_outs = 0;
+  std::vector<MemoryPoint> memory;  // filled only when asked (SimulateOptions::record_memory)
 };
 
-Replay Simulate(const Problem& problem, const Plan& plan);
+struct SimulateOptions {
+  bool record_memory = false;
+};
+
+Replay Simulate(const Problem& problem, const Plan& plan, SimulateOptions options = {});
 // Checks the message's shape (stage count, node ranges) before replaying it.
-Replay Simulate(const Problem& problem, const v1::Schedule& schedule);
+Replay Simulate(const Problem& problem, const v1::Schedule& schedule, SimulateOptions options = {});
 
 }  // namespace edgecost::solver

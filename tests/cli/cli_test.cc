@@ -408,67 +408,67 @@ TEST_F(CliTest, ConsistencyAUserNotices) {
   EXPECT_EQ(Edgecost("db export a72").exit_code, 1);  // a preset has nothing measured
 }
 
-  // A schedule written by solve runs for real; a tampered copy is refused before anything runs;
-  // the run is listed by `runs`.
-  TEST_F(CliTest, TrainRunsAScheduleAndRefusesATamperedOne) {
-    const std::string schedule = (dir_ / "s.json").string();
-    ASSERT_EQ(Edgecost("solve --model linear --platform a72 --derivation exact --batch-size 2 --ram-budget 20kB "
-                       "--runtime-budget 3x --time-limit-s 5 --out " +
-                       schedule)
-                  .exit_code,
-              0);
-    const CommandResult run = Edgecost("train --model linear --batch-size 2 --schedule " + schedule +
-                                       " --steps 3 --verify --threads 1 --paging-dir " + (dir_ / "paging").string());
-    ASSERT_EQ(run.exit_code, 0) << run.output;
-    EXPECT_THAT(run.output, HasSubstr("peak activations"));
-    EXPECT_THAT(run.output, HasSubstr("gradients bit-identical to the plain step's"));
-    EXPECT_THAT(run.output, HasSubstr("ESTIMATED"));
-    EXPECT_THAT(run.output, HasSubstr("stored         training run #1"));
+// A schedule written by solve runs for real; a tampered copy is refused before anything runs;
+// the run is listed by `runs`.
+TEST_F(CliTest, TrainRunsAScheduleAndRefusesATamperedOne) {
+  const std::string schedule = (dir_ / "s.json").string();
+  ASSERT_EQ(Edgecost("solve --model linear --platform a72 --derivation exact --batch-size 2 --ram-budget 20kB "
+                     "--runtime-budget 3x --time-limit-s 5 --out " +
+                     schedule)
+                .exit_code,
+            0);
+  const CommandResult run = Edgecost("train --model linear --batch-size 2 --schedule " + schedule +
+                                     " --steps 3 --verify --threads 1 --paging-dir " + (dir_ / "paging").string());
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_THAT(run.output, HasSubstr("peak activations"));
+  EXPECT_THAT(run.output, HasSubstr("gradients bit-identical to the plain step's"));
+  EXPECT_THAT(run.output, HasSubstr("ESTIMATED"));
+  EXPECT_THAT(run.output, HasSubstr("stored         training run #1"));
 
-    // The budget edited below the schedule's peak: refused, naming the stage, and nothing stored.
-    std::ifstream in(schedule);
-    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    const std::string budget = "\"ramBudgetBytes\": \"20000\"";
-    const size_t at = text.find(budget);
-    ASSERT_NE(at, std::string::npos) << text.substr(0, 400);
-    text.replace(at, budget.size(), "\"ramBudgetBytes\": \"100\"");
-    const std::string tampered = (dir_ / "tampered.json").string();
-    std::ofstream(tampered) << text;
-    const CommandResult refused = Edgecost("train --model linear --batch-size 2 --schedule " + tampered + " --steps 3");
-    EXPECT_EQ(refused.exit_code, 1) << refused.output;
-    EXPECT_THAT(refused.output, HasSubstr("schedule refused before running anything: stage "));
+  // The budget edited below the schedule's peak: refused, naming the stage, and nothing stored.
+  std::ifstream in(schedule);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string budget = "\"ramBudgetBytes\": \"20000\"";
+  const size_t at = text.find(budget);
+  ASSERT_NE(at, std::string::npos) << text.substr(0, 400);
+  text.replace(at, budget.size(), "\"ramBudgetBytes\": \"100\"");
+  const std::string tampered = (dir_ / "tampered.json").string();
+  std::ofstream(tampered) << text;
+  const CommandResult refused = Edgecost("train --model linear --batch-size 2 --schedule " + tampered + " --steps 3");
+  EXPECT_EQ(refused.exit_code, 1) << refused.output;
+  EXPECT_THAT(refused.output, HasSubstr("schedule refused before running anything: stage "));
 
-    const CommandResult runs = Edgecost("runs");
-    ASSERT_EQ(runs.exit_code, 0) << runs.output;
-    EXPECT_THAT(runs.output, HasSubstr("identical"));
-    EXPECT_THAT(Edgecost("runs --json").output, HasSubstr("\"stepStats\""));
-    EXPECT_EQ(Edgecost("train --model linear --steps 0").exit_code, 2);
+  const CommandResult runs = Edgecost("runs");
+  ASSERT_EQ(runs.exit_code, 0) << runs.output;
+  EXPECT_THAT(runs.output, HasSubstr("identical"));
+  EXPECT_THAT(Edgecost("runs --json").output, HasSubstr("\"stepStats\""));
+  EXPECT_EQ(Edgecost("train --model linear --steps 0").exit_code, 2);
+}
+
+// A paging directory that fills up (a 4 KiB tmpfs in a mount namespace of its own) fails the
+// run with the reason, stores no run record and leaves no paging file.
+TEST_F(CliTest, AFullPagingDirectoryFailsTheRunAndStoresNothing) {
+  const std::filesystem::path paging = dir_ / "paging";
+  std::filesystem::create_directories(paging);
+  const std::string schedule = (dir_ / "s.json").string();
+  ASSERT_EQ(Edgecost("solve --model linear --platform a72 --derivation exact --batch-size 2 --ram-budget 1GB "
+                     "--runtime-budget 3x --strategy paging-only --out " +
+                     schedule)
+                .exit_code,
+            0);
+  const std::string train = "EDGECOST_DB=" + (dir_ / "costs.db").string() + " " + EDGECOST_BIN +
+                            " train --model linear --batch-size 2 --steps 2 --schedule " + schedule + " --paging-dir " +
+                            paging.string();
+  const CommandResult run = Run("unshare -m sh -c 'mount -t tmpfs -o size=4k tmpfs " + paging.string() + " && " +
+                                train + "; echo exit=$?; ls -A " + paging.string() + "'");
+  if (run.output.find("exit=") == std::string::npos) {
+    GTEST_SKIP() << "no tmpfs mount here (needs root and mount namespaces): " << run.output;
   }
-
-  // A paging directory that fills up (a 4 KiB tmpfs in a mount namespace of its own) fails the
-  // run with the reason, stores no run record and leaves no paging file.
-  TEST_F(CliTest, AFullPagingDirectoryFailsTheRunAndStoresNothing) {
-    const std::filesystem::path paging = dir_ / "paging";
-    std::filesystem::create_directories(paging);
-    const std::string schedule = (dir_ / "s.json").string();
-    ASSERT_EQ(Edgecost("solve --model linear --platform a72 --derivation exact --batch-size 2 --ram-budget 1GB "
-                       "--runtime-budget 3x --strategy paging-only --out " +
-                       schedule)
-                  .exit_code,
-              0);
-    const std::string train = "EDGECOST_DB=" + (dir_ / "costs.db").string() + " " + EDGECOST_BIN +
-                              " train --model linear --batch-size 2 --steps 2 --schedule " + schedule +
-                              " --paging-dir " + paging.string();
-    const CommandResult run = Run("unshare -m sh -c 'mount -t tmpfs -o size=4k tmpfs " + paging.string() + " && " +
-                                  train + "; echo exit=$?; ls -A " + paging.string() + "'");
-    if (run.output.find("exit=") == std::string::npos) {
-      GTEST_SKIP() << "no tmpfs mount here (needs root and mount namespaces): " << run.output;
-    }
-    EXPECT_THAT(run.output, HasSubstr("exit=1"));
-    EXPECT_THAT(run.output, HasSubstr("No space left on device"));
-    EXPECT_THAT(run.output.substr(run.output.find("exit=")), Not(HasSubstr(".page")));
-    EXPECT_THAT(Edgecost("runs").output, HasSubstr("no training runs"));
-  }
+  EXPECT_THAT(run.output, HasSubstr("exit=1"));
+  EXPECT_THAT(run.output, HasSubstr("No space left on device"));
+  EXPECT_THAT(run.output.substr(run.output.find("exit=")), Not(HasSubstr(".page")));
+  EXPECT_THAT(Edgecost("runs").output, HasSubstr("no training runs"));
+}
 
 namespace {
 

@@ -1,5 +1,5 @@
 // Fuzz target for the services behind the transport: every route of
-// CostService, SolverService and JobService, in JSON and protobuf, through the
+// CostService, SolverService, JobService and TraceService, in JSON and protobuf, through the
 // daemon's whole request path (Daemon::Handle: auth, metrics, the cost-table
 // cache, Twirp decoding, the service, encoding) on a temporary database.
 //
@@ -35,6 +35,7 @@ constexpr const char* kRoutes[] = {
     "SolverService/GetSchedule", "SolverService/ListSchedules", "JobService/StartProfile",
     "JobService/GetJob",         "JobService/CancelJob",        "JobService/ListJobs",
     "JobService/WatchEvents",    "CostService/NoSuchMethod",    "JobService/StartTrain",
+    "TraceService/GetTrace",     "TraceService/ListRuns",
 };
 
 Daemon& FuzzedDaemon() {

@@ -29,6 +29,8 @@ seed 10 cancel_job CancelJobRequest 'id: 1' '{"id":"1"}'
 seed 11 list_jobs ListJobsRequest 'limit: 5' '{"limit":5}'
 seed 12 watch_events WatchEventsRequest 'after_sequence: 0 wait_s: 0.01' '{"afterSequence":"0","waitS":0.01}'
 seed 14 start_train StartTrainRequest 'model: "linear" steps: 1 threads: 1' '{"model":"linear","steps":1,"threads":1}'
+seed 15 get_trace GetTraceRequest 'schedule_id: 1' '{"scheduleId":"1"}'
+seed 16 list_runs ListRunsRequest '' '{}'
 
 out=tests/fuzz/seeds_files
 rm -f "$out"/*

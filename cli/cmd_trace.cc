@@ -1,0 +1,156 @@
+// edgecost trace: Chrome Trace Event JSON for Perfetto UI and chrome://tracing.
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include <google/protobuf/util/json_util.h>
+
+#include "cli/cli.h"
+#include "cli/table.h"
+#include "costdb/costdb.h"
+#include "daemon/client.h"
+#include "service/cost_tables.h"
+#include "service/trace.h"
+
+namespace edgecost::cli {
+namespace {
+
+struct TraceFlags {
+  uint64_t schedule_id = 0;
+  uint64_t run_id = 0;
+  std::string schedule_file;
+  std::string out;
+  bool list = false;
+  bool json = false;
+};
+
+std::string DbPath(const Context& ctx) { return ctx.db_path.empty() ? costdb::DefaultDbPath() : ctx.db_path; }
+
+Result<v1::Trace> TraceOfScheduleFile(const std::string& path, const Context& ctx) {
+  std::ifstream in(path);
+  if (!in) return NotFound("cannot read " + path);
+  std::stringstream text;
+  text << in.rdbuf();
+  v1::Schedule schedule;
+  if (!google::protobuf::util::JsonStringToMessage(text.str(), &schedule).ok()) {
+    return InvalidArgument(path + " is not a schedule (protobuf JSON of edgecost.v1.Schedule, from solve --out)");
+  }
+  std::optional<costdb::CostDb> db;
+  if (schedule.request().cost_source() == "measured") {
+    EC_ASSIGN_OR_RETURN(costdb::CostDb opened, costdb::CostDb::Open(DbPath(ctx), costdb::OpenMode::kReadOnly));
+    db.emplace(std::move(opened));
+  }
+  EC_ASSIGN_OR_RETURN(service::CheckedSchedule checked, service::CheckSchedule(db ? &*db : nullptr, schedule));
+  if (!checked.replay.valid) return InvalidArgument(path + " does not replay: " + checked.replay.violation);
+  return service::ScheduleTrace(checked.problem, schedule, path + " (" + schedule.strategy() + ", predicted)");
+}
+
+int RunList(const TraceFlags& flags, const Context& ctx) {
+  v1::ListRunsResponse runs;
+  if (!ctx.remote.empty()) {
+    if (Status s = daemon::CallRemote(ctx.remote, "TraceService/ListRuns", v1::ListRunsRequest(), runs); !s.ok()) {
+      return Failure(s);
+    }
+  } else {
+    auto db = costdb::CostDb::Open(DbPath(ctx), costdb::OpenMode::kReadOnly);
+    if (!db.ok()) return Failure(db.status());
+    auto listed = service::ListRuns(*db);
+    if (!listed.ok()) return Failure(listed.status());
+    runs = std::move(listed).value();
+  }
+  if (flags.json) {
+    PrintJson(runs);
+    return kExitOk;
+  }
+  if (runs.runs().empty()) {
+    std::cout << "no profile runs; `edgecost profile --model NAME` makes one (schedules: `edgecost trace --schedule "
+                 "ID`, ids from `edgecost solve`)\n";
+    return kExitOk;
+  }
+  Table table({{"run"},
+               {"status", Table::Align::kLeft},
+               {"ops"},
+               {"started", Table::Align::kLeft},
+               {"fingerprint", Table::Align::kLeft}});
+  for (const v1::ProfileRun& run : runs.runs()) {
+    table.AddRow(
+        {std::to_string(run.id()), run.status(), std::to_string(run.ops()), run.started_at(), run.fingerprint_hash()});
+  }
+  table.Print(std::cout);
+  return kExitOk;
+}
+
+int RunTrace(const TraceFlags& flags, const Context& ctx) {
+  if (flags.list) return RunList(flags, ctx);
+  const int subjects = (flags.schedule_id ? 1 : 0) + (flags.run_id ? 1 : 0) + (flags.schedule_file.empty() ? 0 : 1);
+  if (subjects != 1) {
+    return UsageError(
+        InvalidArgument("say what to trace: one of --schedule ID, --run ID, --schedule-file FILE, or --list"));
+  }
+  v1::GetTraceRequest request;
+  if (flags.schedule_id) request.set_schedule_id(flags.schedule_id);
+  if (flags.run_id) request.set_run_id(flags.run_id);
+  Result<v1::Trace> trace = v1::Trace();
+  if (!flags.schedule_file.empty()) {
+    if (!ctx.remote.empty()) return UsageError(InvalidArgument("--schedule-file is read locally; drop --remote"));
+    trace = TraceOfScheduleFile(flags.schedule_file, ctx);
+  } else if (!ctx.remote.empty()) {
+    v1::Trace answer;
+    Status s = daemon::CallRemote(ctx.remote, "TraceService/GetTrace", request, answer);
+    trace = s.ok() ? Result<v1::Trace>(std::move(answer)) : Result<v1::Trace>(s);
+  } else {
+    auto db = costdb::CostDb::Open(DbPath(ctx), costdb::OpenMode::kReadOnly);
+    if (!db.ok()) return Failure(db.status());
+    trace = service::GetTrace(*db, request);
+  }
+  if (!trace.ok()) return Failure(trace.status());
+  std::string out = flags.out;
+  if (out.empty()) {
+    out = flags.schedule_id ? "schedule-" + std::to_string(flags.schedule_id) + ".trace.json"
+          : flags.run_id    ? "run-" + std::to_string(flags.run_id) + ".trace.json"
+                            : "schedule.trace.json";
+  }
+  if (out == "-") {
+    std::cout << trace->trace_json() << "\n";
+    return kExitOk;
+  }
+  std::ofstream file(out);
+  file << trace->trace_json() << "\n";
+  if (!file.flush()) return Failure(PermissionDenied("cannot write " + out + "; choose another --out"));
+  if (flags.json) {
+    v1::Trace summary = *trace;
+    summary.clear_trace_json();  // the file has it
+    PrintJson(summary);
+    return kExitOk;
+  }
+  std::cout << "written        " << out << ": " << trace->title() << ", " << trace->events() << " events\n"
+            << "open it in     https://ui.perfetto.dev (Open trace file) or chrome://tracing (Load)\n";
+  return kExitOk;
+}
+
+}  // namespace
+
+void RegisterTraceCommand(CLI::App& app, Context& ctx) {
+  auto flags = std::make_shared<TraceFlags>();
+  CLI::App* cmd = app.add_subcommand(
+      "trace", "Chrome Trace Event JSON of a schedule's predicted timeline or a profile run's measured repetitions");
+  cmd->add_option("--schedule", flags->schedule_id, "A stored schedule's id (edgecost solve prints it)");
+  cmd->add_option("--run", flags->run_id, "A profile run's id (see --list)");
+  cmd->add_option("--schedule-file", flags->schedule_file, "A schedule file written by edgecost solve --out");
+  cmd->add_option("--out", flags->out,
+                  "Trace file to write; - for stdout (default: schedule-ID.trace.json, run-ID...)");
+  cmd->add_flag("--list", flags->list, "List profile runs");
+  cmd->add_flag("--json", flags->json, "Print the summary (or the run list) as JSON");
+  cmd->footer(
+      "A schedule's trace has tracks for stages, compute, recompute, page-out and page-in, and\n"
+      "RAM in use next to the budget as a counter; a run's trace has each op with its repetitions.\n"
+      "Examples:\n"
+      "  edgecost solve --model resnet18_cifar --ram-budget 2MB --runtime-budget 1.5x   # prints schedule #ID\n"
+      "  edgecost trace --schedule 3 --out s3.trace.json\n"
+      "  edgecost trace --list && edgecost trace --run 1\n"
+      "  edgecost solve ... --out s.json && edgecost trace --schedule-file s.json --out - | gzip > s.trace.json.gz\n"
+      "  edgecost --remote unix:/run/edgecost.sock trace --schedule 3");
+  cmd->callback([flags, &ctx] { ctx.exit_code = RunTrace(*flags, ctx); });
+}
+
+}  // namespace edgecost::cli

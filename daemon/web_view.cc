@@ -1,0 +1,770 @@
+#include "daemon/web_view.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <map>
+#include <optional>
+#include <random>
+#include <sstream>
+
+#include <google/protobuf/text_format.h>
+
+#include "base/units.h"
+#include "costdb/costdb.h"
+#include "graph/cost_source.h"
+#include "profiler/profile.h"
+#include "service/cost_tables.h"
+#include "solver/explain.h"
+#include "solver/svg.h"
+#include "web/assets.h"
+
+namespace edgecost::daemon {
+namespace {
+
+// No inline script or style: the page runs only what the binary carries.
+constexpr const char* kContentSecurityPolicy =
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+    "form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
+
+HttpResponse Html(int status, std::string body) {
+  HttpResponse response{status, "text/html; charset=utf-8", std::move(body)};
+  response.headers = {{"Content-Security-Policy", kContentSecurityPolicy},
+                      {"X-Content-Type-Options", "nosniff"},
+                      {"Referrer-Policy", "no-referrer"},
+                      {"Cache-Control", "no-store"}};
+  return response;
+}
+
+std::string Path(const std::string& target) { return target.substr(0, target.find('?')); }
+std::string Query(const std::string& target) {
+  const size_t q = target.find('?');
+  return q == std::string::npos ? "" : target.substr(q + 1);
+}
+
+std::string Url(std::string_view text) {
+  static const char* hex = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : text) {
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    }
+  }
+  return out;
+}
+
+std::string Fixed(double value, int digits) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, "%.*f", digits, value);
+  return buffer;
+}
+
+std::string Layout(const std::string& title, const std::string& body) {
+  return "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+         "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+         "<link rel=\"icon\" href=\"data:,\">"
+         "<title>" +
+         HtmlEscape(title) +
+         " - edgecost</title><link rel=\"stylesheet\" href=\"/assets/app.css\">"
+         "<script src=\"/assets/app.js\" defer></script></head>\n<body>"
+         "<a class=\"skip\" href=\"#main\">Skip to content</a>"
+         "<header class=\"top\"><a class=\"brand\" href=\"/\">edgecost</a><nav aria-label=\"Sections\">"
+         "<a href=\"/#devices\">Devices</a><a href=\"/#power\">Power</a><a href=\"/#models\">Cost tables</a>"
+         "<a href=\"/#schedules\">Schedules</a><a href=\"/#jobs\">Jobs</a><a href=\"/#runs\">Runs</a></nav></header>\n"
+         "<main id=\"main\" tabindex=\"-1\">\n" +
+         body + "</main>\n</body></html>\n";
+}
+
+std::string ErrorBox(const Status& status) {
+  return "<p class=\"error\" role=\"alert\">" + HtmlEscape(status.message()) + "</p>";
+}
+
+// A bar scaled to `max`, with an optional 95% interval as a whisker: SVG, so it
+// needs neither script nor inline style.
+std::string Bar(double value, double max, std::optional<std::pair<double, double>> interval, const char* cls) {
+  constexpr double kWidth = 120;
+  auto x = [&](double v) { return max > 0 ? std::clamp(kWidth * v / max, 0.0, kWidth) : 0.0; };
+  std::string svg = "<svg class=\"bar " + std::string(cls) +
+                    "\" width=\"120\" height=\"12\" viewBox=\"0 0 120 12\" aria-hidden=\"true\">"
+                    "<rect x=\"0\" y=\"2\" height=\"8\" width=\"" +
+                    Fixed(x(value), 1) + "\"/>";
+  if (interval) {
+    const std::string lo = Fixed(x(interval->first), 1), hi = Fixed(x(interval->second), 1);
+    svg += "<path class=\"ci\" d=\"M" + lo + " 6H" + hi + "M" + lo + " 2V10M" + hi + " 2V10\"/>";
+  }
+  return svg + "</svg>";
+}
+
+const char* StatusText(v1::Schedule::Status status) {
+  switch (status) {
+    case v1::Schedule::STATUS_OPTIMAL:
+      return "optimal (proven)";
+    case v1::Schedule::STATUS_FEASIBLE:
+      return "feasible";
+    case v1::Schedule::STATUS_INFEASIBLE:
+      return "infeasible (proven)";
+    case v1::Schedule::STATUS_NO_SOLUTION:
+      return "no schedule found";
+    case v1::Schedule::STATUS_UNSPECIFIED:
+    default:  // proto enums hold any number
+      return "unknown";
+  }
+}
+
+const char* JobStateText(v1::Job::State state) {
+  switch (state) {
+    case v1::Job::STATE_QUEUED:
+      return "queued";
+    case v1::Job::STATE_RUNNING:
+      return "running";
+    case v1::Job::STATE_SUCCEEDED:
+      return "succeeded";
+    case v1::Job::STATE_FAILED:
+      return "failed";
+    case v1::Job::STATE_CANCELLED:
+      return "cancelled";
+    case v1::Job::STATE_UNSPECIFIED:
+    default:
+      return "unknown";
+  }
+}
+
+const char* PhaseText(v1::Phase phase) {
+  switch (phase) {
+    case v1::PHASE_FORWARD:
+      return "forward";
+    case v1::PHASE_LOSS:
+      return "loss";
+    case v1::PHASE_BACKWARD:
+      return "backward";
+    case v1::PHASE_UNSPECIFIED:
+    default:
+      return "";
+  }
+}
+
+// What changed between two fingerprints, field by field ("cpu_governor: powersave -> performance").
+std::vector<std::string> FingerprintChanges(const v1::Fingerprint& before, const v1::Fingerprint& after) {
+  std::vector<std::string> changes;
+  const auto* descriptor = v1::Fingerprint::descriptor();
+  for (int f = 0; f < descriptor->field_count(); ++f) {
+    const auto* field = descriptor->field(f);
+    if (field->name() == "hash") continue;
+    std::string a, b;
+    google::protobuf::TextFormat::PrintFieldValueToString(before, field, -1, &a);
+    google::protobuf::TextFormat::PrintFieldValueToString(after, field, -1, &b);
+    if (a == b) continue;
+    if (a == "\"\"" || a == "0") a = "(none)";
+    if (b == "\"\"" || b == "0") b = "(none)";
+    changes.push_back(std::string(field->name()) + ": " + a + " \u2192 " + b);
+  }
+  return changes;
+}
+
+std::string DeviceSection(costdb::CostDb& db, const std::vector<v1::Device>& devices) {
+  std::ostringstream out;
+  out << "<section id=\"devices\" aria-labelledby=\"devices-h\"><h2 id=\"devices-h\">Devices</h2>";
+  if (devices.empty()) {
+    out << "<p>No devices yet: the agent records this machine when it starts, and presets when a cost table is "
+           "stored.</p></section>";
+    return out.str();
+  }
+  out << "<div class=\"scroll\"><table id=\"device-table\"><thead><tr><th scope=\"col\">device</th>"
+         "<th scope=\"col\">kind</th><th scope=\"col\">fingerprint</th><th scope=\"col\">CPU</th>"
+         "<th scope=\"col\">cores</th><th scope=\"col\">memory</th><th scope=\"col\">oneDNN ISA</th>"
+         "<th scope=\"col\">kernel</th><th scope=\"col\">history</th></tr></thead><tbody>";
+  for (const v1::Device& device : devices) {
+    const v1::Fingerprint& f = device.fingerprint();
+    const bool preset = device.kind() == v1::Device::KIND_PRESET;
+    out << "<tr class=\"device\"><th scope=\"row\">" << HtmlEscape(device.name()) << "</th><td>"
+        << (preset ? "preset" : "measured") << "</td><td><code>" << HtmlEscape(f.hash().substr(0, 12))
+        << "</code></td><td>" << HtmlEscape(preset ? "board preset " + f.board_preset() : f.cpu_model()) << "</td><td>"
+        << (preset ? "" : std::to_string(f.online_cores())) << "</td><td>"
+        << (preset ? "" : FormatBytes(static_cast<double>(f.memory_bytes()))) << "</td><td>" << HtmlEscape(f.dnnl_isa())
+        << "</td><td>" << HtmlEscape(f.kernel_release()) << "</td><td>";
+    Result<std::vector<costdb::FingerprintRecord>> history = db.ListFingerprintHistory(device.name());
+    if (!history.ok()) {
+      out << HtmlEscape(history.status().message());
+    } else if (history->size() <= 1) {
+      out << "unchanged since " << HtmlEscape(history->empty() ? "" : history->front().first_seen_at);
+    } else {
+      out << "<details><summary>" << history->size() - 1 << " change" << (history->size() > 2 ? "s" : "")
+          << "</summary><ol class=\"history\">";
+      for (size_t i = 0; i + 1 < history->size(); ++i) {
+        const costdb::FingerprintRecord& now = (*history)[i];
+        const costdb::FingerprintRecord& was = (*history)[i + 1];
+        out << "<li><time>" << HtmlEscape(now.first_seen_at) << "</time>: <code>"
+            << HtmlEscape(was.fingerprint.hash().substr(0, 12)) << "</code> \u2192 <code>"
+            << HtmlEscape(now.fingerprint.hash().substr(0, 12)) << "</code><ul>";
+        for (const std::string& change : FingerprintChanges(was.fingerprint, now.fingerprint)) {
+          out << "<li>" << HtmlEscape(change) << "</li>";
+        }
+        out << "</ul></li>";
+      }
+      out << "<li><time>" << HtmlEscape(history->back().first_seen_at) << "</time>: first seen</li></ol></details>";
+    }
+    out << "</td></tr>";
+  }
+  out << "</tbody></table></div></section>";
+  return out.str();
+}
+
+std::string PowerSection(const WebViewSources& sources) {
+  std::ostringstream out;
+  out << "<section id=\"power\" aria-labelledby=\"power-h\"><h2 id=\"power-h\">Live power</h2>"
+         "<p class=\"hint\">Read like <a href=\"/metrics\">/metrics</a>, at each page load; with JavaScript, "
+         "every two seconds (counters become watts between two readings).</p>";
+  const std::vector<ProbeReading> readings = sources.readings ? sources.readings() : std::vector<ProbeReading>{};
+  out << "<div class=\"scroll\"><table id=\"power-table\"><thead><tr><th scope=\"col\">source</th>"
+         "<th scope=\"col\">probe</th><th scope=\"col\">domain</th><th scope=\"col\">reading</th>"
+         "<th scope=\"col\">power</th></tr></thead><tbody>";
+  for (const ProbeReading& r : readings) {
+    out << "<tr data-metric=\"" << HtmlEscape(r.source + "|" + r.probe + "|" + r.domain) << "\" data-kind=\""
+        << (r.power ? "power" : "energy") << "\"><td>" << HtmlEscape(r.source) << (r.measured ? "" : " (estimate)")
+        << "</td><td>" << HtmlEscape(r.probe) << "</td><td>" << HtmlEscape(r.domain) << "</td><td class=\"reading\">"
+        << (r.power ? Fixed(r.value, 3) + " W" : Fixed(r.value, 3) + " J total") << "</td><td class=\"watts\">"
+        << (r.power ? Fixed(r.value, 3) + " W" : "needs two readings") << "</td></tr>";
+  }
+  out << "</tbody></table></div>";
+  if (readings.empty()) {
+    out << "<p>No sensor gives a reading here: energies are estimated with the device power model and labelled "
+           "as estimates wherever they are shown.</p>";
+  }
+  if (sources.probe_infos) {
+    std::ostringstream missing;
+    for (const probes::ProbeInfo& info : sources.probe_infos()) {
+      if (info.available) continue;
+      missing << "<li><strong>" << HtmlEscape(info.source) << "</strong> " << HtmlEscape(info.name) << ": "
+              << HtmlEscape(info.reason) << (info.fix.empty() ? "" : " Fix: " + HtmlEscape(info.fix)) << "</li>";
+    }
+    if (!missing.str().empty()) {
+      out << "<details><summary>What this machine cannot measure</summary><ul>" << missing.str() << "</ul></details>";
+    }
+  }
+  out << "</section>";
+  return out.str();
+}
+
+std::string ModelsSection(costdb::CostDb& db, const WebViewSources& sources, const std::vector<v1::Device>& devices) {
+  std::ostringstream out;
+  out << "<section id=\"models\" aria-labelledby=\"models-h\"><h2 id=\"models-h\">Models and cost tables</h2>";
+  Result<v1::ListModelsResponse> models = sources.costs->ListModels(v1::ListModelsRequest());
+  if (!models.ok()) return out.str() + ErrorBox(models.status()) + "</section>";
+  // Measured tables in the database, per model.
+  std::map<std::string, std::vector<std::string>> measured_on;
+  for (const v1::Device& device : devices) {
+    if (device.kind() != v1::Device::KIND_MEASURED) continue;
+    Result<std::vector<std::string>> names =
+        db.ListModelsWithCosts(device.fingerprint().hash(), profiler::kMeasuredSource);
+    if (!names.ok()) continue;
+    for (const std::string& name : *names) measured_on[name].push_back(device.name());
+  }
+  out << "<form class=\"pick\" action=\"/costs\" method=\"get\"><label>model <select name=\"model\">";
+  for (const v1::ModelInfo& m : models->models()) {
+    out << "<option>" << HtmlEscape(m.name()) << "</option>";
+  }
+  out << "</select></label><label>device <select name=\"device\">";
+  for (const graph::BoardPreset& preset : graph::BoardPresets()) {
+    out << "<option>" << HtmlEscape(std::string(preset.name)) << "</option>";
+  }
+  for (const v1::Device& device : devices) {
+    if (device.kind() == v1::Device::KIND_MEASURED) out << "<option>" << HtmlEscape(device.name()) << "</option>";
+  }
+  out << "</select></label><button type=\"submit\">Show cost table</button></form>";
+  out << "<div class=\"scroll\"><table id=\"model-table\"><thead><tr><th scope=\"col\">model</th>"
+         "<th scope=\"col\">forward nodes</th><th scope=\"col\">training nodes</th><th scope=\"col\">parameters</th>"
+         "<th scope=\"col\">activations</th><th scope=\"col\">cost tables</th></tr></thead><tbody>";
+  for (const v1::ModelInfo& m : models->models()) {
+    out << "<tr><th scope=\"row\">" << HtmlEscape(m.name()) << "</th><td>" << m.forward_nodes() << "</td><td>"
+        << m.training_nodes() << "</td><td>" << FormatBytes(static_cast<double>(m.param_bytes())) << "</td><td>"
+        << FormatBytes(static_cast<double>(m.activation_bytes())) << "</td><td>";
+    for (const std::string& device : measured_on[m.name()]) {
+      out << "<a class=\"measured\" href=\"/costs?model=" << Url(m.name()) << "&amp;device=" << Url(device)
+          << "\">measured on " << HtmlEscape(device) << "</a> ";
+    }
+    out << "<a href=\"/costs?model=" << Url(m.name()) << "&amp;device=a72\">poet-flops a72</a></td></tr>";
+  }
+  out << "</tbody></table></div></section>";
+  return out.str();
+}
+
+std::string SchedulesSection(const WebViewSources& sources) {
+  std::ostringstream out;
+  out << "<section id=\"schedules\" aria-labelledby=\"schedules-h\"><h2 id=\"schedules-h\">Schedules</h2>";
+  Result<v1::ListSchedulesResponse> listed = sources.solver->ListSchedules(v1::ListSchedulesRequest());
+  if (!listed.ok()) return out.str() + ErrorBox(listed.status()) + "</section>";
+  if (listed->schedules().empty()) {
+    return out.str() +
+           "<p>No schedules yet: <code>edgecost solve</code> or SolverService.Solve stores them.</p></section>";
+  }
+  out << "<div class=\"scroll\"><table id=\"schedule-table\"><thead><tr><th scope=\"col\">#</th>"
+         "<th scope=\"col\">model</th><th scope=\"col\">device</th><th scope=\"col\">strategy</th>"
+         "<th scope=\"col\">RAM budget</th><th scope=\"col\">status</th><th scope=\"col\">energy</th>"
+         "<th scope=\"col\">trace</th></tr></thead><tbody>";
+  for (int i = listed->schedules_size() - 1; i >= 0; --i) {  // newest first
+    const v1::ScheduleSummary& s = listed->schedules(i);
+    const v1::ScheduleRequest& r = s.request();
+    out << "<tr" << (s.superseded() ? " class=\"superseded\"" : "") << "><td><a href=\"/schedule?id=" << s.id()
+        << "\">#" << s.id() << "</a></td><td>" << HtmlEscape(r.model().empty() ? r.graph_file() : r.model())
+        << "</td><td>" << HtmlEscape(r.device()) << "</td><td>"
+        << HtmlEscape(r.strategy().empty() ? "optimal" : r.strategy()) << "</td><td>"
+        << FormatBytes(static_cast<double>(r.ram_budget_bytes())) << "</td><td>" << StatusText(s.status())
+        << (s.superseded() ? " (superseded)" : "") << "</td><td>" << FormatJoules(s.energy_j())
+        << "</td><td><a href=\"/trace?schedule=" << s.id() << "\">trace</a></td></tr>";
+  }
+  out << "</tbody></table></div></section>";
+  return out.str();
+}
+
+std::string JobsSection(const WebViewSources& sources) {
+  std::ostringstream out;
+  out << "<section id=\"jobs\" aria-labelledby=\"jobs-h\"><h2 id=\"jobs-h\">Jobs</h2>"
+         "<p class=\"hint\" id=\"jobs-live\" aria-live=\"polite\">Progress as of this page load; with JavaScript it "
+         "follows WatchEvents.</p>";
+  Result<v1::ListJobsResponse> jobs = sources.jobs->ListJobs(v1::ListJobsRequest());
+  if (!jobs.ok()) return out.str() + ErrorBox(jobs.status()) + "</section>";
+  out << "<div class=\"scroll\"><table id=\"job-table\"><thead><tr><th scope=\"col\">#</th><th scope=\"col\">kind</th>"
+         "<th scope=\"col\">state</th><th scope=\"col\">progress</th><th scope=\"col\">message</th>"
+         "<th scope=\"col\">created</th></tr></thead><tbody>";
+  for (int i = jobs->jobs_size() - 1; i >= 0; --i) {
+    const v1::Job& job = jobs->jobs(i);
+    const int percent = static_cast<int>(job.progress() * 100 + 0.5);
+    out << "<tr id=\"job-" << job.id() << "\" data-job=\"" << job.id() << "\"><td>" << job.id() << "</td><td>"
+        << HtmlEscape(job.kind()) << "</td><td class=\"state\">" << JobStateText(job.state())
+        << "</td><td><progress max=\"100\" value=\"" << percent << "\" aria-label=\"job " << job.id()
+        << " progress\"></progress> <span class=\"percent\">" << percent << "%</span></td><td class=\"message\">"
+        << HtmlEscape(job.message()) << "</td><td>" << HtmlEscape(job.created_at()) << "</td></tr>";
+  }
+  out << "</tbody></table></div>";
+  if (jobs->jobs().empty()) out << "<p class=\"empty\">No jobs yet: JobService.StartProfile starts one.</p>";
+  out << "</section>";
+  return out.str();
+}
+
+std::string RunsSection(const WebViewSources& sources) {
+  std::ostringstream out;
+  out << "<section id=\"runs\" aria-labelledby=\"runs-h\"><h2 id=\"runs-h\">Profile runs</h2>";
+  Result<v1::ListRunsResponse> runs = sources.traces->ListRuns(v1::ListRunsRequest());
+  if (!runs.ok()) return out.str() + ErrorBox(runs.status()) + "</section>";
+  if (runs->runs().empty()) return out.str() + "<p>No profile runs yet.</p></section>";
+  out << "<div class=\"scroll\"><table id=\"run-table\"><thead><tr><th scope=\"col\">run</th>"
+         "<th scope=\"col\">status</th><th scope=\"col\">ops</th><th scope=\"col\">started</th>"
+         "<th scope=\"col\">fingerprint</th><th scope=\"col\">trace</th></tr></thead><tbody>";
+  for (const v1::ProfileRun& run : runs->runs()) {
+    out << "<tr><td>#" << run.id() << "</td><td>" << HtmlEscape(run.status()) << "</td><td>" << run.ops() << "</td><td>"
+        << HtmlEscape(run.started_at()) << "</td><td><code>" << HtmlEscape(run.fingerprint_hash().substr(0, 12))
+        << "</code></td><td>"
+        << (run.ops() > 0 ? "<a href=\"/trace?run=" + std::to_string(run.id()) + "\">trace</a>" : std::string("none"))
+        << "</td></tr>";
+  }
+  out << "</tbody></table></div></section>";
+  return out.str();
+}
+
+}  // namespace
+
+std::string HtmlEscape(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (char c : text) {
+    switch (c) {
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += c;
+    }
+  }
+  return out;
+}
+
+std::string FormValue(std::string_view query, std::string_view key) {
+  auto decode = [](std::string_view text) {
+    std::string out;
+    for (size_t i = 0; i < text.size(); ++i) {
+      if (text[i] == '+') {
+        out += ' ';
+      } else if (text[i] == '%' && i + 2 < text.size() + 0 && std::isxdigit(static_cast<unsigned char>(text[i + 1])) &&
+                 std::isxdigit(static_cast<unsigned char>(text[i + 2]))) {
+        out += static_cast<char>(std::stoi(std::string(text.substr(i + 1, 2)), nullptr, 16));
+        i += 2;
+      } else {
+        out += text[i];
+      }
+    }
+    return out;
+  };
+  while (!query.empty()) {
+    const size_t amp = query.find('&');
+    const std::string_view pair = query.substr(0, amp);
+    const size_t eq = pair.find('=');
+    if (decode(pair.substr(0, eq)) == key) return eq == std::string_view::npos ? "" : decode(pair.substr(eq + 1));
+    if (amp == std::string_view::npos) break;
+    query.remove_prefix(amp + 1);
+  }
+  return "";
+}
+
+std::string WebSessions::Create() {
+  std::random_device random;  // the kernel's entropy
+  static const char* hex = "0123456789abcdef";
+  std::string id;
+  for (int i = 0; i < 32; ++i) {
+    const unsigned byte = random() & 0xff;
+    id += hex[byte >> 4];
+    id += hex[byte & 15];
+  }
+  std::lock_guard lock(mutex_);
+  ids_.push_back(id);
+  if (ids_.size() > kMaxSessions) ids_.pop_front();
+  return id;
+}
+
+bool WebSessions::Valid(const std::string& cookie_header) {
+  const std::string prefix = std::string(kCookie) + "=";
+  std::string_view rest = cookie_header;
+  std::string presented;
+  while (!rest.empty()) {
+    const size_t semi = rest.find(';');
+    std::string_view part = rest.substr(0, semi);
+    while (!part.empty() && part.front() == ' ') part.remove_prefix(1);
+    if (part.substr(0, prefix.size()) == prefix) presented = std::string(part.substr(prefix.size()));
+    if (semi == std::string_view::npos) break;
+    rest.remove_prefix(semi + 1);
+  }
+  if (presented.size() != 64) return false;
+  std::lock_guard lock(mutex_);
+  bool found = false;
+  for (const std::string& id : ids_) {  // compared in full, so the time says nothing about a near miss
+    unsigned char diff = 0;
+    for (size_t i = 0; i < id.size(); ++i) diff |= static_cast<unsigned char>(id[i] ^ presented[i]);
+    found = found || diff == 0;
+  }
+  return found;
+}
+
+bool WebView::Serves(const HttpRequest& request) {
+  if (request.method != "GET") return false;
+  const std::string path = Path(request.target);
+  return path == "/" || path == "/costs" || path == "/schedule" || path == "/trace" || IsAsset(request);
+}
+
+bool WebView::IsAsset(const HttpRequest& request) {
+  return request.method == "GET" && request.target.rfind("/assets/", 0) == 0;
+}
+
+HttpResponse WebView::Asset(const HttpRequest& request) {
+  const web::Asset* asset = web::FindAsset(Path(request.target));
+  if (!asset) return {404, "text/plain; charset=utf-8", "no such file\n"};
+  HttpResponse response{200, std::string(asset->content_type), std::string(asset->body)};
+  response.headers = {{"X-Content-Type-Options", "nosniff"}, {"Cache-Control", "no-cache"}};
+  return response;
+}
+
+HttpResponse WebView::LoginPage(int status, std::string_view error) {
+  std::string body =
+      "<section class=\"login\" aria-labelledby=\"login-h\"><h1 id=\"login-h\">This agent needs its token</h1>"
+      "<p>Over TCP every call needs the bearer token of <code>server.token_file</code>. It is asked once and kept "
+      "for this browser session (as a session cookie that scripts cannot read).</p>";
+  if (!error.empty()) body += "<p class=\"error\" role=\"alert\">" + HtmlEscape(error) + "</p>";
+  body +=
+      "<form method=\"post\" action=\"/login\"><label for=\"token\">Token</label> "
+      "<input id=\"token\" name=\"token\" type=\"password\" autocomplete=\"current-password\" required autofocus> "
+      "<button type=\"submit\">Open</button></form></section>";
+  HttpResponse response = Html(status, Layout("Token", body));
+  return response;
+}
+
+HttpResponse WebView::Get(const HttpRequest& request) {
+  if (IsAsset(request)) return Asset(request);
+  const std::string path = Path(request.target);
+  const std::string query = Query(request.target);
+  if (path == "/trace") return TraceDownload(query);
+  if (path == "/") return Html(200, Layout("Overview", Overview()));
+  Result<std::string> page = path == "/costs" ? CostsPage(query) : SchedulePage(query);
+  if (!page.ok()) {
+    const int status = page.status().code() == ErrorCode::kNotFound          ? 404
+                       : page.status().code() == ErrorCode::kInvalidArgument ? 400
+                                                                             : 500;
+    return Html(status, Layout("Error", "<h1>Cannot show this</h1>" + ErrorBox(page.status()) +
+                                            "<p><a href=\"/\">Back to the overview</a></p>"));
+  }
+  return Html(200, std::move(page).value());
+}
+
+std::string WebView::Overview() {
+  std::ostringstream out;
+  out << "<h1>This agent</h1>";
+  Result<costdb::CostDb> db = costdb::CostDb::Open(sources_.db_path, costdb::OpenMode::kReadOnly);
+  if (!db.ok()) return ErrorBox(db.status());
+  Result<v1::ListDevicesResponse> devices = sources_.costs->ListDevices(v1::ListDevicesRequest());
+  std::vector<v1::Device> list;
+  if (devices.ok()) list.assign(devices->devices().begin(), devices->devices().end());
+  out << (devices.ok() ? DeviceSection(*db, list) : ErrorBox(devices.status())) << PowerSection(sources_)
+      << ModelsSection(*db, sources_, list) << SchedulesSection(sources_) << JobsSection(sources_)
+      << RunsSection(sources_);
+  return out.str();
+}
+
+Result<std::string> WebView::CostsPage(const std::string& query) {
+  v1::GetCostTableRequest request;
+  request.set_model(FormValue(query, "model"));
+  request.set_device(FormValue(query, "device"));
+  request.set_cost_source(FormValue(query, "source"));
+  if (request.model().empty()) return InvalidArgument("say which model: /costs?model=NAME&device=DEVICE");
+  EC_ASSIGN_OR_RETURN(v1::CostTable table, sources_.costs->GetCostTable(request));
+  const bool measured = table.cost_source() == profiler::kMeasuredSource;
+  std::string compare = FormValue(query, "compare");
+  if (compare.empty()) compare = "a72";
+  // poet-flops on a preset, for the same graph, beside measured costs.
+  std::optional<v1::CostTable> estimate;
+  std::string estimate_error;
+  if (measured) {
+    v1::GetCostTableRequest poet = request;
+    poet.set_device(compare);
+    poet.set_cost_source(std::string(graph::kPoetFlopsSource));
+    poet.set_derivation(table.graph().derivation());
+    Result<v1::CostTable> e = sources_.costs->GetCostTable(poet);
+    if (e.ok() && e->costs_size() == table.costs_size()) {
+      estimate = std::move(e).value();
+    } else {
+      estimate_error = e.ok() ? "its graph differs" : e.status().message();
+    }
+  }
+  // 95% intervals of measured runtimes, from the op costs behind the table.
+  std::map<std::string, v1::RuntimeStats> intervals;
+  std::map<std::string, std::string> unreliable;  // op key -> why it could not be measured cleanly
+  if (measured) {
+    EC_ASSIGN_OR_RETURN(costdb::CostDb db, costdb::CostDb::Open(sources_.db_path, costdb::OpenMode::kReadOnly));
+    EC_ASSIGN_OR_RETURN(std::vector<v1::OpCost> ops, db.ListOpCosts(table.fingerprint_hash()));
+    for (const v1::OpCost& op : ops) {
+      intervals[op.signature().key()] = op.runtime();
+      if (op.unreliable()) unreliable[op.signature().key()] = op.unreliable_reason();
+    }
+  }
+  double max_s = 0, max_j = 0, max_bytes = 0, total_s = 0, total_j = 0;
+  for (const v1::NodeCost& c : table.costs()) {
+    auto it = intervals.find(c.op_key());
+    max_s = std::max({max_s, c.runtime_s(), it != intervals.end() ? it->second.ci95_high_s() : 0.0});
+    max_j = std::max(max_j, c.compute_j());
+    max_bytes = std::max(max_bytes, static_cast<double>(c.ram_bytes()));
+    total_s += c.runtime_s();
+    total_j += c.compute_j();
+  }
+  if (estimate) {
+    for (const v1::NodeCost& c : estimate->costs()) {
+      max_s = std::max(max_s, c.runtime_s());
+      max_j = std::max(max_j, c.compute_j());
+    }
+  }
+  // Sorted on the server, so the order holds without JavaScript; app.js sorts in place.
+  const std::string sort = FormValue(query, "sort");
+  std::vector<int> order(static_cast<size_t>(table.costs_size()));
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
+  auto key = [&](int i) -> double {
+    const v1::NodeCost& c = table.costs(i);
+    if (sort == "runtime") return -c.runtime_s();
+    if (sort == "energy") return -c.compute_j();
+    if (sort == "memory") return -static_cast<double>(c.ram_bytes());
+    return i;
+  };
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return key(a) < key(b); });
+
+  const v1::TrainingGraph& g = table.graph();
+  const std::string base = "/costs?model=" + Url(request.model()) + "&amp;device=" + Url(table.device()) +
+                           (request.cost_source().empty() ? "" : "&amp;source=" + Url(request.cost_source())) +
+                           (measured ? "&amp;compare=" + Url(compare) : "");
+  auto header = [&](const std::string& id, const std::string& label, const std::string& type) {
+    const bool sorted = sort == id || (sort.empty() && id == "node");
+    return "<th scope=\"col\" data-sort=\"" + type + "\"" +
+           (sorted ? std::string(" aria-sort=\"") + (id == "node" ? "ascending" : "descending") + "\"" : "") +
+           "><a href=\"" + base + "&amp;sort=" + id + "\">" + label + "</a></th>";
+  };
+  std::ostringstream out;
+  out << "<h1>" << HtmlEscape(g.model()) << " on " << HtmlEscape(table.device()) << "</h1>"
+      << "<dl class=\"facts\"><dt>cost source</dt><dd>" << HtmlEscape(table.cost_source())
+      << (measured ? "" : " (estimated)") << "</dd><dt>graph</dt><dd>" << g.nodes_size() << " nodes, derivation "
+      << HtmlEscape(g.derivation()) << ", trainable " << HtmlEscape(g.trainable()) << ", batch size " << g.batch_size()
+      << "</dd><dt>training step</dt><dd>" << FormatSeconds(total_s) << ", " << FormatJoules(total_j)
+      << " (every node once: the floor of any schedule)</dd>";
+  if (!table.note().empty()) out << "<dt>note</dt><dd>" << HtmlEscape(table.note()) << "</dd>";
+  if (measured) {
+    out << "<dt>beside it</dt><dd>"
+        << (estimate ? "poet-flops on " + HtmlEscape(compare) + " for the same graph"
+                     : "no poet-flops estimate: " + HtmlEscape(estimate_error))
+        << "</dd>";
+  }
+  out << "</dl>";
+  out << "<div class=\"scroll\"><table id=\"cost-table\" class=\"costs sortable\"><caption>Cost per node"
+      << (measured ? "; runtime bars show the 95% interval of the median" : "") << "</caption><thead><tr>"
+      << header("node", "#", "number") << "<th scope=\"col\">name</th><th scope=\"col\">phase</th>"
+      << header("runtime", "runtime", "number") << header("energy", "energy", "number")
+      << header("memory", "memory", "number");
+  if (estimate) out << "<th scope=\"col\">poet-flops runtime</th><th scope=\"col\">poet-flops energy</th>";
+  out << "</tr></thead><tbody>";
+  for (int i : order) {
+    const v1::NodeCost& c = table.costs(i);
+    const v1::TrainingNode& node = g.nodes(i);
+    std::optional<std::pair<double, double>> ci;
+    std::string ci_text;
+    if (auto it = intervals.find(c.op_key()); it != intervals.end()) {
+      ci = std::make_pair(it->second.ci95_low_s(), it->second.ci95_high_s());
+      ci_text = " (95%: " + FormatSeconds(ci->first) + " to " + FormatSeconds(ci->second) +
+                ", n=" + std::to_string(it->second.repetitions()) + ")";
+    }
+    out << "<tr class=\"node\"><td data-value=\"" << i << "\">" << i << "</td><td>" << HtmlEscape(node.name())
+        << "</td><td>" << PhaseText(node.phase()) << "</td><td data-value=\"" << c.runtime_s() << "\">"
+        << Bar(c.runtime_s(), max_s, ci, "runtime") << " <span title=\"" << HtmlEscape(ci_text) << "\">"
+        << FormatSeconds(c.runtime_s()) << "</span>"
+        << (unreliable.count(c.op_key()) ? " <strong class=\"unreliable\" title=\"" +
+                                               HtmlEscape(unreliable[c.op_key()]) + "\">unreliable</strong>"
+                                         : std::string())
+        << "</td><td data-value=\"" << c.compute_j() << "\">" << Bar(c.compute_j(), max_j, std::nullopt, "energy")
+        << " " << FormatJoules(c.compute_j()) << "</td><td data-value=\"" << c.ram_bytes() << "\">"
+        << Bar(static_cast<double>(c.ram_bytes()), max_bytes, std::nullopt, "memory") << " "
+        << FormatBytes(static_cast<double>(c.ram_bytes())) << "</td>";
+    if (estimate) {
+      const v1::NodeCost& e = estimate->costs(i);
+      out << "<td data-value=\"" << e.runtime_s() << "\">" << Bar(e.runtime_s(), max_s, std::nullopt, "estimate") << " "
+          << FormatSeconds(e.runtime_s()) << "</td><td data-value=\"" << e.compute_j() << "\">"
+          << Bar(e.compute_j(), max_j, std::nullopt, "estimate") << " " << FormatJoules(e.compute_j()) << "</td>";
+    }
+    out << "</tr>";
+  }
+  out << "</tbody></table></div>";
+  return Layout(g.model() + " on " + table.device(), out.str());
+}
+
+Result<std::string> WebView::SchedulePage(const std::string& query) {
+  const std::string id_text = FormValue(query, "id");
+  uint64_t id = 0;
+  if (id_text.empty() || id_text.size() > 18 || id_text.find_first_not_of("0123456789") != std::string::npos ||
+      (id = std::stoull(id_text)) == 0) {
+    return InvalidArgument("say which schedule: /schedule?id=N, N from the overview's list");
+  }
+  EC_ASSIGN_OR_RETURN(costdb::CostDb db, costdb::CostDb::Open(sources_.db_path, costdb::OpenMode::kReadOnly));
+  EC_ASSIGN_OR_RETURN(service::StoredScheduleView view, service::LoadStoredSchedule(db, static_cast<int64_t>(id)));
+  const v1::Schedule& s = view.schedule;
+  const v1::ScheduleRequest& r = s.request();
+  const bool has = s.status() == v1::Schedule::STATUS_OPTIMAL || s.status() == v1::Schedule::STATUS_FEASIBLE;
+  std::ostringstream out;
+  out << "<h1>Schedule #" << id << ": " << HtmlEscape(r.model().empty() ? r.graph_file() : r.model()) << " on "
+      << HtmlEscape(view.table.device()) << "</h1><dl class=\"facts\"><dt>status</dt><dd>" << StatusText(s.status());
+  if (s.status() == v1::Schedule::STATUS_FEASIBLE)
+    out << ", gap " << Fixed(s.gap() * 100, 3) << "% of the energy above the floor";
+  out << "</dd>";
+  if (!s.message().empty()) out << "<dt>message</dt><dd>" << HtmlEscape(s.message()) << "</dd>";
+  out << "<dt>strategy</dt><dd>" << HtmlEscape(s.strategy()) << "</dd><dt>RAM</dt><dd>peak "
+      << FormatBytes(static_cast<double>(s.peak_ram_bytes())) << " of a "
+      << FormatBytes(static_cast<double>(s.ram_budget_bytes())) << " budget</dd><dt>runtime</dt><dd>"
+      << FormatSeconds(s.runtime_s()) << " of a " << FormatSeconds(s.runtime_budget_s()) << " budget</dd>";
+  if (has) {
+    const v1::EnergyBreakdown& e = s.energy();
+    out << "<dt>energy</dt><dd>" << FormatJoules(e.total_j()) << " = compute " << FormatJoules(e.compute_j())
+        << " + recompute " << FormatJoules(e.recompute_j()) << " + page-in " << FormatJoules(e.page_in_j())
+        << " + page-out " << FormatJoules(e.page_out_j()) << "</dd><dt>lower bound</dt><dd>"
+        << FormatJoules(s.lower_bound_j()) << " (floor " << FormatJoules(s.floor_j()) << ")</dd><dt>operations</dt><dd>"
+        << s.recomputations() << " recomputations, " << s.page_outs() << " page-outs, " << s.page_ins()
+        << " page-ins</dd>";
+  }
+  out << "<dt>cost source</dt><dd>" << HtmlEscape(view.table.cost_source()) << "</dd></dl>";
+  if (!has)
+    return Layout("Schedule #" + std::to_string(id), out.str() + "<p>This request has no schedule to show.</p>");
+  if (!view.replay.valid) {
+    out << "<p class=\"error\" role=\"alert\">The stored schedule does not replay on its cost table: "
+        << HtmlEscape(view.replay.violation) << "</p>";
+    return Layout("Schedule #" + std::to_string(id), out.str());
+  }
+  out << "<p><a class=\"button\" href=\"/trace?schedule=" << id
+      << "\" download>Download the predicted timeline</a> (Chrome Trace Event JSON: open it in Perfetto UI or "
+         "chrome://tracing)</p>";
+  out << "<section aria-labelledby=\"picture-h\"><h2 id=\"picture-h\">The picture</h2><figure class=\"picture\" "
+         "id=\"schedule-picture\">"
+      << solver::ScheduleToSvg(view.problem, s)
+      << "<figcaption>Stages down, nodes across; below, RAM in use over the predicted step against the budget, with "
+         "the forward/backward boundary.</figcaption></figure></section>";
+  out << "<section aria-labelledby=\"plan-h\"><h2 id=\"plan-h\">The plan in words</h2>";
+  Result<solver::PlanExplanation> plan = solver::ExplainPlan(view.problem, s);
+  if (!plan.ok()) {
+    out << ErrorBox(plan.status());
+  } else {
+    out << "<pre class=\"words\">" << HtmlEscape(solver::PlanInWords(*plan)) << "</pre>";
+  }
+  out << "</section><section aria-labelledby=\"measured-h\"><h2 id=\"measured-h\">Predicted against measured</h2>";
+  // Training runs of this schedule (edgecost train, JobService.StartTrain), newest last.
+  Result<std::vector<v1::TrainRun>> runs = db.ListTrainRuns(r.model(), 100);
+  std::vector<v1::TrainRun> mine;
+  if (runs.ok()) {
+    for (v1::TrainRun& run : *runs) {
+      if (run.schedule_id() == id) mine.push_back(std::move(run));
+    }
+  }
+  if (!runs.ok()) {
+    out << ErrorBox(runs.status());
+  } else if (mine.empty()) {
+    out << "<p>No measured training run of this schedule is stored yet (<code>edgecost train --schedule-id " << id
+        << "</code> makes one); the figures above are predictions from the cost table.</p>";
+  } else {
+    out << "<div class=\"scroll\"><table id=\"train-run-table\"><caption>Per step: predicted from the cost table, "
+           "measured as the median of the steps after the first</caption><thead><tr><th scope=\"col\">run</th>"
+           "<th scope=\"col\">steps</th><th scope=\"col\">runtime predicted</th><th scope=\"col\">measured</th>"
+           "<th scope=\"col\">peak predicted</th><th scope=\"col\">measured</th>"
+           "<th scope=\"col\">energy predicted</th><th scope=\"col\">measured</th>"
+           "<th scope=\"col\">paging wait</th><th scope=\"col\">when</th></tr></thead><tbody>";
+    for (const v1::TrainRun& run : mine) {
+      out << "<tr><td>#" << run.id() << "</td><td>" << run.steps() << "</td><td>"
+          << FormatSeconds(run.predicted_runtime_s()) << "</td><td>" << FormatSeconds(run.runtime_s()) << "</td><td>"
+          << FormatBytes(static_cast<double>(run.predicted_peak_bytes())) << "</td><td>"
+          << FormatBytes(static_cast<double>(run.peak_activation_bytes())) << "</td><td>"
+          << FormatJoules(run.predicted_energy_j()) << "</td><td>" << FormatJoules(run.energy_j())
+          << (run.energy_source() == v1::ENERGY_SOURCE_ESTIMATED ? " (estimated)" : "") << "</td><td>"
+          << FormatSeconds(run.paging_wait_s()) << "</td><td>" << HtmlEscape(run.created_at()) << "</td></tr>";
+    }
+    out << "</tbody></table></div>";
+  }
+  out << "</section>";
+  return Layout("Schedule #" + std::to_string(id), out.str());
+}
+
+HttpResponse WebView::TraceDownload(const std::string& query) {
+  v1::GetTraceRequest request;
+  const std::string schedule = FormValue(query, "schedule"), run = FormValue(query, "run");
+  const std::string& id = schedule.empty() ? run : schedule;
+  if (id.empty() || id.size() > 18 || id.find_first_not_of("0123456789") != std::string::npos) {
+    return {400, "text/plain; charset=utf-8", "say what to trace: /trace?schedule=N or /trace?run=N\n"};
+  }
+  if (!schedule.empty()) {
+    request.set_schedule_id(std::stoull(id));
+  } else {
+    request.set_run_id(std::stoull(id));
+  }
+  Result<v1::Trace> trace = sources_.traces->GetTrace(request);
+  if (!trace.ok()) {
+    return {trace.status().code() == ErrorCode::kNotFound ? 404 : 400, "text/plain; charset=utf-8",
+            trace.status().message() + "\n"};
+  }
+  HttpResponse response{200, "application/json", trace->trace_json()};
+  response.headers = {
+      {"Content-Disposition",
+       "attachment; filename=\"" + std::string(schedule.empty() ? "run-" : "schedule-") + id + ".trace.json\""},
+      {"X-Content-Type-Options", "nosniff"}};
+  return response;
+}
+
+}  // namespace edgecost::daemon

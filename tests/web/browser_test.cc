@@ -1,0 +1,325 @@
+// The web view in a real browser: Debian's headless Chromium loads the page
+// from a running `edgecost serve` over TCP (token, session cookie), driven over
+// the DevTools protocol with Boost.Beast's WebSocket client. It asserts on the
+// rendered DOM (devices, a cost table with a row per node, the schedule
+// picture, a job's progress updating live), on the keyboard path and the phone
+// layout, and that the console shows no errors; screenshots go to build/.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <boost/asio/connect.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/beast/websocket.hpp>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "graph/derive.h"
+#include "tests/daemon/serve_process.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+using nlohmann::json;
+using tcp = asio::ip::tcp;
+using namespace edgecost::test_support;
+
+constexpr const char* kToken = "0123456789abcdef0123456789abcdef";
+
+// Base64 decoding for screenshots (DevTools sends PNGs as base64).
+std::string Base64Decode(const std::string& in) {
+  std::string out;
+  std::vector<int> table(256, -1);
+  const std::string chars = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  for (size_t i = 0; i < chars.size(); ++i) table[static_cast<unsigned char>(chars[i])] = static_cast<int>(i);
+  int value = 0, bits = -8;
+  for (unsigned char c : in) {
+    if (table[c] < 0) continue;
+    value = (value << 6) + table[c];
+    bits += 6;
+    if (bits >= 0) {
+      out.push_back(static_cast<char>((value >> bits) & 0xff));
+      bits -= 8;
+    }
+  }
+  return out;
+}
+
+// One page of Chromium over the DevTools protocol: commands answered in order,
+// console and log errors collected from the events in between.
+class DevTools {
+ public:
+  bool Connect(int port) {
+    try {
+      // A new tab over the HTTP endpoint, then its own WebSocket.
+      tcp::resolver resolver(io_);
+      beast::tcp_stream http_stream(io_);
+      http_stream.connect(resolver.resolve("127.0.0.1", std::to_string(port)));
+      beast::http::request<beast::http::string_body> request{beast::http::verb::put, "/json/new?about:blank", 11};
+      request.set(beast::http::field::host, "127.0.0.1");
+      beast::http::write(http_stream, request);
+      beast::flat_buffer buffer;
+      beast::http::response<beast::http::string_body> response;
+      beast::http::read(http_stream, buffer, response);
+      const json target = json::parse(response.body());
+      const std::string url = target.at("webSocketDebuggerUrl");  // ws://127.0.0.1:PORT/devtools/page/ID
+      const std::string path = url.substr(url.find('/', 5));
+      auto const results = resolver.resolve("127.0.0.1", std::to_string(port));
+      asio::connect(ws_.next_layer(), results);
+      ws_.handshake("127.0.0.1:" + std::to_string(port), path);
+      ws_.read_message_max(64 * 1024 * 1024);  // screenshots
+      return true;
+    } catch (const std::exception& e) {
+      error_ = e.what();
+      return false;
+    }
+  }
+  const std::string& error() const { return error_; }
+
+  json Send(const std::string& method, json params = json::object()) {
+    const int id = ++next_id_;
+    ws_.write(asio::buffer(json{{"id", id}, {"method", method}, {"params", std::move(params)}}.dump()));
+    for (;;) {
+      beast::flat_buffer buffer;
+      ws_.read(buffer);
+      json message = json::parse(beast::buffers_to_string(buffer.data()));
+      if (message.contains("id") && message["id"] == id) {
+        if (message.contains("error")) ADD_FAILURE() << method << ": " << message["error"].dump();
+        return message.value("result", json::object());
+      }
+      Collect(message);
+    }
+  }
+
+  // The value of a JavaScript expression (awaited if a promise).
+  json Eval(const std::string& expression) {
+    json result =
+        Send("Runtime.evaluate", {{"expression", expression}, {"returnByValue", true}, {"awaitPromise", true}});
+    if (result.contains("exceptionDetails")) {
+      ADD_FAILURE() << expression << " threw " << result["exceptionDetails"].dump();
+      return nullptr;
+    }
+    return result["result"].value("value", json());
+  }
+
+  // Polls `condition` (bounded; not a timing assertion) until it is true.
+  bool WaitFor(const std::string& condition) {
+    for (int i = 0; i < 400; ++i) {
+      if (Eval("!!(" + condition + ")") == true) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return false;
+  }
+
+  bool Navigate(const std::string& url) {
+    Send("Page.navigate", {{"url", url}});
+    return WaitFor("document.readyState === 'complete' && location.href === " + json(url).dump());
+  }
+
+  void Screenshot(const fs::path& file) {
+    json shot = Send("Page.captureScreenshot", {{"format", "png"}, {"captureBeyondViewport", false}});
+    std::ofstream(file, std::ios::binary) << Base64Decode(shot.value("data", ""));
+  }
+
+  std::vector<std::string> TakeErrors() { return std::exchange(errors_, {}); }
+  void Allow401(const std::string& url) { allowed_401_url_ = url; }
+
+ private:
+  void Collect(const json& message) {
+    const std::string method = message.value("method", "");
+    const json& params = message.contains("params") ? message["params"] : json::object();
+    if (method == "Runtime.exceptionThrown") {
+      errors_.push_back("exception: " + params["exceptionDetails"].dump());
+    } else if (method == "Runtime.consoleAPICalled" && params.value("type", "") == "error") {
+      errors_.push_back("console.error: " + params["args"].dump());
+    } else if (method == "Log.entryAdded" && params["entry"].value("level", "") == "error") {
+      // The login page answers 401 on purpose: that is the token being asked for, not an error.
+      const std::string text = params["entry"].value("text", "");
+      if (params["entry"].value("source", "") == "network" && text.find("status of 401") != std::string::npos &&
+          params["entry"].value("url", "") == allowed_401_url_) {
+        return;
+      }
+      errors_.push_back("log: " + params["entry"].value("text", "") + " " + params["entry"].value("url", ""));
+    }
+  }
+
+  asio::io_context io_;
+  beast::websocket::stream<tcp::socket> ws_{io_};
+  int next_id_ = 0;
+  std::vector<std::string> errors_;
+  std::string error_;
+  std::string allowed_401_url_;
+};
+
+class BrowserTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("edgecost_browser_test_" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_ / "sys/devices/system/cpu");
+    std::ofstream(dir_ / "sys/devices/system/cpu/online") << "0-1\n";
+    fs::create_directories(dir_ / "sys/class/hwmon/hwmon0");  // a power monitor, for live power
+    std::ofstream(dir_ / "sys/class/hwmon/hwmon0/name") << "ina219\n";
+    std::ofstream(dir_ / "sys/class/hwmon/hwmon0/power1_input") << "1500000\n";  // uW
+    std::ofstream(dir_ / "token") << kToken << "\n";
+    if (Shell("command -v chromium").empty()) {
+      GTEST_SKIP() << "chromium is not installed here; scripts/deps installs it (apt-get install chromium)";
+    }
+    port_ = 30000 + ::getpid() % 20000;
+    serve_ = SpawnServe({"--db", (dir_ / "costs.db").string(), "serve", "--socket", Socket(), "--tcp",
+                         "127.0.0.1:" + std::to_string(port_), "--token-file", (dir_ / "token").string()},
+                        Socket(), dir_ / "sys", dir_ / "serve.log");
+    ASSERT_TRUE(Serving(Socket())) << Shell("cat " + (dir_ / "serve.log").string());
+  }
+
+  void TearDown() override {
+    if (chromium_ > 0) StopProcess(chromium_, SIGKILL);
+    if (serve_ > 0) StopProcess(serve_);
+    fs::remove_all(dir_);
+  }
+
+  std::string Socket() const { return (dir_ / "edgecost.sock").string(); }
+  std::string Url(const std::string& path) const { return "http://127.0.0.1:" + std::to_string(port_) + path; }
+
+  // Headless Chromium with a fresh profile; returns its DevTools port, or 0 with the reason in `why`.
+  int StartChromium(std::string& why) {
+    const fs::path profile = dir_ / "chromium-profile";
+    fs::create_directories(profile);
+    chromium_ = ::fork();
+    if (chromium_ == 0) {
+      if (!std::freopen((dir_ / "chromium.log").c_str(), "w", stderr)) ::_exit(126);
+      if (!std::freopen("/dev/null", "w", stdout)) ::_exit(126);
+      const std::string user_data = "--user-data-dir=" + profile.string();
+      ::execlp("chromium", "chromium", "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+               "--disable-background-networking", "--disable-component-update", "--disable-sync",
+               "--disable-dev-shm-usage", "--remote-debugging-port=0", "--remote-allow-origins=*", user_data.c_str(),
+               "about:blank", static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    // Chromium writes the port it picked into DevToolsActivePort.
+    for (int i = 0; i < 300; ++i) {
+      std::ifstream in(profile / "DevToolsActivePort");
+      int port = 0;
+      if (in >> port && port > 0) return port;
+      int status = 0;
+      if (::waitpid(chromium_, &status, WNOHANG) == chromium_) {
+        chromium_ = 0;
+        why = "chromium exited: " + Shell("tail -5 " + (dir_ / "chromium.log").string());
+        return 0;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    why = "chromium never opened its DevTools port: " + Shell("tail -5 " + (dir_ / "chromium.log").string());
+    return 0;
+  }
+
+  fs::path dir_;
+  int port_ = 0;
+  pid_t serve_ = 0;
+  pid_t chromium_ = 0;
+};
+
+TEST_F(BrowserTest, ThePageShowsDevicesCostsASchedulePictureAndLiveJobs) {
+  // A stored schedule to look at.
+  const std::string solved = CallJson(
+      Socket(), "SolverService/Solve",
+      R"({"model":"linear","device":"a72","ramBudgetBytes":"200000","runtimeBudgetMultiple":1.5,"timeLimitS":20})");
+  ASSERT_THAT(solved, ::testing::EndsWith(" 200")) << solved;
+  const std::string schedule_id = json::parse(solved.substr(0, solved.rfind(' '))).at("id");
+
+  std::string why;
+  const int devtools_port = StartChromium(why);
+  if (devtools_port == 0) GTEST_SKIP() << "chromium cannot run here: " << why;
+  DevTools page;
+  ASSERT_TRUE(page.Connect(devtools_port)) << page.error();
+  page.Send("Runtime.enable");
+  page.Send("Log.enable");
+  page.Send("Page.enable");
+  page.Send("Emulation.setDeviceMetricsOverride",
+            {{"width", 1280}, {"height", 800}, {"deviceScaleFactor", 1}, {"mobile", false}});
+
+  // Over TCP the page asks for the token once.
+  page.Allow401(Url("/"));
+  ASSERT_TRUE(page.Navigate(Url("/")));
+  ASSERT_TRUE(page.WaitFor("document.getElementById('token')"));
+  page.Eval("document.getElementById('token').value = '" + std::string(kToken) +
+            "'; document.querySelector('form').submit(); true");
+  ASSERT_TRUE(page.WaitFor("document.getElementById('device-table')")) << page.Eval("document.body.innerText");
+
+  // Devices: this machine, recorded by the agent at start.
+  EXPECT_GE(page.Eval("document.querySelectorAll('#device-table tr.device').length").get<int>(), 1);
+  // Keyboard: the first Tab reaches the skip link.
+  page.Send("Input.dispatchKeyEvent",
+            {{"type", "rawKeyDown"}, {"key", "Tab"}, {"code", "Tab"}, {"windowsVirtualKeyCode", 9}});
+  page.Send("Input.dispatchKeyEvent",
+            {{"type", "keyUp"}, {"key", "Tab"}, {"code", "Tab"}, {"windowsVirtualKeyCode", 9}});
+  EXPECT_EQ(page.Eval("document.activeElement.className"), "skip");
+  // Live power: the page reads /metrics again, and a new reading of the monitor shows.
+  std::ofstream(dir_ / "sys/class/hwmon/hwmon0/power1_input") << "2250000\n";
+  EXPECT_TRUE(
+      page.WaitFor("Array.from(document.querySelectorAll('#power-table tr[data-metric^=\"hwmon|\"] .watts'))"
+                   ".some(td => td.textContent === '2.250 W')"))
+      << page.Eval("document.getElementById('power-table').innerText");
+  page.Screenshot(fs::path(EDGECOST_BUILD_DIR) / "web-view-overview-1280x800.png");
+
+  // A job started now: its row appears and its progress moves, through WatchEvents alone.
+  const std::string started = CallJson(Socket(), "JobService/StartProfile", R"({"model":"linear"})");
+  ASSERT_THAT(started, ::testing::EndsWith(" 200")) << started;
+  const std::string job_id = json::parse(started.substr(0, started.rfind(' '))).at("id");
+  const std::string row = "document.getElementById('job-" + job_id + "')";
+  std::set<std::string> seen;
+  for (int i = 0; i < 1200; ++i) {
+    const json state = page.Eval(row + " ? " + row + ".querySelector('.state').textContent + ' ' + " + row +
+                                 ".querySelector('progress').value : ''");
+    if (state.is_string() && !state.get<std::string>().empty()) seen.insert(state.get<std::string>());
+    if (seen.count("succeeded 100") || seen.count("failed 0")) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_TRUE(seen.count("succeeded 100")) << ::testing::PrintToString(seen);
+  EXPECT_GE(seen.size(), 2u) << "the row never changed after it appeared: " << ::testing::PrintToString(seen);
+
+  // A cost table with a row per node of the training graph, sortable from the page.
+  auto graph = edgecost::graph::ZooTrainingGraph("linear", 1, edgecost::graph::Derivation::kPoet);
+  ASSERT_TRUE(graph.ok());
+  ASSERT_TRUE(page.Navigate(Url("/costs?model=linear&device=a72")));
+  EXPECT_EQ(page.Eval("document.querySelectorAll('#cost-table tbody tr').length").get<int>(), graph->nodes_size());
+  page.Eval("document.querySelector('#cost-table th[data-sort] a[href*=\"sort=runtime\"]').click(); true");
+  EXPECT_EQ(page.Eval("document.querySelector('#cost-table th[aria-sort]').textContent"), "runtime");
+  EXPECT_EQ(
+      page.Eval(
+          "(() => { const v = Array.from(document.querySelectorAll('#cost-table tbody tr'))"
+          ".map(r => parseFloat(r.cells[3].dataset.value)); return v.every((x, i) => i == 0 || v[i-1] >= x); })()"),
+      true);
+  page.Screenshot(fs::path(EDGECOST_BUILD_DIR) / "web-view-costs-1280x800.png");
+
+  // The schedule: its picture with the RAM curve, drawn with a real size.
+  ASSERT_TRUE(page.Navigate(Url("/schedule?id=" + schedule_id)));
+  EXPECT_TRUE(page.WaitFor("document.querySelector('#schedule-picture svg polyline.ram')"));
+  EXPECT_GT(page.Eval("document.querySelector('#schedule-picture svg').getBoundingClientRect().width").get<double>(),
+            200);
+  page.Screenshot(fs::path(EDGECOST_BUILD_DIR) / "web-view-schedule-1280x800.png");
+
+  // At phone width the page does not scroll sideways: wide tables scroll inside their own box.
+  page.Send("Emulation.setDeviceMetricsOverride",
+            {{"width", 390}, {"height", 844}, {"deviceScaleFactor", 2}, {"mobile", true}});
+  ASSERT_TRUE(page.Navigate(Url("/")));
+  EXPECT_LE(page.Eval("document.documentElement.scrollWidth").get<int>(), 390);
+  page.Screenshot(fs::path(EDGECOST_BUILD_DIR) / "web-view-overview-phone.png");
+
+  EXPECT_THAT(page.TakeErrors(), ::testing::IsEmpty());
+}
+
+}  // namespace
