@@ -61,6 +61,32 @@ Reads KernelReads(graph::OpKind kind, Pass pass) {
       return {false, false, true};
     case OpKind::kInput:
       return {};
+    // The ONNX op kinds merged beside the executor: until their kernels' reads are
+    // listed here, assume every tensor is read (the executor then asks for all of them).
+    case OpKind::kRelu6:
+    case OpKind::kHardSwish:
+    case OpKind::kHardSigmoid:
+    case OpKind::kSigmoid:
+    case OpKind::kTanh:
+    case OpKind::kGelu:
+    case OpKind::kSilu:
+    case OpKind::kSqrt:
+    case OpKind::kPow:
+    case OpKind::kAffine:
+    case OpKind::kMul:
+    case OpKind::kSub:
+    case OpKind::kDiv:
+    case OpKind::kAddBroadcast:
+    case OpKind::kMatMul:
+    case OpKind::kSoftmax:
+    case OpKind::kLayerNorm:
+    case OpKind::kReduceMean:
+    case OpKind::kConcat:
+    case OpKind::kTranspose:
+    case OpKind::kReshape:
+    case OpKind::kSlice:
+    case OpKind::kEmbedding:
+      return {true, true, true};
   }
   return {true, true, true};
 }
