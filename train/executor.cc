@@ -41,11 +41,41 @@ struct Reads {
   bool x = false, y = false, dy = false;
 };
 
-Reads KernelReads(graph::OpKind kind, Pass pass) {
+Reads KernelReads(graph::OpKind kind, Pass pass, int activation_inputs) {
   using graph::OpKind;
   const bool forward = pass == Pass::kForward;
   if (forward) return {true, false, false};
+  const bool weights = pass == Pass::kBackwardWeights;
   switch (kind) {
+    // The op set of imported models (graph/derive.h lists the same reads).
+    case OpKind::kRelu6:
+    case OpKind::kHardSwish:
+    case OpKind::kGelu:
+    case OpKind::kSilu:
+    case OpKind::kPow:
+    case OpKind::kMatMul:
+    case OpKind::kLayerNorm:  // one primitive for dX, dgamma and dbeta reads X
+      return {true, false, true};
+    case OpKind::kHardSigmoid:
+    case OpKind::kSigmoid:
+    case OpKind::kTanh:
+    case OpKind::kSqrt:
+    case OpKind::kSoftmax:
+      return {false, true, true};
+    case OpKind::kAffine:
+    case OpKind::kReduceMean:
+    case OpKind::kTranspose:
+    case OpKind::kSlice:
+    case OpKind::kReshape:
+    case OpKind::kConcat:
+    case OpKind::kAddBroadcast:
+    case OpKind::kSub:
+      return {false, false, true};
+    case OpKind::kMul:
+    case OpKind::kDiv:  // of two activations both are read; with a parameter, X only for dP
+      return {activation_inputs > 1 || weights, false, true};
+    case OpKind::kEmbedding:  // the table's gradient reads the ids
+      return {weights, false, true};
     case OpKind::kConv2d:
     case OpKind::kLinear:
     case OpKind::kQkvProjection:
@@ -243,7 +273,13 @@ Result<std::unique_ptr<Executor>> Executor::Create(const v1::TrainingGraph& grap
     exec.layer = layer;
     const v1::TrainingNode& fwd = graph.nodes(f);
     EC_ASSIGN_OR_RETURN(graph::OpKind kind, graph::ParseOpKind(fwd.op_kind()));
-    const Reads reads = KernelReads(kind, work.pass);
+    const Reads reads = KernelReads(kind, work.pass, fwd.inputs_size());
+    // One backward node of an op of several activations gives all their gradients; the executor
+    // binds a node's output to one input gradient only.
+    if (fwd.inputs_size() > 1 && node.output_bytes() > 0 && work.pass == Pass::kBackwardInput) {
+      return Unimplemented(label + " gives the gradients of " + std::to_string(fwd.inputs_size()) + " inputs (" +
+                           fwd.op_kind() + "); the executor runs nodes with one input gradient");
+    }
     auto lists = [&](int u) { return std::find(node.inputs().begin(), node.inputs().end(), u) != node.inputs().end(); };
     auto missing = [&](const std::string& what) {
       return Unimplemented(label + ": its oneDNN kernel reads " + what +
@@ -280,7 +316,8 @@ Result<std::unique_ptr<Executor>> Executor::Create(const v1::TrainingGraph& grap
     const int params = static_cast<int>(layer->params().size());
     if (params > 0 && layer_trains[static_cast<size_t>(f)]) {
       const bool gives_weights = role == graph::GradRole::kGradWeight ||
-                                 (kind == graph::OpKind::kBatchNorm2d && role == graph::GradRole::kGrad);
+                                 ((kind == graph::OpKind::kBatchNorm2d || kind == graph::OpKind::kLayerNorm) &&
+                                  role == graph::GradRole::kGrad);
       const bool gives_bias = gives_weights || role == graph::GradRole::kGradBias;
       for (int i = 0; i < params; ++i) {
         const bool is_bias = i == 1;
