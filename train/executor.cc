@@ -97,35 +97,6 @@ Reads KernelReads(graph::OpKind kind, Pass pass, int activation_inputs) {
     case OpKind::kFlatten:
     case OpKind::kAdd:
       return {false, false, true};
-    // The op set of exported models, as graph/derive.h lists what each backward reads.
-    case OpKind::kRelu6:
-    case OpKind::kHardSwish:
-    case OpKind::kGelu:
-    case OpKind::kSilu:
-    case OpKind::kPow:
-    case OpKind::kLayerNorm:
-      return {true, false, true};
-    case OpKind::kHardSigmoid:
-    case OpKind::kSigmoid:
-    case OpKind::kTanh:
-    case OpKind::kSqrt:
-    case OpKind::kSoftmax:
-      return {false, true, true};
-    case OpKind::kAffine:
-    case OpKind::kReduceMean:
-    case OpKind::kTranspose:
-    case OpKind::kSlice:
-    case OpKind::kConcat:
-    case OpKind::kReshape:
-    case OpKind::kAddBroadcast:
-    case OpKind::kSub:
-      return {false, false, true};
-    case OpKind::kMul:
-    case OpKind::kDiv:
-      return {pass != Pass::kBackwardInput, false, true};  // dX = dY * P reads no activation
-    case OpKind::kMatMul:
-    case OpKind::kEmbedding:
-      return {true, false, true};
     case OpKind::kInput:
       return {};
   }
