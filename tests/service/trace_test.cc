@@ -94,10 +94,10 @@ TEST_F(TraceTest, WithoutPagingTimesPagingIsMarkedNotGivenAMadeUpDuration) {
   ASSERT_TRUE(table.ok());
   table->clear_paging();
   r.set_ram_budget_bytes(3500);
-  r.set_runtime_budget_multiple(1.0);  // no time to recompute what takes time: paging it is
+  r.set_runtime_budget_multiple(1.0);
   auto problem = solver::ProblemFromCostTable(*table, r);
   ASSERT_TRUE(problem.ok());
-  auto s = solver::Solve(*problem, {"optimal", 20, 1, false});
+  auto s = solver::Solve(*problem, {"paging-only", 20, 1, false});  // pages whatever the optimum does
   ASSERT_TRUE(s.ok());
   ASSERT_GT(s->page_outs(), 0u);
   auto trace = ScheduleTrace(*problem, *s, "no paging times");
