@@ -107,11 +107,22 @@ Result<int64_t> ParseBytes(std::string_view text) {
 Result<RuntimeBudget> ParseRuntimeBudget(std::string_view text) {
   double number = 0;
   std::string unit;
-  if (!SplitNumber(text, &number, &unit) || number <= 0) {
+  if (!SplitNumber(text, &number, &unit)) {
     return InvalidArgument("'" + std::string(text) +
                            "' is not a runtime budget; write a multiple of one training step (7.6x) or seconds (1.2s)");
   }
-  if (unit == "x" || unit.empty()) return RuntimeBudget{RuntimeBudget::Kind::kMultiple, number};
+  if (unit.empty()) {
+    return InvalidArgument("'" + std::string(text) + "' has no unit; write " + std::string(text) +
+                           "x (a multiple of one plain training step) or " + std::string(text) + "s (seconds)");
+  }
+  if (unit == "x") {
+    if (!(number >= 1)) {
+      return InvalidArgument("a runtime budget of " + std::string(text) +
+                             " is below 1x; it must be at least 1x, since a step computes every node at least once");
+    }
+    return RuntimeBudget{RuntimeBudget::Kind::kMultiple, number};
+  }
+  if (!(number > 0)) return InvalidArgument("a runtime budget of " + std::string(text) + " is not positive");
   if (unit == "s") return RuntimeBudget{RuntimeBudget::Kind::kSeconds, number};
   if (unit == "ms") return RuntimeBudget{RuntimeBudget::Kind::kSeconds, number * 1e-3};
   return InvalidArgument("unknown runtime unit '" + unit + "' in '" + std::string(text) + "'; use x, s or ms");

@@ -41,6 +41,7 @@ const std::vector<Instance>& Instances() {
 Result<v1::CostTable> LoadInstance(const Instance& instance) {
   graph::GraphSpec spec;
   spec.model_or_file = instance.model;
+  spec.derivation = graph::Derivation::kPoet;  // POET's own construction, as its instances
   return graph::LoadCostTable(spec, instance.platform, graph::kPoetFlopsSource);
 }
 

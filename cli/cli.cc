@@ -2,7 +2,9 @@
 
 #include <iostream>
 
-#include <google/protobuf/util/json_util.h>
+#include "base/units.h"
+#include "costdb/costdb.h"
+#include "proto/json.h"
 
 namespace edgecost::cli {
 
@@ -24,17 +26,40 @@ int LocalOnly(const Context& ctx, const std::function<int()>& run) {
   return run();
 }
 
+std::string DbPath(const Context& ctx) { return ctx.db_path.empty() ? costdb::DefaultDbPath() : ctx.db_path; }
+
+std::string JobStateText(v1::Job::State state) {
+  switch (state) {
+    case v1::Job::STATE_QUEUED:
+      return "queued";
+    case v1::Job::STATE_RUNNING:
+      return "running";
+    case v1::Job::STATE_SUCCEEDED:
+      return "succeeded";
+    case v1::Job::STATE_FAILED:
+      return "failed";
+    case v1::Job::STATE_CANCELLED:
+      return "cancelled";
+    default:
+      return "unknown";
+  }
+}
+
+std::string EnergyText(double energy_j, v1::EnergySource source) {
+  return FormatJoules(energy_j) + (source == v1::ENERGY_SOURCE_ESTIMATED ? " ESTIMATED" : "");
+}
+
+std::string BytesText(uint64_t bytes) {
+  return FormatBytes(static_cast<double>(bytes)) + " (" + std::to_string(bytes) + " B)";
+}
+
 void PrintJson(const google::protobuf::Message& message) {
-  google::protobuf::util::JsonPrintOptions options;
-  options.add_whitespace = true;
-  options.always_print_primitive_fields = true;
-  std::string json;
-  const auto status = google::protobuf::util::MessageToJsonString(message, &json, options);
-  if (!status.ok()) {
-    std::cerr << "edgecost: error: cannot print JSON: " << status.ToString() << "\n";
+  auto json = proto::ToJson(message, {.indent = true});
+  if (!json.ok()) {
+    std::cerr << "edgecost: error: " << json.status().message() << "\n";
     return;
   }
-  std::cout << json;
+  std::cout << *json;
 }
 
 }  // namespace edgecost::cli

@@ -8,6 +8,7 @@
 #include <google/protobuf/message.h>
 
 #include "base/status.h"
+#include "proto/edgecost.pb.h"
 
 namespace edgecost::cli {
 
@@ -28,8 +29,18 @@ int UsageError(const Status& status);
 // Runs a command that works on this machine only: with --remote it is refused, not silently run here.
 int LocalOnly(const Context& ctx, const std::function<int()>& run);
 
+// --db, else $EDGECOST_DB, else the default location.
+std::string DbPath(const Context& ctx);
+
 // Protobuf's canonical JSON mapping, indented, on stdout.
 void PrintJson(const google::protobuf::Message& message);
+
+// Words for text output, never raw enum names.
+std::string JobStateText(v1::Job::State state);  // "succeeded"
+// "43.6 mJ", with " ESTIMATED" when a model, not a sensor, gave the figure.
+std::string EnergyText(double energy_j, v1::EnergySource source);
+// "1.50 MB (1500000 B)": readable, and exact where a budget is compared.
+std::string BytesText(uint64_t bytes);
 
 // Each file cmd_*.cc registers one subcommand; its callback stores the exit code in ctx.
 void RegisterModelsCommand(CLI::App& app, Context& ctx);

@@ -11,6 +11,13 @@ namespace edgecost::cli {
 void RegisterBenchCommand(CLI::App& app, Context& ctx) {
   CLI::App* bench = app.add_subcommand("bench", "Benchmarks that print figures (speed, agreement, overhead)");
   bench->require_subcommand(1);
+  bench->footer(
+      "Figures, not assertions: run them on a quiet machine and compare runs side by side.\n"
+      "Examples:\n"
+      "  edgecost bench profiler --threads 1\n"
+      "  edgecost bench solver --time-scale 0.1\n"
+      "  edgecost bench probes\n"
+      "  edgecost bench daemon --protobuf");
 
   auto profiler_options = std::make_shared<profiler::ProfilerBenchOptions>();
   CLI::App* prof = bench->add_subcommand("profiler",

@@ -11,8 +11,10 @@
 #include "costdb/costdb.h"
 #include "daemon/client.h"
 #include "graph/cost_source.h"
+#include "graph/derive.h"
 #include "graph/graph_io.h"
 #include "profiler/profile.h"
+#include "service/cost_tables.h"
 
 namespace edgecost::cli {
 namespace {
@@ -31,7 +33,7 @@ struct CostsFlags {
 struct Totals {
   int forward = 0, loss = 0, backward = 0;
   double runtime_s = 0, compute_j = 0, page_in_j = 0, page_out_j = 0;
-  uint64_t forward_bytes = 0, largest_bytes = 0;
+  uint64_t largest_bytes = 0;
 };
 
 Totals Sum(const v1::CostTable& table) {
@@ -44,7 +46,6 @@ Totals Sum(const v1::CostTable& table) {
     t.compute_j += cost.compute_j();
     t.page_in_j += cost.page_in_j();
     t.page_out_j += cost.page_out_j();
-    if (phase != v1::PHASE_BACKWARD) t.forward_bytes += cost.ram_bytes();
     t.largest_bytes = std::max<uint64_t>(t.largest_bytes, cost.ram_bytes());
   }
   return t;
@@ -58,14 +59,19 @@ void PrintSummary(const v1::CostTable& table, const Totals& t) {
   if (!table.note().empty()) std::cout << "               " << table.note() << "\n";
   std::cout << "nodes          " << g.nodes_size() << " (" << t.forward << " forward, " << t.loss << " loss, "
             << t.backward << " backward)\n"
-            << "training step  " << FormatSeconds(t.runtime_s) << ", " << FormatJoules(t.compute_j)
+            << "training step  " << FormatSeconds(t.runtime_s) << ", " << EnergyText(t.compute_j, table.energy_source())
             << " (every node computed once: the energy floor of any schedule)\n"
-            << "activations    " << FormatBytes(static_cast<double>(t.forward_bytes)) << " of forward outputs, "
+            << "activations    " << FormatBytes(static_cast<double>(graph::ActivationBytes(g)))
+            << " of forward and loss outputs, "
             << "largest single output " << FormatBytes(static_cast<double>(t.largest_bytes)) << "\n"
             << "parameters     " << FormatBytes(static_cast<double>(g.param_bytes()))
             << " (outside the activation budget)\n"
             << "paging         every output once: out " << FormatJoules(t.page_out_j) << ", in "
             << FormatJoules(t.page_in_j) << "\n";
+}
+
+std::string EnergyHeader(const v1::CostTable& table) {
+  return table.energy_source() == v1::ENERGY_SOURCE_ESTIMATED ? "energy ESTIMATED" : "energy";
 }
 
 // Relative width of a measured op's 95% interval above which the summary names it.
@@ -118,7 +124,7 @@ void PrintNodeTable(const v1::CostTable& table, const Totals& t) {
   for (const v1::NodeCost& c : table.costs()) stats = stats || c.runtime_stats().repetitions() > 0;
   std::vector<Table::Column> columns = {{"#"}, {"name", Table::Align::kLeft}, {"runtime"}};
   if (stats) columns.insert(columns.end(), {{"spread"}, {"95% interval"}});
-  columns.insert(columns.end(), {{"energy"}, {"output"}, {"page-in"}, {"page-out"}});
+  columns.insert(columns.end(), {{EnergyHeader(table)}, {"output"}, {"page-in"}, {"page-out"}});
   Table out(columns);
   for (int i = 0; i < table.costs_size(); ++i) {
     const v1::NodeCost& c = table.costs(i);
@@ -143,8 +149,7 @@ void PrintNodeTable(const v1::CostTable& table, const Totals& t) {
 
 // Measured costs next to POET's estimate for the same graph.
 int RunMeasuredCosts(const CostsFlags& flags, const graph::GraphSpec& spec, const Context& ctx) {
-  auto db =
-      costdb::CostDb::Open(ctx.db_path.empty() ? costdb::DefaultDbPath() : ctx.db_path, costdb::OpenMode::kReadOnly);
+  auto db = costdb::CostDb::Open(DbPath(ctx), costdb::OpenMode::kReadOnly);
   if (!db.ok()) return Failure(db.status());
   auto measured = profiler::LoadMeasuredCostTable(*db, spec, flags.device);
   if (!measured.ok()) return Failure(measured.status());
@@ -160,9 +165,9 @@ int RunMeasuredCosts(const CostsFlags& flags, const graph::GraphSpec& spec, cons
              {"runtime"},
              {"spread"},
              {"95% interval"},
-             {"energy"},
+             {EnergyHeader(*measured)},
              {poet + " runtime"},
-             {poet + " energy"},
+             {poet + " energy ESTIMATED"},
              {"op", Table::Align::kLeft}});
   for (int i = 0; i < measured->costs_size(); ++i) {
     const v1::NodeCost& m = measured->costs(i);
@@ -215,8 +220,6 @@ int RunCosts(const CostsFlags& flags, const Context& ctx) {
   auto spec = flags.graph.Spec();
   if (!spec.ok()) return UsageError(spec.status());
   if (!flags.device.empty()) {
-    // Profiles use the exact derivation unless told otherwise.
-    if (flags.graph.derivation_option->count() == 0) spec->derivation = graph::Derivation::kExact;
     return RunMeasuredCosts(flags, *spec, ctx);
   }
   auto table = graph::LoadCostTable(*spec, flags.platform, flags.source);
@@ -230,10 +233,10 @@ int RunCosts(const CostsFlags& flags, const Context& ctx) {
   int64_t stored_id = 0;
   std::string db_path;
   if (flags.store) {
-    db_path = ctx.db_path.empty() ? costdb::DefaultDbPath() : ctx.db_path;
+    db_path = DbPath(ctx);
     auto db = costdb::CostDb::Open(db_path, costdb::OpenMode::kReadWrite);
     if (!db.ok()) return Failure(db.status());
-    auto id = db->PutCostTable(*table);
+    auto id = service::StoreCostTable(*db, *table);
     if (!id.ok()) return Failure(id.status());
     stored_id = *id;
   }

@@ -1,4 +1,6 @@
+#include <fstream>
 #include <iostream>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -6,45 +8,243 @@
 #include "cli/cli.h"
 #include "cli/table.h"
 #include "costdb/costdb.h"
+#include "proto/json.h"
+#include "service/cost_export.h"
 
 namespace edgecost::cli {
 namespace {
 
+const char* RunStatusText(costdb::RunStatus status) {
+  switch (status) {
+    case costdb::RunStatus::kRunning:
+      return "running";
+    case costdb::RunStatus::kComplete:
+      return "complete";
+    case costdb::RunStatus::kFailed:
+      return "failed";
+    case costdb::RunStatus::kCancelled:
+      return "cancelled";
+  }
+  return "unknown";
+}
+
+// The file, its schema and size, then what it holds: devices with their
+// fingerprints, current cost tables, schedules and profiling runs.
 int RunDbInfo(const Context& ctx, bool json) {
-  const std::string path = ctx.db_path.empty() ? costdb::DefaultDbPath() : ctx.db_path;
-  auto db = costdb::CostDb::Open(path, costdb::OpenMode::kReadOnly);
+  auto db = costdb::CostDb::Open(DbPath(ctx), costdb::OpenMode::kReadOnly);
   if (!db.ok()) return Failure(db.status());
   auto info = db->Info();
-  if (!info.ok()) return Failure(info.status());
+  auto devices = db->ListDevices();
+  auto tables = db->ListCostTables();
+  auto schedules = db->ListSchedules();
+  auto runs = db->ListRuns();
+  for (const Status& s : {info.status(), devices.status(), tables.status(), schedules.status(), runs.status()}) {
+    if (!s.ok()) return Failure(s);
+  }
   if (json) {
     nlohmann::json doc = {{"path", info->path},
                           {"schemaVersion", info->schema_version},
                           {"fileBytes", info->file_size_bytes},
                           {"journalMode", info->journal_mode},
-                          {"rows", info->row_counts}};
+                          {"rows", info->row_counts},
+                          {"devices", nlohmann::json::array()},
+                          {"costTables", nlohmann::json::array()},
+                          {"schedules", nlohmann::json::array()},
+                          {"runs", nlohmann::json::array()}};
+    for (const v1::Device& d : *devices) doc["devices"].push_back(nlohmann::json::parse(*proto::ToJson(d)));
+    for (const costdb::StoredCostTable& t : *tables) {
+      doc["costTables"].push_back({{"id", t.id},
+                                   {"model", t.key.model},
+                                   {"device", t.key.device},
+                                   {"costSource", t.key.cost_source},
+                                   {"batchSize", t.key.batch_size},
+                                   {"derivation", t.key.derivation},
+                                   {"trainable", t.key.trainable},
+                                   {"fingerprintHash", t.fingerprint_hash},
+                                   {"nodes", t.nodes},
+                                   {"createdAt", t.created_at}});
+    }
+    for (const costdb::StoredSchedule& s : *schedules) {
+      doc["schedules"].push_back({{"id", s.id},
+                                  {"model", s.request.model()},
+                                  {"device", s.request.device()},
+                                  {"status", v1::Schedule::Status_Name(s.status)},
+                                  {"energyJ", s.energy_j},
+                                  {"superseded", s.superseded},
+                                  {"createdAt", s.created_at}});
+    }
+    for (const costdb::StoredRun& r : *runs) {
+      doc["runs"].push_back({{"id", r.id},
+                             {"fingerprintHash", r.fingerprint_hash},
+                             {"costSource", r.cost_source},
+                             {"status", RunStatusText(r.status)},
+                             {"startedAt", r.started_at},
+                             {"finishedAt", r.finished_at}});
+    }
     std::cout << doc.dump(2) << "\n";
     return kExitOk;
   }
   std::cout << "path           " << info->path << "\n"
             << "schema         version " << info->schema_version << "\n"
-            << "size           " << FormatBytes(static_cast<double>(info->file_size_bytes)) << "\n"
-            << "journal        " << info->journal_mode << "\n\n";
-  Table table({{"table", Table::Align::kLeft}, {"rows"}});
-  for (const auto& [name, rows] : info->row_counts) table.AddRow({name, std::to_string(rows)});
-  table.Print(std::cout);
+            << "size           " << FormatBytes(static_cast<double>(info->file_size_bytes)) << ", journal "
+            << info->journal_mode << "\n";
+
+  std::cout << "\ndevices\n";
+  Table device_table({{"name", Table::Align::kLeft},
+                      {"kind", Table::Align::kLeft},
+                      {"fingerprint", Table::Align::kLeft},
+                      {"hardware", Table::Align::kLeft},
+                      {"earlier fingerprints"}});
+  for (const v1::Device& d : *devices) {
+    const v1::Fingerprint& f = d.fingerprint();
+    const bool measured = d.kind() == v1::Device::KIND_MEASURED;
+    device_table.AddRow({d.name(), measured ? "measured" : "preset", f.hash(),
+                         measured ? f.cpu_model() + ", " + std::to_string(f.online_cores()) + " cores"
+                                  : "board preset " + f.board_preset(),
+                         std::to_string(std::max(0, d.history_size() - 1))});
+  }
+  device_table.Print(std::cout);
+
+  std::cout << "\ncost tables (current)\n";
+  Table cost_table({{"#"},
+                    {"model", Table::Align::kLeft},
+                    {"device", Table::Align::kLeft},
+                    {"source", Table::Align::kLeft},
+                    {"derivation", Table::Align::kLeft},
+                    {"batch"},
+                    {"trainable", Table::Align::kLeft},
+                    {"nodes"},
+                    {"created", Table::Align::kLeft}});
+  for (const costdb::StoredCostTable& t : *tables) {
+    cost_table.AddRow({std::to_string(t.id), t.key.model, t.key.device, t.key.cost_source, t.key.derivation,
+                       std::to_string(t.key.batch_size), t.key.trainable, std::to_string(t.nodes), t.created_at});
+  }
+  cost_table.Print(std::cout);
+
+  std::cout << "\nschedules\n";
+  Table schedule_table({{"#"},
+                        {"model", Table::Align::kLeft},
+                        {"device", Table::Align::kLeft},
+                        {"status", Table::Align::kLeft},
+                        {"energy"},
+                        {"created", Table::Align::kLeft}});
+  for (const costdb::StoredSchedule& s : *schedules) {
+    if (s.superseded) continue;
+    const char* status = s.status == v1::Schedule::STATUS_OPTIMAL    ? "optimal"
+                         : s.status == v1::Schedule::STATUS_FEASIBLE ? "feasible"
+                                                                     : "no schedule";
+    schedule_table.AddRow({std::to_string(s.id), s.request.model().empty() ? s.request.graph_file() : s.request.model(),
+                           s.request.device(), status, FormatJoules(s.energy_j), s.created_at});
+  }
+  schedule_table.Print(std::cout);
+
+  std::cout << "\nprofiling runs\n";
+  Table run_table({{"#"},
+                   {"fingerprint", Table::Align::kLeft},
+                   {"source", Table::Align::kLeft},
+                   {"status", Table::Align::kLeft},
+                   {"started", Table::Align::kLeft}});
+  for (const costdb::StoredRun& r : *runs) {
+    run_table.AddRow({std::to_string(r.id), r.fingerprint_hash, r.cost_source, RunStatusText(r.status), r.started_at});
+  }
+  run_table.Print(std::cout);
+
+  std::cout << "\nrows per table\n";
+  Table rows({{"table", Table::Align::kLeft}, {"rows"}});
+  for (const auto& [name, count] : info->row_counts) rows.AddRow({name, std::to_string(count)});
+  rows.Print(std::cout);
+  return kExitOk;
+}
+
+bool IsProtobufFile(const std::string& path) { return path.ends_with(".pb") || path.ends_with(".binpb"); }
+
+int RunDbExport(const Context& ctx, const std::string& device, const std::string& out_path) {
+  auto db = costdb::CostDb::Open(DbPath(ctx), costdb::OpenMode::kReadOnly);
+  if (!db.ok()) return Failure(db.status());
+  auto exported = service::ExportDevice(*db, device);
+  if (!exported.ok()) return Failure(exported.status());
+  std::string bytes;
+  if (IsProtobufFile(out_path)) {
+    exported->SerializeToString(&bytes);
+  } else {
+    auto json = proto::ToJson(*exported, {.indent = true});
+    if (!json.ok()) return Failure(json.status());
+    bytes = *json + "\n";
+  }
+  if (out_path.empty() || out_path == "-") {
+    std::cout << bytes;
+    return kExitOk;
+  }
+  // Written beside, then renamed: a failed export leaves no half file.
+  const std::string partial = out_path + ".partial";
+  {
+    std::ofstream out(partial, std::ios::binary);
+    out << bytes;
+    if (!out.flush()) return Failure(PermissionDenied("cannot write " + partial));
+  }
+  if (std::rename(partial.c_str(), out_path.c_str()) != 0) return Failure(PermissionDenied("cannot write " + out_path));
+  std::cerr << "exported " << exported->op_costs_size() << " op costs and " << exported->cost_tables_size()
+            << " cost tables of " << device << " (fingerprint " << exported->device().fingerprint().hash() << ") to "
+            << out_path << "\n";
+  return kExitOk;
+}
+
+int RunDbImport(const Context& ctx, const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Failure(NotFound("cannot read " + path));
+  std::stringstream text;
+  text << in.rdbuf();
+  v1::CostExport exported;
+  if (IsProtobufFile(path)) {
+    if (!exported.ParseFromString(text.str())) {
+      return Failure(InvalidArgument(path + " is not an edgecost.v1.CostExport in protobuf"));
+    }
+  } else if (Status s = proto::FromJson(text.str(), &exported); !s.ok()) {
+    return Failure(InvalidArgument(path + " is not an edgecost.v1.CostExport in JSON: " + s.message()));
+  }
+  auto db = costdb::CostDb::Open(DbPath(ctx), costdb::OpenMode::kReadWrite);
+  if (!db.ok()) return Failure(db.status());
+  auto summary = service::ImportDevice(*db, exported);
+  if (!summary.ok()) return Failure(summary.status());
+  std::cout << "imported       device " << summary->device << ": " << summary->op_costs << " op costs, "
+            << summary->cost_tables << " cost tables" << (summary->paging ? ", paging costs" : "") << " into "
+            << db->path() << "\n"
+            << "next           edgecost solve --model MODEL --device " << summary->device
+            << " --ram-budget ... (plans with the costs measured there)\n";
   return kExitOk;
 }
 
 }  // namespace
 
 void RegisterDbCommand(CLI::App& app, Context& ctx) {
-  CLI::App* db = app.add_subcommand("db", "Inspect the cost database");
+  CLI::App* db = app.add_subcommand("db", "Inspect the cost database, and move measured costs between databases");
   db->require_subcommand(1);
+  db->footer(
+      "Examples:\n"
+      "  edgecost db info\n"
+      "  edgecost db export pi4 --out pi4-costs.json     # on the board\n"
+      "  edgecost db import pi4-costs.json               # on the host; then solve --device pi4");
+
   auto json = std::make_shared<bool>(false);
-  CLI::App* info = db->add_subcommand("info", "Path, schema version, size and row counts");
+  CLI::App* info = db->add_subcommand("info", "What the database holds: devices, cost tables, schedules, runs");
   info->add_flag("--json", *json, "Print JSON");
-  info->footer("Example:\n  edgecost --db /tmp/costs.db db info");
+  info->footer("Examples:\n  edgecost db info\n  edgecost --db /tmp/costs.db db info --json");
   info->callback([json, &ctx] { ctx.exit_code = LocalOnly(ctx, [&] { return RunDbInfo(ctx, *json); }); });
+
+  auto device = std::make_shared<std::string>();
+  auto out = std::make_shared<std::string>();
+  CLI::App* exporter = db->add_subcommand("export", "Write a measured device's costs to a file (JSON, or .pb)");
+  exporter->add_option("device", *device, "Device name (see `edgecost db info`)")->required();
+  exporter->add_option("--out", *out, "File to write; .pb writes protobuf (default: JSON on stdout)");
+  exporter->footer("Examples:\n  edgecost db export pi4 --out pi4-costs.json\n  edgecost db export pi4 --out pi4.pb");
+  exporter->callback(
+      [device, out, &ctx] { ctx.exit_code = LocalOnly(ctx, [&] { return RunDbExport(ctx, *device, *out); }); });
+
+  auto path = std::make_shared<std::string>();
+  CLI::App* importer = db->add_subcommand("import", "Read a device's costs written by `db export`");
+  importer->add_option("file", *path, "The exported file (JSON, or .pb for protobuf)")->required();
+  importer->footer("Example:\n  edgecost db import pi4-costs.json");
+  importer->callback([path, &ctx] { ctx.exit_code = LocalOnly(ctx, [&] { return RunDbImport(ctx, *path); }); });
 }
 
 }  // namespace edgecost::cli

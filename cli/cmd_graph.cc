@@ -14,6 +14,7 @@ namespace {
 struct GraphCommandFlags {
   GraphFlags graph;
   std::string format = "text";
+  bool json = false;  // --json, as every command has: --format json
 };
 
 std::string PhaseName(v1::Phase phase) {
@@ -61,7 +62,7 @@ int RunGraph(const GraphCommandFlags& flags) {
   if (!spec.ok()) return UsageError(spec.status());
   auto graph = graph::LoadTrainingGraph(*spec);
   if (!graph.ok()) return Failure(graph.status());
-  if (flags.format == "json") {
+  if (flags.json || flags.format == "json") {
     PrintJson(*graph);
   } else if (flags.format == "dot") {
     std::cout << graph::TrainingGraphToDot(*graph);
@@ -80,11 +81,13 @@ void RegisterGraphCommand(CLI::App& app, Context& ctx) {
   cmd->add_option("--format", flags->format, "text, json (protobuf TrainingGraph) or dot (Graphviz)")
       ->capture_default_str()
       ->check(CLI::IsMember({"text", "json", "dot"}));
+  cmd->add_flag("--json", flags->json, "Print protobuf JSON (TrainingGraph), as --format json");
   cmd->footer(
       "Examples:\n"
       "  edgecost graph resnet18_cifar\n"
       "  edgecost graph resnet18_cifar --derivation exact --trainable last:2\n"
-      "  edgecost graph vgg16 --format dot | dot -Tsvg > vgg16.svg");
+      "  edgecost graph vgg16 --format dot | dot -Tsvg > vgg16.svg\n"
+      "  edgecost graph my_model.onnx --json");
   cmd->callback([flags, &ctx] { ctx.exit_code = LocalOnly(ctx, [&] { return RunGraph(*flags); }); });
 }
 

@@ -17,25 +17,6 @@ struct JobsFlags {
   bool json = false;
 };
 
-std::string DbPath(const Context& ctx) { return ctx.db_path.empty() ? costdb::DefaultDbPath() : ctx.db_path; }
-
-std::string StateName(v1::Job::State state) {
-  switch (state) {
-    case v1::Job::STATE_QUEUED:
-      return "queued";
-    case v1::Job::STATE_RUNNING:
-      return "running";
-    case v1::Job::STATE_SUCCEEDED:
-      return "succeeded";
-    case v1::Job::STATE_FAILED:
-      return "failed";
-    case v1::Job::STATE_CANCELLED:
-      return "cancelled";
-    default:
-      return "unknown";
-  }
-}
-
 bool Active(const v1::Job& job) {
   return job.state() == v1::Job::STATE_QUEUED || job.state() == v1::Job::STATE_RUNNING;
 }
@@ -58,7 +39,7 @@ void PrintJobs(const std::vector<v1::Job>& jobs, bool json) {
                {"created", Table::Align::kLeft},
                {"message", Table::Align::kLeft}});
   for (const v1::Job& job : jobs) {
-    table.AddRow({std::to_string(job.id()), job.kind(), StateName(job.state()),
+    table.AddRow({std::to_string(job.id()), job.kind(), JobStateText(job.state()),
                   std::to_string(static_cast<int>(job.progress() * 100 + 0.5)) + "%", std::to_string(job.crashes()),
                   job.created_at(), job.message()});
   }

@@ -7,6 +7,8 @@
 #include <memory>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
 #include "cli/cli.h"
 #include "probes/perf_counters.h"
 #include "probes/registry.h"
@@ -19,6 +21,7 @@ struct ProbesFlags {
   std::string sysfs_root;
   bool watch = false;
   double interval_s = 1.0;
+  bool json = false;
 };
 
 std::atomic<bool> g_interrupted{false};
@@ -49,6 +52,22 @@ void PrintInfo(const probes::ProbeInfo& info) {
   std::printf("\n");
   if (!info.reason.empty()) std::printf("%-9s   %s: %s\n", "", info.available ? "note" : "why", info.reason.c_str());
   if (!info.fix.empty() && !info.available) std::printf("%-9s   fix: %s\n", "", info.fix.c_str());
+}
+
+nlohmann::json InfoJson(const probes::ProbeInfo& info) {
+  nlohmann::json out = {{"source", info.source},
+                        {"name", info.name},
+                        {"available", info.available},
+                        {"measured", info.measured},
+                        {"domains", info.domains},
+                        {"reason", info.reason},
+                        {"fix", info.fix}};
+  if (info.available && info.source != "perf") {
+    out["reading"] = info.kind == probes::ReadingKind::kPower ? "power_w" : "energy_j";
+    out["resolution"] = info.resolution;
+    out["updateIntervalS"] = info.update_interval_s;
+  }
+  return out;
 }
 
 // Live power per source, about once per interval, until Ctrl-C: the energy each
@@ -100,14 +119,24 @@ int RunProbes(const ProbesFlags& flags) {
   if (!flags.sysfs_root.empty()) config->sys_root = flags.sysfs_root;
   probes::Detected detected = probes::DetectAll(*config);
   if (flags.watch) return Watch(detected, flags.interval_s);
+  std::vector<probes::ProbeInfo> counters;
+  probes::PerfCounters perf = probes::PerfCounters::Open(probes::DefaultPerfEvents(), config->proc_root, counters);
+  const bool measured = !detected.probes.empty();
+  if (flags.json) {
+    nlohmann::json doc = {{"sysfsRoot", config->sys_root},
+                          {"energySources", nlohmann::json::array()},
+                          {"counters", nlohmann::json::array()},
+                          {"energyMeasuredBy", measured ? detected.probes.front()->info().name : ""}};
+    for (const probes::ProbeInfo& info : detected.infos) doc["energySources"].push_back(InfoJson(info));
+    for (const probes::ProbeInfo& info : counters) doc["counters"].push_back(InfoJson(info));
+    std::cout << doc.dump(2) << "\n";
+    return kExitOk;
+  }
 
   std::cout << "Energy sources (sysfs root " << config->sys_root << "):\n";
   for (const probes::ProbeInfo& info : detected.infos) PrintInfo(info);
-  std::vector<probes::ProbeInfo> counters;
-  probes::PerfCounters perf = probes::PerfCounters::Open(probes::DefaultPerfEvents(), config->proc_root, counters);
   std::cout << "\nPerformance counters (perf_event_open through libpfm4, this process):\n";
   for (const probes::ProbeInfo& info : counters) PrintInfo(info);
-  const bool measured = !detected.probes.empty();
   std::cout << "\nEnergy will be "
             << (measured ? "measured by " + detected.probes.front()->info().source + " " +
                                detected.probes.front()->info().name
@@ -129,6 +158,7 @@ void RegisterProbesCommand(CLI::App& app, Context& ctx) {
                   "Read sysfs from this tree instead of /sys (also $EDGECOST_SYSFS_ROOT)")
       ->check(CLI::ExistingDirectory);
   cmd->add_flag("--watch", flags->watch, "Print live power per source until interrupted");
+  cmd->add_flag("--json", flags->json, "Print the sources and counters as JSON");
   cmd->add_option("--interval-s", flags->interval_s, "Seconds between --watch lines")
       ->capture_default_str()
       ->check(CLI::Range(0.05, 3600.0));

@@ -32,6 +32,7 @@ struct ProfileFlags {
   std::optional<double> idle_power_w;  // unset: [probes.estimate] of --probes-config, or its default
   std::optional<double> core_power_w;
   std::string probes_config;
+  bool json = false;
 };
 
 // One line per op, redrawn in place on a terminal.
@@ -84,8 +85,11 @@ int RunRemoteProfile(const ProfileFlags& flags, const Context& ctx) {
   }
   std::signal(SIGINT, SIG_DFL);
   std::signal(SIGTERM, SIG_DFL);
-  std::cout << "job            " << job.id() << " " << v1::Job::State_Name(job.state()) << ": " << job.message()
-            << "\n";
+  if (flags.json) {
+    PrintJson(job);
+  } else {
+    std::cout << "job            " << job.id() << " " << JobStateText(job.state()) << ": " << job.message() << "\n";
+  }
   return job.state() == v1::Job::STATE_SUCCEEDED ? kExitOk : kExitFailure;
 }
 
@@ -95,7 +99,7 @@ int RunProfile(const ProfileFlags& flags, const Context& ctx) {
   auto spec = flags.graph.Spec();
   if (!spec.ok()) return UsageError(spec.status());
   service::ProfileJobOptions options;
-  options.db_path = ctx.db_path.empty() ? costdb::DefaultDbPath() : ctx.db_path;
+  options.db_path = DbPath(ctx);
   options.graph = *spec;
   options.threads = flags.threads;
   options.force = flags.force;
@@ -115,6 +119,10 @@ int RunProfile(const ProfileFlags& flags, const Context& ctx) {
   if (!result.ok()) return Failure(result.status());
 
   const profiler::ProfileSummary& summary = result->summary;
+  if (flags.json) {
+    PrintJson(service::ToProto(*result));
+    return summary.interrupted ? kExitFailure : kExitOk;
+  }
   std::cout << "profiled       " << result->graph.model() << " (derivation " << result->graph.derivation() << ", "
             << result->graph.nodes_size() << " nodes) on " << result->device.name() << "\n"
             << "ops            " << summary.distinct_ops << " distinct: " << summary.measured << " measured now, "
@@ -148,15 +156,17 @@ int RunProfile(const ProfileFlags& flags, const Context& ctx) {
 
 void RegisterProfileCommand(CLI::App& app, Context& ctx) {
   auto flags = std::make_shared<ProfileFlags>();
-  flags->graph.derivation = "exact";
   CLI::App* cmd = app.add_subcommand("profile", "Measure every distinct op of a training graph on this device");
   flags->graph.AddTo(cmd, /*positional=*/false);
-  cmd->add_option("--model", flags->graph.model_or_file, "Zoo model to profile")->required();
+  cmd->add_option("--model", flags->graph.model_or_file,
+                  "Zoo model (see `edgecost models`) or ONNX file from torch.onnx.export (.onnx)")
+      ->required();
   cmd->add_option("--threads", flags->threads, "oneDNN threads (default: all cores)");
   cmd->add_flag("--force", flags->force, "Measure again ops already stored for this device");
   cmd->add_flag("--accept-noisy", flags->accept_noisy,
                 "Build the cost table even if some ops could not be measured cleanly (another task or the "
                 "hypervisor took the CPU); they stay marked unreliable");
+  cmd->add_flag("--json", flags->json, "Print the result as protobuf JSON (ProfileResult); progress stays on stderr");
   cmd->add_option("--paging-dir", flags->paging_dir, "Where paged tensors go (default: beside the database)");
   cmd->add_option("--min-window-s", flags->min_window_s, "Minimum timed window per op")->capture_default_str();
   cmd->add_option("--idle-power-w", flags->idle_power_w,
@@ -175,7 +185,8 @@ void RegisterProfileCommand(CLI::App& app, Context& ctx) {
       "Examples:\n"
       "  edgecost profile --model resnet18_cifar\n"
       "  edgecost profile --model resnet18 --threads 2 --force\n"
-      "  edgecost profile --model linear --accept-noisy");
+      "  edgecost profile --model linear --accept-noisy\n"
+      "  edgecost profile --model my_model.onnx --batch-size 8");
   cmd->callback([flags, &ctx] { ctx.exit_code = RunProfile(*flags, ctx); });
 }
 

@@ -2,14 +2,13 @@
 #include <iostream>
 #include <sstream>
 
-#include <google/protobuf/util/json_util.h>
-
 #include "base/units.h"
 #include "cli/cli.h"
 #include "cli/table.h"
 #include "costdb/costdb.h"
 #include "daemon/client.h"
 #include "graph/cost_source.h"
+#include "proto/json.h"
 #include "service/cost_tables.h"
 #include "solver/heuristics.h"
 #include "solver/problem.h"
@@ -42,6 +41,7 @@ struct SolveFlags {
   bool json = false;
   std::string out_path;
   std::string svg_path;
+  CLI::Option* platform_option = nullptr;  // to refuse --platform with --device instead of ignoring it
 };
 
 const char* StatusName(v1::Schedule::Status status) {
@@ -80,19 +80,20 @@ void PrintSchedule(const v1::Schedule& s) {
   if (!s.message().empty()) std::cout << "               " << s.message() << "\n";
   if (!HasSchedule(s)) {
     if (s.min_feasible_ram_bytes() > 0) {
-      std::cout << "smallest RAM   " << s.min_feasible_ram_bytes() << " B ("
-                << FormatBytes(static_cast<double>(s.min_feasible_ram_bytes()))
-                << ") has a schedule at this runtime budget (found by the heuristics)\n";
+      std::cout << "smallest RAM   " << BytesText(s.min_feasible_ram_bytes())
+                << " has a schedule at this runtime budget (found by the heuristics)\n";
     }
     return;
   }
   const v1::EnergyBreakdown& e = s.energy();
-  std::cout << "energy         " << Fixed(e.total_j()) << " J = compute " << Fixed(e.compute_j()) << " + recompute "
-            << Fixed(e.recompute_j()) << " + page-in " << Fixed(e.page_in_j()) << " + page-out "
-            << Fixed(e.page_out_j()) << "\n"
-            << "lower bound    " << Fixed(s.lower_bound_j()) << " J (floor " << Fixed(s.floor_j())
-            << " J: every node computed once)\n"
-            << "peak RAM       " << s.peak_ram_bytes() << " B of " << s.ram_budget_bytes() << " B budget\n"
+  const auto energy = [&](double j) { return FormatJoules(j); };
+  std::cout << "energy         " << EnergyText(e.total_j(), s.energy_source()) << " = compute " << energy(e.compute_j())
+            << " + recompute " << energy(e.recompute_j()) << " + page-in " << energy(e.page_in_j()) << " + page-out "
+            << energy(e.page_out_j()) << "\n"
+            << "lower bound    " << energy(s.lower_bound_j()) << " (floor " << energy(s.floor_j())
+            << ": every node computed once)\n"
+            << "peak RAM       " << BytesText(s.peak_ram_bytes()) << " of " << BytesText(s.ram_budget_bytes())
+            << " budget\n"
             << "runtime        " << FormatSeconds(s.runtime_s()) << " of " << FormatSeconds(s.runtime_budget_s())
             << " budget\n"
             << "operations     " << s.recomputations() << " recomputations, " << s.page_outs() << " page-outs, "
@@ -106,6 +107,10 @@ Result<v1::ScheduleRequest> BuildRequest(const SolveFlags& flags) {
   if (!flags.graph_file.empty()) {
     request.set_graph_file(flags.graph_file);
   } else {
+    if (!flags.device.empty() && flags.platform_option && flags.platform_option->count() > 0) {
+      return InvalidArgument("--platform " + flags.platform + " names a board preset (poet-flops costs) and --device " +
+                             flags.device + " a profiled device (measured costs): give one of them");
+    }
     request.set_model(flags.model);
     request.set_device(flags.device.empty() ? flags.platform : flags.device);
     request.set_cost_source(flags.device.empty() ? std::string(graph::kPoetFlopsSource) : "measured");
@@ -119,9 +124,6 @@ Result<v1::ScheduleRequest> BuildRequest(const SolveFlags& flags) {
   request.set_ram_budget_bytes(static_cast<uint64_t>(ram));
   EC_ASSIGN_OR_RETURN(RuntimeBudget runtime, ParseRuntimeBudget(flags.runtime_budget));
   if (runtime.kind == RuntimeBudget::Kind::kMultiple) {
-    if (!(runtime.value >= 1)) {
-      return InvalidArgument("--runtime-budget must be at least 1x: a step computes every node at least once");
-    }
     request.set_runtime_budget_multiple(runtime.value);
   } else {
     request.set_runtime_budget_s(runtime.value);
@@ -141,10 +143,10 @@ Status WriteFile(const std::string& path, const std::string& text) {
   return out.flush() ? Status::Ok() : PermissionDenied("cannot write " + path);
 }
 
-int RunCompare(const solver::Problem& problem, const SolveFlags& flags) {
+int RunCompare(const solver::Problem& problem, const SolveFlags& flags, v1::EnergySource energy_source) {
   Table table({{"strategy", Table::Align::kLeft},
                {"status", Table::Align::kLeft},
-               {"energy J"},
+               {"energy"},
                {"vs optimal"},
                {"recompute"},
                {"page in/out"},
@@ -166,7 +168,7 @@ int RunCompare(const solver::Problem& problem, const SolveFlags& flags) {
     }
     const std::string versus = optimal_j > 0 ? "+" + Fixed((s->energy().total_j() / optimal_j - 1) * 100, 2) + "%" : "";
     table.AddRow({strategy, s->status() == v1::Schedule::STATUS_OPTIMAL ? "optimal" : "feasible",
-                  Fixed(s->energy().total_j()), versus, std::to_string(s->recomputations()),
+                  EnergyText(s->energy().total_j(), energy_source), versus, std::to_string(s->recomputations()),
                   std::to_string(s->page_ins()) + "/" + std::to_string(s->page_outs()),
                   FormatBytes(static_cast<double>(s->peak_ram_bytes())), FormatSeconds(s->runtime_s())});
   }
@@ -176,10 +178,7 @@ int RunCompare(const solver::Problem& problem, const SolveFlags& flags) {
 
 // --out: the schedule in protobuf's JSON mapping, indented.
 Status WriteScheduleJson(const std::string& path, const v1::Schedule& schedule) {
-  std::string json;
-  google::protobuf::util::JsonPrintOptions options;
-  options.add_whitespace = true;
-  (void)google::protobuf::util::MessageToJsonString(schedule, &json, options);
+  EC_ASSIGN_OR_RETURN(std::string json, proto::ToJson(schedule, {.indent = true}));
   return WriteFile(path, json);
 }
 
@@ -197,7 +196,8 @@ int RunRemoteSolve(const SolveFlags& flags, const Context& ctx, const v1::Schedu
     PrintJson(schedule);
   } else {
     std::cout << "problem        " << request.model() << " on " << request.device() << " via " << ctx.remote
-              << ", RAM budget " << request.ram_budget_bytes() << " B, runtime budget " << flags.runtime_budget << "\n";
+              << ", RAM budget " << BytesText(request.ram_budget_bytes()) << ", runtime budget " << flags.runtime_budget
+              << "\n";
     PrintSchedule(schedule);
     std::cout << "stored         schedule #" << schedule.id() << " in the daemon's database\n";
     if (!flags.out_path.empty()) std::cout << "written        " << flags.out_path << "\n";
@@ -209,7 +209,7 @@ int RunSolve(const SolveFlags& flags, const Context& ctx) {
   auto request = BuildRequest(flags);
   if (!request.ok()) return UsageError(request.status());
   if (!ctx.remote.empty()) return RunRemoteSolve(flags, ctx, *request);
-  const std::string db_path = ctx.db_path.empty() ? costdb::DefaultDbPath() : ctx.db_path;
+  const std::string db_path = DbPath(ctx);
   std::optional<costdb::CostDb> db;
   bool store = !flags.no_store;
   std::string not_stored;  // why a schedule meant to be stored is not
@@ -234,12 +234,12 @@ int RunSolve(const SolveFlags& flags, const Context& ctx) {
     if (!table.ok()) return Failure(table.status());
     auto problem = solver::ProblemFromCostTable(*table, *request);
     if (!problem.ok()) return Failure(problem.status());
-    if (flags.compare) return RunCompare(*problem, flags);
+    if (flags.compare) return RunCompare(*problem, flags, table->energy_source());
     auto ram = solver::MinFeasibleRam(*problem);
     if (!ram.ok()) return Failure(ram.status());
-    std::cout << "smallest RAM budget with a schedule at " << flags.runtime_budget << ": " << *ram << " B ("
-              << FormatBytes(static_cast<double>(*ram)) << "), found by the heuristics to 0.1%; lower bound "
-              << solver::MemoryLowerBound(*problem) << " B (the largest node with its inputs)\n";
+    std::cout << "smallest RAM budget with a schedule at " << flags.runtime_budget << ": " << BytesText(*ram)
+              << ", found by the heuristics to 0.1%; lower bound " << BytesText(solver::MemoryLowerBound(*problem))
+              << " (the largest node with its inputs)\n";
     return kExitOk;
   }
 
@@ -260,8 +260,8 @@ int RunSolve(const SolveFlags& flags, const Context& ctx) {
     PrintJson(schedule);
   } else {
     std::cout << "problem        " << table.graph().model() << " on " << table.device() << " (" << table.cost_source()
-              << "), " << solved->problem.size() << " nodes, RAM budget " << request->ram_budget_bytes()
-              << " B, runtime budget " << flags.runtime_budget << "\n";
+              << "), " << solved->problem.size() << " nodes, RAM budget " << BytesText(request->ram_budget_bytes())
+              << ", runtime budget " << flags.runtime_budget << "\n";
     PrintSchedule(schedule);
     if (!not_stored.empty()) std::cout << "not stored     " << not_stored << "\n";
     if (!flags.out_path.empty()) std::cout << "written        " << flags.out_path << "\n";
@@ -270,19 +270,19 @@ int RunSolve(const SolveFlags& flags, const Context& ctx) {
   return HasSchedule(schedule) ? kExitOk : kExitFailure;
 }
 
-int RunCheck(const std::string& path, const Context& ctx) {
+int RunCheck(const std::string& path, bool json, const Context& ctx) {
   std::ifstream in(path);
   if (!in) return Failure(NotFound("cannot read " + path));
   std::stringstream text;
   text << in.rdbuf();
   v1::Schedule schedule;
-  if (!google::protobuf::util::JsonStringToMessage(text.str(), &schedule).ok()) {
-    return Failure(InvalidArgument(path + " is not a schedule (protobuf JSON of edgecost.v1.Schedule)"));
+  if (Status decoded = proto::FromJson(text.str(), &schedule); !decoded.ok()) {
+    return Failure(
+        InvalidArgument(path + " is not a schedule (protobuf JSON of edgecost.v1.Schedule): " + decoded.message()));
   }
   std::optional<costdb::CostDb> db;
   if (schedule.request().cost_source() == "measured") {
-    auto opened =
-        costdb::CostDb::Open(ctx.db_path.empty() ? costdb::DefaultDbPath() : ctx.db_path, costdb::OpenMode::kReadOnly);
+    auto opened = costdb::CostDb::Open(DbPath(ctx), costdb::OpenMode::kReadOnly);
     if (!opened.ok()) return Failure(opened.status());
     db.emplace(std::move(opened).value());
   }
@@ -290,13 +290,28 @@ int RunCheck(const std::string& path, const Context& ctx) {
   if (!checked.ok()) return Failure(checked.status());
   const solver::Problem* problem = &checked->problem;
   const solver::Replay& replay = checked->replay;
+  if (json) {
+    v1::CheckResult result;
+    result.set_valid(replay.valid);
+    result.set_violation(replay.violation);
+    *result.mutable_energy() = replay.energy;
+    result.set_energy_source(schedule.energy_source());
+    result.set_peak_ram_bytes(static_cast<uint64_t>(replay.peak_ram_bytes));
+    result.set_ram_budget_bytes(static_cast<uint64_t>(problem->ram_budget_bytes));
+    result.set_runtime_s(replay.runtime_s);
+    result.set_runtime_budget_s(problem->runtime_budget_s);
+    result.set_claimed_energy_j(schedule.energy().total_j());
+    PrintJson(result);
+    return replay.valid ? kExitOk : kExitFailure;
+  }
   if (!replay.valid) {
     std::cout << "invalid        " << replay.violation << "\n";
     return kExitFailure;
   }
-  std::cout << "valid          energy " << Fixed(replay.energy.total_j()) << " J, peak RAM " << replay.peak_ram_bytes
-            << " B of " << problem->ram_budget_bytes << " B, runtime " << FormatSeconds(replay.runtime_s) << " of "
-            << FormatSeconds(problem->runtime_budget_s) << "\n";
+  std::cout << "valid          energy " << EnergyText(replay.energy.total_j(), schedule.energy_source())
+            << ", peak RAM " << BytesText(replay.peak_ram_bytes) << " of " << BytesText(problem->ram_budget_bytes)
+            << ", runtime " << FormatSeconds(replay.runtime_s) << " of " << FormatSeconds(problem->runtime_budget_s)
+            << "\n";
   if (std::fabs(replay.energy.total_j() - schedule.energy().total_j()) >
       1e-9 * std::max(1.0, replay.energy.total_j())) {
     std::cout << "note           the file claims " << Fixed(schedule.energy().total_j()) << " J\n";
@@ -313,10 +328,12 @@ void RegisterSolveCommand(CLI::App& app, Context& ctx) {
                                      "runtime budgets");
   cmd->add_option("--model", flags->model, "Zoo or ONNX model")->capture_default_str();
   cmd->add_option("--graph", flags->graph_file, "A graph file with costs (training-graph/v1 or node-link JSON)");
-  cmd->add_option("--platform", flags->platform, "Board preset for poet-flops costs")->capture_default_str();
+  flags->platform_option =
+      cmd->add_option("--platform", flags->platform, "Board preset for poet-flops costs")->capture_default_str();
   cmd->add_option("--device", flags->device, "Use measured costs of a profiled device (\"this\": this machine)");
   cmd->add_option("--batch-size", flags->batch_size, "Batch size")->capture_default_str();
-  cmd->add_option("--derivation", flags->derivation, "poet or exact (default: poet for presets, exact for devices)");
+  cmd->add_option("--derivation", flags->derivation,
+                  "exact (default: what each backward really reads) or poet (POET's construction)");
   cmd->add_option("--trainable", flags->trainable, "all, last:K or bias")->capture_default_str();
   cmd->add_option("--ram-budget", flags->ram_budget, "RAM for activations: 3000000, 3MB, 2.5MiB");
   cmd->add_option("--runtime-budget", flags->runtime_budget, "Multiple of a plain step (7.6x) or seconds (1.2s)")
@@ -348,9 +365,11 @@ void RegisterSolveCommand(CLI::App& app, Context& ctx) {
 
   auto path = std::make_shared<std::string>();
   CLI::App* check = app.add_subcommand("check", "Replay a schedule file and name its first violation");
+  auto json = std::make_shared<bool>(false);
   check->add_option("schedule", *path, "Schedule JSON written by `edgecost solve --out`")->required();
-  check->footer("Example:\n  edgecost check schedule.json");
-  check->callback([path, &ctx] { ctx.exit_code = RunCheck(*path, ctx); });
+  check->add_flag("--json", *json, "Print the replay as protobuf JSON (CheckResult)");
+  check->footer("Examples:\n  edgecost check schedule.json\n  edgecost check schedule.json --json");
+  check->callback([path, json, &ctx] { ctx.exit_code = RunCheck(*path, *json, ctx); });
 }
 
 }  // namespace edgecost::cli

@@ -12,13 +12,15 @@ namespace edgecost::cli {
 struct GraphFlags {
   std::string model_or_file;
   int batch_size = 1;
-  std::string derivation = "poet";
+  std::string derivation{graph::DerivationName(graph::kDefaultDerivation)};
   std::string trainable = "all";
   CLI::Option* derivation_option = nullptr;  // to tell a default from an explicit choice
 
   void AddTo(CLI::App* command, bool positional = true) {
     if (positional) {
-      command->add_option("model", model_or_file, "Zoo model (see `edgecost models`) or graph file (.json)")
+      command
+          ->add_option("model", model_or_file,
+                       "Zoo model (see `edgecost models`), ONNX file (.onnx) or graph file (.json)")
           ->required();
     }
     command->add_option("--batch-size", batch_size, "Batch size of zoo models")
@@ -26,8 +28,10 @@ struct GraphFlags {
         ->check(CLI::PositiveNumber);
     derivation_option =
         command
-            ->add_option("--derivation", derivation,
-                         "Backward graph: poet (POET's one gradient per layer) or exact (true dependencies)")
+            ->add_option(
+                "--derivation", derivation,
+                "Backward graph: exact (what each op's backward really reads) or poet (POET's one gradient per "
+                "layer, to compare with POET)")
             ->capture_default_str()
             ->check(CLI::IsMember({"poet", "exact"}));
     command->add_option("--trainable", trainable, "Trained parameters: all, last:K or bias")->capture_default_str();

@@ -83,26 +83,14 @@ Result<int64_t> CostDb::PutCostTable(const v1::CostTable& table) {
                              std::to_string(nodes) + " nodes");
     }
   }
-  // Analytic presets have no profiler to record them, so they are created on first use.
-  const bool preset = table.fingerprint_hash().empty() || table.fingerprint_hash().starts_with("preset:");
-  if (preset && table.device().empty()) return InvalidArgument("a preset cost table needs a device name");
-  const std::string hash = table.fingerprint_hash().empty() ? "preset:" + table.device() : table.fingerprint_hash();
+  const std::string& hash = table.fingerprint_hash();
+  if (hash.empty()) return InvalidArgument("a cost table needs the fingerprint of its device");
   const std::string now = NowUtc();
 
   EC_ASSIGN_OR_RETURN(Transaction tx, Write());
-  Result<FingerprintRow> fingerprint = FindFingerprint(hash);
-  if (!fingerprint.ok() && preset && fingerprint.status().code() == ErrorCode::kNotFound) {
-    v1::Device device;
-    device.set_name(table.device());
-    device.set_kind(v1::Device::KIND_PRESET);
-    device.mutable_fingerprint()->set_board_preset(table.device());
-    device.mutable_fingerprint()->set_hash(hash);
-    EC_RETURN_IF_ERROR(UpsertDevice(device).status());
-    fingerprint = FindFingerprint(hash);
-  }
-  if (!fingerprint.ok()) return fingerprint.status();
-  if (!table.device().empty() && fingerprint->device != table.device()) {
-    return InvalidArgument("fingerprint " + hash + " belongs to device '" + fingerprint->device + "', not '" +
+  EC_ASSIGN_OR_RETURN(FingerprintRow fingerprint, FindFingerprint(hash));
+  if (!table.device().empty() && fingerprint.device != table.device()) {
+    return InvalidArgument("fingerprint " + hash + " belongs to device '" + fingerprint.device + "', not '" +
                            table.device() + "'");
   }
   EC_ASSIGN_OR_RETURN(int64_t model_id, PutModelGraph(table.graph()));
@@ -113,12 +101,12 @@ Result<int64_t> CostDb::PutCostTable(const v1::CostTable& table) {
       db_.Prepare(
           "UPDATE cost_tables SET superseded_at = ? WHERE model_id = ? AND fingerprint_id = ? AND cost_source_id = ? "
           "AND superseded_at IS NULL"));
-  EC_RETURN_IF_ERROR(supersede.Bind(1, now).Bind(2, model_id).Bind(3, fingerprint->id).Bind(4, source_id).Run());
+  EC_RETURN_IF_ERROR(supersede.Bind(1, now).Bind(2, model_id).Bind(3, fingerprint.id).Bind(4, source_id).Run());
   EC_ASSIGN_OR_RETURN(
       Statement insert,
       db_.Prepare("INSERT INTO cost_tables (model_id, fingerprint_id, cost_source_id, note, paging, created_at) "
                   "VALUES (?, ?, ?, ?, ?, ?)"));
-  insert.Bind(1, model_id).Bind(2, fingerprint->id).Bind(3, source_id).Bind(4, table.note()).Bind(6, now);
+  insert.Bind(1, model_id).Bind(2, fingerprint.id).Bind(3, source_id).Bind(4, table.note()).Bind(6, now);
   if (table.has_paging()) {
     insert.BindBlob(5, Serialize(table.paging()));
   } else {
@@ -181,6 +169,29 @@ Result<v1::CostTable> CostDb::GetCostTableById(int64_t id) {
     return Status::Ok();
   }));
   return table;
+}
+
+Result<std::vector<StoredCostTable>> CostDb::ListCostTables(const std::string& device) {
+  EC_ASSIGN_OR_RETURN(
+      Statement stmt,
+      db_.Prepare("SELECT t.id, m.name, d.name, s.name, m.batch_size, m.derivation, m.trainable, f.hash, m.node_count, "
+                  "t.created_at FROM cost_tables t JOIN models m ON m.id = t.model_id "
+                  "JOIN fingerprints f ON f.id = t.fingerprint_id JOIN devices d ON d.id = f.device_id "
+                  "JOIN cost_sources s ON s.id = t.cost_source_id "
+                  "WHERE t.superseded_at IS NULL AND f.superseded_at IS NULL AND m.superseded_at IS NULL "
+                  "AND (? = '' OR d.name = ?) ORDER BY t.id"));
+  stmt.Bind(1, device).Bind(2, device);
+  std::vector<StoredCostTable> tables;
+  EC_RETURN_IF_ERROR(ForEachRow(stmt, [&]() -> Status {
+    tables.push_back({.id = stmt.Int(0),
+                      .key = {stmt.Text(1), stmt.Text(2), stmt.Text(3), static_cast<uint32_t>(stmt.Int(4)),
+                              stmt.Text(5), stmt.Text(6)},
+                      .fingerprint_hash = stmt.Text(7),
+                      .nodes = static_cast<int>(stmt.Int(8)),
+                      .created_at = stmt.Text(9)});
+    return Status::Ok();
+  }));
+  return tables;
 }
 
 Result<v1::CostTable> CostDb::GetCostTable(const CostTableKey& key) {

@@ -47,7 +47,7 @@ struct CostTableKey {
   std::string device;
   std::string cost_source;
   uint32_t batch_size = 1;
-  std::string derivation = "poet";
+  std::string derivation = "exact";  // graph::kDefaultDerivation
   std::string trainable = "all";
 };
 
@@ -72,6 +72,15 @@ struct StoredSchedule {
   v1::Schedule::Status status = v1::Schedule::STATUS_UNSPECIFIED;
   double energy_j = 0;
   bool superseded = false;
+  std::string created_at;  // UTC, ISO 8601
+};
+
+// What a cost table is about, without its rows: `edgecost db` lists these.
+struct StoredCostTable {
+  int64_t id = 0;
+  CostTableKey key;  // model, device, source, batch size, derivation, trainable
+  std::string fingerprint_hash;
+  int nodes = 0;
   std::string created_at;  // UTC, ISO 8601
 };
 
@@ -118,14 +127,15 @@ class CostDb {
   Result<int64_t> PutModelGraph(const v1::TrainingGraph& graph);
   Result<std::vector<v1::TrainingGraph>> ListModelGraphs();  // current graphs only
 
-  // Stores the graph, a preset device if needed, and every node cost in one
-  // transaction. An earlier table for the same graph, fingerprint and source is
-  // superseded, not deleted. A measured table's fingerprint must be recorded
-  // (UpsertDevice) first.
+  // Stores the graph and every node cost in one transaction. An earlier table
+  // for the same graph, fingerprint and source is superseded, not deleted. The
+  // table's fingerprint must be recorded (UpsertDevice) first.
   Result<int64_t> PutCostTable(const v1::CostTable& table);
   // The newest current table for `key`; NotFound says what to run otherwise.
   Result<v1::CostTable> GetCostTable(const CostTableKey& key);
   Result<v1::CostTable> GetCostTableById(int64_t id);
+  // The current tables (on current fingerprints), by id; empty `device` matches every device.
+  Result<std::vector<StoredCostTable>> ListCostTables(const std::string& device = "");
   // Names of the models with a current cost table from `cost_source` on the fingerprint, by name.
   Result<std::vector<std::string>> ListModelsWithCosts(const std::string& fingerprint_hash,
                                                        const std::string& cost_source);
@@ -134,6 +144,7 @@ class CostDb {
   Result<int64_t> BeginRun(const std::string& fingerprint_hash, const std::string& cost_source);
   Status FinishRun(int64_t run_id, RunStatus status, std::optional<double> idle_power_w = std::nullopt);
   Result<StoredRun> GetRun(int64_t run_id);
+  Result<std::vector<StoredRun>> ListRuns();  // oldest first
 
   // Measured op costs, one per fingerprint and op signature key; storing a key
   // again replaces its cost. run_id 0 means no run (an imported cost).

@@ -54,6 +54,26 @@ Result<StoredRun> CostDb::GetRun(int64_t run_id) {
                    .idle_power_w = stmt.OptionalDouble(5)};
 }
 
+Result<std::vector<StoredRun>> CostDb::ListRuns() {
+  EC_ASSIGN_OR_RETURN(
+      Statement stmt,
+      db_.Prepare("SELECT r.id, f.hash, s.name, r.status, r.started_at, r.finished_at, r.idle_power_w FROM runs r "
+                  "JOIN fingerprints f ON f.id = r.fingerprint_id JOIN cost_sources s ON s.id = r.cost_source_id "
+                  "ORDER BY r.id"));
+  std::vector<StoredRun> runs;
+  EC_RETURN_IF_ERROR(ForEachRow(stmt, [&]() -> Status {
+    runs.push_back({.id = stmt.Int(0),
+                    .fingerprint_hash = stmt.Text(1),
+                    .cost_source = stmt.Text(2),
+                    .status = RunStatusFromText(stmt.Text(3)),
+                    .started_at = stmt.Text(4),
+                    .finished_at = stmt.Text(5),
+                    .idle_power_w = stmt.OptionalDouble(6)});
+    return Status::Ok();
+  }));
+  return runs;
+}
+
 Status CostDb::PutOpCost(const std::string& fingerprint_hash, int64_t run_id, const v1::OpCost& cost) {
   if (cost.signature().key().empty()) return InvalidArgument("an op cost needs its signature key");
   EC_ASSIGN_OR_RETURN(Transaction tx, Write());

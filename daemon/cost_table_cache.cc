@@ -1,17 +1,15 @@
 #include "daemon/cost_table_cache.h"
 
-#include <google/protobuf/util/json_util.h>
-
 #include "daemon/twirp.h"
+#include "proto/json.h"
 
 namespace edgecost::daemon {
 
 std::string CostTableCache::Key(const HttpRequest& request) {
   if (request.target != kRoute) return "";
   v1::GetCostTableRequest decoded;
-  const bool ok = IsJson(request.content_type)
-                      ? google::protobuf::util::JsonStringToMessage(request.body, &decoded).ok()
-                      : decoded.ParseFromString(request.body);
+  const bool ok = IsJson(request.content_type) ? proto::FromJson(request.body, &decoded).ok()
+                                               : decoded.ParseFromString(request.body);
   return ok ? request.content_type + '\n' + decoded.SerializeAsString() : std::string();
 }
 

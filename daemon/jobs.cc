@@ -169,6 +169,7 @@ Result<v1::Job> JobManager::StartProfile(const v1::StartProfileRequest& request)
   EC_RETURN_IF_ERROR(CheckProfileRequest(request));
   auto entry = std::make_unique<Entry>();
   entry->request = request;
+  entry->job.set_model(request.model());
   return Enqueue(std::move(entry), "profile", "queued: profile " + request.model());
 }
 
@@ -263,7 +264,6 @@ void JobManager::RunProfile(Entry& entry) {
   options.db_path = db_path_;
   options.probes_config = probes_config_;
   options.graph.model_or_file = entry.request.model();
-  options.graph.derivation = graph::Derivation::kExact;
   options.threads = static_cast<int>(entry.request.threads());
   options.force = entry.request.force();
   options.accept_noisy = entry.request.accept_noisy();
@@ -297,6 +297,7 @@ void JobManager::RunProfile(Entry& entry) {
       job.set_unreliable_ops(static_cast<uint32_t>(result->summary.unreliable.size()));
       job.set_message("cost table #" + std::to_string(result->cost_table_id) + " stored" +
                       (result->noisy_message.empty() ? "" : "; " + result->noisy_message));
+      *job.mutable_profile() = service::ToProto(*result);
     }
   });
 }
@@ -312,18 +313,18 @@ void JobManager::RunRegeneration(Entry& entry) {
     });
     return;
   }
-  int solved = 0, failed = 0;
+  v1::RegenerateResult done;
   for (size_t i = 0; i < requests->size() && !entry.stop; ++i) {
     const v1::ScheduleRequest& request = (*requests)[i].second;
     Result<service::SolvedRequest> result = service::SolveRequest(&*db, request);
     v1::Event event;
     event.set_kind("schedule");
     if (result.ok()) {
-      ++solved;
+      done.add_schedule_ids(static_cast<uint64_t>(result->schedule_id));
       event.set_schedule_id(static_cast<uint64_t>(result->schedule_id));
       event.set_message("schedule #" + std::to_string(result->schedule_id) + " regenerated for " + request.model());
     } else {
-      ++failed;
+      done.set_failed(done.failed() + 1);
       event.set_message("request #" + std::to_string((*requests)[i].first) + " (" + request.model() +
                         ") not regenerated: " + result.status().message());
     }
@@ -331,10 +332,12 @@ void JobManager::RunRegeneration(Entry& entry) {
     Update(entry, [&](v1::Job& job) { job.set_progress(static_cast<double>(i + 1) / requests->size()); });
   }
   Update(entry, [&](v1::Job& job) {
-    const std::string counts = std::to_string(solved) + " schedules regenerated, " + std::to_string(failed) + " failed";
+    const std::string counts = std::to_string(done.schedule_ids_size()) + " schedules regenerated, " +
+                               std::to_string(done.failed()) + " failed";
     if (entry.stop) return SetStopped(entry, job, counts);
-    job.set_state(failed ? v1::Job::STATE_FAILED : v1::Job::STATE_SUCCEEDED);
+    job.set_state(done.failed() ? v1::Job::STATE_FAILED : v1::Job::STATE_SUCCEEDED);
     job.set_message(counts);
+    *job.mutable_regenerate() = done;
   });
 }
 

@@ -32,10 +32,7 @@ unsigned Cores() { return std::max(1u, std::thread::hardware_concurrency()); }
 
 Result<v1::ListDevicesResponse> CostService::ListDevices(const v1::ListDevicesRequest&) {
   EC_ASSIGN_OR_RETURN(costdb::CostDb * db, ThreadDb(db_path_));
-  EC_ASSIGN_OR_RETURN(std::vector<v1::Device> devices, db->ListDevices());
-  v1::ListDevicesResponse response;
-  for (v1::Device& device : devices) *response.add_devices() = std::move(device);
-  return response;
+  return service::ListDevices(*db);
 }
 
 Result<v1::Device> CostService::GetDevice(const v1::GetDeviceRequest& request) {

@@ -6,7 +6,7 @@
 #include <memory>
 #include <string_view>
 
-#include <google/protobuf/util/json_util.h>
+#include "proto/json.h"
 
 namespace edgecost::daemon {
 namespace {
@@ -82,11 +82,9 @@ void TwirpRouter::Handle(const HttpRequest& request, HttpReply reply) const {
   }
   std::unique_ptr<google::protobuf::Message> input = it->second.make_request();
   if (json) {
-    google::protobuf::util::JsonParseOptions options;
-    options.ignore_unknown_fields = false;
-    const auto status =
-        google::protobuf::util::JsonStringToMessage(request.body.empty() ? "{}" : request.body, input.get(), options);
-    if (!status.ok()) return reply(TwirpError("malformed", 400, "the JSON body does not decode: " + status.ToString()));
+    const Status decoded = proto::FromJson(request.body.empty() ? "{}" : request.body, input.get());
+    if (!decoded.ok())
+      return reply(TwirpError("malformed", 400, "the JSON body does not decode: " + decoded.message()));
   } else if (!input->ParseFromString(request.body)) {
     return reply(TwirpError("malformed", 400, "the protobuf body does not decode"));
   }
@@ -100,10 +98,9 @@ void TwirpRouter::Handle(const HttpRequest& request, HttpReply reply) const {
     }
     HttpResponse response;
     if (json) {
-      google::protobuf::util::JsonPrintOptions options;
-      options.always_print_primitive_fields = false;
-      const auto status = google::protobuf::util::MessageToJsonString(**output, &response.body, options);
-      if (!status.ok()) return reply(TwirpError("internal", 500, "cannot encode the response: " + status.ToString()));
+      auto encoded = proto::ToJson(**output);
+      if (!encoded.ok()) return reply(TwirpError("internal", 500, encoded.status().message()));
+      response.body = std::move(encoded).value();
       response.content_type = "application/json";
     } else {
       (*output)->SerializeToString(&response.body);

@@ -251,6 +251,14 @@ Result<Derivation> ParseDerivation(std::string_view text) {
 
 std::string_view DerivationName(Derivation derivation) { return derivation == Derivation::kPoet ? "poet" : "exact"; }
 
+uint64_t ActivationBytes(const v1::TrainingGraph& graph) {
+  uint64_t bytes = 0;
+  for (const v1::TrainingNode& node : graph.nodes()) {
+    if (node.phase() != v1::PHASE_BACKWARD) bytes += node.output_bytes();
+  }
+  return bytes;
+}
+
 Result<Trainable> Trainable::Parse(std::string_view text) {
   if (text == "all") return Trainable{};
   if (text == "bias") return Trainable{Mode::kBias, 0};

@@ -64,6 +64,13 @@ Result<GradRole> ParseGradRole(std::string_view name);
 enum class Derivation { kPoet, kExact };
 Result<Derivation> ParseDerivation(std::string_view text);
 std::string_view DerivationName(Derivation derivation);
+// One default everywhere (graph, costs, profile, solve, RPC): the graph the kernels
+// really run. `poet` is asked for by name, to compare with POET's own numbers.
+inline constexpr Derivation kDefaultDerivation = Derivation::kExact;
+
+// The bytes a plain step holds at the turn from forward to backward when it keeps
+// everything: the outputs of the forward nodes and the loss.
+uint64_t ActivationBytes(const v1::TrainingGraph& graph);
 
 struct Trainable {
   enum class Mode { kAll, kLastK, kBias };

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "graph/cost_source.h"
 #include "graph/zoo.h"
 
 namespace edgecost::graph {
@@ -128,6 +129,7 @@ Result<v1::CostTable> ParseTrainingGraphV1(const json& doc, std::string_view ori
   }
   EC_ASSIGN_OR_RETURN(std::string source, top.String("cost_source"));
   table.set_cost_source(source);
+  if (source == kPoetFlopsSource) table.set_energy_source(v1::ENERGY_SOURCE_ESTIMATED);
   if (doc.contains("batch_size")) {
     EC_ASSIGN_OR_RETURN(uint64_t batch, top.Bytes("batch_size"));  // a count, bounded the same way
     if (batch > static_cast<uint64_t>(kMaxBatchSize)) {
@@ -231,6 +233,7 @@ Result<v1::CostTable> ParseNodeLink(const json& doc, std::string_view origin) {
 
   v1::CostTable table;
   table.set_cost_source("imported:networkx-node-link");
+  table.set_energy_source(v1::ENERGY_SOURCE_ESTIMATED);  // energy in proportion to a compute cost
   table.set_note(
       "imported graph with one compute cost per node: cost_cpu is taken as the runtime and as the energy "
       "(so minimum energy is Checkmate's minimum compute), cost_ram as the output bytes, and page-in/out "

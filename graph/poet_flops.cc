@@ -40,6 +40,7 @@ class PoetFlopsSource : public CostSource {
     table.set_fingerprint_hash("preset:" + std::string(preset_.name));
     table.set_cost_source(Name());
     table.set_note("analytic: POET's FLOP counts and board constants; no measurement");
+    table.set_energy_source(v1::ENERGY_SOURCE_ESTIMATED);
     v1::PagingCost& paging = *table.mutable_paging();
     paging.set_storage_path("preset");
     paging.set_page_in_latency_s(preset_.page_in_latency_s);

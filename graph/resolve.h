@@ -14,7 +14,7 @@ namespace edgecost::graph {
 struct GraphSpec {
   std::string model_or_file;  // a zoo model, an ONNX model (.onnx), or a training-graph/v1 or node-link JSON file
   int batch_size = 1;
-  Derivation derivation = Derivation::kPoet;
+  Derivation derivation = kDefaultDerivation;
   Trainable trainable;
 };
 

@@ -265,6 +265,7 @@ Result<v1::CostTable> MeasuredCostTable(costdb::CostDb& db, const v1::TrainingGr
   }
   *table.mutable_paging() = *paging;
   std::string sources;
+  v1::EnergySource weakest = v1::ENERGY_SOURCE_UNSPECIFIED;
   for (int i = 0; i < graph.nodes_size(); ++i) {
     const v1::TrainingNode& node = graph.nodes(i);
     EC_ASSIGN_OR_RETURN(NodeWork work, WorkForNode(graph, i, threads));
@@ -281,18 +282,27 @@ Result<v1::CostTable> MeasuredCostTable(costdb::CostDb& db, const v1::TrainingGr
     EC_ASSIGN_OR_RETURN(std::optional<v1::OpCost> op, db.GetOpCost(fingerprint_hash, work.signature.key()));
     if (!op) {
       return NotFound("node " + std::to_string(i) + " ('" + node.name() + "', op " + work.signature.key() +
-                      ") has not been measured on this device; run `edgecost profile --model " + graph.model() + "`");
+                      ") has not been measured on this device; run " + ProfileCommand(graph, graph.model()));
     }
     cost.set_runtime_s(op->runtime().median_s());
     cost.set_compute_j(op->energy_j());
     AnnotateNodeCost(*op, cost);
+    weakest = std::max(weakest, op->energy_source());  // the enum orders sources from measured to estimated
     if (sources.find(op->energy_probe()) == std::string::npos) {
-      sources +=
-          (sources.empty() ? "" : ", ") + op->energy_probe() + " (" + v1::EnergySource_Name(op->energy_source()) + ")";
+      sources += (sources.empty() ? "" : ", ") + op->energy_probe() +
+                 (op->energy_source() == v1::ENERGY_SOURCE_ESTIMATED ? " (ESTIMATED)" : "");
     }
   }
   table.set_note("measured with oneDNN on this device; energy from " + (sources.empty() ? "no source" : sources));
+  table.set_energy_source(weakest);
   return table;
+}
+
+std::string ProfileCommand(const v1::TrainingGraph& graph, const std::string& model_or_file) {
+  std::string command = "`edgecost profile --model " + model_or_file + " --derivation " + graph.derivation();
+  if (graph.batch_size() != 1) command += " --batch-size " + std::to_string(graph.batch_size());
+  if (graph.trainable() != "all") command += " --trainable " + graph.trainable();
+  return command + "`";
 }
 
 std::string ThisDeviceName() {
@@ -306,25 +316,44 @@ Result<v1::CostTable> LoadMeasuredCostTable(costdb::CostDb& db, const graph::Gra
     return InvalidArgument("measured costs exist for models; " + spec.model_or_file + " carries its own costs");
   }
   EC_ASSIGN_OR_RETURN(v1::TrainingGraph graph, graph::LoadTrainingGraph(spec));
+  if (Result<v1::Device> known = db.GetDevice(device); known.status().code() == ErrorCode::kNotFound) {
+    EC_ASSIGN_OR_RETURN(std::vector<v1::Device> devices, db.ListDevices());
+    std::string names;
+    for (const v1::Device& d : devices) {
+      if (d.kind() == v1::Device::KIND_MEASURED) names += (names.empty() ? "" : ", ") + d.name();
+    }
+    return NotFound("no device '" + device + "' in " + db.path() + "; measured devices: " +
+                    (names.empty() ? "none yet (run `edgecost profile` on the device)" : names) +
+                    "; board presets take --platform");
+  }
   Result<v1::CostTable> table = db.GetCostTable(
       {graph.model(), device, kMeasuredSource, graph.batch_size(), graph.derivation(), graph.trainable()});
   if (table.status().code() == ErrorCode::kNotFound) {
     return NotFound("no measured costs for " + graph.model() + " (derivation " + graph.derivation() + ", trainable " +
                     graph.trainable() + ", batch size " + std::to_string(graph.batch_size()) + ") on device " + device +
-                    "; run `edgecost profile --model " + spec.model_or_file + "` there");
+                    "; run " + ProfileCommand(graph, spec.model_or_file) + " there");
   }
   if (!table.ok()) return table;
   // The stored table keeps medians; spread, interval and reliability are the op costs'.
-  std::map<std::string, std::optional<v1::OpCost>> ops;
+  std::map<std::string, std::optional<v1::OpCost>> annotated;
   for (v1::NodeCost& cost : *table->mutable_costs()) {
     if (cost.op_key().empty()) continue;
-    auto it = ops.find(cost.op_key());
-    if (it == ops.end()) {
+    auto it = annotated.find(cost.op_key());
+    if (it == annotated.end()) {
       EC_ASSIGN_OR_RETURN(std::optional<v1::OpCost> op, db.GetOpCost(table->fingerprint_hash(), cost.op_key()));
-      it = ops.emplace(cost.op_key(), std::move(op)).first;
+      it = annotated.emplace(cost.op_key(), std::move(op)).first;
     }
     if (it->second) AnnotateNodeCost(*it->second, cost);
   }
+  // The table is stored without its ops' energy sources: the weakest of them, again.
+  EC_ASSIGN_OR_RETURN(std::vector<v1::OpCost> ops, db.ListOpCosts(table->fingerprint_hash()));
+  std::map<std::string, v1::EnergySource> source_of;
+  for (const v1::OpCost& op : ops) source_of[op.signature().key()] = op.energy_source();
+  v1::EnergySource weakest = v1::ENERGY_SOURCE_UNSPECIFIED;
+  for (const v1::NodeCost& cost : table->costs()) {
+    if (auto it = source_of.find(cost.op_key()); it != source_of.end()) weakest = std::max(weakest, it->second);
+  }
+  table->set_energy_source(weakest);
   return table;
 }
 

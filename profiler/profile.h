@@ -82,6 +82,9 @@ Result<v1::CostTable> MeasuredCostTable(costdb::CostDb& db, const v1::TrainingGr
 // The stored measured cost table of a zoo model on a device ("this": this machine).
 Result<v1::CostTable> LoadMeasuredCostTable(costdb::CostDb& db, const graph::GraphSpec& spec, std::string device);
 
+// The `edgecost profile` command line that measures `graph` (derivation, batch size and trainable named).
+std::string ProfileCommand(const v1::TrainingGraph& graph, const std::string& model_or_file);
+
 // This machine's device name in the database: its host name.
 std::string ThisDeviceName();
 

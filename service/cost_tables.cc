@@ -1,5 +1,7 @@
 #include "service/cost_tables.h"
 
+#include <set>
+
 #include "graph/cost_source.h"
 #include "graph/graph_io.h"
 #include "graph/resolve.h"
@@ -16,8 +18,9 @@ Result<v1::CostTable> ResolveCostTable(costdb::CostDb* db, const v1::GetCostTabl
   const bool preset = graph::FindBoardPreset(device).ok();
   std::string source = request.cost_source();
   if (source.empty()) source = preset ? std::string(graph::kPoetFlopsSource) : profiler::kMeasuredSource;
-  std::string derivation = request.derivation();
-  if (derivation.empty()) derivation = source == profiler::kMeasuredSource ? "exact" : "poet";
+  const std::string derivation = request.derivation().empty()
+                                     ? std::string(graph::DerivationName(graph::kDefaultDerivation))
+                                     : request.derivation();
 
   graph::GraphSpec spec;
   spec.model_or_file = request.model();
@@ -61,22 +64,56 @@ Result<CheckedSchedule> CheckSchedule(costdb::CostDb* db, const v1::Schedule& sc
   return checked;
 }
 
+namespace {
+
+v1::Device PresetDevice(const std::string& name) {
+  v1::Device device;
+  device.set_name(name);
+  device.set_kind(v1::Device::KIND_PRESET);
+  device.mutable_fingerprint()->set_board_preset(name);
+  device.mutable_fingerprint()->set_hash("preset:" + name);
+  return device;
+}
+
+}  // namespace
+
+Result<int64_t> StoreCostTable(costdb::CostDb& db, v1::CostTable table) {
+  if (table.fingerprint_hash().empty() || table.fingerprint_hash().starts_with("preset:")) {
+    if (table.device().empty()) table.set_device(table.cost_source());
+    const v1::Device device = PresetDevice(table.device());
+    table.set_fingerprint_hash(device.fingerprint().hash());
+    EC_RETURN_IF_ERROR(db.UpsertDevice(device).status());
+  }
+  return db.PutCostTable(table);
+}
+
+Result<v1::ListDevicesResponse> ListDevices(costdb::CostDb& db) {
+  EC_ASSIGN_OR_RETURN(std::vector<v1::Device> stored, db.ListDevices());
+  v1::ListDevicesResponse response;
+  std::set<std::string> names;
+  for (v1::Device& device : stored) {
+    names.insert(device.name());
+    *response.add_devices() = std::move(device);
+  }
+  for (const graph::BoardPreset& preset : graph::BoardPresets()) {
+    if (!names.count(std::string(preset.name))) *response.add_devices() = PresetDevice(std::string(preset.name));
+  }
+  return response;
+}
+
 Result<v1::ListModelsResponse> DescribeZoo(int batch_size) {
   v1::ListModelsResponse response;
   for (const graph::ZooModel& model : graph::ZooModels()) {
-    EC_ASSIGN_OR_RETURN(v1::TrainingGraph poet,
-                        graph::ZooTrainingGraph(model.name, model.BatchSize(batch_size), graph::Derivation::kPoet));
+    EC_ASSIGN_OR_RETURN(v1::TrainingGraph training,
+                        graph::ZooTrainingGraph(model.name, model.BatchSize(batch_size), graph::kDefaultDerivation));
     v1::ModelInfo& info = *response.add_models();
     info.set_name(std::string(model.name));
-    uint64_t activation_bytes = 0;
-    for (const v1::TrainingNode& node : poet.nodes()) {
-      if (node.phase() != v1::PHASE_FORWARD) continue;
-      info.set_forward_nodes(info.forward_nodes() + 1);
-      activation_bytes += node.output_bytes();
+    for (const v1::TrainingNode& node : training.nodes()) {
+      if (node.phase() == v1::PHASE_FORWARD) info.set_forward_nodes(info.forward_nodes() + 1);
     }
-    info.set_training_nodes(static_cast<uint32_t>(poet.nodes_size()));
-    info.set_param_bytes(poet.param_bytes());
-    info.set_activation_bytes(activation_bytes);
+    info.set_training_nodes(static_cast<uint32_t>(training.nodes_size()));
+    info.set_param_bytes(training.param_bytes());
+    info.set_activation_bytes(graph::ActivationBytes(training));
   }
   return response;
 }
@@ -93,9 +130,10 @@ Result<SolvedRequest> SolveRequest(costdb::CostDb* db, const v1::ScheduleRequest
   options.stop = stop;
   EC_ASSIGN_OR_RETURN(solved.schedule, solver::Solve(solved.problem, options));
   *solved.schedule.mutable_request() = request;
+  solved.schedule.set_energy_source(solved.table.energy_source());
   if (db && store) {
     EC_ASSIGN_OR_RETURN(int64_t request_id, db->PutScheduleRequest(request));
-    EC_ASSIGN_OR_RETURN(int64_t table_id, db->PutCostTable(solved.table));
+    EC_ASSIGN_OR_RETURN(int64_t table_id, StoreCostTable(*db, solved.table));
     EC_ASSIGN_OR_RETURN(solved.schedule_id, db->PutSchedule(request_id, table_id, solved.schedule));
   }
   return solved;

@@ -14,8 +14,8 @@
 namespace edgecost::service {
 
 // Empty fields take defaults: device "this"; cost source "measured" for a measured
-// device, "poet-flops" for a board preset; derivation "exact" for measured costs,
-// "poet" for poet-flops; trainable "all"; batch size 1. `db` may be null for presets.
+// device, "poet-flops" for a board preset; derivation graph::kDefaultDerivation;
+// trainable "all"; batch size 1. `db` may be null for presets.
 Result<v1::CostTable> ResolveCostTable(costdb::CostDb* db, const v1::GetCostTableRequest& request);
 
 // The cost table a schedule request is about: its graph file, or its model on its device.
@@ -42,6 +42,14 @@ struct CheckedSchedule {
   solver::Replay replay;
 };
 Result<CheckedSchedule> CheckSchedule(costdb::CostDb* db, const v1::Schedule& schedule);
+
+// Stores a cost table. A table that no profiler measured (a board preset, a
+// graph file's own costs) gets its device recorded first, as a preset named
+// after the board or the file's cost source.
+Result<int64_t> StoreCostTable(costdb::CostDb& db, v1::CostTable table);
+
+// The devices of the database, then every board preset it does not hold yet.
+Result<v1::ListDevicesResponse> ListDevices(costdb::CostDb& db);
 
 // What `edgecost models` and ListModels show for each zoo model.
 Result<v1::ListModelsResponse> DescribeZoo(int batch_size);

@@ -34,6 +34,22 @@ v1::Device ThisDevice(const std::string& paging_dir) {
   return device;
 }
 
+v1::ProfileResult ToProto(const ProfileJobResult& result) {
+  v1::ProfileResult out;
+  out.set_nodes(static_cast<uint32_t>(result.summary.nodes));
+  out.set_distinct_ops(static_cast<uint32_t>(result.summary.distinct_ops));
+  out.set_measured(static_cast<uint32_t>(result.summary.measured));
+  out.set_reused(static_cast<uint32_t>(result.summary.reused));
+  out.set_elapsed_s(result.summary.elapsed_s);
+  out.set_cost_table_id(static_cast<uint64_t>(result.cost_table_id));
+  out.set_fingerprint_hash(result.device.fingerprint().hash());
+  out.set_energy_source(result.energy_source);
+  out.set_energy_measured(result.energy_measured);
+  out.set_step_runtime_s(result.step_runtime_s);
+  out.set_step_energy_j(result.step_energy_j);
+  return out;
+}
+
 Result<ProfileJobResult> RunProfileJob(const ProfileJobOptions& options, const std::atomic<bool>* stop,
                                        const std::function<void(const profiler::ProfileProgress&)>& on_progress,
                                        const std::function<void(const std::string&)>& log,

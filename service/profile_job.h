@@ -47,6 +47,9 @@ struct ProfileJobResult {
   double step_energy_j = 0;
 };
 
+// The result as a Job carries it over RPC.
+v1::ProfileResult ToProto(const ProfileJobResult& result);
+
 // "paging" beside the database: where paged tensors go unless told otherwise.
 std::string DefaultPagingDir(const std::string& db_path);
 

@@ -31,8 +31,13 @@ TEST(ParseRuntimeBudget, MultiplesAndSeconds) {
   EXPECT_EQ(s.kind, RuntimeBudget::Kind::kSeconds);
   EXPECT_DOUBLE_EQ(s.Seconds(100.0), 1.2);
   EXPECT_DOUBLE_EQ(ParseRuntimeBudget("800ms")->Seconds(1.0), 0.8);
-  EXPECT_FALSE(ParseRuntimeBudget("0x").ok());
   EXPECT_FALSE(ParseRuntimeBudget("2h").ok());
+  // A bare number is not silently a multiple, and a multiple under 1x says why it cannot be.
+  EXPECT_NE(ParseRuntimeBudget("2").status().message().find("2x"), std::string::npos);
+  EXPECT_NE(ParseRuntimeBudget("0x").status().message().find("at least 1x"), std::string::npos);
+  EXPECT_NE(ParseRuntimeBudget("0.5x").status().message().find("at least 1x"), std::string::npos);
+  EXPECT_FALSE(ParseRuntimeBudget("0s").ok());
+  EXPECT_FALSE(ParseRuntimeBudget("-1s").ok());
 }
 
 TEST(Format, HumanUnits) {

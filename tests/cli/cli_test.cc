@@ -15,6 +15,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "base/units.h"
 #include "tests/temp_dir.h"
 
 namespace {
@@ -55,7 +56,7 @@ TEST_F(CliTest, ModelsListsTheZoo) {
 }
 
 TEST_F(CliTest, CostsPrintsTotalsAndStoresTheTable) {
-  const CommandResult run = Edgecost("costs resnet18_cifar --platform a72 --store --summary");
+  const CommandResult run = Edgecost("costs resnet18_cifar --platform a72 --derivation poet --store --summary");
   ASSERT_EQ(run.exit_code, 0) << run.output;
   EXPECT_THAT(run.output, HasSubstr("7.89 J"));  // POET's README optimum is the all-once floor
   EXPECT_THAT(run.output, HasSubstr("stored"));
@@ -74,7 +75,7 @@ TEST_F(CliTest, CostsWritesAGraphFileThatReadsBack) {
 }
 
 TEST_F(CliTest, GraphFormats) {
-  EXPECT_THAT(Edgecost("graph transformer").output, HasSubstr("layer18_GradientLayer"));
+  EXPECT_THAT(Edgecost("graph transformer --derivation poet").output, HasSubstr("layer18_GradientLayer"));
   EXPECT_THAT(Edgecost("graph linear --format dot").output, HasSubstr("digraph"));
   EXPECT_THAT(Edgecost("graph linear --format json --derivation exact").output, HasSubstr("\"role\": \"grad_weight\""));
 }
@@ -97,12 +98,12 @@ TEST_F(CliTest, ExitCodesSeparateUsageFromFailure) {
 TEST_F(CliTest, SolveWritesAScheduleThatCheckAccepts) {
   const std::string schedule = (dir_ / "schedule.json").string();
   const CommandResult run = Edgecost(
-      "solve --model resnet18_cifar --platform a72 --ram-budget 3MB --runtime-budget 7.6x"
+      "solve --model resnet18_cifar --platform a72 --derivation poet --ram-budget 3MB --runtime-budget 7.6x"
       " --out " +
       schedule + " --svg " + (dir_ / "schedule.svg").string());
   ASSERT_EQ(run.exit_code, 0) << run.output;
   EXPECT_THAT(run.output, HasSubstr("optimal (proven)"));
-  EXPECT_THAT(run.output, HasSubstr("7.889510 J"));
+  EXPECT_THAT(run.output, HasSubstr("energy         7.89 J ESTIMATED = compute 7.89 J + recompute 0 J"));
   std::ifstream svg(dir_ / "schedule.svg");
   const std::string picture((std::istreambuf_iterator<char>(svg)), std::istreambuf_iterator<char>());
   EXPECT_THAT(picture, HasSubstr("<svg"));
@@ -343,4 +344,64 @@ TEST_F(CliTest, GlobalFlagsAfterTheSubcommandAndRemoteWhereItMeansSomething) {
     EXPECT_EQ(remote.exit_code, 2) << command << ": " << remote.output;
     EXPECT_THAT(remote.output, HasSubstr("--remote serves costs, solve, profile and jobs")) << command;
   }
+}
+
+// What a user notices: one derivation everywhere, budgets that say what they
+// mean, --json on every command, ESTIMATED where a model gave the energy, one
+// activation total per model, and measured costs that move between databases.
+TEST_F(CliTest, ConsistencyAUserNotices) {
+  const CommandResult bare = Edgecost("solve --model linear --platform a72 --ram-budget 10kB --runtime-budget 2");
+  EXPECT_EQ(bare.exit_code, 2) << bare.output;
+  EXPECT_THAT(bare.output, HasSubstr("write 2x"));
+  const CommandResult both = Edgecost("solve --model linear --platform m4 --device this --ram-budget 10kB");
+  EXPECT_EQ(both.exit_code, 2) << both.output;
+  EXPECT_THAT(both.output, HasSubstr("give one of them"));
+
+  const CommandResult solve = Edgecost(
+      "solve --model linear --platform a72 --ram-budget 10kB --runtime-budget 2x --out " + (dir_ / "s.json").string());
+  ASSERT_EQ(solve.exit_code, 0) << solve.output;
+  EXPECT_THAT(solve.output, HasSubstr("J ESTIMATED"));
+  EXPECT_THAT(solve.output, ::testing::ContainsRegex("RAM budget 10.0 kB \\(10000 B\\)"));
+  EXPECT_THAT(Edgecost("check " + (dir_ / "s.json").string() + " --json").output, HasSubstr("\"valid\": true"));
+  EXPECT_THAT(Edgecost("graph linear --json").output, HasSubstr("\"index\": 0"));  // zero values printed
+  EXPECT_THAT(Edgecost("probes --json").output, HasSubstr("\"energySources\""));
+  EXPECT_THAT(Edgecost("graph linear").output, HasSubstr("derivation exact"));
+
+  // One activation total: `models` and `costs` count the same bytes.
+  const CommandResult models = Edgecost("models --json");
+  const size_t linear = models.output.find("\"name\": \"linear\"");
+  ASSERT_NE(linear, std::string::npos) << models.output;
+  const size_t field = models.output.find("\"activationBytes\": \"", linear);
+  ASSERT_NE(field, std::string::npos);
+  const uint64_t bytes = std::stoull(models.output.substr(field + 20));
+  EXPECT_THAT(Edgecost("costs linear --platform a72 --summary").output,
+              HasSubstr("activations    " + edgecost::FormatBytes(static_cast<double>(bytes))));
+
+  // Measured here, exported, imported into another database, solved there.
+  const std::string no_sensors = "EDGECOST_SYSFS_ROOT=" + (dir_ / "no-sysfs").string() + " ";
+  const CommandResult profile = Run(no_sensors + "EDGECOST_DB=" + (dir_ / "costs.db").string() + " " + EDGECOST_BIN +
+                                    " profile --model linear --min-window-s 0.005 --json");
+  ASSERT_EQ(profile.exit_code, 0) << profile.output;
+  EXPECT_THAT(profile.output, HasSubstr("\"costTableId\""));
+  char host[256] = {};
+  ASSERT_EQ(::gethostname(host, sizeof host - 1), 0);
+  const CommandResult unknown = Edgecost("costs linear --device no-such-board");
+  EXPECT_EQ(unknown.exit_code, 1);
+  EXPECT_THAT(unknown.output, HasSubstr(std::string("measured devices: ") + host));
+  const std::string exported = (dir_ / "export.json").string();
+  const CommandResult out = Edgecost(std::string("db export ") + host + " --out " + exported);
+  ASSERT_EQ(out.exit_code, 0) << out.output;
+  const std::string other = "--db " + (dir_ / "host.db").string() + " ";
+  const CommandResult in = Edgecost(other + "db import " + exported);
+  ASSERT_EQ(in.exit_code, 0) << in.output;
+  const CommandResult there = Edgecost(other + "costs linear --device " + host + " --summary");
+  ASSERT_EQ(there.exit_code, 0) << there.output;
+  EXPECT_THAT(there.output, HasSubstr("ESTIMATED"));  // no sensor here: the energy is the power model's
+  EXPECT_EQ(
+      Edgecost(other + "solve --model linear --device " + host + " --ram-budget 10kB --runtime-budget 2x").exit_code,
+      0);
+  const CommandResult info = Edgecost(other + "db info");
+  EXPECT_THAT(info.output, HasSubstr("cost tables (current)"));
+  EXPECT_THAT(info.output, HasSubstr(host));
+  EXPECT_EQ(Edgecost("db export a72").exit_code, 1);  // a preset has nothing measured
 }

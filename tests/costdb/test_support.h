@@ -14,6 +14,7 @@
 
 #include <gtest/gtest.h>
 
+#include "costdb/costdb.h"
 #include "proto/edgecost.pb.h"
 #include "tests/temp_dir.h"
 
@@ -68,7 +69,7 @@ inline v1::CostTable Table(const std::string& model, const std::string& device, 
   v1::CostTable table;
   *table.mutable_graph() = Graph(model, nodes);
   table.set_device(device);
-  table.set_fingerprint_hash(hash);
+  table.set_fingerprint_hash(hash.empty() ? "preset:" + device : hash);
   table.set_cost_source(hash.empty() ? "poet-flops" : "measured");
   table.set_note("generation " + std::to_string(generation));
   for (int i = 0; i < nodes; ++i) {
@@ -83,6 +84,23 @@ inline v1::CostTable Table(const std::string& model, const std::string& device, 
   }
   return table;
 }
+
+inline v1::Device PresetDevice(const std::string& name) {
+  v1::Device device;
+  device.set_name(name);
+  device.set_kind(v1::Device::KIND_PRESET);
+  device.mutable_fingerprint()->set_board_preset(name);
+  device.mutable_fingerprint()->set_hash("preset:" + name);
+  return device;
+}
+
+// Records the preset device of a preset table (the database holds no rule that
+// would), then stores the table.
+inline Result<int64_t> PutPresetTable(CostDb& db, const v1::CostTable& table) {
+  EC_RETURN_IF_ERROR(db.UpsertDevice(PresetDevice(table.device())).status());
+  return db.PutCostTable(table);
+}
+inline Result<int64_t> PutPresetTable(CostDb&& db, const v1::CostTable& table) { return PutPresetTable(db, table); }
 
 inline v1::Device MeasuredDevice(const std::string& name, const std::string& hash) {
   v1::Device device;

@@ -2,19 +2,26 @@
 // transport, no daemon, a temporary database.
 #include "daemon/services.h"
 
+#include <sqlite3.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <set>
+#include <sstream>
+#include <thread>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
 
 #include "daemon/config.h"
 #include "daemon/cost_table_cache.h"
 #include "daemon/events.h"
 #include "daemon/jobs.h"
+#include "proto/json.h"
 
 namespace edgecost::daemon {
 namespace {
@@ -126,6 +133,60 @@ TEST_F(ServicesTest, JobServiceListsTheNewestAndRefusesWhatCannotRun) {
   get.set_id(1);
   EXPECT_EQ(jobs.GetJob(get).status().code(), ErrorCode::kNotFound);
   manager.Shutdown();
+}
+
+TEST_F(ServicesTest, ListDevicesNamesEveryPresetBeforeAnyIsStored) {
+  CostTableCache cache;
+  CostService costs(Db(), &cache);
+  auto devices = costs.ListDevices({});
+  ASSERT_TRUE(devices.ok()) << devices.status().message();
+  std::set<std::string> names;
+  for (const v1::Device& d : devices->devices()) {
+    EXPECT_EQ(d.kind(), v1::Device::KIND_PRESET);
+    names.insert(d.name());
+  }
+  EXPECT_EQ(names, (std::set<std::string>{"a72", "a72nocache", "jetsontx2", "m0", "m4"}));
+}
+
+TEST_F(ServicesTest, AJobThatCannotBeStoredIsLoggedAndStillAnswered) {
+  std::ostringstream log;
+  auto previous = spdlog::default_logger();
+  spdlog::set_default_logger(
+      std::make_shared<spdlog::logger>("capture", std::make_shared<spdlog::sinks::ostream_sink_mt>(log)));
+  {
+    JobManager manager(Db(), "", events_);
+    ASSERT_TRUE(manager.Open().ok());
+    sqlite3* raw = nullptr;  // another connection takes the jobs table away: every PutJob fails from now on
+    ASSERT_EQ(sqlite3_open(Db().c_str(), &raw), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(raw, "DROP TABLE jobs", nullptr, nullptr, nullptr), SQLITE_OK);
+    sqlite3_close(raw);
+
+    auto job = manager.StartRegeneration("test");
+    ASSERT_TRUE(job.ok()) << job.status().message();
+    Result<v1::Job> now = manager.Get(job->id());
+    for (int i = 0; i < 2000 && now.ok() && now->state() != v1::Job::STATE_SUCCEEDED; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      now = manager.Get(job->id());
+    }
+    ASSERT_TRUE(now.ok());
+    EXPECT_EQ(now->state(), v1::Job::STATE_SUCCEEDED);
+    EXPECT_TRUE(now->has_regenerate());  // a structured result, not only a message
+    EXPECT_EQ(now->regenerate().failed(), 0u);
+    manager.Shutdown();
+  }
+  spdlog::set_default_logger(previous);
+  EXPECT_THAT(log.str(), HasSubstr("event=job_not_stored"));
+  EXPECT_THAT(log.str(), HasSubstr("no such table"));
+}
+
+TEST(ProtoJson, ZeroValuesArePrintedAndUnknownFieldsNameTheValidOnes) {
+  v1::TrainingNode node;  // index 0
+  EXPECT_THAT(*proto::ToJson(node), HasSubstr("\"index\":0"));
+  v1::GetCostTableRequest request;
+  const Status unknown = proto::FromJson(R"({"model":"linear","modle":"x"})", &request);
+  EXPECT_EQ(unknown.code(), ErrorCode::kInvalidArgument);
+  EXPECT_THAT(unknown.message(), HasSubstr("modle"));
+  EXPECT_THAT(unknown.message(), HasSubstr("GetCostTableRequest has: model, device, costSource"));
 }
 
 TEST(DaemonConfig, ValuesAreCheckedWhereTheyEnter) {

@@ -17,6 +17,7 @@
 #include <gtest/gtest.h>
 
 #include "probes/probe.h"
+#include "probes/registry.h"
 
 namespace edgecost::probes {
 namespace {
@@ -470,6 +471,40 @@ TEST_F(SysfsTree, ReadSysfsTrimsAndNamesThePathOnError) {
   auto word = ReadSysfsNumber((root_ / "class/thing/word").string());
   ASSERT_FALSE(word.ok());
   EXPECT_THAT(word.status().message(), HasSubstr("word"));
+}
+
+// ---- The perf power PMU and the config ----------------------------------------
+
+TEST_F(SysfsTree, PerfPowerPmuIsListedWithItsEvents) {
+  Write("bus/event_source/devices/power/type", "23");
+  Write("bus/event_source/devices/power/events/energy-pkg", "event=0x02");
+  Write("bus/event_source/devices/power/events/energy-pkg.unit", "Joules");
+  Detected d;
+  DetectRapl(Root(), d);
+  const ProbeInfo* pmu = FindInfo(d, "rapl", "perf power PMU");
+  ASSERT_NE(pmu, nullptr);
+  EXPECT_THAT(pmu->domains, ::testing::ElementsAre("energy-pkg"));
+}
+
+TEST_F(SysfsTree, ConfigPointsEveryReaderAtTheTree) {
+  Write("class/hwmon/hwmon0/name", "ina219");
+  Write("class/hwmon/hwmon0/power1_input", "1000000");
+  const fs::path config = root_ / "edgecost.toml";
+  std::ofstream(config) << "[probes]\nsysfs_root = \"" << Root() << "\"\n"
+                        << "nested_rails = { VDD_CPU = \"VDD_IN\" }\n[probes.estimate]\nidle_w = 3.5\n";
+  auto loaded = LoadProbesConfig(config.string());
+  ASSERT_TRUE(loaded.ok()) << loaded.status().message();
+  EXPECT_EQ(loaded->sys_root, Root());
+  EXPECT_EQ(loaded->nested_rails.at("VDD_CPU"), "VDD_IN");
+  EXPECT_DOUBLE_EQ(loaded->estimate.idle_w, 3.5);
+  Detected all = DetectAll(*loaded);
+  ASSERT_FALSE(all.probes.empty());
+  EXPECT_EQ(all.probes.front()->info().source, "hwmon");
+  EXPECT_EQ(all.infos.back().source, "estimate");
+  EXPECT_FALSE(all.infos.back().measured);
+
+  std::ofstream(config) << "[probes]\nsysfs_root = 3\n";
+  EXPECT_FALSE(LoadProbesConfig(config.string()).ok());
 }
 
 }  // namespace

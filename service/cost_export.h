@@ -1,0 +1,27 @@
+// Moving a device's measurements between cost databases: `edgecost db export`
+// on the board, `edgecost db import` on the host, then `solve --device BOARD`
+// on the host plans with what the board measured.
+#pragma once
+
+#include <string>
+
+#include "base/status.h"
+#include "costdb/costdb.h"
+#include "proto/edgecost.pb.h"
+
+namespace edgecost::service {
+
+// The device's current fingerprint with its op costs, paging cost and current cost tables.
+Result<v1::CostExport> ExportDevice(costdb::CostDb& db, const std::string& device);
+
+struct ImportSummary {
+  std::string device;
+  int op_costs = 0;
+  int cost_tables = 0;
+  bool paging = false;
+};
+
+// Records the device and its fingerprint, then every cost, in the receiving database.
+Result<ImportSummary> ImportDevice(costdb::CostDb& db, const v1::CostExport& exported);
+
+}  // namespace edgecost::service
