@@ -329,15 +329,9 @@ int RunSolve(const SolveFlags& flags, const Context& ctx) {
 }
 
 int RunCheck(const std::string& path, bool json, const Context& ctx) {
-  std::ifstream in(path);
-  if (!in) return Failure(NotFound("cannot read " + path));
-  std::stringstream text;
-  text << in.rdbuf();
-  v1::Schedule schedule;
-  if (Status decoded = proto::FromJson(text.str(), &schedule); !decoded.ok()) {
-    return Failure(
-        InvalidArgument(path + " is not a schedule (protobuf JSON of edgecost.v1.Schedule): " + decoded.message()));
-  }
+  auto read = service::ReadScheduleFile(path);
+  if (!read.ok()) return Failure(read.status());
+  const v1::Schedule& schedule = *read;
   std::optional<costdb::CostDb> db;
   if (schedule.request().cost_source() == "measured" || schedule.request().cost_source() == "measured-in-step") {
     auto opened = costdb::CostDb::Open(DbPath(ctx), costdb::OpenMode::kReadOnly);

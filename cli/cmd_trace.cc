@@ -3,12 +3,11 @@
 #include <iostream>
 #include <sstream>
 
-#include <google/protobuf/util/json_util.h>
-
 #include "cli/cli.h"
 #include "cli/table.h"
 #include "costdb/costdb.h"
 #include "daemon/client.h"
+#include "proto/json.h"
 #include "service/cost_tables.h"
 #include "service/trace.h"
 
@@ -24,19 +23,10 @@ struct TraceFlags {
   bool json = false;
 };
 
-std::string DbPath(const Context& ctx) { return ctx.db_path.empty() ? costdb::DefaultDbPath() : ctx.db_path; }
-
 Result<v1::Trace> TraceOfScheduleFile(const std::string& path, const Context& ctx) {
-  std::ifstream in(path);
-  if (!in) return NotFound("cannot read " + path);
-  std::stringstream text;
-  text << in.rdbuf();
-  v1::Schedule schedule;
-  if (!google::protobuf::util::JsonStringToMessage(text.str(), &schedule).ok()) {
-    return InvalidArgument(path + " is not a schedule (protobuf JSON of edgecost.v1.Schedule, from solve --out)");
-  }
+  EC_ASSIGN_OR_RETURN(v1::Schedule schedule, service::ReadScheduleFile(path));
   std::optional<costdb::CostDb> db;
-  if (schedule.request().cost_source() == "measured") {
+  if (schedule.request().cost_source() == "measured" || schedule.request().cost_source() == "measured-in-step") {
     EC_ASSIGN_OR_RETURN(costdb::CostDb opened, costdb::CostDb::Open(DbPath(ctx), costdb::OpenMode::kReadOnly));
     db.emplace(std::move(opened));
   }

@@ -3,11 +3,15 @@
 #include <chrono>
 #include <set>
 
+#include <fstream>
+#include <sstream>
+
 #include "graph/cost_source.h"
 #include "graph/graph_io.h"
 #include "graph/resolve.h"
 #include "graph/zoo.h"
 #include "profiler/profile.h"
+#include "proto/json.h"
 #include "service/train_job.h"
 #include "solver/problem.h"
 #include "solver/solve.h"
@@ -71,6 +75,19 @@ Result<v1::CostTable> CostTableForRequest(costdb::CostDb* db, const v1::Schedule
   table.set_derivation(request.derivation());
   table.set_trainable(request.trainable());
   return ResolveCostTable(db, table);
+}
+
+Result<v1::Schedule> ReadScheduleFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return NotFound("cannot read " + path);
+  std::stringstream text;
+  text << in.rdbuf();
+  v1::Schedule schedule;
+  if (Status decoded = proto::FromJson(text.str(), &schedule); !decoded.ok()) {
+    return InvalidArgument(path + " is not a schedule (protobuf JSON of edgecost.v1.Schedule, from `edgecost solve --out`): " +
+                           decoded.message());
+  }
+  return schedule;
 }
 
 Result<CheckedSchedule> CheckSchedule(costdb::CostDb* db, const v1::Schedule& schedule) {

@@ -42,6 +42,9 @@ Result<SolvedRequest> SolveRequest(costdb::CostDb* db, const v1::ScheduleRequest
                                    const std::atomic<bool>* stop = nullptr,
                                    const std::function<void(const solver::Progress&)>& on_progress = {});
 
+// A schedule file as `edgecost solve --out` writes it.
+Result<v1::Schedule> ReadScheduleFile(const std::string& path);
+
 // What `edgecost check` does: a schedule's own request gives its cost table
 // and budgets (a measured table needs `db`), and the simulator replays it.
 struct CheckedSchedule {

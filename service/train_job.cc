@@ -9,8 +9,6 @@
 #include <fstream>
 #include <sstream>
 
-#include <google/protobuf/util/json_util.h>
-
 #include "base/units.h"
 #include "probes/registry.h"
 #include "profiler/power_model.h"
@@ -53,20 +51,6 @@ T Median(std::vector<T> v) {
   if (v.empty()) return T{};
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
-}
-
-Result<v1::Schedule> ReadScheduleFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return NotFound("cannot read " + path);
-  std::stringstream text;
-  text << in.rdbuf();
-  v1::Schedule schedule;
-  if (!google::protobuf::util::JsonStringToMessage(text.str(), &schedule).ok()) {
-    return InvalidArgument(path +
-                           " is not a schedule (protobuf JSON of edgecost.v1.Schedule, from `edgecost solve "
-                           "--out`)");
-  }
-  return schedule;
 }
 
 bool HasSchedule(const v1::Schedule& s) {
