@@ -120,8 +120,8 @@ int RunProfile(const ProfileFlags& flags, const Context& ctx) {
 
   const profiler::ProfileSummary& summary = result->summary;
   if (flags.json) {
-    PrintJson(service::ToProto(*result));
-    return summary.interrupted ? kExitFailure : kExitOk;
+    PrintJson(service::ToProto(*result));  // noisy and not accepted: no cost table, exit 1 as in text
+    return summary.interrupted || result->cost_table_id == 0 ? kExitFailure : kExitOk;
   }
   std::cout << "profiled       " << result->graph.model() << " (derivation " << result->graph.derivation() << ", "
             << result->graph.nodes_size() << " nodes) on " << result->device.name() << "\n"

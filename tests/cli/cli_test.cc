@@ -382,7 +382,7 @@ TEST_F(CliTest, ConsistencyAUserNotices) {
   // Measured here, exported, imported into another database, solved there.
   const std::string no_sensors = "EDGECOST_SYSFS_ROOT=" + (dir_ / "no-sysfs").string() + " ";
   const CommandResult profile = Run(no_sensors + "EDGECOST_DB=" + (dir_ / "costs.db").string() + " " + EDGECOST_BIN +
-                                    " profile --model linear --min-window-s 0.005 --json");
+                                    " profile --model linear --min-window-s 0.005 --accept-noisy --json");
   ASSERT_EQ(profile.exit_code, 0) << profile.output;
   EXPECT_THAT(profile.output, HasSubstr("\"costTableId\""));
   char host[256] = {};

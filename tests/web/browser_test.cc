@@ -276,7 +276,7 @@ TEST_F(BrowserTest, ThePageShowsDevicesCostsASchedulePictureAndLiveJobs) {
   page.Screenshot(fs::path(EDGECOST_BUILD_DIR) / "web-view-overview-1280x800.png");
 
   // A job started now: its row appears and its progress moves, through WatchEvents alone.
-  const std::string started = CallJson(Socket(), "JobService/StartProfile", R"({"model":"linear"})");
+  const std::string started = CallJson(Socket(), "JobService/StartProfile", R"({"model":"linear","acceptNoisy":true})");
   ASSERT_THAT(started, ::testing::EndsWith(" 200")) << started;
   const std::string job_id = json::parse(started.substr(0, started.rfind(' '))).at("id");
   const std::string row = "document.getElementById('job-" + job_id + "')";
@@ -292,7 +292,7 @@ TEST_F(BrowserTest, ThePageShowsDevicesCostsASchedulePictureAndLiveJobs) {
   EXPECT_GE(seen.size(), 2u) << "the row never changed after it appeared: " << ::testing::PrintToString(seen);
 
   // A cost table with a row per node of the training graph, sortable from the page.
-  auto graph = edgecost::graph::ZooTrainingGraph("linear", 1, edgecost::graph::Derivation::kPoet);
+  auto graph = edgecost::graph::ZooTrainingGraph("linear", 1, edgecost::graph::kDefaultDerivation);
   ASSERT_TRUE(graph.ok());
   ASSERT_TRUE(page.Navigate(Url("/costs?model=linear&device=a72")));
   EXPECT_EQ(page.Eval("document.querySelectorAll('#cost-table tbody tr').length").get<int>(), graph->nodes_size());
