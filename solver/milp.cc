@@ -11,6 +11,8 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include <CbcEventHandler.hpp>
 #include <CbcModel.hpp>
@@ -515,6 +517,46 @@ struct MilpJob {
   Salvage salvage;
 };
 
+// The MILP threads of this process. A thread the caller stopped waiting for is
+// joined here, never detached: one still inside CBC while the process tears
+// down at exit would crash it. Finished threads are joined at the next start;
+// the rest are told to stop and joined when the process exits.
+class MilpThreads {
+ public:
+  static MilpThreads& Get() {
+    static MilpThreads threads;  // constructed after CBC's libraries, so destroyed before them
+    return threads;
+  }
+  ~MilpThreads() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& [thread, job] : running_) {
+      job->stop = true;
+      thread.join();
+    }
+  }
+  void Start(const std::shared_ptr<MilpJob>& job) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::erase_if(running_, [](auto& entry) {
+      std::lock_guard<std::mutex> job_lock(entry.second->mutex);
+      if (!entry.second->done) return false;
+      entry.first.join();  // done: it has returned, or is about to
+      return true;
+    });
+    running_.emplace_back(std::thread([job] {
+                            MilpResult result = SolveMilpHere(job->problem, job->options, &job->salvage);
+                            std::lock_guard<std::mutex> lock(job->mutex);
+                            job->result = std::move(result);
+                            job->done = true;
+                            job->changed.notify_all();
+                          }),
+                          job);
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<std::pair<std::thread, std::shared_ptr<MilpJob>>> running_;
+};
+
 }  // namespace
 
 // Building the model, Clp's setup before its first iteration and some of CBC's
@@ -542,13 +584,7 @@ MilpResult SolveMilp(const Problem& p, const MilpOptions& options) {
       if (!j->abandoned) caller_progress(energy_j, bound_j);
     };
   }
-  std::thread([job] {
-    MilpResult result = SolveMilpHere(job->problem, job->options, &job->salvage);
-    std::lock_guard<std::mutex> lock(job->mutex);
-    job->result = std::move(result);
-    job->done = true;
-    job->changed.notify_all();
-  }).detach();
+  MilpThreads::Get().Start(job);
   const double limit_s = std::max(0.0, options.time_limit_s);
   const double give_up = start + limit_s + 0.2 * std::min(std::max(1.0, 0.05 * limit_s), 0.5 * limit_s);
   std::unique_lock<std::mutex> lock(job->mutex);
