@@ -28,23 +28,6 @@ int LocalOnly(const Context& ctx, const std::function<int()>& run) {
 
 std::string DbPath(const Context& ctx) { return ctx.db_path.empty() ? costdb::DefaultDbPath() : ctx.db_path; }
 
-std::string JobStateText(v1::Job::State state) {
-  switch (state) {
-    case v1::Job::STATE_QUEUED:
-      return "queued";
-    case v1::Job::STATE_RUNNING:
-      return "running";
-    case v1::Job::STATE_SUCCEEDED:
-      return "succeeded";
-    case v1::Job::STATE_FAILED:
-      return "failed";
-    case v1::Job::STATE_CANCELLED:
-      return "cancelled";
-    default:
-      return "unknown";
-  }
-}
-
 std::string EnergyText(double energy_j, v1::EnergySource source) {
   return FormatJoules(energy_j) + (source == v1::ENERGY_SOURCE_ESTIMATED ? " ESTIMATED" : "");
 }

@@ -35,8 +35,7 @@ std::string DbPath(const Context& ctx);
 // Protobuf's canonical JSON mapping, indented, on stdout.
 void PrintJson(const google::protobuf::Message& message);
 
-// Words for text output, never raw enum names.
-std::string JobStateText(v1::Job::State state);  // "succeeded"
+// Words for text output (enum states: service/words.h).
 // "43.6 mJ", with " ESTIMATED" when a model, not a sensor, gave the figure.
 std::string EnergyText(double energy_j, v1::EnergySource source);
 // "1.50 MB (1500000 B)": readable, and exact where a budget is compared.

@@ -14,20 +14,6 @@
 namespace edgecost::cli {
 namespace {
 
-const char* RunStatusText(costdb::RunStatus status) {
-  switch (status) {
-    case costdb::RunStatus::kRunning:
-      return "running";
-    case costdb::RunStatus::kComplete:
-      return "complete";
-    case costdb::RunStatus::kFailed:
-      return "failed";
-    case costdb::RunStatus::kCancelled:
-      return "cancelled";
-  }
-  return "unknown";
-}
-
 // The file, its schema and size, then what it holds: devices with their
 // fingerprints, current cost tables, schedules and profiling runs.
 int RunDbInfo(const Context& ctx, bool json) {
@@ -77,7 +63,7 @@ int RunDbInfo(const Context& ctx, bool json) {
       doc["runs"].push_back({{"id", r.id},
                              {"fingerprintHash", r.fingerprint_hash},
                              {"costSource", r.cost_source},
-                             {"status", RunStatusText(r.status)},
+                             {"status", costdb::RunStatusText(r.status)},
                              {"startedAt", r.started_at},
                              {"finishedAt", r.finished_at}});
     }
@@ -145,7 +131,7 @@ int RunDbInfo(const Context& ctx, bool json) {
                    {"status", Table::Align::kLeft},
                    {"started", Table::Align::kLeft}});
   for (const costdb::StoredRun& r : *runs) {
-    run_table.AddRow({std::to_string(r.id), r.fingerprint_hash, r.cost_source, RunStatusText(r.status), r.started_at});
+    run_table.AddRow({std::to_string(r.id), r.fingerprint_hash, r.cost_source, costdb::RunStatusText(r.status), r.started_at});
   }
   run_table.Print(std::cout);
 

@@ -7,6 +7,7 @@
 #include "costdb/costdb.h"
 #include "daemon/client.h"
 #include "daemon/db_lock.h"
+#include "service/words.h"
 
 namespace edgecost::cli {
 namespace {
@@ -39,7 +40,7 @@ void PrintJobs(const std::vector<v1::Job>& jobs, bool json) {
                {"created", Table::Align::kLeft},
                {"message", Table::Align::kLeft}});
   for (const v1::Job& job : jobs) {
-    table.AddRow({std::to_string(job.id()), job.kind(), JobStateText(job.state()),
+    table.AddRow({std::to_string(job.id()), job.kind(), std::string(service::JobStateText(job.state())),
                   std::to_string(static_cast<int>(job.progress() * 100 + 0.5)) + "%", std::to_string(job.crashes()),
                   job.created_at(), job.message()});
   }

@@ -15,6 +15,7 @@
 #include "profiler/power_model.h"
 #include "profiler/profile.h"
 #include "service/profile_job.h"
+#include "service/words.h"
 
 namespace edgecost::cli {
 namespace {
@@ -88,7 +89,7 @@ int RunRemoteProfile(const ProfileFlags& flags, const Context& ctx) {
   if (flags.json) {
     PrintJson(job);
   } else {
-    std::cout << "job            " << job.id() << " " << JobStateText(job.state()) << ": " << job.message() << "\n";
+    std::cout << "job            " << job.id() << " " << service::JobStateText(job.state()) << ": " << job.message() << "\n";
   }
   return job.state() == v1::Job::STATE_SUCCEEDED ? kExitOk : kExitFailure;
 }

@@ -12,6 +12,7 @@
 #include "graph/cost_source.h"
 #include "proto/json.h"
 #include "service/cost_tables.h"
+#include "service/words.h"
 #include "solver/explain.h"
 #include "solver/heuristics.h"
 #include "solver/problem.h"
@@ -47,21 +48,6 @@ struct SolveFlags {
   std::string svg_path;
   CLI::Option* platform_option = nullptr;  // to refuse --platform with --device instead of ignoring it
 };
-
-const char* StatusName(v1::Schedule::Status status) {
-  switch (status) {
-    case v1::Schedule::STATUS_OPTIMAL:
-      return "optimal (proven)";
-    case v1::Schedule::STATUS_FEASIBLE:
-      return "feasible";
-    case v1::Schedule::STATUS_INFEASIBLE:
-      return "infeasible (proven)";
-    case v1::Schedule::STATUS_NO_SOLUTION:
-      return "no schedule found";
-    default:
-      return "unknown";
-  }
-}
 
 std::string Fixed(double value, int digits = 6) {
   std::ostringstream out;
@@ -115,7 +101,7 @@ class ProgressPrinter {
 };
 
 void PrintSchedule(const v1::Schedule& s) {
-  std::cout << "status         " << StatusName(s.status());
+  std::cout << "status         " << service::ScheduleStatusText(s.status());
   if (s.status() == v1::Schedule::STATUS_FEASIBLE) std::cout << ": " << GapInWords(s);
   std::cout << "\n";
   if (!s.message().empty()) std::cout << "               " << s.message() << "\n";

@@ -52,6 +52,7 @@ struct CostTableKey {
 };
 
 enum class RunStatus { kRunning, kComplete, kFailed, kCancelled };
+const char* RunStatusText(RunStatus status);  // "complete", as stored
 
 // A profiling run: the provenance of the op costs it measured.
 struct StoredRun {

@@ -67,13 +67,6 @@ static constexpr std::pair<RunStatus, const char*> kRunStatusText[] = {
     {RunStatus::kCancelled, "cancelled"},
 };
 
-const char* RunStatusText(RunStatus status) {
-  for (const auto& [value, text] : kRunStatusText) {
-    if (value == status) return text;
-  }
-  return "running";
-}
-
 RunStatus RunStatusFromText(const std::string& text) {
   for (const auto& [value, name] : kRunStatusText) {
     if (text == name) return value;
@@ -93,3 +86,14 @@ Result<std::string> DeviceKindText(const v1::Device& device) {
 }
 
 }  // namespace edgecost::costdb::internal
+
+namespace edgecost::costdb {
+
+const char* RunStatusText(RunStatus status) {
+  for (const auto& [value, text] : internal::kRunStatusText) {
+    if (value == status) return text;
+  }
+  return "running";
+}
+
+}  // namespace edgecost::costdb

@@ -29,7 +29,6 @@ std::string NowUtc();  // UTC, ISO 8601 with milliseconds
 // Deterministic encoding: equal messages give equal blobs.
 std::string Serialize(const google::protobuf::MessageLite& message);
 std::string EnergySourceText(v1::EnergySource source);  // ENERGY_SOURCE_COUNTER -> "counter"
-const char* RunStatusText(RunStatus status);
 RunStatus RunStatusFromText(const std::string& text);
 Result<std::string> DeviceKindText(const v1::Device& device);
 

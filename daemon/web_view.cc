@@ -18,6 +18,7 @@
 #include "solver/explain.h"
 #include "solver/svg.h"
 #include "web/assets.h"
+#include "service/words.h"
 
 namespace edgecost::daemon {
 namespace {
@@ -97,40 +98,6 @@ std::string Bar(double value, double max, std::optional<std::pair<double, double
     svg += "<path class=\"ci\" d=\"M" + lo + " 6H" + hi + "M" + lo + " 2V10M" + hi + " 2V10\"/>";
   }
   return svg + "</svg>";
-}
-
-const char* StatusText(v1::Schedule::Status status) {
-  switch (status) {
-    case v1::Schedule::STATUS_OPTIMAL:
-      return "optimal (proven)";
-    case v1::Schedule::STATUS_FEASIBLE:
-      return "feasible";
-    case v1::Schedule::STATUS_INFEASIBLE:
-      return "infeasible (proven)";
-    case v1::Schedule::STATUS_NO_SOLUTION:
-      return "no schedule found";
-    case v1::Schedule::STATUS_UNSPECIFIED:
-    default:  // proto enums hold any number
-      return "unknown";
-  }
-}
-
-const char* JobStateText(v1::Job::State state) {
-  switch (state) {
-    case v1::Job::STATE_QUEUED:
-      return "queued";
-    case v1::Job::STATE_RUNNING:
-      return "running";
-    case v1::Job::STATE_SUCCEEDED:
-      return "succeeded";
-    case v1::Job::STATE_FAILED:
-      return "failed";
-    case v1::Job::STATE_CANCELLED:
-      return "cancelled";
-    case v1::Job::STATE_UNSPECIFIED:
-    default:
-      return "unknown";
-  }
 }
 
 const char* PhaseText(v1::Phase phase) {
@@ -312,7 +279,7 @@ std::string SchedulesSection(const WebViewSources& sources) {
         << "\">#" << s.id() << "</a></td><td>" << HtmlEscape(r.model().empty() ? r.graph_file() : r.model())
         << "</td><td>" << HtmlEscape(r.device()) << "</td><td>"
         << HtmlEscape(r.strategy().empty() ? "optimal" : r.strategy()) << "</td><td>"
-        << FormatBytes(static_cast<double>(r.ram_budget_bytes())) << "</td><td>" << StatusText(s.status())
+        << FormatBytes(static_cast<double>(r.ram_budget_bytes())) << "</td><td>" << service::ScheduleStatusText(s.status())
         << (s.superseded() ? " (superseded)" : "") << "</td><td>" << FormatJoules(s.energy_j())
         << "</td><td><a href=\"/trace?schedule=" << s.id() << "\">trace</a></td></tr>";
   }
@@ -334,7 +301,7 @@ std::string JobsSection(const WebViewSources& sources) {
     const v1::Job& job = jobs->jobs(i);
     const int percent = static_cast<int>(job.progress() * 100 + 0.5);
     out << "<tr id=\"job-" << job.id() << "\" data-job=\"" << job.id() << "\"><td>" << job.id() << "</td><td>"
-        << HtmlEscape(job.kind()) << "</td><td class=\"state\">" << JobStateText(job.state())
+        << HtmlEscape(job.kind()) << "</td><td class=\"state\">" << service::JobStateText(job.state())
         << "</td><td><progress max=\"100\" value=\"" << percent << "\" aria-label=\"job " << job.id()
         << " progress\"></progress> <span class=\"percent\">" << percent << "%</span></td><td class=\"message\">"
         << HtmlEscape(job.message()) << "</td><td>" << HtmlEscape(job.created_at()) << "</td></tr>";
@@ -665,7 +632,7 @@ Result<std::string> WebView::SchedulePage(const std::string& query) {
   const bool has = s.status() == v1::Schedule::STATUS_OPTIMAL || s.status() == v1::Schedule::STATUS_FEASIBLE;
   std::ostringstream out;
   out << "<h1>Schedule #" << id << ": " << HtmlEscape(r.model().empty() ? r.graph_file() : r.model()) << " on "
-      << HtmlEscape(view.table.device()) << "</h1><dl class=\"facts\"><dt>status</dt><dd>" << StatusText(s.status());
+      << HtmlEscape(view.table.device()) << "</h1><dl class=\"facts\"><dt>status</dt><dd>" << service::ScheduleStatusText(s.status());
   if (s.status() == v1::Schedule::STATUS_FEASIBLE)
     out << ", gap " << Fixed(s.gap() * 100, 3) << "% of the energy above the floor";
   out << "</dd>";

@@ -1,0 +1,39 @@
+#include "service/words.h"
+
+namespace edgecost::service {
+
+std::string_view JobStateText(v1::Job::State state) {
+  switch (state) {
+    case v1::Job::STATE_QUEUED:
+      return "queued";
+    case v1::Job::STATE_RUNNING:
+      return "running";
+    case v1::Job::STATE_SUCCEEDED:
+      return "succeeded";
+    case v1::Job::STATE_FAILED:
+      return "failed";
+    case v1::Job::STATE_CANCELLED:
+      return "cancelled";
+    case v1::Job::STATE_UNSPECIFIED:
+    default:  // proto enums hold any number
+      return "unknown";
+  }
+}
+
+std::string_view ScheduleStatusText(v1::Schedule::Status status) {
+  switch (status) {
+    case v1::Schedule::STATUS_OPTIMAL:
+      return "optimal (proven)";
+    case v1::Schedule::STATUS_FEASIBLE:
+      return "feasible";
+    case v1::Schedule::STATUS_INFEASIBLE:
+      return "infeasible (proven)";
+    case v1::Schedule::STATUS_NO_SOLUTION:
+      return "no schedule found";
+    case v1::Schedule::STATUS_UNSPECIFIED:
+    default:  // proto enums hold any number
+      return "unknown";
+  }
+}
+
+}  // namespace edgecost::service
