@@ -224,9 +224,9 @@ void PrintMinRam(const v1::Schedule& s, const solver::Problem* problem, const st
   std::cout << "\n";
 }
 
-// --out: the schedule in protobuf's JSON mapping, indented.
-Status WriteScheduleJson(const std::string& path, const v1::Schedule& schedule) {
-  EC_ASSIGN_OR_RETURN(std::string json, proto::ToJson(schedule, {.indent = true}));
+// --out: the schedule with its cost table, in protobuf's JSON mapping, indented.
+Status WriteScheduleJson(const std::string& path, const v1::Schedule& schedule, const v1::CostTable& table) {
+  EC_ASSIGN_OR_RETURN(std::string json, proto::ToJson(service::PortableSchedule(schedule, table), {.indent = true}));
   return WriteFile(path, json);
 }
 
@@ -236,7 +236,13 @@ int RunRemoteSolve(const SolveFlags& flags, const Context& ctx, const v1::Schedu
   v1::Schedule schedule;
   if (Status s = daemon::CallRemote(ctx.remote, "SolverService/Solve", request, schedule); !s.ok()) return Failure(s);
   if (!flags.out_path.empty() && HasSchedule(schedule)) {
-    if (Status s = WriteScheduleJson(flags.out_path, schedule); !s.ok()) return Failure(s);
+    v1::CostTable table;  // the file carries the table the daemon solved on
+    if (Status s = daemon::CallRemote(ctx.remote, "CostService/GetCostTable",
+                                      service::CostTableRequestFor(schedule.request()), table);
+        !s.ok()) {
+      return Failure(s);
+    }
+    if (Status s = WriteScheduleJson(flags.out_path, schedule, table); !s.ok()) return Failure(s);
   }
   if (flags.json) {
     PrintJson(schedule);
@@ -285,7 +291,7 @@ int RunSolve(const SolveFlags& flags, const Context& ctx) {
   const v1::CostTable& table = solved->table;
   const v1::Schedule& schedule = solved->schedule;
   if (!flags.out_path.empty() && HasSchedule(schedule)) {  // a failed solve writes no file
-    if (Status s = WriteScheduleJson(flags.out_path, schedule); !s.ok()) return Failure(s);
+    if (Status s = WriteScheduleJson(flags.out_path, schedule, table); !s.ok()) return Failure(s);
   }
   if (!flags.svg_path.empty() && HasSchedule(schedule)) {
     if (Status s = WriteFile(flags.svg_path, solver::ScheduleToSvg(solved->problem, schedule)); !s.ok()) {
@@ -319,7 +325,8 @@ int RunCheck(const std::string& path, bool json, const Context& ctx) {
   if (!read.ok()) return Failure(read.status());
   const v1::Schedule& schedule = *read;
   std::optional<costdb::CostDb> db;
-  if (schedule.request().cost_source() == "measured" || schedule.request().cost_source() == "measured-in-step") {
+  const std::string& source = schedule.request().cost_source();
+  if (!schedule.has_cost_table() && (source == "measured" || source == "measured-in-step")) {
     auto opened = costdb::CostDb::Open(DbPath(ctx), costdb::OpenMode::kReadOnly);
     if (!opened.ok()) return Failure(opened.status());
     db.emplace(std::move(opened).value());

@@ -27,7 +27,8 @@ struct TraceFlags {
 Result<v1::Trace> TraceOfScheduleFile(const std::string& path, const Context& ctx) {
   EC_ASSIGN_OR_RETURN(v1::Schedule schedule, service::ReadScheduleFile(path));
   std::optional<costdb::CostDb> db;
-  if (schedule.request().cost_source() == "measured" || schedule.request().cost_source() == "measured-in-step") {
+  const std::string& source = schedule.request().cost_source();
+  if (!schedule.has_cost_table() && (source == "measured" || source == "measured-in-step")) {
     EC_ASSIGN_OR_RETURN(costdb::CostDb opened, costdb::CostDb::Open(DbPath(ctx), costdb::OpenMode::kReadOnly));
     db.emplace(std::move(opened));
   }

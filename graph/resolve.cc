@@ -4,6 +4,10 @@
 #include <cctype>
 #include <filesystem>
 
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+
+#include "base/hash.h"
 #include "graph/cost_source.h"
 #include "graph/graph_io.h"
 #include "graph/onnx_import.h"
@@ -62,6 +66,17 @@ Result<v1::CostTable> LoadCostTable(const GraphSpec& spec, std::string_view plat
   EC_ASSIGN_OR_RETURN(v1::TrainingGraph graph, LoadTrainingGraph(spec));
   EC_ASSIGN_OR_RETURN(std::unique_ptr<CostSource> costs, MakePoetFlopsSource(platform));
   return costs->CostTableFor(graph);
+}
+
+std::string GraphHash(const v1::TrainingGraph& graph) {
+  std::string bytes;
+  {
+    google::protobuf::io::StringOutputStream stream(&bytes);
+    google::protobuf::io::CodedOutputStream coded(&stream);
+    coded.SetSerializationDeterministic(true);  // the attribute maps in a fixed order
+    graph.SerializeToCodedStream(&coded);
+  }
+  return Fnv1aHex(bytes);
 }
 
 }  // namespace edgecost::graph

@@ -33,6 +33,10 @@ std::string ModelName(std::string_view model_or_file);
 // The training graph of a zoo or ONNX model, or the graph stored in a file.
 Result<v1::TrainingGraph> LoadTrainingGraph(const GraphSpec& spec);
 
+// The content hash of a training graph (its nodes, shapes, bytes, edges, batch
+// size, derivation and trainable parameters): which graph a schedule is for.
+std::string GraphHash(const v1::TrainingGraph& graph);
+
 // Costs for the graph: an analytic source on a board preset for zoo models, or the
 // file's own costs for graph files (whose cost source the file names).
 Result<v1::CostTable> LoadCostTable(const GraphSpec& spec, std::string_view platform, std::string_view source);

@@ -10,6 +10,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "base/hash.h"
+
 namespace edgecost::profiler {
 namespace {
 
@@ -97,15 +99,8 @@ std::string FingerprintHash(const v1::Fingerprint& fingerprint) {
   v1::Fingerprint copy = fingerprint;
   copy.clear_hash();
   std::string bytes;
-  copy.SerializeToString(&bytes);       // field order is fixed; no maps in Fingerprint
-  uint64_t h = 1469598103934665603ULL;  // FNV-1a 64
-  for (unsigned char c : bytes) {
-    h ^= c;
-    h *= 1099511628211ULL;
-  }
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
-  return hex;
+  copy.SerializeToString(&bytes);  // field order is fixed; no maps in Fingerprint
+  return Fnv1aHex(bytes);
 }
 
 }  // namespace edgecost::profiler

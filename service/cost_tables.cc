@@ -1,9 +1,8 @@
 #include "service/cost_tables.h"
 
 #include <chrono>
-#include <set>
-
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "graph/cost_source.h"
@@ -65,8 +64,7 @@ Result<v1::CostTable> ResolveCostTable(costdb::CostDb* db, const v1::GetCostTabl
   return graph::LoadCostTable(spec, device, source);
 }
 
-Result<v1::CostTable> CostTableForRequest(costdb::CostDb* db, const v1::ScheduleRequest& request) {
-  if (!request.graph_file().empty()) return graph::ReadCostTableFile(request.graph_file());
+v1::GetCostTableRequest CostTableRequestFor(const v1::ScheduleRequest& request) {
   v1::GetCostTableRequest table;
   table.set_model(request.model());
   table.set_device(request.device());
@@ -74,7 +72,12 @@ Result<v1::CostTable> CostTableForRequest(costdb::CostDb* db, const v1::Schedule
   table.set_batch_size(request.batch_size());
   table.set_derivation(request.derivation());
   table.set_trainable(request.trainable());
-  return ResolveCostTable(db, table);
+  return table;
+}
+
+Result<v1::CostTable> CostTableForRequest(costdb::CostDb* db, const v1::ScheduleRequest& request) {
+  if (!request.graph_file().empty()) return graph::ReadCostTableFile(request.graph_file());
+  return ResolveCostTable(db, CostTableRequestFor(request));
 }
 
 Result<v1::Schedule> ReadScheduleFile(const std::string& path) {
@@ -84,15 +87,31 @@ Result<v1::Schedule> ReadScheduleFile(const std::string& path) {
   text << in.rdbuf();
   v1::Schedule schedule;
   if (Status decoded = proto::FromJson(text.str(), &schedule); !decoded.ok()) {
-    return InvalidArgument(path + " is not a schedule (protobuf JSON of edgecost.v1.Schedule, from `edgecost solve --out`): " +
+    return InvalidArgument(path +
+                           " is not a schedule (protobuf JSON of edgecost.v1.Schedule, from `edgecost solve --out`): " +
                            decoded.message());
   }
   return schedule;
 }
 
+v1::Schedule PortableSchedule(v1::Schedule schedule, const v1::CostTable& table) {
+  *schedule.mutable_cost_table() = table;
+  schedule.set_graph_hash(graph::GraphHash(table.graph()));
+  return schedule;
+}
+
+Result<v1::CostTable> ScheduleCostTable(costdb::CostDb* db, const v1::Schedule& schedule) {
+  if (!schedule.has_cost_table()) return CostTableForRequest(db, schedule.request());
+  if (schedule.graph_hash() != graph::GraphHash(schedule.cost_table().graph())) {
+    return InvalidArgument("the schedule's cost table is not the graph it was solved for (graph_hash " +
+                           schedule.graph_hash() + " does not match): the file was edited; solve again");
+  }
+  return schedule.cost_table();
+}
+
 Result<CheckedSchedule> CheckSchedule(costdb::CostDb* db, const v1::Schedule& schedule) {
   CheckedSchedule checked;
-  EC_ASSIGN_OR_RETURN(v1::CostTable table, CostTableForRequest(db, schedule.request()));
+  EC_ASSIGN_OR_RETURN(v1::CostTable table, ScheduleCostTable(db, schedule));
   EC_ASSIGN_OR_RETURN(checked.problem, solver::ProblemFromCostTable(table, schedule.request()));
   checked.replay = solver::Simulate(checked.problem, schedule);
   return checked;

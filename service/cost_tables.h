@@ -20,8 +20,10 @@ namespace edgecost::service {
 // trainable "all"; batch size 1. `db` may be null for presets.
 Result<v1::CostTable> ResolveCostTable(costdb::CostDb* db, const v1::GetCostTableRequest& request);
 
-// The cost table a schedule request is about: its graph file, or its model on its device.
+// The cost table a schedule request is about: its graph file, or its model on
+// its device (asked for as GetCostTable would be, by CostTableRequestFor).
 Result<v1::CostTable> CostTableForRequest(costdb::CostDb* db, const v1::ScheduleRequest& request);
+v1::GetCostTableRequest CostTableRequestFor(const v1::ScheduleRequest& request);
 
 // Solves a schedule request against its cost table and, with a database, stores
 // the request, the table and the schedule when `store` (the schedule's id is
@@ -42,8 +44,15 @@ Result<SolvedRequest> SolveRequest(costdb::CostDb* db, const v1::ScheduleRequest
                                    const std::atomic<bool>* stop = nullptr,
                                    const std::function<void(const solver::Progress&)>& on_progress = {});
 
-// A schedule file as `edgecost solve --out` writes it.
+// A schedule file as `edgecost solve --out` writes it: the schedule with the
+// cost table it was solved on and its graph's hash (portable: no model file or
+// database needed to check, trace or train it).
+v1::Schedule PortableSchedule(v1::Schedule schedule, const v1::CostTable& table);
 Result<v1::Schedule> ReadScheduleFile(const std::string& path);
+
+// The cost table a schedule was solved on: the one it carries (refused if its
+// graph does not match the hash), or else the one its request names.
+Result<v1::CostTable> ScheduleCostTable(costdb::CostDb* db, const v1::Schedule& schedule);
 
 // What `edgecost check` does: a schedule's own request gives its cost table
 // and budgets (a measured table needs `db`), and the simulator replays it.

@@ -189,7 +189,7 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
   }
   if (schedule) {
     if (!table) {
-      EC_ASSIGN_OR_RETURN(table, CostTableForRequest(&db, schedule->request()));
+      EC_ASSIGN_OR_RETURN(table, ScheduleCostTable(&db, *schedule));
     }
     EC_ASSIGN_OR_RETURN(checked, CheckScheduleAgainstGraph(graph, *schedule, *table));
     log("schedule: " + (schedule->strategy().empty() ? std::string("?") : schedule->strategy()) + ", replayed: peak " +

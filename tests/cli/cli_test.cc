@@ -399,9 +399,26 @@ TEST_F(CliTest, ConsistencyAUserNotices) {
   const CommandResult there = Edgecost(other + "costs linear --device " + host + " --summary");
   ASSERT_EQ(there.exit_code, 0) << there.output;
   EXPECT_THAT(there.output, HasSubstr("ESTIMATED"));  // no sensor here: the energy is the power model's
-  EXPECT_EQ(
-      Edgecost(other + "solve --model linear --device " + host + " --ram-budget 10kB --runtime-budget 2x").exit_code,
-      0);
+  const std::string measured = (dir_ / "measured.json").string();
+  EXPECT_EQ(Edgecost(other + "solve --model linear --device " + host +
+                     " --ram-budget 10kB --runtime-budget 2x --out " + measured)
+                .exit_code,
+            0);
+  // The schedule file carries its cost table: it checks against a database that never saw the device,
+  // and an edited table is refused by its graph hash.
+  const std::string empty = "--db " + (dir_ / "empty.db").string() + " ";
+  const CommandResult portable = Edgecost(empty + "check " + measured);
+  EXPECT_EQ(portable.exit_code, 0) << portable.output;
+  EXPECT_THAT(portable.output, HasSubstr("valid"));
+  std::ifstream file(measured);
+  std::string json((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  const size_t bytes_field = json.find("\"outputBytes\": \"");
+  ASSERT_NE(bytes_field, std::string::npos);
+  json.insert(bytes_field + 16, "1");  // a node of the carried graph made larger
+  std::ofstream(dir_ / "edited.json") << json;
+  const CommandResult edited = Edgecost(empty + "check " + (dir_ / "edited.json").string());
+  EXPECT_EQ(edited.exit_code, 1) << edited.output;
+  EXPECT_THAT(edited.output, HasSubstr("the file was edited"));
   const CommandResult info = Edgecost(other + "db info");
   EXPECT_THAT(info.output, HasSubstr("cost tables (current)"));
   EXPECT_THAT(info.output, HasSubstr(host));
