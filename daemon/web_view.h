@@ -17,6 +17,7 @@
 #include <string_view>
 #include <vector>
 
+#include "base/markup.h"
 #include "daemon/http_server.h"
 #include "daemon/metrics.h"
 #include "daemon/services.h"
@@ -74,7 +75,6 @@ class WebView {
 };
 
 // Parts of the web view that tests and the daemon share.
-std::string HtmlEscape(std::string_view text);
 // The value of `key` in a query string or a form body (percent- and plus-decoded); empty if absent.
 std::string FormValue(std::string_view query, std::string_view key);
 

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include "base/markup.h"
 #include "solver/plan.h"
 #include "solver/timeline.h"
 
@@ -22,30 +23,6 @@ constexpr Style kPageIn{"page-in", "#2ca02c"};
 constexpr Style kPageOut{"page-out", "#ff7f0e"};
 constexpr Style kResident{"resident in RAM", "#aec7e8"};
 constexpr Style kStored{"on storage", "#c5b0d5"};
-
-// Text for SVG (and the HTML it is embedded in): names come from graph files.
-std::string Escape(const std::string& text) {
-  std::string out;
-  for (char c : text) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      default:
-        out += static_cast<unsigned char>(c) < 0x20 ? ' ' : c;
-    }
-  }
-  return out;
-}
 
 std::string Bytes(double bytes) {
   char buffer[32];
@@ -84,15 +61,15 @@ std::string ScheduleToSvg(const Problem& p, const v1::Schedule& schedule) {
   out << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\"" << height
       << "\" viewBox=\"0 0 " << width << " " << height
       << "\" font-family=\"sans-serif\" font-size=\"12\" role=\"img\" aria-labelledby=\"schedule-title\">\n"
-      << "<title id=\"schedule-title\">" << Escape(schedule.strategy()) << " schedule of " << n
+      << "<title id=\"schedule-title\">" << HtmlEscape(schedule.strategy()) << " schedule of " << n
       << " nodes: stages down, nodes across; RAM in use over time below</title>\n"
       << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
       << "<text x=\"" << left
       << "\" y=\"20\" font-size=\"14\">"
       // "optimal" only with a proof: a solve stopped by its time limit drew a feasible schedule
       << (schedule.status() == v1::Schedule::STATUS_OPTIMAL ? "optimal" : "feasible") << " schedule (strategy "
-      << Escape(schedule.strategy()) << "): " << schedule.energy().total_j() << " J, peak " << schedule.peak_ram_bytes()
-      << " B of " << schedule.ram_budget_bytes() << " B</text>\n"
+      << HtmlEscape(schedule.strategy()) << "): " << schedule.energy().total_j() << " J, peak "
+      << schedule.peak_ram_bytes() << " B of " << schedule.ram_budget_bytes() << " B</text>\n"
       << "<text x=\"" << left + grid / 2 << "\" y=\"" << top - 10
       << "\" text-anchor=\"middle\">node (topological order) &#8594;</text>\n"
       << "<text x=\"20\" y=\"" << top + grid / 2 << "\" text-anchor=\"middle\" transform=\"rotate(-90 20 "
@@ -125,8 +102,8 @@ std::string ScheduleToSvg(const Problem& p, const v1::Schedule& schedule) {
     out << "<text x=\"" << left - 5 << "\" y=\"" << top + i * cell + cell << "\" font-size=\"10\" "
         << "text-anchor=\"end\">" << i << "</text>\n"
         << "<text class=\"layer\" x=\"" << x << "\" y=\"" << y << "\" font-size=\"10\" text-anchor=\"end\" "
-        << "transform=\"rotate(-60 " << x << " " << y << ")\">" << Escape(p.names[static_cast<size_t>(i)].substr(0, 18))
-        << "</text>\n";
+        << "transform=\"rotate(-60 " << x << " " << y << ")\">"
+        << HtmlEscape(p.names[static_cast<size_t>(i)].substr(0, 18)) << "</text>\n";
   }
   int y = top;
   const int legend_x = left + std::max(grid, curve_w) + 20;
@@ -137,7 +114,7 @@ std::string ScheduleToSvg(const Problem& p, const v1::Schedule& schedule) {
   }
   if (!timeline.ok()) {
     out << "<text x=\"" << left << "\" y=\"" << curve_top + 20
-        << "\">no RAM curve: " << Escape(timeline.status().message()) << "</text>\n</svg>\n";
+        << "\">no RAM curve: " << HtmlEscape(timeline.status().message()) << "</text>\n</svg>\n";
     return out.str();
   }
   const Timeline& tl = *timeline;
