@@ -655,7 +655,13 @@ class Unary : public OpLayer {
     InitOutput(spec.output_shape);
     if (e.positive_input) Positive(inputs_[0]);
     AddEltwise(forward_, e.alg, e.alpha, e.beta, Mem(inputs_[0]), Mem(output_));
-    AddEltwiseBackward(backward_input_, e.alg, e.alpha, e.beta, e.use_dst ? Mem(output_) : Mem(inputs_[0]),
+    // The affine op's derivative is a constant: its backward is given dY as the point, so that it
+    // reads nothing the training graph does not list (X may be freed by then).
+    const bool constant_derivative = e.alg == algorithm::eltwise_linear;
+    AddEltwiseBackward(backward_input_, e.alg, e.alpha, e.beta,
+                       e.use_dst             ? Mem(output_)
+                       : constant_derivative ? Mem(grad_output_)
+                                             : Mem(inputs_[0]),
                        Mem(grad_output_), Mem(grad_inputs_[0]));
     Forward();
   }

@@ -77,6 +77,9 @@ class Executor {
   int64_t input_elements() const;  // the input node's elements: what Batch::inputs holds
   int64_t label_rows() const;      // rows of the logits: what Batch::labels holds
   int64_t classes() const;
+  // Token ids: the vocabulary of the embedding the input node feeds (inputs are ids in
+  // [0, limit) as floats), or 0 when the input is features.
+  int64_t input_id_limit() const;
   uint64_t layer_state_bytes() const { return layer_state_bytes_; }
   uint64_t param_bytes() const { return param_bytes_; }
   // Node bytes and distinct inputs, as the simulator sees the graph.
@@ -91,6 +94,9 @@ class Executor {
   // SGD on the last step's gradients: p -= lr / batch rows * dp (the loss is summed over rows).
   void Update(double lr);
   std::vector<ParamGradient> Gradients() const;
+  // The values of a trained parameter (as Gradients() lists them), to read or to set before a
+  // step: weights copied from another framework, or a finite-difference probe. Null if it does not train.
+  std::vector<float>* Parameter(int node, int index);
   // Seconds since the executor was created: the clock of TraceEvents.
   double ClockS() const;
 
