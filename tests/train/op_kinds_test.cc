@@ -74,7 +74,7 @@ KindGraph BinaryParamGraph(OpKind kind) {
 std::vector<KindGraph> KindGraphs() {
   std::vector<KindGraph> graphs;
   for (OpKind kind : {OpKind::kRelu6, OpKind::kHardSwish, OpKind::kHardSigmoid, OpKind::kSigmoid, OpKind::kTanh,
-                      OpKind::kGelu, OpKind::kSilu, OpKind::kRelu}) {
+                      OpKind::kGelu, OpKind::kSilu}) {
     graphs.push_back(UnaryGraph(kind));
   }
   graphs.push_back(UnaryGraph(OpKind::kPow, {{"exponent", 3}}));
