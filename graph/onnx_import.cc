@@ -788,8 +788,10 @@ class Importer {
     } else if (op == "Dropout") {
       if (!x0) return NodeError(node, index, "expects an activation");
       const std::optional<double> training = ScalarInput(node, 2);
-      // Dropout is the identity unless training mode is on (opset 12+), or before opset 12.
-      if (opset_ >= 12 && (!training || *training == 0)) {
+      const std::optional<double> ratio = ScalarInput(node, 1);
+      // Dropout is the identity unless training mode is on (opset 12+), or before opset 12, and
+      // always with a ratio of 0 (nn.Dropout(0.0)).
+      if ((opset_ >= 12 && (!training || *training == 0)) || (ratio && *ratio == 0)) {
         SetOutput(node, 0, *x0);
       } else {
         set(graph_.Dropout(Act(x0)));
