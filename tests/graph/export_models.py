@@ -110,7 +110,7 @@ MODELS = {
 # steps, and gradients comparable with PyTorch's own (edgecost's dropout masks are its own draws).
 TINY_MODELS = {
     "mobilenet_v2_tiny": (lambda: torchvision_model("mobilenet_v2", width_mult=0.25, dropout=0.0),
-                          lambda: torch.randn(2, 3, 32, 32)),
+                          lambda: torch.randn(2, 3, 64, 64)),
     "bert_tiny": (lambda: SmallBert(vocab=50, seq=8, d_model=16, heads=2, layers=1, classes=3, dropout=0.0),
                   lambda: torch.randint(0, 50, (2, 8))),
 }

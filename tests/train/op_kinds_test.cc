@@ -263,6 +263,35 @@ TEST_P(OpKindsTest, GradientsMatchFiniteDifferences) {
 
 TEST_P(OpKindsTest, EveryScheduleGivesThePlainGradientsBitForBit) {
   const v1::TrainingGraph graph = Exact(GetParam().build());
+  // The schedules: each strategy at a random budget between the least any schedule needs and the
+  // plain peak, and random mixes of the heuristics' policies (keep, page, recompute), replayed valid.
+  const solver::Problem loose = ProblemFor(graph, int64_t{1} << 40);
+  const solver::Replay plain_replay = solver::Simulate(loose, solver::CheckpointAll(loose).plan);
+  ASSERT_TRUE(plain_replay.valid) << plain_replay.violation;
+  std::mt19937 rng(23);
+  std::uniform_int_distribution<int64_t> budget(solver::MemoryLowerBound(loose), plain_replay.peak_ram_bytes);
+  std::vector<std::pair<std::string, solver::Plan>> plans;
+  for (const char* strategy : {"optimal", "sqrt", "revolve", "paging-only"}) {
+    const solver::Problem problem = ProblemFor(graph, budget(rng));
+    auto schedule = solver::Solve(problem, {.strategy = strategy, .time_limit_s = 1, .search_min_ram = false});
+    if (!schedule.ok() || schedule->stages_size() == 0) continue;  // a baseline that cannot meet the budget
+    plans.push_back({strategy, solver::PlanFromStages(*schedule, problem.size())});
+  }
+  std::uniform_int_distribution<int> policy(0, 3);
+  int recomputed = 0, paged = 0;
+  for (int i = 0; i < 6; ++i) {
+    std::vector<solver::Policy> policies(static_cast<size_t>(loose.size()));
+    for (auto& p : policies) p = static_cast<solver::Policy>(policy(rng));
+    const solver::Plan plan = solver::BuildPlan(loose, policies);
+    const solver::Replay replay = solver::Simulate(loose, plan);
+    ASSERT_TRUE(replay.valid) << replay.violation;
+    recomputed += replay.recomputations > 0;
+    paged += replay.page_ins > 0;
+    plans.push_back({"random schedule " + std::to_string(i), plan});
+  }
+  EXPECT_GT(recomputed, 0);
+  EXPECT_GT(paged, 0);
+
   for (const int threads : {1, 2}) {
     SCOPED_TRACE(std::to_string(threads) + " threads");
     omp_set_num_threads(threads);
@@ -271,10 +300,9 @@ TEST_P(OpKindsTest, EveryScheduleGivesThePlainGradientsBitForBit) {
     ASSERT_TRUE(e->SetBatch(MakeBatch(*e, 5)).ok());
     auto plain_stats = e->Step(nullptr);
     ASSERT_TRUE(plain_stats.ok()) << plain_stats.status().message();
+    EXPECT_EQ(plain_stats->peak_activation_bytes, static_cast<uint64_t>(plain_replay.peak_ram_bytes));
     const std::vector<ParamGradient> plain = e->Gradients();
-    const int64_t plain_peak = static_cast<int64_t>(plain_stats->peak_activation_bytes);
-    const int64_t floor = solver::MemoryLowerBound(ProblemFor(graph, plain_peak));
-    auto check = [&](const solver::Plan& plan, const std::string& what) {
+    for (const auto& [what, plan] : plans) {
       auto stats = e->Step(&plan);
       ASSERT_TRUE(stats.ok()) << what << ": " << stats.status().message();
       EXPECT_LE(stats->peak_activation_bytes, stats->planned_peak_bytes) << what;
@@ -284,30 +312,7 @@ TEST_P(OpKindsTest, EveryScheduleGivesThePlainGradientsBitForBit) {
         EXPECT_EQ(0, std::memcmp(got[i].values.data(), plain[i].values.data(), got[i].values.size() * sizeof(float)))
             << what << ": gradient of node " << got[i].node << " parameter " << got[i].index << " differs";
       }
-    };
-    std::mt19937 rng(23);
-    std::uniform_int_distribution<int64_t> budget(floor, plain_peak);
-    for (const char* strategy : {"optimal", "sqrt", "revolve", "paging-only"}) {
-      const solver::Problem problem = ProblemFor(graph, budget(rng));
-      auto schedule = solver::Solve(problem, {.strategy = strategy, .time_limit_s = 2, .search_min_ram = false});
-      if (!schedule.ok() || schedule->stages_size() == 0) continue;  // a baseline that cannot meet the budget
-      check(solver::PlanFromStages(*schedule, problem.size()), strategy);
     }
-    // Random mixes of the heuristics' policies (keep, recompute, page), replayed valid.
-    const solver::Problem problem = ProblemFor(graph, int64_t{1} << 40);
-    std::uniform_int_distribution<int> policy(0, 3);
-    int recomputed = 0, paged = 0;
-    for (int i = 0; i < 6; ++i) {
-      std::vector<solver::Policy> policies(static_cast<size_t>(problem.size()));
-      for (auto& p : policies) p = static_cast<solver::Policy>(policy(rng));
-      const solver::Plan plan = solver::BuildPlan(problem, policies);
-      const solver::Replay replay = solver::Simulate(problem, plan);
-      ASSERT_TRUE(replay.valid) << replay.violation;
-      recomputed += replay.recomputations > 0;
-      paged += replay.page_ins > 0;
-      check(plan, "random schedule " + std::to_string(i));
-    }
-    EXPECT_GT(recomputed + paged, 0);
   }
 }
 
