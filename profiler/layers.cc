@@ -324,8 +324,10 @@ class BatchNorm2d : public StepLayer {
     dnnl::batch_normalization_backward::primitive_desc bwd(
         dnnl::batch_normalization_backward::desc(prop_kind::backward, Plain(x.dims), Plain(x.dims), kEpsilon, flags),
         attr_, backend_.engine(), fwd);
-    // One primitive gives dX, dgamma and dbeta: every backward pass runs it.
-    for (auto* pass : {&backward_input_, &backward_weights_, &backward_bias_}) {
+    // One primitive gives dX, dgamma and dbeta: the input and weight passes run it. Bias-only
+    // training needs dbeta alone, the sum of dY over all but the channel axis, which reads no X.
+    AddReduceSum(backward_bias_, Mem(grad_output_), Mem(*grad_params_[1], Plain({1, channels, 1, 1})));
+    for (auto* pass : {&backward_input_, &backward_weights_}) {
       Add(*pass, bwd,
           {{DNNL_ARG_SRC, Mem(x)},
            {DNNL_ARG_MEAN, Mem(mean)},
@@ -839,7 +841,11 @@ class LayerNorm : public OpLayer {
     dnnl::layer_normalization_backward::primitive_desc bwd(
         dnnl::layer_normalization_backward::desc(prop_kind::backward, md, md, kEpsilon, flags), attr_,
         backend_.engine(), fwd);
-    for (auto* pass : {&backward_input_, &backward_weights_, &backward_bias_}) {
+    // As batch normalization's: dbeta alone (bias-only training) is a sum of dY, without X.
+    Dims shift_dims(x.dims.size(), 1);
+    shift_dims.back() = features;
+    AddReduceSum(backward_bias_, Mem(grad_output_), Mem(*grad_params_[1], Plain(shift_dims)));
+    for (auto* pass : {&backward_input_, &backward_weights_}) {
       Add(*pass, bwd,
           {{DNNL_ARG_SRC, Mem(x)},
            {DNNL_ARG_MEAN, Mem(mean)},

@@ -73,8 +73,9 @@ std::optional<Reads> KernelReads(graph::OpKind kind, Pass pass, int activation_i
     case OpKind::kLinearRelu:
       return forward ? Reads{true, false, false} : Reads{pass == Pass::kBackwardWeights, true, true};
     case OpKind::kBatchNorm2d:
-    case OpKind::kLayerNorm:
-      return forward ? Reads{true, false, false} : x_dy;  // one primitive for dX, dgamma, dbeta
+    case OpKind::kLayerNorm:  // one primitive for dX, dgamma, dbeta; dbeta alone is a sum of dY
+      if (forward) return Reads{true, false, false};
+      return pass == Pass::kBackwardBias ? dy_only : x_dy;
     case OpKind::kRelu:
       return forward ? Reads{true, false, false} : y_dy;
     case OpKind::kAttentionScores:
