@@ -92,7 +92,11 @@ class StepLayer : public Layer {
   }
   memory Mem(Tensor& t) { return Mem(t, Plain(t.dims)); }
 
-  Tensor& Own(Dims dims) { return owned_.emplace_back(std::move(dims)); }
+  Tensor& Own(Dims dims) {
+    Tensor& t = owned_.emplace_back(std::move(dims));
+    owned_bytes_ += t.bytes();
+    return t;
+  }
 
   void Normal(Tensor& t, float stddev, float mean = 0.0f) {
     std::normal_distribution<float> dist(mean, stddev);

@@ -340,7 +340,6 @@ Result<std::unique_ptr<Executor>> Executor::Create(const v1::TrainingGraph& grap
         s.classes = layer.inputs()[0].dims[1];
       }
       for (profiler::Tensor* p : layer.params()) e->param_bytes_ += p->bytes();
-      e->layer_state_bytes_ += layer.scratchpad_bytes() + layer.workspace_bytes();
       continue;
     }
     switch (work.pass) {
@@ -456,6 +455,26 @@ Result<std::unique_ptr<Executor>> Executor::Create(const v1::TrainingGraph& grap
                                std::to_string(e->bytes_[static_cast<size_t>(b.node)]) + " B");
       }
     }
+  }
+  // Layer state: what each layer allocated for itself besides its parameters and their gradients,
+  // and its tensors that no node binds to the arena (the dX of an input without a gradient, the
+  // gradient tensors of a frozen layer), which keep their own storage.
+  std::set<const profiler::Tensor*> bound;
+  for (const NodeExec& exec : s.execs) {
+    for (const NodeExec::Binding& b : exec.binds) bound.insert(b.tensor);
+  }
+  for (const std::unique_ptr<profiler::Layer>& layer : s.layers) {
+    if (!layer) continue;
+    uint64_t state = layer->owned_bytes();
+    for (profiler::Tensor* p : layer->params()) state -= p->bytes();
+    for (profiler::Tensor* p : layer->grad_params()) state -= p->bytes();
+    std::vector<profiler::Tensor*> bindable = {&layer->output(), &layer->grad_output()};
+    for (profiler::Tensor& t : layer->inputs()) bindable.push_back(&t);
+    for (profiler::Tensor& t : layer->grad_inputs()) bindable.push_back(&t);
+    for (const profiler::Tensor* t : bindable) {
+      if (!bound.count(t)) state += t->bytes();
+    }
+    e->layer_state_bytes_ += state;
   }
   s.trained.assign(trained.begin(), trained.end());
   s.arena = std::make_unique<Arena>(n);

@@ -5,10 +5,12 @@
 // to the arena's buffers before each pass (profiler::Layer::Bind), so outputs are
 // shared between the layers that produce and read them, as in a framework.
 //
-// What stays outside the arena, as layer state: parameters and their gradients
-// (outside the RAM budget, as in POET), batch-norm statistics, max-pooling's
-// argmax workspace, dropout masks (fixed per layer, drawn from the seed) and
-// oneDNN scratchpads. Their bytes are reported as layer_state_bytes.
+// What stays outside the arena: parameters and their gradients (outside the RAM
+// budget, as in POET), and layer state: batch-norm statistics, max-pooling's
+// argmax workspace, dropout masks (fixed per layer, drawn from the seed), oneDNN
+// scratchpads, the temporaries of some backward kernels (a product's dY * B before
+// its reduction over broadcast axes) and the tensors no node binds (the dX of an
+// input that needs no gradient). Layer state is reported as layer_state_bytes.
 //
 // Only graphs of the `exact` derivation can be run: POET's derivation has one
 // gradient node per layer whose output shape is not the gradient's.
