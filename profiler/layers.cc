@@ -314,7 +314,8 @@ class BatchNorm2d : public StepLayer {
     Tensor& variance = Own({channels});
     Tensor& x = inputs_[0];
     const auto flags = dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift;
-    constexpr float kEpsilon = 1e-5f;
+    const auto epsilon = spec.attributes.find("epsilon_e9");  // else PyTorch's default
+    const float kEpsilon = epsilon == spec.attributes.end() ? 1e-5f : static_cast<float>(epsilon->second) * 1e-9f;
     dnnl::batch_normalization_forward::primitive_desc fwd(
         dnnl::batch_normalization_forward::desc(prop_kind::forward_training, Plain(x.dims), kEpsilon, flags), attr_,
         backend_.engine());
@@ -830,7 +831,8 @@ class LayerNorm : public OpLayer {
     Tensor& mean = Own(stat_dims);
     Tensor& variance = Own(stat_dims);
     const auto flags = dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift;
-    constexpr float kEpsilon = 1e-5f;
+    const auto epsilon = spec.attributes.find("epsilon_e9");  // else PyTorch's default
+    const float kEpsilon = epsilon == spec.attributes.end() ? 1e-5f : static_cast<float>(epsilon->second) * 1e-9f;
     const memory::desc md = Plain(x.dims);
     dnnl::layer_normalization_forward::primitive_desc fwd(
         dnnl::layer_normalization_forward::desc(prop_kind::forward_training, md, kEpsilon, flags), attr_,

@@ -111,6 +111,8 @@ MODELS = {
 TINY_MODELS = {
     "mobilenet_v2_tiny": (lambda: torchvision_model("mobilenet_v2", width_mult=0.25, dropout=0.0),
                           lambda: torch.randn(2, 3, 64, 64)),
+    "mobilenet_v3_tiny": (lambda: torchvision_model("mobilenet_v3_small", width_mult=0.5, dropout=0.0),
+                          lambda: torch.randn(2, 3, 64, 64)),
     "bert_tiny": (lambda: SmallBert(vocab=50, seq=8, d_model=16, heads=2, layers=1, classes=3, dropout=0.0),
                   lambda: torch.randint(0, 50, (2, 8))),
 }

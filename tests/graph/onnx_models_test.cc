@@ -134,6 +134,12 @@ TEST_P(OnnxModelsTest, ImportsDerivesProfilesAndSolvesAtHalfItsPeak) {
     EXPECT_TRUE(depthwise) << "no depthwise convolution";
   }
 
+  if (model == "mobilenet_v3_small") {  // its batch norms' epsilon is 1e-3, not PyTorch's default
+    for (const graph::Layer& layer : forward->layers()) {
+      if (layer.kind == graph::OpKind::kBatchNorm2d) EXPECT_EQ(layer.attributes.at("epsilon_e9"), 1000000);
+    }
+  }
+
   auto graph = graph::DeriveTrainingGraph(*forward, graph::Derivation::kExact);
   ASSERT_TRUE(graph.ok()) << graph.status().message();
   int backward = 0;
