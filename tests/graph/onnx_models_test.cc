@@ -136,7 +136,9 @@ TEST_P(OnnxModelsTest, ImportsDerivesProfilesAndSolvesAtHalfItsPeak) {
 
   if (model == "mobilenet_v3_small") {  // its batch norms' epsilon is 1e-3, not PyTorch's default
     for (const graph::Layer& layer : forward->layers()) {
-      if (layer.kind == graph::OpKind::kBatchNorm2d) EXPECT_EQ(layer.attributes.at("epsilon_e9"), 1000000);
+      if (layer.kind == graph::OpKind::kBatchNorm2d) {
+        EXPECT_EQ(layer.attributes.at("epsilon_e9"), 1000000);
+      }
     }
   }
 
