@@ -45,6 +45,10 @@ struct ProfileOptions {
   // Makes the watch for each window; unset: the scheduler's accounting under
   // /proc (SchedInterferenceWatch). Tests substitute fakes.
   std::function<std::unique_ptr<InterferenceWatch>()> make_watch;
+  // Times a reference kernel on a team of `threads` (CpuCheckS), before and
+  // after every window. Unset: CpuCheckS, unless make_watch is set (tests with
+  // scripted watches script this too, or check nothing).
+  std::function<double(int threads)> cpu_check;
 };
 
 struct UnreliableOp {
