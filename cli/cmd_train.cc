@@ -363,6 +363,7 @@ void RegisterTrainCommand(CLI::App& app, Context& ctx) {
       "  edgecost solve --model resnet18_cifar --device this --ram-budget 1MB --out s.json\n"
       "  edgecost train --model resnet18_cifar --schedule s.json --steps 20 --trace t.json\n"
       "  edgecost train --model resnet18_cifar --batch-size 8 --data cifar-10-batches-bin/data_batch_1.bin --lr 0.05\n"
+      "  edgecost train --model mobilenet_v2.onnx --batch-size 2 --steps 50 --lr 0.05   # from torch.onnx.export\n"
       "  edgecost --remote unix:/run/edgecost/edgecost.sock train --model resnet18_cifar --schedule-id 3 --verify");
   cmd->callback([flags, &ctx] { ctx.exit_code = RunTrain(*flags, ctx); });
 

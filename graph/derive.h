@@ -47,6 +47,8 @@
 //                      grad_weight                  X, dY
 //   layernorm          grad (dX, dgamma, dbeta;     X, dY         (as batchnorm2d)
 //                      one primitive)
+//   batchnorm2d,       grad_bias (dbeta alone,      dY            (bias-only training, input
+//   layernorm          a sum of dY)                                without a gradient)
 //   embedding          grad_weight                  X, dY         (ids have no gradient)
 //
 // A node differentiating several inputs has all their gradients as its output.

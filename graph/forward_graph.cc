@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <cmath>
 #include <sstream>
 #include <stdexcept>
 
@@ -228,13 +229,23 @@ int ForwardGraph::Conv2d(int x, int64_t in_channels, int64_t out_channels, int64
   return Append(std::move(layer));
 }
 
-int ForwardGraph::BatchNorm2d(int x) {
+namespace {
+
+// Only an epsilon other than the default is an attribute, so that op signatures stay as they were.
+void SetEpsilon(Layer& layer, double epsilon) {
+  if (std::fabs(epsilon - kDefaultNormEpsilon) > 1e-12) layer.attributes["epsilon_e9"] = std::llround(epsilon * 1e9);
+}
+
+}  // namespace
+
+int ForwardGraph::BatchNorm2d(int x, double epsilon) {
   const Shape in = shape(x);
   Layer layer{.kind = OpKind::kBatchNorm2d, .inputs = {x}, .output_shape = in};
   layer.param_count = 4 * in.at(1);  // POET counts gamma, beta, running mean and variance
   layer.bias_count = in.at(1);       // beta
   layer.flops = 2.0 * static_cast<double>(NumElements(in));
   layer.attributes = {{"channels", in.at(1)}};
+  SetEpsilon(layer, epsilon);
   return Append(std::move(layer));
 }
 
@@ -505,13 +516,14 @@ int ForwardGraph::Softmax(int x, int64_t axis) {
                  .attributes = {{"axis", Axis(axis, in.size())}}});
 }
 
-int ForwardGraph::LayerNorm(int x) {
+int ForwardGraph::LayerNorm(int x, double epsilon) {
   const Shape in = shape(x);
   if (in.empty()) Fail("layer normalization of a scalar in " + model_);
   Layer layer{.kind = OpKind::kLayerNorm, .inputs = {x}, .output_shape = in};
   layer.param_count = 2 * in.back();  // scale and shift
   layer.bias_count = in.back();
   layer.flops = 8.0 * static_cast<double>(NumElements(in));  // mean, variance, normalize, scale and shift
+  SetEpsilon(layer, epsilon);
   return Append(std::move(layer));
 }
 

@@ -71,6 +71,9 @@ Result<OpKind> ParseOpKind(std::string_view name);
 // POET's class name, used for node names ("layer3_ReLULayer") so graphs line up with POET's.
 std::string_view PoetClassName(OpKind kind);
 
+// Batch and layer normalization's epsilon unless a model says otherwise (PyTorch's default).
+inline constexpr double kDefaultNormEpsilon = 1e-5;
+
 struct Layer {
   OpKind kind = OpKind::kInput;
   std::vector<int> inputs;  // indices of earlier layers; order matters (POET's depends_on)
@@ -92,7 +95,9 @@ class ForwardGraph {
   // before a batch norm have no bias.
   int Conv2d(int x, int64_t in_channels, int64_t out_channels, int64_t kernel, int64_t stride, int64_t padding,
              int64_t groups = 1, bool bias = true);
-  int BatchNorm2d(int x);
+  // `epsilon` other than PyTorch's default 1e-5 (MobileNet V3's 1e-3) is the attribute
+  // "epsilon_e9", epsilon times 10^9.
+  int BatchNorm2d(int x, double epsilon = kDefaultNormEpsilon);
   int Relu(int x);
   int MaxPool2d(int x, int64_t kernel, int64_t stride, int64_t padding = 0, bool ceil_mode = false);
   int AvgPool2d(int x, int64_t kernel, int64_t stride, int64_t padding = 0);
@@ -119,7 +124,7 @@ class ForwardGraph {
   int LinearNd(int x, int64_t in_features, int64_t out_features, bool bias);
   int MatMul(int a, int b);
   int Softmax(int x, int64_t axis);
-  int LayerNorm(int x);
+  int LayerNorm(int x, double epsilon = kDefaultNormEpsilon);
   int ReduceMean(int x, const std::vector<int64_t>& axes, bool keepdims);
   int Concat(const std::vector<int>& inputs, int64_t axis);
   int Transpose(int x, const std::vector<int64_t>& perm);

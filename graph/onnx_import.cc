@@ -788,8 +788,10 @@ class Importer {
     } else if (op == "Dropout") {
       if (!x0) return NodeError(node, index, "expects an activation");
       const std::optional<double> training = ScalarInput(node, 2);
-      // Dropout is the identity unless training mode is on (opset 12+), or before opset 12.
-      if (opset_ >= 12 && (!training || *training == 0)) {
+      const std::optional<double> ratio = ScalarInput(node, 1);
+      // Dropout is the identity unless training mode is on (opset 12+), or before opset 12, and
+      // always with a ratio of 0 (nn.Dropout(0.0)).
+      if ((opset_ >= 12 && (!training || *training == 0)) || (ratio && *ratio == 0)) {
         SetOutput(node, 0, *x0);
       } else {
         set(graph_.Dropout(Act(x0)));
@@ -818,7 +820,7 @@ class Importer {
       // Training exports compute batch statistics: training_mode=1 (opset 14+) or extra outputs (before).
       const bool training = opset_ >= 14 ? attrs.Int("training_mode", 0) != 0 : node.output_size() > 1;
       if (!training && eval_batch_norm_.empty()) eval_batch_norm_ = Where(node, index);
-      set(graph_.BatchNorm2d(Act(x0)));
+      set(graph_.BatchNorm2d(Act(x0), attrs.Float("epsilon", graph::kDefaultNormEpsilon)));
     } else if (op == "Relu") {
       if (!x0) return NodeError(node, index, "expects an activation");
       set(graph_.Relu(Act(x0)));
@@ -1021,7 +1023,7 @@ class Importer {
       if (NormalizeAxis(attrs.Int("axis", -1), rank) != static_cast<int64_t>(rank) - 1) {
         return Unsupported(node, index, "only a normalization over the last axis is supported");
       }
-      set(graph_.LayerNorm(Act(x0)));
+      set(graph_.LayerNorm(Act(x0), attrs.Float("epsilon", graph::kDefaultNormEpsilon)));
     } else {
       return Unsupported(node, index, "");
     }
@@ -1208,7 +1210,8 @@ class Importer {
         out = beta->output(0);
       }
     }
-    values_[out] = Value::Activation(graph_.LayerNorm(x));
+    const double epsilon = OtherScalar(*add, mean2->output(0)).value_or(graph::kDefaultNormEpsilon);
+    values_[out] = Value::Activation(graph_.LayerNorm(x, epsilon));
     (void)mean_index;
     return true;
   }

@@ -92,7 +92,11 @@ class StepLayer : public Layer {
   }
   memory Mem(Tensor& t) { return Mem(t, Plain(t.dims)); }
 
-  Tensor& Own(Dims dims) { return owned_.emplace_back(std::move(dims)); }
+  Tensor& Own(Dims dims) {
+    Tensor& t = owned_.emplace_back(std::move(dims));
+    owned_bytes_ += t.bytes();
+    return t;
+  }
 
   void Normal(Tensor& t, float stddev, float mean = 0.0f) {
     std::normal_distribution<float> dist(mean, stddev);
@@ -310,7 +314,8 @@ class BatchNorm2d : public StepLayer {
     Tensor& variance = Own({channels});
     Tensor& x = inputs_[0];
     const auto flags = dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift;
-    constexpr float kEpsilon = 1e-5f;
+    const auto epsilon = spec.attributes.find("epsilon_e9");  // else PyTorch's default
+    const float kEpsilon = epsilon == spec.attributes.end() ? 1e-5f : static_cast<float>(epsilon->second) * 1e-9f;
     dnnl::batch_normalization_forward::primitive_desc fwd(
         dnnl::batch_normalization_forward::desc(prop_kind::forward_training, Plain(x.dims), kEpsilon, flags), attr_,
         backend_.engine());
@@ -324,8 +329,10 @@ class BatchNorm2d : public StepLayer {
     dnnl::batch_normalization_backward::primitive_desc bwd(
         dnnl::batch_normalization_backward::desc(prop_kind::backward, Plain(x.dims), Plain(x.dims), kEpsilon, flags),
         attr_, backend_.engine(), fwd);
-    // One primitive gives dX, dgamma and dbeta: every backward pass runs it.
-    for (auto* pass : {&backward_input_, &backward_weights_, &backward_bias_}) {
+    // One primitive gives dX, dgamma and dbeta: the input and weight passes run it. Bias-only
+    // training needs dbeta alone, the sum of dY over all but the channel axis, which reads no X.
+    AddReduceSum(backward_bias_, Mem(grad_output_), Mem(*grad_params_[1], Plain({1, channels, 1, 1})));
+    for (auto* pass : {&backward_input_, &backward_weights_}) {
       Add(*pass, bwd,
           {{DNNL_ARG_SRC, Mem(x)},
            {DNNL_ARG_MEAN, Mem(mean)},
@@ -655,7 +662,13 @@ class Unary : public OpLayer {
     InitOutput(spec.output_shape);
     if (e.positive_input) Positive(inputs_[0]);
     AddEltwise(forward_, e.alg, e.alpha, e.beta, Mem(inputs_[0]), Mem(output_));
-    AddEltwiseBackward(backward_input_, e.alg, e.alpha, e.beta, e.use_dst ? Mem(output_) : Mem(inputs_[0]),
+    // The affine op's derivative is a constant: its backward is given dY as the point, so that it
+    // reads nothing the training graph does not list (X may be freed by then).
+    const bool constant_derivative = e.alg == algorithm::eltwise_linear;
+    AddEltwiseBackward(backward_input_, e.alg, e.alpha, e.beta,
+                       e.use_dst             ? Mem(output_)
+                       : constant_derivative ? Mem(grad_output_)
+                                             : Mem(inputs_[0]),
                        Mem(grad_output_), Mem(grad_inputs_[0]));
     Forward();
   }
@@ -818,7 +831,8 @@ class LayerNorm : public OpLayer {
     Tensor& mean = Own(stat_dims);
     Tensor& variance = Own(stat_dims);
     const auto flags = dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift;
-    constexpr float kEpsilon = 1e-5f;
+    const auto epsilon = spec.attributes.find("epsilon_e9");  // else PyTorch's default
+    const float kEpsilon = epsilon == spec.attributes.end() ? 1e-5f : static_cast<float>(epsilon->second) * 1e-9f;
     const memory::desc md = Plain(x.dims);
     dnnl::layer_normalization_forward::primitive_desc fwd(
         dnnl::layer_normalization_forward::desc(prop_kind::forward_training, md, kEpsilon, flags), attr_,
@@ -833,7 +847,11 @@ class LayerNorm : public OpLayer {
     dnnl::layer_normalization_backward::primitive_desc bwd(
         dnnl::layer_normalization_backward::desc(prop_kind::backward, md, md, kEpsilon, flags), attr_,
         backend_.engine(), fwd);
-    for (auto* pass : {&backward_input_, &backward_weights_, &backward_bias_}) {
+    // As batch normalization's: dbeta alone (bias-only training) is a sum of dY, without X.
+    Dims shift_dims(x.dims.size(), 1);
+    shift_dims.back() = features;
+    AddReduceSum(backward_bias_, Mem(grad_output_), Mem(*grad_params_[1], Plain(shift_dims)));
+    for (auto* pass : {&backward_input_, &backward_weights_}) {
       Add(*pass, bwd,
           {{DNNL_ARG_SRC, Mem(x)},
            {DNNL_ARG_MEAN, Mem(mean)},

@@ -61,6 +61,9 @@ class Layer {
 
   uint64_t scratchpad_bytes() const { return scratchpad_bytes_; }
   uint64_t workspace_bytes() const { return workspace_bytes_; }
+  // Bytes of the buffers the layer allocated for itself: parameters and their gradients,
+  // scratchpads, workspaces and intermediates (statistics, masks, temporaries of a backward pass).
+  uint64_t owned_bytes() const { return owned_bytes_; }
 
   // Runs the kernels on `data` instead of `t`'s own storage, which is released. `t` is one
   // of inputs(), output(), grad_output() or grad_inputs(); `data` holds at least as many
@@ -79,6 +82,7 @@ class Layer {
   std::vector<Tensor*> grad_params_;
   uint64_t scratchpad_bytes_ = 0;
   uint64_t workspace_bytes_ = 0;
+  uint64_t owned_bytes_ = 0;
 };
 
 // The oneDNN engine and stream every layer runs on (CPU).

@@ -220,7 +220,7 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
   executor_options.trace = true;  // the last step goes into the run record
   EC_ASSIGN_OR_RETURN(std::unique_ptr<train::Executor> executor, train::Executor::Create(graph, executor_options));
   train::DataSource data = train::DataSource::Synthetic(executor->input_elements(), executor->label_rows(),
-                                                        executor->classes(), options.seed);
+                                                        executor->classes(), options.seed, executor->input_id_limit());
   if (!options.data_file.empty()) {
     EC_ASSIGN_OR_RETURN(data, train::DataSource::Cifar10(options.data_file, executor->input_elements(),
                                                          executor->label_rows(), executor->classes()));

@@ -1,5 +1,6 @@
 #include "train/data.h"
 
+#include <algorithm>
 #include <fstream>
 #include <iterator>
 #include <random>
@@ -12,12 +13,14 @@ constexpr int64_t kCifarRecord = 1 + kCifarPixels;
 
 }  // namespace
 
-DataSource DataSource::Synthetic(int64_t input_elements, int64_t rows, int64_t classes, uint32_t seed) {
+DataSource DataSource::Synthetic(int64_t input_elements, int64_t rows, int64_t classes, uint32_t seed,
+                                 int64_t id_limit) {
   DataSource source;
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_int_distribution<int64_t> id(0, std::max<int64_t>(1, id_limit) - 1);
   source.fixed_.inputs.resize(static_cast<size_t>(input_elements));
-  for (float& v : source.fixed_.inputs) v = normal(rng);
+  for (float& v : source.fixed_.inputs) v = id_limit > 0 ? static_cast<float>(id(rng)) : normal(rng);
   std::uniform_int_distribution<int32_t> label(0, static_cast<int32_t>(std::max<int64_t>(1, classes)) - 1);
   for (int64_t r = 0; r < rows; ++r) source.fixed_.labels.push_back(label(rng));
   source.rows_ = rows;

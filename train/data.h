@@ -16,8 +16,10 @@ namespace edgecost::train {
 
 class DataSource {
  public:
-  // Synthetic: normal inputs and uniform labels, the same batch for every step.
-  static DataSource Synthetic(int64_t input_elements, int64_t rows, int64_t classes, uint32_t seed);
+  // Synthetic: normal inputs (uniform token ids in [0, id_limit) when id_limit > 0, for a model
+  // whose input feeds an embedding) and uniform labels, the same batch for every step.
+  static DataSource Synthetic(int64_t input_elements, int64_t rows, int64_t classes, uint32_t seed,
+                              int64_t id_limit = 0);
   // CIFAR-10 binary records; the model must take rows x 3 x 32 x 32 inputs and at least 10 classes.
   static Result<DataSource> Cifar10(const std::string& path, int64_t input_elements, int64_t rows, int64_t classes);
 

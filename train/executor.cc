@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <optional>
 #include <set>
 
@@ -42,10 +43,28 @@ struct Reads {
   bool x = false, y = false, dy = false;
 };
 
-// Nullopt: a kind whose backward kernels the executor has not been checked against yet.
-std::optional<Reads> KernelReads(graph::OpKind kind, Pass pass) {
+// Ops whose backward node computes the gradients of several activation inputs in one kernel
+// (graph/derive.h): its output holds them one after another, in the order of the op's inputs.
+bool GradOfSeveralInputs(graph::OpKind kind, int activation_inputs) {
+  using graph::OpKind;
+  if (kind == OpKind::kConcat || kind == OpKind::kMatMul) return true;
+  const bool binary =
+      kind == OpKind::kMul || kind == OpKind::kSub || kind == OpKind::kDiv || kind == OpKind::kAddBroadcast;
+  return binary && activation_inputs == 2;
+}
+
+// Gradients pass through these unchanged (dX is dY, a view): derive gives them no backward node.
+bool GradientView(graph::OpKind kind) {
+  using graph::OpKind;
+  return kind == OpKind::kAdd || kind == OpKind::kFlatten || kind == OpKind::kReshape;
+}
+
+// `activation_inputs`: how many activations the forward node reads (a binary op of an
+// activation and a parameter reads one). Nullopt: a kind the executor cannot run.
+std::optional<Reads> KernelReads(graph::OpKind kind, Pass pass, int activation_inputs) {
   using graph::OpKind;
   const bool forward = pass == Pass::kForward;
+  const Reads x_dy{true, false, true}, y_dy{false, true, true}, dy_only{false, false, true};
   switch (kind) {
     case OpKind::kConv2d:
     case OpKind::kLinear:
@@ -54,11 +73,13 @@ std::optional<Reads> KernelReads(graph::OpKind kind, Pass pass) {
     case OpKind::kLinearRelu:
       return forward ? Reads{true, false, false} : Reads{pass == Pass::kBackwardWeights, true, true};
     case OpKind::kBatchNorm2d:
-      return forward ? Reads{true, false, false} : Reads{true, false, true};  // one primitive for dX, dgamma, dbeta
+    case OpKind::kLayerNorm:  // one primitive for dX, dgamma, dbeta; dbeta alone is a sum of dY
+      if (forward) return Reads{true, false, false};
+      return pass == Pass::kBackwardBias ? dy_only : x_dy;
     case OpKind::kRelu:
-      return forward ? Reads{true, false, false} : Reads{false, true, true};
+      return forward ? Reads{true, false, false} : y_dy;
     case OpKind::kAttentionScores:
-      return forward ? Reads{true, false, false} : Reads{true, false, true};
+      return forward ? Reads{true, false, false} : x_dy;
     case OpKind::kCrossEntropyLoss:
       return Reads{true, false, false};
     case OpKind::kDropout:
@@ -67,35 +88,44 @@ std::optional<Reads> KernelReads(graph::OpKind kind, Pass pass) {
     case OpKind::kAttentionContext:
     case OpKind::kFlatten:
     case OpKind::kAdd:
-      return forward ? Reads{true, false, false} : Reads{false, false, true};
+      return forward ? Reads{true, false, false} : dy_only;
     case OpKind::kInput:
       return Reads{};
-    // The op set of models imported from PyTorch: their kernels came later; the executor refuses
-    // them until each is checked (what its backward reads, which input a gradient node is for).
+    // Elementwise ops whose derivative is taken at X (oneDNN's eltwise backward from src) ...
     case OpKind::kRelu6:
     case OpKind::kHardSwish:
+    case OpKind::kGelu:
+    case OpKind::kSilu:
+    case OpKind::kPow:
+      return forward ? Reads{true, false, false} : x_dy;
+    // ... or at Y (the *_use_dst_for_bwd algorithms; softmax's backward reads its output).
     case OpKind::kHardSigmoid:
     case OpKind::kSigmoid:
     case OpKind::kTanh:
-    case OpKind::kGelu:
-    case OpKind::kSilu:
     case OpKind::kSqrt:
-    case OpKind::kPow:
-    case OpKind::kAffine:
-    case OpKind::kMul:
-    case OpKind::kSub:
-    case OpKind::kDiv:
-    case OpKind::kAddBroadcast:
-    case OpKind::kMatMul:
     case OpKind::kSoftmax:
-    case OpKind::kLayerNorm:
+      return forward ? Reads{true, false, false} : y_dy;
+    // Linear in X: the backward reads dY alone (concat's and add/sub's for every input at once;
+    // a slice's writes part of dX, which the executor zeroes first).
+    case OpKind::kAffine:
     case OpKind::kReduceMean:
     case OpKind::kConcat:
     case OpKind::kTranspose:
     case OpKind::kReshape:
     case OpKind::kSlice:
-    case OpKind::kEmbedding:
-      return std::nullopt;
+    case OpKind::kSub:
+    case OpKind::kAddBroadcast:
+      return forward ? Reads{true, false, false} : dy_only;
+    // Products: dA reads B and dB reads A. Of an activation and a parameter P, dX = dY * P (or
+    // dY / P) reads dY only and dP reads X.
+    case OpKind::kMul:
+    case OpKind::kDiv:
+      if (forward) return Reads{true, false, false};
+      return activation_inputs == 2 || pass != Pass::kBackwardInput ? x_dy : dy_only;
+    case OpKind::kMatMul:
+      return forward ? Reads{true, false, false} : x_dy;
+    case OpKind::kEmbedding:  // the table's gradient adds dY's rows at the ids; ids have no gradient
+      return forward ? Reads{true, false, false} : (pass == Pass::kBackwardInput ? Reads{} : x_dy);
   }
   return std::nullopt;
 }
@@ -106,8 +136,13 @@ struct Executor::NodeExec {
   enum class Kind { kNone, kInput, kLayer } kind = Kind::kNone;
   profiler::Layer* layer = nullptr;
   Pass pass = Pass::kNone;
-  std::vector<std::pair<profiler::Tensor*, int>> binds;  // tensor <- node's buffer
-  bool zero_output = false;                              // the kernel writes only part of its output
+  struct Binding {
+    profiler::Tensor* tensor = nullptr;
+    int node = 0;
+    int64_t offset = 0;  // elements into the node's buffer (one input's part of a gradient of several)
+  };
+  std::vector<Binding> binds;  // tensor <- node's buffer
+  bool zero_output = false;    // the kernel writes only part of its output
   bool loss = false;
 };
 
@@ -124,6 +159,7 @@ struct Executor::State {
   std::vector<std::pair<int, int>> trained;  // (forward node, parameter index)
   int input_node = -1, loss_node = -1;
   int64_t label_rows = 0, classes = 0;
+  int64_t input_id_limit = 0;
   double origin_s = 0;
   double loss = 0;
 };
@@ -178,6 +214,90 @@ Result<std::unique_ptr<Executor>> Executor::Create(const v1::TrainingGraph& grap
   }
   const bool bias_only = trainable.mode == graph::Trainable::Mode::kBias;
 
+  // Forward kinds, and which forward outputs need a gradient (as graph/derive decides: a layer
+  // whose parameters get a gradient, or one that reads such an output).
+  std::vector<std::optional<graph::OpKind>> kinds(static_cast<size_t>(n));
+  std::vector<bool> needs_grad(static_cast<size_t>(n), false);
+  for (int v = 0; v < n; ++v) {
+    const v1::TrainingNode& node = graph.nodes(v);
+    if (node.phase() == v1::PHASE_BACKWARD) {
+      const int f = node.forward_of();
+      if ((node.role() == graph::GradRoleName(graph::GradRole::kGradWeight) ||
+           node.role() == graph::GradRoleName(graph::GradRole::kGradBias)) &&
+          f >= 0 && f < v) {
+        needs_grad[static_cast<size_t>(f)] = true;
+      }
+      continue;
+    }
+    EC_ASSIGN_OR_RETURN(graph::OpKind kind, graph::ParseOpKind(node.op_kind()));
+    kinds[static_cast<size_t>(v)] = kind;
+  }
+  for (int v = 0; v < n; ++v) {
+    if (!kinds[static_cast<size_t>(v)]) continue;
+    for (uint32_t u : graph.nodes(v).inputs()) needs_grad[static_cast<size_t>(v)] = needs_grad[v] || needs_grad[u];
+  }
+  // The gradient(s) each backward node's output holds: (forward node, offset in elements).
+  std::vector<std::vector<std::pair<int, int64_t>>> slots(static_cast<size_t>(n));
+  for (int v = 0; v < n; ++v) {
+    const v1::TrainingNode& node = graph.nodes(v);
+    if (node.phase() != v1::PHASE_BACKWARD || node.output_bytes() == 0) continue;
+    const int f = node.forward_of();
+    if (f < 0 || f >= v || !kinds[static_cast<size_t>(f)]) {
+      return InvalidArgument("node " + std::to_string(v) + " ('" + node.name() +
+                             "') names no forward node; train graphs derived by edgecost (zoo or ONNX)");
+    }
+    const v1::TrainingNode& fwd = graph.nodes(f);
+    if (node.role() == graph::GradRoleName(graph::GradRole::kGradSum)) {
+      slots[static_cast<size_t>(v)] = {{f, 0}};
+    } else if (GradOfSeveralInputs(*kinds[static_cast<size_t>(f)], fwd.inputs_size())) {
+      int64_t offset = 0;
+      for (uint32_t u : fwd.inputs()) {
+        const int t = static_cast<int>(u);
+        auto& list = slots[static_cast<size_t>(v)];
+        if (!needs_grad[u] ||
+            std::any_of(list.begin(), list.end(), [&](const auto& slot) { return slot.first == t; })) {
+          continue;
+        }
+        list.push_back({t, offset});
+        offset += e->bytes_[u] / 4;
+      }
+      if (offset * 4 != static_cast<int64_t>(node.output_bytes())) {
+        return InvalidArgument("node " + std::to_string(v) + " ('" + node.name() + "') holds " +
+                               std::to_string(node.output_bytes()) + " B, but the gradients of the inputs of node " +
+                               std::to_string(f) + " that need one have " + std::to_string(offset * 4) +
+                               " B; derive the graph again with this edgecost");
+      }
+    } else if (fwd.inputs_size() > 0) {
+      slots[static_cast<size_t>(v)] = {{static_cast<int>(fwd.inputs(0)), 0}};
+    }
+  }
+  // Whether the gradient of forward node t is (through views, whose dX is dY) the gradient of w.
+  std::function<bool(int, int)> reaches = [&](int t, int w) {
+    if (t == w) return true;
+    if (!kinds[static_cast<size_t>(t)] || !GradientView(*kinds[static_cast<size_t>(t)])) return false;
+    for (uint32_t u : graph.nodes(t).inputs()) {
+      if (reaches(static_cast<int>(u), w)) return true;
+    }
+    return false;
+  };
+  // Where, in gradient node `u` = input j of backward node c, the gradient c reads starts: c
+  // differentiates (or sums the gradient of) forward node w = c.forward_of. A node that reads a
+  // gradient of several inputs twice (a sum of both) takes its parts in order.
+  auto grad_offset = [&](int c, int j) -> Result<int64_t> {
+    const v1::TrainingNode& node = graph.nodes(c);
+    const int u = static_cast<int>(node.inputs(j));
+    const auto& list = slots[static_cast<size_t>(u)];
+    if (list.size() <= 1) return int64_t{0};
+    int occurrence = 0;
+    for (int k = 0; k < j; ++k) occurrence += static_cast<int>(node.inputs(k)) == u;
+    for (const auto& [t, offset] : list) {
+      if (reaches(t, node.forward_of()) && occurrence-- == 0) return offset;
+    }
+    return InvalidArgument("node " + std::to_string(c) + " ('" + node.name() + "') reads node " + std::to_string(u) +
+                           " as the gradient of node " + std::to_string(node.forward_of()) +
+                           ", which it does not hold");
+  };
+
   std::set<std::pair<int, int>> trained;
   for (int v = 0; v < n; ++v) {
     const v1::TrainingNode& node = graph.nodes(v);
@@ -192,8 +312,8 @@ Result<std::unique_ptr<Executor>> Executor::Create(const v1::TrainingGraph& grap
         exec.kind = NodeExec::Kind::kInput;
         continue;
       }
-      EC_ASSIGN_OR_RETURN(graph::OpKind forward_kind, graph::ParseOpKind(node.op_kind()));
-      if (!KernelReads(forward_kind, Pass::kForward)) {
+      const graph::OpKind forward_kind = *kinds[static_cast<size_t>(v)];
+      if (!KernelReads(forward_kind, Pass::kForward, node.inputs_size())) {
         return Unimplemented(label + ": op kind '" + node.op_kind() +
                              "' is not supported by the training executor yet (its kernels exist for profiling)");
       }
@@ -206,8 +326,13 @@ Result<std::unique_ptr<Executor>> Executor::Create(const v1::TrainingGraph& grap
         return InvalidArgument(label + " has " + std::to_string(node.inputs_size()) + " inputs; its kernel takes " +
                                std::to_string(layer.inputs().size()));
       }
-      for (int j = 0; j < node.inputs_size(); ++j) exec.binds.push_back({&layer.inputs()[j], node.inputs(j)});
+      for (int j = 0; j < node.inputs_size(); ++j)
+        exec.binds.push_back({&layer.inputs()[j], static_cast<int>(node.inputs(j))});
       exec.binds.push_back({&layer.output(), v});
+      if (forward_kind == graph::OpKind::kEmbedding && node.inputs(0) == static_cast<uint32_t>(s.input_node)) {
+        const auto vocabulary = node.attributes().find("vocabulary");
+        if (vocabulary != node.attributes().end()) s.input_id_limit = vocabulary->second;
+      }
       if (node.phase() == v1::PHASE_LOSS) {
         exec.loss = true;
         s.loss_node = v;
@@ -215,7 +340,6 @@ Result<std::unique_ptr<Executor>> Executor::Create(const v1::TrainingGraph& grap
         s.classes = layer.inputs()[0].dims[1];
       }
       for (profiler::Tensor* p : layer.params()) e->param_bytes_ += p->bytes();
-      e->layer_state_bytes_ += layer.scratchpad_bytes() + layer.workspace_bytes();
       continue;
     }
     switch (work.pass) {
@@ -229,7 +353,10 @@ Result<std::unique_ptr<Executor>> Executor::Create(const v1::TrainingGraph& grap
         profiler::Layer& layer = *s.layers[static_cast<size_t>(v)];
         exec.kind = NodeExec::Kind::kLayer;
         exec.layer = &layer;
-        for (int j = 0; j < node.inputs_size(); ++j) exec.binds.push_back({&layer.inputs()[j], node.inputs(j)});
+        for (int j = 0; j < node.inputs_size(); ++j) {
+          EC_ASSIGN_OR_RETURN(const int64_t offset, grad_offset(v, j));
+          exec.binds.push_back({&layer.inputs()[j], static_cast<int>(node.inputs(j)), offset});
+        }
         exec.binds.push_back({&layer.output(), v});
         continue;
       }
@@ -245,8 +372,8 @@ Result<std::unique_ptr<Executor>> Executor::Create(const v1::TrainingGraph& grap
     exec.kind = NodeExec::Kind::kLayer;
     exec.layer = layer;
     const v1::TrainingNode& fwd = graph.nodes(f);
-    EC_ASSIGN_OR_RETURN(graph::OpKind kind, graph::ParseOpKind(fwd.op_kind()));
-    const std::optional<Reads> known = KernelReads(kind, work.pass);
+    const graph::OpKind kind = *kinds[static_cast<size_t>(f)];
+    const std::optional<Reads> known = KernelReads(kind, work.pass, fwd.inputs_size());
     if (!known) {
       return Unimplemented(label + ": op kind '" + fwd.op_kind() + "' is not supported by the training executor yet");
     }
@@ -259,7 +386,7 @@ Result<std::unique_ptr<Executor>> Executor::Create(const v1::TrainingGraph& grap
     if (reads.x) {
       for (int j = 0; j < fwd.inputs_size(); ++j) {
         if (!lists(static_cast<int>(fwd.inputs(j)))) return missing("the layer's input");
-        exec.binds.push_back({&layer->inputs()[j], fwd.inputs(j)});
+        exec.binds.push_back({&layer->inputs()[j], static_cast<int>(fwd.inputs(j))});
       }
     }
     if (reads.y) {
@@ -267,43 +394,87 @@ Result<std::unique_ptr<Executor>> Executor::Create(const v1::TrainingGraph& grap
       exec.binds.push_back({&layer->output(), f});
     }
     if (reads.dy) {
-      int dy = -1;
-      for (uint32_t u : node.inputs()) {
-        if (graph.nodes(static_cast<int>(u)).phase() != v1::PHASE_BACKWARD) continue;
-        if (dy >= 0 && dy != static_cast<int>(u)) return InvalidArgument(label + " reads two incoming gradients");
-        dy = static_cast<int>(u);
+      int dy = -1, dy_at = -1;
+      for (int j = 0; j < node.inputs_size(); ++j) {
+        const int u = static_cast<int>(node.inputs(j));
+        if (graph.nodes(u).phase() != v1::PHASE_BACKWARD) continue;
+        if (dy >= 0 && dy != u) return InvalidArgument(label + " reads two incoming gradients");
+        if (dy < 0) dy_at = j;
+        dy = u;
       }
       if (dy < 0) return missing("the incoming gradient");
-      exec.binds.push_back({&layer->grad_output(), dy});
+      EC_ASSIGN_OR_RETURN(const int64_t offset, grad_offset(v, dy_at));
+      exec.binds.push_back({&layer->grad_output(), dy, offset});
     }
     if (node.output_bytes() > 0) {
       if (layer->grad_inputs().empty())
         return InvalidArgument(label + " has an output but its layer no input gradient");
-      exec.binds.push_back({&layer->grad_inputs()[0], v});
-      exec.zero_output = kind == graph::OpKind::kAttentionScores;  // dV is not written: it must read as zero
+      if (GradOfSeveralInputs(kind, fwd.inputs_size())) {
+        for (const auto& [t, offset] : slots[static_cast<size_t>(v)]) {
+          int j = -1;
+          for (int i = 0; i < fwd.inputs_size(); ++i) {
+            if (static_cast<int>(fwd.inputs(i)) != t) continue;
+            if (j >= 0) {
+              return Unimplemented(label + ": op kind '" + fwd.op_kind() + "' of node " + std::to_string(f) +
+                                   " reads node " + std::to_string(t) +
+                                   " twice, and the executor cannot yet add the two gradients it gets; "
+                                   "write the op as a unary one (x * x as Pow) or train a layer above it");
+            }
+            j = i;
+          }
+          exec.binds.push_back({&layer->grad_inputs()[static_cast<size_t>(j)], v, offset});
+        }
+      } else {
+        exec.binds.push_back({&layer->grad_inputs()[0], v});
+      }
+      // dV is not written, and a slice's backward writes only its part of dX: the rest must read as zero.
+      exec.zero_output = kind == graph::OpKind::kAttentionScores || kind == graph::OpKind::kSlice;
     }
-    // The parameters this node's pass gives gradients for, when they train.
+    // The parameters this node's pass gives gradients for, when they train. A layer with one
+    // parameter has it as a weight (grad_weight) or as a bias (grad_bias: add or sub of a parameter).
     EC_ASSIGN_OR_RETURN(graph::GradRole role, graph::ParseGradRole(node.role()));
     const int params = static_cast<int>(layer->params().size());
     if (params > 0 && layer_trains[static_cast<size_t>(f)]) {
-      const bool gives_weights = role == graph::GradRole::kGradWeight ||
-                                 (kind == graph::OpKind::kBatchNorm2d && role == graph::GradRole::kGrad);
+      const bool normalization = kind == graph::OpKind::kBatchNorm2d || kind == graph::OpKind::kLayerNorm;
+      const bool gives_weights =
+          role == graph::GradRole::kGradWeight || (normalization && role == graph::GradRole::kGrad);
       const bool gives_bias = gives_weights || role == graph::GradRole::kGradBias;
       for (int i = 0; i < params; ++i) {
-        const bool is_bias = i == 1;
+        const bool is_bias = params == 1 ? role == graph::GradRole::kGradBias : i == 1;
         if (is_bias ? gives_bias : (gives_weights && !bias_only)) trained.insert({f, i});
       }
     }
   }
   if (s.input_node < 0 || s.loss_node < 0) return InvalidArgument("the graph needs an input node and a loss node");
   for (int v = 0; v < n; ++v) {
-    for (const auto& [tensor, u] : s.execs[static_cast<size_t>(v)].binds) {
-      if (Elements(tensor->dims) * static_cast<int64_t>(sizeof(float)) > e->bytes_[static_cast<size_t>(u)]) {
-        return InvalidArgument("node " + std::to_string(v) + " reads " + std::to_string(Elements(tensor->dims) * 4) +
-                               " B from node " + std::to_string(u) + ", whose output has " +
-                               std::to_string(e->bytes_[static_cast<size_t>(u)]) + " B");
+    for (const NodeExec::Binding& b : s.execs[static_cast<size_t>(v)].binds) {
+      const int64_t end_bytes = (Elements(b.tensor->dims) + b.offset) * static_cast<int64_t>(sizeof(float));
+      if (end_bytes > e->bytes_[static_cast<size_t>(b.node)]) {
+        return InvalidArgument("node " + std::to_string(v) + " reads up to byte " + std::to_string(end_bytes) +
+                               " of node " + std::to_string(b.node) + ", whose output has " +
+                               std::to_string(e->bytes_[static_cast<size_t>(b.node)]) + " B");
       }
     }
+  }
+  // Layer state: what each layer allocated for itself besides its parameters and their gradients,
+  // and its tensors that no node binds to the arena (the dX of an input without a gradient, the
+  // gradient tensors of a frozen layer), which keep their own storage.
+  std::set<const profiler::Tensor*> bound;
+  for (const NodeExec& exec : s.execs) {
+    for (const NodeExec::Binding& b : exec.binds) bound.insert(b.tensor);
+  }
+  for (const std::unique_ptr<profiler::Layer>& layer : s.layers) {
+    if (!layer) continue;
+    uint64_t state = layer->owned_bytes();
+    for (profiler::Tensor* p : layer->params()) state -= p->bytes();
+    for (profiler::Tensor* p : layer->grad_params()) state -= p->bytes();
+    std::vector<profiler::Tensor*> bindable = {&layer->output(), &layer->grad_output()};
+    for (profiler::Tensor& t : layer->inputs()) bindable.push_back(&t);
+    for (profiler::Tensor& t : layer->grad_inputs()) bindable.push_back(&t);
+    for (const profiler::Tensor* t : bindable) {
+      if (!bound.count(t)) state += t->bytes();
+    }
+    e->layer_state_bytes_ += state;
   }
   s.trained.assign(trained.begin(), trained.end());
   s.arena = std::make_unique<Arena>(n);
@@ -315,6 +486,7 @@ Result<std::unique_ptr<Executor>> Executor::Create(const v1::TrainingGraph& grap
 int64_t Executor::input_elements() const { return bytes_[static_cast<size_t>(state_->input_node)] / 4; }
 int64_t Executor::label_rows() const { return state_->label_rows; }
 int64_t Executor::classes() const { return state_->classes; }
+int64_t Executor::input_id_limit() const { return state_->input_id_limit; }
 
 Status Executor::SetBatch(const Batch& batch) {
   State& s = *state_;
@@ -328,10 +500,10 @@ Status Executor::SetBatch(const Batch& batch) {
 }
 
 Status Executor::Bind(const NodeExec& exec) {
-  for (const auto& [tensor, u] : exec.binds) {
-    float* data = state_->arena->Get(u);
-    if (!data) return Internal("node " + std::to_string(u) + " has no buffer when it is read");
-    exec.layer->Bind(*tensor, data);
+  for (const NodeExec::Binding& b : exec.binds) {
+    float* data = state_->arena->Get(b.node);
+    if (!data) return Internal("node " + std::to_string(b.node) + " has no buffer when it is read");
+    exec.layer->Bind(*b.tensor, data + b.offset);
   }
   return Status::Ok();
 }
@@ -534,6 +706,12 @@ void Executor::Update(double lr) {
     const std::vector<float>& g = layer.grad_params()[static_cast<size_t>(index)]->data;
     for (size_t i = 0; i < p.size(); ++i) p[i] -= step * g[i];
   }
+}
+
+std::vector<float>* Executor::Parameter(int node, int index) {
+  const auto& trained = state_->trained;
+  if (std::find(trained.begin(), trained.end(), std::pair<int, int>{node, index}) == trained.end()) return nullptr;
+  return &state_->layers[static_cast<size_t>(node)]->params()[static_cast<size_t>(index)]->data;
 }
 
 double Executor::ClockS() const { return NowS() - state_->origin_s; }

@@ -5,10 +5,12 @@
 // to the arena's buffers before each pass (profiler::Layer::Bind), so outputs are
 // shared between the layers that produce and read them, as in a framework.
 //
-// What stays outside the arena, as layer state: parameters and their gradients
-// (outside the RAM budget, as in POET), batch-norm statistics, max-pooling's
-// argmax workspace, dropout masks (fixed per layer, drawn from the seed) and
-// oneDNN scratchpads. Their bytes are reported as layer_state_bytes.
+// What stays outside the arena: parameters and their gradients (outside the RAM
+// budget, as in POET), and layer state: batch-norm statistics, max-pooling's
+// argmax workspace, dropout masks (fixed per layer, drawn from the seed), oneDNN
+// scratchpads, the temporaries of some backward kernels (a product's dY * B before
+// its reduction over broadcast axes) and the tensors no node binds (the dX of an
+// input that needs no gradient). Layer state is reported as layer_state_bytes.
 //
 // Only graphs of the `exact` derivation can be run: POET's derivation has one
 // gradient node per layer whose output shape is not the gradient's.
@@ -77,6 +79,9 @@ class Executor {
   int64_t input_elements() const;  // the input node's elements: what Batch::inputs holds
   int64_t label_rows() const;      // rows of the logits: what Batch::labels holds
   int64_t classes() const;
+  // Token ids: the vocabulary of the embedding the input node feeds (inputs are ids in
+  // [0, limit) as floats), or 0 when the input is features.
+  int64_t input_id_limit() const;
   uint64_t layer_state_bytes() const { return layer_state_bytes_; }
   uint64_t param_bytes() const { return param_bytes_; }
   // Node bytes and distinct inputs, as the simulator sees the graph.
@@ -91,6 +96,9 @@ class Executor {
   // SGD on the last step's gradients: p -= lr / batch rows * dp (the loss is summed over rows).
   void Update(double lr);
   std::vector<ParamGradient> Gradients() const;
+  // The values of a trained parameter (as Gradients() lists them), to read or to set before a
+  // step: weights copied from another framework, or a finite-difference probe. Null if it does not train.
+  std::vector<float>* Parameter(int node, int index);
   // Seconds since the executor was created: the clock of TraceEvents.
   double ClockS() const;
 
