@@ -202,8 +202,18 @@ void PrintCounters(const v1::CostTable& table) {
     std::cout << "(per execution, over each op's timed window"
               << (multiplexed ? "; ~ scaled up from the share of the window the PMU counted it" : "") << ")\n";
   }
+  // Events that fail alike (no PMU) share one line.
+  std::vector<std::pair<const v1::UncountedEvent*, std::string>> lines;
   for (const v1::UncountedEvent& u : table.uncounted()) {
-    std::cout << "not countable  " << u.event() << ": " << u.reason() << (u.fix().empty() ? "" : " (" + u.fix() + ")")
+    auto it = std::find_if(lines.begin(), lines.end(), [&](const auto& l) { return l.first->reason() == u.reason(); });
+    if (it == lines.end()) {
+      lines.emplace_back(&u, u.event());
+    } else {
+      it->second += ", " + u.event();
+    }
+  }
+  for (const auto& [u, events] : lines) {
+    std::cout << "not countable  " << events << ": " << u->reason() << (u->fix().empty() ? "" : " (" + u->fix() + ")")
               << "\n";
   }
   std::cout << "\n";
