@@ -17,6 +17,7 @@ namespace {
 struct TraceFlags {
   uint64_t schedule_id = 0;
   uint64_t run_id = 0;
+  uint64_t train_run_id = 0;
   std::string schedule_file;
   std::string out;
   bool list = false;
@@ -72,14 +73,16 @@ int RunList(const TraceFlags& flags, const Context& ctx) {
 
 int RunTrace(const TraceFlags& flags, const Context& ctx) {
   if (flags.list) return RunList(flags, ctx);
-  const int subjects = (flags.schedule_id ? 1 : 0) + (flags.run_id ? 1 : 0) + (flags.schedule_file.empty() ? 0 : 1);
+  const int subjects = (flags.schedule_id ? 1 : 0) + (flags.run_id ? 1 : 0) + (flags.train_run_id ? 1 : 0) +
+                       (flags.schedule_file.empty() ? 0 : 1);
   if (subjects != 1) {
-    return UsageError(
-        InvalidArgument("say what to trace: one of --schedule ID, --run ID, --schedule-file FILE, or --list"));
+    return UsageError(InvalidArgument(
+        "say what to trace: one of --schedule ID, --run ID, --train-run ID, --schedule-file FILE, or --list"));
   }
   v1::GetTraceRequest request;
   if (flags.schedule_id) request.set_schedule_id(flags.schedule_id);
   if (flags.run_id) request.set_run_id(flags.run_id);
+  if (flags.train_run_id) request.set_train_run_id(flags.train_run_id);
   Result<v1::Trace> trace = v1::Trace();
   if (!flags.schedule_file.empty()) {
     if (!ctx.remote.empty()) return UsageError(InvalidArgument("--schedule-file is read locally; drop --remote"));
@@ -96,9 +99,10 @@ int RunTrace(const TraceFlags& flags, const Context& ctx) {
   if (!trace.ok()) return Failure(trace.status());
   std::string out = flags.out;
   if (out.empty()) {
-    out = flags.schedule_id ? "schedule-" + std::to_string(flags.schedule_id) + ".trace.json"
-          : flags.run_id    ? "run-" + std::to_string(flags.run_id) + ".trace.json"
-                            : "schedule.trace.json";
+    out = flags.schedule_id    ? "schedule-" + std::to_string(flags.schedule_id) + ".trace.json"
+          : flags.run_id       ? "run-" + std::to_string(flags.run_id) + ".trace.json"
+          : flags.train_run_id ? "train-run-" + std::to_string(flags.train_run_id) + ".trace.json"
+                               : "schedule.trace.json";
   }
   if (out == "-") {
     std::cout << trace->trace_json() << "\n";
@@ -123,9 +127,13 @@ int RunTrace(const TraceFlags& flags, const Context& ctx) {
 void RegisterTraceCommand(CLI::App& app, Context& ctx) {
   auto flags = std::make_shared<TraceFlags>();
   CLI::App* cmd = app.add_subcommand(
-      "trace", "Chrome Trace Event JSON of a schedule's predicted timeline or a profile run's measured repetitions");
+      "trace",
+      "Chrome Trace Event JSON of a schedule's predicted timeline, a profile run's measured repetitions or a training "
+      "run's last step");
   cmd->add_option("--schedule", flags->schedule_id, "A stored schedule's id (edgecost solve prints it)");
   cmd->add_option("--run", flags->run_id, "A profile run's id (see --list)");
+  cmd->add_option("--train-run", flags->train_run_id,
+                  "A training run's id (edgecost runs lists them): its last step as it ran");
   cmd->add_option("--schedule-file", flags->schedule_file, "A schedule file written by edgecost solve --out");
   cmd->add_option("--out", flags->out,
                   "Trace file to write; - for stdout (default: schedule-ID.trace.json, run-ID...)");
@@ -133,11 +141,13 @@ void RegisterTraceCommand(CLI::App& app, Context& ctx) {
   cmd->add_flag("--json", flags->json, "Print the summary (or the run list) as JSON");
   cmd->footer(
       "A schedule's trace has tracks for stages, compute, recompute, page-out and page-in, and\n"
-      "RAM in use next to the budget as a counter; a run's trace has each op with its repetitions.\n"
+      "RAM in use next to the budget as a counter; a run's trace has each op with its repetitions;\n"
+      "a training run's has each node execution, recomputation, page-out, page-in and wait as it ran.\n"
       "Examples:\n"
       "  edgecost solve --model resnet18_cifar --ram-budget 2MB --runtime-budget 1.5x   # prints schedule #ID\n"
       "  edgecost trace --schedule 3 --out s3.trace.json\n"
       "  edgecost trace --list && edgecost trace --run 1\n"
+      "  edgecost train --model resnet18_cifar --steps 5 && edgecost runs && edgecost trace --train-run 1\n"
       "  edgecost solve ... --out s.json && edgecost trace --schedule-file s.json --out - | gzip > s.trace.json.gz\n"
       "  edgecost --remote unix:/run/edgecost.sock trace --schedule 3");
   cmd->callback([flags, &ctx] { ctx.exit_code = RunTrace(*flags, ctx); });

@@ -114,7 +114,8 @@ void PrintRun(const service::TrainJobResult& result) {
       std::cout << "; measured-in-step cost table #" << result.in_step_table_id
                 << " (solve --cost-source measured-in-step)";
     }
-    std::cout << "\n";
+    std::cout << "\n"
+              << "trace          `edgecost trace --train-run " << result.run_id << "` (its last step, for Perfetto)\n";
   }
 }
 

@@ -198,6 +198,7 @@ class CostDb {
   Result<int64_t> PutTrainRun(const v1::TrainRun& run);
   // Newest `limit` runs (0: 100), oldest first; an empty model matches every model.
   Result<std::vector<v1::TrainRun>> ListTrainRuns(const std::string& model = "", int limit = 0);
+  Result<v1::TrainRun> GetTrainRun(int64_t id);  // NotFound if there is none
 
   Result<DbInfo> Info();
 

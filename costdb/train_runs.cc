@@ -43,4 +43,14 @@ Result<std::vector<v1::TrainRun>> CostDb::ListTrainRuns(const std::string& model
   return runs;
 }
 
+Result<v1::TrainRun> CostDb::GetTrainRun(int64_t id) {
+  EC_ASSIGN_OR_RETURN(Statement stmt, db_.Prepare("SELECT run FROM train_runs WHERE id = ?"));
+  stmt.Bind(1, id);
+  EC_ASSIGN_OR_RETURN(bool found, stmt.Step());
+  if (!found) return NotFound("no training run " + std::to_string(id) + "; `edgecost runs` lists them");
+  EC_ASSIGN_OR_RETURN(v1::TrainRun run, Parse<v1::TrainRun>(stmt.Blob(0), "training run", path()));
+  run.set_id(static_cast<uint64_t>(id));
+  return run;
+}
+
 }  // namespace edgecost::costdb

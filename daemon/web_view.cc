@@ -15,10 +15,10 @@
 #include "graph/cost_source.h"
 #include "profiler/profile.h"
 #include "service/cost_tables.h"
+#include "service/words.h"
 #include "solver/explain.h"
 #include "solver/svg.h"
 #include "web/assets.h"
-#include "service/words.h"
 
 namespace edgecost::daemon {
 namespace {
@@ -279,9 +279,9 @@ std::string SchedulesSection(const WebViewSources& sources) {
         << "\">#" << s.id() << "</a></td><td>" << HtmlEscape(r.model().empty() ? r.graph_file() : r.model())
         << "</td><td>" << HtmlEscape(r.device()) << "</td><td>"
         << HtmlEscape(r.strategy().empty() ? "optimal" : r.strategy()) << "</td><td>"
-        << FormatBytes(static_cast<double>(r.ram_budget_bytes())) << "</td><td>" << service::ScheduleStatusText(s.status())
-        << (s.superseded() ? " (superseded)" : "") << "</td><td>" << FormatJoules(s.energy_j())
-        << "</td><td><a href=\"/trace?schedule=" << s.id() << "\">trace</a></td></tr>";
+        << FormatBytes(static_cast<double>(r.ram_budget_bytes())) << "</td><td>"
+        << service::ScheduleStatusText(s.status()) << (s.superseded() ? " (superseded)" : "") << "</td><td>"
+        << FormatJoules(s.energy_j()) << "</td><td><a href=\"/trace?schedule=" << s.id() << "\">trace</a></td></tr>";
   }
   out << "</tbody></table></div></section>";
   return out.str();
@@ -632,7 +632,8 @@ Result<std::string> WebView::SchedulePage(const std::string& query) {
   const bool has = s.status() == v1::Schedule::STATUS_OPTIMAL || s.status() == v1::Schedule::STATUS_FEASIBLE;
   std::ostringstream out;
   out << "<h1>Schedule #" << id << ": " << HtmlEscape(r.model().empty() ? r.graph_file() : r.model()) << " on "
-      << HtmlEscape(view.table.device()) << "</h1><dl class=\"facts\"><dt>status</dt><dd>" << service::ScheduleStatusText(s.status());
+      << HtmlEscape(view.table.device()) << "</h1><dl class=\"facts\"><dt>status</dt><dd>"
+      << service::ScheduleStatusText(s.status());
   if (s.status() == v1::Schedule::STATUS_FEASIBLE)
     out << ", gap " << Fixed(s.gap() * 100, 3) << "% of the energy above the floor";
   out << "</dd>";
@@ -693,7 +694,8 @@ Result<std::string> WebView::SchedulePage(const std::string& query) {
            "<th scope=\"col\">steps</th><th scope=\"col\">runtime predicted</th><th scope=\"col\">measured</th>"
            "<th scope=\"col\">peak predicted</th><th scope=\"col\">measured</th>"
            "<th scope=\"col\">energy predicted</th><th scope=\"col\">measured</th>"
-           "<th scope=\"col\">paging wait</th><th scope=\"col\">when</th></tr></thead><tbody>";
+           "<th scope=\"col\">paging wait</th><th scope=\"col\">when</th><th scope=\"col\">trace</th></tr></thead>"
+           "<tbody>";
     for (const v1::TrainRun& run : mine) {
       out << "<tr><td>#" << run.id() << "</td><td>" << run.steps() << "</td><td>"
           << FormatSeconds(run.predicted_runtime_s()) << "</td><td>" << FormatSeconds(run.runtime_s()) << "</td><td>"
@@ -701,7 +703,10 @@ Result<std::string> WebView::SchedulePage(const std::string& query) {
           << FormatBytes(static_cast<double>(run.peak_activation_bytes())) << "</td><td>"
           << FormatJoules(run.predicted_energy_j()) << "</td><td>" << FormatJoules(run.energy_j())
           << (run.energy_source() == v1::ENERGY_SOURCE_ESTIMATED ? " (estimated)" : "") << "</td><td>"
-          << FormatSeconds(run.paging_wait_s()) << "</td><td>" << HtmlEscape(run.created_at()) << "</td></tr>";
+          << FormatSeconds(run.paging_wait_s()) << "</td><td>" << HtmlEscape(run.created_at()) << "</td><td>"
+          << (run.last_step().empty() ? std::string("none")
+                                      : "<a href=\"/trace?train_run=" + std::to_string(run.id()) + "\">last step</a>")
+          << "</td></tr>";
     }
     out << "</tbody></table></div>";
   }
@@ -711,26 +716,29 @@ Result<std::string> WebView::SchedulePage(const std::string& query) {
 
 HttpResponse WebView::TraceDownload(const std::string& query) {
   v1::GetTraceRequest request;
-  const std::string schedule = FormValue(query, "schedule"), run = FormValue(query, "run");
-  const std::string& id = schedule.empty() ? run : schedule;
+  const std::string schedule = FormValue(query, "schedule"), run = FormValue(query, "run"),
+                    train_run = FormValue(query, "train_run");
+  const std::string& id = !schedule.empty() ? schedule : !run.empty() ? run : train_run;
   if (id.empty() || id.size() > 18 || id.find_first_not_of("0123456789") != std::string::npos) {
-    return {400, "text/plain; charset=utf-8", "say what to trace: /trace?schedule=N or /trace?run=N\n"};
+    return {400, "text/plain; charset=utf-8",
+            "say what to trace: /trace?schedule=N, /trace?run=N or /trace?train_run=N\n"};
   }
   if (!schedule.empty()) {
     request.set_schedule_id(std::stoull(id));
-  } else {
+  } else if (!run.empty()) {
     request.set_run_id(std::stoull(id));
+  } else {
+    request.set_train_run_id(std::stoull(id));
   }
+  const char* file = !schedule.empty() ? "schedule-" : !run.empty() ? "run-" : "train-run-";
   Result<v1::Trace> trace = sources_.traces->GetTrace(request);
   if (!trace.ok()) {
     return {trace.status().code() == ErrorCode::kNotFound ? 404 : 400, "text/plain; charset=utf-8",
             trace.status().message() + "\n"};
   }
   HttpResponse response{200, "application/json", trace->trace_json()};
-  response.headers = {
-      {"Content-Disposition",
-       "attachment; filename=\"" + std::string(schedule.empty() ? "run-" : "schedule-") + id + ".trace.json\""},
-      {"X-Content-Type-Options", "nosniff"}};
+  response.headers = {{"Content-Disposition", "attachment; filename=\"" + std::string(file) + id + ".trace.json\""},
+                      {"X-Content-Type-Options", "nosniff"}};
   return response;
 }
 

@@ -64,6 +64,9 @@ struct InterferenceLimits {
   double shared_cpu_cores = 0.25;
   bool confirm_shared = false;
   double confirm_tolerance = 0.10;
+  // A window is disturbed when the reference kernel around it ran this much
+  // slower than the fastest reading of the profile (see cpu_speed.h).
+  double max_cpu_slowdown = 0.10;
 };
 
 struct RuntimeSummary {

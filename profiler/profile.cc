@@ -13,6 +13,8 @@
 #include <random>
 #include <thread>
 
+#include "base/units.h"
+#include "profiler/cpu_speed.h"
 #include "profiler/energy_model.h"
 #include "profiler/interference.h"
 #include "profiler/node_work.h"
@@ -43,7 +45,8 @@ class TeamScope {
 // How disturbed an attempt was, to keep the least disturbed one.
 double DisturbanceScore(const v1::Interference& i) {
   const double total = i.total_repetitions();
-  return (total > 0 ? i.disturbed_repetitions() / total : 1.0) + i.steal_fraction() + 0.5 * i.other_cpu_cores();
+  return (total > 0 ? i.disturbed_repetitions() / total : 1.0) + i.steal_fraction() + 0.5 * i.other_cpu_cores() +
+         std::max(0.0, i.cpu_slowdown());
 }
 
 void AnnotateNodeCost(const v1::OpCost& op, v1::NodeCost& cost) {
@@ -124,6 +127,22 @@ Result<ProfileSummary> ProfileGraph(costdb::CostDb& db, Backend& backend, const 
 
   std::function<std::unique_ptr<InterferenceWatch>()> make_watch = options.make_watch;
   if (!make_watch) make_watch = [] { return std::make_unique<SchedInterferenceWatch>(); };
+  std::function<double(int)> cpu_check = options.cpu_check;
+  if (!cpu_check && !options.make_watch) cpu_check = CpuCheckS;
+  const double max_slowdown = options.measure.interference.max_cpu_slowdown;
+  std::map<int, double> fastest_check_s;  // by team size: the fastest reading of this profile
+  auto slowdown = [&](const v1::OpCost& cost) {
+    const double check_s = cost.interference().cpu_check_s();
+    return check_s > 0 ? check_s / fastest_check_s[static_cast<int>(cost.team_threads())] - 1 : 0.0;
+  };
+  auto slow_cpu_reason = [](const v1::OpCost& cost) {
+    char text[240];
+    std::snprintf(text, sizeof text,
+                  "the CPU ran %.2fx slower than at its fastest in this profile (a reference kernel took %s): "
+                  "contention the OS does not see (another guest on the host's core) or thermal throttling",
+                  1 + cost.interference().cpu_slowdown(), FormatSeconds(cost.interference().cpu_check_s()).c_str());
+    return std::string(text);
+  };
 
   // One window for one op: the cost as it would be stored.
   struct Attempt {
@@ -136,8 +155,18 @@ Result<ProfileSummary> ProfileGraph(costdb::CostDb& db, Backend& backend, const 
     const int64_t resident_before = ResidentBytes();
     EC_ASSIGN_OR_RETURN(NodeRunner runner, NodeRunner::Create(backend, work));
     std::unique_ptr<InterferenceWatch> watch = make_watch();
+    const double check_before_s = cpu_check ? cpu_check(work.team_threads) : 0;
     EC_ASSIGN_OR_RETURN(Measurement m, Measure([&runner] { runner.Run(); }, SteadyClock(), meter, options.measure,
                                                watch.get(), options.counters));
+    if (cpu_check) {
+      // The better of the two readings: a slowdown that lasts (the ones that
+      // move an op's median) shows in both, one interrupt in only one.
+      const double check_s = std::min(check_before_s, cpu_check(work.team_threads));
+      double& fastest_s = fastest_check_s[work.team_threads];
+      fastest_s = fastest_s > 0 ? std::min(fastest_s, check_s) : check_s;
+      m.interference.set_cpu_check_s(check_s);
+      m.interference.set_cpu_slowdown(check_s / fastest_s - 1);
+    }
     Attempt attempt{.clean = m.clean, .shared = m.clean && m.shared};
     v1::OpCost& cost = attempt.cost;
     *cost.mutable_signature() = work.signature;
@@ -182,7 +211,11 @@ Result<ProfileSummary> ProfileGraph(costdb::CostDb& db, Backend& backend, const 
     if (meter && meter->Source() == v1::ENERGY_SOURCE_ESTIMATED && options.calibration) {
       ApplyCalibration(*options.calibration, cost);
     }
-    if (!m.clean) {
+    if (m.clean && m.interference.cpu_slowdown() > max_slowdown) {
+      attempt.clean = attempt.shared = false;
+      cost.set_unreliable(true);
+      cost.set_unreliable_reason(slow_cpu_reason(cost));
+    } else if (!m.clean) {
       cost.set_unreliable(true);
       cost.set_unreliable_reason(m.disturbance);
     } else if (attempt.shared) {
@@ -252,7 +285,7 @@ Result<ProfileSummary> ProfileGraph(costdb::CostDb& db, Backend& backend, const 
     return settled;
   };
 
-  std::vector<Pending> pending;
+  std::vector<Pending> pending, settled_ops;
   Clock& clock = SteadyClock();
   const double start_s = clock.NowS();
   for (size_t i = 0; i < todo.size(); ++i) {
@@ -264,7 +297,7 @@ Result<ProfileSummary> ProfileGraph(costdb::CostDb& db, Backend& backend, const 
     EC_ASSIGN_OR_RETURN(Attempt attempt, measure(work));
     Pending p{.work = &work};
     EC_ASSIGN_OR_RETURN(bool settled, settle(p, std::move(attempt)));
-    if (!settled) pending.push_back(std::move(p));
+    (settled ? settled_ops : pending).push_back(std::move(p));
     ++summary.measured;
     if (options.on_progress) {
       const double elapsed = clock.NowS() - start_s;
@@ -272,6 +305,17 @@ Result<ProfileSummary> ProfileGraph(costdb::CostDb& db, Backend& backend, const 
       options.on_progress({static_cast<int>(i + 1), static_cast<int>(todo.size()), work.signature.key(), elapsed,
                            per_op * static_cast<double>(todo.size() - i - 1)});
     }
+  }
+
+  // An op settled before the profile saw the CPU at its fastest may have been
+  // measured slow: judged again against the fastest reading.
+  for (Pending& p : settled_ops) {
+    if (slowdown(p.best) <= max_slowdown) continue;
+    p.best.mutable_interference()->set_cpu_slowdown(slowdown(p.best));
+    p.best.set_unreliable(true);
+    p.best.set_unreliable_reason(slow_cpu_reason(p.best));
+    EC_RETURN_IF_ERROR(db.PutOpCost(fingerprint_hash, run_id, p.best));
+    pending.push_back(std::move(p));
   }
 
   // Unsettled ops again, interleaved: each round in a new order, within the budget.

@@ -54,6 +54,10 @@ struct ProfileOptions {
   // counters instead of the power model, labelled with its calibration. Ops
   // stored with the power model's estimate are re-estimated without measuring.
   std::optional<v1::EnergyCalibration> calibration;
+  // Times a reference kernel on a team of `threads` (CpuCheckS), before and
+  // after every window. Unset: CpuCheckS, unless make_watch is set (tests with
+  // scripted watches script this too, or check nothing).
+  std::function<double(int threads)> cpu_check;
 };
 
 // Counters on this thread and the threads of its OpenMP team of `threads`

@@ -8,6 +8,7 @@
 
 #include "service/cost_tables.h"
 #include "solver/timeline.h"
+#include "train/trace.h"
 
 namespace edgecost::service {
 namespace {
@@ -209,6 +210,23 @@ Result<v1::Trace> ProfileRunTrace(costdb::CostDb& db, int64_t run_id) {
   return Finish(std::move(metadata), std::move(events), std::move(other), title);
 }
 
+Result<v1::Trace> TrainRunTrace(costdb::CostDb& db, int64_t train_run_id) {
+  EC_ASSIGN_OR_RETURN(v1::TrainRun run, db.GetTrainRun(train_run_id));
+  if (run.last_step().empty()) {
+    return FailedPrecondition("training run " + std::to_string(train_run_id) +
+                              " was recorded before run records kept their last step; `edgecost train` records a new "
+                              "one");
+  }
+  std::vector<std::string> names;
+  for (const v1::NodeTime& node : run.nodes()) {
+    if (node.node() >= names.size()) names.resize(node.node() + 1);
+    names[node.node()] = node.name();
+  }
+  const std::string title = "training run " + std::to_string(train_run_id) + ": " + run.model() + ", " +
+                            run.strategy() + ", step " + std::to_string(run.steps()) + " (measured)";
+  return train::ChromeTrace(names, {{static_cast<int>(run.steps()), train::FromProto(run.last_step())}}, title);
+}
+
 Result<v1::Trace> GetTrace(costdb::CostDb& db, const v1::GetTraceRequest& request) {
   constexpr uint64_t kMaxId = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
   switch (request.subject_case()) {
@@ -222,10 +240,15 @@ Result<v1::Trace> GetTrace(costdb::CostDb& db, const v1::GetTraceRequest& reques
         return InvalidArgument("run_id must be a profile run's id (ListRuns lists them)");
       }
       return ProfileRunTrace(db, static_cast<int64_t>(request.run_id()));
+    case v1::GetTraceRequest::kTrainRunId:
+      if (request.train_run_id() == 0 || request.train_run_id() > kMaxId) {
+        return InvalidArgument("train_run_id must be a training run's id (`edgecost runs` lists them)");
+      }
+      return TrainRunTrace(db, static_cast<int64_t>(request.train_run_id()));
     case v1::GetTraceRequest::SUBJECT_NOT_SET:
       break;
   }
-  return InvalidArgument("say what to trace: schedule_id or run_id");
+  return InvalidArgument("say what to trace: schedule_id, run_id or train_run_id");
 }
 
 Result<v1::ListRunsResponse> ListRuns(costdb::CostDb& db) {

@@ -25,6 +25,10 @@ Result<v1::Trace> StoredScheduleTrace(costdb::CostDb& db, int64_t schedule_id);
 // kept repetitions; ops stored before repetitions were kept appear as one slice.
 Result<v1::Trace> ProfileRunTrace(costdb::CostDb& db, int64_t run_id);
 
+// A training run's last step as it ran: node executions, recomputations and
+// waits on the compute track, page-outs and page-ins on the I/O track.
+Result<v1::Trace> TrainRunTrace(costdb::CostDb& db, int64_t train_run_id);
+
 // What TraceService.GetTrace and `edgecost trace` answer.
 Result<v1::Trace> GetTrace(costdb::CostDb& db, const v1::GetTraceRequest& request);
 

@@ -217,7 +217,7 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
   train::ExecutorOptions executor_options;
   executor_options.seed = options.seed;
   executor_options.paging_dir = paging_dir;
-  executor_options.trace = options.trace;
+  executor_options.trace = true;  // the last step goes into the run record
   EC_ASSIGN_OR_RETURN(std::unique_ptr<train::Executor> executor, train::Executor::Create(graph, executor_options));
   train::DataSource data = train::DataSource::Synthetic(executor->input_elements(), executor->label_rows(),
                                                         executor->classes(), options.seed);
@@ -332,10 +332,9 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
         executions[static_cast<size_t>(i)] = runs;
       }
     }
-    if (options.trace) {
-      stats.events.push_back({-1, train::TraceEvent::Kind::kUpdate, executor->ClockS() - update_s, update_s});
-      traces.push_back({s + 1, std::move(stats.events)});
-    }
+    stats.events.push_back({-1, train::TraceEvent::Kind::kUpdate, executor->ClockS() - update_s, update_s});
+    if (s + 1 == options.steps) train::ToProto(stats.events, *run.mutable_last_step());
+    if (options.trace) traces.push_back({s + 1, std::move(stats.events)});
     if (on_step) on_step({s + 1, options.steps, stats.loss, stats.runtime_s});
   }
   EC_ASSIGN_OR_RETURN(double energy_end_j, meter->EnergyJ());
@@ -385,7 +384,10 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
       *run.mutable_verify() = CompareGradients(graph, plain, executor->Gradients());
     }
   }
-  if (options.trace) result.trace_json = train::ChromeTrace(graph, traces);
+  if (options.trace) {
+    result.trace_json =
+        train::ChromeTrace(graph, traces, run.model() + ", " + run.strategy() + " (measured)").trace_json();
+  }
 
   // Stored only now, whole: a failed or stopped run leaves no record.
   if (options.store) {

@@ -16,6 +16,13 @@ struct StepTrace {
   std::vector<TraceEvent> events;
 };
 
-std::string ChromeTrace(const v1::TrainingGraph& graph, const std::vector<StepTrace>& steps);
+// `node_names[i]` names node i.
+v1::Trace ChromeTrace(const std::vector<std::string>& node_names, const std::vector<StepTrace>& steps,
+                      const std::string& title);
+v1::Trace ChromeTrace(const v1::TrainingGraph& graph, const std::vector<StepTrace>& steps, const std::string& title);
+
+// A step's events as a run record keeps them, and back.
+void ToProto(const std::vector<TraceEvent>& events, google::protobuf::RepeatedPtrField<v1::StepEvent>& out);
+std::vector<TraceEvent> FromProto(const google::protobuf::RepeatedPtrField<v1::StepEvent>& events);
 
 }  // namespace edgecost::train

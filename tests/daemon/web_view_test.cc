@@ -244,12 +244,26 @@ TEST_F(WebViewTest, ASchedulePageHasThePictureThePlanAndATrace) {
     run.set_runtime_s(0.003);
     run.set_predicted_peak_bytes(7416);
     run.set_peak_activation_bytes(7000);
+    v1::NodeTime& node = *run.add_nodes();
+    node.set_node(1);
+    node.set_name("fc1");
+    node.set_executions(1);
+    v1::StepEvent& compute = *run.add_last_step();
+    compute.set_node(1);
+    compute.set_start_s(0.001);
+    compute.set_duration_s(0.002);
     ASSERT_TRUE(db->PutTrainRun(run).ok());
   }
   const HttpResponse measured = Get("/schedule?id=" + std::to_string(id));
   EXPECT_THAT(measured.body, HasSubstr("id=\"train-run-table\""));
   EXPECT_THAT(measured.body, HasSubstr("<td>7</td><td>2.00 ms</td><td>3.00 ms</td><td>7.42 kB</td><td>7.00 kB</td>"));
   EXPECT_THAT(page.body, HasSubstr("/trace?schedule=" + std::to_string(id)));
+  EXPECT_THAT(measured.body, HasSubstr("<a href=\"/trace?train_run=1\">last step</a>"));
+  const HttpResponse step = Get("/trace?train_run=1");
+  ASSERT_EQ(step.status, 200) << step.body;
+  EXPECT_EQ(edgecost::testing::CheckChromeTrace(step.body), "");
+  EXPECT_THAT(step.body, HasSubstr("\"fc1\""));
+  EXPECT_THAT(Header(step, "Content-Disposition"), HasSubstr("train-run-1.trace.json"));
 
   const HttpResponse trace = Get("/trace?schedule=" + std::to_string(id));
   ASSERT_EQ(trace.status, 200) << trace.body;

@@ -20,6 +20,7 @@
 
 #include "graph/derive.h"
 #include "probes/cpu_load.h"
+#include "profiler/cpu_speed.h"
 #include "profiler/fingerprint.h"
 #include "profiler/node_work.h"
 #include "profiler/paging.h"
@@ -369,6 +370,70 @@ TEST_F(ProfileTest, EveryOpStoresItsCountersPerExecutionAndWhatCouldNotBeCounted
   std::set<std::string> said;
   for (const v1::UncountedEvent& u : table->uncounted()) EXPECT_TRUE(said.insert(u.event()).second) << u.event();
   EXPECT_GE(said.size(), counters->Uncounted().size());
+}
+
+// Readings of the reference kernel, in order, one per call; the last one repeats.
+std::function<double(int)> CpuReadings(std::vector<double> readings_s) {
+  auto next = std::make_shared<size_t>(0);
+  return [next, readings_s](int) { return readings_s[std::min((*next)++, readings_s.size() - 1)]; };
+}
+
+TEST_F(ProfileTest, AWindowWhileTheCpuRanSlowIsMeasuredAgainWhenItIsFastAgain) {
+  const auto graph = graph::ZooTrainingGraph("linear", 1, graph::Derivation::kExact);
+  // Two readings per window: fast for the first op, twice as slow for the next two, then fast again.
+  options_.cpu_check = CpuReadings({1e-5, 1e-5, 2e-5, 2e-5, 2e-5, 2e-5, 1e-5});
+  auto summary = Profile(*graph);
+  ASSERT_TRUE(summary.ok()) << summary.status().message();
+  EXPECT_TRUE(summary->unreliable.empty());
+  EXPECT_EQ(summary->remeasured, 2);
+  const auto costs = db_->ListOpCosts("fp");
+  ASSERT_TRUE(costs.ok());
+  int retried = 0;
+  for (const v1::OpCost& cost : *costs) {
+    EXPECT_FALSE(cost.unreliable()) << cost.unreliable_reason();
+    EXPECT_DOUBLE_EQ(cost.interference().cpu_check_s(), 1e-5);
+    EXPECT_DOUBLE_EQ(cost.interference().cpu_slowdown(), 0);
+    retried += cost.attempts() == 2;
+  }
+  EXPECT_EQ(retried, 2);
+}
+
+TEST_F(ProfileTest, OpsMeasuredBeforeTheCpuWasSeenAtItsFastestAreJudgedAgain) {
+  const auto graph = graph::ZooTrainingGraph("linear", 1, graph::Derivation::kExact);
+  int distinct = 0;
+  {
+    auto counted = Profile(*graph);
+    ASSERT_TRUE(counted.ok());
+    distinct = counted->distinct_ops;
+  }
+  options_.force = true;
+  // Slow through the first pass but its last window, which shows what the CPU can do: every op is measured
+  // again, never fast again here, and stored unreliable with the reason.
+  std::vector<double> readings(2 * static_cast<size_t>(distinct) - 2, 1.5e-5);
+  readings.insert(readings.end(), {1e-5, 1e-5, 1.5e-5});
+  options_.cpu_check = CpuReadings(readings);
+  options_.max_attempts = 2;
+  options_.retry_budget_s = 600;
+  auto summary = Profile(*graph);
+  ASSERT_TRUE(summary.ok()) << summary.status().message();
+  EXPECT_EQ(summary->unreliable.size(), static_cast<size_t>(distinct - 1));
+  const auto costs = db_->ListOpCosts("fp");
+  ASSERT_TRUE(costs.ok());
+  for (const v1::OpCost& cost : *costs) {
+    if (!cost.unreliable()) continue;
+    EXPECT_NEAR(cost.interference().cpu_slowdown(), 0.5, 1e-9);
+    EXPECT_NE(cost.unreliable_reason().find("the CPU ran 1.50x slower than at its fastest in this profile"),
+              std::string::npos)
+        << cost.unreliable_reason();
+  }
+}
+
+TEST(CpuCheck, TheReferenceKernelTakesSomeTimeOnEveryTeamSize) {
+  for (int threads : {1, 2}) {
+    const double check_s = CpuCheckS(threads);
+    EXPECT_GT(check_s, 0) << threads;
+    EXPECT_LT(check_s, 1.0) << threads;  // a bound on the size of the work, not a speed target
+  }
 }
 
 TEST(NodeWork, TinyOpsRunOnOneThreadAndLargeOnesOnTheTeam) {

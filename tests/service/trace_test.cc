@@ -165,7 +165,7 @@ TEST_F(TraceTest, AProfileRunHasEveryOpWithItsMeasuredRepetitions) {
 }
 
 TEST_F(TraceTest, AskingForNothingOrForWhatIsNotThereSaysWhatToDo) {
-  EXPECT_THAT(GetTrace(*db_, {}).status().message(), HasSubstr("schedule_id or run_id"));
+  EXPECT_THAT(GetTrace(*db_, {}).status().message(), HasSubstr("schedule_id, run_id or train_run_id"));
   v1::GetTraceRequest request;
   request.set_schedule_id(42);
   EXPECT_EQ(GetTrace(*db_, request).status().code(), ErrorCode::kNotFound);

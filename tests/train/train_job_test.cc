@@ -11,6 +11,8 @@
 #include "costdb/costdb.h"
 #include "service/cost_tables.h"
 #include "service/profile_job.h"
+#include "service/trace.h"
+#include "tests/service/trace_format.h"
 #include "tests/temp_dir.h"
 
 namespace edgecost::service {
@@ -100,6 +102,24 @@ TEST_F(TrainJobTest, AScheduleRunsAndItsRecordHoldsPredictionsNextToMeasurements
   EXPECT_GT(result->run_id, 0);
   EXPECT_EQ(StoredRuns(), 1u);
   EXPECT_FALSE(PagingFilesLeft());
+
+  // The record keeps the last step as it ran: a trace of the run, as `edgecost trace --train-run` writes it.
+  auto db = costdb::CostDb::Open(Db(), costdb::OpenMode::kReadOnly);
+  ASSERT_TRUE(db.ok());
+  v1::GetTraceRequest request;
+  request.set_train_run_id(static_cast<uint64_t>(result->run_id));
+  auto trace = GetTrace(*db, request);
+  ASSERT_TRUE(trace.ok()) << trace.status().message();
+  edgecost::testing::TraceStats stats;
+  EXPECT_EQ(edgecost::testing::CheckChromeTrace(trace->trace_json(), &stats), "");
+  EXPECT_EQ(stats.slices_by_category["page-out"], static_cast<int>(schedule.page_outs()));
+  EXPECT_EQ(stats.slices_by_category["update"], 1);
+  int computed = 0;
+  for (const v1::NodeTime& node : run.nodes()) computed += static_cast<int>(node.executions());
+  EXPECT_EQ(stats.slices_by_category["compute"] + stats.slices_by_category["recompute"], computed);
+  EXPECT_NE(trace->title().find("training run " + std::to_string(result->run_id)), std::string::npos);
+  request.set_train_run_id(static_cast<uint64_t>(result->run_id) + 1);
+  EXPECT_EQ(GetTrace(*db, request).status().code(), ErrorCode::kNotFound);
 }
 
 TEST_F(TrainJobTest, AScheduleOverItsBudgetIsRefusedBeforeAnythingRuns) {
