@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -26,6 +27,7 @@ struct CostsFlags {
   bool json = false;
   bool store = false;
   bool summary = false;
+  bool counters = false;
   std::string out_path;
   std::string device;
 };
@@ -147,6 +149,76 @@ void PrintNodeTable(const v1::CostTable& table, const Totals& t) {
   std::cout << "\n";
 }
 
+// "1.23 M": a count per execution, readable.
+std::string FormatCount(double n) {
+  const char* suffix[] = {"", " k", " M", " G", " T"};
+  int i = 0;
+  while (std::fabs(n) >= 1000 && i < 4) {
+    n /= 1000;
+    ++i;
+  }
+  char text[32];
+  std::snprintf(text, sizeof text, "%.3g%s", n, suffix[i]);
+  return text;
+}
+
+// Each node's performance counters per execution, one column per event, then
+// what the device could not count, said once.
+void PrintCounters(const v1::CostTable& table) {
+  std::vector<std::string> events;
+  for (const v1::NodeCost& c : table.costs()) {
+    for (const v1::OpCounter& counter : c.counters()) {
+      if (std::find(events.begin(), events.end(), counter.event()) == events.end()) events.push_back(counter.event());
+    }
+  }
+  if (events.empty()) {
+    std::cout << "counters       none stored for this table (measured before counters were read, or none opened "
+                 "here): run `edgecost profile --force` to measure them\n";
+  } else {
+    std::vector<Table::Column> columns = {{"#"}, {"name", Table::Align::kLeft}, {"runtime"}};
+    for (const std::string& e : events) columns.push_back({e == "task-clock" ? "task-clock (CPU time)" : e});
+    Table out(columns);
+    bool multiplexed = false;
+    for (int i = 0; i < table.costs_size(); ++i) {
+      const v1::NodeCost& c = table.costs(i);
+      if (c.op_key().empty()) continue;
+      std::vector<std::string> row = {std::to_string(i), table.graph().nodes(i).name(), FormatSeconds(c.runtime_s())};
+      for (const std::string& e : events) {
+        auto it = std::find_if(c.counters().begin(), c.counters().end(),
+                               [&](const v1::OpCounter& counter) { return counter.event() == e; });
+        if (it == c.counters().end()) {
+          row.push_back("-");  // not counted for this op: never a zero
+          continue;
+        }
+        const bool scaled = it->running_fraction() < 0.999;
+        multiplexed = multiplexed || scaled;
+        row.push_back(
+            (e == "task-clock" ? FormatSeconds(1e-9 * it->per_execution()) : FormatCount(it->per_execution())) +
+            (scaled ? " ~" : ""));
+      }
+      out.AddRow(row);
+    }
+    out.Print(std::cout);
+    std::cout << "(per execution, over each op's timed window"
+              << (multiplexed ? "; ~ scaled up from the share of the window the PMU counted it" : "") << ")\n";
+  }
+  // Events that fail alike (no PMU) share one line.
+  std::vector<std::pair<const v1::UncountedEvent*, std::string>> lines;
+  for (const v1::UncountedEvent& u : table.uncounted()) {
+    auto it = std::find_if(lines.begin(), lines.end(), [&](const auto& l) { return l.first->reason() == u.reason(); });
+    if (it == lines.end()) {
+      lines.emplace_back(&u, u.event());
+    } else {
+      it->second += ", " + u.event();
+    }
+  }
+  for (const auto& [u, events] : lines) {
+    std::cout << "not countable  " << events << ": " << u->reason() << (u->fix().empty() ? "" : " (" + u->fix() + ")")
+              << "\n";
+  }
+  std::cout << "\n";
+}
+
 // Measured costs next to POET's estimate for the same graph.
 int RunMeasuredCosts(const CostsFlags& flags, const graph::GraphSpec& spec, const Context& ctx) {
   auto db = costdb::CostDb::Open(DbPath(ctx), costdb::OpenMode::kReadOnly);
@@ -182,11 +254,12 @@ int RunMeasuredCosts(const CostsFlags& flags, const graph::GraphSpec& spec, cons
   out.AddRule();
   out.AddRow({"", "total", FormatSeconds(t.runtime_s), "", "", FormatJoules(t.compute_j), FormatSeconds(te.runtime_s),
               FormatJoules(te.compute_j), ""});
-  if (!flags.summary) {
+  if (!flags.summary && !flags.counters) {
     out.Print(std::cout);
     std::cout << "(! unreliable: measured while the device was busy; spread is the standard deviation of the "
                  "repetitions, the interval that of the median)\n\n";
   }
+  if (flags.counters) PrintCounters(*measured);
   PrintSummary(*measured, t);
   PrintUncertainty(*measured);
   return kExitOk;
@@ -209,13 +282,22 @@ int RunRemoteCosts(const CostsFlags& flags, const Context& ctx) {
     return kExitOk;
   }
   const Totals totals = Sum(table);
-  if (!flags.summary) PrintNodeTable(table, totals);
+  if (flags.counters) {
+    PrintCounters(table);
+  } else if (!flags.summary) {
+    PrintNodeTable(table, totals);
+  }
   PrintSummary(table, totals);
   if (table.cost_source() == profiler::kMeasuredSource) PrintUncertainty(table);
   return kExitOk;
 }
 
 int RunCosts(const CostsFlags& flags, const Context& ctx) {
+  if (flags.counters && flags.device.empty()) {
+    return UsageError(
+        InvalidArgument("--counters shows measured performance counters: add --device this (or the "
+                        "device's name)"));
+  }
   if (!ctx.remote.empty()) return RunRemoteCosts(flags, ctx);
   auto spec = flags.graph.Spec();
   if (!spec.ok()) return UsageError(spec.status());
@@ -266,6 +348,10 @@ void RegisterCostsCommand(CLI::App& app, Context& ctx) {
   cmd->add_flag("--json", flags->json, "Print protobuf JSON (CostTable)");
   cmd->add_flag("--store", flags->store, "Store the cost table in the cost database");
   cmd->add_flag("--summary", flags->summary, "Print totals only, not the per-node table");
+  cmd->add_flag("--counters", flags->counters,
+                "With --device: each op's performance counters per execution (cycles, instructions, cache and "
+                "branch misses where a PMU exists; task-clock, page faults, context switches, migrations always), "
+                "and what the device cannot count");
   cmd->add_option("--out", flags->out_path, "Also write the table as training-graph/v1 JSON");
   cmd->add_option("--device", flags->device,
                   "Show measured costs of a profiled device (\"this\": this machine) next to poet-flops");
@@ -274,7 +360,8 @@ void RegisterCostsCommand(CLI::App& app, Context& ctx) {
       "  edgecost costs resnet18_cifar --platform a72\n"
       "  edgecost costs vgg16 --platform m4 --summary --store\n"
       "  edgecost costs resnet50 --platform a72 --out resnet50.a72.json\n"
-      "  edgecost costs resnet18_cifar --device this");
+      "  edgecost costs resnet18_cifar --device this\n"
+      "  edgecost costs resnet18_cifar --device this --counters");
   cmd->callback([flags, &ctx] { ctx.exit_code = RunCosts(*flags, ctx); });
 }
 

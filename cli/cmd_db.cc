@@ -131,7 +131,8 @@ int RunDbInfo(const Context& ctx, bool json) {
                    {"status", Table::Align::kLeft},
                    {"started", Table::Align::kLeft}});
   for (const costdb::StoredRun& r : *runs) {
-    run_table.AddRow({std::to_string(r.id), r.fingerprint_hash, r.cost_source, costdb::RunStatusText(r.status), r.started_at});
+    run_table.AddRow(
+        {std::to_string(r.id), r.fingerprint_hash, r.cost_source, costdb::RunStatusText(r.status), r.started_at});
   }
   run_table.Print(std::cout);
 
@@ -193,8 +194,9 @@ int RunDbImport(const Context& ctx, const std::string& path) {
   auto summary = service::ImportDevice(*db, exported);
   if (!summary.ok()) return Failure(summary.status());
   std::cout << "imported       device " << summary->device << ": " << summary->op_costs << " op costs, "
-            << summary->cost_tables << " cost tables" << (summary->paging ? ", paging costs" : "") << " into "
-            << db->path() << "\n"
+            << summary->cost_tables << " cost tables"
+            << (summary->calibrations ? ", " + std::to_string(summary->calibrations) + " energy calibrations" : "")
+            << (summary->paging ? ", paging costs" : "") << " into " << db->path() << "\n"
             << "next           edgecost solve --model MODEL --device " << summary->device
             << " --ram-budget ... (plans with the costs measured there)\n";
   return kExitOk;

@@ -12,6 +12,7 @@
 #include "cli/graph_flags.h"
 #include "costdb/costdb.h"
 #include "daemon/client.h"
+#include "profiler/energy_model.h"
 #include "profiler/power_model.h"
 #include "profiler/profile.h"
 #include "service/profile_job.h"
@@ -28,6 +29,7 @@ struct ProfileFlags {
   int threads = 0;
   bool force = false;
   bool accept_noisy = false;
+  bool calibrate = false;
   std::string paging_dir;
   double min_window_s = profiler::MeasureOptions{}.min_window_s;
   std::optional<double> idle_power_w;  // unset: [probes.estimate] of --probes-config, or its default
@@ -89,7 +91,8 @@ int RunRemoteProfile(const ProfileFlags& flags, const Context& ctx) {
   if (flags.json) {
     PrintJson(job);
   } else {
-    std::cout << "job            " << job.id() << " " << service::JobStateText(job.state()) << ": " << job.message() << "\n";
+    std::cout << "job            " << job.id() << " " << service::JobStateText(job.state()) << ": " << job.message()
+              << "\n";
   }
   return job.state() == v1::Job::STATE_SUCCEEDED ? kExitOk : kExitFailure;
 }
@@ -105,6 +108,7 @@ int RunProfile(const ProfileFlags& flags, const Context& ctx) {
   options.threads = flags.threads;
   options.force = flags.force;
   options.accept_noisy = flags.accept_noisy;
+  options.calibrate = flags.calibrate;
   options.paging_dir = flags.paging_dir;
   options.min_window_s = flags.min_window_s;
   options.idle_power_w = flags.idle_power_w;
@@ -146,10 +150,15 @@ int RunProfile(const ProfileFlags& flags, const Context& ctx) {
     }
   }
   std::cout << "training step  " << FormatSeconds(result->step_runtime_s) << ", " << FormatJoules(result->step_energy_j)
-            << (result->energy_measured ? " (measured by " + result->energy_source + ")"
-                                        : std::string(" (ESTIMATED energy)"))
+            << (result->energy_measured         ? " (measured by " + result->energy_source + ")"
+                : !result->energy_label.empty() ? " (ESTIMATED energy: " + result->energy_label + ")"
+                                                : std::string(" (ESTIMATED energy)"))
             << "\nstored         cost table #" << result->cost_table_id << " (device " << result->device.name()
             << ", source measured) in " << options.db_path << "\n";
+  if (result->calibration) {
+    std::cout << "calibrated     " << profiler::CalibrationLabel(*result->calibration) << " from "
+              << result->calibration->samples() << " windows\n";
+  }
   return kExitOk;
 }
 
@@ -168,6 +177,9 @@ void RegisterProfileCommand(CLI::App& app, Context& ctx) {
   cmd->add_flag("--accept-noisy", flags->accept_noisy,
                 "Build the cost table even if some ops could not be measured cleanly (another task or the "
                 "hypervisor took the CPU); they stay marked unreliable");
+  cmd->add_flag("--calibrate", flags->calibrate,
+                "Then fit the counter-based energy model against the measured energy source (microkernels plus "
+                "the ops just measured), as `edgecost calibrate` does; needs a measured source");
   cmd->add_option("--paging-dir", flags->paging_dir, "Where paged tensors go (default: beside the database)");
   cmd->add_option("--min-window-s", flags->min_window_s, "Minimum timed window per op")->capture_default_str();
   cmd->add_option("--idle-power-w", flags->idle_power_w,
@@ -187,7 +199,8 @@ void RegisterProfileCommand(CLI::App& app, Context& ctx) {
       "  edgecost profile --model resnet18_cifar\n"
       "  edgecost profile --model resnet18 --threads 2 --force\n"
       "  edgecost profile --model my_model.onnx --batch-size 8\n"
-      "  edgecost profile --model linear --accept-noisy");
+      "  edgecost profile --model linear --accept-noisy\n"
+      "  edgecost profile --model resnet18_cifar --calibrate   # where RAPL, hwmon or a meter measures energy");
   cmd->callback([flags, &ctx] { ctx.exit_code = RunProfile(*flags, ctx); });
 }
 

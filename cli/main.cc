@@ -34,6 +34,7 @@ int main(int argc, char** argv) {
   RegisterTraceCommand(app, ctx);
   RegisterProbesCommand(app, ctx);
   RegisterProfileCommand(app, ctx);
+  RegisterCalibrateCommand(app, ctx);
   RegisterTrainCommand(app, ctx);
   RegisterServeCommand(app, ctx);
   RegisterJobsCommand(app, ctx);

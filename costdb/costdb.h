@@ -25,7 +25,7 @@
 namespace edgecost::costdb {
 
 // The schema this build writes; files with a higher PRAGMA user_version are refused.
-inline constexpr int kSchemaVersion = 3;
+inline constexpr int kSchemaVersion = 4;
 
 enum class OpenMode {
   kReadWrite,  // creates the file (and its folder) if missing, migrates to kSchemaVersion
@@ -165,6 +165,14 @@ class CostDb {
   Status PutOpCost(const std::string& fingerprint_hash, int64_t run_id, const v1::OpCost& cost);
   Result<std::optional<v1::OpCost>> GetOpCost(const std::string& fingerprint_hash, const std::string& op_key);
   Result<std::vector<v1::OpCost>> ListOpCosts(const std::string& fingerprint_hash);  // by op key
+  // The op keys whose stored counters include `event` with its value per execution (op_counters).
+  Result<std::vector<std::pair<std::string, double>>> ListOpCounter(const std::string& fingerprint_hash,
+                                                                    const std::string& event);
+
+  // Counter-based energy models, per fingerprint; the newest is the one in use.
+  Result<int64_t> PutCalibration(const v1::EnergyCalibration& calibration);
+  Result<std::optional<v1::EnergyCalibration>> LatestCalibration(const std::string& fingerprint_hash);
+  Result<std::vector<v1::EnergyCalibration>> ListCalibrations(const std::string& fingerprint_hash);  // oldest first
 
   // Paging costs, one per fingerprint and storage path; Get returns the latest measured.
   Status PutPagingCost(const std::string& fingerprint_hash, const v1::PagingCost& cost);

@@ -148,7 +148,74 @@ Status CostDb::PutOpCost(const std::string& fingerprint_hash, int64_t run_id, co
                          .BindBlob(17, Serialize(cost))
                          .Bind(18, NowUtc())
                          .Run());
+  // The counters of the cost stored now replace the earlier ones.
+  EC_ASSIGN_OR_RETURN(Statement clear, db_.Prepare("DELETE FROM op_counters WHERE fingerprint_id = ? AND op_key = ?"));
+  EC_RETURN_IF_ERROR(clear.Bind(1, fingerprint.id).Bind(2, cost.signature().key()).Run());
+  if (cost.counters_size() > 0) {
+    EC_ASSIGN_OR_RETURN(Statement counter,
+                        db_.Prepare("INSERT OR REPLACE INTO op_counters (fingerprint_id, op_key, event, per_execution, "
+                                    "running_fraction) VALUES (?, ?, ?, ?, ?)"));
+    for (const v1::OpCounter& c : cost.counters()) {
+      EC_RETURN_IF_ERROR(counter.Bind(1, fingerprint.id)
+                             .Bind(2, cost.signature().key())
+                             .Bind(3, c.event())
+                             .Bind(4, c.per_execution())
+                             .Bind(5, c.running_fraction())
+                             .Run());
+    }
+  }
   return tx.Commit();
+}
+
+Result<std::vector<std::pair<std::string, double>>> CostDb::ListOpCounter(const std::string& fingerprint_hash,
+                                                                          const std::string& event) {
+  EC_ASSIGN_OR_RETURN(Statement stmt,
+                      db_.Prepare("SELECT c.op_key, c.per_execution FROM op_counters c JOIN fingerprints f ON "
+                                  "f.id = c.fingerprint_id WHERE f.hash = ? AND c.event = ? ORDER BY c.op_key"));
+  stmt.Bind(1, fingerprint_hash).Bind(2, event);
+  std::vector<std::pair<std::string, double>> rows;
+  EC_RETURN_IF_ERROR(ForEachRow(stmt, [&]() -> Status {
+    rows.emplace_back(stmt.Text(0), stmt.Double(1));
+    return Status::Ok();
+  }));
+  return rows;
+}
+
+Result<int64_t> CostDb::PutCalibration(const v1::EnergyCalibration& calibration) {
+  if (calibration.probe().empty()) return InvalidArgument("a calibration names the probe it was fitted against");
+  EC_ASSIGN_OR_RETURN(Transaction tx, Write());
+  EC_ASSIGN_OR_RETURN(FingerprintRow fingerprint, FindFingerprint(calibration.fingerprint_hash()));
+  EC_ASSIGN_OR_RETURN(Statement stmt,
+                      db_.Prepare("INSERT INTO energy_calibrations (fingerprint_id, probe, calibrated_at, "
+                                  "relative_error, calibration) VALUES (?, ?, ?, ?, ?)"));
+  EC_RETURN_IF_ERROR(stmt.Bind(1, fingerprint.id)
+                         .Bind(2, calibration.probe())
+                         .Bind(3, calibration.calibrated_at())
+                         .Bind(4, calibration.relative_error())
+                         .BindBlob(5, Serialize(calibration))
+                         .Run());
+  const int64_t id = db_.LastInsertId();
+  EC_RETURN_IF_ERROR(tx.Commit());
+  return id;
+}
+
+Result<std::vector<v1::EnergyCalibration>> CostDb::ListCalibrations(const std::string& fingerprint_hash) {
+  EC_ASSIGN_OR_RETURN(Statement stmt,
+                      db_.Prepare("SELECT c.calibration FROM energy_calibrations c JOIN fingerprints f ON "
+                                  "f.id = c.fingerprint_id WHERE f.hash = ? ORDER BY c.calibrated_at, c.id"));
+  stmt.Bind(1, fingerprint_hash);
+  std::vector<v1::EnergyCalibration> out;
+  EC_RETURN_IF_ERROR(ForEachRow(stmt, [&]() -> Status {
+    EC_ASSIGN_OR_RETURN(out.emplace_back(), Parse<v1::EnergyCalibration>(stmt.Blob(0), "calibration", path()));
+    return Status::Ok();
+  }));
+  return out;
+}
+
+Result<std::optional<v1::EnergyCalibration>> CostDb::LatestCalibration(const std::string& fingerprint_hash) {
+  EC_ASSIGN_OR_RETURN(std::vector<v1::EnergyCalibration> all, ListCalibrations(fingerprint_hash));
+  if (all.empty()) return std::optional<v1::EnergyCalibration>();
+  return std::optional<v1::EnergyCalibration>(std::move(all.back()));
 }
 
 Result<std::optional<v1::OpCost>> CostDb::GetOpCost(const std::string& fingerprint_hash, const std::string& op_key) {

@@ -169,6 +169,27 @@ CREATE TABLE train_runs (
 );
 CREATE INDEX train_runs_by_model ON train_runs(model, device);
 )sql",
+    // 3 -> 4: performance counters per op (also in op_costs.op_cost; here for queries), and
+    // counter-based energy models fitted against a measured source, per fingerprint.
+    R"sql(
+CREATE TABLE op_counters (
+  fingerprint_id INTEGER NOT NULL REFERENCES fingerprints(id),
+  op_key TEXT NOT NULL,
+  event TEXT NOT NULL,                -- "cycles", "task-clock", ...
+  per_execution REAL NOT NULL,        -- scaled for multiplexing; only counted events have a row
+  running_fraction REAL NOT NULL,
+  PRIMARY KEY (fingerprint_id, op_key, event)
+) WITHOUT ROWID;
+CREATE TABLE energy_calibrations (
+  id INTEGER PRIMARY KEY,
+  fingerprint_id INTEGER NOT NULL REFERENCES fingerprints(id),
+  probe TEXT NOT NULL,
+  calibrated_at TEXT NOT NULL,
+  relative_error REAL NOT NULL,
+  calibration BLOB NOT NULL           -- edgecost.v1.EnergyCalibration
+);
+CREATE INDEX energy_calibrations_by_fingerprint ON energy_calibrations(fingerprint_id, calibrated_at);
+)sql",
 };
 static_assert(std::size(kMigrations) == kSchemaVersion, "one migration step per schema version");
 

@@ -84,8 +84,29 @@ Verdict JudgeInterference(const v1::Interference& interference, uint32_t clean_r
   return {};
 }
 
+void CountersPerExecution(const probes::CounterSource& source, const std::vector<probes::CounterReading>& readings,
+                          double executions, std::vector<v1::OpCounter>& counters,
+                          std::vector<v1::UncountedEvent>& uncounted) {
+  const std::vector<probes::ScaledCount> scaled = probes::ScaleReadings(readings);
+  for (const std::string& event : source.Events()) {
+    auto it =
+        std::find_if(scaled.begin(), scaled.end(), [&](const probes::ScaledCount& c) { return c.event == event; });
+    if (it == scaled.end() || executions <= 0) {
+      v1::UncountedEvent& missing = uncounted.emplace_back();
+      missing.set_event(event);
+      missing.set_reason("opened, but the PMU never scheduled it during the window (more events than counters)");
+      missing.set_fix("count fewer hardware events at a time");
+      continue;
+    }
+    v1::OpCounter& counter = counters.emplace_back();
+    counter.set_event(event);
+    counter.set_per_execution(it->value / executions);
+    counter.set_running_fraction(it->running_fraction);
+  }
+}
+
 Result<Measurement> Measure(const std::function<void()>& op, Clock& clock, EnergyMeter* meter,
-                            const MeasureOptions& options, InterferenceWatch* watch) {
+                            const MeasureOptions& options, InterferenceWatch* watch, probes::CounterSource* counters) {
   const double warmup_start_s = clock.NowS();
   for (int i = 0; i < options.warmup_runs || clock.NowS() - warmup_start_s < options.warmup_s; ++i) op();
   // A window long enough for the sensor to update min_sensor_updates times, within the cap.
@@ -103,6 +124,7 @@ Result<Measurement> Measure(const std::function<void()>& op, Clock& clock, Energ
     EC_ASSIGN_OR_RETURN(energy_start_j, meter->EnergyJ());
   }
   if (watch) EC_RETURN_IF_ERROR(watch->BeginWindow());
+  if (counters) EC_RETURN_IF_ERROR(counters->Start());
   const double window_start_s = clock.NowS();
   const double window_start_unix_s =
       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -139,7 +161,16 @@ Result<Measurement> Measure(const std::function<void()>& op, Clock& clock, Energ
     }
     samples_s.push_back(sample_s);
   }
+  // Read at once: the counts cover the repetitions and the reads between them.
+  std::vector<probes::CounterReading> readings;
+  if (counters) {
+    EC_ASSIGN_OR_RETURN(readings, counters->Read());
+  }
   Measurement m;
+  if (counters) {
+    CountersPerExecution(*counters, readings, static_cast<double>(samples_s.size() + disturbed), m.counters,
+                         m.uncounted);
+  }
   m.window_s = now_s - window_start_s;
   m.repetitions = std::move(repetitions);
   m.window_start_unix_s = window_start_unix_s;
@@ -165,6 +196,30 @@ Result<Measurement> Measure(const std::function<void()>& op, Clock& clock, Energ
     m.dynamic_energy_j = m.energy_j - meter->IdlePowerW() * (executed_s / runs);
     m.sensor_updates = meter->UpdateIntervalS() > 0 ? m.window_s / meter->UpdateIntervalS() : 0;
     m.energy_precise = m.sensor_updates >= options.min_sensor_updates;
+  }
+  if (counters) {
+    const double executions = static_cast<double>(clean_repetitions + disturbed);
+    // The loop's own reads (clock, interference) between repetitions count too,
+    // which for a sub-microsecond op is most of it: count them alone (after the
+    // window and its energy reading) and subtract.
+    const int loops = static_cast<int>(std::min(executions, 1000.0));
+    if (loops > 0) {
+      EC_RETURN_IF_ERROR(counters->Start());
+      for (int i = 0; i < loops; ++i) {
+        (void)clock.NowS();
+        (void)clock.NowS();
+        if (watch) (void)watch->WaitSinceLastS();
+      }
+      EC_ASSIGN_OR_RETURN(std::vector<probes::CounterReading> overhead, counters->Read());
+      std::vector<v1::OpCounter> loop;
+      std::vector<v1::UncountedEvent> ignored;
+      CountersPerExecution(*counters, overhead, loops, loop, ignored);
+      for (v1::OpCounter& c : m.counters) {
+        for (const v1::OpCounter& o : loop) {
+          if (o.event() == c.event()) c.set_per_execution(std::max(0.0, c.per_execution() - o.per_execution()));
+        }
+      }
+    }
   }
   return m;
 }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "probes/counter_source.h"
 #include "proto/edgecost.pb.h"
 
 namespace edgecost::profiler {
@@ -112,12 +113,25 @@ struct Measurement {
   bool clean = true;
   std::string disturbance;  // why not clean, in words
   bool shared = false;      // clean, but other tasks used the CPUs meanwhile: needs confirming
+  // With a CounterSource: each counter over the window, scaled for
+  // multiplexing and divided by the executions in it; events the source
+  // counts but the PMU never scheduled in this window are in `uncounted`.
+  std::vector<v1::OpCounter> counters;
+  std::vector<v1::UncountedEvent> uncounted;
 };
 
 // Runs `op` repeatedly and measures it. `meter` may be null (runtime only);
-// `watch` may be null (nothing is checked and the window counts as clean).
+// `watch` may be null (nothing is checked and the window counts as clean);
+// `counters` may be null (no performance counters are read).
 Result<Measurement> Measure(const std::function<void()>& op, Clock& clock, EnergyMeter* meter,
-                            const MeasureOptions& options, InterferenceWatch* watch = nullptr);
+                            const MeasureOptions& options, InterferenceWatch* watch = nullptr,
+                            probes::CounterSource* counters = nullptr);
+
+// Counters of a window of `executions` runs, per execution; events `source`
+// counts that are missing from `readings` (never scheduled) go to `uncounted`.
+void CountersPerExecution(const probes::CounterSource& source, const std::vector<probes::CounterReading>& readings,
+                          double executions, std::vector<v1::OpCounter>& counters,
+                          std::vector<v1::UncountedEvent>& uncounted);
 
 // The verdict on a window's interference, and the reason in words when it is not clean.
 struct Verdict {

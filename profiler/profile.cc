@@ -9,11 +9,13 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <random>
 #include <thread>
 
 #include "base/units.h"
 #include "profiler/cpu_speed.h"
+#include "profiler/energy_model.h"
 #include "profiler/interference.h"
 #include "profiler/node_work.h"
 
@@ -51,6 +53,29 @@ void AnnotateNodeCost(const v1::OpCost& op, v1::NodeCost& cost) {
   *cost.mutable_runtime_stats() = op.runtime();
   cost.set_unreliable(op.unreliable());
   cost.set_unreliable_reason(op.unreliable_reason());
+  *cost.mutable_counters() = op.counters();
+}
+
+// What the device could not count, each event once for the whole table.
+void AddUncounted(const v1::OpCost& op, v1::CostTable& table) {
+  for (const v1::UncountedEvent& event : op.uncounted()) {
+    const bool known = std::any_of(table.uncounted().begin(), table.uncounted().end(),
+                                   [&](const v1::UncountedEvent& e) { return e.event() == event.event(); });
+    if (!known) *table.add_uncounted() = event;
+  }
+}
+
+// An estimated op's energy from a calibrated counter model; false when the op
+// lacks a counter the model weighs (it keeps the power model's estimate).
+bool ApplyCalibration(const v1::EnergyCalibration& calibration, v1::OpCost& cost) {
+  const std::optional<double> energy_j = ModelEnergyJ(calibration, cost.runtime().median_s(), cost.counters());
+  if (!energy_j) return false;
+  cost.set_energy_j(*energy_j);
+  cost.set_idle_power_w(calibration.idle_power_w());
+  cost.set_dynamic_energy_j(*energy_j - calibration.idle_power_w() * cost.runtime().median_s());
+  cost.set_energy_source(v1::ENERGY_SOURCE_ESTIMATED);
+  cost.set_energy_probe(CalibrationLabel(calibration));
+  return true;
 }
 
 }  // namespace
@@ -86,6 +111,12 @@ Result<ProfileSummary> ProfileGraph(costdb::CostDb& db, Backend& backend, const 
       // An op stored as unreliable is measured again: the device may be quiet now.
       if (known && !known->unreliable()) {
         ++summary.reused;
+        // Estimated by the power model before this device was calibrated: the model's estimate now.
+        const bool estimated = known->energy_source() == v1::ENERGY_SOURCE_ESTIMATED;
+        if (estimated && options.calibration && known->energy_probe() != CalibrationLabel(*options.calibration) &&
+            ApplyCalibration(*options.calibration, *known)) {
+          EC_RETURN_IF_ERROR(db.PutOpCost(fingerprint_hash, run_id, *known));
+        }
         continue;
       }
     }
@@ -125,8 +156,8 @@ Result<ProfileSummary> ProfileGraph(costdb::CostDb& db, Backend& backend, const 
     EC_ASSIGN_OR_RETURN(NodeRunner runner, NodeRunner::Create(backend, work));
     std::unique_ptr<InterferenceWatch> watch = make_watch();
     const double check_before_s = cpu_check ? cpu_check(work.team_threads) : 0;
-    EC_ASSIGN_OR_RETURN(Measurement m,
-                        Measure([&runner] { runner.Run(); }, SteadyClock(), meter, options.measure, watch.get()));
+    EC_ASSIGN_OR_RETURN(Measurement m, Measure([&runner] { runner.Run(); }, SteadyClock(), meter, options.measure,
+                                               watch.get(), options.counters));
     if (cpu_check) {
       // The better of the two readings: a slowdown that lasts (the ones that
       // move an op's median) shows in both, one interrupt in only one.
@@ -167,6 +198,19 @@ Result<ProfileSummary> ProfileGraph(costdb::CostDb& db, Backend& backend, const 
     cost.set_rss_growth_bytes(ResidentBytes() - resident_before);
     *cost.mutable_interference() = m.interference;
     cost.set_team_threads(static_cast<uint32_t>(work.team_threads));
+    if (options.counters) {
+      for (const probes::UncountedEvent& u : options.counters->Uncounted()) {
+        v1::UncountedEvent& event = *cost.add_uncounted();
+        event.set_event(u.event);
+        event.set_reason(u.reason);
+        event.set_fix(u.fix);
+      }
+      for (v1::UncountedEvent& u : m.uncounted) *cost.add_uncounted() = std::move(u);
+      for (v1::OpCounter& c : m.counters) *cost.add_counters() = std::move(c);
+    }
+    if (meter && meter->Source() == v1::ENERGY_SOURCE_ESTIMATED && options.calibration) {
+      ApplyCalibration(*options.calibration, cost);
+    }
     if (m.clean && m.interference.cpu_slowdown() > max_slowdown) {
       attempt.clean = attempt.shared = false;
       cost.set_unreliable(true);
@@ -339,6 +383,7 @@ Result<v1::CostTable> MeasuredCostTable(costdb::CostDb& db, const v1::TrainingGr
     cost.set_compute_j(op->energy_j());
     weakest = std::max(weakest, op->energy_source());  // the enum orders sources from measured to estimated
     AnnotateNodeCost(*op, cost);
+    AddUncounted(*op, table);
     if (sources.find(op->energy_probe()) == std::string::npos) {
       sources += (sources.empty() ? "" : ", ") + op->energy_probe() +
                  (op->energy_source() == v1::ENERGY_SOURCE_ESTIMATED ? " (ESTIMATED)" : "");
@@ -347,6 +392,26 @@ Result<v1::CostTable> MeasuredCostTable(costdb::CostDb& db, const v1::TrainingGr
   table.set_note("measured with oneDNN on this device; energy from " + (sources.empty() ? "no source" : sources));
   table.set_energy_source(weakest);
   return table;
+}
+
+std::unique_ptr<probes::CounterSource> OpenTeamCounters(int threads) {
+  std::vector<pid_t> tids;
+  {
+    // Every thread of the team, as oneDNN's parallel regions will use it.
+    TeamScope team(threads);
+    std::mutex mutex;
+#pragma omp parallel
+    {
+      const pid_t tid = probes::ThisThreadId();
+      std::lock_guard<std::mutex> lock(mutex);
+      if (std::find(tids.begin(), tids.end(), tid) == tids.end()) tids.push_back(tid);
+    }
+  }
+  const pid_t self = probes::ThisThreadId();
+  if (std::find(tids.begin(), tids.end(), self) == tids.end()) tids.insert(tids.begin(), self);
+  std::vector<std::string> events = probes::HardwareCounterEvents();
+  for (const std::string& e : probes::SoftwareCounterEvents()) events.push_back(e);
+  return probes::PerfCounterGroups::Open(events, tids);
 }
 
 std::string ProfileCommand(const v1::TrainingGraph& graph, const std::string& model_or_file) {
@@ -397,6 +462,7 @@ Result<v1::CostTable> LoadMeasuredCostTable(costdb::CostDb& db, const graph::Gra
     }
     if (!it->second) continue;
     AnnotateNodeCost(*it->second, cost);
+    AddUncounted(*it->second, *table);
     weakest = std::max(weakest, it->second->energy_source());
   }
   table->set_energy_source(weakest);

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,11 +46,24 @@ struct ProfileOptions {
   // Makes the watch for each window; unset: the scheduler's accounting under
   // /proc (SchedInterferenceWatch). Tests substitute fakes.
   std::function<std::unique_ptr<InterferenceWatch>()> make_watch;
+  // Performance counters read around every op's window (OpenTeamCounters);
+  // null: none are read.
+  probes::CounterSource* counters = nullptr;
+  // Where no sensor measures energy (an ESTIMATED meter): a counter-based model
+  // fitted on this fingerprint, which estimates each op's energy from its
+  // counters instead of the power model, labelled with its calibration. Ops
+  // stored with the power model's estimate are re-estimated without measuring.
+  std::optional<v1::EnergyCalibration> calibration;
   // Times a reference kernel on a team of `threads` (CpuCheckS), before and
   // after every window. Unset: CpuCheckS, unless make_watch is set (tests with
   // scripted watches script this too, or check nothing).
   std::function<double(int threads)> cpu_check;
 };
+
+// Counters on this thread and the threads of its OpenMP team of `threads`
+// (started now if they were not), for every hardware and software event that
+// opens here; the rest are in Uncounted() with the reason.
+std::unique_ptr<probes::CounterSource> OpenTeamCounters(int threads);
 
 struct UnreliableOp {
   std::string op_key;

@@ -2,6 +2,7 @@
 
 #include <time.h>
 
+#include <algorithm>
 #include <chrono>
 
 namespace edgecost::service {
@@ -35,6 +36,8 @@ Result<v1::CostExport> ExportDevice(costdb::CostDb& db, const std::string& devic
   for (const costdb::StoredCostTable& stored : tables) {
     EC_ASSIGN_OR_RETURN(*exported.add_cost_tables(), db.GetCostTableById(stored.id));
   }
+  EC_ASSIGN_OR_RETURN(std::vector<v1::EnergyCalibration> calibrations, db.ListCalibrations(hash));
+  for (v1::EnergyCalibration& c : calibrations) *exported.add_calibrations() = std::move(c);
   exported.set_exported_at(NowRfc3339());
   return exported;
 }
@@ -55,6 +58,17 @@ Result<ImportSummary> ImportDevice(costdb::CostDb& db, const v1::CostExport& exp
   for (const v1::OpCost& op : exported.op_costs()) {
     EC_RETURN_IF_ERROR(db.PutOpCost(hash, /*run_id=*/0, op));
     ++summary.op_costs;
+  }
+  // A device of the same fingerprint elsewhere estimates energy with the same model.
+  EC_ASSIGN_OR_RETURN(std::vector<v1::EnergyCalibration> known, db.ListCalibrations(hash));
+  for (v1::EnergyCalibration c : exported.calibrations()) {
+    c.set_fingerprint_hash(hash);
+    const bool stored = std::any_of(known.begin(), known.end(), [&](const v1::EnergyCalibration& k) {
+      return k.calibrated_at() == c.calibrated_at() && k.probe() == c.probe();
+    });
+    if (stored) continue;
+    EC_RETURN_IF_ERROR(db.PutCalibration(c).status());
+    ++summary.calibrations;
   }
   if (exported.has_paging()) {
     EC_RETURN_IF_ERROR(db.PutPagingCost(hash, exported.paging()));

@@ -18,6 +18,7 @@ struct ImportSummary {
   std::string device;
   int op_costs = 0;
   int cost_tables = 0;
+  int calibrations = 0;  // energy models new to this database
   bool paging = false;
 };
 

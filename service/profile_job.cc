@@ -2,6 +2,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -10,10 +11,12 @@
 #include "base/units.h"
 #include "costdb/costdb.h"
 #include "probes/registry.h"
+#include "profiler/energy_model.h"
 #include "profiler/fingerprint.h"
 #include "profiler/layers.h"
 #include "profiler/paging.h"
 #include "profiler/probe_meter.h"
+#include "service/calibrate.h"
 
 namespace edgecost::service {
 
@@ -32,6 +35,31 @@ v1::Device ThisDevice(const std::string& paging_dir) {
   *device.mutable_fingerprint() =
       profiler::ReadFingerprint(profiler::SystemRoots::FromEnvironment(), profiler::Backend::Isa(), paging_dir);
   return device;
+}
+
+std::string CountersLine(const probes::CounterSource& counters) {
+  std::string line = "counters: ";
+  const std::vector<std::string> events = counters.Events();
+  for (size_t i = 0; i < events.size(); ++i) line += (i ? ", " : "") + events[i];
+  if (events.empty()) line += "none";
+  line += " per op";
+  // Events that fail alike (no PMU) share one reason: said once for them all.
+  std::vector<std::pair<std::string, std::string>> reasons;  // reason -> events
+  std::vector<std::string> fixes;
+  for (const probes::UncountedEvent& u : counters.Uncounted()) {
+    auto it = std::find_if(reasons.begin(), reasons.end(), [&](const auto& r) { return r.first == u.reason; });
+    if (it == reasons.end()) {
+      reasons.emplace_back(u.reason, u.event);
+      fixes.push_back(u.fix);
+    } else {
+      it->second += ", " + u.event;
+    }
+  }
+  for (size_t i = 0; i < reasons.size(); ++i) {
+    line += "; not countable here: " + reasons[i].second + " (" + reasons[i].first +
+            (fixes[i].empty() ? "" : "; " + fixes[i]) + ")";
+  }
+  return line;
 }
 
 v1::ProfileResult ToProto(const ProfileJobResult& result) {
@@ -86,12 +114,27 @@ Result<ProfileJobResult> RunProfileJob(const ProfileJobOptions& options, const s
     char idle[32];
     std::snprintf(idle, sizeof idle, "%.3f W", meter->IdlePowerW());
     log("energy: measured by " + meter->Name() + ", idle " + idle);
+  } else if (options.calibrate) {
+    return FailedPrecondition(
+        "--calibrate needs a measured energy source and there is none here (`edgecost probes` says why each is "
+        "missing); profile without --calibrate, or calibrate on a device with RAPL, hwmon or a meter and "
+        "`edgecost db import` its export");
   } else {
     meter = std::make_unique<profiler::EstimatedMeter>(estimate);
-    log("energy: no sensor measures energy here (see `edgecost probes`); estimated by " + meter->Name() +
-        " and labelled ESTIMATED");
   }
   result.energy_source = meter->Name();
+  std::optional<v1::EnergyCalibration> calibration;
+  if (!result.energy_measured) {
+    EC_ASSIGN_OR_RETURN(calibration, db.LatestCalibration(hash));
+    if (calibration) {
+      result.energy_label = profiler::CalibrationLabel(*calibration);
+      log("energy: no sensor measures energy here; estimated from each op's counters by " + result.energy_label);
+    } else {
+      log("energy: no sensor measures energy here (see `edgecost probes`) and no calibration for this "
+          "fingerprint; estimated by " +
+          meter->Name() + " and labelled ESTIMATED");
+    }
+  }
 
   EC_ASSIGN_OR_RETURN(int64_t run, db.BeginRun(hash, profiler::kMeasuredSource));
   EC_ASSIGN_OR_RETURN(std::optional<v1::PagingCost> paging, db.GetPagingCost(hash));
@@ -110,7 +153,13 @@ Result<ProfileJobResult> RunProfileJob(const ProfileJobOptions& options, const s
         (measured.direct_io ? " (O_DIRECT)" : " (page cache dropped; no O_DIRECT here)"));
   }
 
+  // Performance counters around every op's window; what cannot be counted is said once.
+  std::unique_ptr<probes::CounterSource> counters = profiler::OpenTeamCounters(threads);
+  log(CountersLine(*counters));
+
   profiler::ProfileOptions profile;
+  profile.counters = counters.get();
+  profile.calibration = calibration;
   profile.threads = threads;
   profile.force = options.force;
   profile.measure.min_window_s = options.min_window_s;
@@ -126,6 +175,18 @@ Result<ProfileJobResult> RunProfileJob(const ProfileJobOptions& options, const s
   EC_RETURN_IF_ERROR(db.FinishRun(
       run, summary->interrupted ? costdb::RunStatus::kCancelled : costdb::RunStatus::kComplete, meter->IdlePowerW()));
   if (summary->interrupted) return result;
+  if (options.calibrate) {
+    log("calibrating the counter energy model against " + meter->Name() + " ...");
+    EC_ASSIGN_OR_RETURN(
+        std::vector<profiler::CalibrationSample> samples,
+        profiler::RunCalibration(profiler::Microkernels(threads), 2, 0.5, *counters, *meter, profiler::SteadyClock(),
+                                 [&](const std::string& step) { log("calibrating: " + step); }));
+    EC_ASSIGN_OR_RETURN(std::vector<v1::OpCost> costs, db.ListOpCosts(hash));
+    EC_ASSIGN_OR_RETURN(CalibrateResult fitted,
+                        FitAndStore(db, hash, meter->Name(), std::move(samples), profiler::SamplesFromOpCosts(costs)));
+    log("calibrated: " + profiler::CalibrationLabel(fitted.calibration));
+    result.calibration = fitted.calibration;
+  }
   result.noisy_message = profiler::UnreliableSummary(result.summary, options.accept_noisy ? "" : accept_hint);
   if (!result.noisy_message.empty()) {
     for (const profiler::UnreliableOp& op : result.summary.unreliable)

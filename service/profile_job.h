@@ -31,6 +31,9 @@ struct ProfileJobOptions {
   // Ops that interference kept from measuring cleanly are stored marked
   // unreliable either way; without this the cost table is not built from them.
   bool accept_noisy = false;
+  // Also fit the counter-based energy model against the measured source
+  // (microkernels plus the ops just measured) and store it for the fingerprint.
+  bool calibrate = false;
 };
 
 struct ProfileJobResult {
@@ -45,10 +48,15 @@ struct ProfileJobResult {
   std::string noisy_message;
   double step_runtime_s = 0;  // one training step, from the stored table
   double step_energy_j = 0;
+  std::string energy_label;                          // the calibration that estimated energy, when one did
+  std::optional<v1::EnergyCalibration> calibration;  // fitted by this run (calibrate)
 };
 
 // The result as a Job carries it over RPC.
 v1::ProfileResult ToProto(const ProfileJobResult& result);
+
+// "counters: task-clock, ... per op; not countable here: cycles, ... (why; fix)".
+std::string CountersLine(const probes::CounterSource& counters);
 
 // "paging" beside the database: where paged tensors go unless told otherwise.
 std::string DefaultPagingDir(const std::string& db_path);

@@ -76,6 +76,48 @@ TEST_F(CliTest, CostsWritesAGraphFileThatReadsBack) {
   EXPECT_THAT(again.output, HasSubstr("\"costSource\": \"poet-flops\""));
 }
 
+// Counters per op are shown with the device; a calibration against a (fake
+// hwmon) meter estimates energy once the meter is gone, labelled with it.
+TEST_F(CliTest, CountersAndACalibratedEnergyModel) {
+  EXPECT_EQ(Edgecost("costs linear --counters").exit_code, 2);  // counters are measured: --device needed
+  const std::string root = (dir_ / "sys").string();
+  const std::string env = "EDGECOST_SYSFS_ROOT=" + root + " ";
+  const CommandResult no_meter = Run(env + "EDGECOST_DB=" + (dir_ / "costs.db").string() + " " + EDGECOST_BIN +
+                                     " calibrate --window-s 0.02 --rounds 1");
+  EXPECT_EQ(no_meter.exit_code, 1);
+  EXPECT_THAT(no_meter.output, HasSubstr("no measured energy source"));
+
+  std::filesystem::create_directories(dir_ / "sys/class/hwmon/hwmon0");
+  std::ofstream(dir_ / "sys/class/hwmon/hwmon0/name") << "fakemeter\n";
+  std::ofstream(dir_ / "sys/class/hwmon/hwmon0/power1_input") << "3000000\n";  // 3 W, always
+  const CommandResult calibrated = Run(env + "EDGECOST_DB=" + (dir_ / "costs.db").string() + " " + EDGECOST_BIN +
+                                       " calibrate --window-s 0.02 --rounds 2");
+  if (calibrated.output.find("no performance counter can be opened") != std::string::npos) {
+    GTEST_SKIP() << "perf_event_open counts nothing here: " << calibrated.output;
+  }
+  ASSERT_EQ(calibrated.exit_code, 0) << calibrated.output;
+  EXPECT_THAT(calibrated.output, HasSubstr("idle power (W)"));
+  EXPECT_THAT(calibrated.output, HasSubstr("MODEL (calibrated against hwmon fakemeter (hwmon0) on "));
+
+  // The meter is gone: a profile estimates each op's energy from its counters, and says with what.
+  std::filesystem::remove_all(dir_ / "sys/class/hwmon");
+  const CommandResult profile = Run(env + "EDGECOST_DB=" + (dir_ / "costs.db").string() + " " + EDGECOST_BIN +
+                                    " profile --model linear --min-window-s 0.005 --accept-noisy");
+  ASSERT_EQ(profile.exit_code, 0) << profile.output;
+  EXPECT_THAT(profile.output, HasSubstr("counters: task-clock"));
+  EXPECT_THAT(profile.output, HasSubstr("ESTIMATED energy: MODEL (calibrated against hwmon fakemeter"));
+  const CommandResult costs = Edgecost("costs linear --device this --counters");
+  ASSERT_EQ(costs.exit_code, 0) << costs.output;
+  EXPECT_THAT(costs.output, HasSubstr("task-clock (CPU time)"));
+  EXPECT_THAT(costs.output, HasSubstr("energy from MODEL (calibrated against hwmon fakemeter"));
+  // What cannot be counted is said once, on one line per reason, and never shown as a column of zeros.
+  const CommandResult json = Edgecost("costs linear --device this --json");
+  EXPECT_THAT(json.output, HasSubstr("\"counters\""));
+  if (json.output.find("\"uncounted\": []") == std::string::npos) {  // something was not countable
+    EXPECT_THAT(costs.output, HasSubstr("not countable  "));
+  }
+}
+
 TEST_F(CliTest, GraphFormats) {
   EXPECT_THAT(Edgecost("graph transformer --derivation poet").output, HasSubstr("layer18_GradientLayer"));
   EXPECT_THAT(Edgecost("graph linear --format dot").output, HasSubstr("digraph"));

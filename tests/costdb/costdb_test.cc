@@ -73,7 +73,7 @@ TEST_F(CostDbTest, MigratesAnEmptyFileFromZeroToTheLatestSchema) {
     ASSERT_TRUE(info.ok());
     EXPECT_EQ(info->schema_version, kSchemaVersion);
     EXPECT_EQ(info->journal_mode, "wal");
-    EXPECT_EQ(info->row_counts.size(), 13u);
+    EXPECT_EQ(info->row_counts.size(), 15u);
     for (const auto& [table, rows] : info->row_counts) EXPECT_EQ(rows, 0) << table;
   }
   auto raw = Db::Open(path_, Db::Access::kReadOnly, 1000);
@@ -81,9 +81,9 @@ TEST_F(CostDbTest, MigratesAnEmptyFileFromZeroToTheLatestSchema) {
   auto tables = raw->Prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name");
   std::set<std::string> names;
   while (*tables->Step()) names.insert(tables->Text(0));
-  EXPECT_EQ(names, (std::set<std::string>{"cost_sources", "cost_tables", "devices", "fingerprints", "jobs", "models",
-                                          "node_costs", "op_costs", "paging_costs", "runs", "schedule_requests",
-                                          "schedules", "train_runs"}));
+  EXPECT_EQ(names, (std::set<std::string>{"cost_sources", "cost_tables", "devices", "energy_calibrations",
+                                          "fingerprints", "jobs", "models", "node_costs", "op_costs", "op_counters",
+                                          "paging_costs", "runs", "schedule_requests", "schedules", "train_runs"}));
   // Opening again is a no-op migration.
   EXPECT_EQ(OpenOrDie().Info()->schema_version, kSchemaVersion);
 }
@@ -337,6 +337,49 @@ v1::OpCost Conv(double median_s) {
   cost.set_workspace_bytes(4096);
   cost.set_rss_growth_bytes(-8192);
   return cost;
+}
+
+TEST_F(CostDbTest, CountersAreQueryablePerEventAndCalibrationsKeptPerFingerprint) {
+  CostDb db = OpenOrDie();
+  ASSERT_TRUE(db.UpsertDevice(MeasuredDevice("pi4", "fp1")).ok());
+  v1::OpCost op = Conv(1e-4);
+  for (const auto& [event, value] : {std::pair{"task-clock", 2e5}, std::pair{"page-faults", 3.0}}) {
+    v1::OpCounter* c = op.add_counters();
+    c->set_event(event);
+    c->set_per_execution(value);
+    c->set_running_fraction(1);
+  }
+  ASSERT_TRUE(db.PutOpCost("fp1", 0, op).ok());
+  auto rows = db.ListOpCounter("fp1", "task-clock");
+  ASSERT_TRUE(rows.ok()) << rows.status().message();
+  ASSERT_EQ(rows->size(), 1u);
+  EXPECT_DOUBLE_EQ((*rows)[0].second, 2e5);
+  op.mutable_counters()->RemoveLast();  // measured again without page faults: the old row goes
+  ASSERT_TRUE(db.PutOpCost("fp1", 0, op).ok());
+  EXPECT_TRUE(db.ListOpCounter("fp1", "page-faults")->empty());
+  EXPECT_EQ(db.ListOpCounter("fp1", "task-clock")->size(), 1u);
+
+  EXPECT_FALSE(db.LatestCalibration("fp1")->has_value());
+  v1::EnergyCalibration first;
+  first.set_fingerprint_hash("fp1");
+  first.set_probe("rapl package-0");
+  first.set_calibrated_at("2026-11-24T10:00:00Z");
+  first.set_idle_power_w(3);
+  v1::EnergyCalibration second = first;
+  second.set_calibrated_at("2026-11-25T10:00:00Z");
+  second.set_idle_power_w(2.5);
+  ASSERT_TRUE(db.PutCalibration(second).ok());
+  ASSERT_TRUE(db.PutCalibration(first).ok());
+  auto latest = db.LatestCalibration("fp1");
+  ASSERT_TRUE(latest.ok() && latest->has_value());
+  EXPECT_DOUBLE_EQ((*latest)->idle_power_w(), 2.5);  // the newest calibration, not the last stored
+  EXPECT_EQ(db.ListCalibrations("fp1")->size(), 2u);
+  v1::EnergyCalibration nowhere = first;
+  nowhere.set_fingerprint_hash("unknown");
+  EXPECT_EQ(db.PutCalibration(nowhere).status().code(), ErrorCode::kNotFound);
+  nowhere.set_fingerprint_hash("fp1");
+  nowhere.clear_probe();
+  EXPECT_EQ(db.PutCalibration(nowhere).status().code(), ErrorCode::kInvalidArgument);
 }
 
 TEST_F(CostDbTest, RunsAndOpCostsRoundTrip) {

@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/fake_counters.h"
+
 namespace edgecost::profiler {
 namespace {
 
@@ -95,6 +97,42 @@ TEST(Measure, RuntimeOnlyWithoutAMeter) {
   ASSERT_TRUE(m.ok());
   EXPECT_EQ(m->runtime.repetitions, 7u);
   EXPECT_DOUBLE_EQ(m->energy_j, 0);
+}
+
+TEST(Measure, CountersAreScaledForMultiplexingAndDividedPerExecution) {
+  FakeClock clock;
+  int runs = 0, runs_at_start = 0;
+  testing::FakeCounterSource counters({"cycles", "task-clock", "LLC-load-misses"},
+                                      [&](int) {
+                                        const auto n = static_cast<uint64_t>(runs - runs_at_start);
+                                        return std::vector<probes::CounterReading>{
+                                            {"cycles", 500 * n, 1000, 500},  // on the PMU half the window: 1000 per run
+                                            {"task-clock", 1'000'000 * n, 1000, 1000},
+                                            {"LLC-load-misses", 0, 1000, 0}};  // never scheduled
+                                      },
+                                      {{"branch-misses", "no PMU here", "run on bare metal"}});
+  counters.on_start = [&] { runs_at_start = runs; };
+  MeasureOptions options;
+  options.warmup_runs = 3;
+  options.warmup_s = 0;
+  options.min_window_s = 0.02;
+  auto m = Measure(
+      [&] {
+        clock.now_s += 0.001;
+        ++runs;
+      },
+      clock, nullptr, options, nullptr, &counters);
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  EXPECT_EQ(counters.windows(), 2);  // the op's window, then the loop's own reads alone
+  ASSERT_EQ(m->counters.size(), 2u);
+  EXPECT_EQ(m->counters[0].event(), "cycles");
+  EXPECT_DOUBLE_EQ(m->counters[0].per_execution(), 1000);  // warm-up runs are outside the window
+  EXPECT_DOUBLE_EQ(m->counters[0].running_fraction(), 0.5);
+  EXPECT_EQ(m->counters[1].event(), "task-clock");
+  EXPECT_DOUBLE_EQ(m->counters[1].per_execution(), 1e6);
+  ASSERT_EQ(m->uncounted.size(), 1u);  // absent, not a zero
+  EXPECT_EQ(m->uncounted[0].event(), "LLC-load-misses");
+  EXPECT_FALSE(m->uncounted[0].reason().empty());
 }
 
 // Scripted interference: repetition i waited `waits_s[i % size]` for a CPU.

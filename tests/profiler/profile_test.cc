@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <set>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -315,6 +316,60 @@ TEST_F(ProfileTest, CleanCostsCarryTheirSpreadIntervalAndTeam) {
     EXPECT_GE(cost.runtime().ci95_high_s(), cost.runtime().median_s());
     EXPECT_TRUE(cost.team_threads() == 1 || cost.team_threads() == 2) << cost.team_threads();
   }
+}
+
+TEST_F(ProfileTest, EveryOpStoresItsCountersPerExecutionAndWhatCouldNotBeCounted) {
+  const auto graph = graph::ZooTrainingGraph("linear", 1, graph::Derivation::kExact);
+  options_.threads = 2;
+  std::unique_ptr<probes::CounterSource> counters = OpenTeamCounters(options_.threads);
+  const std::vector<std::string> counted = counters->Events();
+  if (std::find(counted.begin(), counted.end(), "task-clock") == counted.end()) {
+    GTEST_SKIP() << "task-clock cannot be counted here";
+  }
+  options_.counters = counters.get();
+  ASSERT_TRUE(Profile(*graph).ok());
+  const auto costs = db_->ListOpCosts("fp");
+  ASSERT_TRUE(costs.ok());
+  ASSERT_FALSE(costs->empty());
+  for (const v1::OpCost& cost : *costs) {
+    SCOPED_TRACE(cost.signature().key());
+    double task_clock_ns = -1;
+    for (const v1::OpCounter& c : cost.counters()) {
+      EXPECT_GT(c.running_fraction(), 0) << c.event();
+      if (c.event() == "task-clock") task_clock_ns = c.per_execution();
+      for (const v1::UncountedEvent& u : cost.uncounted()) EXPECT_NE(u.event(), c.event());  // never both
+    }
+    // CPU time per execution: positive, and at most the op's threads busy for a
+    // generous multiple of its median (sanity, not timing).
+    EXPECT_GT(task_clock_ns, 0);
+    EXPECT_LT(task_clock_ns, 1e9 * (10 * options_.threads * cost.runtime().median_s() + 0.01));
+    for (const probes::UncountedEvent& u : counters->Uncounted()) {
+      EXPECT_TRUE(std::any_of(cost.uncounted().begin(), cost.uncounted().end(), [&](const v1::UncountedEvent& e) {
+        return e.event() == u.event;
+      })) << u.event;
+    }
+  }
+  // The counters are queryable per event, one row per op.
+  const auto rows = db_->ListOpCounter("fp", "task-clock");
+  ASSERT_TRUE(rows.ok());
+  EXPECT_EQ(rows->size(), costs->size());
+
+  // The cost table carries each node's counters and says once what was not counted.
+  v1::PagingCost paging;
+  paging.set_storage_path("/var/tmp");
+  paging.set_page_in_throughput_bytes_per_s(1e8);
+  paging.set_page_out_throughput_bytes_per_s(1e8);
+  ASSERT_TRUE(db_->PutPagingCost("fp", paging).ok());
+  auto table = MeasuredCostTable(*db_, *graph, "test-device", "fp", options_.threads);
+  ASSERT_TRUE(table.ok()) << table.status().message();
+  for (const v1::NodeCost& c : table->costs()) {
+    if (!c.op_key().empty()) {
+      EXPECT_GT(c.counters_size(), 0) << c.op_key();
+    }
+  }
+  std::set<std::string> said;
+  for (const v1::UncountedEvent& u : table->uncounted()) EXPECT_TRUE(said.insert(u.event()).second) << u.event();
+  EXPECT_GE(said.size(), counters->Uncounted().size());
 }
 
 // Readings of the reference kernel, in order, one per call; the last one repeats.
