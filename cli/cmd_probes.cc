@@ -62,6 +62,7 @@ nlohmann::json InfoJson(const probes::ProbeInfo& info) {
                         {"domains", info.domains},
                         {"reason", info.reason},
                         {"fix", info.fix}};
+  out["inside"] = info.inside;  // per domain: the domain that already includes it, "" for a top-level one
   if (info.available && info.source != "perf") {
     out["reading"] = info.kind == probes::ReadingKind::kPower ? "power_w" : "energy_j";
     out["resolution"] = info.resolution;

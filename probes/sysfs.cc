@@ -151,6 +151,10 @@ void DetectRapl(const std::string& sys_root, Detected& out) {
       }
       Result<double> range = ReadSysfsNumber((zone / "max_energy_range_uj").string());
       info.domains.push_back(Text(zone / "name", zone.filename().string()));
+      // Subzones core (PP0) and uncore (PP1, graphics) are parts of the
+      // package's energy; dram is counted apart from it.
+      const bool sub = zone != package && info.domains.back() != "dram";
+      info.inside.push_back(sub ? Text(package / "name", package.filename().string()) : "");
       channels.push_back({{energy}, 1e-6, range.ok() ? *range * 1e-6 : 0});
     }
     if (!denied.empty() && channels.empty()) {
