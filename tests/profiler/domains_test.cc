@@ -332,18 +332,25 @@ TEST_F(ProfileDomains, EveryOpStoresItsDomainsAndAnEstimateStoresNone) {
   auto graph = graph::ZooTrainingGraph("linear", 1, graph::Derivation::kExact);
   ASSERT_TRUE(graph.ok());
   v1::PagingCost paging;
+  paging.set_storage_path("/var/tmp");
   paging.set_page_in_throughput_bytes_per_s(1e9);
   paging.set_page_out_throughput_bytes_per_s(1e9);
   ASSERT_TRUE(db_->PutPagingCost("fp", paging).ok());
   auto table = MeasuredCostTable(*db_, *graph, "test-device", "fp", 1);
   ASSERT_TRUE(table.ok()) << table.status().message();
-  int with_domains = 0;
-  for (const v1::NodeCost& c : table->costs()) {
-    if (c.op_key().empty()) continue;
-    EXPECT_EQ(c.domains_size(), 3) << c.op_key();
-    with_domains += c.domains_size() > 0;
+  ASSERT_TRUE(db_->PutCostTable(*table).ok());
+  auto loaded =
+      LoadMeasuredCostTable(*db_, {.model_or_file = "linear", .derivation = graph::Derivation::kExact}, "test-device");
+  ASSERT_TRUE(loaded.ok()) << loaded.status().message();
+  for (const v1::CostTable* t : {&*table, &*loaded}) {
+    int with_domains = 0;
+    for (const v1::NodeCost& c : t->costs()) {
+      if (c.op_key().empty()) continue;
+      EXPECT_EQ(c.domains_size(), 3) << c.op_key();
+      with_domains += c.domains_size() > 0;
+    }
+    EXPECT_GT(with_domains, 0);
   }
-  EXPECT_GT(with_domains, 0);
 
   // Measured again by the power model: the domains go, in the cost and in the table.
   options_.force = true;
