@@ -129,6 +129,8 @@ TEST_F(CliTest, CostsPerDomain) {
     std::ofstream(dir_ / zone / "name") << name << "\n";
     std::ofstream(dir_ / zone / "energy_uj") << "1000000\n";
   }
+  EXPECT_THAT(Edgecost("probes --sysfs-root " + (dir_ / "sys").string()).output,
+              HasSubstr("package-0, core (inside package-0), dram"));
   const std::string env = "EDGECOST_SYSFS_ROOT=" + (dir_ / "sys").string() + " ";
   const CommandResult profile = Run(env + "EDGECOST_DB=" + (dir_ / "costs.db").string() + " " + EDGECOST_BIN +
                                     " profile --model linear --min-window-s 0.005 --accept-noisy");
