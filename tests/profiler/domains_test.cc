@@ -1,8 +1,8 @@
 // Energy per domain: each domain's idle power measured before the run, each
 // op's energy and dynamic energy per domain, nested domains (RAPL's core inside
-// its package) kept out of the totals. On fake sysfs trees (RAPL package, core
-// and dram; an hwmon chip with two rails) and the loopback SCPI meter, whose
-// per-domain idle and load powers are known.
+// its package, a rail inside another) kept out of the totals. On fake sysfs
+// trees (RAPL package, core and dram; an hwmon chip with two rails and one
+// nested) and the loopback SCPI meter, whose per-domain powers are known.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -158,34 +158,43 @@ TEST_F(Domains, RaplPackageCoreAndDramEachRecoverTheirIdleAndLoadPower) {
 }
 
 TEST_F(Domains, HwmonEnergyRailsEachRecoverTheirIdleAndLoadPower) {
-  // An INA3221-like chip with two rails, both top-level.
+  // An INA3221-like chip: two top-level rails, and VDD_GPU, which the config
+  // says VDD_SOC already includes.
   WriteText("class/hwmon/hwmon0/name", "ina3221");
   WriteText("class/hwmon/hwmon0/in1_label", "VDD_CPU");
   WriteText("class/hwmon/hwmon0/in2_label", "VDD_SOC");
+  WriteText("class/hwmon/hwmon0/in3_label", "VDD_GPU");
   files_.Add(dir_ / "class/hwmon/hwmon0/energy1_input", 0.8, 4.8);
   files_.Add(dir_ / "class/hwmon/hwmon0/energy2_input", 1.2, 1.7);
+  files_.Add(dir_ / "class/hwmon/hwmon0/energy3_input", 0.3, 0.6);
   probes::Detected detected;
-  probes::DetectHwmon(dir_.string(), {}, detected);
+  probes::DetectHwmon(dir_.string(), {{"VDD_GPU", "VDD_SOC"}}, detected);
   ASSERT_EQ(detected.probes.size(), 1u);
-  EXPECT_THAT(detected.probes[0]->info().domains, ElementsAre("VDD_CPU", "VDD_SOC"));
+  EXPECT_THAT(detected.probes[0]->info().domains, ElementsAre("VDD_CPU", "VDD_SOC", "VDD_GPU"));
+  EXPECT_THAT(detected.probes[0]->info().inside, ElementsAre("", "", "VDD_SOC"));
+  EXPECT_THAT(detected.probes[0]->info().reason, ::testing::HasSubstr("VDD_GPU (inside VDD_SOC)"));
 
   auto meter = StartMeter(std::move(detected.probes[0]));
   ASSERT_TRUE(meter.ok()) << meter.status().message();
-  EXPECT_NEAR((*meter)->IdlePowerW(), 2.0, 1e-6);
+  EXPECT_NEAR((*meter)->IdlePowerW(), 2.0, 1e-6);  // VDD_CPU + VDD_SOC; VDD_GPU is inside VDD_SOC
   auto m = MeasureLoad(**meter);
   ASSERT_TRUE(m.ok()) << m.status().message();
-  ASSERT_EQ(m->domains.size(), 2u);
+  ASSERT_EQ(m->domains.size(), 3u);
   const v1::DomainEnergy* cpu = Find(m->domains, "VDD_CPU");
   const v1::DomainEnergy* soc = Find(m->domains, "VDD_SOC");
-  ASSERT_NE(cpu, nullptr);
-  ASSERT_NE(soc, nullptr);
+  const v1::DomainEnergy* gpu = Find(m->domains, "VDD_GPU");
+  ASSERT_TRUE(cpu && soc && gpu);
   EXPECT_NEAR(cpu->idle_power_w(), 0.8, 1e-6);
   EXPECT_NEAR(cpu->energy_j(), 4.8 * 0.01, 1e-7);
   EXPECT_NEAR(cpu->dynamic_energy_j(), 4.0 * 0.01, 1e-7);
   EXPECT_NEAR(soc->idle_power_w(), 1.2, 1e-6);
   EXPECT_NEAR(soc->energy_j(), 1.7 * 0.01, 1e-7);
   EXPECT_NEAR(soc->dynamic_energy_j(), 0.5 * 0.01, 1e-7);
+  EXPECT_NEAR(gpu->idle_power_w(), 0.3, 1e-6);
+  EXPECT_NEAR(gpu->energy_j(), 0.6 * 0.01, 1e-7);
+  EXPECT_NEAR(gpu->dynamic_energy_j(), 0.3 * 0.01, 1e-7);
   EXPECT_TRUE(cpu->inside().empty());
+  EXPECT_EQ(gpu->inside(), "VDD_SOC");
   EXPECT_NEAR(m->energy_j, cpu->energy_j() + soc->energy_j(), 1e-12);
   EXPECT_NEAR(m->dynamic_energy_j, cpu->dynamic_energy_j() + soc->dynamic_energy_j(), 1e-12);
 }
