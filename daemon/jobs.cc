@@ -314,6 +314,7 @@ void JobManager::RunProfile(Entry& entry) {
   options.threads = static_cast<int>(entry.request.threads());
   options.force = entry.request.force();
   options.accept_noisy = entry.request.accept_noisy();
+  options.calibrate = entry.request.calibrate();
   double last_reported = -1;
   auto progress = [&](const profiler::ProfileProgress& p) {
     const double fraction = p.total ? static_cast<double>(p.done) / p.total : 1.0;
