@@ -5,6 +5,7 @@
 #include <limits>
 #include <optional>
 
+#include "solver/bound.h"
 #include "solver/heuristics.h"
 #include "solver/milp.h"
 #include "solver/simulator.h"
@@ -241,18 +242,24 @@ Result<v1::Schedule> Solve(const Problem& p, const SolveOptions& options) {
   }
   const double first_feasible_s = Now() - start;
   double best_j = found ? found->replay.energy.total_j() : std::numeric_limits<double>::infinity();
+  // POET's formulation is measured as it is: no bound of ours either.
+  const double eviction_bound_j = options.poet_formulation ? p.FloorJ() : EvictionLowerBoundJ(p);
   auto report = [&](double energy_j, double bound_j, const std::string& by) {
     if (!options.on_progress) return;
-    options.on_progress({Now() - start, energy_j, std::max(bound_j, p.FloorJ()), p.FloorJ(), by});
+    options.on_progress({Now() - start, energy_j, std::max(bound_j, eviction_bound_j), p.FloorJ(), by});
   };
   if (found) report(best_j, p.FloorJ(), std::string(StrategyName(found_by)));
 
-  // A heuristic schedule at the floor is already optimal: no MILP needed.
+  // A heuristic schedule at the floor, or at the eviction bound, is already optimal: no MILP needed.
   if (found) {
     v1::Schedule s = FromCandidate(p, *found, strategy);
+    s.set_lower_bound_j(std::min(eviction_bound_j, s.energy().total_j()));
     SetGap(s);
     if (s.status() == v1::Schedule::STATUS_OPTIMAL) {
-      s.set_message(s.recomputations() > 0
+      const bool at_floor = s.energy().total_j() <= s.floor_j() * (1 + 1e-12);
+      s.set_message(!at_floor ? "no schedule can let go of less memory for less energy (the eviction bound): "
+                                "optimal without the MILP"
+                    : s.recomputations() > 0
                         ? "at the energy floor: only nodes that cost no energy are recomputed, nothing paged"
                         : "every node computed once and nothing paged: the energy floor, optimal by definition");
       s.set_found_by(std::string(StrategyName(found_by)));
@@ -313,7 +320,7 @@ Result<v1::Schedule> Solve(const Problem& p, const SolveOptions& options) {
     note("the best schedule is " + std::string(StrategyName(found_by)) + "'s");
   }
   v1::Schedule s = FromCandidate(p, *found, strategy);
-  s.set_lower_bound_j(std::max(p.FloorJ(), std::min(result.lower_bound_j, s.energy().total_j())));
+  s.set_lower_bound_j(std::min(std::max(eviction_bound_j, result.lower_bound_j), s.energy().total_j()));
   SetGap(s);
   s.set_message(message);
   s.set_found_by(found_by == Strategy::kOptimal ? "milp" : std::string(StrategyName(found_by)));

@@ -18,6 +18,7 @@
 #include "graph/cost_source.h"
 #include "graph/resolve.h"
 #include "graph/zoo.h"
+#include "solver/bound.h"
 #include "solver/heuristics.h"
 #include "solver/simulator.h"
 #include "solver/solve.h"
@@ -85,6 +86,9 @@ void Sweep(std::string_view model, std::string_view preset, int step_percent) {
       ASSERT_TRUE(HasSchedule(*optimal)) << best_by << " found a schedule; optimal says: " << optimal->message();
       EXPECT_TRUE(Simulate(p, *optimal).valid);
       EXPECT_LE(optimal->energy().total_j(), best_j * (1 + 1e-12)) << "worse than " << best_by;
+      // Every bound stays below every schedule: the eviction bound, and what optimal reports.
+      EXPECT_LE(EvictionLowerBoundJ(p), optimal->energy().total_j() * (1 + 1e-12));
+      EXPECT_LE(optimal->lower_bound_j(), optimal->energy().total_j() * (1 + 1e-12));
       smallest_peak = std::min<int64_t>(smallest_peak, static_cast<int64_t>(optimal->peak_ram_bytes()));
     }
     SCOPED_TRACE(std::string(model) + "/" + std::string(preset) + ", " + mode.name);
@@ -97,6 +101,27 @@ void Sweep(std::string_view model, std::string_view preset, int step_percent) {
     ASSERT_TRUE(at_min.ok());
     EXPECT_TRUE(HasSchedule(*at_min)) << at_min->message();
   }
+}
+
+// Where the budget forces letting go of memory, the eviction bound proves
+// energy above the floor at once, and a solve with no time for its MILP reports it.
+TEST(EvictionBound, ProvesMoreThanTheFloorBeforeAnyMilp) {
+  Problem p = Load("resnet18_cifar", "a72");
+  Problem all = p;
+  all.ram_budget_bytes = std::numeric_limits<int64_t>::max() / 4;
+  const int64_t peak = CheckpointAll(all).replay.peak_ram_bytes;
+  p.ram_budget_bytes = peak / 2;
+  const double bound_j = EvictionLowerBoundJ(p);
+  EXPECT_GT(bound_j, p.FloorJ() * (1 + 1e-6));
+  auto s = Solve(p, {"optimal", 0.01, 1, false});
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  ASSERT_TRUE(HasSchedule(*s)) << s->message();
+  EXPECT_GE(s->lower_bound_j(), bound_j * (1 - 1e-12));
+  EXPECT_LE(bound_j, s->energy().total_j());
+  EXPECT_LT(s->gap(), 1.0);  // the floor alone would leave all of the energy above it unproven
+
+  // With every tensor allowed to stay, nothing must go: the floor.
+  EXPECT_DOUBLE_EQ(EvictionLowerBoundJ(all), all.FloorJ());
 }
 
 class BaselineSweep : public ::testing::TestWithParam<std::string> {};

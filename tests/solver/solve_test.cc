@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "graph/graph_io.h"
+#include "solver/bound.h"
 #include "solver/heuristics.h"
 #include "solver/simulator.h"
 #include "tests/solver/test_problems.h"
@@ -121,6 +122,12 @@ double BruteForce(const Problem& p) { return Enumerator(p).Best(); }
 void ExpectMatchesBruteForce(Problem p, const std::string& name) {
   SCOPED_TRACE(name + ", budget " + std::to_string(p.ram_budget_bytes));
   const double best = BruteForce(p);
+  // The eviction bound: never above the optimum, never below the floor.
+  const double bound_j = EvictionLowerBoundJ(p);
+  EXPECT_GE(bound_j, p.FloorJ());
+  if (!std::isinf(best)) {
+    EXPECT_LE(bound_j, best * (1 + 1e-9));
+  }
   auto schedule = Solve(p, {"optimal", 30, 1, false});
   ASSERT_TRUE(schedule.ok()) << schedule.status().message();
   if (std::isinf(best)) {

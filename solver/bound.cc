@@ -1,0 +1,132 @@
+#include "solver/bound.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include <ClpSimplex.hpp>
+#include <CoinPackedMatrix.hpp>
+
+namespace edgecost::solver {
+namespace {
+
+// min c'x over 0 <= x <= upper, rows lower_r <= a_r x <= upper_r (one side finite).
+struct CoveringLp {
+  std::vector<double> cost, upper;
+  std::vector<double> row_lower, row_upper;
+  std::vector<std::vector<std::pair<int, double>>> rows;  // (column, coefficient)
+
+  int AddColumn(double c, double ub) {
+    cost.push_back(c);
+    upper.push_back(ub);
+    return static_cast<int>(cost.size()) - 1;
+  }
+  void AddRow(std::vector<std::pair<int, double>> entries, double lower, double upper_bound) {
+    rows.push_back(std::move(entries));
+    row_lower.push_back(lower);
+    row_upper.push_back(upper_bound);
+  }
+
+  // The Lagrangian bound of any row multipliers y (projected onto the signs
+  // that make it valid): every feasible x costs at least this, however
+  // inexact the LP solver's duals were.
+  double LagrangianBound(std::vector<double> y) const {
+    std::vector<double> reduced = cost;
+    double bound = 0;
+    for (size_t r = 0; r < rows.size(); ++r) {
+      const bool at_least = std::isfinite(row_lower[r]);
+      y[r] = at_least ? std::max(0.0, y[r]) : std::min(0.0, y[r]);
+      bound += y[r] * (at_least ? row_lower[r] : row_upper[r]);
+      for (const auto& [column, a] : rows[r]) reduced[static_cast<size_t>(column)] -= y[r] * a;
+    }
+    for (size_t j = 0; j < cost.size(); ++j) bound += std::min(0.0, reduced[j]) * upper[j];
+    return bound;
+  }
+
+  // Solves it; the bound from its duals (0 when the LP solver failed: no information).
+  double Bound() const {
+    if (rows.empty()) return 0;
+    const double scale = std::max(1e-300, *std::max_element(cost.begin(), cost.end()));
+    std::vector<double> scaled_cost(cost.size()), lower(cost.size(), 0.0);
+    for (size_t j = 0; j < cost.size(); ++j) scaled_cost[j] = cost[j] / scale;
+    CoinPackedMatrix matrix(false, 0, 0);
+    matrix.setDimensions(0, static_cast<int>(cost.size()));
+    for (const auto& entries : rows) {
+      std::vector<int> index;
+      std::vector<double> value;
+      for (const auto& [column, a] : entries) {
+        index.push_back(column);
+        value.push_back(a);
+      }
+      matrix.appendRow(static_cast<int>(index.size()), index.data(), value.data());
+    }
+    ClpSimplex lp;
+    lp.setLogLevel(0);
+    lp.loadProblem(matrix, lower.data(), upper.data(), scaled_cost.data(), row_lower.data(), row_upper.data());
+    lp.dual();
+    if (lp.status() != 0) return 0;  // infeasible or failed: the other checks say why, this bound says nothing
+    std::vector<double> y(lp.dualRowSolution(), lp.dualRowSolution() + rows.size());
+    for (double& v : y) v *= scale;
+    return std::max(0.0, LagrangianBound(std::move(y)));
+  }
+};
+
+}  // namespace
+
+double EvictionLowerBoundJ(const Problem& p) {
+  const int n = p.size();
+  const double floor_j = p.FloorJ();
+  if (!p.allow_remat && !p.allow_paging) return floor_j;
+  std::vector<int> last_use(static_cast<size_t>(n), -1);
+  for (int v = 0; v < n; ++v) {
+    for (int u : p.preds[static_cast<size_t>(v)]) last_use[static_cast<size_t>(u)] = v;  // preds in order: v grows
+  }
+  // Let-go columns per tensor: recomputed, or paged out and in.
+  CoveringLp lp;
+  std::vector<int> recompute(static_cast<size_t>(n), -1), page(static_cast<size_t>(n), -1);
+  std::vector<std::pair<int, double>> runtime_row;
+  for (int i = 0; i < n; ++i) {
+    if (last_use[static_cast<size_t>(i)] <= i + 1) continue;  // read only by the next stage: never held across one
+    const size_t k = static_cast<size_t>(i);
+    if (p.allow_remat) {
+      recompute[k] = lp.AddColumn(p.compute_j[k], 1);
+      runtime_row.emplace_back(recompute[k], p.runtime_s[k]);
+    }
+    if (p.allow_paging) {
+      page[k] = lp.AddColumn(p.page_out_j[k] + p.page_in_j[k], 1);
+      if (p.count_paging_time && !p.page_in_s.empty() && !p.page_out_s.empty()) {
+        runtime_row.emplace_back(page[k], p.page_in_s[k] + p.page_out_s[k]);
+      }
+    }
+    if (recompute[k] >= 0 && page[k] >= 0) lp.AddRow({{recompute[k], 1.0}, {page[k], 1.0}}, -INFINITY, 1);
+  }
+  // Stage t holds node t's inputs and output, and every earlier output read after t unless let go.
+  const double budget = static_cast<double>(p.ram_budget_bytes);
+  for (int t = 0; t < n; ++t) {
+    double held = static_cast<double>(p.ram_bytes[static_cast<size_t>(t)]);
+    for (int u : p.preds[static_cast<size_t>(t)]) held += static_cast<double>(p.ram_bytes[static_cast<size_t>(u)]);
+    std::vector<std::pair<int, double>> may_go;
+    for (int i = 0; i < t; ++i) {
+      const size_t k = static_cast<size_t>(i);
+      if (last_use[k] <= t) continue;
+      const auto& reads = p.preds[static_cast<size_t>(t)];
+      if (std::find(reads.begin(), reads.end(), i) != reads.end()) continue;  // an input: held, counted above
+      held += static_cast<double>(p.ram_bytes[k]);
+      // Normalized by the excess below, so that every covering row reads "at least 1".
+      if (recompute[k] >= 0) may_go.emplace_back(recompute[k], static_cast<double>(p.ram_bytes[k]));
+      if (page[k] >= 0) may_go.emplace_back(page[k], static_cast<double>(p.ram_bytes[k]));
+    }
+    const double excess = held - budget;
+    if (excess <= 0 || may_go.empty()) continue;
+    // Each tensor is let go or not (0 or 1 in a schedule), so one larger than
+    // the excess covers it alone: capping its share at 1 keeps every schedule
+    // and tightens the LP.
+    for (auto& [column, bytes] : may_go) bytes = std::min(1.0, bytes / excess);
+    lp.AddRow(std::move(may_go), 1, INFINITY);
+  }
+  const double room_s = p.runtime_budget_s - p.PlainRuntimeS();
+  if (!runtime_row.empty()) lp.AddRow(std::move(runtime_row), -INFINITY, std::max(0.0, room_s));
+  return floor_j + lp.Bound();
+}
+
+}  // namespace edgecost::solver
