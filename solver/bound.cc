@@ -73,56 +73,70 @@ struct CoveringLp {
 
 }  // namespace
 
-double EvictionLowerBoundJ(const Problem& p) {
+std::vector<EvictionRow> EvictionRows(const Problem& p) {
   const int n = p.size();
-  const double floor_j = p.FloorJ();
-  if (!p.allow_remat && !p.allow_paging) return floor_j;
   std::vector<int> last_use(static_cast<size_t>(n), -1);
   for (int v = 0; v < n; ++v) {
     for (int u : p.preds[static_cast<size_t>(v)]) last_use[static_cast<size_t>(u)] = v;  // preds in order: v grows
   }
-  // Let-go columns per tensor: recomputed, or paged out and in.
-  CoveringLp lp;
-  std::vector<int> recompute(static_cast<size_t>(n), -1), page(static_cast<size_t>(n), -1);
-  std::vector<std::pair<int, double>> runtime_row;
-  for (int i = 0; i < n; ++i) {
-    if (last_use[static_cast<size_t>(i)] <= i + 1) continue;  // read only by the next stage: never held across one
-    const size_t k = static_cast<size_t>(i);
-    if (p.allow_remat) {
-      recompute[k] = lp.AddColumn(p.compute_j[k], 1);
-      runtime_row.emplace_back(recompute[k], p.runtime_s[k]);
-    }
-    if (p.allow_paging) {
-      page[k] = lp.AddColumn(p.page_out_j[k] + p.page_in_j[k], 1);
-      if (p.count_paging_time && !p.page_in_s.empty() && !p.page_out_s.empty()) {
-        runtime_row.emplace_back(page[k], p.page_in_s[k] + p.page_out_s[k]);
-      }
-    }
-    if (recompute[k] >= 0 && page[k] >= 0) lp.AddRow({{recompute[k], 1.0}, {page[k], 1.0}}, -INFINITY, 1);
-  }
-  // Stage t holds node t's inputs and output, and every earlier output read after t unless let go.
+  std::vector<EvictionRow> rows;
   const double budget = static_cast<double>(p.ram_budget_bytes);
   for (int t = 0; t < n; ++t) {
+    const auto& reads = p.preds[static_cast<size_t>(t)];
     double held = static_cast<double>(p.ram_bytes[static_cast<size_t>(t)]);
-    for (int u : p.preds[static_cast<size_t>(t)]) held += static_cast<double>(p.ram_bytes[static_cast<size_t>(u)]);
-    std::vector<std::pair<int, double>> may_go;
+    for (int u : reads) held += static_cast<double>(p.ram_bytes[static_cast<size_t>(u)]);
+    EvictionRow row{.stage = t};
     for (int i = 0; i < t; ++i) {
       const size_t k = static_cast<size_t>(i);
       if (last_use[k] <= t) continue;
-      const auto& reads = p.preds[static_cast<size_t>(t)];
       if (std::find(reads.begin(), reads.end(), i) != reads.end()) continue;  // an input: held, counted above
       held += static_cast<double>(p.ram_bytes[k]);
-      // Normalized by the excess below, so that every covering row reads "at least 1".
-      if (recompute[k] >= 0) may_go.emplace_back(recompute[k], static_cast<double>(p.ram_bytes[k]));
-      if (page[k] >= 0) may_go.emplace_back(page[k], static_cast<double>(p.ram_bytes[k]));
+      row.shares.emplace_back(i, static_cast<double>(p.ram_bytes[k]));
     }
     const double excess = held - budget;
-    if (excess <= 0 || may_go.empty()) continue;
-    // Each tensor is let go or not (0 or 1 in a schedule), so one larger than
-    // the excess covers it alone: capping its share at 1 keeps every schedule
-    // and tightens the LP.
-    for (auto& [column, bytes] : may_go) bytes = std::min(1.0, bytes / excess);
-    lp.AddRow(std::move(may_go), 1, INFINITY);
+    if (excess <= 0 || row.shares.empty()) continue;
+    // A tensor is let go or not, so one larger than the excess covers it
+    // alone: capping its share at 1 keeps every schedule and tightens the LP.
+    for (auto& [tensor, share] : row.shares) share = std::min(1.0, share / excess);
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+double EvictionLowerBoundJ(const Problem& p) {
+  const int n = p.size();
+  const double floor_j = p.FloorJ();
+  if (!p.allow_remat && !p.allow_paging) return floor_j;
+  const std::vector<EvictionRow> rows = EvictionRows(p);
+  if (rows.empty()) return floor_j;
+  // Let-go columns per tensor that some stage may let go: recomputed, or paged out and in.
+  CoveringLp lp;
+  std::vector<int> recompute(static_cast<size_t>(n), -1), page(static_cast<size_t>(n), -1);
+  std::vector<std::pair<int, double>> runtime_row;
+  for (const EvictionRow& row : rows) {
+    for (const auto& [i, share] : row.shares) {
+      const size_t k = static_cast<size_t>(i);
+      if (recompute[k] >= 0 || page[k] >= 0) continue;
+      if (p.allow_remat) {
+        recompute[k] = lp.AddColumn(p.compute_j[k], 1);
+        runtime_row.emplace_back(recompute[k], p.runtime_s[k]);
+      }
+      if (p.allow_paging) {
+        page[k] = lp.AddColumn(p.page_out_j[k] + p.page_in_j[k], 1);
+        if (p.count_paging_time && !p.page_in_s.empty() && !p.page_out_s.empty()) {
+          runtime_row.emplace_back(page[k], p.page_in_s[k] + p.page_out_s[k]);
+        }
+      }
+      if (recompute[k] >= 0 && page[k] >= 0) lp.AddRow({{recompute[k], 1.0}, {page[k], 1.0}}, -INFINITY, 1);
+    }
+  }
+  for (const EvictionRow& row : rows) {
+    std::vector<std::pair<int, double>> entries;
+    for (const auto& [i, share] : row.shares) {
+      if (recompute[static_cast<size_t>(i)] >= 0) entries.emplace_back(recompute[static_cast<size_t>(i)], share);
+      if (page[static_cast<size_t>(i)] >= 0) entries.emplace_back(page[static_cast<size_t>(i)], share);
+    }
+    lp.AddRow(std::move(entries), 1, INFINITY);
   }
   const double room_s = p.runtime_budget_s - p.PlainRuntimeS();
   if (!runtime_row.empty()) lp.AddRow(std::move(runtime_row), -INFINITY, std::max(0.0, room_s));

@@ -11,9 +11,21 @@
 // small covering LP; the floor plus its optimum bounds every schedule.
 #pragma once
 
+#include <utility>
+#include <vector>
+
 #include "solver/problem.h"
 
 namespace edgecost::solver {
+
+// Stage `stage` is over budget unless tensors are let go: sum over `shares` of
+// share x [tensor let go] >= 1, for every schedule (shares are bytes over the
+// excess, capped at 1).
+struct EvictionRow {
+  int stage = 0;
+  std::vector<std::pair<int, double>> shares;  // (tensor, share)
+};
+std::vector<EvictionRow> EvictionRows(const Problem& problem);
 
 // Joules: at least FloorJ(), and at most the energy of any valid schedule.
 double EvictionLowerBoundJ(const Problem& problem);
