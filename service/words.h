@@ -8,7 +8,7 @@
 
 namespace edgecost::service {
 
-std::string_view JobStateText(v1::Job::State state);               // "succeeded"
+std::string_view JobStateText(v1::Job::State state);                // "succeeded"
 std::string_view ScheduleStatusText(v1::Schedule::Status status);  // "optimal (proven)"
 
 }  // namespace edgecost::service
