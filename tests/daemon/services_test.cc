@@ -169,8 +169,11 @@ TEST_F(ServicesTest, JobServiceListsTheNewestAndRefusesWhatCannotRun) {
 
 // A graph stored as a record serves its own costs by name; jobs that need ops to run refuse it.
 TEST_F(ServicesTest, AStoredGraphServesItsOwnCostsAndJobsRefuseIt) {
+  // A file of its own: the services keep a connection per thread and path, which an earlier test's
+  // (removed) database would still hold.
+  const std::string db = (dir_ / "records.db").string();
   CostTableCache cache;
-  CostService costs(Db(), &cache);
+  CostService costs(db, &cache);
   v1::AddModelRequest add;
   add.set_name("chain");
   add.set_model(R"({"directed": true, "graph": {"name": "chain"}, "nodes": [{"id": 0, "cost_cpu": 1.0,
@@ -192,7 +195,7 @@ TEST_F(ServicesTest, AStoredGraphServesItsOwnCostsAndJobsRefuseIt) {
   add.set_name("../etc/passwd");
   EXPECT_THAT(costs.AddModel(add).status().message(), HasSubstr("is a file name"));
 
-  JobManager manager(Db(), "", events_);
+  JobManager manager(db, "", events_);
   ASSERT_TRUE(manager.Open().ok());
   JobService jobs(manager, events_);
   v1::StartProfileRequest profile;
