@@ -93,7 +93,7 @@ Result<v1::PagingCost> CostService::GetPagingCosts(const v1::GetPagingCostsReque
 Result<v1::Schedule> SolverService::Solve(const v1::ScheduleRequest& request) {
   if (request.ram_budget_bytes() == 0 && !request.min_ram() && request.device_ram_bytes() == 0) {
     return InvalidArgument(
-        "ram_budget_bytes (or device_ram_bytes, the whole process's) is required, unless min_ram asks for the "
+        "ram_budget_bytes is required (or device_ram_bytes, the whole process's RAM), unless min_ram asks for the "
         "smallest one");
   }
   // Reading files on a caller's behalf would expose whatever the daemon's user can read.
