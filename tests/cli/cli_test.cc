@@ -383,11 +383,14 @@ TEST_F(CliTest, GlobalFlagsAfterTheSubcommandAndRemoteWhereItMeansSomething) {
   const CommandResult info = Run(std::string(EDGECOST_BIN) + " db info --db " + other);
   EXPECT_EQ(info.exit_code, 0) << info.output;
   EXPECT_THAT(info.output, HasSubstr(other));
-  for (const char* command : {"models", "db info", "graph linear", "probes", "serve --socket none"}) {
+  for (const char* command : {"db info", "graph linear", "probes", "serve --socket none"}) {
     const CommandResult remote = Edgecost(std::string("--remote unix:/nonexistent.sock ") + command);
     EXPECT_EQ(remote.exit_code, 2) << command << ": " << remote.output;
-    EXPECT_THAT(remote.output, HasSubstr("--remote serves costs, solve, profile, train and jobs")) << command;
+    EXPECT_THAT(remote.output, HasSubstr("--remote serves models, costs, solve, profile, train and jobs")) << command;
   }
+  const CommandResult models = Edgecost("--remote unix:/nonexistent.sock models");  // asks the daemon
+  EXPECT_EQ(models.exit_code, 1) << models.output;
+  EXPECT_THAT(models.output, HasSubstr("cannot reach the daemon"));
 }
 
 // What a user notices: one derivation everywhere, budgets that say what they
