@@ -6,7 +6,8 @@
 // Input: byte 0 picks the route (low 7 bits) and the encoding (bit 7); the
 // rest is the body. Oracle: every call is answered, with a success or a Twirp
 // error object, and never with "internal" (an exception or a broken
-// invariant); the daemon survives. Profiles a call starts are cancelled at
+// invariant); the daemon survives; no job fails inside edgecost (checked at
+// exit). Profiles a call starts are cancelled at
 // once so that oneDNN does not run under the fuzzer; solves and long polls are
 // given a short time limit so that an input is judged in milliseconds.
 #include <unistd.h>
@@ -24,6 +25,7 @@
 #include <google/protobuf/util/json_util.h>
 #include <spdlog/spdlog.h>
 
+#include "costdb/costdb.h"
 #include "daemon/daemon.h"
 
 namespace edgecost::daemon {
@@ -39,11 +41,37 @@ constexpr const char* kRoutes[] = {
     "CostService/RemoveModel",
 };
 
+std::filesystem::path FuzzDir() {
+  return std::filesystem::temp_directory_path() / ("edgecost_fuzz_services_" + std::to_string(::getpid()));
+}
+
+Daemon& FuzzedDaemon();
+
+// At exit: the daemon's job thread stops before the statics it uses are
+// destroyed, and no job the inputs started may have failed inside edgecost (a
+// job's exception is caught and stored as "internal error: ...", so the HTTP
+// answers alone would not show it).
+void StopAndCheckJobs() {
+  delete &FuzzedDaemon();
+  Result<costdb::CostDb> db = costdb::CostDb::Open((FuzzDir() / "costs.db").string(), costdb::OpenMode::kReadOnly);
+  if (!db.ok()) std::abort();
+  Result<std::vector<costdb::StoredJob>> jobs = db->ListJobs();
+  if (!jobs.ok()) std::abort();
+  for (const costdb::StoredJob& stored : *jobs) {
+    if (stored.job.message().starts_with("internal error")) {
+      std::fprintf(stderr, "job %llu (%s) failed inside edgecost: %s\n",
+                   static_cast<unsigned long long>(stored.job.id()), stored.job.kind().c_str(),
+                   stored.job.message().c_str());
+      std::abort();
+    }
+  }
+}
+
 Daemon& FuzzedDaemon() {
   static Daemon* daemon = [] {
     google::protobuf::SetLogHandler(nullptr);  // protobuf logs every invalid UTF-8 string it parses
     spdlog::set_level(spdlog::level::off);     // one log line per job and schedule otherwise
-    const auto dir = std::filesystem::temp_directory_path() / ("edgecost_fuzz_services_" + std::to_string(::getpid()));
+    const auto dir = FuzzDir();
     std::filesystem::remove_all(dir);
     std::filesystem::create_directories(dir);
     DaemonConfig config;
@@ -53,6 +81,7 @@ Daemon& FuzzedDaemon() {
     config.concurrent_solves = 1;
     auto* created = new Daemon(config);  // kept for the process: the fuzzer calls in until it exits
     if (!created->Start().ok()) std::abort();
+    std::atexit(StopAndCheckJobs);
     return created;
   }();
   return *daemon;

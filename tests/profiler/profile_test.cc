@@ -422,10 +422,41 @@ TEST_F(ProfileTest, OpsMeasuredBeforeTheCpuWasSeenAtItsFastestAreJudgedAgain) {
   for (const v1::OpCost& cost : *costs) {
     if (!cost.unreliable()) continue;
     EXPECT_NEAR(cost.interference().cpu_slowdown(), 0.5, 1e-9);
-    EXPECT_NE(cost.unreliable_reason().find("the CPU ran 1.50x slower than at its fastest in this profile"),
+    EXPECT_NE(cost.unreliable_reason().find("the CPU ran 1.50x slower than at its fastest on this device"),
               std::string::npos)
         << cost.unreliable_reason();
   }
+}
+
+TEST_F(ProfileTest, AProfileTakenWhollyInASlowModeIsJudgedAgainstTheDevicesStoredReadings) {
+  const auto graph = graph::ZooTrainingGraph("linear", 1, graph::Derivation::kExact);
+  options_.cpu_check = CpuReadings({1e-5});
+  auto fast = Profile(*graph);
+  ASSERT_TRUE(fast.ok()) << fast.status().message();
+  EXPECT_TRUE(fast->unreliable.empty());
+
+  // Again, 1.4x slower from the first reading to the last: nothing within the
+  // profile shows it, the readings stored with the first profile do.
+  options_.force = true;
+  options_.max_attempts = 2;
+  options_.cpu_check = CpuReadings({1.4e-5});
+  auto slow = Profile(*graph);
+  ASSERT_TRUE(slow.ok()) << slow.status().message();
+  EXPECT_EQ(slow->unreliable.size(), static_cast<size_t>(slow->distinct_ops));
+  const auto costs = db_->ListOpCosts("fp");
+  ASSERT_TRUE(costs.ok());
+  for (const v1::OpCost& cost : *costs) {
+    EXPECT_TRUE(cost.unreliable()) << cost.signature().key();
+    EXPECT_NE(cost.unreliable_reason().find("the CPU ran 1.40x slower than at its fastest on this device"),
+              std::string::npos)
+        << cost.unreliable_reason();
+  }
+
+  // Within the tolerance of the stored readings: clean.
+  options_.cpu_check = CpuReadings({1.05e-5});
+  auto near = Profile(*graph);
+  ASSERT_TRUE(near.ok()) << near.status().message();
+  EXPECT_TRUE(near->unreliable.empty());
 }
 
 TEST(CpuCheck, TheReferenceKernelTakesSomeTimeOnEveryTeamSize) {
