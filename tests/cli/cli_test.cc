@@ -650,6 +650,7 @@ TEST_F(CliTest, AStoredModelIsNamedLikeAZooModelEverywhere) {
   EXPECT_THAT(Edgecost("models --json").output, HasSubstr("\"stored\": true"));
 
   EXPECT_THAT(Edgecost("graph mlp-rec").output, HasSubstr("mlp-rec: "));
+  EXPECT_THAT(Edgecost("graph mlp-rec --batch-size 8").output, HasSubstr("batch size 8"));
   const CommandResult costs = Edgecost("costs mlp-rec --platform a72 --summary");
   ASSERT_EQ(costs.exit_code, 0) << costs.output;
   EXPECT_THAT(costs.output, HasSubstr("model          mlp-rec"));

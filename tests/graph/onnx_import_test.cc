@@ -58,6 +58,12 @@ TEST(OnnxImport, ABatchSizeRebatchesTheExport) {
   ASSERT_TRUE(graph.ok()) << graph.status().message();
   EXPECT_EQ(graph->batch_size(), 3u);
   EXPECT_EQ(graph->nodes(0).output_shape().dims(0), 3);
+  // The tracer folded x.size() into a constant Reshape target: that export holds its batch.
+  auto fixed = ImportOnnx("tests/graph/data/view_by_shape.onnx", 8);
+  ASSERT_FALSE(fixed.ok());
+  EXPECT_NE(fixed.status().message().find("exported at batch size 2"), std::string::npos);
+  EXPECT_NE(fixed.status().message().find("export it at batch size 8"), std::string::npos) << fixed.status().message();
+  EXPECT_TRUE(ImportOnnx("tests/graph/data/view_by_shape.onnx", 2).ok());
 }
 
 TEST(OnnxImport, SigmoidIsAnOp) {
