@@ -72,7 +72,7 @@ int PrintModels(const v1::ListModelsResponse& response, const ModelsFlags& flags
   }
   table.Print(std::cout);
   std::cout << "\nActivations: outputs of the forward nodes and the loss at batch size " << flags.batch_size
-            << " (bert and transformer: one sequence; an ONNX model: its export's batch), f32.\n";
+            << " (bert and transformer: one sequence; an ONNX model: its export's batch unless above 1), f32.\n";
   if (!stored) std::cout << "No stored models yet: `edgecost models add FILE --name NAME` imports one.\n";
   return kExitOk;
 }
