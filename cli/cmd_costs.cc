@@ -5,6 +5,8 @@
 #include <iostream>
 #include <map>
 
+#include <nlohmann/json.hpp>
+
 #include "base/units.h"
 #include "cli/cli.h"
 #include "cli/graph_flags.h"
@@ -30,6 +32,7 @@ struct CostsFlags {
   bool store = false;
   bool summary = false;
   bool counters = false;
+  bool domains = false;
   std::string out_path;
   std::string device;
 };
@@ -222,6 +225,137 @@ void PrintCounters(const v1::CostTable& table) {
   std::cout << "\n";
 }
 
+// The domains a table's ops were measured in, in the order first seen, with
+// the range of their idle power over the runs that measured them.
+struct DomainColumn {
+  std::string name, inside;
+  double idle_min_w = 0, idle_max_w = 0;
+  double energy_j = 0, dynamic_energy_j = 0;  // over the nodes, each computed once
+};
+
+std::vector<DomainColumn> DomainColumns(const v1::CostTable& table) {
+  std::vector<DomainColumn> columns;
+  for (const v1::NodeCost& c : table.costs()) {
+    for (const v1::DomainEnergy& d : c.domains()) {
+      auto it =
+          std::find_if(columns.begin(), columns.end(), [&](const DomainColumn& col) { return col.name == d.domain(); });
+      if (it == columns.end()) {
+        it = columns.insert(columns.end(), DomainColumn{d.domain(), d.inside(), d.idle_power_w(), d.idle_power_w()});
+      }
+      it->idle_min_w = std::min(it->idle_min_w, d.idle_power_w());
+      it->idle_max_w = std::max(it->idle_max_w, d.idle_power_w());
+      it->energy_j += d.energy_j();
+      it->dynamic_energy_j += d.dynamic_energy_j();
+    }
+  }
+  return columns;
+}
+
+const v1::DomainEnergy* FindDomain(const v1::NodeCost& c, const std::string& name) {
+  for (const v1::DomainEnergy& d : c.domains()) {
+    if (d.domain() == name) return &d;
+  }
+  return nullptr;
+}
+
+constexpr char kNoDomains[] =
+    "none stored for this table: its energy is an estimate (no sensor measured it), or was measured before "
+    "energy was kept per domain (run `edgecost profile --force` where RAPL, hwmon, a battery or a meter measures "
+    "it)";
+
+// Each node's energy per domain of the probe that measured it: total and dynamic
+// (above the domain's idle power), with nested domains marked and kept out of the total.
+void PrintDomains(const v1::CostTable& table) {
+  const std::vector<DomainColumn> columns = DomainColumns(table);
+  if (columns.empty()) {
+    std::cout << "domains        " << kNoDomains << "\n\n";
+    return;
+  }
+  std::string top_level, nested;
+  for (const DomainColumn& d : columns) {
+    char idle[64];
+    if (d.idle_max_w - d.idle_min_w > 1e-3 * std::max(1e-12, d.idle_max_w)) {
+      std::snprintf(idle, sizeof idle, "idle %.3f .. %.3f W", d.idle_min_w, d.idle_max_w);
+    } else {
+      std::snprintf(idle, sizeof idle, "idle %.3f W", d.idle_max_w);
+    }
+    std::cout << "domain         " << d.name << (d.inside.empty() ? "" : " (inside " + d.inside + ")") << ", " << idle
+              << "\n";
+    std::string& list = d.inside.empty() ? top_level : nested;
+    list += (list.empty() ? "" : ", ") + d.name;
+  }
+  std::vector<Table::Column> header = {{"#"}, {"name", Table::Align::kLeft}, {"runtime"}};
+  for (const DomainColumn& d : columns) header.push_back({d.name + (d.inside.empty() ? "" : " *")});
+  header.push_back({"total"});
+  Table out(header);
+  auto cell = [](double energy_j, double dynamic_j) {
+    return FormatJoules(energy_j) + " (" + FormatJoules(dynamic_j) + ")";
+  };
+  double total_j = 0, total_dynamic_j = 0;
+  for (int i = 0; i < table.costs_size(); ++i) {
+    const v1::NodeCost& c = table.costs(i);
+    if (c.op_key().empty()) continue;
+    std::vector<std::string> row = {std::to_string(i), table.graph().nodes(i).name(), FormatSeconds(c.runtime_s())};
+    double dynamic_j = 0;
+    for (const DomainColumn& col : columns) {
+      const v1::DomainEnergy* d = FindDomain(c, col.name);
+      row.push_back(d ? cell(d->energy_j(), d->dynamic_energy_j()) : "-");  // not measured for this op: never a zero
+      if (d && d->inside().empty()) dynamic_j += d->dynamic_energy_j();
+    }
+    row.push_back(c.domains_size() > 0 ? cell(c.compute_j(), dynamic_j) : "-");
+    if (c.domains_size() > 0) {
+      total_j += c.compute_j();
+      total_dynamic_j += dynamic_j;
+    }
+    out.AddRow(row);
+  }
+  out.AddRule();
+  std::vector<std::string> total = {"", "total", ""};
+  for (const DomainColumn& d : columns) total.push_back(cell(d.energy_j, d.dynamic_energy_j));
+  total.push_back(cell(total_j, total_dynamic_j));
+  out.AddRow(total);
+  out.Print(std::cout);
+  std::cout << "(energy per execution, dynamic in parentheses: above the domain's idle power; total = " << top_level
+            << (nested.empty() ? "" : "; * " + nested + " nested, already inside another domain") << ")\n\n";
+}
+
+// The same view as JSON: the domains with their idle power, each node's energy per domain, the totals.
+nlohmann::json DomainsJson(const v1::CostTable& table) {
+  const std::vector<DomainColumn> columns = DomainColumns(table);
+  nlohmann::json doc = {{"model", table.graph().model()},
+                        {"device", table.device()},
+                        {"costSource", table.cost_source()},
+                        {"domains", nlohmann::json::array()},
+                        {"nodes", nlohmann::json::array()}};
+  if (columns.empty()) doc["note"] = kNoDomains;
+  for (const DomainColumn& d : columns) {
+    doc["domains"].push_back({{"domain", d.name},
+                              {"inside", d.inside},
+                              {"idlePowerMinW", d.idle_min_w},
+                              {"idlePowerMaxW", d.idle_max_w},
+                              {"energyJ", d.energy_j},
+                              {"dynamicEnergyJ", d.dynamic_energy_j}});
+  }
+  for (int i = 0; i < table.costs_size(); ++i) {
+    const v1::NodeCost& c = table.costs(i);
+    if (c.op_key().empty()) continue;
+    nlohmann::json node = {{"node", i},
+                           {"name", table.graph().nodes(i).name()},
+                           {"runtimeS", c.runtime_s()},
+                           {"energyJ", c.compute_j()},
+                           {"domains", nlohmann::json::array()}};
+    for (const v1::DomainEnergy& d : c.domains()) {
+      node["domains"].push_back({{"domain", d.domain()},
+                                 {"inside", d.inside()},
+                                 {"energyJ", d.energy_j()},
+                                 {"idlePowerW", d.idle_power_w()},
+                                 {"dynamicEnergyJ", d.dynamic_energy_j()}});
+    }
+    doc["nodes"].push_back(std::move(node));
+  }
+  return doc;
+}
+
 // Measured costs next to POET's estimate for the same graph.
 int RunMeasuredCosts(const CostsFlags& flags, const graph::GraphSpec& spec, const Context& ctx) {
   auto db = costdb::CostDb::Open(DbPath(ctx), costdb::OpenMode::kReadOnly);
@@ -230,7 +364,11 @@ int RunMeasuredCosts(const CostsFlags& flags, const graph::GraphSpec& spec, cons
   if (!measured.ok()) return Failure(measured.status());
   *measured->mutable_memory() = service::StepMemoryOf(measured->graph());
   if (flags.json) {
-    PrintJson(*measured);
+    if (flags.domains) {
+      std::cout << DomainsJson(*measured).dump(2) << "\n";
+    } else {
+      PrintJson(*measured);
+    }
     return kExitOk;
   }
   auto estimate = graph::LoadCostTable(spec, flags.platform, graph::kPoetFlopsSource);
@@ -258,12 +396,13 @@ int RunMeasuredCosts(const CostsFlags& flags, const graph::GraphSpec& spec, cons
   out.AddRule();
   out.AddRow({"", "total", FormatSeconds(t.runtime_s), "", "", FormatJoules(t.compute_j), FormatSeconds(te.runtime_s),
               FormatJoules(te.compute_j), ""});
-  if (!flags.summary && !flags.counters) {
+  if (!flags.summary && !flags.counters && !flags.domains) {
     out.Print(std::cout);
     std::cout << "(! unreliable: measured while the device was busy; spread is the standard deviation of the "
                  "repetitions, the interval that of the median)\n\n";
   }
   if (flags.counters) PrintCounters(*measured);
+  if (flags.domains) PrintDomains(*measured);
   PrintSummary(*measured, t);
   PrintUncertainty(*measured);
   return kExitOk;
@@ -283,12 +422,17 @@ int RunRemoteCosts(const CostsFlags& flags, const Context& ctx) {
   if (Status s = daemon::CallRemote(ctx.remote, "CostService/GetCostTable", request, table); !s.ok()) return Failure(s);
   *table.mutable_memory() = service::StepMemoryOf(table.graph());
   if (flags.json) {
-    PrintJson(table);
+    if (flags.domains) {
+      std::cout << DomainsJson(table).dump(2) << "\n";
+    } else {
+      PrintJson(table);
+    }
     return kExitOk;
   }
   const Totals totals = Sum(table);
-  if (flags.counters) {
-    PrintCounters(table);
+  if (flags.counters || flags.domains) {
+    if (flags.counters) PrintCounters(table);
+    if (flags.domains) PrintDomains(table);
   } else if (!flags.summary) {
     PrintNodeTable(table, totals);
   }
@@ -302,6 +446,10 @@ int RunCosts(const CostsFlags& flags, const Context& ctx) {
     return UsageError(
         InvalidArgument("--counters shows measured performance counters: add --device this (or the "
                         "device's name)"));
+  }
+  if (flags.domains && flags.device.empty()) {
+    return UsageError(
+        InvalidArgument("--domains shows energy measured per domain: add --device this (or the device's name)"));
   }
   if (!ctx.remote.empty()) return RunRemoteCosts(flags, ctx);
   auto parsed = flags.graph.Spec();
@@ -360,6 +508,10 @@ void RegisterCostsCommand(CLI::App& app, Context& ctx) {
                 "With --device: each op's performance counters per execution (cycles, instructions, cache and "
                 "branch misses where a PMU exists; task-clock, page faults, context switches, migrations always), "
                 "and what the device cannot count");
+  cmd->add_flag("--domains", flags->domains,
+                "With --device: each op's energy per domain of the probe that measured it (RAPL package, core, "
+                "dram; each hwmon rail; the battery; a meter), total and dynamic above the domain's idle power; "
+                "nested domains (RAPL core inside package) are marked and not added to the total");
   cmd->add_option("--out", flags->out_path, "Also write the table as training-graph/v1 JSON");
   cmd->add_option("--device", flags->device,
                   "Show measured costs of a profiled device (\"this\": this machine) next to poet-flops");
@@ -369,7 +521,8 @@ void RegisterCostsCommand(CLI::App& app, Context& ctx) {
       "  edgecost costs vgg16 --platform m4 --summary --store\n"
       "  edgecost costs resnet50 --platform a72 --out resnet50.a72.json\n"
       "  edgecost costs resnet18_cifar --device this\n"
-      "  edgecost costs resnet18_cifar --device this --counters");
+      "  edgecost costs resnet18_cifar --device this --counters\n"
+      "  edgecost costs resnet18_cifar --device this --domains --json");
   cmd->callback([flags, &ctx] { ctx.exit_code = RunCosts(*flags, ctx); });
 }
 

@@ -40,7 +40,10 @@ std::string Seconds(double s) {
 
 void PrintInfo(const probes::ProbeInfo& info) {
   std::string domains;
-  for (const std::string& d : info.domains) domains += (domains.empty() ? "" : ", ") + d;
+  for (size_t i = 0; i < info.domains.size(); ++i) {
+    domains += (domains.empty() ? "" : ", ") + info.domains[i];
+    if (!probes::TopLevelDomain(info, i)) domains += " (inside " + info.inside[i] + ")";
+  }
   const bool power = info.kind == probes::ReadingKind::kPower;
   std::printf("%-9s %-28s %-12s", info.source.c_str(), info.name.c_str(),
               !info.available ? "unavailable" : (info.measured ? "available" : "ESTIMATED"));
@@ -62,6 +65,7 @@ nlohmann::json InfoJson(const probes::ProbeInfo& info) {
                         {"domains", info.domains},
                         {"reason", info.reason},
                         {"fix", info.fix}};
+  out["inside"] = info.inside;  // per domain: the domain that already includes it, "" for a top-level one
   if (info.available && info.source != "perf") {
     out["reading"] = info.kind == probes::ReadingKind::kPower ? "power_w" : "energy_j";
     out["resolution"] = info.resolution;

@@ -61,6 +61,7 @@ int RunRemoteProfile(const ProfileFlags& flags, const Context& ctx) {
   request.set_model(flags.graph.model_or_file);
   request.set_force(flags.force);
   request.set_accept_noisy(flags.accept_noisy);
+  request.set_calibrate(flags.calibrate);
   request.set_threads(static_cast<uint32_t>(std::max(0, flags.threads)));
   request.set_batch_size(static_cast<uint32_t>(flags.graph.batch_size));
   v1::Job job;
@@ -94,6 +95,10 @@ int RunRemoteProfile(const ProfileFlags& flags, const Context& ctx) {
   } else {
     std::cout << "job            " << job.id() << " " << service::JobStateText(job.state()) << ": " << job.message()
               << "\n";
+    if (job.has_profile() && job.profile().has_calibration()) {
+      const v1::EnergyCalibration& c = job.profile().calibration();
+      std::cout << "calibrated     " << profiler::CalibrationLabel(c) << " from " << c.samples() << " windows\n";
+    }
   }
   return job.state() == v1::Job::STATE_SUCCEEDED ? kExitOk : kExitFailure;
 }

@@ -25,7 +25,7 @@
 namespace edgecost::costdb {
 
 // The schema this build writes; files with a higher PRAGMA user_version are refused.
-inline constexpr int kSchemaVersion = 5;
+inline constexpr int kSchemaVersion = 6;
 
 enum class OpenMode {
   kReadWrite,  // creates the file (and its folder) if missing, migrates to kSchemaVersion
@@ -178,6 +178,9 @@ class CostDb {
   // The op keys whose stored counters include `event` with its value per execution (op_counters).
   Result<std::vector<std::pair<std::string, double>>> ListOpCounter(const std::string& fingerprint_hash,
                                                                     const std::string& event);
+  // An op's energy per domain of the probe that measured it (op_domain_energy), by domain name.
+  Result<std::vector<v1::DomainEnergy>> ListOpDomainEnergy(const std::string& fingerprint_hash,
+                                                           const std::string& op_key);
 
   // Counter-based energy models, per fingerprint; the newest is the one in use.
   Result<int64_t> PutCalibration(const v1::EnergyCalibration& calibration);

@@ -164,7 +164,46 @@ Status CostDb::PutOpCost(const std::string& fingerprint_hash, int64_t run_id, co
                              .Run());
     }
   }
+  // Likewise its energy per domain; an estimate has none, so none stays stored.
+  EC_ASSIGN_OR_RETURN(Statement clear_domains,
+                      db_.Prepare("DELETE FROM op_domain_energy WHERE fingerprint_id = ? AND op_key = ?"));
+  EC_RETURN_IF_ERROR(clear_domains.Bind(1, fingerprint.id).Bind(2, cost.signature().key()).Run());
+  if (cost.domains_size() > 0) {
+    EC_ASSIGN_OR_RETURN(Statement domain,
+                        db_.Prepare("INSERT OR REPLACE INTO op_domain_energy (fingerprint_id, op_key, domain, inside, "
+                                    "energy_j, idle_power_w, dynamic_energy_j) VALUES (?, ?, ?, ?, ?, ?, ?)"));
+    for (const v1::DomainEnergy& d : cost.domains()) {
+      EC_RETURN_IF_ERROR(domain.Bind(1, fingerprint.id)
+                             .Bind(2, cost.signature().key())
+                             .Bind(3, d.domain())
+                             .Bind(4, d.inside())
+                             .Bind(5, d.energy_j())
+                             .Bind(6, d.idle_power_w())
+                             .Bind(7, d.dynamic_energy_j())
+                             .Run());
+    }
+  }
   return tx.Commit();
+}
+
+Result<std::vector<v1::DomainEnergy>> CostDb::ListOpDomainEnergy(const std::string& fingerprint_hash,
+                                                                 const std::string& op_key) {
+  EC_ASSIGN_OR_RETURN(Statement stmt,
+                      db_.Prepare("SELECT d.domain, d.inside, d.energy_j, d.idle_power_w, d.dynamic_energy_j FROM "
+                                  "op_domain_energy d JOIN fingerprints f ON f.id = d.fingerprint_id WHERE f.hash = ? "
+                                  "AND d.op_key = ? ORDER BY d.domain"));
+  stmt.Bind(1, fingerprint_hash).Bind(2, op_key);
+  std::vector<v1::DomainEnergy> rows;
+  EC_RETURN_IF_ERROR(ForEachRow(stmt, [&]() -> Status {
+    v1::DomainEnergy& d = rows.emplace_back();
+    d.set_domain(stmt.Text(0));
+    d.set_inside(stmt.Text(1));
+    d.set_energy_j(stmt.Double(2));
+    d.set_idle_power_w(stmt.Double(3));
+    d.set_dynamic_energy_j(stmt.Double(4));
+    return Status::Ok();
+  }));
+  return rows;
 }
 
 Result<std::vector<std::pair<std::string, double>>> CostDb::ListOpCounter(const std::string& fingerprint_hash,

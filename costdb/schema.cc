@@ -190,7 +190,21 @@ CREATE TABLE energy_calibrations (
 );
 CREATE INDEX energy_calibrations_by_fingerprint ON energy_calibrations(fingerprint_id, calibrated_at);
 )sql",
-    // 4 -> 5: models imported once (`edgecost models add`, CostService.AddModel) and named like zoo models.
+    // 4 -> 5: energy per op per domain of the measuring probe (also in op_costs.op_cost; here
+    // for queries). Rows with `inside` set are nested in another domain and not in the totals.
+    R"sql(
+CREATE TABLE op_domain_energy (
+  fingerprint_id INTEGER NOT NULL REFERENCES fingerprints(id),
+  op_key TEXT NOT NULL,
+  domain TEXT NOT NULL,               -- "package-0", "dram", "VDD_CPU", "battery", ...
+  inside TEXT NOT NULL,               -- the domain that includes this one; '' for a top-level domain
+  energy_j REAL NOT NULL,             -- per execution
+  idle_power_w REAL NOT NULL,
+  dynamic_energy_j REAL NOT NULL,     -- energy_j minus idle_power_w x runtime
+  PRIMARY KEY (fingerprint_id, op_key, domain)
+) WITHOUT ROWID;
+)sql",
+    // 5 -> 6: models imported once (`edgecost models add`, CostService.AddModel) and named like zoo models.
     R"sql(
 CREATE TABLE model_records (
   id INTEGER PRIMARY KEY,

@@ -3,11 +3,11 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <ctime>
 #include <thread>
 
 #include <spdlog/spdlog.h>
 
+#include "base/time_text.h"
 #include "costdb/costdb.h"
 #include "daemon/log.h"
 #include "graph/resolve.h"
@@ -23,15 +23,6 @@ namespace {
 
 constexpr uint32_t kMaxCrashes = 2;    // a job that took the daemon down this often is not run again
 constexpr size_t kMaxQueuedJobs = 64;  // beyond this, StartProfile is refused rather than queue without end
-
-std::string NowRfc3339() {
-  const std::time_t now = std::time(nullptr);
-  std::tm utc{};
-  gmtime_r(&now, &utc);  // gmtime's static buffer is shared with other threads
-  char text[32];
-  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &utc);
-  return text;
-}
 
 }  // namespace
 
@@ -338,6 +329,7 @@ void JobManager::RunProfile(Entry& entry) {
   options.threads = static_cast<int>(entry.request.threads());
   options.force = entry.request.force();
   options.accept_noisy = entry.request.accept_noisy();
+  options.calibrate = entry.request.calibrate();
   double last_reported = -1;
   auto progress = [&](const profiler::ProfileProgress& p) {
     const double fraction = p.total ? static_cast<double>(p.done) / p.total : 1.0;

@@ -24,6 +24,8 @@ double PowerAt(const std::vector<PowerSample>& trace, size_t after, double t_s) 
 
 }  // namespace
 
+bool TopLevelDomain(const ProbeInfo& info, size_t d) { return d >= info.inside.size() || info.inside[d].empty(); }
+
 double IntegratePowerJ(const std::vector<PowerSample>& trace, double t0_s, double t1_s) {
   if (trace.empty() || t1_s <= t0_s) return 0;
   // The points of the piecewise-linear power curve inside [t0, t1], edges included.

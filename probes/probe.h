@@ -34,7 +34,14 @@ struct ProbeInfo {
   bool measured = true;              // false: an estimate, never passed off as measured
   std::string reason;                // why unavailable, or a caveat when available
   std::string fix;                   // what the user can do about it
+  // Per domain (empty, or one entry each): the domain that already includes it,
+  // e.g. RAPL's "core" inside "package-0"; "" for a top-level domain. Totals
+  // sum the top-level domains only.
+  std::vector<std::string> inside;
 };
+
+// Whether domain d of `info` is top-level (counted in totals).
+bool TopLevelDomain(const ProbeInfo& info, size_t d);
 
 class Probe {
  public:

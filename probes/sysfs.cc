@@ -151,6 +151,10 @@ void DetectRapl(const std::string& sys_root, Detected& out) {
       }
       Result<double> range = ReadSysfsNumber((zone / "max_energy_range_uj").string());
       info.domains.push_back(Text(zone / "name", zone.filename().string()));
+      // Subzones core (PP0) and uncore (PP1, graphics) are parts of the
+      // package's energy; dram is counted apart from it.
+      const bool sub = zone != package && info.domains.back() != "dram";
+      info.inside.push_back(sub ? Text(package / "name", package.filename().string()) : "");
       channels.push_back({{energy}, 1e-6, range.ok() ? *range * 1e-6 : 0});
     }
     if (!denied.empty() && channels.empty()) {
@@ -183,7 +187,7 @@ void DetectHwmon(const std::string& sys_root, const NestedRails& nested, Detecte
       info.update_interval_s = 0.01;  // INA2xx/INA3221 conversion times are a few milliseconds
       info.resolution = kind == ReadingKind::kPower ? 1e-3 : 1e-6;
       std::vector<SysfsProbe::Channel> channels;
-      std::vector<std::string> skipped;
+      std::vector<std::string> skipped, inside;
       for (int i = 1; i <= 16; ++i) {
         const std::string n = std::to_string(i);
         const fs::path power = dir / ("power" + n + "_input");
@@ -204,19 +208,29 @@ void DetectHwmon(const std::string& sys_root, const NestedRails& nested, Detecte
         if (rail.empty()) rail = Text(dir / ("in" + n + "_label"));
         if (rail.empty()) rail = Text(dir / ("curr" + n + "_label"));
         if (rail.empty()) rail = "rail" + n;
-        if (auto parent = nested.find(rail); parent != nested.end()) {
-          skipped.push_back(rail + " (included in " + parent->second + ")");
-        } else if (!ReadSysfsNumber(channel.files.front()).ok()) {
+        if (!ReadSysfsNumber(channel.files.front()).ok()) {
           skipped.push_back(rail + " (unreadable)");
-        } else {
-          info.domains.push_back(rail);
-          channels.push_back(std::move(channel));
+          continue;
         }
+        // A rail another rail includes is read as a domain of its own, marked
+        // inside its parent, so totals count it once.
+        const auto parent = nested.find(rail);
+        info.domains.push_back(rail);
+        info.inside.push_back(parent != nested.end() ? parent->second : "");
+        if (parent != nested.end()) inside.push_back(rail + " (inside " + parent->second + ")");
+        channels.push_back(std::move(channel));
       }
       if (channels.empty() && skipped.empty()) continue;  // a temperature or fan chip, or no counters
       any_power = true;
       for (const std::string& s : skipped) info.reason += (info.reason.empty() ? "not counted: " : ", ") + s;
-      info.available = !channels.empty();
+      if (!inside.empty()) {
+        std::string list;
+        for (const std::string& s : inside) list += (list.empty() ? "" : ", ") + s;
+        info.reason +=
+            (info.reason.empty() ? "" : "; ") + std::string("nested, shown apart and not added to the total: ") + list;
+      }
+      info.available =
+          std::any_of(info.inside.begin(), info.inside.end(), [](const std::string& p) { return p.empty(); });
       if (!info.available) info.fix = "check the nested rails in the config ([probes] nested_rails)";
       out.infos.push_back(info);
       if (info.available) out.probes.push_back(std::make_unique<SysfsProbe>(info, std::move(channels)));

@@ -12,7 +12,8 @@
 namespace edgecost::probes {
 
 // Rails that another rail already includes (child -> parent), e.g. a board's
-// input rail VDD_IN that contains VDD_CPU_GPU_CV: totals skip the children.
+// input rail VDD_IN that contains VDD_CPU_GPU_CV: the children are read as
+// domains marked inside their parent (ProbeInfo.inside), and totals skip them.
 using NestedRails = std::map<std::string, std::string>;
 
 struct Detected {

@@ -1,7 +1,5 @@
 #include "profiler/energy_model.h"
 
-#include <time.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -9,6 +7,7 @@
 #include <cstdio>
 #include <thread>
 
+#include "base/time_text.h"
 #include "profiler/nnls.h"
 
 namespace edgecost::profiler {
@@ -26,15 +25,6 @@ const v1::OpCounter* Find(const std::vector<v1::OpCounter>& counts, const std::s
     if (c.event() == e) return &c;
   }
   return nullptr;
-}
-
-std::string NowRfc3339() {
-  const std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
-  std::tm utc{};
-  ::gmtime_r(&now, &utc);
-  char text[32];
-  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &utc);
-  return text;
 }
 
 // Runs `body` on `threads` threads until `window_s` has passed.
@@ -165,6 +155,26 @@ std::string CalibrationLabel(const v1::EnergyCalibration& calibration) {
          ", error " + error + ")";
 }
 
+namespace {
+
+// A cache-line stride through `bytes` on k threads until the window ends.
+std::function<void(double)> StrideWorkload(int k, size_t bytes) {
+  return [k, bytes](double window_s) {
+    OnThreads(k, window_s, [bytes](const std::atomic<bool>& stop) {
+      std::vector<uint64_t> buffer(bytes / sizeof(uint64_t), 1);
+      volatile uint64_t sink = 0;
+      uint64_t sum = 0;
+      while (!stop.load(std::memory_order_relaxed)) {
+        for (size_t i = 0; i < buffer.size(); i += 8) sum += buffer[i]++;
+      }
+      sink = sum;
+      (void)sink;
+    });
+  };
+}
+
+}  // namespace
+
 std::vector<Workload> Microkernels(int threads) {
   std::vector<Workload> out;
   out.push_back(
@@ -184,31 +194,9 @@ std::vector<Workload> Microkernels(int threads) {
                    }});
     // The same stride through 256 KiB, which the caches hold: instructions per
     // cycle unlike the register loop's, and few last-level misses.
-    out.push_back({"cache x" + std::to_string(k), [k](double window_s) {
-                     OnThreads(k, window_s, [](const std::atomic<bool>& stop) {
-                       std::vector<uint64_t> buffer((256u << 10) / sizeof(uint64_t), 1);
-                       volatile uint64_t sink = 0;
-                       uint64_t sum = 0;
-                       while (!stop.load(std::memory_order_relaxed)) {
-                         for (size_t i = 0; i < buffer.size(); i += 8) sum += buffer[i]++;
-                       }
-                       sink = sum;
-                       (void)sink;
-                     });
-                   }});
+    out.push_back({"cache x" + std::to_string(k), StrideWorkload(k, 256u << 10)});
     // A stride through 64 MiB, beyond any last-level cache: misses and DRAM traffic.
-    out.push_back({"memory x" + std::to_string(k), [k](double window_s) {
-                     OnThreads(k, window_s, [](const std::atomic<bool>& stop) {
-                       std::vector<uint64_t> buffer((64u << 20) / sizeof(uint64_t), 1);
-                       volatile uint64_t sink = 0;
-                       uint64_t sum = 0;
-                       while (!stop.load(std::memory_order_relaxed)) {
-                         for (size_t i = 0; i < buffer.size(); i += 8) sum += buffer[i]++;
-                       }
-                       sink = sum;
-                       (void)sink;
-                     });
-                   }});
+    out.push_back({"memory x" + std::to_string(k), StrideWorkload(k, 64u << 20)});
   }
   return out;
 }

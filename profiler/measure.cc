@@ -120,8 +120,10 @@ Result<Measurement> Measure(const std::function<void()>& op, Clock& clock, Energ
   uint32_t disturbed = 0;
   double executed_s = 0;  // the repetitions' own time, without the reads between them
   double energy_start_j = 0;
+  std::vector<double> domain_start_j;
   if (meter) {
     EC_ASSIGN_OR_RETURN(energy_start_j, meter->EnergyJ());
+    domain_start_j = meter->LastDomainEnergyJ();
   }
   if (watch) EC_RETURN_IF_ERROR(watch->BeginWindow());
   if (counters) EC_RETURN_IF_ERROR(counters->Start());
@@ -194,6 +196,20 @@ Result<Measurement> Measure(const std::function<void()>& op, Clock& clock, Energ
     const double power_w = m.window_s > 0 ? (energy_end_j - energy_start_j) / m.window_s : 0;
     m.energy_j = power_w * executed_s / runs;
     m.dynamic_energy_j = m.energy_j - meter->IdlePowerW() * (executed_s / runs);
+    // Each domain alike, so the top-level domains add up to the totals.
+    const std::vector<MeterDomain> domains = meter->Domains();
+    const std::vector<double> domain_end_j = meter->LastDomainEnergyJ();
+    if (!domains.empty() && domain_end_j.size() == domains.size() && domain_start_j.size() == domains.size()) {
+      for (size_t d = 0; d < domains.size(); ++d) {
+        const double domain_w = m.window_s > 0 ? (domain_end_j[d] - domain_start_j[d]) / m.window_s : 0;
+        v1::DomainEnergy& domain = m.domains.emplace_back();
+        domain.set_domain(domains[d].name);
+        domain.set_inside(domains[d].inside);
+        domain.set_idle_power_w(domains[d].idle_power_w);
+        domain.set_energy_j(domain_w * executed_s / runs);
+        domain.set_dynamic_energy_j(domain.energy_j() - domains[d].idle_power_w * (executed_s / runs));
+      }
+    }
     m.sensor_updates = meter->UpdateIntervalS() > 0 ? m.window_s / meter->UpdateIntervalS() : 0;
     m.energy_precise = m.sensor_updates >= options.min_sensor_updates;
   }

@@ -22,15 +22,26 @@ class Clock {
 };
 Clock& SteadyClock();
 
+// One domain a meter measures apart: a RAPL domain, a hwmon rail, a battery.
+struct MeterDomain {
+  std::string name;
+  std::string inside;  // the domain that already includes this one; empty: top-level, in the total
+  double idle_power_w = 0;
+};
+
 // Cumulative energy of the best available source; tests substitute a fake.
 class EnergyMeter {
  public:
   virtual ~EnergyMeter() = default;
-  virtual Result<double> EnergyJ() = 0;        // cumulative since some origin
+  virtual Result<double> EnergyJ() = 0;        // cumulative since some origin: the top-level domains' sum
   virtual double UpdateIntervalS() const = 0;  // how often the reading changes
   virtual double IdlePowerW() const = 0;       // measured before the run
   virtual v1::EnergySource Source() const = 0;
   virtual std::string Name() const = 0;
+  // The domains the meter measures apart, with their idle power; none for an estimate.
+  virtual std::vector<MeterDomain> Domains() const { return {}; }
+  // Cumulative joules of each domain as read by the last EnergyJ() call.
+  virtual std::vector<double> LastDomainEnergyJ() const { return {}; }
 };
 
 // What the scheduler and the hypervisor did to the op's threads while it was
@@ -118,6 +129,8 @@ struct Measurement {
   // counts but the PMU never scheduled in this window are in `uncounted`.
   std::vector<v1::OpCounter> counters;
   std::vector<v1::UncountedEvent> uncounted;
+  // Per domain of the meter (none without domains), as energy_j and dynamic_energy_j are in total.
+  std::vector<v1::DomainEnergy> domains;
 };
 
 // Runs `op` repeatedly and measures it. `meter` may be null (runtime only);

@@ -54,6 +54,7 @@ void AnnotateNodeCost(const v1::OpCost& op, v1::NodeCost& cost) {
   cost.set_unreliable(op.unreliable());
   cost.set_unreliable_reason(op.unreliable_reason());
   *cost.mutable_counters() = op.counters();
+  *cost.mutable_domains() = op.domains();
 }
 
 // What the device could not count, each event once for the whole table.
@@ -75,6 +76,7 @@ bool ApplyCalibration(const v1::EnergyCalibration& calibration, v1::OpCost& cost
   cost.set_dynamic_energy_j(*energy_j - calibration.idle_power_w() * cost.runtime().median_s());
   cost.set_energy_source(v1::ENERGY_SOURCE_ESTIMATED);
   cost.set_energy_probe(CalibrationLabel(calibration));
+  cost.clear_domains();  // a model has no domains
   return true;
 }
 
@@ -203,6 +205,7 @@ Result<ProfileSummary> ProfileGraph(costdb::CostDb& db, Backend& backend, const 
       cost.set_idle_power_w(meter->IdlePowerW());
       cost.set_energy_source(meter->Source());
       cost.set_energy_probe(meter->Name());
+      for (v1::DomainEnergy& d : m.domains) *cost.add_domains() = std::move(d);
       if (!m.energy_precise) ++summary.imprecise_energy;
     }
     uint64_t output_elements = 1;

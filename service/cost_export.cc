@@ -1,23 +1,10 @@
 #include "service/cost_export.h"
 
-#include <time.h>
-
 #include <algorithm>
-#include <chrono>
+
+#include "base/time_text.h"
 
 namespace edgecost::service {
-namespace {
-
-std::string NowRfc3339() {
-  const std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
-  std::tm utc{};
-  ::gmtime_r(&now, &utc);
-  char text[32];
-  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &utc);
-  return text;
-}
-
-}  // namespace
 
 Result<v1::CostExport> ExportDevice(costdb::CostDb& db, const std::string& device) {
   v1::CostExport exported;

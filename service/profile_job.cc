@@ -77,6 +77,7 @@ v1::ProfileResult ToProto(const ProfileJobResult& result) {
   out.set_step_runtime_s(result.step_runtime_s);
   out.set_step_energy_j(result.step_energy_j);
   out.set_unreliable_ops(static_cast<uint32_t>(result.summary.unreliable.size()));
+  if (result.calibration) *out.mutable_calibration() = *result.calibration;
   return out;
 }
 

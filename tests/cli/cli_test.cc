@@ -17,6 +17,7 @@
 #include <gtest/gtest.h>
 
 #include "base/units.h"
+#include "tests/shell.h"
 #include "tests/temp_dir.h"
 
 namespace {
@@ -24,10 +25,7 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-struct CommandResult {
-  int exit_code;
-  std::string output;  // stdout and stderr
-};
+using edgecost::testing::CommandResult;
 
 class CliTest : public edgecost::testing::TempDirTest {
  protected:
@@ -35,16 +33,7 @@ class CliTest : public edgecost::testing::TempDirTest {
     return Run("EDGECOST_DB='" + (dir_ / "costs.db").string() + "' " + EDGECOST_BIN + " " + args);
   }
   // A shell command, its stdout and stderr together.
-  static CommandResult Run(const std::string& shell_command) {
-    FILE* pipe = ::popen((shell_command + " 2>&1").c_str(), "r");
-    EXPECT_NE(pipe, nullptr);
-    std::string output;
-    std::array<char, 4096> buffer{};
-    size_t n = 0;
-    while ((n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0) output.append(buffer.data(), n);
-    const int status = ::pclose(pipe);
-    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
-  }
+  static CommandResult Run(const std::string& shell_command) { return edgecost::testing::RunShell(shell_command); }
 };
 
 TEST_F(CliTest, ModelsListsTheZoo) {
@@ -116,6 +105,46 @@ TEST_F(CliTest, CountersAndACalibratedEnergyModel) {
   if (json.output.find("\"uncounted\": []") == std::string::npos) {  // something was not countable
     EXPECT_THAT(costs.output, HasSubstr("not countable  "));
   }
+}
+
+// Energy per domain of a (fake) RAPL package with core and dram: shown with
+// the device, the core marked as inside the package; none for an estimate.
+TEST_F(CliTest, CostsPerDomain) {
+  EXPECT_EQ(Edgecost("costs linear --domains").exit_code, 2);  // measured: --device needed
+  const std::string pkg = "sys/class/powercap/intel-rapl:0/";
+  for (const auto& [zone, name] : std::vector<std::pair<std::string, std::string>>{
+           {pkg, "package-0"}, {pkg + "intel-rapl:0:0/", "core"}, {pkg + "intel-rapl:0:1/", "dram"}}) {
+    std::filesystem::create_directories(dir_ / zone);
+    std::ofstream(dir_ / zone / "name") << name << "\n";
+    std::ofstream(dir_ / zone / "energy_uj") << "1000000\n";
+  }
+  EXPECT_THAT(Edgecost("probes --sysfs-root " + (dir_ / "sys").string()).output,
+              HasSubstr("package-0, core (inside package-0), dram"));
+  const std::string env = "EDGECOST_SYSFS_ROOT=" + (dir_ / "sys").string() + " ";
+  const CommandResult profile = Run(env + "EDGECOST_DB=" + (dir_ / "costs.db").string() + " " + EDGECOST_BIN +
+                                    " profile --model linear --min-window-s 0.005 --accept-noisy");
+  ASSERT_EQ(profile.exit_code, 0) << profile.output;
+  EXPECT_THAT(profile.output, HasSubstr("measured by rapl intel-rapl:0"));
+  const CommandResult costs = Edgecost("costs linear --device this --domains");
+  ASSERT_EQ(costs.exit_code, 0) << costs.output;
+  EXPECT_THAT(costs.output, HasSubstr("domain         package-0, idle "));
+  EXPECT_THAT(costs.output, HasSubstr("domain         core (inside package-0), idle "));
+  EXPECT_THAT(costs.output, HasSubstr("total = package-0, dram; * core nested"));
+  const CommandResult json = Edgecost("costs linear --device this --domains --json");
+  ASSERT_EQ(json.exit_code, 0) << json.output;
+  EXPECT_THAT(json.output, HasSubstr("\"inside\": \"package-0\""));
+  EXPECT_THAT(json.output, HasSubstr("\"dynamicEnergyJ\""));
+  EXPECT_THAT(Edgecost("costs linear --device this --json").output, HasSubstr("\"domains\": ["));
+
+  // Without a sensor the energy is an estimate: no domains, said so.
+  const std::string other = (dir_ / "estimated.db").string();
+  const CommandResult estimated =
+      Run("EDGECOST_SYSFS_ROOT=" + (dir_ / "no-sysfs").string() + " EDGECOST_DB=" + other + " " + EDGECOST_BIN +
+          " profile --model linear --min-window-s 0.005 --accept-noisy");
+  ASSERT_EQ(estimated.exit_code, 0) << estimated.output;
+  const CommandResult none = Run("EDGECOST_DB=" + other + " " + EDGECOST_BIN + " costs linear --device this --domains");
+  ASSERT_EQ(none.exit_code, 0) << none.output;
+  EXPECT_THAT(none.output, HasSubstr("domains        none stored for this table"));
 }
 
 TEST_F(CliTest, GraphFormats) {
@@ -589,7 +618,8 @@ TEST_F(SolveInputTest, NetworkxNodeLink) {
 TEST_F(SolveInputTest, OnnxModel) { SolveEveryWay("--model tests/graph/data/mlp.onnx --platform a72", "2kB"); }
 
 TEST_F(SolveInputTest, MeasuredCosts) {
-  const CommandResult profile = Edgecost("profile --model linear --threads 1 --min-window-s 0.002");
+  // About the solve inputs, not about how quiet the machine is.
+  const CommandResult profile = Edgecost("profile --model linear --threads 1 --min-window-s 0.002 --accept-noisy");
   ASSERT_EQ(profile.exit_code, 0) << profile.output;
   SolveEveryWay("--model linear --device this", "6kB");
 }

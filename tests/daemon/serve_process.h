@@ -15,18 +15,12 @@
 #include <thread>
 #include <vector>
 
+#include "tests/shell.h"
+
 namespace edgecost::test_support {
 
 // Runs a shell command; returns its stdout and stderr.
-inline std::string Shell(const std::string& command) {
-  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
-  std::string output;
-  std::array<char, 4096> buffer{};
-  size_t n = 0;
-  while ((n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0) output.append(buffer.data(), n);
-  ::pclose(pipe);
-  return output;
-}
+inline std::string Shell(const std::string& command) { return testing::RunShell(command).output; }
 
 inline bool Serving(const std::string& socket) {
   return Shell("curl -s --unix-socket " + socket + " http://localhost/healthz") == "ok\n";

@@ -17,6 +17,7 @@
 #include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
 
+#include "costdb/costdb.h"
 #include "daemon/config.h"
 #include "daemon/cost_table_cache.h"
 #include "daemon/events.h"
@@ -202,6 +203,51 @@ TEST_F(ServicesTest, AStoredGraphServesItsOwnCostsAndJobsRefuseIt) {
   profile.set_model("chain");
   EXPECT_THAT(jobs.StartProfile(profile).status().message(), HasSubstr("its own costs"));
   manager.Shutdown();
+}
+
+// StartProfile with calibrate fits the counter energy model against the
+// measured source, as the local `profile --calibrate` does: here a fake hwmon
+// meter (3 W, always) that the daemon's probes config points at.
+TEST_F(ServicesTest, AProfileJobCalibratesAgainstTheMeterWhenAsked) {
+  fs::create_directories(dir_ / "sys/class/hwmon/hwmon0");
+  std::ofstream(dir_ / "sys/class/hwmon/hwmon0/name") << "fakemeter\n";
+  std::ofstream(dir_ / "sys/class/hwmon/hwmon0/power1_input") << "3000000\n";
+  const std::string config = (dir_ / "edgecost.toml").string();
+  std::ofstream(config) << "[probes]\nsysfs_root = \"" << (dir_ / "sys").string() << "\"\n";
+  JobManager manager(Db(), config, events_);
+  ASSERT_TRUE(manager.Open().ok());
+  JobService jobs(manager, events_);
+  v1::StartProfileRequest profile;
+  profile.set_model("linear");
+  profile.set_threads(1);
+  profile.set_accept_noisy(true);
+  profile.set_calibrate(true);
+  auto job = jobs.StartProfile(profile);
+  ASSERT_TRUE(job.ok()) << job.status().message();
+  Result<v1::Job> now = manager.Get(job->id());
+  while (now.ok() && (now->state() == v1::Job::STATE_QUEUED || now->state() == v1::Job::STATE_RUNNING)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    now = manager.Get(job->id());
+  }
+  manager.Shutdown();
+  ASSERT_TRUE(now.ok()) << now.status().message();
+  if (now->message().find("no performance counter can be opened") != std::string::npos) {
+    GTEST_SKIP() << "perf_event_open counts nothing here: " << now->message();
+  }
+  ASSERT_EQ(now->state(), v1::Job::STATE_SUCCEEDED) << now->message();
+  ASSERT_TRUE(now->has_profile());
+  EXPECT_TRUE(now->profile().energy_measured());
+  const v1::EnergyCalibration& fitted = now->profile().calibration();
+  EXPECT_EQ(fitted.probe(), "hwmon fakemeter (hwmon0)");
+  EXPECT_GT(fitted.samples(), 0u);
+  EXPECT_GT(fitted.idle_power_w(), 0);
+  // Stored for the fingerprint, as the local command stores it.
+  auto db = costdb::CostDb::Open(Db(), costdb::OpenMode::kReadOnly);
+  ASSERT_TRUE(db.ok());
+  auto stored = db->LatestCalibration(now->profile().fingerprint_hash());
+  ASSERT_TRUE(stored.ok()) << stored.status().message();
+  ASSERT_TRUE(stored->has_value());
+  EXPECT_EQ((*stored)->probe(), fitted.probe());
 }
 
 TEST_F(ServicesTest, ListDevicesNamesEveryPresetBeforeAnyIsStored) {

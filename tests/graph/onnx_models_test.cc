@@ -25,6 +25,7 @@
 #include "profiler/profile.h"
 #include "solver/heuristics.h"
 #include "solver/solve.h"
+#include "tests/shell.h"
 #include "tests/temp_dir.h"
 #include "train/data.h"
 #include "train/executor.h"
@@ -34,21 +35,8 @@ namespace {
 
 constexpr char kPython[] = "/usr/bin/python3";
 
-struct Command {
-  int exit_code;
-  std::string output;
-};
-
-Command Run(const std::string& command) {
-  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
-  if (!pipe) return {-1, "popen failed"};
-  std::string output;
-  std::array<char, 4096> buffer{};
-  size_t n = 0;
-  while ((n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0) output.append(buffer.data(), n);
-  const int status = ::pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
-}
+using Command = testing::CommandResult;
+Command Run(const std::string& command) { return testing::RunShell(command); }
 
 // Exports every model once for the suite (one Python run: importing torch is most of its time);
 // empty with the reason when PyTorch is missing.

@@ -25,6 +25,7 @@
 #include "solver/plan.h"
 #include "solver/problem.h"
 #include "solver/simulator.h"
+#include "tests/shell.h"
 #include "tests/temp_dir.h"
 #include "train/data.h"
 #include "train/executor.h"
@@ -34,21 +35,8 @@ namespace {
 
 constexpr char kPython[] = "/usr/bin/python3";
 
-struct Command {
-  int exit_code;
-  std::string output;
-};
-
-Command RunCommand(const std::string& command) {
-  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
-  if (!pipe) return {-1, "popen failed"};
-  std::string output;
-  std::array<char, 4096> buffer{};
-  size_t n = 0;
-  while ((n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0) output.append(buffer.data(), n);
-  const int status = ::pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
-}
+using Command = testing::CommandResult;
+Command RunCommand(const std::string& command) { return testing::RunShell(command); }
 
 // The two models, exported once for the suite (importing torch is most of the time).
 class Exported {
