@@ -51,6 +51,7 @@ class [[nodiscard]] Status {
 
 inline Status InvalidArgument(std::string m) { return {ErrorCode::kInvalidArgument, std::move(m)}; }
 inline Status NotFound(std::string m) { return {ErrorCode::kNotFound, std::move(m)}; }
+inline Status AlreadyExists(std::string m) { return {ErrorCode::kAlreadyExists, std::move(m)}; }
 inline Status FailedPrecondition(std::string m) { return {ErrorCode::kFailedPrecondition, std::move(m)}; }
 inline Status PermissionDenied(std::string m) { return {ErrorCode::kPermissionDenied, std::move(m)}; }
 inline Status Unavailable(std::string m) { return {ErrorCode::kUnavailable, std::move(m)}; }

@@ -20,8 +20,8 @@ int UsageError(const Status& status) {
 
 int LocalOnly(const Context& ctx, const std::function<int()>& run) {
   if (!ctx.remote.empty()) {
-    return UsageError(
-        InvalidArgument("--remote serves costs, solve, profile, train and jobs; this command runs on this machine"));
+    return UsageError(InvalidArgument(
+        "--remote serves models, costs, solve, profile, train and jobs; this command runs on this machine"));
   }
   return run();
 }
@@ -34,6 +34,22 @@ std::string EnergyText(double energy_j, v1::EnergySource source) {
 
 std::string BytesText(uint64_t bytes) {
   return FormatBytes(static_cast<double>(bytes)) + " (" + std::to_string(bytes) + " B)";
+}
+
+void PrintStepMemory(const v1::StepMemory& m, std::optional<uint64_t> schedule_peak_bytes) {
+  const auto bytes = [](uint64_t b) { return FormatBytes(static_cast<double>(b)); };
+  const uint64_t activations = schedule_peak_bytes.value_or(m.activation_peak_bytes());
+  std::cout << "plain step     peak " << BytesText(m.activation_peak_bytes())
+            << " of activations, as the executor's arena holds them (every output kept until its last reader; "
+            << bytes(m.activation_total_bytes()) << " are all forward and loss outputs together)\n";
+  std::cout << "whole memory   " << bytes(m.fixed_bytes() + activations) << " = parameters " << bytes(m.param_bytes());
+  if (m.executor_known()) {
+    std::cout << " + gradients " << bytes(m.gradient_bytes()) << " + optimizer state " << bytes(m.optimizer_bytes())
+              << " (SGD without momentum) + workspace " << bytes(m.workspace_bytes());
+  }
+  std::cout << " + activations " << bytes(activations)
+            << (schedule_peak_bytes ? " (this schedule's peak)" : " (the plain step's peak)") << "\n";
+  if (!m.note().empty()) std::cout << "               " << m.note() << "\n";
 }
 
 void PrintJson(const google::protobuf::Message& message) {

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -40,6 +41,10 @@ void PrintJson(const google::protobuf::Message& message);
 std::string EnergyText(double energy_j, v1::EnergySource source);
 // "1.50 MB (1500000 B)": readable, and exact where a budget is compared.
 std::string BytesText(uint64_t bytes);
+
+// "whole memory  X = parameters + gradients + optimizer state + workspace + activations", with the
+// plain step's activation peak; `schedule_peak_bytes` (a schedule's activation peak) replaces it when set.
+void PrintStepMemory(const v1::StepMemory& memory, std::optional<uint64_t> schedule_peak_bytes = std::nullopt);
 
 // Each file cmd_*.cc registers one subcommand; its callback stores the exit code in ctx.
 void RegisterModelsCommand(CLI::App& app, Context& ctx);

@@ -18,6 +18,8 @@
 #include "graph/graph_io.h"
 #include "profiler/profile.h"
 #include "service/cost_tables.h"
+#include "service/models.h"
+#include "service/step_memory.h"
 
 namespace edgecost::cli {
 namespace {
@@ -70,8 +72,9 @@ void PrintSummary(const v1::CostTable& table, const Totals& t) {
             << " of forward and loss outputs, "
             << "largest single output " << FormatBytes(static_cast<double>(t.largest_bytes)) << "\n"
             << "parameters     " << FormatBytes(static_cast<double>(g.param_bytes()))
-            << " (outside the activation budget)\n"
-            << "paging         every output once: out " << FormatJoules(t.page_out_j) << ", in "
+            << " (outside the activation budget)\n";
+  PrintStepMemory(table.memory());
+  std::cout << "paging         every output once: out " << FormatJoules(t.page_out_j) << ", in "
             << FormatJoules(t.page_in_j) << "\n";
 }
 
@@ -359,6 +362,7 @@ int RunMeasuredCosts(const CostsFlags& flags, const graph::GraphSpec& spec, cons
   if (!db.ok()) return Failure(db.status());
   auto measured = profiler::LoadMeasuredCostTable(*db, spec, flags.device);
   if (!measured.ok()) return Failure(measured.status());
+  *measured->mutable_memory() = service::StepMemoryOf(measured->graph());
   if (flags.json) {
     if (flags.domains) {
       std::cout << DomainsJson(*measured).dump(2) << "\n";
@@ -416,6 +420,7 @@ int RunRemoteCosts(const CostsFlags& flags, const Context& ctx) {
   request.set_trainable(flags.graph.trainable);
   v1::CostTable table;
   if (Status s = daemon::CallRemote(ctx.remote, "CostService/GetCostTable", request, table); !s.ok()) return Failure(s);
+  *table.mutable_memory() = service::StepMemoryOf(table.graph());
   if (flags.json) {
     if (flags.domains) {
       std::cout << DomainsJson(table).dump(2) << "\n";
@@ -447,13 +452,16 @@ int RunCosts(const CostsFlags& flags, const Context& ctx) {
         InvalidArgument("--domains shows energy measured per domain: add --device this (or the device's name)"));
   }
   if (!ctx.remote.empty()) return RunRemoteCosts(flags, ctx);
-  auto spec = flags.graph.Spec();
-  if (!spec.ok()) return UsageError(spec.status());
+  auto parsed = flags.graph.Spec();
+  if (!parsed.ok()) return UsageError(parsed.status());
+  auto spec = service::ResolveModel(DbPath(ctx), *parsed);  // a stored model's name works like a zoo model's
+  if (!spec.ok()) return Failure(spec.status());
   if (!flags.device.empty()) {
     return RunMeasuredCosts(flags, *spec, ctx);
   }
   auto table = graph::LoadCostTable(*spec, flags.platform, flags.source);
   if (!table.ok()) return Failure(table.status());
+  *table->mutable_memory() = service::StepMemoryOf(table->graph());
 
   if (!flags.out_path.empty()) {
     std::ofstream out(flags.out_path);

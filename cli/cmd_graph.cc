@@ -7,6 +7,7 @@
 #include "cli/table.h"
 #include "graph/forward_graph.h"
 #include "graph/graph_io.h"
+#include "service/models.h"
 
 namespace edgecost::cli {
 namespace {
@@ -57,9 +58,11 @@ void PrintText(const v1::TrainingGraph& graph) {
   table.Print(std::cout);
 }
 
-int RunGraph(const GraphCommandFlags& flags) {
-  auto spec = flags.graph.Spec();
-  if (!spec.ok()) return UsageError(spec.status());
+int RunGraph(const GraphCommandFlags& flags, const Context& ctx) {
+  auto parsed = flags.graph.Spec();
+  if (!parsed.ok()) return UsageError(parsed.status());
+  auto spec = service::ResolveModel(DbPath(ctx), *parsed);
+  if (!spec.ok()) return Failure(spec.status());
   auto graph = graph::LoadTrainingGraph(*spec);
   if (!graph.ok()) return Failure(graph.status());
   if (flags.json || flags.format == "json") {
@@ -88,7 +91,7 @@ void RegisterGraphCommand(CLI::App& app, Context& ctx) {
       "  edgecost graph resnet18_cifar --derivation exact --trainable last:2\n"
       "  edgecost graph vgg16 --format dot | dot -Tsvg > vgg16.svg\n"
       "  edgecost graph my_model.onnx --json");
-  cmd->callback([flags, &ctx] { ctx.exit_code = LocalOnly(ctx, [&] { return RunGraph(*flags); }); });
+  cmd->callback([flags, &ctx] { ctx.exit_code = LocalOnly(ctx, [&] { return RunGraph(*flags, ctx); }); });
 }
 
 }  // namespace edgecost::cli

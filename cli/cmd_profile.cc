@@ -63,6 +63,7 @@ int RunRemoteProfile(const ProfileFlags& flags, const Context& ctx) {
   request.set_accept_noisy(flags.accept_noisy);
   request.set_calibrate(flags.calibrate);
   request.set_threads(static_cast<uint32_t>(std::max(0, flags.threads)));
+  request.set_batch_size(static_cast<uint32_t>(flags.graph.batch_size));
   v1::Job job;
   if (Status s = daemon::CallRemote(ctx.remote, "JobService/StartProfile", request, job); !s.ok()) return Failure(s);
   std::cerr << "job " << job.id() << " on " << ctx.remote << ": " << job.message() << "\n";
@@ -174,7 +175,7 @@ void RegisterProfileCommand(CLI::App& app, Context& ctx) {
   CLI::App* cmd = app.add_subcommand("profile", "Measure every distinct op of a training graph on this device");
   flags->graph.AddTo(cmd, /*positional=*/false);
   cmd->add_option("--model", flags->graph.model_or_file,
-                  "Zoo model (see `edgecost models`) or ONNX file from torch.onnx.export (.onnx)")
+                  "Zoo or stored model (see `edgecost models`) or ONNX file from torch.onnx.export (.onnx)")
       ->required();
   cmd->add_option("--threads", flags->threads, "oneDNN threads (default: all cores)");
   cmd->add_flag("--force", flags->force, "Measure again ops already stored for this device");
@@ -204,6 +205,7 @@ void RegisterProfileCommand(CLI::App& app, Context& ctx) {
       "  edgecost profile --model resnet18_cifar\n"
       "  edgecost profile --model resnet18 --threads 2 --force\n"
       "  edgecost profile --model my_model.onnx --batch-size 8\n"
+      "  edgecost models add my_model.onnx --name mine && edgecost profile --model mine\n"
       "  edgecost profile --model linear --accept-noisy\n"
       "  edgecost profile --model resnet18_cifar --calibrate   # where RAPL, hwmon or a meter measures energy");
   cmd->callback([flags, &ctx] { ctx.exit_code = RunProfile(*flags, ctx); });

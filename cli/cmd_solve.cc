@@ -1,4 +1,5 @@
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <limits>
@@ -12,6 +13,7 @@
 #include "graph/cost_source.h"
 #include "proto/json.h"
 #include "service/cost_tables.h"
+#include "service/models.h"
 #include "service/words.h"
 #include "solver/explain.h"
 #include "solver/heuristics.h"
@@ -33,6 +35,7 @@ struct SolveFlags {
   std::string derivation;
   std::string trainable = "all";
   std::string ram_budget;
+  std::string device_ram;  // the whole process's RAM: the step's fixed parts come off it
   std::string runtime_budget = "1x";
   bool no_paging = false;
   bool no_remat = false;
@@ -129,6 +132,18 @@ void PrintSchedule(const v1::Schedule& s) {
             << FormatSeconds(s.time_to_first_feasible_s()) << ")\n";
 }
 
+// The whole memory next to the schedule's activations, and how --device-ram was split.
+void PrintMemory(const v1::Schedule& s) {
+  if (!s.has_memory()) return;
+  const v1::StepMemory& m = s.memory();
+  PrintStepMemory(m, HasSchedule(s) ? std::optional<uint64_t>(s.peak_ram_bytes()) : std::nullopt);
+  if (s.request().device_ram_bytes() > 0) {
+    std::cout << "device RAM     " << BytesText(s.request().device_ram_bytes()) << " = fixed parts "
+              << BytesText(m.fixed_bytes()) << " + activation budget " << BytesText(s.request().ram_budget_bytes())
+              << "\n";
+  }
+}
+
 Result<v1::ScheduleRequest> BuildRequest(const SolveFlags& flags) {
   v1::ScheduleRequest request;
   if (!flags.graph_file.empty()) {
@@ -150,8 +165,18 @@ Result<v1::ScheduleRequest> BuildRequest(const SolveFlags& flags) {
     request.set_derivation(flags.derivation);
     request.set_trainable(flags.trainable);
   }
-  if (flags.ram_budget.empty() && !flags.min_ram) {
-    return InvalidArgument("--ram-budget is required (e.g. 3MB, 2.5MiB, 3000000), unless --min-ram searches for it");
+  if (!flags.device_ram.empty()) {
+    if (!flags.ram_budget.empty() || flags.min_ram) {
+      return InvalidArgument(
+          "--device-ram is the whole process's RAM, --ram-budget (or --min-ram) the activations': give one");
+    }
+    EC_ASSIGN_OR_RETURN(int64_t ram, ParseBytes(flags.device_ram));
+    if (ram <= 0) return InvalidArgument("--device-ram must be positive");
+    request.set_device_ram_bytes(static_cast<uint64_t>(ram));
+  } else if (flags.ram_budget.empty() && !flags.min_ram) {
+    return InvalidArgument(
+        "--ram-budget is required (e.g. 3MB, 2.5MiB, 3000000), unless --device-ram gives the whole process's RAM or "
+        "--min-ram searches for it");
   }
   if (!flags.ram_budget.empty()) {
     EC_ASSIGN_OR_RETURN(int64_t ram, ParseBytes(flags.ram_budget));
@@ -252,6 +277,7 @@ int RunRemoteSolve(const SolveFlags& flags, const Context& ctx, const v1::Schedu
               << flags.runtime_budget << "\n";
     if (flags.min_ram) PrintMinRam(schedule, nullptr, flags.runtime_budget);
     PrintSchedule(schedule);
+    PrintMemory(schedule);
     if (flags.compare) PrintComparison(schedule);
     std::cout << "stored         schedule #" << schedule.id() << " in the daemon's database\n";
     if (!flags.out_path.empty() && HasSchedule(schedule)) std::cout << "written        " << flags.out_path << "\n";
@@ -278,7 +304,9 @@ int RunSolve(const SolveFlags& flags, const Context& ctx) {
       return Failure(opened.status());
     }
   }
-  if (!db && !flags.device.empty()) {  // measured costs are read from the database
+  // Measured costs, and models stored by `edgecost models add`, are read from the database.
+  const bool needs_db = !flags.device.empty() || (flags.graph_file.empty() && !service::IsZooModel(flags.model));
+  if (!db && needs_db && (!flags.device.empty() || std::filesystem::exists(db_path))) {
     auto opened = costdb::CostDb::Open(db_path, costdb::OpenMode::kReadOnly);
     if (!opened.ok()) return Failure(opened.status());
     db.emplace(std::move(opened).value());
@@ -307,6 +335,7 @@ int RunSolve(const SolveFlags& flags, const Context& ctx) {
               << ", runtime budget " << flags.runtime_budget << "\n";
     if (flags.min_ram) PrintMinRam(schedule, &solved->problem, flags.runtime_budget);
     PrintSchedule(schedule);
+    PrintMemory(schedule);
     if (flags.compare) PrintComparison(schedule);
     if (HasSchedule(schedule)) {
       auto plan = solver::ExplainPlan(solved->problem, schedule);
@@ -371,7 +400,7 @@ void RegisterSolveCommand(CLI::App& app, Context& ctx) {
   CLI::App* cmd = app.add_subcommand("solve",
                                      "Energy-optimal schedule of recomputation and paging within RAM and "
                                      "runtime budgets");
-  cmd->add_option("--model", flags->model, "Zoo or ONNX model")->capture_default_str();
+  cmd->add_option("--model", flags->model, "Zoo, stored (`edgecost models`) or ONNX model")->capture_default_str();
   cmd->add_option("--graph", flags->graph_file, "A graph file with costs (training-graph/v1 or node-link JSON)");
   flags->platform_option =
       cmd->add_option("--platform", flags->platform, "Board preset for poet-flops costs")->capture_default_str();
@@ -384,7 +413,10 @@ void RegisterSolveCommand(CLI::App& app, Context& ctx) {
   cmd->add_option("--derivation", flags->derivation,
                   "exact (default: what each backward really reads) or poet (POET's construction)");
   cmd->add_option("--trainable", flags->trainable, "all, last:K or bias")->capture_default_str();
-  cmd->add_option("--ram-budget", flags->ram_budget, "RAM for activations: 3000000, 3MB, 2.5MiB");
+  cmd->add_option("--ram-budget", flags->ram_budget, "RAM for activations: 3000000, 3MB, 2.5MiB, 1TB, 1TiB");
+  cmd->add_option("--device-ram", flags->device_ram,
+                  "RAM for the whole step instead: parameters, gradients, optimizer state and workspace come off "
+                  "it, and the rest is the activation budget (e.g. 8MB, 4GiB)");
   cmd->add_option("--runtime-budget", flags->runtime_budget, "Multiple of a plain step (7.6x) or seconds (1.2s)")
       ->capture_default_str();
   cmd->add_flag("--no-paging", flags->no_paging, "Recompute only");
@@ -412,7 +444,9 @@ void RegisterSolveCommand(CLI::App& app, Context& ctx) {
       "  edgecost solve --model resnet18_cifar --device this --ram-budget 1MB --out s.json --svg s.svg\n"
       "  edgecost solve --model resnet18_cifar --device this --cost-source measured-in-step --ram-budget 1MB\n"
       "  edgecost solve --graph checkmate_graph.json --ram-budget 2GB --runtime-budget 1.2x\n"
-      "  edgecost solve --model resnet50 --no-paging --min-ram --runtime-budget 1.5x --json");
+      "  edgecost solve --model resnet50 --no-paging --min-ram --runtime-budget 1.5x --json\n"
+      "  edgecost solve --model resnet18_cifar --device-ram 2.5MB --runtime-budget 1.5x\n"
+      "  edgecost solve --model mine --device this --ram-budget 1MB   # a model stored by `edgecost models add`");
   cmd->callback([flags, &ctx] { ctx.exit_code = RunSolve(*flags, ctx); });
 
   auto path = std::make_shared<std::string>();

@@ -20,7 +20,7 @@ struct GraphFlags {
     if (positional) {
       command
           ->add_option("model", model_or_file,
-                       "Zoo model (see `edgecost models`), ONNX file (.onnx) or graph file (.json)")
+                       "Zoo or stored model (see `edgecost models`), ONNX file (.onnx) or graph file (.json)")
           ->required();
     }
     command->add_option("--batch-size", batch_size, "Batch size of zoo models")

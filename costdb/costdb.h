@@ -25,7 +25,7 @@
 namespace edgecost::costdb {
 
 // The schema this build writes; files with a higher PRAGMA user_version are refused.
-inline constexpr int kSchemaVersion = 5;
+inline constexpr int kSchemaVersion = 6;
 
 enum class OpenMode {
   kReadWrite,  // creates the file (and its folder) if missing, migrates to kSchemaVersion
@@ -96,6 +96,16 @@ struct StoredCostTable {
 struct StoredJob {
   v1::Job job;
   v1::StartProfileRequest profile_request;
+};
+
+// A model imported once and named like a zoo model: the file's bytes under a name.
+struct ModelRecord {
+  std::string name;
+  std::string kind;          // "onnx", "training-graph", "node-link"
+  std::string content_hash;  // of the bytes
+  int64_t size_bytes = 0;
+  std::string added_at;  // UTC, ISO 8601
+  std::string bytes;     // empty in listings
 };
 
 struct DbInfo {
@@ -202,6 +212,15 @@ class CostDb {
   // Newest `limit` runs (0: 100), oldest first; an empty model matches every model.
   Result<std::vector<v1::TrainRun>> ListTrainRuns(const std::string& model = "", int limit = 0);
   Result<v1::TrainRun> GetTrainRun(int64_t id);  // NotFound if there is none
+
+  // Model records, one per name. Put replaces a record of the same name, and
+  // supersedes the training graphs stored under that name, so that cost tables
+  // of the old model are kept but no longer served.
+  Status PutModelRecord(const ModelRecord& record);
+  Result<std::optional<ModelRecord>> GetModelRecord(const std::string& name);  // with its bytes
+  Result<std::vector<ModelRecord>> ListModelRecords();                         // by name, without bytes
+  // Removes the record and supersedes its training graphs; NotFound if there is none.
+  Status DeleteModelRecord(const std::string& name);
 
   Result<DbInfo> Info();
 

@@ -18,10 +18,10 @@ namespace fs = std::filesystem;
 using Kind = Transaction::Kind;
 
 inline constexpr const char* kTables[] = {
-    "devices",         "fingerprints", "cost_sources", "runs",        "op_costs",
-    "paging_costs",    "models",       "cost_tables",  "node_costs",  "schedule_requests",
-    "schedules",       "jobs",         "train_runs",   "op_counters", "energy_calibrations",
-    "op_domain_energy"};
+    "devices",          "fingerprints", "cost_sources", "runs",        "op_costs",
+    "paging_costs",     "models",       "cost_tables",  "node_costs",  "schedule_requests",
+    "schedules",        "jobs",         "train_runs",   "op_counters", "energy_calibrations",
+    "op_domain_energy", "model_records"};
 
 // "INSERT ... ON CONFLICT (key) DO UPDATE SET every other column", with one
 // `?` per column in `columns` order, so that binding follows the same list.

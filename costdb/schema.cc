@@ -204,6 +204,18 @@ CREATE TABLE op_domain_energy (
   PRIMARY KEY (fingerprint_id, op_key, domain)
 ) WITHOUT ROWID;
 )sql",
+    // 5 -> 6: models imported once (`edgecost models add`, CostService.AddModel) and named like zoo models.
+    R"sql(
+CREATE TABLE model_records (
+  id INTEGER PRIMARY KEY,
+  name TEXT NOT NULL UNIQUE CHECK (name <> ''),
+  kind TEXT NOT NULL CHECK (kind IN ('onnx', 'training-graph', 'node-link')),
+  content_hash TEXT NOT NULL CHECK (content_hash <> ''),
+  size_bytes INTEGER NOT NULL,
+  bytes BLOB NOT NULL,                -- the file as imported
+  added_at TEXT NOT NULL
+);
+)sql",
 };
 static_assert(std::size(kMigrations) == kSchemaVersion, "one migration step per schema version");
 

@@ -44,11 +44,16 @@ Status Exchange(Stream& stream, const std::string& host, const std::string& meth
   }
   call.body() = request.SerializeAsString();
   call.prepare_payload();
-  http::write(stream, call);
+  beast::error_code written;
+  http::write(stream, call, written);
   beast::flat_buffer buffer;
   http::response_parser<http::string_body> parser;
   parser.body_limit(256 << 20);  // cost tables of large graphs
-  http::read(stream, buffer, parser);
+  // A body over the daemon's limit is answered (413, saying which limit) before it is all sent,
+  // and the connection closed: the answer says more than the broken pipe.
+  beast::error_code read;
+  http::read(stream, buffer, parser, read);
+  if (read) throw beast::system_error(written ? written : read);
   const auto& reply = parser.get();
   if (reply.result() != http::status::ok) return FromTwirp(reply.body(), reply.result_int());
   if (!response.ParseFromString(reply.body())) return Internal("the daemon's reply to " + method + " does not parse");

@@ -32,4 +32,10 @@ void CostTableCache::Offer(const std::string& key, const HttpResponse& response)
   if (analytic_requests_.count(request_bytes) && responses_.size() < kMaxEntries) responses_.emplace(key, response);
 }
 
+void CostTableCache::Clear() {
+  std::lock_guard lock(mutex_);
+  analytic_requests_.clear();
+  responses_.clear();
+}
+
 }  // namespace edgecost::daemon

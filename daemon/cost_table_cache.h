@@ -30,6 +30,8 @@ class CostTableCache {
   void MarkAnalytic(const v1::GetCostTableRequest& request);
   // ... and only their successful responses are kept.
   void Offer(const std::string& key, const HttpResponse& response);
+  // Forgets everything: a stored model was replaced or removed, so a name's table may change.
+  void Clear();
 
  private:
   std::mutex mutex_;

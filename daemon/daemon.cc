@@ -118,6 +118,12 @@ void Daemon::RegisterRoutes() {
                                                       bind(&cost_service_, &CostService::GetCostTable));
   router_.Add<v1::GetPagingCostsRequest, v1::PagingCost>("CostService", "GetPagingCosts",
                                                          bind(&cost_service_, &CostService::GetPagingCosts));
+  router_.Add<v1::AddModelRequest, v1::AddModelResponse>("CostService", "AddModel",
+                                                         bind(&cost_service_, &CostService::AddModel),
+                                                         /*mutates=*/true);
+  router_.Add<v1::RemoveModelRequest, v1::RemoveModelResponse>("CostService", "RemoveModel",
+                                                               bind(&cost_service_, &CostService::RemoveModel),
+                                                               /*mutates=*/true);
 
   router_.AddAsync<v1::ScheduleRequest, v1::Schedule>(
       "SolverService", "Solve",

@@ -74,7 +74,10 @@ class Session : public std::enable_shared_from_this<Session<Protocol>> {
 
   void OnRead(beast::error_code ec) {
     if (ec == http::error::body_limit) {
-      return Respond(JsonError(413, "resource_exhausted", "request body over the limit"), false);
+      return Respond(JsonError(413, "resource_exhausted",
+                               "request body over the limit of " + std::to_string(server_.limits.max_body_bytes) +
+                                   " bytes (limits.max_body_bytes in the daemon's config)"),
+                     false);
     }
     if (ec == http::error::header_limit) {
       return Respond(JsonError(431, "resource_exhausted", "request headers over the limit"), false);

@@ -13,6 +13,7 @@
 #include "graph/resolve.h"
 #include "graph/zoo.h"
 #include "service/cost_tables.h"
+#include "service/models.h"
 #include "service/profile_job.h"
 #include "service/train_job.h"
 #include "solver/solve.h"
@@ -64,8 +65,8 @@ std::optional<v1::Event> JobManager::ResumeOrRefuseLocked(Entry& entry) {
   const v1::Job::State state = job.state();
   if (state != v1::Job::STATE_QUEUED && state != v1::Job::STATE_RUNNING) return std::nullopt;
   if (state == v1::Job::STATE_RUNNING) job.set_crashes(job.crashes() + 1);
-  const Status valid = job.kind() == "profile" ? CheckProfileRequest(entry.request)
-                       : job.kind() == "train" ? CheckTrainRequest(job.train_request())
+  const Status valid = job.kind() == "profile" ? CheckProfileRequest(entry.request, db_path_)
+                       : job.kind() == "train" ? CheckTrainRequest(job.train_request(), db_path_)
                                                : Status::Ok();
   if (!valid.ok()) {
     job.set_state(v1::Job::STATE_FAILED);
@@ -146,15 +147,30 @@ Result<v1::Job> JobManager::Enqueue(std::unique_ptr<Entry> entry, const std::str
   return job;
 }
 
-Status CheckProfileRequest(const v1::StartProfileRequest& request) {
-  EC_RETURN_IF_ERROR(graph::CheckModelName(request.model()));
-  if (!graph::BuildZooModel(request.model()).ok()) {
-    std::string names;
-    for (const graph::ZooModel& model : graph::ZooModels())
-      names += (names.empty() ? "" : ", ") + std::string(model.name);
-    return NotFound("no zoo model '" + request.model() + "' to profile; the zoo has " + names +
-                    " (other models are profiled with the local `edgecost profile --model FILE`)");
+namespace {
+
+// The model a job names, as the job will load it: the zoo or a stored ONNX model.
+Result<graph::GraphSpec> JobModel(const std::string& model, uint32_t batch_size, const std::string& db_path) {
+  EC_RETURN_IF_ERROR(graph::CheckModelName(model));
+  if (batch_size > static_cast<uint32_t>(graph::kMaxBatchSize)) {
+    return InvalidArgument("batch_size is at most " + std::to_string(graph::kMaxBatchSize));
   }
+  graph::GraphSpec spec;
+  spec.model_or_file = model;
+  spec.batch_size = std::max<int>(1, static_cast<int>(batch_size));
+  EC_ASSIGN_OR_RETURN(spec, service::ResolveModel(db_path, std::move(spec)));
+  if (graph::CarriesCosts(spec)) {
+    return InvalidArgument("'" + model +
+                           "' is a stored graph with its own costs and no ops to run; name a zoo model "
+                           "or an ONNX model (`edgecost models` lists them)");
+  }
+  return spec;
+}
+
+}  // namespace
+
+Status CheckProfileRequest(const v1::StartProfileRequest& request, const std::string& db_path) {
+  EC_RETURN_IF_ERROR(JobModel(request.model(), request.batch_size(), db_path).status());
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   if (request.threads() > cores) {
     return InvalidArgument("threads is at most " + std::to_string(cores) + " here, the number of cores");
@@ -163,26 +179,24 @@ Status CheckProfileRequest(const v1::StartProfileRequest& request) {
 }
 
 Result<v1::Job> JobManager::StartProfile(const v1::StartProfileRequest& request) {
-  EC_RETURN_IF_ERROR(CheckProfileRequest(request));
+  EC_RETURN_IF_ERROR(CheckProfileRequest(request, db_path_));
   auto entry = std::make_unique<Entry>();
   entry->request = request;
   entry->job.set_model(request.model());
   return Enqueue(std::move(entry), "profile", "queued: profile " + request.model());
 }
 
-Status CheckTrainRequest(const v1::StartTrainRequest& request) {
+Status CheckTrainRequest(const v1::StartTrainRequest& request, const std::string& db_path) {
   v1::StartProfileRequest model;
   model.set_model(request.model());
   model.set_threads(request.threads());
-  EC_RETURN_IF_ERROR(CheckProfileRequest(model));  // the same rules for the model and the threads
-  if (request.batch_size() > static_cast<uint32_t>(graph::kMaxBatchSize)) {
-    return InvalidArgument("batch_size is at most " + std::to_string(graph::kMaxBatchSize));
-  }
+  model.set_batch_size(request.batch_size());
+  EC_RETURN_IF_ERROR(CheckProfileRequest(model, db_path));  // the same rules for the model and the threads
   if (request.steps() > 100000) return InvalidArgument("steps is at most 100000");
   // The layers hold a few copies of every activation: refuse what would not fit in memory.
-  EC_ASSIGN_OR_RETURN(v1::TrainingGraph graph,
-                      graph::ZooTrainingGraph(request.model(), std::max<int>(1, static_cast<int>(request.batch_size())),
-                                              graph::Derivation::kExact));
+  EC_ASSIGN_OR_RETURN(graph::GraphSpec spec, JobModel(request.model(), request.batch_size(), db_path));
+  spec.derivation = graph::Derivation::kExact;
+  EC_ASSIGN_OR_RETURN(v1::TrainingGraph graph, graph::LoadTrainingGraph(spec));
   uint64_t activation_bytes = 0;
   for (const v1::TrainingNode& node : graph.nodes()) activation_bytes += node.output_bytes();
   const uint64_t memory_bytes =
@@ -211,7 +225,7 @@ Status CheckTrainRequest(const v1::StartTrainRequest& request) {
 }
 
 Result<v1::Job> JobManager::StartTrain(const v1::StartTrainRequest& request) {
-  EC_RETURN_IF_ERROR(CheckTrainRequest(request));
+  EC_RETURN_IF_ERROR(CheckTrainRequest(request, db_path_));
   auto entry = std::make_unique<Entry>();
   *entry->job.mutable_train_request() = request;
   entry->job.set_model(request.model());
@@ -311,6 +325,7 @@ void JobManager::RunProfile(Entry& entry) {
   options.db_path = db_path_;
   options.probes_config = probes_config_;
   options.graph.model_or_file = entry.request.model();
+  options.graph.batch_size = std::max<int>(1, static_cast<int>(entry.request.batch_size()));
   options.threads = static_cast<int>(entry.request.threads());
   options.force = entry.request.force();
   options.accept_noisy = entry.request.accept_noisy();

@@ -23,10 +23,11 @@
 namespace edgecost::daemon {
 
 // What a profile job may ask for, checked when it is started and again when a
-// stored one is loaded: a zoo model by name (never a file), at most one thread per core.
-Status CheckProfileRequest(const v1::StartProfileRequest& request);
-// A train job: a zoo model by name, a bounded number of steps, at most one thread per core.
-Status CheckTrainRequest(const v1::StartTrainRequest& request);
+// stored one is loaded: a zoo model or an ONNX model stored in the database at
+// `db_path`, by name (never a file), at most one thread per core.
+Status CheckProfileRequest(const v1::StartProfileRequest& request, const std::string& db_path);
+// A train job: such a model by name, a bounded number of steps, at most one thread per core.
+Status CheckTrainRequest(const v1::StartTrainRequest& request, const std::string& db_path);
 
 class JobManager {
  public:

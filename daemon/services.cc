@@ -11,6 +11,7 @@
 #include "graph/resolve.h"
 #include "profiler/profile.h"
 #include "service/cost_tables.h"
+#include "service/models.h"
 #include "service/trace.h"
 
 namespace edgecost::daemon {
@@ -42,7 +43,35 @@ Result<v1::Device> CostService::GetDevice(const v1::GetDeviceRequest& request) {
   return db->GetDevice(request.name());
 }
 
-Result<v1::ListModelsResponse> CostService::ListModels(const v1::ListModelsRequest&) { return service::DescribeZoo(1); }
+Result<v1::ListModelsResponse> CostService::ListModels(const v1::ListModelsRequest&) {
+  EC_ASSIGN_OR_RETURN(costdb::CostDb * db, ThreadDb(db_path_));
+  return service::ListModels(db, 1);
+}
+
+Result<v1::AddModelResponse> CostService::AddModel(const v1::AddModelRequest& request) {
+  if (request.name().empty()) return InvalidArgument("name is required: the name the model will be used by");
+  EC_RETURN_IF_ERROR(graph::CheckModelName(request.name()));
+  EC_ASSIGN_OR_RETURN(costdb::CostDb * db, ThreadDb(db_path_));
+  EC_ASSIGN_OR_RETURN(service::AddedModel added,
+                      service::AddModel(*db, request.name(), request.model(), request.replace()));
+  // A replaced model's analytic tables may be cached under the same request.
+  if (cache_ && added.outcome == service::AddedModel::Outcome::kReplaced) cache_->Clear();
+  spdlog::info("event=model name={} outcome={} kind={} bytes={}", Quoted(request.name()),
+               service::OutcomeName(added.outcome), added.info.kind(), request.model().size());
+  v1::AddModelResponse response;
+  response.set_outcome(std::string(service::OutcomeName(added.outcome)));
+  *response.mutable_model() = std::move(added.info);
+  return response;
+}
+
+Result<v1::RemoveModelResponse> CostService::RemoveModel(const v1::RemoveModelRequest& request) {
+  EC_RETURN_IF_ERROR(graph::CheckModelName(request.name()));
+  EC_ASSIGN_OR_RETURN(costdb::CostDb * db, ThreadDb(db_path_));
+  EC_RETURN_IF_ERROR(service::RemoveModel(*db, request.name()));
+  if (cache_) cache_->Clear();
+  spdlog::info("event=model name={} outcome=removed", Quoted(request.name()));
+  return v1::RemoveModelResponse();
+}
 
 Result<v1::CostTable> CostService::GetCostTable(const v1::GetCostTableRequest& request) {
   EC_RETURN_IF_ERROR(graph::CheckModelName(request.model()));
@@ -62,8 +91,10 @@ Result<v1::PagingCost> CostService::GetPagingCosts(const v1::GetPagingCostsReque
 }
 
 Result<v1::Schedule> SolverService::Solve(const v1::ScheduleRequest& request) {
-  if (request.ram_budget_bytes() == 0 && !request.min_ram()) {
-    return InvalidArgument("ram_budget_bytes is required, unless min_ram asks for the smallest one");
+  if (request.ram_budget_bytes() == 0 && !request.min_ram() && request.device_ram_bytes() == 0) {
+    return InvalidArgument(
+        "ram_budget_bytes is required (or device_ram_bytes, the whole process's RAM), unless min_ram asks for the "
+        "smallest one");
   }
   // Reading files on a caller's behalf would expose whatever the daemon's user can read.
   if (!request.graph_file().empty()) return InvalidArgument("graph_file is read by the local CLI only; name a model");

@@ -25,6 +25,9 @@ class CostService {
   Result<v1::ListModelsResponse> ListModels(const v1::ListModelsRequest& request);
   Result<v1::CostTable> GetCostTable(const v1::GetCostTableRequest& request);
   Result<v1::PagingCost> GetPagingCosts(const v1::GetPagingCostsRequest& request);
+  // Models as records: the bytes are checked by reading them as every command will.
+  Result<v1::AddModelResponse> AddModel(const v1::AddModelRequest& request);
+  Result<v1::RemoveModelResponse> RemoveModel(const v1::RemoveModelRequest& request);
 
  private:
   std::string db_path_;

@@ -1256,24 +1256,76 @@ class Importer {
 
 }  // namespace
 
-Result<ForwardGraph> ImportOnnx(const std::string& path) {
+Result<ForwardGraph> ImportOnnx(const std::string& path, int batch_size) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return NotFound("cannot read ONNX model '" + path + "'");
+  std::stringstream bytes;
+  bytes << in.rdbuf();
+  return ImportOnnxBytes(bytes.str(), path, std::filesystem::path(path).stem().string(), batch_size);
+}
+
+namespace {
+
+// Sets the data input's batch and forgets the exporter's shapes, which were
+// inferred at its batch: shape inference computes them again. Returns the
+// export's batch, or 0 when nothing was changed.
+int64_t Rebatch(onnx::ModelProto& model, int batch_size) {
+  onnx::GraphProto& g = *model.mutable_graph();
+  std::set<std::string> weights;
+  for (const onnx::TensorProto& t : g.initializer()) weights.insert(t.name());
+  for (onnx::ValueInfoProto& input : *g.mutable_input()) {
+    if (weights.count(input.name())) continue;
+    auto* shape = input.mutable_type()->mutable_tensor_type()->mutable_shape();
+    if (shape->dim_size() < 1 || !shape->dim(0).has_dim_value()) return 0;
+    const int64_t exported = shape->dim(0).dim_value();
+    if (exported == batch_size) return 0;
+    shape->mutable_dim(0)->set_dim_value(batch_size);
+    g.clear_value_info();
+    for (onnx::ValueInfoProto& output : *g.mutable_output())
+      output.mutable_type()->mutable_tensor_type()->clear_shape();
+    return exported;
+  }
+  return 0;
+}
+
+}  // namespace
+
+Result<ForwardGraph> ImportOnnxBytes(const std::string& bytes, const std::string& origin, const std::string& name,
+                                     int batch_size) {
   onnx::ModelProto model;
-  if (!model.ParseFromIstream(&in)) return InvalidArgument(path + " is not an ONNX model (protobuf parse failed)");
+  if (!model.ParseFromString(bytes)) {
+    return InvalidArgument(origin + " is not an ONNX model (protobuf parse failed)");
+  }
+  if (model.graph().node_size() == 0) return InvalidArgument(origin + " is not an ONNX model: its graph has no nodes");
+  const int64_t exported_batch = batch_size > 0 ? Rebatch(model, batch_size) : 0;
+  const auto fixed_batch = [&](const std::string& why) {
+    return InvalidArgument(origin + " was exported at batch size " + std::to_string(exported_batch) +
+                           " and does not import at batch size " + std::to_string(batch_size) + " (" + why +
+                           "): its shapes fix the batch; export it at batch size " + std::to_string(batch_size) +
+                           ", or with the batch taken from the input (x.view(x.size(0), -1), torch.flatten)");
+  };
   try {
     // Data propagation gives the shapes that shape arithmetic computes (Reshape targets).
     onnx::shape_inference::InferShapes(model, onnx::OpSchemaRegistry::Instance(),
                                        onnx::ShapeInferenceOptions(false, 0, true));
   } catch (const std::exception& e) {
-    return InvalidArgument(path + ": ONNX shape inference failed: " + e.what());
+    return InvalidArgument(origin + ": ONNX shape inference failed: " + e.what());
   }
-  std::string name = std::filesystem::path(path).stem().string();
+  Result<ForwardGraph> imported = InvalidArgument("not imported");
   try {
-    return Importer(model, path, name).Run();
+    imported = Importer(model, origin, name).Run();
   } catch (const std::logic_error& e) {
-    return InvalidArgument(path + ": " + e.what());
+    imported = InvalidArgument(origin + ": " + e.what());
   }
+  if (exported_batch == 0) return imported;
+  if (!imported.ok()) return fixed_batch(imported.status().message());
+  // A Reshape to constant dimensions keeps the export's batch in the logits: the rows would not be the batch.
+  const Layer& loss = imported->layers().back();  // Run() ends the graph with the loss on the logits
+  const Shape& logits = imported->shape(loss.inputs.empty() ? 0 : loss.inputs[0]);
+  if (logits.empty() || logits[0] != batch_size) {
+    return fixed_batch("its logits have shape " + ShapeToString(logits));
+  }
+  return imported;
 }
 
 }  // namespace edgecost::graph

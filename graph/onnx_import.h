@@ -10,6 +10,13 @@
 
 namespace edgecost::graph {
 
-Result<ForwardGraph> ImportOnnx(const std::string& path);
+// `batch_size` > 0 sets the data input's first dimension (the batch) before
+// shape inference; an export whose shapes fix the batch (a Reshape to a
+// constant shape) is refused then, naming the fix.
+Result<ForwardGraph> ImportOnnx(const std::string& path, int batch_size = 0);
+// The same from the model's bytes (a model stored in the cost database): the
+// graph is named `name`, and errors name `origin`.
+Result<ForwardGraph> ImportOnnxBytes(const std::string& bytes, const std::string& origin, const std::string& name,
+                                     int batch_size = 0);
 
 }  // namespace edgecost::graph

@@ -41,23 +41,87 @@ Status CheckModelName(std::string_view name) {
   return Status::Ok();
 }
 
+std::string_view StoredModelKindName(StoredModelKind kind) {
+  switch (kind) {
+    case StoredModelKind::kOnnx:
+      return "onnx";
+    case StoredModelKind::kTrainingGraph:
+      return "training-graph";
+    case StoredModelKind::kNodeLink:
+      return "node-link";
+  }
+  return "?";
+}
+
+Result<StoredModelKind> ParseStoredModelKind(std::string_view name) {
+  for (StoredModelKind kind : {StoredModelKind::kOnnx, StoredModelKind::kTrainingGraph, StoredModelKind::kNodeLink}) {
+    if (StoredModelKindName(kind) == name) return kind;
+  }
+  return InvalidArgument("unknown model kind '" + std::string(name) + "'; expected onnx, training-graph or node-link");
+}
+
+bool CarriesCosts(const GraphSpec& spec) {
+  if (spec.stored) return spec.stored->kind != StoredModelKind::kOnnx;
+  return IsGraphFile(spec.model_or_file);
+}
+
+namespace {
+
+bool LooksLikeJson(const std::string& bytes) {
+  const size_t first = bytes.find_first_not_of(" \t\r\n");
+  return first != std::string::npos && (bytes[first] == '{' || bytes[first] == '[');
+}
+
+Result<v1::CostTable> StoredCostTable(const StoredModel& stored) {
+  EC_ASSIGN_OR_RETURN(v1::CostTable table, ParseCostTableJson(stored.bytes, "model '" + stored.name + "'"));
+  table.mutable_graph()->set_model(stored.name);
+  return table;
+}
+
+}  // namespace
+
+// An ONNX export fixes its batch; a batch size above 1 asks for another one.
+static int OnnxBatch(const GraphSpec& spec) { return spec.batch_size > 1 ? spec.batch_size : 0; }
+
+Result<StoredModelKind> DetectModelKind(const std::string& bytes, const std::string& origin) {
+  if (bytes.empty()) return InvalidArgument(origin + " is empty: expected an ONNX model or a graph JSON file");
+  if (LooksLikeJson(bytes)) {
+    EC_ASSIGN_OR_RETURN(v1::CostTable table, ParseCostTableJson(bytes, origin));
+    return table.cost_source().starts_with("imported:networkx") ? StoredModelKind::kNodeLink
+                                                                : StoredModelKind::kTrainingGraph;
+  }
+  EC_ASSIGN_OR_RETURN(ForwardGraph forward, ImportOnnxBytes(bytes, origin, "model"));
+  EC_RETURN_IF_ERROR(DeriveTrainingGraph(forward, kDefaultDerivation).status());
+  return StoredModelKind::kOnnx;
+}
+
 std::string ModelName(std::string_view model_or_file) {
   return IsOnnxModel(model_or_file) ? std::filesystem::path(model_or_file).stem().string() : std::string(model_or_file);
 }
 
 Result<v1::TrainingGraph> LoadTrainingGraph(const GraphSpec& spec) {
+  if (spec.stored) {
+    if (spec.stored->kind != StoredModelKind::kOnnx) {
+      EC_ASSIGN_OR_RETURN(v1::CostTable table, StoredCostTable(*spec.stored));
+      return table.graph();
+    }
+    EC_ASSIGN_OR_RETURN(ForwardGraph forward, ImportOnnxBytes(spec.stored->bytes, "model '" + spec.stored->name + "'",
+                                                              spec.stored->name, OnnxBatch(spec)));
+    return DeriveTrainingGraph(forward, spec.derivation, spec.trainable);
+  }
   if (IsGraphFile(spec.model_or_file)) {
     EC_ASSIGN_OR_RETURN(v1::CostTable table, ReadCostTableFile(spec.model_or_file));
     return table.graph();
   }
   if (IsOnnxModel(spec.model_or_file)) {
-    EC_ASSIGN_OR_RETURN(ForwardGraph forward, ImportOnnx(spec.model_or_file));
+    EC_ASSIGN_OR_RETURN(ForwardGraph forward, ImportOnnx(spec.model_or_file, OnnxBatch(spec)));
     return DeriveTrainingGraph(forward, spec.derivation, spec.trainable);
   }
   return ZooTrainingGraph(spec.model_or_file, spec.batch_size, spec.derivation, spec.trainable);
 }
 
 Result<v1::CostTable> LoadCostTable(const GraphSpec& spec, std::string_view platform, std::string_view source) {
+  if (spec.stored && spec.stored->kind != StoredModelKind::kOnnx) return StoredCostTable(*spec.stored);
   if (IsGraphFile(spec.model_or_file)) return ReadCostTableFile(spec.model_or_file);
   if (source != kPoetFlopsSource) {
     return InvalidArgument("unknown cost source '" + std::string(source) + "'; available: " +

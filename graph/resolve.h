@@ -2,6 +2,7 @@
 // into training graphs and cost tables, so that the CLI and the daemon share it.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -11,12 +12,33 @@
 
 namespace edgecost::graph {
 
+// A model imported into the cost database (`edgecost models add`): read from its
+// bytes under its name, never from a file. service::ResolveModel attaches it.
+enum class StoredModelKind { kOnnx, kTrainingGraph, kNodeLink };
+std::string_view StoredModelKindName(StoredModelKind kind);  // "onnx", "training-graph", "node-link"
+Result<StoredModelKind> ParseStoredModelKind(std::string_view name);
+
+struct StoredModel {
+  std::string name;
+  StoredModelKind kind = StoredModelKind::kOnnx;
+  std::string bytes;
+  std::string content_hash;
+};
+
 struct GraphSpec {
   std::string model_or_file;  // a zoo model, an ONNX model (.onnx), or a training-graph/v1 or node-link JSON file
   int batch_size = 1;
   Derivation derivation = kDefaultDerivation;
   Trainable trainable;
+  std::shared_ptr<const StoredModel> stored;  // set when model_or_file names a model record
 };
+
+// Whether the spec's graph carries its own costs (a graph file, or a stored one): no device measures it.
+bool CarriesCosts(const GraphSpec& spec);
+
+// What a model file holds, checked by reading it whole as the commands would
+// (ONNX import and derivation, or a graph file's validation); errors name `origin`.
+Result<StoredModelKind> DetectModelKind(const std::string& bytes, const std::string& origin);
 
 // True when the argument names a graph file with costs (a .json name or a path)
 // rather than a model. Decided by the name alone: the file system is not asked.

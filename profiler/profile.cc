@@ -445,7 +445,7 @@ std::string ThisDeviceName() {
 
 Result<v1::CostTable> LoadMeasuredCostTable(costdb::CostDb& db, const graph::GraphSpec& spec, std::string device) {
   if (device == "this") device = ThisDeviceName();
-  if (graph::IsGraphFile(spec.model_or_file)) {
+  if (graph::CarriesCosts(spec)) {
     return InvalidArgument("measured costs exist for models; " + spec.model_or_file + " carries its own costs");
   }
   EC_ASSIGN_OR_RETURN(v1::TrainingGraph graph, graph::LoadTrainingGraph(spec));

@@ -11,6 +11,8 @@
 #include "graph/zoo.h"
 #include "profiler/profile.h"
 #include "proto/json.h"
+#include "service/models.h"
+#include "service/step_memory.h"
 #include "service/train_job.h"
 #include "solver/problem.h"
 #include "solver/solve.h"
@@ -39,6 +41,8 @@ Result<v1::CostTable> ResolveCostTable(costdb::CostDb* db, const v1::GetCostTabl
   if (graph::IsGraphFile(spec.model_or_file)) {
     return InvalidArgument("'" + spec.model_or_file + "' looks like a file; ask for a model by name");
   }
+  EC_ASSIGN_OR_RETURN(spec, ResolveModel(db, std::move(spec)));
+  if (graph::CarriesCosts(spec)) return graph::LoadCostTable(spec, device, source);  // a stored graph's own costs
   if (source == profiler::kMeasuredSource) {
     if (db == nullptr) return FailedPrecondition("measured costs need the cost database");
     return profiler::LoadMeasuredCostTable(*db, spec, device);
@@ -193,7 +197,17 @@ Result<SolvedRequest> SolveRequest(costdb::CostDb* db, const v1::ScheduleRequest
   SolvedRequest solved;
   v1::ScheduleRequest solved_request = request;
   if (request.min_ram() && request.ram_budget_bytes() == 0) solved_request.set_ram_budget_bytes(1);  // searched below
+  if (request.device_ram_bytes() > 0 && (request.ram_budget_bytes() > 0 || request.min_ram())) {
+    return InvalidArgument(
+        "give the device's RAM (device_ram_bytes, --device-ram) or the activations' (ram_budget_bytes, --ram-budget, "
+        "--min-ram), not both");
+  }
   EC_ASSIGN_OR_RETURN(solved.table, CostTableForRequest(db, request));
+  const v1::StepMemory memory = StepMemoryOf(solved.table.graph(), /*build_large=*/request.device_ram_bytes() > 0);
+  if (request.device_ram_bytes() > 0) {
+    EC_ASSIGN_OR_RETURN(const uint64_t activations, ActivationBudget(memory, request.device_ram_bytes()));
+    solved_request.set_ram_budget_bytes(activations);
+  }
   EC_ASSIGN_OR_RETURN(solved.problem, solver::ProblemFromCostTable(solved.table, solved_request));
   solver::SolveOptions options;
   if (!request.strategy().empty()) options.strategy = request.strategy();
@@ -225,6 +239,7 @@ Result<SolvedRequest> SolveRequest(costdb::CostDb* db, const v1::ScheduleRequest
   }
   *solved.schedule.mutable_request() = solved_request;
   solved.schedule.set_energy_source(solved.table.energy_source());
+  *solved.schedule.mutable_memory() = memory;
   if (db && store) {
     EC_ASSIGN_OR_RETURN(int64_t request_id, db->PutScheduleRequest(solved_request));
     EC_ASSIGN_OR_RETURN(int64_t table_id, StoreCostTable(*db, solved.table));

@@ -17,6 +17,7 @@
 #include "profiler/paging.h"
 #include "profiler/probe_meter.h"
 #include "service/calibrate.h"
+#include "service/models.h"
 
 namespace edgecost::service {
 
@@ -85,8 +86,13 @@ Result<ProfileJobResult> RunProfileJob(const ProfileJobOptions& options, const s
                                        const std::function<void(const std::string&)>& log,
                                        const std::string& accept_hint) {
   ProfileJobResult result;
-  EC_ASSIGN_OR_RETURN(result.graph, graph::LoadTrainingGraph(options.graph));
   EC_ASSIGN_OR_RETURN(costdb::CostDb db, costdb::CostDb::Open(options.db_path, costdb::OpenMode::kReadWrite));
+  EC_ASSIGN_OR_RETURN(const graph::GraphSpec spec, ResolveModel(&db, options.graph));
+  if (graph::CarriesCosts(spec)) {
+    return InvalidArgument("'" + spec.model_or_file +
+                           "' is a graph with its own costs and no ops to run; profile a zoo or ONNX model");
+  }
+  EC_ASSIGN_OR_RETURN(result.graph, graph::LoadTrainingGraph(spec));
   const int threads = options.threads > 0 ? options.threads : omp_get_num_procs();
   omp_set_num_threads(threads);
 

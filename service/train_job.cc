@@ -15,6 +15,7 @@
 #include "profiler/probe_meter.h"
 #include "profiler/profile.h"
 #include "service/cost_tables.h"
+#include "service/models.h"
 #include "service/profile_job.h"
 #include "solver/solve.h"
 #include "train/arena.h"
@@ -144,10 +145,14 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
       !options.schedule_file.empty() + (options.schedule_id != 0) + (options.solve.ram_budget_bytes() > 0);
   if (sources > 1) return InvalidArgument("give one schedule: --schedule FILE, --schedule-id N, or budgets to solve");
   TrainJobResult result;
-  graph::GraphSpec spec = options.graph;
+  EC_ASSIGN_OR_RETURN(costdb::CostDb db, costdb::CostDb::Open(options.db_path, costdb::OpenMode::kReadWrite));
+  EC_ASSIGN_OR_RETURN(graph::GraphSpec spec, ResolveModel(&db, options.graph));
+  if (graph::CarriesCosts(spec)) {
+    return InvalidArgument("'" + spec.model_or_file +
+                           "' is a graph with its own costs and no layers to run; train a zoo or ONNX model");
+  }
   spec.derivation = graph::Derivation::kExact;
   EC_ASSIGN_OR_RETURN(v1::TrainingGraph graph, graph::LoadTrainingGraph(spec));
-  EC_ASSIGN_OR_RETURN(costdb::CostDb db, costdb::CostDb::Open(options.db_path, costdb::OpenMode::kReadWrite));
   const int threads = options.threads > 0 ? options.threads : omp_get_num_procs();
   omp_set_num_threads(threads);
   const std::string paging_dir = options.paging_dir.empty() ? DefaultPagingDir(options.db_path) : options.paging_dir;

@@ -467,7 +467,10 @@ Result<std::unique_ptr<Executor>> Executor::Create(const v1::TrainingGraph& grap
     if (!layer) continue;
     uint64_t state = layer->owned_bytes();
     for (profiler::Tensor* p : layer->params()) state -= p->bytes();
-    for (profiler::Tensor* p : layer->grad_params()) state -= p->bytes();
+    for (profiler::Tensor* p : layer->grad_params()) {
+      state -= p->bytes();
+      e->grad_param_bytes_ += p->bytes();
+    }
     std::vector<profiler::Tensor*> bindable = {&layer->output(), &layer->grad_output()};
     for (profiler::Tensor& t : layer->inputs()) bindable.push_back(&t);
     for (profiler::Tensor& t : layer->grad_inputs()) bindable.push_back(&t);

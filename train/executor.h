@@ -84,6 +84,7 @@ class Executor {
   int64_t input_id_limit() const;
   uint64_t layer_state_bytes() const { return layer_state_bytes_; }
   uint64_t param_bytes() const { return param_bytes_; }
+  uint64_t grad_param_bytes() const { return grad_param_bytes_; }  // the parameters' gradient tensors
   // Node bytes and distinct inputs, as the simulator sees the graph.
   const std::vector<int64_t>& node_bytes() const { return bytes_; }
   const std::vector<std::vector<int>>& preds() const { return preds_; }
@@ -115,7 +116,7 @@ class Executor {
   std::vector<std::vector<int>> preds_;
   struct State;
   std::unique_ptr<State> state_;
-  uint64_t layer_state_bytes_ = 0, param_bytes_ = 0;
+  uint64_t layer_state_bytes_ = 0, param_bytes_ = 0, grad_param_bytes_ = 0;
 };
 
 }  // namespace edgecost::train

@@ -412,11 +412,14 @@ TEST_F(CliTest, GlobalFlagsAfterTheSubcommandAndRemoteWhereItMeansSomething) {
   const CommandResult info = Run(std::string(EDGECOST_BIN) + " db info --db " + other);
   EXPECT_EQ(info.exit_code, 0) << info.output;
   EXPECT_THAT(info.output, HasSubstr(other));
-  for (const char* command : {"models", "db info", "graph linear", "probes", "serve --socket none"}) {
+  for (const char* command : {"db info", "graph linear", "probes", "serve --socket none"}) {
     const CommandResult remote = Edgecost(std::string("--remote unix:/nonexistent.sock ") + command);
     EXPECT_EQ(remote.exit_code, 2) << command << ": " << remote.output;
-    EXPECT_THAT(remote.output, HasSubstr("--remote serves costs, solve, profile, train and jobs")) << command;
+    EXPECT_THAT(remote.output, HasSubstr("--remote serves models, costs, solve, profile, train and jobs")) << command;
   }
+  const CommandResult models = Edgecost("--remote unix:/nonexistent.sock models");  // asks the daemon
+  EXPECT_EQ(models.exit_code, 1) << models.output;
+  EXPECT_THAT(models.output, HasSubstr("cannot reach the daemon"));
 }
 
 // What a user notices: one derivation everywhere, budgets that say what they
@@ -619,6 +622,144 @@ TEST_F(SolveInputTest, MeasuredCosts) {
   const CommandResult profile = Edgecost("profile --model linear --threads 1 --min-window-s 0.002 --accept-noisy");
   ASSERT_EQ(profile.exit_code, 0) << profile.output;
   SolveEveryWay("--model linear --device this", "6kB");
+}
+
+// A model imported once is named like a zoo model: every way to solve works on it, as on the file.
+TEST_F(SolveInputTest, StoredOnnxModel) {
+  ASSERT_EQ(Edgecost("models add tests/graph/data/mlp.onnx --name mlp-rec").exit_code, 0);
+  SolveEveryWay("--model mlp-rec --platform a72", "2kB");
+}
+
+TEST_F(SolveInputTest, StoredNodeLinkGraph) {
+  const std::string file = (dir_ / "chain.json").string();
+  std::ofstream(file) << R"({"directed": true, "graph": {"name": "chain"}, "nodes": [
+    {"id": 0, "cost_cpu": 1.0, "cost_ram": 100}, {"id": 1, "cost_cpu": 2.0, "cost_ram": 50},
+    {"id": 2, "cost_cpu": 1.5, "cost_ram": 80, "backward": true}],
+    "links": [{"source": 0, "target": 1}, {"source": 1, "target": 2}, {"source": 0, "target": 2}]})";
+  const CommandResult add = Edgecost("models add " + file + " --name chain");
+  ASSERT_EQ(add.exit_code, 0) << add.output;
+  EXPECT_THAT(add.output, HasSubstr("node-link"));
+  SolveEveryWay("--model chain", "300B");
+  const CommandResult profile = Edgecost("profile --model chain");
+  EXPECT_EQ(profile.exit_code, 1);
+  EXPECT_THAT(profile.output, HasSubstr("its own costs"));
+}
+
+// Models as records: `models add` stores the file under a name and its hash; the name then
+// works like a zoo model's in graph, costs, profile (with a batch size), solve, check and train.
+TEST_F(CliTest, AStoredModelIsNamedLikeAZooModelEverywhere) {
+  const std::string onnx = "tests/graph/data/mlp.onnx";
+  const CommandResult add = Edgecost("models add " + onnx + " --name mlp-rec");
+  ASSERT_EQ(add.exit_code, 0) << add.output;
+  EXPECT_THAT(add.output, HasSubstr("added          mlp-rec (onnx"));
+  const CommandResult same = Edgecost("models add " + onnx + " --name mlp-rec");
+  EXPECT_EQ(same.exit_code, 0) << same.output;
+  EXPECT_THAT(same.output, HasSubstr("unchanged"));
+  EXPECT_THAT(same.output, HasSubstr("nothing to do"));
+  const CommandResult other = Edgecost("models add tests/graph/data/small_resnet.onnx --name mlp-rec");
+  EXPECT_EQ(other.exit_code, 1) << other.output;
+  EXPECT_THAT(other.output, HasSubstr("--replace"));
+  const CommandResult zoo = Edgecost("models add " + onnx + " --name resnet18_cifar");
+  EXPECT_EQ(zoo.exit_code, 1);
+  EXPECT_THAT(zoo.output, HasSubstr("is a zoo model"));
+  const std::string junk = (dir_ / "junk.onnx").string();
+  std::ofstream(junk) << "not a model at all";
+  const CommandResult bad = Edgecost("models add " + junk + " --name junk");
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_THAT(bad.output, HasSubstr("not an ONNX model"));
+  const std::string empty = (dir_ / "empty.onnx").string();
+  std::ofstream(empty).close();
+  EXPECT_THAT(Edgecost("models add " + empty + " --name empty").output, HasSubstr("is empty"));
+  EXPECT_THAT(Edgecost("models add " + onnx + " --name ''").output, HasSubstr("a name is required"));
+  EXPECT_THAT(Edgecost("models add " + onnx + " --name ../x.onnx").output, HasSubstr("is a file name"));
+
+  const CommandResult list = Edgecost("models");
+  ASSERT_EQ(list.exit_code, 0) << list.output;
+  EXPECT_THAT(list.output, HasSubstr("mlp-rec"));
+  EXPECT_THAT(list.output, HasSubstr("resnet18_cifar"));
+  EXPECT_THAT(Edgecost("models --json").output, HasSubstr("\"stored\": true"));
+
+  EXPECT_THAT(Edgecost("graph mlp-rec").output, HasSubstr("mlp-rec: "));
+  EXPECT_THAT(Edgecost("graph mlp-rec --batch-size 8").output, HasSubstr("batch size 8"));
+  const CommandResult costs = Edgecost("costs mlp-rec --platform a72 --summary");
+  ASSERT_EQ(costs.exit_code, 0) << costs.output;
+  EXPECT_THAT(costs.output, HasSubstr("model          mlp-rec"));
+  const CommandResult profile =
+      Edgecost("profile --model mlp-rec --batch-size 1 --threads 1 --min-window-s 0.002 --accept-noisy");
+  ASSERT_EQ(profile.exit_code, 0) << profile.output;
+  EXPECT_THAT(profile.output, HasSubstr("profiled       mlp-rec"));
+  EXPECT_EQ(Edgecost("costs mlp-rec --device this --summary").exit_code, 0);
+  const std::string schedule = (dir_ / "s.json").string();
+  const CommandResult solve =
+      Edgecost("solve --model mlp-rec --device this --min-ram --runtime-budget 2x --time-limit-s 2 --out " + schedule);
+  ASSERT_EQ(solve.exit_code, 0) << solve.output;
+  EXPECT_EQ(Edgecost("check " + schedule).exit_code, 0);
+  const CommandResult train = Edgecost("train --model mlp-rec --steps 2 --threads 1 --schedule " + schedule);
+  ASSERT_EQ(train.exit_code, 0) << train.output;
+  EXPECT_THAT(train.output, HasSubstr("trained        mlp-rec"));
+
+  // Replaced: the old model's measured costs are no longer served for the name.
+  ASSERT_EQ(Edgecost("models add tests/graph/data/small_resnet.onnx --name mlp-rec --replace").exit_code, 0);
+  EXPECT_EQ(Edgecost("costs mlp-rec --device this --summary").exit_code, 1);
+  const CommandResult removed = Edgecost("models remove mlp-rec");
+  ASSERT_EQ(removed.exit_code, 0) << removed.output;
+  const CommandResult gone = Edgecost("graph mlp-rec");
+  EXPECT_EQ(gone.exit_code, 1);
+  EXPECT_THAT(gone.output, HasSubstr("models add"));
+  EXPECT_EQ(Edgecost("models remove mlp-rec").exit_code, 1);
+  EXPECT_EQ(Edgecost("models remove linear").exit_code, 1);
+}
+
+// The whole memory of a step: the plain step's activation peak (below the sum of the forward
+// outputs) next to parameters, gradients, optimizer state and workspace; --device-ram takes
+// the fixed parts off a whole-process budget and refuses one they alone exceed.
+TEST_F(CliTest, CostsAndSolveShowTheWholeMemoryAndDeviceRamLeavesTheFixedPartsOut) {
+  const CommandResult costs = Edgecost("costs resnet18_cifar --platform a72 --summary");
+  ASSERT_EQ(costs.exit_code, 0) << costs.output;
+  EXPECT_THAT(costs.output, HasSubstr("plain step     peak"));
+  EXPECT_THAT(costs.output, HasSubstr("whole memory"));
+  EXPECT_THAT(costs.output, HasSubstr("optimizer state 0 B"));
+  const CommandResult json = Edgecost("costs resnet18_cifar --platform a72 --json");
+  ASSERT_EQ(json.exit_code, 0);
+  const auto field = [&](const std::string& text, const std::string& name) -> uint64_t {
+    const size_t at = text.find("\"" + name + "\": \"");
+    if (at == std::string::npos) return 0;
+    return std::stoull(text.substr(at + name.size() + 5));
+  };
+  ASSERT_NE(json.output.find("\"memory\""), std::string::npos) << json.output;
+  const std::string memory = json.output.substr(json.output.find("\"memory\""));
+  const uint64_t peak = field(memory, "activationPeakBytes");
+  const uint64_t total = field(memory, "activationTotalBytes");
+  const uint64_t fixed = field(memory, "fixedBytes");
+  const uint64_t params = field(memory, "paramBytes");
+  ASSERT_GT(peak, 0u) << memory;
+  EXPECT_LT(peak, total) << memory;  // the plain step frees what no later node reads
+  EXPECT_GT(params, 0u);
+  EXPECT_GT(field(memory, "workspaceBytes"), 0u) << memory;  // batch-norm statistics, pooling argmax
+  EXPECT_EQ(field(memory, "gradientBytes"), params) << memory;
+  EXPECT_EQ(fixed, params + field(memory, "gradientBytes") + field(memory, "workspaceBytes"));
+
+  const uint64_t device_ram = fixed + peak / 2;
+  const CommandResult solve = Edgecost("solve --model resnet18_cifar --platform a72 --device-ram " +
+                                       std::to_string(device_ram) + " --runtime-budget 2x --time-limit-s 2 --json");
+  ASSERT_EQ(solve.exit_code, 0) << solve.output;
+  EXPECT_EQ(field(solve.output, "ramBudgetBytes"), peak / 2) << "the activations get what the fixed parts leave";
+  EXPECT_EQ(field(solve.output, "deviceRamBytes"), device_ram);
+  EXPECT_LE(field(solve.output, "peakRamBytes"), peak / 2);
+  const CommandResult text = Edgecost("solve --model resnet18_cifar --platform a72 --device-ram " +
+                                      std::to_string(device_ram) + " --runtime-budget 2x --time-limit-s 2");
+  EXPECT_THAT(text.output, HasSubstr("device RAM"));
+  EXPECT_THAT(text.output, HasSubstr("(this schedule's peak)"));
+
+  const CommandResult tight = Edgecost("solve --model resnet18_cifar --platform a72 --device-ram " +
+                                       std::to_string(fixed) + " --runtime-budget 2x");
+  EXPECT_EQ(tight.exit_code, 1) << tight.output;
+  EXPECT_THAT(tight.output, HasSubstr("fixed parts alone"));
+  EXPECT_THAT(tight.output, HasSubstr("no room is left for activations"));
+  EXPECT_EQ(Edgecost("solve --model resnet18_cifar --device-ram 1TB --ram-budget 1MB").exit_code, 2);
+  const CommandResult tera = Edgecost("solve --model linear --platform a72 --device-ram 1TiB --json --no-store");
+  ASSERT_EQ(tera.exit_code, 0) << tera.output;
+  EXPECT_EQ(field(tera.output, "deviceRamBytes"), 1099511627776u);
 }
 
 TEST_F(CliTest, SolveTakesTerabytes) {

@@ -81,10 +81,10 @@ TEST_F(CostDbTest, MigratesAnEmptyFileFromZeroToTheLatestSchema) {
   auto tables = raw->Prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name");
   std::set<std::string> names;
   while (*tables->Step()) names.insert(tables->Text(0));
-  EXPECT_EQ(names,
-            (std::set<std::string>{"cost_sources", "cost_tables", "devices", "energy_calibrations", "fingerprints",
-                                   "jobs", "models", "node_costs", "op_costs", "op_counters", "op_domain_energy",
-                                   "paging_costs", "runs", "schedule_requests", "schedules", "train_runs"}));
+  EXPECT_EQ(names, (std::set<std::string>{"cost_sources", "cost_tables", "devices", "energy_calibrations",
+                                          "fingerprints", "jobs", "model_records", "models", "node_costs", "op_costs",
+                                          "op_counters", "op_domain_energy", "paging_costs", "runs",
+                                          "schedule_requests", "schedules", "train_runs"}));
   // Opening again is a no-op migration.
   EXPECT_EQ(OpenOrDie().Info()->schema_version, kSchemaVersion);
 }
@@ -238,6 +238,46 @@ TEST_F(CostDbTest, ModelGraphsAreIdempotentAndVersioned) {
   EXPECT_TRUE(MessageDifferencer::Equals((*graphs)[0], rederived));
   EXPECT_TRUE(MessageDifferencer::Equals((*graphs)[1], other_batch));
   EXPECT_EQ(db.Info()->row_counts.at("models"), 3);
+}
+
+// Models as records: one per name, listed without their bytes; replacing or removing one
+// retires the cost tables of the old model, which stay stored.
+TEST_F(CostDbTest, ModelRecordsAreKeptByNameAndRetireTheirTablesWhenReplaced) {
+  CostDb db = OpenOrDie();
+  ASSERT_TRUE(PutPresetTable(db, Table("net", "a72", 5, 1)).ok());
+  ModelRecord record{"net", "onnx", "h1", 0, "", std::string("\x08\x07onnx\0bytes", 13)};
+  ASSERT_TRUE(db.PutModelRecord(record).ok());
+  auto back = db.GetModelRecord("net");
+  ASSERT_TRUE(back.ok() && back->has_value()) << back.status().message();
+  EXPECT_EQ((*back)->bytes, record.bytes);  // binary, NUL included
+  EXPECT_EQ((*back)->size_bytes, 13);
+  EXPECT_EQ((*back)->kind, "onnx");
+  EXPECT_FALSE((*back)->added_at.empty());
+  EXPECT_TRUE(db.GetCostTable(kKey).ok()) << "the same name stored first keeps its table";
+
+  ASSERT_TRUE(db.PutModelRecord(record).ok());  // the same bytes again: nothing retired
+  EXPECT_TRUE(db.GetCostTable(kKey).ok());
+  record.content_hash = "h2";
+  record.bytes = "other";
+  ASSERT_TRUE(db.PutModelRecord(record).ok());
+  EXPECT_EQ(db.GetCostTable(kKey).status().code(), ErrorCode::kNotFound);
+  EXPECT_EQ(db.Info()->row_counts.at("cost_tables"), 1);  // kept, no longer served
+
+  ASSERT_TRUE(db.PutModelRecord({"another", "node-link", "h3", 0, "", "{}"}).ok());
+  auto listed = db.ListModelRecords();
+  ASSERT_TRUE(listed.ok());
+  ASSERT_EQ(listed->size(), 2u);
+  EXPECT_EQ((*listed)[0].name, "another");
+  EXPECT_EQ((*listed)[1].content_hash, "h2");
+  EXPECT_TRUE((*listed)[1].bytes.empty());
+  EXPECT_EQ((*listed)[1].size_bytes, 5);
+
+  ASSERT_TRUE(db.DeleteModelRecord("net").ok());
+  EXPECT_FALSE(db.GetModelRecord("net")->has_value());
+  const Status again = db.DeleteModelRecord("net");
+  EXPECT_EQ(again.code(), ErrorCode::kNotFound);
+  EXPECT_THAT(again.message(), HasSubstr("edgecost models"));
+  EXPECT_EQ(OpenOrDie(OpenMode::kReadOnly).PutModelRecord(record).code(), ErrorCode::kPermissionDenied);
 }
 
 TEST_F(CostDbTest, CostTablesRoundTripAndSupersede) {

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <thread>
 #include <vector>
@@ -182,6 +183,81 @@ TEST_F(RpcTest, EveryMethodInProtobuf) {
                     " -H 'Content-Type: application/protobuf' --data-binary 'not a protobuf' "
                     "http://localhost/twirp/edgecost.v1.CostService/GetCostTable"),
               HasSubstr("malformed"));
+}
+
+// Models as records over RPC: a model added by its bytes is then named like a zoo
+// model by GetCostTable, Solve, StartProfile (with a batch size) and StartTrain.
+TEST_F(RpcTest, AModelAddedOverRpcIsSolvedProfiledAndTrainedByName) {
+  std::ifstream file("tests/graph/data/mlp.onnx", std::ios::binary);
+  const std::string onnx((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  ASSERT_GT(onnx.size(), 100u);
+  v1::AddModelRequest add;
+  add.set_name("rpc-mlp");
+  add.set_model(onnx);
+  const auto added = Remote<v1::AddModelResponse>("CostService/AddModel", add);
+  EXPECT_EQ(added.outcome(), "added");
+  EXPECT_EQ(added.model().kind(), "onnx");
+  EXPECT_EQ(added.model().size_bytes(), onnx.size());
+  EXPECT_GT(added.model().training_nodes(), 0u);
+  EXPECT_EQ(Remote<v1::AddModelResponse>("CostService/AddModel", add).outcome(), "unchanged");
+  const auto models = Remote<v1::ListModelsResponse>("CostService/ListModels", v1::ListModelsRequest());
+  EXPECT_TRUE(std::any_of(models.models().begin(), models.models().end(), [&](const v1::ModelInfo& m) {
+    return m.name() == "rpc-mlp" && m.stored() && m.content_hash() == added.model().content_hash();
+  }));
+
+  v1::ScheduleRequest solve;
+  solve.set_model("rpc-mlp");
+  solve.set_device("a72");
+  solve.set_ram_budget_bytes(2000);
+  solve.set_runtime_budget_multiple(2);
+  const auto schedule = Remote<v1::Schedule>("SolverService/Solve", solve);
+  EXPECT_TRUE(schedule.status() == v1::Schedule::STATUS_OPTIMAL || schedule.status() == v1::Schedule::STATUS_FEASIBLE)
+      << schedule.message();
+  EXPECT_GT(schedule.memory().param_bytes(), 0u);  // the whole memory comes with the schedule
+
+  v1::StartProfileRequest profile;
+  profile.set_model("rpc-mlp");
+  profile.set_batch_size(1);
+  profile.set_threads(1);
+  profile.set_accept_noisy(true);
+  const auto profiled = WaitForJob(Remote<v1::Job>("JobService/StartProfile", profile).id(), Finished);
+  ASSERT_EQ(profiled.state(), v1::Job::STATE_SUCCEEDED) << profiled.message();
+  v1::GetCostTableRequest measured;
+  measured.set_model("rpc-mlp");
+  measured.set_device("this");
+  EXPECT_EQ(Remote<v1::CostTable>("CostService/GetCostTable", measured).cost_source(), "measured");
+  v1::StartTrainRequest train;
+  train.set_model("rpc-mlp");
+  train.set_steps(1);
+  train.set_threads(1);
+  const auto trained = WaitForJob(Remote<v1::Job>("JobService/StartTrain", train).id(), Finished);
+  EXPECT_EQ(trained.state(), v1::Job::STATE_SUCCEEDED) << trained.message();
+
+  // Bad bytes, no name, a zoo name and an upload over the daemon's body limit: refused, saying why.
+  Status status;
+  add.set_model("definitely not a model");
+  Remote<v1::AddModelResponse>("CostService/AddModel", add, &status);
+  EXPECT_EQ(status.code(), ErrorCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("not an ONNX model"));
+  add.set_model(onnx);
+  add.set_name("");
+  Remote<v1::AddModelResponse>("CostService/AddModel", add, &status);
+  EXPECT_THAT(status.message(), HasSubstr("name is required"));
+  add.set_name("linear");
+  Remote<v1::AddModelResponse>("CostService/AddModel", add, &status);
+  EXPECT_THAT(status.message(), HasSubstr("is a zoo model"));
+  add.set_name("too-big");
+  add.set_model(std::string(5 << 20, 'x'));
+  Remote<v1::AddModelResponse>("CostService/AddModel", add, &status);
+  EXPECT_EQ(status.code(), ErrorCode::kResourceExhausted) << status.message();
+  EXPECT_THAT(status.message(), HasSubstr("limits.max_body_bytes"));
+
+  v1::RemoveModelRequest remove;
+  remove.set_name("rpc-mlp");
+  Remote<v1::RemoveModelResponse>("CostService/RemoveModel", remove);
+  Remote<v1::Schedule>("SolverService/Solve", solve, &status);
+  EXPECT_EQ(status.code(), ErrorCode::kNotFound);
+  EXPECT_THAT(status.message(), HasSubstr("models add"));
 }
 
 TEST_F(RpcTest, ManyClientsWhileAProfileRuns) {

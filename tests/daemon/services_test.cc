@@ -168,6 +168,43 @@ TEST_F(ServicesTest, JobServiceListsTheNewestAndRefusesWhatCannotRun) {
   manager.Shutdown();
 }
 
+// A graph stored as a record serves its own costs by name; jobs that need ops to run refuse it.
+TEST_F(ServicesTest, AStoredGraphServesItsOwnCostsAndJobsRefuseIt) {
+  // A file of its own: the services keep a connection per thread and path, which an earlier test's
+  // (removed) database would still hold.
+  const std::string db = (dir_ / "records.db").string();
+  CostTableCache cache;
+  CostService costs(db, &cache);
+  v1::AddModelRequest add;
+  add.set_name("chain");
+  add.set_model(R"({"directed": true, "graph": {"name": "chain"}, "nodes": [{"id": 0, "cost_cpu": 1.0,
+    "cost_ram": 100}, {"id": 1, "cost_cpu": 2.0, "cost_ram": 50, "backward": true}],
+    "links": [{"source": 0, "target": 1}]})");
+  auto added = costs.AddModel(add);
+  ASSERT_TRUE(added.ok()) << added.status().message();
+  EXPECT_EQ(added->model().kind(), "node-link");
+  v1::GetCostTableRequest request;
+  request.set_model("chain");
+  auto table = costs.GetCostTable(request);
+  ASSERT_TRUE(table.ok()) << table.status().message();
+  EXPECT_EQ(table->graph().model(), "chain");
+  EXPECT_THAT(table->cost_source(), HasSubstr("networkx"));
+
+  add.set_model(R"({"directed": true, "nodes": [{"id": 0, "cost_cpu": 3.0, "cost_ram": 100}, {"id": 1,
+    "cost_cpu": 2.0, "cost_ram": 50, "backward": true}], "links": [{"source": 0, "target": 1}]})");
+  EXPECT_EQ(costs.AddModel(add).status().code(), ErrorCode::kAlreadyExists);  // another model, no replace
+  add.set_name("../etc/passwd");
+  EXPECT_THAT(costs.AddModel(add).status().message(), HasSubstr("is a file name"));
+
+  JobManager manager(db, "", events_);
+  ASSERT_TRUE(manager.Open().ok());
+  JobService jobs(manager, events_);
+  v1::StartProfileRequest profile;
+  profile.set_model("chain");
+  EXPECT_THAT(jobs.StartProfile(profile).status().message(), HasSubstr("its own costs"));
+  manager.Shutdown();
+}
+
 // StartProfile with calibrate fits the counter energy model against the
 // measured source, as the local `profile --calibrate` does: here a fake hwmon
 // meter (3 W, always) that the daemon's probes config points at.

@@ -1,9 +1,10 @@
 // Fuzz target for the files users hand to the CLI: graph files
 // (training-graph/v1 and networkx node-link JSON) on their way to a schedule,
-// and schedule files through what `edgecost check` does.
+// schedule files through what `edgecost check` does, and model files as
+// `edgecost models add` and AddModel read them before storing them.
 //
-// Input: byte 0 picks the kind (even: a graph file, odd: a schedule file); the
-// rest is the file. Oracle: no crash, no sanitizer report; a graph that reads
+// Input: byte 0 picks the kind (modulo 3: 0 a graph file, 1 a schedule file,
+// 2 a model file); the rest is the file. Oracle: no crash, no sanitizer report; a graph that reads
 // gives a problem whose baseline schedules the independent simulator accepts.
 #include <cstdint>
 #include <cstdlib>
@@ -13,6 +14,7 @@
 #include <google/protobuf/util/json_util.h>
 
 #include "graph/graph_io.h"
+#include "graph/resolve.h"
 #include "service/cost_tables.h"
 #include "solver/problem.h"
 #include "solver/simulator.h"
@@ -53,6 +55,18 @@ void FuzzScheduleFile(const std::string& text) {
   (void)service::CheckSchedule(nullptr, schedule);
 }
 
+// What AddModel checks before it stores a model, then what every command does with a stored one.
+void FuzzModelFile(const std::string& bytes) {
+  Result<graph::StoredModelKind> kind = graph::DetectModelKind(bytes, "model 'fuzz'");
+  if (!kind.ok()) return;
+  graph::GraphSpec spec;
+  spec.model_or_file = "fuzz";
+  spec.stored = std::make_shared<graph::StoredModel>(graph::StoredModel{"fuzz", *kind, bytes, ""});
+  Result<v1::TrainingGraph> graph = graph::LoadTrainingGraph(spec);
+  if (!graph.ok()) std::abort();  // read once, it must read again
+  if (*kind != graph::StoredModelKind::kOnnx) FuzzGraphFile(bytes);
+}
+
 }  // namespace
 }  // namespace edgecost
 
@@ -64,10 +78,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   (void)quiet;
   if (size < 1) return 0;
   const std::string text(reinterpret_cast<const char*>(data + 1), size - 1);
-  if (data[0] % 2 == 0) {
-    edgecost::FuzzGraphFile(text);
-  } else {
-    edgecost::FuzzScheduleFile(text);
+  switch (data[0] % 3) {
+    case 0:
+      edgecost::FuzzGraphFile(text);
+      break;
+    case 1:
+      edgecost::FuzzScheduleFile(text);
+      break;
+    default:
+      edgecost::FuzzModelFile(text);
   }
   return 0;
 }

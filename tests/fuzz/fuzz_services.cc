@@ -37,7 +37,8 @@ constexpr const char* kRoutes[] = {
     "SolverService/GetSchedule", "SolverService/ListSchedules", "JobService/StartProfile",
     "JobService/GetJob",         "JobService/CancelJob",        "JobService/ListJobs",
     "JobService/WatchEvents",    "CostService/NoSuchMethod",    "JobService/StartTrain",
-    "TraceService/GetTrace",     "TraceService/ListRuns",
+    "TraceService/GetTrace",     "TraceService/ListRuns",       "CostService/AddModel",
+    "CostService/RemoveModel",
 };
 
 std::filesystem::path FuzzDir() {

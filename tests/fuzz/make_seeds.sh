@@ -31,6 +31,10 @@ seed 12 watch_events WatchEventsRequest 'after_sequence: 0 wait_s: 0.01' '{"afte
 seed 14 start_train StartTrainRequest 'model: "linear" steps: 1 threads: 1' '{"model":"linear","steps":1,"threads":1}'
 seed 15 get_trace GetTraceRequest 'schedule_id: 1' '{"scheduleId":"1"}'
 seed 16 list_runs ListRunsRequest '' '{}'
+chain='{"directed": true, "graph": {"name": "chain"}, "nodes": [{"id": 0, "cost_cpu": 1.0, "cost_ram": 100}, {"id": 1, "cost_cpu": 2.0, "cost_ram": 50, "backward": true}], "links": [{"source": 0, "target": 1}]}'
+seed 17 add_model AddModelRequest "name: \"chain\" model: \"$(printf '%s' "$chain" | sed 's/"/\\"/g')\"" \
+  "{\"name\":\"mlp\",\"model\":\"$(base64 -w0 tests/graph/data/mlp.onnx)\"}"
+seed 18 remove_model RemoveModelRequest 'name: "chain"' '{"name":"chain"}'
 
 out=tests/fuzz/seeds_files
 rm -f "$out"/*
@@ -42,6 +46,8 @@ trap 'rm -rf "$tmp"' EXIT
  {"id": 1, "cost_cpu": 2.0, "cost_ram": 50}, {"id": 2, "cost_cpu": 1.5, "cost_ram": 80, "backward": true}],
  "links": [{"source": 0, "target": 1}, {"source": 1, "target": 2}, {"source": 0, "target": 2}]}
 JSON
+{ printf '\x02'; cat tests/graph/data/mlp.onnx; } > "$out/model_mlp.onnx"
+{ printf '\x02'; cat "$out/graph_node_link.json" | tail -c +2; } > "$out/model_node_link.json"
 EDGECOST_DB="$tmp/costs.db" "$edgecost" solve --model linear --platform a72 --ram-budget 4kB --runtime-budget 2x \
   --no-store --out "$tmp/schedule.json" > /dev/null
 { printf '\x01'; cat "$tmp/schedule.json"; } > "$out/schedule_linear.json"

@@ -42,6 +42,30 @@ TEST(OnnxImport, TrainingGraphOfAnMlp) {
   EXPECT_EQ(graph->nodes(1).op_kind(), "linear");
 }
 
+// A batch size asks for another batch than the export's: the input's first dimension is set and
+// every shape inferred again; an export whose shapes hold no batch of their own still imports.
+TEST(OnnxImport, ABatchSizeRebatchesTheExport) {
+  auto four = ImportOnnx("tests/graph/data/small_resnet.onnx", 4);
+  ASSERT_TRUE(four.ok()) << four.status().message();
+  EXPECT_EQ(four->batch_size(), 4);
+  EXPECT_EQ(four->shape(4), (Shape{4, 8, 8, 8}));
+  EXPECT_EQ(four->layers()[1].param_count, 8 * 3 * 9 + 8);  // the parameters do not change
+  auto same = ImportOnnx("tests/graph/data/small_resnet.onnx", 2);
+  ASSERT_TRUE(same.ok());
+  EXPECT_EQ(same->shape(4), (Shape{2, 8, 8, 8}));
+  GraphSpec spec{"tests/graph/data/mlp.onnx", 3, Derivation::kExact, {}};
+  auto graph = LoadTrainingGraph(spec);
+  ASSERT_TRUE(graph.ok()) << graph.status().message();
+  EXPECT_EQ(graph->batch_size(), 3u);
+  EXPECT_EQ(graph->nodes(0).output_shape().dims(0), 3);
+  // The tracer folded x.size() into a constant Reshape target: that export holds its batch.
+  auto fixed = ImportOnnx("tests/graph/data/view_by_shape.onnx", 8);
+  ASSERT_FALSE(fixed.ok());
+  EXPECT_NE(fixed.status().message().find("exported at batch size 2"), std::string::npos);
+  EXPECT_NE(fixed.status().message().find("export it at batch size 8"), std::string::npos) << fixed.status().message();
+  EXPECT_TRUE(ImportOnnx("tests/graph/data/view_by_shape.onnx", 2).ok());
+}
+
 TEST(OnnxImport, SigmoidIsAnOp) {
   auto g = ImportOnnx("tests/graph/data/sigmoid.onnx");
   ASSERT_TRUE(g.ok()) << g.status().message();

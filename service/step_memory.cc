@@ -1,0 +1,93 @@
+#include "service/step_memory.h"
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <vector>
+
+#include "base/units.h"
+#include "graph/derive.h"
+#include "graph/resolve.h"
+#include "train/arena.h"
+#include "train/executor.h"
+
+namespace edgecost::service {
+namespace {
+
+std::string Bytes(uint64_t bytes) {
+  return FormatBytes(static_cast<double>(bytes)) + " (" + std::to_string(bytes) + " B)";
+}
+
+}  // namespace
+
+v1::StepMemory StepMemoryOf(const v1::TrainingGraph& graph, bool build_large) {
+  // Solves, --compare and the daemon ask again for the same graph: its layers are built once.
+  static std::mutex mutex;
+  static std::map<std::string, v1::StepMemory> built;
+  const std::string key = graph::GraphHash(graph);
+  {
+    std::lock_guard lock(mutex);
+    if (auto it = built.find(key); it != built.end()) return it->second;
+  }
+  v1::StepMemory memory;
+  memory.set_param_bytes(graph.param_bytes());
+  memory.set_activation_total_bytes(graph::ActivationBytes(graph));
+  // The node bytes and distinct inputs as the executor sees them, for the plain step's walk.
+  const int n = graph.nodes_size();
+  std::vector<int64_t> bytes(static_cast<size_t>(n));
+  std::vector<std::vector<int>> preds(static_cast<size_t>(n));
+  for (int v = 0; v < n; ++v) {
+    bytes[static_cast<size_t>(v)] = static_cast<int64_t>(graph.nodes(v).output_bytes());
+    std::set<int> distinct;
+    for (uint32_t u : graph.nodes(v).inputs()) {
+      if (u < static_cast<uint32_t>(v) && distinct.insert(static_cast<int>(u)).second) {
+        preds[static_cast<size_t>(v)].push_back(static_cast<int>(u));
+      }
+    }
+  }
+  memory.set_activation_peak_bytes(
+      static_cast<uint64_t>(train::PlanMemory(bytes, preds, train::PlainPlan(preds)).peak_bytes));
+  // The executor's own figures: what `train` allocates outside the arena.
+  if (graph.derivation() == "poet") {
+    memory.set_note(
+        "gradients and workspace unknown: POET's derivation has one gradient node per layer, not the kernels "
+        "`train` runs (--derivation exact gives them)");
+  } else if (graph.derivation() != "exact") {
+    memory.set_note("gradients and workspace unknown: a graph file's nodes carry no layers to build");
+  } else if (!build_large && graph.param_bytes() + memory.activation_total_bytes() > kMaxLayersBuiltUnasked) {
+    memory.set_note(
+        "gradients and workspace not measured: building the layers of a graph this large takes seconds "
+        "(`solve --device-ram` builds them; `edgecost train` reports them as layer state)");
+  } else if (Result<std::unique_ptr<train::Executor>> executor = train::Executor::Create(graph, {}); executor.ok()) {
+    memory.set_executor_known(true);
+    memory.set_param_bytes((*executor)->param_bytes());
+    memory.set_gradient_bytes((*executor)->grad_param_bytes());
+    memory.set_workspace_bytes((*executor)->layer_state_bytes());
+  } else {
+    memory.set_note("gradients and workspace unknown: " + executor.status().message());
+  }
+  memory.set_optimizer_bytes(0);  // `train` runs SGD without momentum: no state per parameter
+  memory.set_fixed_bytes(memory.param_bytes() + memory.gradient_bytes() + memory.optimizer_bytes() +
+                         memory.workspace_bytes());
+  if (!memory.executor_known() && graph.derivation() == "exact" && !build_large) return memory;  // not built yet
+  std::lock_guard lock(mutex);
+  if (built.size() >= 64) built.clear();  // a bound, not an LRU: graphs are few
+  built[key] = memory;
+  return memory;
+}
+
+Result<uint64_t> ActivationBudget(const v1::StepMemory& memory, uint64_t device_ram_bytes) {
+  const std::string parts = "parameters " + Bytes(memory.param_bytes()) + ", gradients " +
+                            Bytes(memory.gradient_bytes()) + ", optimizer state " + Bytes(memory.optimizer_bytes()) +
+                            ", workspace " + Bytes(memory.workspace_bytes());
+  if (memory.fixed_bytes() >= device_ram_bytes) {
+    return FailedPrecondition("the step's fixed parts alone take " + Bytes(memory.fixed_bytes()) + " (" + parts +
+                              "), at least the device RAM of " + Bytes(device_ram_bytes) +
+                              ": no room is left for activations; give more --device-ram, train fewer parameters "
+                              "(--trainable), or a smaller model");
+  }
+  return device_ram_bytes - memory.fixed_bytes();
+}
+
+}  // namespace edgecost::service
