@@ -296,7 +296,10 @@ Result<v1::Schedule> Solve(const Problem& p, const SolveOptions& options) {
     note("MILP: " + std::to_string(result.columns) + " variables, " + std::to_string(result.rows) + " constraints");
   }
   if (!result.error.empty()) note(result.error);
-  if (!result.root_solved) note("no bound beyond the floor: the MILP's root LP did not finish within the time limit");
+  if (!result.root_solved) {
+    note(eviction_bound_j > p.FloorJ() ? "the bound is the eviction bound: the MILP's root LP did not finish in time"
+                                       : "no bound beyond the floor: the MILP's root LP did not finish in time");
+  }
   if (result.plan) {
     Candidate milp_candidate{*result.plan, Simulate(p, *result.plan)};
     if (!milp_candidate.replay.valid) {
