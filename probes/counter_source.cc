@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <map>
 
 #include <perfmon/pfmlib_perf_event.h>
@@ -17,18 +16,6 @@
 
 namespace edgecost::probes {
 namespace {
-
-bool PfmReady() {
-  static const bool ready = pfm_initialize() == PFM_SUCCESS;
-  return ready;
-}
-
-int Paranoid(const std::string& proc_root) {
-  std::ifstream in(proc_root + "/sys/kernel/perf_event_paranoid");
-  int value = 2;  // the kernel's default
-  in >> value;
-  return value;
-}
 
 int OpenEvent(perf_event_attr& attr, pid_t tid, int group_fd) {
   return static_cast<int>(::syscall(SYS_perf_event_open, &attr, tid, -1, group_fd, PERF_FLAG_FD_CLOEXEC));
@@ -89,7 +76,7 @@ std::unique_ptr<PerfCounterGroups> PerfCounterGroups::Open(const std::vector<std
     }
     return source;
   }
-  const int paranoid = Paranoid(proc_root);
+  const int paranoid = PerfEventParanoid(proc_root);
   // The attributes of every event that libpfm4 can encode, split into kinds:
   // a software event never joins a hardware group, so that a PMU that cannot
   // schedule the hardware group leaves the software counts intact.

@@ -12,21 +12,18 @@
 #include <perfmon/pfmlib_perf_event.h>
 
 namespace edgecost::probes {
-namespace {
 
 bool PfmReady() {
   static const bool ready = pfm_initialize() == PFM_SUCCESS;
   return ready;
 }
 
-int Paranoid(const std::string& proc_root) {
+int PerfEventParanoid(const std::string& proc_root) {
   std::ifstream in(proc_root + "/sys/kernel/perf_event_paranoid");
   int value = 2;  // the kernel's default
   in >> value;
   return value;
 }
-
-}  // namespace
 
 std::vector<std::string> DefaultPerfEvents() {
   return {"cycles",     "instructions", "cache-misses",     "branch-misses",
@@ -62,7 +59,7 @@ PerfFailure ExplainPerfError(int error, int paranoid, bool hardware_event) {
 PerfCounters PerfCounters::Open(const std::vector<std::string>& events, const std::string& proc_root,
                                 std::vector<ProbeInfo>& infos) {
   PerfCounters counters;
-  const int paranoid = Paranoid(proc_root);
+  const int paranoid = PerfEventParanoid(proc_root);
   for (const std::string& event : events) {
     ProbeInfo info{.source = "perf", .name = event, .kind = ReadingKind::kEnergyCounter};
     info.domains = {event};

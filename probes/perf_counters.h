@@ -47,4 +47,9 @@ struct PerfFailure {
 };
 PerfFailure ExplainPerfError(int error, int paranoid, bool hardware_event);
 
+// libpfm4 initialised once for the process; false when it cannot be.
+bool PfmReady();
+// /proc/sys/kernel/perf_event_paranoid under `proc_root` (2, the kernel's default, when unreadable).
+int PerfEventParanoid(const std::string& proc_root);
+
 }  // namespace edgecost::probes
