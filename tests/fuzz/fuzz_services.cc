@@ -20,6 +20,7 @@
 #include <filesystem>
 #include <mutex>
 #include <string>
+#include <thread>
 
 #include <google/protobuf/stubs/logging.h>
 #include <google/protobuf/util/json_util.h>
@@ -143,6 +144,22 @@ void CancelStartedJob(const HttpResponse& response, bool json) {
                       .content_type = json ? "application/json" : "application/protobuf",
                       .body = Encode(cancel, json)};
   if (Call(std::move(request)).status != 200) std::abort();
+  // Ended before the next input: a job thread still running when the fuzzer
+  // exits would use statics the exit has already destroyed.
+  v1::GetJobRequest get;
+  get.set_id(job.id());
+  for (int polls = 0;; ++polls) {
+    HttpRequest poll{.method = "POST",
+                     .target = "/twirp/edgecost.v1.JobService/GetJob",
+                     .content_type = "application/protobuf",
+                     .body = get.SerializeAsString()};
+    const HttpResponse answer = Call(std::move(poll));
+    v1::Job now;
+    if (answer.status != 200 || !now.ParseFromString(answer.body)) std::abort();
+    if (now.state() != v1::Job::STATE_QUEUED && now.state() != v1::Job::STATE_RUNNING) return;
+    if (polls == 6000) std::abort();  // a cancelled job still running after a minute
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
 }
 
 }  // namespace
