@@ -1091,6 +1091,7 @@ class Importer {
           in[1]->kind != Value::Kind::kParameter) {
         return Unsupported(node, index, "only Gemm by a weight, without transA, alpha or beta, is supported");
       }
+      if (in[1]->shape.size() != 2) return NodeError(node, index, "a Gemm weight must have two dimensions");
       const Shape& w = in[1]->shape;
       const bool trans_b = attrs.Int("transB", 0) != 0;
       const int64_t in_features = trans_b ? w[1] : w[0], out_features = trans_b ? w[0] : w[1];

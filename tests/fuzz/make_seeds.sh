@@ -3,12 +3,13 @@
 # JSON and protobuf (protoc --encode), and valid graph and schedule files.
 # Byte 0 of a services seed is the route's index in fuzz_services.cc (bit 7
 # set for protobuf); byte 0 of a files seed is 0 for a graph, 1 for a schedule.
+# Reproducers of crashes the fuzzers found are kept as crash_* seeds.
 # Usage: tests/fuzz/make_seeds.sh build/cli/edgecost
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 edgecost=$1
 out=tests/fuzz/seeds_services
-rm -f "$out"/*
+find "$out" -type f ! -name 'crash_*' -delete  # found crashes stay as seeds
 seed() {  # index name message text-format json
   printf "\\x$(printf %02x "$1")%s" "$5" > "$out/$2.json"
   { printf "\\x$(printf %02x $(( $1 | 128 )))"; printf '%s' "$4" | protoc --encode="edgecost.v1.$3" proto/edgecost.proto; } > "$out/$2.bin"
@@ -37,7 +38,7 @@ seed 17 add_model AddModelRequest "name: \"chain\" model: \"$(printf '%s' "$chai
 seed 18 remove_model RemoveModelRequest 'name: "chain"' '{"name":"chain"}'
 
 out=tests/fuzz/seeds_files
-rm -f "$out"/*
+find "$out" -type f ! -name 'crash_*' -delete  # found crashes stay as seeds
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 { printf '\x00'; cat tests/data/poet-instances/linear.a72.json; } > "$out/graph_linear.json"

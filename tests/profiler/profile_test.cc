@@ -535,50 +535,79 @@ TEST_F(ProfileTest, WithACoreKeptBusyEveryOpAgreesWithTheQuietProfileOrIsMarkedU
   options_.threads = 2;
   options_.max_attempts = 3;
   options_.measure.warmup_s = 0.002;
-  options_.measure.min_window_s = 0.005;
-  options_.measure.max_window_s = 0.02;
+  // Windows of a few scheduler ticks: the CPU other tasks use is read from
+  // /proc/stat, which counts in 10 ms ticks and cannot see a 5 ms window.
+  options_.measure.min_window_s = 0.04;
+  options_.measure.max_window_s = 0.08;
   options_.measure.min_repetitions = 5;
-  auto quiet = Profile(*graph);
+  // A profile into a device of its own, so that no run reuses or judges by another's figures.
+  auto profile_as = [&](const std::string& fingerprint) -> Result<ProfileSummary> {
+    v1::Device device;
+    device.set_name("device-" + fingerprint);
+    device.set_kind(v1::Device::KIND_MEASURED);
+    device.mutable_fingerprint()->set_hash(fingerprint);
+    EC_RETURN_IF_ERROR(db_->UpsertDevice(device).status());
+    EC_ASSIGN_OR_RETURN(const int64_t run, db_->BeginRun(fingerprint, kMeasuredSource));
+    return ProfileGraph(*db_, backend_, *graph, fingerprint, run, &meter_, options_);
+  };
+  // Quiet before and after: the host itself may change speed for seconds at a
+  // time, so an op is compared only where the two quiet profiles agree.
+  auto quiet = profile_as("fp-quiet-before");
   ASSERT_TRUE(quiet.ok()) << quiet.status().message();
-
-  v1::Device busy_device;
-  busy_device.set_name("busy-device");
-  busy_device.set_kind(v1::Device::KIND_MEASURED);
-  busy_device.mutable_fingerprint()->set_hash("fp-busy");
-  ASSERT_TRUE(db_->UpsertDevice(busy_device).ok());
   Result<ProfileSummary> busy = InvalidArgument("not run");
   {
     Spinner spinner;
     ASSERT_TRUE(spinner.ok());
-    auto run = db_->BeginRun("fp-busy", kMeasuredSource);
-    ASSERT_TRUE(run.ok());
-    busy = ProfileGraph(*db_, backend_, *graph, "fp-busy", *run, &meter_, options_);
+    busy = profile_as("fp-busy");
   }
   ASSERT_TRUE(busy.ok()) << busy.status().message();
+  auto quiet_after = profile_as("fp-quiet-after");
+  ASSERT_TRUE(quiet_after.ok()) << quiet_after.status().message();
 
-  const auto quiet_costs = db_->ListOpCosts("fp");
+  const auto before_costs = db_->ListOpCosts("fp-quiet-before");
+  const auto after_costs = db_->ListOpCosts("fp-quiet-after");
   const auto busy_costs = db_->ListOpCosts("fp-busy");
-  ASSERT_TRUE(quiet_costs.ok() && busy_costs.ok());
-  ASSERT_EQ(quiet_costs->size(), busy_costs->size());
-  int compared = 0, marked = 0;
+  ASSERT_TRUE(before_costs.ok() && after_costs.ok() && busy_costs.ok());
+  ASSERT_EQ(before_costs->size(), busy_costs->size());
+  ASSERT_EQ(after_costs->size(), busy_costs->size());
+  auto within = [](double a_s, double reference_s) { return std::fabs(a_s - reference_s) <= 0.25 * reference_s; };
+  int compared = 0, marked = 0, no_reference = 0, other_speed = 0;
   for (size_t i = 0; i < busy_costs->size(); ++i) {
-    const v1::OpCost& q = (*quiet_costs)[i];
+    const v1::OpCost& q0 = (*before_costs)[i];
+    const v1::OpCost& q1 = (*after_costs)[i];
     const v1::OpCost& b = (*busy_costs)[i];
-    ASSERT_EQ(q.signature().key(), b.signature().key());
+    ASSERT_EQ(q0.signature().key(), b.signature().key());
+    ASSERT_EQ(q1.signature().key(), b.signature().key());
     if (b.unreliable()) {
       ++marked;
       EXPECT_FALSE(b.unreliable_reason().empty()) << b.signature().key();
       continue;
     }
-    if (q.unreliable()) continue;  // the machine was not quiet for this op: nothing to compare with
+    const double q0_s = q0.runtime().median_s(), q1_s = q1.runtime().median_s(), b_s = b.runtime().median_s();
+    if (q0.unreliable() || q1.unreliable() || !within(q1_s, q0_s)) {  // the machine was not quiet for this op
+      ++no_reference;
+      continue;
+    }
+    // The reference kernel timed around each window says how fast the CPU ran:
+    // where the host ran the quiet profiles at another speed than the busy one
+    // (this VM's host does, for seconds at a time), no op time can be held
+    // against another, clean or not.
+    const double check_q0_s = q0.interference().cpu_check_s(), check_q1_s = q1.interference().cpu_check_s();
+    const double check_b_s = b.interference().cpu_check_s();
+    if (std::fabs(check_q0_s / check_b_s - 1) > 0.1 && std::fabs(check_q1_s / check_b_s - 1) > 0.1) {
+      ++other_speed;
+      continue;
+    }
     ++compared;
-    const double q_s = q.runtime().median_s(), b_s = b.runtime().median_s();
-    EXPECT_LE(std::fabs(b_s - q_s), 0.25 * q_s)
-        << b.signature().key() << ": quiet " << q_s << " s, busy " << b_s << " s, stored as clean";
+    EXPECT_TRUE(within(b_s, q0_s) || within(b_s, q1_s))
+        << b.signature().key() << ": quiet " << q0_s << " s and " << q1_s << " s, busy " << b_s
+        << " s, stored as clean (reference kernel " << check_q0_s << ", " << check_q1_s << " and " << check_b_s << " s)";
   }
   EXPECT_EQ(marked, static_cast<int>(busy->unreliable.size()));
   std::cout << "[ figures  ] " << compared << " ops compared, " << marked << " marked unreliable with a core busy, "
-            << quiet->unreliable.size() << " unreliable in the quiet run\n";
+            << no_reference << " without a quiet reference, " << other_speed
+            << " with the CPU at another speed (" << quiet->unreliable.size() << " and "
+            << quiet_after->unreliable.size() << " unreliable in the quiet runs)\n";
 }
 
 TEST(NodeWork, IdenticalOpsShareASignatureAndThreadsSeparateThem) {
