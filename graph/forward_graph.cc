@@ -3,14 +3,26 @@
 #include <algorithm>
 #include <cassert>
 #include <cmath>
+#include <limits>
 #include <sstream>
 #include <stdexcept>
 
 namespace edgecost::graph {
+namespace {
+
+[[noreturn]] void Fail(const std::string& what) { throw std::logic_error(what); }
+
+// A count computed in double, saturated where int64 would overflow (Append refuses it).
+int64_t SaturatingCount(double count) { return count < 9e18 ? static_cast<int64_t>(count) : int64_t{1} << 62; }
+
+}  // namespace
 
 int64_t NumElements(const Shape& shape) {
+  // Shapes come from files: a product that would overflow saturates, and Append refuses it.
   int64_t n = 1;
-  for (int64_t d : shape) n *= d;
+  for (int64_t d : shape) {
+    if (__builtin_mul_overflow(n, d, &n)) return std::numeric_limits<int64_t>::max();
+  }
   return n;
 }
 
@@ -195,6 +207,15 @@ int ForwardGraph::Append(Layer layer) {
   for (int input : layer.inputs) {
     if (input < 0 || input >= size()) throw std::logic_error("layer input out of range while building " + model_);
   }
+  // Every size later arithmetic multiplies stays far from overflow.
+  for (int64_t d : layer.output_shape) {
+    if (d < 0 || d > kMaxTensorElements) Fail("a tensor of shape " + ShapeToString(layer.output_shape) + " in " + model_);
+  }
+  if (NumElements(layer.output_shape) > kMaxTensorElements || layer.param_count < 0 ||
+      layer.param_count > kMaxTensorElements || !(layer.flops >= 0 && layer.flops < 1e30)) {
+    Fail("a layer too large to train in " + model_ + ": output " + ShapeToString(layer.output_shape) + ", " +
+         std::to_string(layer.param_count) + " parameters");
+  }
   layers_.push_back(std::move(layer));
   return last();
 }
@@ -213,10 +234,13 @@ int ForwardGraph::Conv2d(int x, int64_t in_channels, int64_t out_channels, int64
   Shape out = {in[0], out_channels, h, w};
   Layer layer{.kind = OpKind::kConv2d, .inputs = {x}, .output_shape = out};
   layer.bias_count = bias ? out_channels : 0;
-  layer.param_count = out_channels * (in_channels / groups) * kernel * kernel + layer.bias_count;
+  layer.param_count = SaturatingCount(static_cast<double>(out_channels) * static_cast<double>(in_channels / groups) *
+                                      static_cast<double>(kernel) * static_cast<double>(kernel)) +
+                      layer.bias_count;
   // POET counts 2 * k^2 * |input| * C_out (input size, not output size) + |output|; a group
   // sees 1/groups of the input channels.
-  layer.flops = 2.0 * static_cast<double>(kernel * kernel * NumElements(in) * out_channels / groups) +
+  layer.flops = 2.0 * static_cast<double>(kernel) * static_cast<double>(kernel) * static_cast<double>(NumElements(in)) *
+                    static_cast<double>(out_channels) / static_cast<double>(groups) +
                 static_cast<double>(NumElements(out));
   layer.attributes = {{"in_channels", in_channels},
                       {"out_channels", out_channels},
@@ -357,7 +381,7 @@ int ForwardGraph::AttentionContext(int scores, int64_t seq_len, int64_t head_dim
 
 int ForwardGraph::CrossEntropyLoss(int logits, int64_t classes) {
   // POET's loss output is a vector of `classes` values regardless of the batch size.
-  const double flops = static_cast<double>(NumElements(shape(logits)) * classes);
+  const double flops = static_cast<double>(NumElements(shape(logits))) * static_cast<double>(classes);
   return Append({.kind = OpKind::kCrossEntropyLoss,
                  .inputs = {logits},
                  .output_shape = {classes},
@@ -368,8 +392,6 @@ int ForwardGraph::CrossEntropyLoss(int logits, int64_t classes) {
 // ---- The op set of imported models ------------------------------------------------------------
 
 namespace {
-
-[[noreturn]] void Fail(const std::string& what) { throw std::logic_error(what); }
 
 int64_t Axis(int64_t axis, size_t rank) {
   const int64_t r = static_cast<int64_t>(rank);
@@ -486,9 +508,10 @@ int ForwardGraph::LinearNd(int x, int64_t in_features, int64_t out_features, boo
   const int64_t rows = NumElements(in) / in_features;
   Layer layer{.kind = OpKind::kLinear, .inputs = {x}, .output_shape = out};
   layer.bias_count = bias ? out_features : 0;
-  layer.param_count = in_features * out_features + layer.bias_count;
-  layer.flops = 2.0 * static_cast<double>(rows * in_features * out_features) +
-                (bias ? static_cast<double>(rows * out_features) : 0.0);
+  layer.param_count =
+      SaturatingCount(static_cast<double>(in_features) * static_cast<double>(out_features)) + layer.bias_count;
+  layer.flops = 2.0 * static_cast<double>(rows) * static_cast<double>(in_features) * static_cast<double>(out_features) +
+                (bias ? static_cast<double>(rows) * static_cast<double>(out_features) : 0.0);
   layer.attributes = {{"in_features", in_features}, {"out_features", out_features}};
   if (!bias) layer.attributes["no_bias"] = 1;
   return Append(std::move(layer));
@@ -503,7 +526,7 @@ int ForwardGraph::MatMul(int a, int b) {
   Shape out = BroadcastShapes(Shape(sa.begin(), sa.end() - 2), Shape(sb.begin(), sb.end() - 2));
   out.push_back(sa[sa.size() - 2]);
   out.push_back(sb.back());
-  const double flops = 2.0 * static_cast<double>(NumElements(out) * sa.back());
+  const double flops = 2.0 * static_cast<double>(NumElements(out)) * static_cast<double>(sa.back());
   return Append({.kind = OpKind::kMatMul, .inputs = {a, b}, .output_shape = std::move(out), .flops = flops});
 }
 

@@ -16,7 +16,11 @@
 namespace edgecost::graph {
 
 using Shape = std::vector<int64_t>;
+// Elements of a shape; saturates at the int64 maximum instead of overflowing.
 int64_t NumElements(const Shape& shape);
+// The largest tensor (elements) or parameter count a graph may hold: 2^40, far
+// above any trainable model and far below where sizes in bytes or flops overflow.
+inline constexpr int64_t kMaxTensorElements = int64_t{1} << 40;
 std::string ShapeToString(const Shape& shape);
 
 enum class OpKind {

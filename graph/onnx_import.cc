@@ -97,12 +97,19 @@ bool IsIntegerType(int type) {
 
 // The values of a tensor of one of the types exporters use for constants.
 Result<std::vector<double>> TensorValues(const onnx::TensorProto& t) {
-  const int64_t n = NumElements(Shape(t.dims().begin(), t.dims().end()));
+  const Shape dims(t.dims().begin(), t.dims().end());
+  const int64_t n = NumElements(dims);
+  for (int64_t d : dims) {
+    if (d < 0) return InvalidArgument("a constant with a negative dimension");
+  }
+  if (n > kMaxTensorElements) return InvalidArgument("too large a constant");
   std::vector<double> out;
-  out.reserve(static_cast<size_t>(n));
   const std::string& raw = t.raw_data();
   auto from_raw = [&]<typename T>(T) -> Status {
-    if (raw.size() != static_cast<size_t>(n) * sizeof(T)) return InvalidArgument("raw data of the wrong size");
+    if (raw.size() / sizeof(T) != static_cast<size_t>(n) || raw.size() % sizeof(T) != 0) {
+      return InvalidArgument("raw data of the wrong size");
+    }
+    out.reserve(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) {
       T v;
       std::memcpy(&v, raw.data() + i * sizeof(T), sizeof(T));
@@ -177,6 +184,10 @@ int64_t BroadcastIndex(const Shape& shape, const Shape& out, int64_t index) {
 
 int64_t NormalizeAxis(int64_t axis, size_t rank) { return axis < 0 ? axis + static_cast<int64_t>(rank) : axis; }
 
+// A value from the file as an integer (an extent, an axis, an index): clamped,
+// since casting a double outside int64's range (or NaN) is undefined.
+int64_t ToInt(double d) { return std::isnan(d) ? 0 : static_cast<int64_t>(std::clamp(d, -9e18, 9e18)); }
+
 // Evaluates the shape arithmetic exporters emit (Shape, Gather, Unsqueeze, Concat, Constant,
 // ConstantOfShape, Range, Cast, Equal, Where, arithmetic...) on constants. ONNX's C++ library
 // infers shapes but has no evaluator, so the few ops that compute them are evaluated here.
@@ -235,7 +246,7 @@ class ConstantFolder {
     if (op == "ConstantOfShape") {
       EC_RETURN_IF_ERROR(need(1));
       Shape shape;
-      for (double d : in[0]->data) shape.push_back(static_cast<int64_t>(d));
+      for (double d : in[0]->data) shape.push_back(ToInt(d));
       double fill = 0;
       bool integer = false;
       if (const onnx::TensorProto* t = attrs.Tensor("value")) {
@@ -251,7 +262,7 @@ class ConstantFolder {
       EC_RETURN_IF_ERROR(need(3));
       const double start = in[0]->data.at(0), limit = in[1]->data.at(0), delta = in[2]->data.at(0);
       if (delta == 0) return InvalidArgument("Range with a zero step");
-      const int64_t n = std::max<int64_t>(0, static_cast<int64_t>(std::ceil((limit - start) / delta)));
+      const int64_t n = std::max<int64_t>(0, ToInt(std::ceil((limit - start) / delta)));
       if (n > kMaxElements) return InvalidArgument("too large a range");
       std::vector<double> data;
       for (int64_t i = 0; i < n; ++i) data.push_back(start + static_cast<double>(i) * delta);
@@ -279,7 +290,7 @@ class ConstantFolder {
       if (opset >= 13 && in.size() > 1 && in[1]) {
         if (!in[1]->has_data) return InvalidArgument("axes are not a constant");
         axes.clear();
-        for (double d : in[1]->data) axes.push_back(static_cast<int64_t>(d));
+        for (double d : in[1]->data) axes.push_back(ToInt(d));
       }
       Value v = *in[0];
       EC_ASSIGN_OR_RETURN(v.shape, SqueezeShape(op == "Unsqueeze", in[0]->shape, axes));
@@ -333,7 +344,7 @@ class ConstantFolder {
       std::vector<double> values;
       for (int64_t o = 0; o < outer; ++o) {
         for (double index : indices.data) {
-          int64_t i = static_cast<int64_t>(index);
+          int64_t i = ToInt(index);
           if (i < 0) i += extent;
           if (i < 0 || i >= extent) return InvalidArgument("gather index out of range");
           const auto from = data.data.begin() + (o * extent + i) * inner;
@@ -346,13 +357,13 @@ class ConstantFolder {
       EC_RETURN_IF_ERROR(need(3));
       if (in[0]->shape.size() != 1) return InvalidArgument("only slices of vectors are folded");
       const int64_t n = in[0]->shape[0];
-      if (in.size() > 3 && in[3] && in[3]->has_data && NormalizeAxis(static_cast<int64_t>(in[3]->data.at(0)), 1) != 0) {
+      if (in.size() > 3 && in[3] && in[3]->has_data && NormalizeAxis(ToInt(in[3]->data.at(0)), 1) != 0) {
         return InvalidArgument("bad axis");
       }
-      const int64_t step = in.size() > 4 && in[4] && in[4]->has_data ? static_cast<int64_t>(in[4]->data.at(0)) : 1;
+      const int64_t step = in.size() > 4 && in[4] && in[4]->has_data ? ToInt(in[4]->data.at(0)) : 1;
       if (step != 1) return InvalidArgument("only unit steps are folded");
       const auto [start, end] =
-          SliceRange(static_cast<int64_t>(in[1]->data.at(0)), static_cast<int64_t>(in[2]->data.at(0)), n);
+          SliceRange(ToInt(in[1]->data.at(0)), ToInt(in[2]->data.at(0)), n);
       std::vector<double> values(in[0]->data.begin() + start, in[0]->data.begin() + std::max(start, end));
       const Shape dims = {static_cast<int64_t>(values.size())};
       return std::vector<Value>{Value::Constant(dims, std::move(values), in[0]->integer)};
@@ -380,7 +391,7 @@ class ConstantFolder {
     if (op == "Expand") {
       EC_RETURN_IF_ERROR(need(2));
       Shape target;
-      for (double d : in[1]->data) target.push_back(static_cast<int64_t>(d));
+      for (double d : in[1]->data) target.push_back(ToInt(d));
       return Elementwise(
           in, [](const std::vector<double>& x) { return x[0]; }, in[0]->integer, &target, 1);
     }
@@ -448,7 +459,7 @@ class ConstantFolder {
     int infer = -1;
     int64_t known = 1;
     for (size_t i = 0; i < target.size(); ++i) {
-      int64_t d = static_cast<int64_t>(target[i]);
+      int64_t d = ToInt(target[i]);
       if (d == 0 && !allowzero) {
         if (i >= in.size()) return InvalidArgument("reshape copies an axis the input lacks");
         d = in[i];
@@ -460,7 +471,7 @@ class ConstantFolder {
         continue;
       }
       if (d < 0) return InvalidArgument("negative reshape extent");
-      known *= d;
+      if (__builtin_mul_overflow(known, d, &known)) return InvalidArgument("too large a reshape target");
       out.push_back(d);
     }
     const int64_t total = NumElements(in);
@@ -552,6 +563,7 @@ class Importer {
     }
     for (const onnx::TensorProto& t : g.initializer()) {
       Value v = Value::Parameter(Shape(t.dims().begin(), t.dims().end()));
+      if (!Trainable(v.shape)) return Error("initializer '" + t.name() + "' has shape " + ShapeToString(v.shape));
       if (NumElements(v.shape) <= 64) {  // small ones may be constants (eps, shape targets)
         auto data = TensorValues(t);
         if (data.ok()) {
@@ -576,6 +588,7 @@ class Importer {
         if (d <= 0)
           return Error("input '" + v.name() + "' has a symbolic or unknown dimension; export with fixed shapes");
       }
+      if (!Trainable(shape)) return Error("input '" + v.name() + "' has shape " + ShapeToString(shape));
       values_[v.name()] = Value::Activation(graph_.Input(shape));
       if (shape.size() >= 2) graph_.set_batch_size(static_cast<int>(shape[0]));
       ++inputs;
@@ -616,6 +629,12 @@ class Importer {
   }
 
  private:
+  // A shape a training graph can hold: no negative extent, at most kMaxTensorElements in all.
+  static bool Trainable(const Shape& shape) {
+    return std::all_of(shape.begin(), shape.end(), [](int64_t d) { return d >= 0; }) &&
+           NumElements(shape) <= kMaxTensorElements;
+  }
+
   static Shape ShapeOf(const onnx::ValueInfoProto& v) {
     Shape shape;
     for (const auto& d : v.type().tensor_type().shape().dim()) shape.push_back(d.has_dim_value() ? d.dim_value() : -1);
@@ -931,7 +950,7 @@ class Importer {
         if (in.size() > 1 && in[1]) {
           if (!in[1]->has_data) return Unsupported(node, index, "the axes must be a constant");
           axes.clear();
-          for (double d : in[1]->data) axes.push_back(static_cast<int64_t>(d));
+          for (double d : in[1]->data) axes.push_back(ToInt(d));
         }
         target = ConstantFolder::SqueezeShape(op == "Unsqueeze", s, axes);
       }
@@ -964,7 +983,7 @@ class Importer {
       if (in.size() > 1 && in[1]) {
         if (!in[1]->has_data) return Unsupported(node, index, "split sizes must be constants");
         sizes.clear();
-        for (double d : in[1]->data) sizes.push_back(static_cast<int64_t>(d));
+        for (double d : in[1]->data) sizes.push_back(ToInt(d));
       }
       if (sizes.empty()) sizes.assign(node.output_size(), s.at(axis) / node.output_size());
       int64_t start = 0;
@@ -983,13 +1002,13 @@ class Importer {
       for (size_t k = 0; k < in[1]->data.size(); ++k) {
         const Shape& s = graph_.shape(x);
         const int64_t axis = NormalizeAxis(
-            in.size() > 3 && in[3] ? static_cast<int64_t>(in[3]->data.at(k)) : static_cast<int64_t>(k), s.size());
-        const int64_t step = in.size() > 4 && in[4] ? static_cast<int64_t>(in[4]->data.at(k)) : 1;
+            in.size() > 3 && in[3] ? ToInt(in[3]->data.at(k)) : static_cast<int64_t>(k), s.size());
+        const int64_t step = in.size() > 4 && in[4] ? ToInt(in[4]->data.at(k)) : 1;
         if (step != 1) return Unsupported(node, index, "only unit steps are supported");
         const double start_d = in[1]->data[k], end_d = in[2]->data.at(k);
         const auto [start, end] =
-            ConstantFolder::SliceRange(static_cast<int64_t>(std::clamp(start_d, -9e18, 9e18)),
-                                       static_cast<int64_t>(std::clamp(end_d, -9e18, 9e18)), s.at(axis));
+            ConstantFolder::SliceRange(ToInt(start_d),
+                                       ToInt(end_d), s.at(axis));
         if (start != 0 || end != s[axis]) x = graph_.Slice(x, axis, start, end);
       }
       set(x);
@@ -1000,7 +1019,7 @@ class Importer {
       } else if (x0 && in[1] && in[1]->has_data && in[1]->data.size() == 1) {
         const Shape& s = graph_.shape(Act(x0));
         const int64_t a = NormalizeAxis(axis, s.size());
-        int64_t i = static_cast<int64_t>(in[1]->data[0]);
+        int64_t i = ToInt(in[1]->data[0]);
         if (i < 0) i += s.at(a);
         set(graph_.Slice(Act(x0), a, i, i + 1, /*squeeze=*/in[1]->shape.empty()));
       } else {
