@@ -22,7 +22,10 @@ namespace edgecost::solver {
 enum class Policy { kKeep, kPage, kRecompute, kRecomputeOnce };
 
 // The plan that carries out `policies` (indexed by node; ignored for short-lived nodes).
-Plan BuildPlan(const Problem& problem, const std::vector<Policy>& policies);
+// A paged tensor u stays resident through stage hold_until[u] (at least u + 2,
+// the default) and is read back only for the uses after it: holding it over
+// its forward uses saves a page-in for each.
+Plan BuildPlan(const Problem& problem, const std::vector<Policy>& policies, const std::vector<int>& hold_until = {});
 
 struct Candidate {
   Plan plan;
