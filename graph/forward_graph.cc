@@ -26,6 +26,11 @@ int64_t NumElements(const Shape& shape) {
   return n;
 }
 
+bool ValidShape(const Shape& shape) {
+  return std::all_of(shape.begin(), shape.end(), [](int64_t d) { return d >= 0 && d <= kMaxTensorElements; }) &&
+         NumElements(shape) <= kMaxTensorElements;
+}
+
 std::string ShapeToString(const Shape& shape) {
   std::ostringstream out;
   for (size_t i = 0; i < shape.size(); ++i) out << (i ? "x" : "") << shape[i];
@@ -208,11 +213,8 @@ int ForwardGraph::Append(Layer layer) {
     if (input < 0 || input >= size()) throw std::logic_error("layer input out of range while building " + model_);
   }
   // Every size later arithmetic multiplies stays far from overflow.
-  for (int64_t d : layer.output_shape) {
-    if (d < 0 || d > kMaxTensorElements) Fail("a tensor of shape " + ShapeToString(layer.output_shape) + " in " + model_);
-  }
-  if (NumElements(layer.output_shape) > kMaxTensorElements || layer.param_count < 0 ||
-      layer.param_count > kMaxTensorElements || !(layer.flops >= 0 && layer.flops < 1e30)) {
+  if (!ValidShape(layer.output_shape) || layer.param_count < 0 || layer.param_count > kMaxTensorElements ||
+      !(layer.flops >= 0 && layer.flops < 1e30)) {
     Fail("a layer too large to train in " + model_ + ": output " + ShapeToString(layer.output_shape) + ", " +
          std::to_string(layer.param_count) + " parameters");
   }

@@ -21,6 +21,8 @@ int64_t NumElements(const Shape& shape);
 // The largest tensor (elements) or parameter count a graph may hold: 2^40, far
 // above any trainable model and far below where sizes in bytes or flops overflow.
 inline constexpr int64_t kMaxTensorElements = int64_t{1} << 40;
+// A shape a graph may hold: no negative extent, no extent and no product above kMaxTensorElements.
+bool ValidShape(const Shape& shape);
 std::string ShapeToString(const Shape& shape);
 
 enum class OpKind {

@@ -98,11 +98,8 @@ bool IsIntegerType(int type) {
 // The values of a tensor of one of the types exporters use for constants.
 Result<std::vector<double>> TensorValues(const onnx::TensorProto& t) {
   const Shape dims(t.dims().begin(), t.dims().end());
+  if (!ValidShape(dims)) return InvalidArgument("a constant of shape " + ShapeToString(dims));
   const int64_t n = NumElements(dims);
-  for (int64_t d : dims) {
-    if (d < 0) return InvalidArgument("a constant with a negative dimension");
-  }
-  if (n > kMaxTensorElements) return InvalidArgument("too large a constant");
   std::vector<double> out;
   const std::string& raw = t.raw_data();
   auto from_raw = [&]<typename T>(T) -> Status {
@@ -362,8 +359,7 @@ class ConstantFolder {
       }
       const int64_t step = in.size() > 4 && in[4] && in[4]->has_data ? ToInt(in[4]->data.at(0)) : 1;
       if (step != 1) return InvalidArgument("only unit steps are folded");
-      const auto [start, end] =
-          SliceRange(ToInt(in[1]->data.at(0)), ToInt(in[2]->data.at(0)), n);
+      const auto [start, end] = SliceRange(ToInt(in[1]->data.at(0)), ToInt(in[2]->data.at(0)), n);
       std::vector<double> values(in[0]->data.begin() + start, in[0]->data.begin() + std::max(start, end));
       const Shape dims = {static_cast<int64_t>(values.size())};
       return std::vector<Value>{Value::Constant(dims, std::move(values), in[0]->integer)};
@@ -563,7 +559,7 @@ class Importer {
     }
     for (const onnx::TensorProto& t : g.initializer()) {
       Value v = Value::Parameter(Shape(t.dims().begin(), t.dims().end()));
-      if (!Trainable(v.shape)) return Error("initializer '" + t.name() + "' has shape " + ShapeToString(v.shape));
+      if (!ValidShape(v.shape)) return Error("initializer '" + t.name() + "' has shape " + ShapeToString(v.shape));
       if (NumElements(v.shape) <= 64) {  // small ones may be constants (eps, shape targets)
         auto data = TensorValues(t);
         if (data.ok()) {
@@ -588,7 +584,7 @@ class Importer {
         if (d <= 0)
           return Error("input '" + v.name() + "' has a symbolic or unknown dimension; export with fixed shapes");
       }
-      if (!Trainable(shape)) return Error("input '" + v.name() + "' has shape " + ShapeToString(shape));
+      if (!ValidShape(shape)) return Error("input '" + v.name() + "' has shape " + ShapeToString(shape));
       values_[v.name()] = Value::Activation(graph_.Input(shape));
       if (shape.size() >= 2) graph_.set_batch_size(static_cast<int>(shape[0]));
       ++inputs;
@@ -629,12 +625,6 @@ class Importer {
   }
 
  private:
-  // A shape a training graph can hold: no negative extent, at most kMaxTensorElements in all.
-  static bool Trainable(const Shape& shape) {
-    return std::all_of(shape.begin(), shape.end(), [](int64_t d) { return d >= 0; }) &&
-           NumElements(shape) <= kMaxTensorElements;
-  }
-
   static Shape ShapeOf(const onnx::ValueInfoProto& v) {
     Shape shape;
     for (const auto& d : v.type().tensor_type().shape().dim()) shape.push_back(d.has_dim_value() ? d.dim_value() : -1);
@@ -1001,14 +991,12 @@ class Importer {
       int x = Act(x0);
       for (size_t k = 0; k < in[1]->data.size(); ++k) {
         const Shape& s = graph_.shape(x);
-        const int64_t axis = NormalizeAxis(
-            in.size() > 3 && in[3] ? ToInt(in[3]->data.at(k)) : static_cast<int64_t>(k), s.size());
+        const int64_t axis =
+            NormalizeAxis(in.size() > 3 && in[3] ? ToInt(in[3]->data.at(k)) : static_cast<int64_t>(k), s.size());
         const int64_t step = in.size() > 4 && in[4] ? ToInt(in[4]->data.at(k)) : 1;
         if (step != 1) return Unsupported(node, index, "only unit steps are supported");
         const double start_d = in[1]->data[k], end_d = in[2]->data.at(k);
-        const auto [start, end] =
-            ConstantFolder::SliceRange(ToInt(start_d),
-                                       ToInt(end_d), s.at(axis));
+        const auto [start, end] = ConstantFolder::SliceRange(ToInt(start_d), ToInt(end_d), s.at(axis));
         if (start != 0 || end != s[axis]) x = graph_.Slice(x, axis, start, end);
       }
       set(x);

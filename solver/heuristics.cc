@@ -185,31 +185,22 @@ Candidate PagingOnly(const Problem& p) {
                                                       p.allow_paging ? Policy::kPage : Policy::kKeep)));
 }
 
-namespace {
-
-// Policies and paging holds of every tensor, with the plan and replay they give.
-struct PolicyState {
-  std::vector<Policy> policies;
-  std::vector<int> hold;  // paged tensors: resident through this stage (BuildPlan)
-  Candidate current;
-};
-
-// While the plan is over the RAM budget: the tensor kept at the violating stage
-// with the best bytes-per-joule trade gets a cheaper-in-memory policy. Each
-// (tensor, policy) is tried once; false when it runs out of choices.
-bool ReduceToBudget(const Problem& p, const std::vector<int>& last_use, PolicyState& state) {
+std::optional<Candidate> Greedy(const Problem& p) {
   const int n = p.size();
+  const std::vector<int> last_use = LastUse(p);
+  std::vector<Policy> policies(static_cast<size_t>(n), Policy::kKeep);
   std::set<std::pair<int, Policy>> tried;
-  for (int iteration = 0; !state.current.replay.valid && iteration < 4 * n; ++iteration) {
-    const int t = state.current.replay.violation_stage;
-    if (t < 0) return false;  // a runtime violation: recomputation made it too slow
+  Candidate current = Evaluate(p, BuildPlan(p, policies));
+  for (int iteration = 0; !current.replay.valid && iteration < 4 * n; ++iteration) {
+    const int t = current.replay.violation_stage;
+    if (t < 0) break;  // a runtime violation: recomputation made it too slow
     // Candidates: long-lived tensors resident at the start of the violating stage.
     double best_score = -1;
     int best_node = -1;
     Policy best_policy = Policy::kKeep;
     for (int u = 0; u < t; ++u) {
       const size_t su = static_cast<size_t>(u);
-      if (!state.current.plan.resident[t][u] || last_use[su] < u + 2 || state.policies[su] != Policy::kKeep) continue;
+      if (!current.plan.resident[t][u] || last_use[su] < u + 2 || policies[su] != Policy::kKeep) continue;
       const double bytes = static_cast<double>(p.ram_bytes[su]);
       const int later_uses = std::max(
           1, static_cast<int>(std::count_if(p.preds.begin() + u + 2, p.preds.end(), [u](const std::vector<int>& pr) {
@@ -231,35 +222,24 @@ bool ReduceToBudget(const Problem& p, const std::vector<int>& last_use, PolicySt
         }
       }
     }
-    if (best_node < 0) return false;
+    if (best_node < 0) break;
     tried.insert({best_node, best_policy});
-    state.policies[static_cast<size_t>(best_node)] = best_policy;
-    state.hold[static_cast<size_t>(best_node)] = 0;
-    state.current = Evaluate(p, BuildPlan(p, state.policies, state.hold));
+    policies[static_cast<size_t>(best_node)] = best_policy;
+    current = Evaluate(p, BuildPlan(p, policies));
   }
-  return state.current.replay.valid;
-}
-
-}  // namespace
-
-std::optional<Candidate> Greedy(const Problem& p) {
-  const int n = p.size();
-  const std::vector<int> last_use = LastUse(p);
-  std::vector<Policy> keep_all(static_cast<size_t>(n), Policy::kKeep);
-  PolicyState state{keep_all, std::vector<int>(static_cast<size_t>(n), 0), Evaluate(p, BuildPlan(p, keep_all))};
-  if (!ReduceToBudget(p, last_use, state) && p.allow_paging) {
+  if (!current.replay.valid && p.allow_paging) {
     // Adding choices one by one found nothing: start from paging every tensor instead.
-    state.policies.assign(static_cast<size_t>(n), Policy::kPage);
-    state.hold.assign(static_cast<size_t>(n), 0);
-    state.current = Evaluate(p, BuildPlan(p, state.policies));
+    policies.assign(static_cast<size_t>(n), Policy::kPage);
+    current = Evaluate(p, BuildPlan(p, policies));
   }
-  if (!state.current.replay.valid) return std::nullopt;
+  if (!current.replay.valid) return std::nullopt;
   // Improve one tensor at a time, most expensive first: another policy, or for
   // a paged one another stage to hold it through (held over its forward uses,
   // it is read back once, for its backward ones), taken when the schedule stays
   // valid and costs less, until a pass changes nothing. (Repairing a move that
   // breaks the budget, as above, was tried: no instance of the solver bench
   // improved, and the first schedule took twice as long.)
+  std::vector<int> hold(static_cast<size_t>(n), 0);  // paged tensors: resident through this stage (BuildPlan)
   std::vector<int> order(static_cast<size_t>(n));
   std::iota(order.begin(), order.end(), 0);
   std::sort(order.begin(), order.end(), [&](int a, int b) {
@@ -274,37 +254,39 @@ std::optional<Candidate> Greedy(const Problem& p) {
     improved = false;
     for (int u : order) {
       const size_t su = static_cast<size_t>(u);
-      if (state.policies[su] == Policy::kKeep || last_use[su] < u + 2) continue;
+      if (policies[su] == Policy::kKeep || last_use[su] < u + 2) continue;
       std::vector<std::pair<Policy, int>> moves;  // (policy, hold)
       for (Policy alternative : {Policy::kKeep, Policy::kPage, Policy::kRecomputeOnce, Policy::kRecompute}) {
-        if (alternative == state.policies[su]) continue;
+        if (alternative == policies[su]) continue;
         if ((alternative == Policy::kPage && !p.allow_paging) ||
             (alternative != Policy::kKeep && alternative != Policy::kPage && !p.allow_remat)) {
           continue;
         }
         moves.emplace_back(alternative, 0);
       }
-      if (state.policies[su] == Policy::kPage) {
+      if (policies[su] == Policy::kPage) {
         for (int r : reads[su]) {
-          if (r > u + 2 && r < last_use[su] && r != state.hold[su]) moves.emplace_back(Policy::kPage, r);
+          if (r > u + 2 && r < last_use[su] && r != hold[su]) moves.emplace_back(Policy::kPage, r);
         }
-        if (state.hold[su] != 0) moves.emplace_back(Policy::kPage, 0);
+        if (hold[su] != 0) moves.emplace_back(Policy::kPage, 0);
       }
       for (const auto& [policy, hold_through] : moves) {
-        if (policy == state.policies[su] && hold_through == state.hold[su]) continue;  // an earlier move made it so
-        PolicyState trial = state;
-        trial.policies[su] = policy;
-        trial.hold[su] = hold_through;
-        trial.current = Evaluate(p, BuildPlan(p, trial.policies, trial.hold));
-        if (!trial.current.replay.valid) continue;
-        if (trial.current.replay.energy.total_j() < state.current.replay.energy.total_j() * (1 - 1e-12)) {
-          state = std::move(trial);
+        if (policy == policies[su] && hold_through == hold[su]) continue;  // an earlier move made it so
+        std::vector<Policy> trial = policies;
+        std::vector<int> trial_hold = hold;
+        trial[su] = policy;
+        trial_hold[su] = hold_through;
+        Candidate c = Evaluate(p, BuildPlan(p, trial, trial_hold));
+        if (c.replay.valid && c.replay.energy.total_j() < current.replay.energy.total_j() * (1 - 1e-12)) {
+          policies = std::move(trial);
+          hold = std::move(trial_hold);
+          current = std::move(c);
           improved = true;
         }
       }
     }
   }
-  return state.current;
+  return current;
 }
 
 std::optional<Candidate> SqrtCheckpointing(const Problem& p) {

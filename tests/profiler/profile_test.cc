@@ -56,11 +56,7 @@ class ProfileTest : public edgecost::testing::TempDirTest {
   void SetUp() override {
     TempDirTest::SetUp();
     db_ = std::make_unique<costdb::CostDb>(costdb::CostDb::Open((dir_ / "costs.db").string()).value());
-    v1::Device device;
-    device.set_name("test-device");
-    device.set_kind(v1::Device::KIND_MEASURED);
-    device.mutable_fingerprint()->set_hash("fp");
-    ASSERT_TRUE(db_->UpsertDevice(device).ok());
+    ASSERT_TRUE(AddDevice("test-device", "fp").ok());
     options_.threads = 1;
     options_.measure.min_window_s = 0.0005;
     options_.measure.warmup_runs = 1;
@@ -73,6 +69,15 @@ class ProfileTest : public edgecost::testing::TempDirTest {
   void TearDown() override {
     db_.reset();
     TempDirTest::TearDown();
+  }
+
+  // A measured device of its own fingerprint, so that no profile reuses or judges by another's figures.
+  Status AddDevice(const std::string& name, const std::string& fingerprint) {
+    v1::Device device;
+    device.set_name(name);
+    device.set_kind(v1::Device::KIND_MEASURED);
+    device.mutable_fingerprint()->set_hash(fingerprint);
+    return db_->UpsertDevice(device).status();
   }
 
   Result<ProfileSummary> Profile(const v1::TrainingGraph& graph) {
@@ -540,13 +545,8 @@ TEST_F(ProfileTest, WithACoreKeptBusyEveryOpAgreesWithTheQuietProfileOrIsMarkedU
   options_.measure.min_window_s = 0.04;
   options_.measure.max_window_s = 0.08;
   options_.measure.min_repetitions = 5;
-  // A profile into a device of its own, so that no run reuses or judges by another's figures.
   auto profile_as = [&](const std::string& fingerprint) -> Result<ProfileSummary> {
-    v1::Device device;
-    device.set_name("device-" + fingerprint);
-    device.set_kind(v1::Device::KIND_MEASURED);
-    device.mutable_fingerprint()->set_hash(fingerprint);
-    EC_RETURN_IF_ERROR(db_->UpsertDevice(device).status());
+    EC_RETURN_IF_ERROR(AddDevice("device-" + fingerprint, fingerprint));
     EC_ASSIGN_OR_RETURN(const int64_t run, db_->BeginRun(fingerprint, kMeasuredSource));
     return ProfileGraph(*db_, backend_, *graph, fingerprint, run, &meter_, options_);
   };
@@ -601,13 +601,14 @@ TEST_F(ProfileTest, WithACoreKeptBusyEveryOpAgreesWithTheQuietProfileOrIsMarkedU
     ++compared;
     EXPECT_TRUE(within(b_s, q0_s) || within(b_s, q1_s))
         << b.signature().key() << ": quiet " << q0_s << " s and " << q1_s << " s, busy " << b_s
-        << " s, stored as clean (reference kernel " << check_q0_s << ", " << check_q1_s << " and " << check_b_s << " s)";
+        << " s, stored as clean (reference kernel " << check_q0_s << ", " << check_q1_s << " and " << check_b_s
+        << " s)";
   }
   EXPECT_EQ(marked, static_cast<int>(busy->unreliable.size()));
   std::cout << "[ figures  ] " << compared << " ops compared, " << marked << " marked unreliable with a core busy, "
-            << no_reference << " without a quiet reference, " << other_speed
-            << " with the CPU at another speed (" << quiet->unreliable.size() << " and "
-            << quiet_after->unreliable.size() << " unreliable in the quiet runs)\n";
+            << no_reference << " without a quiet reference, " << other_speed << " with the CPU at another speed ("
+            << quiet->unreliable.size() << " and " << quiet_after->unreliable.size()
+            << " unreliable in the quiet runs)\n";
 }
 
 TEST(NodeWork, IdenticalOpsShareASignatureAndThreadsSeparateThem) {
