@@ -1,6 +1,7 @@
 #include "solver/heuristics.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -8,6 +9,8 @@
 
 namespace edgecost::solver {
 namespace {
+
+double Now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 std::vector<int> LastUse(const Problem& p) {
   std::vector<int> last(static_cast<size_t>(p.size()), -1);
@@ -185,7 +188,30 @@ Candidate PagingOnly(const Problem& p) {
                                                       p.allow_paging ? Policy::kPage : Policy::kKeep)));
 }
 
-std::optional<Candidate> Greedy(const Problem& p) {
+namespace {
+
+// A schedule from one policy per tensor (and a hold stage per paged one), with its replay.
+struct PolicySchedule {
+  std::vector<Policy> policies;
+  std::vector<int> hold;  // paged tensors: resident through this stage (BuildPlan's hold_until)
+  Candidate current;
+};
+
+// Energy of a plan as it stands, valid or not (Simulate stops at the first violation).
+double PlanEnergyJ(const Problem& p, const Plan& plan) {
+  double energy_j = 0;
+  for (int t = 0; t < p.size(); ++t) {
+    for (int i = 0; i <= t; ++i) {
+      const size_t k = static_cast<size_t>(i);
+      energy_j += plan.compute[t][i] * p.compute_j[k] + plan.page_in[t][i] * p.page_in_j[k] +
+                  plan.page_out[t][i] * p.page_out_j[k];
+    }
+  }
+  return energy_j;
+}
+
+// Greedy's first phase: policies that cheapen memory, until the budget is met.
+std::optional<PolicySchedule> ReduceToBudget(const Problem& p) {
   const int n = p.size();
   const std::vector<int> last_use = LastUse(p);
   std::vector<Policy> policies(static_cast<size_t>(n), Policy::kKeep);
@@ -233,60 +259,153 @@ std::optional<Candidate> Greedy(const Problem& p) {
     current = Evaluate(p, BuildPlan(p, policies));
   }
   if (!current.replay.valid) return std::nullopt;
-  // Improve one tensor at a time, most expensive first: another policy, or for
-  // a paged one another stage to hold it through (held over its forward uses,
-  // it is read back once, for its backward ones), taken when the schedule stays
-  // valid and costs less, until a pass changes nothing. (Repairing a move that
-  // breaks the budget, as above, was tried: no instance of the solver bench
-  // improved, and the first schedule took twice as long.)
-  std::vector<int> hold(static_cast<size_t>(n), 0);  // paged tensors: resident through this stage (BuildPlan)
-  std::vector<int> order(static_cast<size_t>(n));
+  return PolicySchedule{std::move(policies), std::vector<int>(static_cast<size_t>(n), 0), std::move(current)};
+}
+// The moves of one tensor u from where it stands: another policy, or for a
+// paged one another stage to hold it through (held over its forward uses, it
+// is read back once, for its backward ones).
+std::vector<std::pair<Policy, int>> MovesOf(const Problem& p, const PolicySchedule& s, int u,
+                                            const std::vector<int>& reads_of_u, int last_use_of_u) {
+  const size_t su = static_cast<size_t>(u);
+  std::vector<std::pair<Policy, int>> moves;  // (policy, hold)
+  for (Policy alternative : {Policy::kKeep, Policy::kPage, Policy::kRecomputeOnce, Policy::kRecompute}) {
+    if (alternative == s.policies[su]) continue;
+    if ((alternative == Policy::kPage && !p.allow_paging) ||
+        (alternative != Policy::kKeep && alternative != Policy::kPage && !p.allow_remat)) {
+      continue;
+    }
+    moves.emplace_back(alternative, 0);
+  }
+  if (s.policies[su] == Policy::kPage) {
+    for (int r : reads_of_u) {
+      if (r > u + 2 && r < last_use_of_u && r != s.hold[su]) moves.emplace_back(Policy::kPage, r);
+    }
+    if (s.hold[su] != 0) moves.emplace_back(Policy::kPage, 0);
+  }
+  return moves;
+}
+
+std::vector<std::vector<int>> Reads(const Problem& p) {
+  std::vector<std::vector<int>> reads(static_cast<size_t>(p.size()));
+  for (int v = 0; v < p.size(); ++v) {
+    for (int w : p.preds[static_cast<size_t>(v)]) reads[static_cast<size_t>(w)].push_back(v);
+  }
+  return reads;
+}
+
+// Tensors, most expensive to bring back first.
+std::vector<int> CostliestFirst(const Problem& p) {
+  std::vector<int> order(static_cast<size_t>(p.size()));
   std::iota(order.begin(), order.end(), 0);
   std::sort(order.begin(), order.end(), [&](int a, int b) {
     return p.compute_j[static_cast<size_t>(a)] + p.page_in_j[static_cast<size_t>(a)] >
            p.compute_j[static_cast<size_t>(b)] + p.page_in_j[static_cast<size_t>(b)];
   });
-  std::vector<std::vector<int>> reads(static_cast<size_t>(n));
-  for (int v = 0; v < n; ++v) {
-    for (int w : p.preds[static_cast<size_t>(v)]) reads[static_cast<size_t>(w)].push_back(v);
-  }
+  return order;
+}
+
+// Improves one tensor at a time, most expensive first, taking each move that
+// keeps the schedule valid and costs less, until a pass changes nothing.
+// (Repairing a move that breaks the budget with the reduction's own rule was
+// tried: no instance of the solver bench improved, and the first schedule took
+// twice as long. ImproveByExchanges repairs with the best single move instead.)
+// Returns whether anything changed.
+bool ImproveOneByOne(const Problem& p, PolicySchedule& s) {
+  const std::vector<int> last_use = LastUse(p);
+  const std::vector<int> order = CostliestFirst(p);
+  const std::vector<std::vector<int>> reads = Reads(p);
+  bool changed = false;
   for (bool improved = true; improved;) {
     improved = false;
     for (int u : order) {
       const size_t su = static_cast<size_t>(u);
-      if (policies[su] == Policy::kKeep || last_use[su] < u + 2) continue;
-      std::vector<std::pair<Policy, int>> moves;  // (policy, hold)
-      for (Policy alternative : {Policy::kKeep, Policy::kPage, Policy::kRecomputeOnce, Policy::kRecompute}) {
-        if (alternative == policies[su]) continue;
-        if ((alternative == Policy::kPage && !p.allow_paging) ||
-            (alternative != Policy::kKeep && alternative != Policy::kPage && !p.allow_remat)) {
-          continue;
-        }
-        moves.emplace_back(alternative, 0);
-      }
-      if (policies[su] == Policy::kPage) {
-        for (int r : reads[su]) {
-          if (r > u + 2 && r < last_use[su] && r != hold[su]) moves.emplace_back(Policy::kPage, r);
-        }
-        if (hold[su] != 0) moves.emplace_back(Policy::kPage, 0);
-      }
-      for (const auto& [policy, hold_through] : moves) {
-        if (policy == policies[su] && hold_through == hold[su]) continue;  // an earlier move made it so
-        std::vector<Policy> trial = policies;
-        std::vector<int> trial_hold = hold;
+      if (s.policies[su] == Policy::kKeep || last_use[su] < u + 2) continue;
+      for (const auto& [policy, hold_through] : MovesOf(p, s, u, reads[su], last_use[su])) {
+        if (policy == s.policies[su] && hold_through == s.hold[su]) continue;  // an earlier move made it so
+        std::vector<Policy> trial = s.policies;
+        std::vector<int> trial_hold = s.hold;
         trial[su] = policy;
         trial_hold[su] = hold_through;
         Candidate c = Evaluate(p, BuildPlan(p, trial, trial_hold));
-        if (c.replay.valid && c.replay.energy.total_j() < current.replay.energy.total_j() * (1 - 1e-12)) {
-          policies = std::move(trial);
-          hold = std::move(trial_hold);
-          current = std::move(c);
-          improved = true;
+        if (c.replay.valid && c.replay.energy.total_j() < s.current.replay.energy.total_j() * (1 - 1e-12)) {
+          s.policies = std::move(trial);
+          s.hold = std::move(trial_hold);
+          s.current = std::move(c);
+          improved = changed = true;
         }
       }
     }
   }
-  return current;
+  return changed;
+}
+
+// Exchanges: a move of one tensor that saves energy but breaks the budget,
+// repaired by the cheapest move of one tensor resident where it breaks that
+// makes the pair valid and cheaper. Single moves cannot trade one tensor's
+// memory for another's. Stops at `deadline`; returns whether anything changed.
+bool ImproveByExchanges(const Problem& p, PolicySchedule& s, double deadline) {
+  const std::vector<int> last_use = LastUse(p);
+  const std::vector<int> order = CostliestFirst(p);
+  const std::vector<std::vector<int>> reads = Reads(p);
+  bool changed = false;
+  for (int u : order) {
+    const size_t su = static_cast<size_t>(u);
+    if (s.policies[su] == Policy::kKeep || last_use[su] < u + 2) continue;
+    for (const auto& [policy, hold_through] : MovesOf(p, s, u, reads[su], last_use[su])) {
+      if (Now() >= deadline) return changed;
+      if (policy == s.policies[su] && hold_through == s.hold[su]) continue;
+      std::vector<Policy> trial = s.policies;
+      std::vector<int> trial_hold = s.hold;
+      trial[su] = policy;
+      trial_hold[su] = hold_through;
+      const Plan plan = BuildPlan(p, trial, trial_hold);
+      const double saving_j = s.current.replay.energy.total_j() - PlanEnergyJ(p, plan);
+      if (saving_j <= 0) continue;
+      const Replay replay = Simulate(p, plan);
+      if (replay.valid || replay.violation_stage < 0) continue;  // a valid move is ImproveOneByOne's
+      const int t = replay.violation_stage;
+      std::optional<PolicySchedule> best;
+      for (int v = 0; v < t; ++v) {
+        const size_t sv = static_cast<size_t>(v);
+        if (v == u || !plan.resident[t][v] || last_use[sv] < v + 2) continue;
+        for (const auto& [repair, repair_hold] : MovesOf(p, s, v, reads[sv], last_use[sv])) {
+          if (repair == Policy::kKeep) continue;  // keeping holds more, not less
+          std::vector<Policy> pair = trial;
+          std::vector<int> pair_hold = trial_hold;
+          pair[sv] = repair;
+          pair_hold[sv] = repair_hold;
+          Candidate c = Evaluate(p, BuildPlan(p, pair, pair_hold));
+          const double bar_j = best ? best->current.replay.energy.total_j() : s.current.replay.energy.total_j();
+          if (c.replay.valid && c.replay.energy.total_j() < bar_j * (1 - 1e-12)) {
+            best = PolicySchedule{std::move(pair), std::move(pair_hold), std::move(c)};
+          }
+        }
+      }
+      if (best) {
+        s = std::move(*best);
+        changed = true;
+        break;  // u's moves are listed from its old policy
+      }
+    }
+  }
+  return changed;
+}
+
+}  // namespace
+
+std::optional<Candidate> Greedy(const Problem& p) {
+  std::optional<PolicySchedule> s = ReduceToBudget(p);
+  if (!s) return std::nullopt;
+  ImproveOneByOne(p, *s);
+  return std::move(s->current);
+}
+
+std::optional<Candidate> GreedyWithExchanges(const Problem& p, double deadline) {
+  std::optional<PolicySchedule> s = ReduceToBudget(p);
+  if (!s) return std::nullopt;
+  ImproveOneByOne(p, *s);
+  while (Now() < deadline && ImproveByExchanges(p, *s, deadline)) ImproveOneByOne(p, *s);
+  return std::move(s->current);
 }
 
 std::optional<Candidate> SqrtCheckpointing(const Problem& p) {
