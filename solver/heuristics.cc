@@ -339,48 +339,71 @@ bool ImproveOneByOne(const Problem& p, PolicySchedule& s) {
   return changed;
 }
 
+// What an exchange reads: the problem and its use lists.
+struct ExchangeContext {
+  const Problem& p;
+  std::vector<int> last_use = LastUse(p);
+  std::vector<std::vector<int>> reads = Reads(p);
+};
+
+// Repairs `trial` (policies and holds; its plan breaks the budget at stage t)
+// by a move of one tensor resident there. The cheapest valid result below
+// `best` (or the current schedule `s`) goes into `best`; with depth left, the
+// two cheapest results that only move the violation later are repaired again.
+void Repair(const ExchangeContext& x, const PolicySchedule& s, const PolicySchedule& trial, int t, int depth,
+            std::optional<PolicySchedule>& best) {
+  const Problem& p = x.p;
+  std::vector<std::pair<double, PolicySchedule>> later;  // (energy, trial) still breaking the budget after t
+  for (int v = 0; v < t; ++v) {
+    const size_t sv = static_cast<size_t>(v);
+    if (!trial.current.plan.resident[t][v] || x.last_use[sv] < v + 2 || trial.policies[sv] != s.policies[sv] ||
+        trial.hold[sv] != s.hold[sv]) {
+      continue;  // not there, short-lived, or already moved
+    }
+    for (const auto& [repair, repair_hold] : MovesOf(p, s, v, x.reads[sv], x.last_use[sv])) {
+      if (repair == Policy::kKeep) continue;  // keeping holds more, not less
+      PolicySchedule next{trial.policies, trial.hold, Candidate{Plan(), Replay()}};
+      next.policies[sv] = repair;
+      next.hold[sv] = repair_hold;
+      next.current.plan = BuildPlan(p, next.policies, next.hold);
+      const double bar_j = (best ? best->current : s.current).replay.energy.total_j() * (1 - 1e-12);
+      const double energy_j = PlanEnergyJ(p, next.current.plan);
+      if (energy_j >= bar_j) continue;
+      next.current.replay = Simulate(p, next.current.plan);
+      if (next.current.replay.valid) {
+        best = std::move(next);
+      } else if (depth > 0 && next.current.replay.violation_stage > t) {
+        later.emplace_back(energy_j, std::move(next));
+      }
+    }
+  }
+  std::sort(later.begin(), later.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  if (later.size() > 2) later.resize(2);
+  for (const auto& [energy_j, next] : later) Repair(x, s, next, next.current.replay.violation_stage, depth - 1, best);
+}
+
 // Exchanges: a move of one tensor that saves energy but breaks the budget,
-// repaired by the cheapest move of one tensor resident where it breaks that
-// makes the pair valid and cheaper. Single moves cannot trade one tensor's
+// repaired by moves of up to two tensors resident where it breaks, taken when
+// the result is valid and cheaper. Single moves cannot trade one tensor's
 // memory for another's. Stops at `deadline`; returns whether anything changed.
 bool ImproveByExchanges(const Problem& p, PolicySchedule& s, double deadline) {
-  const std::vector<int> last_use = LastUse(p);
-  const std::vector<int> order = CostliestFirst(p);
-  const std::vector<std::vector<int>> reads = Reads(p);
+  const ExchangeContext x{p};
   bool changed = false;
-  for (int u : order) {
+  for (int u : CostliestFirst(p)) {
     const size_t su = static_cast<size_t>(u);
-    if (s.policies[su] == Policy::kKeep || last_use[su] < u + 2) continue;
-    for (const auto& [policy, hold_through] : MovesOf(p, s, u, reads[su], last_use[su])) {
+    if (s.policies[su] == Policy::kKeep || x.last_use[su] < u + 2) continue;
+    for (const auto& [policy, hold_through] : MovesOf(p, s, u, x.reads[su], x.last_use[su])) {
       if (Now() >= deadline) return changed;
-      if (policy == s.policies[su] && hold_through == s.hold[su]) continue;
-      std::vector<Policy> trial = s.policies;
-      std::vector<int> trial_hold = s.hold;
-      trial[su] = policy;
-      trial_hold[su] = hold_through;
-      const Plan plan = BuildPlan(p, trial, trial_hold);
-      const double saving_j = s.current.replay.energy.total_j() - PlanEnergyJ(p, plan);
-      if (saving_j <= 0) continue;
-      const Replay replay = Simulate(p, plan);
-      if (replay.valid || replay.violation_stage < 0) continue;  // a valid move is ImproveOneByOne's
-      const int t = replay.violation_stage;
+      PolicySchedule trial{s.policies, s.hold, Candidate{Plan(), Replay()}};
+      trial.policies[su] = policy;
+      trial.hold[su] = hold_through;
+      trial.current.plan = BuildPlan(p, trial.policies, trial.hold);
+      if (PlanEnergyJ(p, trial.current.plan) >= s.current.replay.energy.total_j()) continue;
+      trial.current.replay = Simulate(p, trial.current.plan);
+      const int t = trial.current.replay.violation_stage;
+      if (trial.current.replay.valid || t < 0) continue;  // a valid move is ImproveOneByOne's
       std::optional<PolicySchedule> best;
-      for (int v = 0; v < t; ++v) {
-        const size_t sv = static_cast<size_t>(v);
-        if (v == u || !plan.resident[t][v] || last_use[sv] < v + 2) continue;
-        for (const auto& [repair, repair_hold] : MovesOf(p, s, v, reads[sv], last_use[sv])) {
-          if (repair == Policy::kKeep) continue;  // keeping holds more, not less
-          std::vector<Policy> pair = trial;
-          std::vector<int> pair_hold = trial_hold;
-          pair[sv] = repair;
-          pair_hold[sv] = repair_hold;
-          Candidate c = Evaluate(p, BuildPlan(p, pair, pair_hold));
-          const double bar_j = best ? best->current.replay.energy.total_j() : s.current.replay.energy.total_j();
-          if (c.replay.valid && c.replay.energy.total_j() < bar_j * (1 - 1e-12)) {
-            best = PolicySchedule{std::move(pair), std::move(pair_hold), std::move(c)};
-          }
-        }
-      }
+      Repair(x, s, trial, t, /*depth=*/1, best);
       if (best) {
         s = std::move(*best);
         changed = true;
