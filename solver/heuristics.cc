@@ -4,8 +4,11 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <numeric>
+#include <random>
 #include <set>
+#include <tuple>
 
 namespace edgecost::solver {
 namespace {
@@ -190,6 +193,8 @@ Candidate PagingOnly(const Problem& p) {
 
 namespace {
 
+constexpr int kKicks = 32;
+
 // A schedule from one policy per tensor (and a hold stage per paged one), with its replay.
 struct PolicySchedule {
   std::vector<Policy> policies;
@@ -210,15 +215,14 @@ double PlanEnergyJ(const Problem& p, const Plan& plan) {
   return energy_j;
 }
 
-// Greedy's first phase: policies that cheapen memory, until the budget is met.
-std::optional<PolicySchedule> ReduceToBudget(const Problem& p) {
+// Greedy's first phase: while the schedule breaks the budget, the kept tensor
+// resident where it breaks with the most bytes per joule gets a policy that
+// holds less (none in `barred`). Returns whether the budget is met.
+bool Reduce(const Problem& p, PolicySchedule& s, std::set<std::pair<int, Policy>> barred) {
   const int n = p.size();
   const std::vector<int> last_use = LastUse(p);
-  std::vector<Policy> policies(static_cast<size_t>(n), Policy::kKeep);
-  std::set<std::pair<int, Policy>> tried;
-  Candidate current = Evaluate(p, BuildPlan(p, policies));
-  for (int iteration = 0; !current.replay.valid && iteration < 4 * n; ++iteration) {
-    const int t = current.replay.violation_stage;
+  for (int iteration = 0; !s.current.replay.valid && iteration < 4 * n; ++iteration) {
+    const int t = s.current.replay.violation_stage;
     if (t < 0) break;  // a runtime violation: recomputation made it too slow
     // Candidates: long-lived tensors resident at the start of the violating stage.
     double best_score = -1;
@@ -226,7 +230,7 @@ std::optional<PolicySchedule> ReduceToBudget(const Problem& p) {
     Policy best_policy = Policy::kKeep;
     for (int u = 0; u < t; ++u) {
       const size_t su = static_cast<size_t>(u);
-      if (!current.plan.resident[t][u] || last_use[su] < u + 2 || policies[su] != Policy::kKeep) continue;
+      if (!s.current.plan.resident[t][u] || last_use[su] < u + 2 || s.policies[su] != Policy::kKeep) continue;
       const double bytes = static_cast<double>(p.ram_bytes[su]);
       const int later_uses = std::max(
           1, static_cast<int>(std::count_if(p.preds.begin() + u + 2, p.preds.end(), [u](const std::vector<int>& pr) {
@@ -239,7 +243,7 @@ std::optional<PolicySchedule> ReduceToBudget(const Problem& p) {
         options.push_back({Policy::kRecompute, later_uses * p.compute_j[su]});
       }
       for (const auto& [policy, cost_j] : options) {
-        if (tried.count({u, policy})) continue;
+        if (barred.count({u, policy})) continue;
         const double score = bytes / (cost_j + 1e-12);
         if (score > best_score) {
           best_score = score;
@@ -249,18 +253,27 @@ std::optional<PolicySchedule> ReduceToBudget(const Problem& p) {
       }
     }
     if (best_node < 0) break;
-    tried.insert({best_node, best_policy});
-    policies[static_cast<size_t>(best_node)] = best_policy;
-    current = Evaluate(p, BuildPlan(p, policies));
+    barred.insert({best_node, best_policy});
+    s.policies[static_cast<size_t>(best_node)] = best_policy;
+    s.current = Evaluate(p, BuildPlan(p, s.policies, s.hold));
   }
-  if (!current.replay.valid && p.allow_paging) {
-    // Adding choices one by one found nothing: start from paging every tensor instead.
-    policies.assign(static_cast<size_t>(n), Policy::kPage);
-    current = Evaluate(p, BuildPlan(p, policies));
-  }
-  if (!current.replay.valid) return std::nullopt;
-  return PolicySchedule{std::move(policies), std::vector<int>(static_cast<size_t>(n), 0), std::move(current)};
+  return s.current.replay.valid;
 }
+
+// Greedy's first schedule: from keeping everything, reduced to the budget.
+std::optional<PolicySchedule> ReduceToBudget(const Problem& p) {
+  const size_t n = static_cast<size_t>(p.size());
+  std::vector<Policy> keep_all(n, Policy::kKeep);
+  PolicySchedule s{keep_all, std::vector<int>(n, 0), Evaluate(p, BuildPlan(p, keep_all))};
+  if (!Reduce(p, s, {}) && p.allow_paging) {
+    // Adding choices one by one found nothing: start from paging every tensor instead.
+    s.policies.assign(n, Policy::kPage);
+    s.current = Evaluate(p, BuildPlan(p, s.policies));
+  }
+  if (!s.current.replay.valid) return std::nullopt;
+  return s;
+}
+
 // The moves of one tensor u from where it stands: another policy, or for a
 // paged one another stage to hold it through (held over its forward uses, it
 // is read back once, for its backward ones).
@@ -344,14 +357,35 @@ struct ExchangeContext {
   const Problem& p;
   std::vector<int> last_use = LastUse(p);
   std::vector<std::vector<int>> reads = Reads(p);
+  // What each move of one tensor that holds less adds to the energy of the
+  // schedule it was priced on: repairs that cannot pay for themselves are not
+  // built (moves of different tensors add up, but for shared recomputations).
+  std::map<std::tuple<int, Policy, int>, double> move_cost_j;
+
+  void Price(const PolicySchedule& s) {
+    move_cost_j.clear();
+    for (int v = 0; v < p.size(); ++v) {
+      const size_t sv = static_cast<size_t>(v);
+      if (last_use[sv] < v + 2) continue;
+      for (const auto& [policy, hold] : MovesOf(p, s, v, reads[sv], last_use[sv])) {
+        if (policy == Policy::kKeep) continue;
+        std::vector<Policy> policies = s.policies;
+        std::vector<int> holds = s.hold;
+        policies[sv] = policy;
+        holds[sv] = hold;
+        move_cost_j[{v, policy, hold}] =
+            PlanEnergyJ(p, BuildPlan(p, policies, holds)) - s.current.replay.energy.total_j();
+      }
+    }
+  }
 };
 
-// Repairs `trial` (policies and holds; its plan breaks the budget at stage t)
-// by a move of one tensor resident there. The cheapest valid result below
+// Repairs `trial` (policies and holds; its plan breaks the budget at stage t,
+// and costs trial_j) by a move of one tensor resident there. The cheapest valid result below
 // `best` (or the current schedule `s`) goes into `best`; with depth left, the
 // two cheapest results that only move the violation later are repaired again.
-void Repair(const ExchangeContext& x, const PolicySchedule& s, const PolicySchedule& trial, int t, int depth,
-            std::optional<PolicySchedule>& best) {
+void Repair(const ExchangeContext& x, const PolicySchedule& s, const PolicySchedule& trial, double trial_j, int t,
+            int depth, std::optional<PolicySchedule>& best) {
   const Problem& p = x.p;
   std::vector<std::pair<double, PolicySchedule>> later;  // (energy, trial) still breaking the budget after t
   for (int v = 0; v < t; ++v) {
@@ -362,11 +396,12 @@ void Repair(const ExchangeContext& x, const PolicySchedule& s, const PolicySched
     }
     for (const auto& [repair, repair_hold] : MovesOf(p, s, v, x.reads[sv], x.last_use[sv])) {
       if (repair == Policy::kKeep) continue;  // keeping holds more, not less
+      const double bar_j = (best ? best->current : s.current).replay.energy.total_j() * (1 - 1e-12);
+      if (trial_j + x.move_cost_j.at({v, repair, repair_hold}) >= bar_j) continue;
       PolicySchedule next{trial.policies, trial.hold, Candidate{Plan(), Replay()}};
       next.policies[sv] = repair;
       next.hold[sv] = repair_hold;
       next.current.plan = BuildPlan(p, next.policies, next.hold);
-      const double bar_j = (best ? best->current : s.current).replay.energy.total_j() * (1 - 1e-12);
       const double energy_j = PlanEnergyJ(p, next.current.plan);
       if (energy_j >= bar_j) continue;
       next.current.replay = Simulate(p, next.current.plan);
@@ -379,7 +414,9 @@ void Repair(const ExchangeContext& x, const PolicySchedule& s, const PolicySched
   }
   std::sort(later.begin(), later.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   if (later.size() > 2) later.resize(2);
-  for (const auto& [energy_j, next] : later) Repair(x, s, next, next.current.replay.violation_stage, depth - 1, best);
+  for (const auto& [energy_j, next] : later) {
+    Repair(x, s, next, energy_j, next.current.replay.violation_stage, depth - 1, best);
+  }
 }
 
 // Exchanges: a move of one tensor that saves energy but breaks the budget,
@@ -387,7 +424,8 @@ void Repair(const ExchangeContext& x, const PolicySchedule& s, const PolicySched
 // the result is valid and cheaper. Single moves cannot trade one tensor's
 // memory for another's. Stops at `deadline`; returns whether anything changed.
 bool ImproveByExchanges(const Problem& p, PolicySchedule& s, double deadline) {
-  const ExchangeContext x{p};
+  ExchangeContext x{p};
+  x.Price(s);
   bool changed = false;
   for (int u : CostliestFirst(p)) {
     const size_t su = static_cast<size_t>(u);
@@ -398,14 +436,16 @@ bool ImproveByExchanges(const Problem& p, PolicySchedule& s, double deadline) {
       trial.policies[su] = policy;
       trial.hold[su] = hold_through;
       trial.current.plan = BuildPlan(p, trial.policies, trial.hold);
-      if (PlanEnergyJ(p, trial.current.plan) >= s.current.replay.energy.total_j()) continue;
+      const double trial_j = PlanEnergyJ(p, trial.current.plan);
+      if (trial_j >= s.current.replay.energy.total_j()) continue;
       trial.current.replay = Simulate(p, trial.current.plan);
       const int t = trial.current.replay.violation_stage;
       if (trial.current.replay.valid || t < 0) continue;  // a valid move is ImproveOneByOne's
       std::optional<PolicySchedule> best;
-      Repair(x, s, trial, t, /*depth=*/1, best);
+      Repair(x, s, trial, trial_j, t, /*depth=*/1, best);
       if (best) {
         s = std::move(*best);
+        x.Price(s);
         changed = true;
         break;  // u's moves are listed from its old policy
       }
@@ -424,11 +464,43 @@ std::optional<Candidate> Greedy(const Problem& p) {
 }
 
 std::optional<Candidate> GreedyWithExchanges(const Problem& p, double deadline) {
-  std::optional<PolicySchedule> s = ReduceToBudget(p);
-  if (!s) return std::nullopt;
-  ImproveOneByOne(p, *s);
-  while (Now() < deadline && ImproveByExchanges(p, *s, deadline)) ImproveOneByOne(p, *s);
-  return std::move(s->current);
+  std::optional<PolicySchedule> best = ReduceToBudget(p);
+  if (!best) return std::nullopt;
+  auto descend = [&](PolicySchedule& s) {  // to where no single move or exchange improves
+    ImproveOneByOne(p, s);
+    while (Now() < deadline && ImproveByExchanges(p, s, deadline)) ImproveOneByOne(p, s);
+  };
+  descend(*best);
+  // Kicks: three let-go tensors kept again and barred from their policy, the
+  // budget met again greedily, and the descent redone; the cheaper schedule
+  // stays. A fixed seed and count: the same inputs give the same schedule.
+  const std::vector<int> last_use = LastUse(p);
+  std::mt19937 random(1);
+  for (int kick = 0; kick < kKicks && Now() < deadline; ++kick) {
+    std::vector<int> let_go;
+    for (int u = 0; u < p.size(); ++u) {
+      const size_t su = static_cast<size_t>(u);
+      if (best->policies[su] != Policy::kKeep && last_use[su] >= u + 2) let_go.push_back(u);
+    }
+    PolicySchedule trial = *best;
+    std::set<std::pair<int, Policy>> barred;
+    for (int k = 0; k < 3 && !let_go.empty(); ++k) {
+      const size_t pick = random() % let_go.size();
+      const size_t u = static_cast<size_t>(let_go[pick]);
+      barred.insert({let_go[pick], trial.policies[u]});
+      trial.policies[u] = Policy::kKeep;
+      trial.hold[u] = 0;
+      let_go.erase(let_go.begin() + static_cast<std::ptrdiff_t>(pick));
+    }
+    if (barred.empty()) break;
+    trial.current = Evaluate(p, BuildPlan(p, trial.policies, trial.hold));
+    if (!Reduce(p, trial, barred)) continue;
+    descend(trial);
+    if (trial.current.replay.energy.total_j() < best->current.replay.energy.total_j() * (1 - 1e-12)) {
+      best = std::move(trial);
+    }
+  }
+  return std::move(best->current);
 }
 
 std::optional<Candidate> SqrtCheckpointing(const Problem& p) {
