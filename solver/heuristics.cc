@@ -9,6 +9,7 @@
 #include <random>
 #include <set>
 #include <tuple>
+#include <utility>
 
 namespace edgecost::solver {
 namespace {
@@ -96,10 +97,14 @@ Plan BuildPlan(const Problem& p, const std::vector<Policy>& policies, const std:
     const bool long_lived = last_use[static_cast<size_t>(u)] >= u + 2;
     return long_lived ? policies[static_cast<size_t>(u)] : Policy::kKeep;
   };
+  std::vector<int> seen_in(static_cast<size_t>(n), -1);  // seen_in[u] == t: u already looked at for stage t
+  auto first_look = [&](int u, int t) { return std::exchange(seen_in[static_cast<size_t>(u)], t) != t; };
   for (int t = 0; t < n; ++t) {
     plan.compute[t][t] = 1;
-    std::vector<int> work(p.preds[static_cast<size_t>(t)].begin(), p.preds[static_cast<size_t>(t)].end());
-    std::set<int> seen(work.begin(), work.end());
+    std::vector<int> work;
+    for (int u : p.preds[static_cast<size_t>(t)]) {
+      if (first_look(u, t)) work.push_back(u);
+    }
     while (!work.empty()) {
       const int u = work.back();
       work.pop_back();
@@ -128,7 +133,7 @@ Plan BuildPlan(const Problem& p, const std::vector<Policy>& policies, const std:
       plan.compute[t][u] = 1;  // recompute it here, and whatever it needs
       if (pol == Policy::kRecomputeOnce && recomputed_at[su] < 0) recomputed_at[su] = t;
       for (int w : p.preds[su]) {
-        if (seen.insert(w).second) work.push_back(w);
+        if (first_look(w, t)) work.push_back(w);
       }
     }
   }
@@ -206,10 +211,14 @@ struct PolicySchedule {
 double PlanEnergyJ(const Problem& p, const Plan& plan) {
   double energy_j = 0;
   for (int t = 0; t < p.size(); ++t) {
+    const auto& compute = plan.compute[t];
+    const auto& page_in = plan.page_in[t];
+    const auto& page_out = plan.page_out[t];
     for (int i = 0; i <= t; ++i) {
       const size_t k = static_cast<size_t>(i);
-      energy_j += plan.compute[t][i] * p.compute_j[k] + plan.page_in[t][i] * p.page_in_j[k] +
-                  plan.page_out[t][i] * p.page_out_j[k];
+      if (compute[k]) energy_j += p.compute_j[k];
+      if (page_in[k]) energy_j += p.page_in_j[k];
+      if (page_out[k]) energy_j += p.page_out_j[k];
     }
   }
   return energy_j;
@@ -321,14 +330,14 @@ std::vector<int> CostliestFirst(const Problem& p) {
 // keeps the schedule valid and costs less, until a pass changes nothing.
 // (Repairing a move that breaks the budget with the reduction's own rule was
 // tried: no instance of the solver bench improved, and the first schedule took
-// twice as long. ImproveByExchanges repairs with the best single move instead.)
-// Returns whether anything changed.
-bool ImproveOneByOne(const Problem& p, PolicySchedule& s) {
+// twice as long. ImproveByExchanges repairs with the cheapest moves instead.)
+// Passes start only before `deadline`. Returns whether anything changed.
+bool ImproveOneByOne(const Problem& p, PolicySchedule& s, double deadline = std::numeric_limits<double>::infinity()) {
   const std::vector<int> last_use = LastUse(p);
   const std::vector<int> order = CostliestFirst(p);
   const std::vector<std::vector<int>> reads = Reads(p);
   bool changed = false;
-  for (bool improved = true; improved;) {
+  for (bool improved = true; improved && Now() < deadline;) {
     improved = false;
     for (int u : order) {
       const size_t su = static_cast<size_t>(u);
@@ -380,10 +389,10 @@ struct ExchangeContext {
   }
 };
 
-// Repairs `trial` (policies and holds; its plan breaks the budget at stage t,
-// and costs trial_j) by a move of one tensor resident there. The cheapest valid result below
-// `best` (or the current schedule `s`) goes into `best`; with depth left, the
-// two cheapest results that only move the violation later are repaired again.
+// Repairs `trial` (its plan costs trial_j and breaks the budget at stage t) by
+// a move of one tensor resident there. The cheapest valid result below `best`
+// (or the current schedule `s`) goes into `best`; with depth left, the two
+// cheapest results that only move the violation later are repaired again.
 void Repair(const ExchangeContext& x, const PolicySchedule& s, const PolicySchedule& trial, double trial_j, int t,
             int depth, std::optional<PolicySchedule>& best) {
   const Problem& p = x.p;
@@ -466,9 +475,9 @@ std::optional<Candidate> Greedy(const Problem& p) {
 std::optional<Candidate> GreedyWithExchanges(const Problem& p, double deadline) {
   std::optional<PolicySchedule> best = ReduceToBudget(p);
   if (!best) return std::nullopt;
+  ImproveOneByOne(p, *best);  // greedy's schedule, whatever the deadline
   auto descend = [&](PolicySchedule& s) {  // to where no single move or exchange improves
-    ImproveOneByOne(p, s);
-    while (Now() < deadline && ImproveByExchanges(p, s, deadline)) ImproveOneByOne(p, s);
+    while (Now() < deadline && ImproveByExchanges(p, s, deadline)) ImproveOneByOne(p, s, deadline);
   };
   descend(*best);
   // Kicks: three let-go tensors kept again and barred from their policy, the
@@ -495,6 +504,7 @@ std::optional<Candidate> GreedyWithExchanges(const Problem& p, double deadline) 
     if (barred.empty()) break;
     trial.current = Evaluate(p, BuildPlan(p, trial.policies, trial.hold));
     if (!Reduce(p, trial, barred)) continue;
+    ImproveOneByOne(p, trial, deadline);
     descend(trial);
     if (trial.current.replay.energy.total_j() < best->current.replay.energy.total_j() * (1 - 1e-12)) {
       best = std::move(trial);

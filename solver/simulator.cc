@@ -61,16 +61,19 @@ class Replayer {
       if (R[i]) return Fail(t, i, "computed before its own stage").valid;
     }
     // Transitions into the next stage, and paging preconditions.
+    const auto& out = plan_.page_out[t];
+    const auto& in = plan_.page_in[t];
+    const auto& D = plan_.stored[t];
+    const auto& next_S = plan_.resident[has_next ? t + 1 : t];
+    const auto& next_D = plan_.stored[has_next ? t + 1 : t];
     for (int i = 0; i < n_; ++i) {
-      if (plan_.page_out[t][i] && !S[i]) return Fail(t, i, "paged out but not resident at the stage's start").valid;
-      if (plan_.page_in[t][i] && !plan_.stored[t][i]) return Fail(t, i, "paged in but not on storage").valid;
-      if ((plan_.page_out[t][i] || plan_.page_in[t][i]) && !p_.allow_paging) {
-        return Fail(t, i, "paging is disabled for this problem").valid;
-      }
-      if (has_next && plan_.resident[t + 1][i] && !(S[i] || R[i] || plan_.page_in[t][i])) {
+      if (out[i] && !S[i]) return Fail(t, i, "paged out but not resident at the stage's start").valid;
+      if (in[i] && !D[i]) return Fail(t, i, "paged in but not on storage").valid;
+      if ((out[i] || in[i]) && !p_.allow_paging) return Fail(t, i, "paging is disabled for this problem").valid;
+      if (has_next && next_S[i] && !(S[i] || R[i] || in[i])) {
         return Fail(t, i, "kept for the next stage but neither resident, computed nor paged in").valid;
       }
-      if (has_next && plan_.stored[t + 1][i] && !(plan_.stored[t][i] || plan_.page_out[t][i])) {
+      if (has_next && next_D[i] && !(D[i] || out[i])) {
         return Fail(t, i, "on storage in the next stage but never paged out").valid;
       }
       if (i < t && R[i] && !p_.allow_remat) return Fail(t, i, "recomputation is disabled for this problem").valid;
