@@ -224,13 +224,66 @@ double PlanEnergyJ(const Problem& p, const Plan& plan) {
   return energy_j;
 }
 
+// What the searches read of a problem, computed once per search.
+struct Uses {
+  explicit Uses(const Problem& problem) : p(problem), last_use(LastUse(problem)), reads(problem.size()) {
+    for (int v = 0; v < p.size(); ++v) {
+      for (int w : p.preds[static_cast<size_t>(v)]) reads[static_cast<size_t>(w)].push_back(v);
+    }
+    costliest_first.resize(static_cast<size_t>(p.size()));
+    std::iota(costliest_first.begin(), costliest_first.end(), 0);
+    std::sort(costliest_first.begin(), costliest_first.end(), [&](int a, int b) {
+      return p.compute_j[static_cast<size_t>(a)] + p.page_in_j[static_cast<size_t>(a)] >
+             p.compute_j[static_cast<size_t>(b)] + p.page_in_j[static_cast<size_t>(b)];
+    });
+  }
+
+  bool LongLived(int u) const { return last_use[static_cast<size_t>(u)] >= u + 2; }
+
+  // The moves of tensor u from where it stands in `s`: another policy, or for
+  // a paged one another stage to hold it through (held over its forward uses,
+  // it is read back once, for its backward ones).
+  std::vector<std::pair<Policy, int>> MovesOf(const PolicySchedule& s, int u) const {
+    const size_t su = static_cast<size_t>(u);
+    std::vector<std::pair<Policy, int>> moves;  // (policy, hold)
+    for (Policy alternative : {Policy::kKeep, Policy::kPage, Policy::kRecomputeOnce, Policy::kRecompute}) {
+      if (alternative == s.policies[su]) continue;
+      if ((alternative == Policy::kPage && !p.allow_paging) ||
+          (alternative != Policy::kKeep && alternative != Policy::kPage && !p.allow_remat)) {
+        continue;
+      }
+      moves.emplace_back(alternative, 0);
+    }
+    if (s.policies[su] == Policy::kPage) {
+      for (int r : reads[su]) {
+        if (r > u + 2 && r < last_use[su] && r != s.hold[su]) moves.emplace_back(Policy::kPage, r);
+      }
+      if (s.hold[su] != 0) moves.emplace_back(Policy::kPage, 0);
+    }
+    return moves;
+  }
+
+  // `s` with tensor u moved to `policy` and `hold`, planned but not replayed.
+  PolicySchedule Moved(const PolicySchedule& s, int u, Policy policy, int hold) const {
+    PolicySchedule moved{s.policies, s.hold, Candidate{Plan(), Replay()}};
+    moved.policies[static_cast<size_t>(u)] = policy;
+    moved.hold[static_cast<size_t>(u)] = hold;
+    moved.current.plan = BuildPlan(p, moved.policies, moved.hold);
+    return moved;
+  }
+
+  const Problem& p;
+  std::vector<int> last_use;
+  std::vector<std::vector<int>> reads;  // reads[u]: the nodes that read u's output
+  std::vector<int> costliest_first;     // tensors, most expensive to bring back first
+};
+
 // Greedy's first phase: while the schedule breaks the budget, the kept tensor
 // resident where it breaks with the most bytes per joule gets a policy that
 // holds less (none in `barred`). Returns whether the budget is met.
-bool Reduce(const Problem& p, PolicySchedule& s, std::set<std::pair<int, Policy>> barred) {
-  const int n = p.size();
-  const std::vector<int> last_use = LastUse(p);
-  for (int iteration = 0; !s.current.replay.valid && iteration < 4 * n; ++iteration) {
+bool Reduce(const Uses& uses, PolicySchedule& s, std::set<std::pair<int, Policy>> barred) {
+  const Problem& p = uses.p;
+  for (int iteration = 0; !s.current.replay.valid && iteration < 4 * p.size(); ++iteration) {
     const int t = s.current.replay.violation_stage;
     if (t < 0) break;  // a runtime violation: recomputation made it too slow
     // Candidates: long-lived tensors resident at the start of the violating stage.
@@ -239,12 +292,10 @@ bool Reduce(const Problem& p, PolicySchedule& s, std::set<std::pair<int, Policy>
     Policy best_policy = Policy::kKeep;
     for (int u = 0; u < t; ++u) {
       const size_t su = static_cast<size_t>(u);
-      if (!s.current.plan.resident[t][u] || last_use[su] < u + 2 || s.policies[su] != Policy::kKeep) continue;
+      if (!s.current.plan.resident[t][u] || !uses.LongLived(u) || s.policies[su] != Policy::kKeep) continue;
       const double bytes = static_cast<double>(p.ram_bytes[su]);
-      const int later_uses = std::max(
-          1, static_cast<int>(std::count_if(p.preds.begin() + u + 2, p.preds.end(), [u](const std::vector<int>& pr) {
-            return std::find(pr.begin(), pr.end(), u) != pr.end();
-          })));
+      const int later_uses = std::max(1, static_cast<int>(std::count_if(uses.reads[su].begin(), uses.reads[su].end(),
+                                                                        [u](int r) { return r >= u + 2; })));
       std::vector<std::pair<Policy, double>> options;
       if (p.allow_paging) options.push_back({Policy::kPage, p.page_out_j[su] + later_uses * p.page_in_j[su]});
       if (p.allow_remat) {
@@ -270,11 +321,12 @@ bool Reduce(const Problem& p, PolicySchedule& s, std::set<std::pair<int, Policy>
 }
 
 // Greedy's first schedule: from keeping everything, reduced to the budget.
-std::optional<PolicySchedule> ReduceToBudget(const Problem& p) {
+std::optional<PolicySchedule> ReduceToBudget(const Uses& uses) {
+  const Problem& p = uses.p;
   const size_t n = static_cast<size_t>(p.size());
   std::vector<Policy> keep_all(n, Policy::kKeep);
   PolicySchedule s{keep_all, std::vector<int>(n, 0), Evaluate(p, BuildPlan(p, keep_all))};
-  if (!Reduce(p, s, {}) && p.allow_paging) {
+  if (!Reduce(uses, s, {}) && p.allow_paging) {
     // Adding choices one by one found nothing: start from paging every tensor instead.
     s.policies.assign(n, Policy::kPage);
     s.current = Evaluate(p, BuildPlan(p, s.policies));
@@ -283,137 +335,72 @@ std::optional<PolicySchedule> ReduceToBudget(const Problem& p) {
   return s;
 }
 
-// The moves of one tensor u from where it stands: another policy, or for a
-// paged one another stage to hold it through (held over its forward uses, it
-// is read back once, for its backward ones).
-std::vector<std::pair<Policy, int>> MovesOf(const Problem& p, const PolicySchedule& s, int u,
-                                            const std::vector<int>& reads_of_u, int last_use_of_u) {
-  const size_t su = static_cast<size_t>(u);
-  std::vector<std::pair<Policy, int>> moves;  // (policy, hold)
-  for (Policy alternative : {Policy::kKeep, Policy::kPage, Policy::kRecomputeOnce, Policy::kRecompute}) {
-    if (alternative == s.policies[su]) continue;
-    if ((alternative == Policy::kPage && !p.allow_paging) ||
-        (alternative != Policy::kKeep && alternative != Policy::kPage && !p.allow_remat)) {
-      continue;
-    }
-    moves.emplace_back(alternative, 0);
-  }
-  if (s.policies[su] == Policy::kPage) {
-    for (int r : reads_of_u) {
-      if (r > u + 2 && r < last_use_of_u && r != s.hold[su]) moves.emplace_back(Policy::kPage, r);
-    }
-    if (s.hold[su] != 0) moves.emplace_back(Policy::kPage, 0);
-  }
-  return moves;
-}
-
-std::vector<std::vector<int>> Reads(const Problem& p) {
-  std::vector<std::vector<int>> reads(static_cast<size_t>(p.size()));
-  for (int v = 0; v < p.size(); ++v) {
-    for (int w : p.preds[static_cast<size_t>(v)]) reads[static_cast<size_t>(w)].push_back(v);
-  }
-  return reads;
-}
-
-// Tensors, most expensive to bring back first.
-std::vector<int> CostliestFirst(const Problem& p) {
-  std::vector<int> order(static_cast<size_t>(p.size()));
-  std::iota(order.begin(), order.end(), 0);
-  std::sort(order.begin(), order.end(), [&](int a, int b) {
-    return p.compute_j[static_cast<size_t>(a)] + p.page_in_j[static_cast<size_t>(a)] >
-           p.compute_j[static_cast<size_t>(b)] + p.page_in_j[static_cast<size_t>(b)];
-  });
-  return order;
-}
-
 // Improves one tensor at a time, most expensive first, taking each move that
 // keeps the schedule valid and costs less, until a pass changes nothing.
 // (Repairing a move that breaks the budget with the reduction's own rule was
 // tried: no instance of the solver bench improved, and the first schedule took
 // twice as long. ImproveByExchanges repairs with the cheapest moves instead.)
-// Passes start only before `deadline`. Returns whether anything changed.
-bool ImproveOneByOne(const Problem& p, PolicySchedule& s, double deadline = std::numeric_limits<double>::infinity()) {
-  const std::vector<int> last_use = LastUse(p);
-  const std::vector<int> order = CostliestFirst(p);
-  const std::vector<std::vector<int>> reads = Reads(p);
-  bool changed = false;
+// Passes start only before `deadline`.
+void ImproveOneByOne(const Uses& uses, PolicySchedule& s, double deadline = std::numeric_limits<double>::infinity()) {
   for (bool improved = true; improved && Now() < deadline;) {
     improved = false;
-    for (int u : order) {
+    for (int u : uses.costliest_first) {
+      if (s.policies[static_cast<size_t>(u)] == Policy::kKeep || !uses.LongLived(u)) continue;
       const size_t su = static_cast<size_t>(u);
-      if (s.policies[su] == Policy::kKeep || last_use[su] < u + 2) continue;
-      for (const auto& [policy, hold_through] : MovesOf(p, s, u, reads[su], last_use[su])) {
-        if (policy == s.policies[su] && hold_through == s.hold[su]) continue;  // an earlier move made it so
-        std::vector<Policy> trial = s.policies;
-        std::vector<int> trial_hold = s.hold;
-        trial[su] = policy;
-        trial_hold[su] = hold_through;
-        Candidate c = Evaluate(p, BuildPlan(p, trial, trial_hold));
-        if (c.replay.valid && c.replay.energy.total_j() < s.current.replay.energy.total_j() * (1 - 1e-12)) {
-          s.policies = std::move(trial);
-          s.hold = std::move(trial_hold);
-          s.current = std::move(c);
-          improved = changed = true;
+      for (const auto& [policy, hold] : uses.MovesOf(s, u)) {
+        if (policy == s.policies[su] && hold == s.hold[su]) continue;  // an earlier move made it so
+        PolicySchedule moved = uses.Moved(s, u, policy, hold);
+        moved.current.replay = Simulate(uses.p, moved.current.plan);
+        if (moved.current.replay.valid &&
+            moved.current.replay.energy.total_j() < s.current.replay.energy.total_j() * (1 - 1e-12)) {
+          s = std::move(moved);
+          improved = true;
         }
       }
     }
   }
-  return changed;
 }
 
-// What an exchange reads: the problem and its use lists.
-struct ExchangeContext {
-  const Problem& p;
-  std::vector<int> last_use = LastUse(p);
-  std::vector<std::vector<int>> reads = Reads(p);
-  // What each move of one tensor that holds less adds to the energy of the
-  // schedule it was priced on: repairs that cannot pay for themselves are not
-  // built (moves of different tensors add up, but for shared recomputations).
-  std::map<std::tuple<int, Policy, int>, double> move_cost_j;
+// What each move of one tensor that holds less adds to the energy of the
+// schedule it was priced on, by (tensor, policy, hold): repairs that cannot pay
+// for themselves are not built (moves of different tensors add up, but for
+// shared recomputations).
+using MoveCosts = std::map<std::tuple<int, Policy, int>, double>;
 
-  void Price(const PolicySchedule& s) {
-    move_cost_j.clear();
-    for (int v = 0; v < p.size(); ++v) {
-      const size_t sv = static_cast<size_t>(v);
-      if (last_use[sv] < v + 2) continue;
-      for (const auto& [policy, hold] : MovesOf(p, s, v, reads[sv], last_use[sv])) {
-        if (policy == Policy::kKeep) continue;
-        std::vector<Policy> policies = s.policies;
-        std::vector<int> holds = s.hold;
-        policies[sv] = policy;
-        holds[sv] = hold;
-        move_cost_j[{v, policy, hold}] =
-            PlanEnergyJ(p, BuildPlan(p, policies, holds)) - s.current.replay.energy.total_j();
-      }
+MoveCosts Price(const Uses& uses, const PolicySchedule& s) {
+  MoveCosts cost_j;
+  for (int v = 0; v < uses.p.size(); ++v) {
+    if (!uses.LongLived(v)) continue;
+    for (const auto& [policy, hold] : uses.MovesOf(s, v)) {
+      if (policy == Policy::kKeep) continue;
+      cost_j[{v, policy, hold}] =
+          PlanEnergyJ(uses.p, uses.Moved(s, v, policy, hold).current.plan) - s.current.replay.energy.total_j();
     }
   }
-};
+  return cost_j;
+}
 
 // Repairs `trial` (its plan costs trial_j and breaks the budget at stage t) by
 // a move of one tensor resident there. The cheapest valid result below `best`
 // (or the current schedule `s`) goes into `best`; with depth left, the two
 // cheapest results that only move the violation later are repaired again.
-void Repair(const ExchangeContext& x, const PolicySchedule& s, const PolicySchedule& trial, double trial_j, int t,
-            int depth, std::optional<PolicySchedule>& best) {
-  const Problem& p = x.p;
+void Repair(const Uses& uses, const MoveCosts& cost_j, const PolicySchedule& s, const PolicySchedule& trial,
+            double trial_j, int t, int depth, std::optional<PolicySchedule>& best) {
   std::vector<std::pair<double, PolicySchedule>> later;  // (energy, trial) still breaking the budget after t
   for (int v = 0; v < t; ++v) {
     const size_t sv = static_cast<size_t>(v);
-    if (!trial.current.plan.resident[t][v] || x.last_use[sv] < v + 2 || trial.policies[sv] != s.policies[sv] ||
+    if (!trial.current.plan.resident[t][v] || !uses.LongLived(v) || trial.policies[sv] != s.policies[sv] ||
         trial.hold[sv] != s.hold[sv]) {
       continue;  // not there, short-lived, or already moved
     }
-    for (const auto& [repair, repair_hold] : MovesOf(p, s, v, x.reads[sv], x.last_use[sv])) {
+    for (const auto& [repair, repair_hold] : uses.MovesOf(s, v)) {
       if (repair == Policy::kKeep) continue;  // keeping holds more, not less
       const double bar_j = (best ? best->current : s.current).replay.energy.total_j() * (1 - 1e-12);
-      if (trial_j + x.move_cost_j.at({v, repair, repair_hold}) >= bar_j) continue;
-      PolicySchedule next{trial.policies, trial.hold, Candidate{Plan(), Replay()}};
-      next.policies[sv] = repair;
-      next.hold[sv] = repair_hold;
-      next.current.plan = BuildPlan(p, next.policies, next.hold);
-      const double energy_j = PlanEnergyJ(p, next.current.plan);
+      if (trial_j + cost_j.at({v, repair, repair_hold}) >= bar_j) continue;
+      PolicySchedule next = uses.Moved(trial, v, repair, repair_hold);
+      const double energy_j = PlanEnergyJ(uses.p, next.current.plan);
       if (energy_j >= bar_j) continue;
-      next.current.replay = Simulate(p, next.current.plan);
+      next.current.replay = Simulate(uses.p, next.current.plan);
       if (next.current.replay.valid) {
         best = std::move(next);
       } else if (depth > 0 && next.current.replay.violation_stage > t) {
@@ -424,7 +411,7 @@ void Repair(const ExchangeContext& x, const PolicySchedule& s, const PolicySched
   std::sort(later.begin(), later.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   if (later.size() > 2) later.resize(2);
   for (const auto& [energy_j, next] : later) {
-    Repair(x, s, next, energy_j, next.current.replay.violation_stage, depth - 1, best);
+    Repair(uses, cost_j, s, next, energy_j, next.current.replay.violation_stage, depth - 1, best);
   }
 }
 
@@ -432,29 +419,24 @@ void Repair(const ExchangeContext& x, const PolicySchedule& s, const PolicySched
 // repaired by moves of up to two tensors resident where it breaks, taken when
 // the result is valid and cheaper. Single moves cannot trade one tensor's
 // memory for another's. Stops at `deadline`; returns whether anything changed.
-bool ImproveByExchanges(const Problem& p, PolicySchedule& s, double deadline) {
-  ExchangeContext x{p};
-  x.Price(s);
+bool ImproveByExchanges(const Uses& uses, PolicySchedule& s, double deadline) {
+  MoveCosts cost_j = Price(uses, s);
   bool changed = false;
-  for (int u : CostliestFirst(p)) {
-    const size_t su = static_cast<size_t>(u);
-    if (s.policies[su] == Policy::kKeep || x.last_use[su] < u + 2) continue;
-    for (const auto& [policy, hold_through] : MovesOf(p, s, u, x.reads[su], x.last_use[su])) {
+  for (int u : uses.costliest_first) {
+    if (s.policies[static_cast<size_t>(u)] == Policy::kKeep || !uses.LongLived(u)) continue;
+    for (const auto& [policy, hold] : uses.MovesOf(s, u)) {
       if (Now() >= deadline) return changed;
-      PolicySchedule trial{s.policies, s.hold, Candidate{Plan(), Replay()}};
-      trial.policies[su] = policy;
-      trial.hold[su] = hold_through;
-      trial.current.plan = BuildPlan(p, trial.policies, trial.hold);
-      const double trial_j = PlanEnergyJ(p, trial.current.plan);
+      PolicySchedule trial = uses.Moved(s, u, policy, hold);
+      const double trial_j = PlanEnergyJ(uses.p, trial.current.plan);
       if (trial_j >= s.current.replay.energy.total_j()) continue;
-      trial.current.replay = Simulate(p, trial.current.plan);
+      trial.current.replay = Simulate(uses.p, trial.current.plan);
       const int t = trial.current.replay.violation_stage;
       if (trial.current.replay.valid || t < 0) continue;  // a valid move is ImproveOneByOne's
       std::optional<PolicySchedule> best;
-      Repair(x, s, trial, trial_j, t, /*depth=*/1, best);
+      Repair(uses, cost_j, s, trial, trial_j, t, /*depth=*/1, best);
       if (best) {
         s = std::move(*best);
-        x.Price(s);
+        cost_j = Price(uses, s);
         changed = true;
         break;  // u's moves are listed from its old policy
       }
@@ -466,30 +448,30 @@ bool ImproveByExchanges(const Problem& p, PolicySchedule& s, double deadline) {
 }  // namespace
 
 std::optional<Candidate> Greedy(const Problem& p) {
-  std::optional<PolicySchedule> s = ReduceToBudget(p);
+  const Uses uses(p);
+  std::optional<PolicySchedule> s = ReduceToBudget(uses);
   if (!s) return std::nullopt;
-  ImproveOneByOne(p, *s);
+  ImproveOneByOne(uses, *s);
   return std::move(s->current);
 }
 
 std::optional<Candidate> GreedyWithExchanges(const Problem& p, double deadline) {
-  std::optional<PolicySchedule> best = ReduceToBudget(p);
+  const Uses uses(p);
+  std::optional<PolicySchedule> best = ReduceToBudget(uses);
   if (!best) return std::nullopt;
-  ImproveOneByOne(p, *best);  // greedy's schedule, whatever the deadline
+  ImproveOneByOne(uses, *best);  // greedy's schedule, whatever the deadline
   auto descend = [&](PolicySchedule& s) {  // to where no single move or exchange improves
-    while (Now() < deadline && ImproveByExchanges(p, s, deadline)) ImproveOneByOne(p, s, deadline);
+    while (Now() < deadline && ImproveByExchanges(uses, s, deadline)) ImproveOneByOne(uses, s, deadline);
   };
   descend(*best);
   // Kicks: three let-go tensors kept again and barred from their policy, the
   // budget met again greedily, and the descent redone; the cheaper schedule
   // stays. A fixed seed and count: the same inputs give the same schedule.
-  const std::vector<int> last_use = LastUse(p);
   std::mt19937 random(1);
   for (int kick = 0; kick < kKicks && Now() < deadline; ++kick) {
     std::vector<int> let_go;
     for (int u = 0; u < p.size(); ++u) {
-      const size_t su = static_cast<size_t>(u);
-      if (best->policies[su] != Policy::kKeep && last_use[su] >= u + 2) let_go.push_back(u);
+      if (best->policies[static_cast<size_t>(u)] != Policy::kKeep && uses.LongLived(u)) let_go.push_back(u);
     }
     PolicySchedule trial = *best;
     std::set<std::pair<int, Policy>> barred;
@@ -503,8 +485,8 @@ std::optional<Candidate> GreedyWithExchanges(const Problem& p, double deadline) 
     }
     if (barred.empty()) break;
     trial.current = Evaluate(p, BuildPlan(p, trial.policies, trial.hold));
-    if (!Reduce(p, trial, barred)) continue;
-    ImproveOneByOne(p, trial, deadline);
+    if (!Reduce(uses, trial, barred)) continue;
+    ImproveOneByOne(uses, trial, deadline);
     descend(trial);
     if (trial.current.replay.energy.total_j() < best->current.replay.energy.total_j() * (1 - 1e-12)) {
       best = std::move(trial);

@@ -38,8 +38,9 @@ Candidate CheckpointAll(const Problem& problem);
 Candidate PagingOnly(const Problem& problem);
 // Greedy memory reduction as described above; nullopt when it cannot meet the budget.
 std::optional<Candidate> Greedy(const Problem& problem);
-// Greedy, then exchanges (one tensor's cheaper policy paid for by another's
-// leaner one) until none is left or the steady clock passes `deadline` (s).
+// Greedy, then a local search from it: exchanges (one tensor's cheaper policy
+// paid for by another's leaner one) and kicks (a few let-go tensors kept again,
+// from a fixed seed), until done or the steady clock passes `deadline` (s).
 std::optional<Candidate> GreedyWithExchanges(const Problem& problem, double deadline);
 // PyTorch's checkpoint_sequential on the forward chain, with the segment count that costs least.
 std::optional<Candidate> SqrtCheckpointing(const Problem& problem);
