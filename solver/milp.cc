@@ -25,6 +25,8 @@
 #include <CoinPackedMatrix.hpp>
 #include <OsiClpSolverInterface.hpp>
 
+#include "solver/bound.h"
+
 namespace edgecost::solver {
 namespace {
 
@@ -49,6 +51,20 @@ class Model {
     if (entry_col_.size() == before) return;
     row_lo_.push_back(lo);
     row_hi_.push_back(hi);
+  }
+
+  // Rows that `values` break, beyond a tolerance: before row `first_cut`, and from it on.
+  BrokenRows RowsBrokenBy(const std::vector<double>& values, int first_cut) const {
+    std::vector<double> activity(static_cast<size_t>(rows()), 0.0);
+    for (size_t e = 0; e < entry_value_.size(); ++e) {
+      activity[static_cast<size_t>(entry_row_[e])] += entry_value_[e] * values[static_cast<size_t>(entry_col_[e])];
+    }
+    BrokenRows broken;
+    for (size_t r = 0; r < activity.size(); ++r) {
+      const bool b = activity[r] < row_lo_[r] - 1e-7 || activity[r] > row_hi_[r] + 1e-7;
+      (r < static_cast<size_t>(first_cut) ? broken.model : broken.cuts) += b;
+    }
+    return broken;
   }
 
   int columns() const { return static_cast<int>(cost_.size()); }
@@ -185,9 +201,71 @@ struct Formulation {
   std::vector<std::vector<int>> x, s, d, in, out;  // [t][i], -1 when absent
   std::map<std::tuple<int, int, int>, int> free;   // (t, i, k) -> column
   std::vector<std::vector<int>> u;                 // memory after step k of stage t
+  std::vector<std::vector<int>> reach;             // [t][i]: see AddReachRows
+  int first_cut = 0;                               // rows from here on are cuts: valid, not needed
   double energy_scale = 1;
   double bytes_scale = 1;
 };
+
+// next[i][t]: the first stage at or after t that reads tensor i, or -1.
+std::vector<std::vector<int>> NextReads(const Problem& p) {
+  const int n = p.size();
+  std::vector<std::vector<int>> next(static_cast<size_t>(n), std::vector<int>(static_cast<size_t>(n), -1));
+  for (int v = n - 1; v >= 0; --v) {
+    for (int i = 0; i < n; ++i) next[i][v] = v + 1 < n ? next[i][v + 1] : -1;
+    for (int i : p.preds[static_cast<size_t>(v)]) next[i][v] = v;
+  }
+  return next;
+}
+
+// A tensor not resident at the start of stage t is back for its next read u
+// only if it is recomputed in stages t..u or was paged out before u. The LP
+// relaxation otherwise pages a stored sliver back in at every stage and pays
+// for one page-out of a sliver only (d stays set), so these rows,
+//   s[t][i] + reach[t][i] >= 1,  reach[t][i] <= sum x[t..u][i] + sum out[<u][i],
+// lift its bound on graphs with paging. reach is a chain through a gap: one
+// row per stage and one long row per read.
+void AddReachRows(const Problem& p, Formulation& f, Model& m) {
+  const int n = p.size();
+  const std::vector<std::vector<int>> next = NextReads(p);
+  f.reach.assign(static_cast<size_t>(n), std::vector<int>(static_cast<size_t>(n), -1));
+  for (int i = 0; i < n; ++i) {
+    for (int t = n - 1; t > i; --t) {
+      const int u = next[i][t];
+      if (u < 0 || u == t || f.s[t][i] < 0) continue;  // no later read, or read here: the input row covers it
+      const int col = m.AddContinuous(0, 1);
+      f.reach[t][i] = col;
+      std::vector<std::pair<int, double>> terms = {{col, 1}, {f.x[t][i], -1}};
+      if (t + 1 < u) {
+        terms.push_back({f.reach[t + 1][i], -1});
+      } else {
+        terms.push_back({f.x[u][i], -1});
+        for (int r = i + 1; r < u; ++r) terms.push_back({f.out[r][i], -1});
+      }
+      m.AddRow(terms, -1e30, 0);
+      m.AddRow({{f.s[t][i], 1}, {col, 1}}, 1, 1e30);
+    }
+  }
+}
+
+// The eviction bound's rows (solver/bound.h) in this model's terms: a tensor
+// resident after stage t and not paged in during it was in RAM when node t was
+// computed. With the reach rows they lift the root LP to the eviction bound
+// (the memory rows alone leave it below), so what branching proves comes on
+// top of that bound.
+void AddEvictionRows(const Problem& p, const Formulation& f, Model& m) {
+  for (const EvictionRow& row : EvictionRows(p)) {
+    const int t = row.stage;
+    std::vector<std::pair<int, double>> terms;
+    double rhs = 1;  // sum share * (1 - s[t+1][i] + in[t][i]) >= 1
+    for (const auto& [i, share] : row.shares) {
+      terms.push_back({f.s[t + 1][i], -share});
+      if (f.in[t][i] >= 0) terms.push_back({f.in[t][i], share});
+      rhs -= share;
+    }
+    m.AddRow(terms, rhs, 1e30);
+  }
+}
 
 Formulation Build(const Problem& p, const MilpOptions& options, Model& m) {
   const int n = p.size();
@@ -315,6 +393,9 @@ Formulation Build(const Problem& p, const MilpOptions& options, Model& m) {
     }
   }
   m.AddRow(runtime_terms, -1e30, big_runtime + 1e-9);
+  f.first_cut = m.rows();
+  if (prune && p.allow_paging) AddReachRows(p, f, m);
+  if (prune) AddEvictionRows(p, f, m);
   return f;
 }
 
@@ -347,6 +428,19 @@ std::vector<double> Values(const Problem& p, const Formulation& f, const Plan& p
       }
     }
     set(col, freed ? 1 : 0);
+  }
+  if (!f.reach.empty()) {
+    const std::vector<std::vector<int>> next = NextReads(p);
+    for (int i = 0; i < n; ++i) {
+      for (int t = i + 1; t < n; ++t) {
+        if (f.reach[t][i] < 0) continue;
+        const int u = next[i][t];
+        int supply = 0;
+        for (int r = t; r <= u; ++r) supply += plan.compute[r][i];
+        for (int r = i + 1; r < u; ++r) supply += plan.page_out[r][i];
+        set(f.reach[t][i], std::min(1, supply));
+      }
+    }
   }
   for (int t = 0; t < n; ++t) {
     double memory = 0;
@@ -388,6 +482,12 @@ Plan PlanOf(const Formulation& f, const double* v) {
 }
 
 }  // namespace
+
+BrokenRows MilpRowsBrokenBy(const Problem& p, const Plan& plan) {
+  Model m;
+  const Formulation f = Build(p, MilpOptions{}, m);
+  return m.RowsBrokenBy(Values(p, f, plan, m.columns()), f.first_cut);
+}
 
 namespace {
 

@@ -54,4 +54,15 @@ struct MilpResult {
 
 MilpResult SolveMilp(const Problem& problem, const MilpOptions& options);
 
+// The MILP's rows a plan breaks. `model` counts the rows that define the
+// MILP's schedules: a plan outside them (an output kept past its last reader,
+// say) breaks some, though the simulator may accept it. `cuts` counts the rows
+// added to tighten the LP: 0 for every plan with model == 0, or a cut removes
+// schedules and the proven bound overstates.
+struct BrokenRows {
+  int model = 0;
+  int cuts = 0;
+};
+BrokenRows MilpRowsBrokenBy(const Problem& problem, const Plan& plan);
+
 }  // namespace edgecost::solver
