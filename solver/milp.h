@@ -2,14 +2,17 @@
 //
 // Same decisions as POET's formulation (compute, resident, stored, page in/out,
 // free), with these differences that make it smaller and tighter:
-//  - a variable exists only where it can be nonzero: resident/stored outputs only
-//    while some consumer is still to come, paging only for outputs needed two
-//    stages on, frees only on edges whose consumer can run in the stage;
+//  - a variable exists only where it is of use: resident/stored outputs only
+//    while some consumer is still to come (so an output is not kept past its
+//    last reader to recompute a successor from it), paging only for outputs
+//    needed two stages on, frees only on edges whose consumer can run in the stage;
 //  - the free decision is bounded from above only (free <= compute of the
 //    consumer, <= not kept, <= not used again in the stage): freeing less than
 //    allowed only wastes memory, so POET's two-sided big-M is unnecessary, and
 //    every solution replays in the simulator with at most the memory it claims;
 //  - bytes are scaled by the budget and joules by the mean compute energy;
+//  - cuts: the eviction bound's rows, and reach rows (a tensor let go is back
+//    for its next read only by a recomputation or an earlier page-out);
 //  - a feasible heuristic schedule is handed to CBC as its first incumbent;
 //  - no CglPreProcess (seen to mark non-optimal schedules optimal here).
 #pragma once
