@@ -97,6 +97,12 @@ Plan BuildPlan(const Problem& p, const std::vector<Policy>& policies, const std:
     const bool long_lived = last_use[static_cast<size_t>(u)] >= u + 2;
     return long_lived ? policies[static_cast<size_t>(u)] : Policy::kKeep;
   };
+  // The last stage a paged or recomputed-once tensor stays resident through
+  // before it is let go: its hold if told, else u + 2 (paged) or u + 1.
+  auto hold_of = [&](int u, Policy pol) {
+    const int told = hold_until.empty() ? 0 : hold_until[static_cast<size_t>(u)];
+    return std::max(pol == Policy::kPage ? u + 2 : u + 1, told);
+  };
   std::vector<int> seen_in(static_cast<size_t>(n), -1);  // seen_in[u] == t: u already looked at for stage t
   auto first_look = [&](int u, int t) { return std::exchange(seen_in[static_cast<size_t>(u)], t) != t; };
   for (int t = 0; t < n; ++t) {
@@ -123,7 +129,7 @@ Plan BuildPlan(const Problem& p, const std::vector<Policy>& policies, const std:
           available = t == u + 1;
           break;
         case Policy::kRecomputeOnce:
-          available = t == u + 1 || (recomputed_at[su] >= 0 && recomputed_at[su] < t);
+          available = t <= hold_of(u, Policy::kRecomputeOnce) || (recomputed_at[su] >= 0 && recomputed_at[su] < t);
           break;
       }
       if (available) {
@@ -151,13 +157,14 @@ Plan BuildPlan(const Problem& p, const std::vector<Policy>& policies, const std:
       for (int t : need) plan.resident[t][u] = 1;  // only u + 1
     } else if (pol == Policy::kRecomputeOnce) {
       for (int t : need) {
-        if (t == u + 1) plan.resident[t][u] = 1;
+        if (t > hold_of(u, pol)) break;
+        for (int r = u + 1; r <= t; ++r) plan.resident[r][u] = 1;
       }
       if (recomputed_at[su] >= 0) {
         for (int t = recomputed_at[su] + 1; t <= need.back(); ++t) plan.resident[t][u] = 1;
       }
-    } else {  // kPage: resident through its hold (u + 2 unless told), then from storage
-      const int hold = std::max(u + 2, hold_until.empty() ? 0 : hold_until[su]);
+    } else {  // kPage: resident through its hold, then from storage
+      const int hold = hold_of(u, pol);
       const bool far_need = need.back() > hold;
       int resident_until = u;
       for (int t : need) {
@@ -200,10 +207,10 @@ namespace {
 
 constexpr int kKicks = 32;
 
-// A schedule from one policy per tensor (and a hold stage per paged one), with its replay.
+// A schedule from one policy per tensor (and a hold stage per paged or recomputed-once one), with its replay.
 struct PolicySchedule {
   std::vector<Policy> policies;
-  std::vector<int> hold;  // paged tensors: resident through this stage (BuildPlan's hold_until)
+  std::vector<int> hold;  // resident through this stage before let go (BuildPlan's hold_until); 0: the default
   Candidate current;
 };
 
@@ -230,6 +237,16 @@ struct Uses {
     for (int v = 0; v < p.size(); ++v) {
       for (int w : p.preds[static_cast<size_t>(v)]) reads[static_cast<size_t>(w)].push_back(v);
     }
+    hold_before_gap.assign(static_cast<size_t>(p.size()), 0);
+    for (size_t u = 0; u < reads.size(); ++u) {
+      for (size_t k = 1, longest = 0; k < reads[u].size(); ++k) {
+        const int gap = reads[u][k] - reads[u][k - 1];
+        if (gap > static_cast<int>(longest)) {
+          longest = static_cast<size_t>(gap);
+          hold_before_gap[u] = reads[u][k - 1];
+        }
+      }
+    }
     costliest_first.resize(static_cast<size_t>(p.size()));
     std::iota(costliest_first.begin(), costliest_first.end(), 0);
     std::sort(costliest_first.begin(), costliest_first.end(), [&](int a, int b) {
@@ -240,25 +257,31 @@ struct Uses {
 
   bool LongLived(int u) const { return last_use[static_cast<size_t>(u)] >= u + 2; }
 
-  // The moves of tensor u from where it stands in `s`: another policy, or for
-  // a paged one another stage to hold it through (held over its forward uses,
-  // it is read back once, for its backward ones).
+  // The moves of tensor u from where it stands in `s`: another policy; paged
+  // or recomputed once and held over the reads before its longest gap (read
+  // back or recomputed once, for the reads after it); or for a paged one
+  // another read to hold it through.
   std::vector<std::pair<Policy, int>> MovesOf(const PolicySchedule& s, int u) const {
     const size_t su = static_cast<size_t>(u);
     std::vector<std::pair<Policy, int>> moves;  // (policy, hold)
-    for (Policy alternative : {Policy::kKeep, Policy::kPage, Policy::kRecomputeOnce, Policy::kRecompute}) {
-      if (alternative == s.policies[su]) continue;
+    auto add = [&](Policy alternative, int hold) {
+      if (alternative == s.policies[su] && hold == s.hold[su]) return;
       if ((alternative == Policy::kPage && !p.allow_paging) ||
           (alternative != Policy::kKeep && alternative != Policy::kPage && !p.allow_remat)) {
-        continue;
+        return;
       }
-      moves.emplace_back(alternative, 0);
+      moves.emplace_back(alternative, hold);
+    };
+    for (Policy alternative : {Policy::kKeep, Policy::kPage, Policy::kRecomputeOnce, Policy::kRecompute}) {
+      add(alternative, 0);
     }
+    // Held over the reads before its longest gap, let go only for that gap.
+    if (hold_before_gap[su] > u + 2) add(Policy::kPage, hold_before_gap[su]);
+    if (hold_before_gap[su] > u + 1) add(Policy::kRecomputeOnce, hold_before_gap[su]);
     if (s.policies[su] == Policy::kPage) {
       for (int r : reads[su]) {
-        if (r > u + 2 && r < last_use[su] && r != s.hold[su]) moves.emplace_back(Policy::kPage, r);
+        if (r > u + 2 && r < last_use[su] && r != hold_before_gap[su]) add(Policy::kPage, r);
       }
-      if (s.hold[su] != 0) moves.emplace_back(Policy::kPage, 0);
     }
     return moves;
   }
@@ -275,6 +298,7 @@ struct Uses {
   const Problem& p;
   std::vector<int> last_use;
   std::vector<std::vector<int>> reads;  // reads[u]: the nodes that read u's output
+  std::vector<int> hold_before_gap;     // hold_before_gap[u]: the read before u's longest gap between reads
   std::vector<int> costliest_first;     // tensors, most expensive to bring back first
 };
 
@@ -459,7 +483,7 @@ std::optional<Candidate> GreedyWithExchanges(const Problem& p, double deadline) 
   const Uses uses(p);
   std::optional<PolicySchedule> best = ReduceToBudget(uses);
   if (!best) return std::nullopt;
-  ImproveOneByOne(uses, *best);  // greedy's schedule, whatever the deadline
+  ImproveOneByOne(uses, *best);            // greedy's schedule, whatever the deadline
   auto descend = [&](PolicySchedule& s) {  // to where no single move or exchange improves
     while (Now() < deadline && ImproveByExchanges(uses, s, deadline)) ImproveOneByOne(uses, s, deadline);
   };

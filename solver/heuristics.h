@@ -5,6 +5,8 @@
 //   kRecompute   dropped, recomputed in every stage that needs it;
 //   kRecomputeOnce  dropped, recomputed at its first later use and kept from
 //                there (how checkpoint_sequential replays a segment).
+// A paged or recomputed-once tensor may be held: resident through a given
+// stage (over its forward reads, say) and let go only after it.
 // The greedy heuristic starts from keeping everything and, while the schedule
 // is over the RAM budget, gives the tensor resident at the peak with the best
 // bytes-per-joule trade a cheaper-in-memory policy; then it undoes what it can.
@@ -24,7 +26,10 @@ enum class Policy { kKeep, kPage, kRecompute, kRecomputeOnce };
 // The plan that carries out `policies` (indexed by node; ignored for short-lived nodes).
 // A paged tensor u stays resident through stage hold_until[u] (at least u + 2,
 // the default) and is read back only for the uses after it: holding it over
-// its forward uses saves a page-in for each.
+// its forward uses saves a page-in for each. A recomputed-once tensor stays
+// resident through hold_until[u] (at least u + 1) and is recomputed once, at
+// its first use after it: held over its forward uses, it is recomputed once
+// for the backward ones instead of at its next forward use.
 Plan BuildPlan(const Problem& problem, const std::vector<Policy>& policies, const std::vector<int>& hold_until = {});
 
 struct Candidate {
