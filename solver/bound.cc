@@ -4,8 +4,10 @@
 #include <cmath>
 #include <vector>
 
+#include <CbcModel.hpp>
 #include <ClpSimplex.hpp>
 #include <CoinPackedMatrix.hpp>
+#include <OsiClpSolverInterface.hpp>
 
 namespace edgecost::solver {
 namespace {
@@ -46,9 +48,46 @@ struct CoveringLp {
   // Solves it; the bound from its duals (0 when the LP solver failed: no information).
   double Bound() const {
     if (rows.empty()) return 0;
-    const double scale = std::max(1e-300, *std::max_element(cost.begin(), cost.end()));
+    ClpSimplex lp;
+    lp.setLogLevel(0);
+    Load(lp);
+    lp.dual();
+    if (lp.status() != 0) return 0;  // infeasible or failed: the other checks say why, this bound says nothing
+    std::vector<double> y(lp.dualRowSolution(), lp.dualRowSolution() + rows.size());
+    for (double& v : y) v *= Scale();
+    return std::max(0.0, LagrangianBound(std::move(y)));
+  }
+
+  // Solves it with every column a 0/1 decision, for at most `time_limit_s`:
+  // CBC's proven bound (0 when it failed). A tensor is let go or not, so this
+  // is valid too, and stronger where the LP lets go of a fraction of a large
+  // tensor.
+  double IntegerBound(double time_limit_s) const {
+    if (rows.empty() || time_limit_s <= 0) return 0;
+    OsiClpSolverInterface solver;
+    solver.messageHandler()->setLogLevel(0);
+    Load(*solver.getModelPtr());
+    for (size_t j = 0; j < cost.size(); ++j) solver.setInteger(static_cast<int>(j));
+    solver.initialSolve();
+    if (!solver.isProvenOptimal()) return 0;
+    CbcModel model(solver);
+    model.setLogLevel(0);
+    model.messageHandler()->setLogLevel(0);
+    model.setMaximumSeconds(time_limit_s);
+    model.setAllowableGap(1e-12);
+    model.setAllowableFractionGap(1e-12);
+    model.branchAndBound();
+    const double bound = model.getBestPossibleObjValue();
+    // CBC's tolerances: give back a billionth.
+    return std::isfinite(bound) ? std::max(0.0, bound * Scale() * (1 - 1e-9)) : 0;
+  }
+
+ private:
+  double Scale() const { return std::max(1e-300, *std::max_element(cost.begin(), cost.end())); }
+
+  void Load(ClpSimplex& lp) const {
     std::vector<double> scaled_cost(cost.size()), lower(cost.size(), 0.0);
-    for (size_t j = 0; j < cost.size(); ++j) scaled_cost[j] = cost[j] / scale;
+    for (size_t j = 0; j < cost.size(); ++j) scaled_cost[j] = cost[j] / Scale();
     CoinPackedMatrix matrix(false, 0, 0);
     matrix.setDimensions(0, static_cast<int>(cost.size()));
     for (const auto& entries : rows) {
@@ -60,14 +99,7 @@ struct CoveringLp {
       }
       matrix.appendRow(static_cast<int>(index.size()), index.data(), value.data());
     }
-    ClpSimplex lp;
-    lp.setLogLevel(0);
     lp.loadProblem(matrix, lower.data(), upper.data(), scaled_cost.data(), row_lower.data(), row_upper.data());
-    lp.dual();
-    if (lp.status() != 0) return 0;  // infeasible or failed: the other checks say why, this bound says nothing
-    std::vector<double> y(lp.dualRowSolution(), lp.dualRowSolution() + rows.size());
-    for (double& v : y) v *= scale;
-    return std::max(0.0, LagrangianBound(std::move(y)));
   }
 };
 
@@ -103,7 +135,7 @@ std::vector<EvictionRow> EvictionRows(const Problem& p) {
   return rows;
 }
 
-double EvictionLowerBoundJ(const Problem& p) {
+double EvictionLowerBoundJ(const Problem& p, double integer_time_limit_s) {
   const int n = p.size();
   const double floor_j = p.FloorJ();
   if (!p.allow_remat && !p.allow_paging) return floor_j;
@@ -140,7 +172,7 @@ double EvictionLowerBoundJ(const Problem& p) {
   }
   const double room_s = p.runtime_budget_s - p.PlainRuntimeS();
   if (!runtime_row.empty()) lp.AddRow(std::move(runtime_row), -INFINITY, std::max(0.0, room_s));
-  return floor_j + lp.Bound();
+  return floor_j + std::max(lp.Bound(), lp.IntegerBound(integer_time_limit_s));
 }
 
 }  // namespace edgecost::solver

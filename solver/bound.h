@@ -28,6 +28,8 @@ struct EvictionRow {
 std::vector<EvictionRow> EvictionRows(const Problem& problem);
 
 // Joules: at least FloorJ(), and at most the energy of any valid schedule.
-double EvictionLowerBoundJ(const Problem& problem);
+// Given time, the covering problem is also solved in integers (a tensor is let
+// go or not), for at most `integer_time_limit_s`; the larger bound is returned.
+double EvictionLowerBoundJ(const Problem& problem, double integer_time_limit_s = 0);
 
 }  // namespace edgecost::solver

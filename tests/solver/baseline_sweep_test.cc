@@ -89,6 +89,7 @@ void Sweep(std::string_view model, std::string_view preset, int step_percent) {
       EXPECT_LE(optimal->energy().total_j(), best_j * (1 + 1e-12)) << "worse than " << best_by;
       // Every bound stays below every schedule: the eviction bound, and what optimal reports.
       EXPECT_LE(EvictionLowerBoundJ(p), optimal->energy().total_j() * (1 + 1e-12));
+      EXPECT_LE(EvictionLowerBoundJ(p, 0.1), optimal->energy().total_j() * (1 + 1e-12));  // in integers
       EXPECT_LE(optimal->lower_bound_j(), optimal->energy().total_j() * (1 + 1e-12));
       smallest_peak = std::min<int64_t>(smallest_peak, static_cast<int64_t>(optimal->peak_ram_bytes()));
     }

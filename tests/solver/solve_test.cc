@@ -126,8 +126,12 @@ void ExpectMatchesBruteForce(Problem p, const std::string& name) {
   // The eviction bound: never above the optimum, never below the floor.
   const double bound_j = EvictionLowerBoundJ(p);
   EXPECT_GE(bound_j, p.FloorJ());
+  // Solved in integers: at least the LP's bound, and still never above the optimum.
+  const double integer_bound_j = EvictionLowerBoundJ(p, 10);
+  EXPECT_GE(integer_bound_j, bound_j * (1 - 1e-9));
   if (!std::isinf(best)) {
     EXPECT_LE(bound_j, best * (1 + 1e-9));
+    EXPECT_LE(integer_bound_j, best * (1 + 1e-9));
   }
   auto schedule = Solve(p, {"optimal", 30, 1, false});
   ASSERT_TRUE(schedule.ok()) << schedule.status().message();
