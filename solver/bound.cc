@@ -86,8 +86,9 @@ struct CoveringLp {
   double Scale() const { return std::max(1e-300, *std::max_element(cost.begin(), cost.end())); }
 
   void Load(ClpSimplex& lp) const {
+    const double scale = Scale();
     std::vector<double> scaled_cost(cost.size()), lower(cost.size(), 0.0);
-    for (size_t j = 0; j < cost.size(); ++j) scaled_cost[j] = cost[j] / Scale();
+    for (size_t j = 0; j < cost.size(); ++j) scaled_cost[j] = cost[j] / scale;
     CoinPackedMatrix matrix(false, 0, 0);
     matrix.setDimensions(0, static_cast<int>(cost.size()));
     for (const auto& entries : rows) {

@@ -250,9 +250,9 @@ void AddReachRows(const Problem& p, Formulation& f, Model& m) {
 
 // The eviction bound's rows (solver/bound.h) in this model's terms: a tensor
 // resident after stage t and not paged in during it was in RAM when node t was
-// computed. With the reach rows they lift the root LP to the eviction bound
-// (the memory rows alone leave it below), so what branching proves comes on
-// top of that bound.
+// computed. With the reach rows they lift the root LP to the eviction bound on
+// the demo's instance (the memory rows alone leave it below), so what branching
+// proves comes on top of that bound.
 void AddEvictionRows(const Problem& p, const Formulation& f, Model& m) {
   for (const EvictionRow& row : EvictionRows(p)) {
     const int t = row.stage;
@@ -429,16 +429,19 @@ std::vector<double> Values(const Problem& p, const Formulation& f, const Plan& p
     }
     set(col, freed ? 1 : 0);
   }
-  if (!f.reach.empty()) {
+  if (!f.reach.empty()) {  // as AddReachRows chains them, from each read back through its gap
     const std::vector<std::vector<int>> next = NextReads(p);
     for (int i = 0; i < n; ++i) {
-      for (int t = i + 1; t < n; ++t) {
-        if (f.reach[t][i] < 0) continue;
-        const int u = next[i][t];
-        int supply = 0;
-        for (int r = t; r <= u; ++r) supply += plan.compute[r][i];
-        for (int r = i + 1; r < u; ++r) supply += plan.page_out[r][i];
-        set(f.reach[t][i], std::min(1, supply));
+      std::vector<int> outs_before(static_cast<size_t>(n) + 1, 0);  // page-outs of i in stages i+1 .. t-1
+      for (int t = i + 1; t < n; ++t) outs_before[t + 1] = outs_before[t] + plan.page_out[t][i];
+      int supply = 0;
+      for (int t = n - 1; t > i; --t) {
+        if (next[i][t] == t) {
+          supply = plan.compute[t][i] + outs_before[t];
+        } else if (f.reach[t][i] >= 0) {
+          supply += plan.compute[t][i];
+          set(f.reach[t][i], std::min(1, supply));
+        }
       }
     }
   }
