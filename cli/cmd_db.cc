@@ -10,6 +10,7 @@
 #include "costdb/costdb.h"
 #include "proto/json.h"
 #include "service/cost_export.h"
+#include "service/profile_job.h"  // ThisDevice
 
 namespace edgecost::cli {
 namespace {
@@ -176,7 +177,7 @@ int RunDbExport(const Context& ctx, const std::string& device, const std::string
   return kExitOk;
 }
 
-int RunDbImport(const Context& ctx, const std::string& path) {
+int RunDbImport(const Context& ctx, const std::string& path, bool replace) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return Failure(NotFound("cannot read " + path));
   std::stringstream text;
@@ -191,7 +192,9 @@ int RunDbImport(const Context& ctx, const std::string& path) {
   }
   auto db = costdb::CostDb::Open(DbPath(ctx), costdb::OpenMode::kReadWrite);
   if (!db.ok()) return Failure(db.status());
-  auto summary = service::ImportDevice(*db, exported);
+  const service::ImportOptions options{.host = service::ThisDevice(service::DefaultPagingDir(db->path())),
+                                       .replace = replace};
+  auto summary = service::ImportDevice(*db, exported, options);
   if (!summary.ok()) return Failure(summary.status());
   std::cout << "imported       device " << summary->device << ": " << summary->op_costs << " op costs, "
             << summary->cost_tables << " cost tables"
@@ -229,10 +232,14 @@ void RegisterDbCommand(CLI::App& app, Context& ctx) {
       [device, out, &ctx] { ctx.exit_code = LocalOnly(ctx, [&] { return RunDbExport(ctx, *device, *out); }); });
 
   auto path = std::make_shared<std::string>();
-  CLI::App* importer = db->add_subcommand("import", "Read a device's costs written by `db export`");
+  auto replace = std::make_shared<bool>(false);
+  CLI::App* importer = db->add_subcommand("import", "Read a device's costs written by `db export`, all or nothing");
   importer->add_option("file", *path, "The exported file (JSON, or .pb for protobuf)")->required();
+  importer->add_flag("--replace", *replace,
+                     "Import a device named like this host or with its fingerprint (it replaces what was measured here)");
   importer->footer("Example:\n  edgecost db import pi4-costs.json");
-  importer->callback([path, &ctx] { ctx.exit_code = LocalOnly(ctx, [&] { return RunDbImport(ctx, *path); }); });
+  importer->callback(
+      [path, replace, &ctx] { ctx.exit_code = LocalOnly(ctx, [&] { return RunDbImport(ctx, *path, *replace); }); });
 }
 
 }  // namespace edgecost::cli

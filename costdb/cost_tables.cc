@@ -5,6 +5,7 @@
 
 #include "costdb/costdb.h"
 #include "costdb/internal.h"
+#include "graph/cost_checks.h"
 
 namespace edgecost::costdb {
 using namespace internal;
@@ -77,12 +78,7 @@ Result<int64_t> CostDb::PutCostTable(const v1::CostTable& table) {
     return InvalidArgument("cost table has " + std::to_string(table.costs_size()) + " costs for " +
                            std::to_string(nodes) + " nodes");
   }
-  for (const v1::NodeCost& cost : table.costs()) {
-    if (cost.node() >= static_cast<uint32_t>(nodes)) {
-      return InvalidArgument("cost table names node " + std::to_string(cost.node()) + " of a graph with " +
-                             std::to_string(nodes) + " nodes");
-    }
-  }
+  EC_RETURN_IF_ERROR(graph::ValidateCostTable(table, "the cost table of " + table.graph().model()));
   const std::string& hash = table.fingerprint_hash();
   if (hash.empty()) return InvalidArgument("a cost table needs the fingerprint of its device");
   const std::string now = NowUtc();

@@ -224,6 +224,10 @@ class CostDb {
 
   Result<DbInfo> Info();
 
+  // One transaction around several calls (an import): the calls join it, and
+  // nothing they wrote stays unless Commit() succeeds, even under kill -9.
+  Result<Transaction> BeginWrite() { return Write(); }
+
  private:
   struct FingerprintRow {
     int64_t id = 0;

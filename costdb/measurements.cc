@@ -4,6 +4,7 @@
 
 #include "costdb/costdb.h"
 #include "costdb/internal.h"
+#include "graph/cost_checks.h"
 
 namespace edgecost::costdb {
 using namespace internal;
@@ -111,6 +112,7 @@ Result<std::vector<v1::OpCost>> CostDb::ListRunOpCosts(int64_t run_id) {
 
 Status CostDb::PutOpCost(const std::string& fingerprint_hash, int64_t run_id, const v1::OpCost& cost) {
   if (cost.signature().key().empty()) return InvalidArgument("an op cost needs its signature key");
+  EC_RETURN_IF_ERROR(graph::CheckOpCost(cost, "a measured cost"));
   EC_ASSIGN_OR_RETURN(Transaction tx, Write());
   EC_ASSIGN_OR_RETURN(FingerprintRow fingerprint, FindFingerprint(fingerprint_hash));
   if (run_id != 0) {
@@ -222,6 +224,7 @@ Result<std::vector<std::pair<std::string, double>>> CostDb::ListOpCounter(const 
 
 Result<int64_t> CostDb::PutCalibration(const v1::EnergyCalibration& calibration) {
   if (calibration.probe().empty()) return InvalidArgument("a calibration names the probe it was fitted against");
+  EC_RETURN_IF_ERROR(graph::CheckEnergyCalibration(calibration, "an energy calibration"));
   EC_ASSIGN_OR_RETURN(Transaction tx, Write());
   EC_ASSIGN_OR_RETURN(FingerprintRow fingerprint, FindFingerprint(calibration.fingerprint_hash()));
   EC_ASSIGN_OR_RETURN(Statement stmt,
@@ -283,6 +286,7 @@ Result<std::vector<v1::OpCost>> CostDb::ListOpCosts(const std::string& fingerpri
 
 Status CostDb::PutPagingCost(const std::string& fingerprint_hash, const v1::PagingCost& cost) {
   if (cost.storage_path().empty()) return InvalidArgument("a paging cost needs its storage path");
+  EC_RETURN_IF_ERROR(graph::CheckPagingCost(cost, "the paging cost of " + cost.storage_path()));
   EC_ASSIGN_OR_RETURN(Transaction tx, Write());
   EC_ASSIGN_OR_RETURN(FingerprintRow fingerprint, FindFingerprint(fingerprint_hash));
   static const std::string kSql =

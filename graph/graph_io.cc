@@ -352,48 +352,4 @@ std::string TrainingGraphToDot(const v1::TrainingGraph& graph) {
   return out.str();
 }
 
-Status ValidateCostTable(const v1::CostTable& table, std::string_view origin) {
-  const v1::TrainingGraph& graph = table.graph();
-  if (graph.nodes_size() == 0) return ParseError(origin, "the graph has no nodes");
-  for (int i = 0; i < graph.nodes_size(); ++i) {
-    const v1::TrainingNode& node = graph.nodes(i);
-    const std::string label = "node " + std::to_string(i) + " ('" + node.name() + "')";
-    if (node.index() != static_cast<uint32_t>(i))
-      return ParseError(origin, label + ": index is " + std::to_string(node.index()));
-    for (uint32_t input : node.inputs()) {
-      if (input >= static_cast<uint32_t>(i)) {
-        return ParseError(origin, label + ": input " + std::to_string(input) + " does not precede it");
-      }
-    }
-  }
-  if (table.costs_size() != 0 && table.costs_size() != graph.nodes_size()) {
-    return ParseError(
-        origin, std::to_string(table.costs_size()) + " costs for " + std::to_string(graph.nodes_size()) + " nodes");
-  }
-  if (graph.nodes_size() > kMaxNodes) {
-    return ParseError(origin, std::to_string(graph.nodes_size()) + " nodes; at most " + std::to_string(kMaxNodes));
-  }
-  for (int i = 0; i < table.costs_size(); ++i) {
-    const v1::NodeCost& cost = table.costs(i);
-    if (cost.node() != static_cast<uint32_t>(i)) {
-      return ParseError(origin, "cost " + std::to_string(i) + " is for node " + std::to_string(cost.node()));
-    }
-    const std::string label = "node " + std::to_string(i) + " ('" + graph.nodes(i).name() + "')";
-    if (cost.ram_bytes() > kMaxTensorBytes) {
-      return ParseError(origin, label + ": 'ram_bytes' is " + std::to_string(cost.ram_bytes()) + "; at most " +
-                                    std::to_string(kMaxTensorBytes) + " (1 TiB) are allowed");
-    }
-    for (const auto& [field, value] : {std::pair{"runtime_s", cost.runtime_s()},
-                                       {"compute_j", cost.compute_j()},
-                                       {"page_in_j", cost.page_in_j()},
-                                       {"page_out_j", cost.page_out_j()}}) {
-      if (!std::isfinite(value) || value < 0) {
-        return ParseError(origin,
-                          label + ": '" + field + "' is " + std::to_string(value) + "; costs must be finite and >= 0");
-      }
-    }
-  }
-  return Status::Ok();
-}
-
 }  // namespace edgecost::graph

@@ -10,15 +10,12 @@
 #include <string_view>
 
 #include "base/status.h"
+#include "graph/cost_checks.h"  // ValidateCostTable, the bounds on sizes
 #include "proto/edgecost.pb.h"
 
 namespace edgecost::graph {
 
 inline constexpr std::string_view kTrainingGraphFormat = "training-graph/v1";
-// Bounds on what a graph may hold, so that every sum of sizes is exact in a
-// signed 64-bit integer: 2^40 bytes (1 TiB) per tensor times 2^20 nodes is 2^60.
-inline constexpr uint64_t kMaxTensorBytes = uint64_t{1} << 40;
-inline constexpr int kMaxNodes = 1 << 20;
 // POET's convention for graphs that carry only compute costs (extract_costs_from_dfgraph).
 inline constexpr double kImportedPagingCostRatio = 5.0;
 
@@ -32,8 +29,5 @@ std::string CostTableToTrainingGraphJson(const v1::CostTable& table);
 // Graphviz of a training graph: forward nodes in one colour, backward in another.
 std::string TrainingGraphToDot(const v1::TrainingGraph& graph);
 
-// Checks what every consumer relies on: node i has index i, inputs precede their users,
-// costs (if any) are finite and non-negative and one per node.
-Status ValidateCostTable(const v1::CostTable& table, std::string_view origin);
 
 }  // namespace edgecost::graph

@@ -143,4 +143,45 @@ std::string GraphHash(const v1::TrainingGraph& graph) {
   return Fnv1aHex(bytes);
 }
 
+namespace {
+
+// Bytes of numbers in a fixed layout: equal numbers give equal hashes, on every machine edgecost runs on.
+template <typename T>
+void Append(std::string& bytes, T value) {
+  bytes.append(reinterpret_cast<const char*>(&value), sizeof value);
+}
+
+}  // namespace
+
+v1::CostDigest CostDigest(const v1::CostTable& table) {
+  std::string runtime, compute, ram, page;
+  for (const v1::NodeCost& cost : table.costs()) {
+    Append(runtime, cost.runtime_s());
+    Append(compute, cost.compute_j());
+    Append(ram, cost.ram_bytes());
+    Append(page, cost.page_in_j());
+    Append(page, cost.page_out_j());
+  }
+  std::string paging;
+  table.paging().SerializeToString(&paging);  // scalars only: deterministic
+  v1::CostDigest digest;
+  digest.set_runtime_s(Fnv1aHex(runtime));
+  digest.set_compute_j(Fnv1aHex(compute));
+  digest.set_ram_bytes(Fnv1aHex(ram));
+  digest.set_page_j(Fnv1aHex(page));
+  digest.set_paging(Fnv1aHex(paging));
+  return digest;
+}
+
+std::vector<std::string> ChangedCosts(const v1::CostDigest& solved, const v1::CostDigest& now) {
+  std::vector<std::string> changed;
+  const auto* descriptor = v1::CostDigest::descriptor();
+  const auto* reflection = v1::CostDigest::GetReflection();
+  for (int i = 0; i < descriptor->field_count(); ++i) {
+    const auto* field = descriptor->field(i);
+    if (reflection->GetString(solved, field) != reflection->GetString(now, field)) changed.push_back(field->name());
+  }
+  return changed;
+}
+
 }  // namespace edgecost::graph

@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "base/status.h"
 #include "graph/derive.h"
@@ -58,6 +59,10 @@ Result<v1::TrainingGraph> LoadTrainingGraph(const GraphSpec& spec);
 // The content hash of a training graph (its nodes, shapes, bytes, edges, batch
 // size, derivation and trainable parameters): which graph a schedule is for.
 std::string GraphHash(const v1::TrainingGraph& graph);
+// The content hashes of a cost table's numbers, and the kinds (runtime_s,
+// compute_j, ...) whose hash differs between two digests.
+v1::CostDigest CostDigest(const v1::CostTable& table);
+std::vector<std::string> ChangedCosts(const v1::CostDigest& solved, const v1::CostDigest& now);
 
 // Costs for the graph: an analytic source on a board preset for zoo models, or the
 // file's own costs for graph files (whose cost source the file names).

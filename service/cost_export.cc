@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "base/time_text.h"
+#include "graph/cost_checks.h"
 
 namespace edgecost::service {
 
@@ -29,18 +30,54 @@ Result<v1::CostExport> ExportDevice(costdb::CostDb& db, const std::string& devic
   return exported;
 }
 
-Result<ImportSummary> ImportDevice(costdb::CostDb& db, const v1::CostExport& exported) {
+namespace {
+
+// Everything an import would store, checked before anything is written.
+Status CheckExport(const v1::CostExport& exported) {
   const v1::Device& device = exported.device();
   if (device.kind() != v1::Device::KIND_MEASURED) return InvalidArgument("the export holds no measured device");
+  if (device.name().empty() || device.fingerprint().hash().empty()) {
+    return InvalidArgument("the export's device has no name or no fingerprint");
+  }
   const std::string& hash = device.fingerprint().hash();
+  for (const v1::OpCost& op : exported.op_costs()) {
+    EC_RETURN_IF_ERROR(graph::CheckOpCost(op, "the export's op costs"));
+  }
+  for (const v1::EnergyCalibration& c : exported.calibrations()) {
+    EC_RETURN_IF_ERROR(graph::CheckEnergyCalibration(c, "the export's calibrations"));
+  }
+  if (exported.has_paging()) EC_RETURN_IF_ERROR(graph::CheckPagingCost(exported.paging(), "the export's paging cost"));
   for (const v1::CostTable& table : exported.cost_tables()) {
     if (table.device() != device.name() || table.fingerprint_hash() != hash) {
       return InvalidArgument("the export's cost table for " + table.graph().model() + " belongs to " + table.device() +
                              " (" + table.fingerprint_hash() + "), not to the exported device " + device.name() + " (" +
                              hash + ")");
     }
+    EC_RETURN_IF_ERROR(graph::ValidateCostTable(table, "the export's cost table for " + table.graph().model()));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<ImportSummary> ImportDevice(costdb::CostDb& db, const v1::CostExport& exported, const ImportOptions& options) {
+  EC_RETURN_IF_ERROR(CheckExport(exported));
+  const v1::Device& device = exported.device();
+  const std::string& hash = device.fingerprint().hash();
+  if (!options.replace) {
+    const bool same_name = device.name() == options.host.name();
+    if (same_name || hash == options.host.fingerprint().hash()) {
+      return FailedPrecondition("the export's device " + device.name() + " (fingerprint " + hash + ") " +
+                                (same_name ? "has the name of this host" : "has this host's fingerprint") +
+                                ": importing it would " +
+                                (same_name && hash != options.host.fingerprint().hash()
+                                     ? "mark this host's hardware as changed"
+                                     : "overwrite what this host measured") +
+                                "; pass --replace if that is meant");
+    }
   }
   ImportSummary summary{.device = device.name()};
+  EC_ASSIGN_OR_RETURN(costdb::Transaction tx, db.BeginWrite());
   EC_RETURN_IF_ERROR(db.UpsertDevice(device).status());
   for (const v1::OpCost& op : exported.op_costs()) {
     EC_RETURN_IF_ERROR(db.PutOpCost(hash, /*run_id=*/0, op));
@@ -65,6 +102,7 @@ Result<ImportSummary> ImportDevice(costdb::CostDb& db, const v1::CostExport& exp
     EC_RETURN_IF_ERROR(db.PutCostTable(table).status());
     ++summary.cost_tables;
   }
+  EC_RETURN_IF_ERROR(tx.Commit());
   return summary;
 }
 

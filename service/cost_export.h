@@ -22,7 +22,17 @@ struct ImportSummary {
   bool paging = false;
 };
 
-// Records the device and its fingerprint, then every cost, in the receiving database.
-Result<ImportSummary> ImportDevice(costdb::CostDb& db, const v1::CostExport& exported);
+struct ImportOptions {
+  // This host, as a profile here would record it: an export under its name or
+  // with its fingerprint would supersede or overwrite what this host measured
+  // (and make the daemon see a hardware change that did not happen), so it
+  // needs `replace`.
+  v1::Device host;
+  bool replace = false;
+};
+
+// Records the device and its fingerprint, then every cost, in the receiving
+// database: checked whole first, then written in one transaction, all or nothing.
+Result<ImportSummary> ImportDevice(costdb::CostDb& db, const v1::CostExport& exported, const ImportOptions& options);
 
 }  // namespace edgecost::service

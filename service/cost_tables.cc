@@ -1,10 +1,12 @@
 #include "service/cost_tables.h"
 
 #include <chrono>
+#include <cmath>
 #include <fstream>
 #include <set>
 #include <sstream>
 
+#include "base/units.h"
 #include "graph/cost_source.h"
 #include "graph/graph_io.h"
 #include "graph/resolve.h"
@@ -101,14 +103,52 @@ Result<v1::Schedule> ReadScheduleFile(const std::string& path) {
 v1::Schedule PortableSchedule(v1::Schedule schedule, const v1::CostTable& table) {
   *schedule.mutable_cost_table() = table;
   schedule.set_graph_hash(graph::GraphHash(table.graph()));
+  *schedule.mutable_cost_digest() = graph::CostDigest(table);
   return schedule;
 }
+
+namespace {
+
+// What an edit of a schedule file's costs did to the figures the file states.
+std::string EditedFigures(const v1::Schedule& schedule) {
+  auto problem = solver::ProblemFromCostTable(schedule.cost_table(), schedule.request());
+  if (!problem.ok()) return "; " + problem.status().message();
+  const solver::Replay replay = solver::Simulate(*problem, schedule);
+  std::string figures;
+  auto differ = [](double a, double b) { return std::abs(a - b) > 1e-9 * std::max(std::abs(a), std::abs(b)); };
+  if (differ(schedule.energy().total_j(), replay.energy.total_j())) {
+    figures += "; its energy was " + FormatJoules(schedule.energy().total_j()) + " and now replays to " +
+               FormatJoules(replay.energy.total_j());
+  }
+  if (schedule.peak_ram_bytes() != static_cast<uint64_t>(replay.peak_ram_bytes)) {
+    figures += "; its peak RAM was " + FormatBytes(static_cast<double>(schedule.peak_ram_bytes())) + " and is now " +
+               FormatBytes(static_cast<double>(replay.peak_ram_bytes));
+  }
+  if (differ(schedule.runtime_s(), replay.runtime_s)) {
+    figures += "; its runtime was " + FormatSeconds(schedule.runtime_s()) + " and is now " +
+               FormatSeconds(replay.runtime_s);
+  }
+  return figures;
+}
+
+}  // namespace
 
 Result<v1::CostTable> ScheduleCostTable(costdb::CostDb* db, const v1::Schedule& schedule) {
   if (!schedule.has_cost_table()) return CostTableForRequest(db, schedule.request());
   if (schedule.graph_hash() != graph::GraphHash(schedule.cost_table().graph())) {
     return InvalidArgument("the schedule's cost table is not the graph it was solved for (graph_hash " +
                            schedule.graph_hash() + " does not match): the file was edited; solve again");
+  }
+  // Files written before the digest existed carry none: their costs cannot be checked.
+  if (schedule.has_cost_digest()) {
+    const std::vector<std::string> changed =
+        graph::ChangedCosts(schedule.cost_digest(), graph::CostDigest(schedule.cost_table()));
+    if (!changed.empty()) {
+      std::string names;
+      for (const std::string& name : changed) names += (names.empty() ? "" : ", ") + name;
+      return InvalidArgument("the schedule's cost table was edited after it was solved (changed: " + names + ")" +
+                             EditedFigures(schedule) + ": solve again");
+    }
   }
   return schedule.cost_table();
 }
@@ -216,12 +256,9 @@ Result<SolvedRequest> SolveRequest(costdb::CostDb* db, const v1::ScheduleRequest
   options.stop = stop;
   options.on_progress = on_progress;
   auto elapsed_s = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
-  auto now_s = [] {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-  };
   if (request.min_ram()) {
     EC_ASSIGN_OR_RETURN(const int64_t ram,
-                        solver::MinFeasibleRam(solved.problem, now_s() + 0.5 * options.time_limit_s));
+                        solver::MinFeasibleRam(solved.problem, {solver::SteadyNowS() + 0.5 * options.time_limit_s, stop}));
     solved.problem.ram_budget_bytes = ram;
     solved_request.set_ram_budget_bytes(static_cast<uint64_t>(ram));
     options.time_limit_s = std::max(0.0, options.time_limit_s - elapsed_s());

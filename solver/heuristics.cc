@@ -14,7 +14,6 @@
 namespace edgecost::solver {
 namespace {
 
-double Now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 std::vector<int> LastUse(const Problem& p) {
   std::vector<int> last(static_cast<size_t>(p.size()), -1);
@@ -305,9 +304,9 @@ struct Uses {
 // Greedy's first phase: while the schedule breaks the budget, the kept tensor
 // resident where it breaks with the most bytes per joule gets a policy that
 // holds less (none in `barred`). Returns whether the budget is met.
-bool Reduce(const Uses& uses, PolicySchedule& s, std::set<std::pair<int, Policy>> barred) {
+bool Reduce(const Uses& uses, PolicySchedule& s, std::set<std::pair<int, Policy>> barred, const Deadline& deadline) {
   const Problem& p = uses.p;
-  for (int iteration = 0; !s.current.replay.valid && iteration < 4 * p.size(); ++iteration) {
+  for (int iteration = 0; !s.current.replay.valid && iteration < 4 * p.size() && !deadline.Passed(); ++iteration) {
     const int t = s.current.replay.violation_stage;
     if (t < 0) break;  // a runtime violation: recomputation made it too slow
     // Candidates: long-lived tensors resident at the start of the violating stage.
@@ -345,12 +344,12 @@ bool Reduce(const Uses& uses, PolicySchedule& s, std::set<std::pair<int, Policy>
 }
 
 // Greedy's first schedule: from keeping everything, reduced to the budget.
-std::optional<PolicySchedule> ReduceToBudget(const Uses& uses) {
+std::optional<PolicySchedule> ReduceToBudget(const Uses& uses, const Deadline& deadline) {
   const Problem& p = uses.p;
   const size_t n = static_cast<size_t>(p.size());
   std::vector<Policy> keep_all(n, Policy::kKeep);
   PolicySchedule s{keep_all, std::vector<int>(n, 0), Evaluate(p, BuildPlan(p, keep_all))};
-  if (!Reduce(uses, s, {}) && p.allow_paging) {
+  if (!Reduce(uses, s, {}, deadline) && p.allow_paging) {
     // Adding choices one by one found nothing: start from paging every tensor instead.
     s.policies.assign(n, Policy::kPage);
     s.current = Evaluate(p, BuildPlan(p, s.policies));
@@ -364,19 +363,20 @@ std::optional<PolicySchedule> ReduceToBudget(const Uses& uses) {
 // (Repairing a move that breaks the budget with the reduction's own rule was
 // tried: no instance of the solver bench improved, and the first schedule took
 // twice as long. ImproveByExchanges repairs with the cheapest moves instead.)
-// Passes start only before `deadline`.
-void ImproveOneByOne(const Uses& uses, PolicySchedule& s, double deadline = std::numeric_limits<double>::infinity()) {
-  for (bool improved = true; improved && Now() < deadline;) {
+// Stops at `deadline`.
+void ImproveOneByOne(const Uses& uses, PolicySchedule& s, const Deadline& deadline) {
+  for (bool improved = true; improved && !deadline.Passed();) {
     improved = false;
     for (int u : uses.costliest_first) {
       if (s.policies[static_cast<size_t>(u)] == Policy::kKeep || !uses.LongLived(u)) continue;
+      if (deadline.Passed()) return;
       const size_t su = static_cast<size_t>(u);
       for (const auto& [policy, hold] : uses.MovesOf(s, u)) {
         if (policy == s.policies[su] && hold == s.hold[su]) continue;  // an earlier move made it so
         PolicySchedule moved = uses.Moved(s, u, policy, hold);
         moved.current.replay = Simulate(uses.p, moved.current.plan);
         if (moved.current.replay.valid &&
-            moved.current.replay.energy.total_j() < s.current.replay.energy.total_j() * (1 - 1e-12)) {
+            Cheaper(moved.current.replay.energy.total_j(), s.current.replay.energy.total_j())) {
           s = std::move(moved);
           improved = true;
         }
@@ -409,7 +409,7 @@ MoveCosts Price(const Uses& uses, const PolicySchedule& s) {
 // (or the current schedule `s`) goes into `best`; with depth left, the two
 // cheapest results that only move the violation later are repaired again.
 void Repair(const Uses& uses, const MoveCosts& cost_j, const PolicySchedule& s, const PolicySchedule& trial,
-            double trial_j, int t, int depth, std::optional<PolicySchedule>& best) {
+            double trial_j, int t, int depth, std::optional<PolicySchedule>& best, const Deadline& deadline) {
   std::vector<std::pair<double, PolicySchedule>> later;  // (energy, trial) still breaking the budget after t
   for (int v = 0; v < t; ++v) {
     const size_t sv = static_cast<size_t>(v);
@@ -417,13 +417,14 @@ void Repair(const Uses& uses, const MoveCosts& cost_j, const PolicySchedule& s, 
         trial.hold[sv] != s.hold[sv]) {
       continue;  // not there, short-lived, or already moved
     }
+    if (deadline.Passed()) return;
     for (const auto& [repair, repair_hold] : uses.MovesOf(s, v)) {
       if (repair == Policy::kKeep) continue;  // keeping holds more, not less
-      const double bar_j = (best ? best->current : s.current).replay.energy.total_j() * (1 - 1e-12);
-      if (trial_j + cost_j.at({v, repair, repair_hold}) >= bar_j) continue;
+      const double bar_j = (best ? best->current : s.current).replay.energy.total_j();
+      if (!Cheaper(trial_j + cost_j.at({v, repair, repair_hold}), bar_j)) continue;
       PolicySchedule next = uses.Moved(trial, v, repair, repair_hold);
       const double energy_j = PlanEnergyJ(uses.p, next.current.plan);
-      if (energy_j >= bar_j) continue;
+      if (!Cheaper(energy_j, bar_j)) continue;
       next.current.replay = Simulate(uses.p, next.current.plan);
       if (next.current.replay.valid) {
         best = std::move(next);
@@ -435,7 +436,7 @@ void Repair(const Uses& uses, const MoveCosts& cost_j, const PolicySchedule& s, 
   std::sort(later.begin(), later.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   if (later.size() > 2) later.resize(2);
   for (const auto& [energy_j, next] : later) {
-    Repair(uses, cost_j, s, next, energy_j, next.current.replay.violation_stage, depth - 1, best);
+    Repair(uses, cost_j, s, next, energy_j, next.current.replay.violation_stage, depth - 1, best, deadline);
   }
 }
 
@@ -443,21 +444,21 @@ void Repair(const Uses& uses, const MoveCosts& cost_j, const PolicySchedule& s, 
 // repaired by moves of up to two tensors resident where it breaks, taken when
 // the result is valid and cheaper. Single moves cannot trade one tensor's
 // memory for another's. Stops at `deadline`; returns whether anything changed.
-bool ImproveByExchanges(const Uses& uses, PolicySchedule& s, double deadline) {
+bool ImproveByExchanges(const Uses& uses, PolicySchedule& s, const Deadline& deadline) {
   MoveCosts cost_j = Price(uses, s);
   bool changed = false;
   for (int u : uses.costliest_first) {
     if (s.policies[static_cast<size_t>(u)] == Policy::kKeep || !uses.LongLived(u)) continue;
     for (const auto& [policy, hold] : uses.MovesOf(s, u)) {
-      if (Now() >= deadline) return changed;
+      if (deadline.Passed()) return changed;
       PolicySchedule trial = uses.Moved(s, u, policy, hold);
       const double trial_j = PlanEnergyJ(uses.p, trial.current.plan);
-      if (trial_j >= s.current.replay.energy.total_j()) continue;
+      if (!Cheaper(trial_j, s.current.replay.energy.total_j())) continue;
       trial.current.replay = Simulate(uses.p, trial.current.plan);
       const int t = trial.current.replay.violation_stage;
       if (trial.current.replay.valid || t < 0) continue;  // a valid move is ImproveOneByOne's
       std::optional<PolicySchedule> best;
-      Repair(uses, cost_j, s, trial, trial_j, t, /*depth=*/1, best);
+      Repair(uses, cost_j, s, trial, trial_j, t, /*depth=*/1, best, deadline);
       if (best) {
         s = std::move(*best);
         cost_j = Price(uses, s);
@@ -471,28 +472,29 @@ bool ImproveByExchanges(const Uses& uses, PolicySchedule& s, double deadline) {
 
 }  // namespace
 
-std::optional<Candidate> Greedy(const Problem& p) {
+std::optional<Candidate> Greedy(const Problem& p, const Deadline& deadline) {
   const Uses uses(p);
-  std::optional<PolicySchedule> s = ReduceToBudget(uses);
+  std::optional<PolicySchedule> s = ReduceToBudget(uses, deadline);
   if (!s) return std::nullopt;
-  ImproveOneByOne(uses, *s);
+  ImproveOneByOne(uses, *s, deadline);
   return std::move(s->current);
 }
 
-std::optional<Candidate> GreedyWithExchanges(const Problem& p, double deadline) {
+std::optional<Candidate> GreedyWithExchanges(const Problem& p, const Deadline& greedy_deadline,
+                                             const Deadline& deadline) {
   const Uses uses(p);
-  std::optional<PolicySchedule> best = ReduceToBudget(uses);
+  std::optional<PolicySchedule> best = ReduceToBudget(uses, greedy_deadline);
   if (!best) return std::nullopt;
-  ImproveOneByOne(uses, *best);            // greedy's schedule, whatever the deadline
-  auto descend = [&](PolicySchedule& s) {  // to where no single move or exchange improves
-    while (Now() < deadline && ImproveByExchanges(uses, s, deadline)) ImproveOneByOne(uses, s, deadline);
+  ImproveOneByOne(uses, *best, greedy_deadline);  // greedy's schedule
+  auto descend = [&](PolicySchedule& s) {         // to where no single move or exchange improves
+    while (!deadline.Passed() && ImproveByExchanges(uses, s, deadline)) ImproveOneByOne(uses, s, deadline);
   };
   descend(*best);
   // Kicks: three let-go tensors kept again and barred from their policy, the
   // budget met again greedily, and the descent redone; the cheaper schedule
   // stays. A fixed seed and count: the same inputs give the same schedule.
   std::mt19937 random(1);
-  for (int kick = 0; kick < kKicks && Now() < deadline; ++kick) {
+  for (int kick = 0; kick < kKicks && !deadline.Passed(); ++kick) {
     std::vector<int> let_go;
     for (int u = 0; u < p.size(); ++u) {
       if (best->policies[static_cast<size_t>(u)] != Policy::kKeep && uses.LongLived(u)) let_go.push_back(u);
@@ -509,10 +511,10 @@ std::optional<Candidate> GreedyWithExchanges(const Problem& p, double deadline) 
     }
     if (barred.empty()) break;
     trial.current = Evaluate(p, BuildPlan(p, trial.policies, trial.hold));
-    if (!Reduce(uses, trial, barred)) continue;
+    if (!Reduce(uses, trial, barred, deadline)) continue;
     ImproveOneByOne(uses, trial, deadline);
     descend(trial);
-    if (trial.current.replay.energy.total_j() < best->current.replay.energy.total_j() * (1 - 1e-12)) {
+    if (Cheaper(trial.current.replay.energy.total_j(), best->current.replay.energy.total_j())) {
       best = std::move(trial);
     }
   }

@@ -15,6 +15,7 @@
 #include <optional>
 #include <vector>
 
+#include "solver/deadline.h"
 #include "solver/plan.h"
 #include "solver/problem.h"
 #include "solver/simulator.h"
@@ -41,12 +42,14 @@ struct Candidate {
 Candidate CheckpointAll(const Problem& problem);
 // Every long-lived output paged out and back in: the least memory without recomputation.
 Candidate PagingOnly(const Problem& problem);
-// Greedy memory reduction as described above; nullopt when it cannot meet the budget.
-std::optional<Candidate> Greedy(const Problem& problem);
-// Greedy, then a local search from it: exchanges (one tensor's cheaper policy
-// paid for by another's leaner one) and kicks (a few let-go tensors kept again,
-// from a fixed seed), until done or the steady clock passes `deadline` (s).
-std::optional<Candidate> GreedyWithExchanges(const Problem& problem, double deadline);
+// Greedy memory reduction as described above; nullopt when it cannot meet the
+// budget. At `deadline` it returns what it has.
+std::optional<Candidate> Greedy(const Problem& problem, const Deadline& deadline = {});
+// Greedy (until `greedy_deadline`), then a local search from it: exchanges (one
+// tensor's cheaper policy paid for by another's leaner one) and kicks (a few
+// let-go tensors kept again, from a fixed seed), until done or `deadline`.
+std::optional<Candidate> GreedyWithExchanges(const Problem& problem, const Deadline& greedy_deadline,
+                                             const Deadline& deadline);
 // PyTorch's checkpoint_sequential on the forward chain, with the segment count that costs least.
 std::optional<Candidate> SqrtCheckpointing(const Problem& problem);
 // Binomial (Revolve-style) checkpoint placement on the forward chain with the fewest checkpoints

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <numeric>
 
+#include "graph/cost_checks.h"
+
 namespace edgecost::solver {
 
 double Problem::PlainRuntimeS() const { return std::accumulate(runtime_s.begin(), runtime_s.end(), 0.0); }
@@ -16,6 +18,11 @@ Result<Problem> ProblemFromCostTable(const v1::CostTable& table, const v1::Sched
     return InvalidArgument("the cost table has " + std::to_string(table.costs_size()) + " costs for " +
                            std::to_string(graph.nodes_size()) + " nodes");
   }
+  // Whatever path a table came by (a file, the database, a request), the solver
+  // never sees a negative or non-finite cost: its searches assume a floor.
+  EC_RETURN_IF_ERROR(graph::ValidateCostTable(table, "the cost table of " + graph.model()));
+  EC_RETURN_IF_ERROR(graph::CheckRamBudget(request.ram_budget_bytes(), "a RAM budget"));
+  EC_RETURN_IF_ERROR(graph::CheckRamBudget(request.device_ram_bytes(), "the device's RAM"));
   Problem p;
   const int n = graph.nodes_size();
   p.preds.resize(static_cast<size_t>(n));
@@ -37,13 +44,7 @@ Result<Problem> ProblemFromCostTable(const v1::CostTable& table, const v1::Sched
       p.page_out_s.push_back(paging.page_out_latency_s() + bytes / paging.page_out_throughput_bytes_per_s());
     }
     std::vector<int>& preds = p.preds[static_cast<size_t>(i)];
-    for (uint32_t input : node.inputs()) {
-      if (input >= static_cast<uint32_t>(i)) {
-        return InvalidArgument("node " + std::to_string(i) + " ('" + node.name() + "') reads node " +
-                               std::to_string(input) + ", which does not precede it");
-      }
-      preds.push_back(static_cast<int>(input));
-    }
+    for (uint32_t input : node.inputs()) preds.push_back(static_cast<int>(input));
     std::sort(preds.begin(), preds.end());
     preds.erase(std::unique(preds.begin(), preds.end()), preds.end());  // POET lists some edges twice
   }

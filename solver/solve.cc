@@ -13,7 +13,7 @@
 namespace edgecost::solver {
 namespace {
 
-double Now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+double Now() { return SteadyNowS(); }
 
 v1::Schedule Base(const Problem& p, const std::string& strategy) {
   v1::Schedule s;
@@ -48,7 +48,7 @@ v1::Schedule FromCandidate(const Problem& p, const Candidate& c, const std::stri
 }
 
 v1::Schedule NoSchedule(const Problem& p, const std::string& strategy, v1::Schedule::Status status,
-                        const std::string& message, bool search_min_ram, double deadline) {
+                        const std::string& message, bool search_min_ram, const Deadline& deadline) {
   v1::Schedule s = Base(p, strategy);
   s.set_status(status);
   s.set_message(message);
@@ -77,7 +77,7 @@ std::string ObviouslyInfeasible(const Problem& p) {
 // One heuristic or baseline, replayed; nullopt when it finds nothing. Each is
 // deterministic and polynomial (well under a second on the zoo's largest graphs),
 // so they always run whole.
-std::optional<Candidate> RunHeuristic(const Problem& p, Strategy kind) {
+std::optional<Candidate> RunHeuristic(const Problem& p, Strategy kind, const Deadline& deadline) {
   switch (kind) {
     case Strategy::kCheckpointAll:
       return CheckpointAll(p);
@@ -88,7 +88,7 @@ std::optional<Candidate> RunHeuristic(const Problem& p, Strategy kind) {
     case Strategy::kRevolve:
       return Revolve(p);
     case Strategy::kGreedy:
-      return Greedy(p);
+      return Greedy(p, deadline);
     case Strategy::kOptimal:
       return std::nullopt;  // not a heuristic
   }
@@ -98,7 +98,8 @@ std::optional<Candidate> RunHeuristic(const Problem& p, Strategy kind) {
 // A baseline or the greedy heuristic alone.
 v1::Schedule SolveHeuristic(const Problem& p, const SolveOptions& options, Strategy kind, double start) {
   const std::string strategy(StrategyName(kind));
-  std::optional<Candidate> found = RunHeuristic(p, kind);
+  const Deadline deadline{start + std::max(0.0, options.time_limit_s), options.stop};
+  std::optional<Candidate> found = RunHeuristic(p, kind, deadline);
   std::string why_not = "no placement of its checkpoints fits both budgets";
   if (found && !found->replay.valid) {
     why_not = "its schedule fails: " + found->replay.violation;
@@ -107,7 +108,7 @@ v1::Schedule SolveHeuristic(const Problem& p, const SolveOptions& options, Strat
   if (!found) {
     v1::Schedule s = NoSchedule(p, strategy, v1::Schedule::STATUS_NO_SOLUTION,
                                 "the " + strategy + " strategy does not meet these budgets; " + why_not,
-                                options.search_min_ram, start + std::max(0.0, options.time_limit_s));
+                                options.search_min_ram, deadline);
     s.set_solve_time_s(Now() - start);
     return s;
   }
@@ -134,7 +135,7 @@ Status FillFromReplay(const Problem& p, v1::Schedule& schedule) {
   return Status::Ok();
 }
 
-Result<int64_t> MinFeasibleRam(const Problem& problem, double deadline) {
+Result<int64_t> MinFeasibleRam(const Problem& problem, const Deadline& deadline) {
   Problem p = problem;
   int64_t best = std::numeric_limits<int64_t>::max();
   // Whether any heuristic meets `budget`; the smallest peak any of them reaches is kept
@@ -144,7 +145,7 @@ Result<int64_t> MinFeasibleRam(const Problem& problem, double deadline) {
     bool any = false;
     for (Strategy kind : kBaselinesAndGreedy) {
       if (kind == Strategy::kPagingOnly && !p.allow_paging) continue;
-      std::optional<Candidate> c = RunHeuristic(p, kind);
+      std::optional<Candidate> c = RunHeuristic(p, kind, deadline);
       if (!c || !c->replay.valid) continue;
       any = true;
       best = std::min(best, c->replay.peak_ram_bytes);
@@ -159,13 +160,13 @@ Result<int64_t> MinFeasibleRam(const Problem& problem, double deadline) {
   // The heuristics are not monotone in the budget (one may meet a budget and miss a larger one),
   // so a coarse scan in 5% steps comes before the bisection.
   const int64_t top = best;
-  for (int percent = 95; percent >= 5 && Now() < deadline; percent -= 5) {
+  for (int percent = 95; percent >= 5 && !deadline.Passed(); percent -= 5) {
     const int64_t budget = top / 100 * percent;
     if (budget <= low) break;
     if (budget < best) feasible(budget);
   }
   high = best;
-  while (high - low > std::max<int64_t>(1, high / 1000) && Now() < deadline) {  // to 0.1%
+  while (high - low > std::max<int64_t>(1, high / 1000) && !deadline.Passed()) {  // to 0.1%
     const int64_t mid = low + (high - low) / 2;
     if (feasible(mid)) {
       high = std::min(mid, best);
@@ -209,11 +210,12 @@ Result<Strategy> ParseStrategy(std::string_view name) {
 
 Result<v1::Schedule> Solve(const Problem& p, const SolveOptions& options) {
   const double start = Now();
+  const Deadline deadline{start + std::max(0.0, options.time_limit_s), options.stop};
   if (p.size() == 0) return InvalidArgument("the graph has no nodes");
   const std::string infeasible = ObviouslyInfeasible(p);
   if (!infeasible.empty()) {
     v1::Schedule s = NoSchedule(p, options.strategy, v1::Schedule::STATUS_INFEASIBLE, infeasible,
-                                options.search_min_ram, start + std::max(0.0, options.time_limit_s));
+                                options.search_min_ram, deadline);
     s.set_solve_time_s(Now() - start);
     return s;
   }
@@ -224,7 +226,6 @@ Result<v1::Schedule> Solve(const Problem& p, const SolveOptions& options) {
     return InvalidArgument("paging-only needs paging; drop --no-paging");
   }
   if (kind != Strategy::kOptimal) return SolveHeuristic(p, options, kind, start);
-  const double deadline = start + std::max(0.0, options.time_limit_s);
 
   // Every heuristic and baseline first: the best of them is CBC's incumbent and
   // what is returned if CBC finds nothing better, so the optimum is never worse.
@@ -233,7 +234,7 @@ Result<v1::Schedule> Solve(const Problem& p, const SolveOptions& options) {
   for (Strategy start_kind : kBaselinesAndGreedy) {
     if (options.poet_formulation) break;  // POET hands CBC nothing to start from
     if (start_kind == Strategy::kPagingOnly && !p.allow_paging) continue;
-    std::optional<Candidate> c = RunHeuristic(p, start_kind);
+    std::optional<Candidate> c = RunHeuristic(p, start_kind, deadline);
     if (!c || !c->replay.valid) continue;
     if (!found || c->replay.energy.total_j() < found->replay.energy.total_j()) {
       found = std::move(c);
@@ -244,7 +245,8 @@ Result<v1::Schedule> Solve(const Problem& p, const SolveOptions& options) {
   // Then exchanges from greedy's schedule (deterministic, and converged in
   // seconds on the zoo's graphs), for at most a third of the time.
   if (!options.poet_formulation) {
-    std::optional<Candidate> c = GreedyWithExchanges(p, start + std::max(0.0, options.time_limit_s) / 3);
+    std::optional<Candidate> c =
+        GreedyWithExchanges(p, deadline, deadline.Before(start + std::max(0.0, options.time_limit_s) / 3));
     if (c && c->replay.valid && (!found || c->replay.energy.total_j() < found->replay.energy.total_j())) {
       found = std::move(c);
       found_by = Strategy::kGreedy;
@@ -255,7 +257,7 @@ Result<v1::Schedule> Solve(const Problem& p, const SolveOptions& options) {
   // The covering problem in integers gets a twentieth of the time, at most a second.
   const double eviction_bound_j = options.poet_formulation
                                       ? p.FloorJ()
-                                      : EvictionLowerBoundJ(p, std::min(1.0, 0.05 * std::max(0.0, deadline - Now())));
+                                      : EvictionLowerBoundJ(p, std::min(1.0, 0.05 * std::max(0.0, deadline.at_s - Now())));
   auto report = [&](double energy_j, double bound_j, const std::string& by) {
     if (!options.on_progress) return;
     options.on_progress({Now() - start, energy_j, std::max(bound_j, eviction_bound_j), p.FloorJ(), by});
@@ -283,14 +285,14 @@ Result<v1::Schedule> Solve(const Problem& p, const SolveOptions& options) {
 
   const double milp_start_s = Now() - start;
   MilpOptions milp;
-  milp.time_limit_s = std::max(0.0, deadline - Now());
+  milp.time_limit_s = std::max(0.0, deadline.at_s - Now());
   milp.threads = options.threads;
   milp.incumbent = found ? &found->plan : nullptr;
   milp.poet_formulation = options.poet_formulation;
   milp.stop = options.stop;
   if (options.on_progress) {
     milp.on_progress = [&](double energy_j, double bound_j) {
-      const bool better = energy_j < best_j * (1 - 1e-12);
+      const bool better = Cheaper(energy_j, best_j);
       if (better) best_j = energy_j;
       report(best_j, bound_j, better ? "milp" : "");
     };
@@ -327,7 +329,7 @@ Result<v1::Schedule> Solve(const Problem& p, const SolveOptions& options) {
         NoSchedule(p, strategy, infeasible_proven ? v1::Schedule::STATUS_INFEASIBLE : v1::Schedule::STATUS_NO_SOLUTION,
                    infeasible_proven ? "CBC proved that no schedule meets these budgets"
                                      : "no schedule found within the time limit by CBC or any heuristic; " + message,
-                   options.search_min_ram, std::max(deadline, Now() + 0.5));
+                   options.search_min_ram, Deadline{std::max(deadline.at_s, Now() + 0.5), options.stop});
     s.set_solve_time_s(Now() - start);
     return s;
   }

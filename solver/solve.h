@@ -12,6 +12,7 @@
 #include <string_view>
 
 #include "base/status.h"
+#include "solver/deadline.h"
 #include "solver/problem.h"
 
 namespace edgecost::solver {
@@ -59,8 +60,8 @@ Result<v1::Schedule> Solve(const Problem& problem, const SolveOptions& options);
 // The smallest RAM budget (bytes) for which the heuristics and baselines find a
 // schedule at the problem's runtime budget: never above the peak of any schedule
 // they find on the way; not a proof of minimality. NotFound when none does.
-// Past `deadline` (steady-clock seconds) it returns the best found so far.
-Result<int64_t> MinFeasibleRam(const Problem& problem, double deadline = std::numeric_limits<double>::infinity());
+// Past `deadline` it returns the best found so far.
+Result<int64_t> MinFeasibleRam(const Problem& problem, const Deadline& deadline = {});
 
 // Fills energy, counts, peak RAM and runtime of `schedule` from a replay; an
 // invalid schedule is an Internal error naming the violation.

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <string>
 #include <tuple>
@@ -15,6 +16,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "base/units.h"
 #include "tests/shell.h"
@@ -468,7 +470,12 @@ TEST_F(CliTest, ConsistencyAUserNotices) {
   const CommandResult out = Edgecost(std::string("db export ") + host + " --out " + exported);
   ASSERT_EQ(out.exit_code, 0) << out.output;
   const std::string other = "--db " + (dir_ / "host.db").string() + " ";
-  const CommandResult in = Edgecost(other + "db import " + exported);
+  // This host's own device: another database here takes it only when asked to.
+  const CommandResult refused = Edgecost(other + "db import " + exported);
+  EXPECT_EQ(refused.exit_code, 1) << refused.output;
+  EXPECT_THAT(refused.output, HasSubstr("has the name of this host"));
+  EXPECT_THAT(Edgecost(other + "db info").output, Not(HasSubstr(host)));
+  const CommandResult in = Edgecost(other + "db import --replace " + exported);
   ASSERT_EQ(in.exit_code, 0) << in.output;
   const CommandResult there = Edgecost(other + "costs linear --device " + host + " --summary");
   ASSERT_EQ(there.exit_code, 0) << there.output;
@@ -497,6 +504,47 @@ TEST_F(CliTest, ConsistencyAUserNotices) {
   EXPECT_THAT(info.output, HasSubstr("cost tables (current)"));
   EXPECT_THAT(info.output, HasSubstr(host));
   EXPECT_EQ(Edgecost("db export a72").exit_code, 1);  // a preset has nothing measured
+}
+
+// A schedule file's costs edited after the solve (divided by 1000, a size set
+// to 1 byte, made negative): check and train refuse it, naming what changed.
+TEST_F(CliTest, CheckAndTrainRefuseAScheduleWhoseCostsWereEdited) {
+  const std::string schedule = (dir_ / "s.json").string();
+  ASSERT_EQ(Edgecost("solve --model linear --platform a72 --derivation exact --batch-size 2 --ram-budget 20kB "
+                     "--runtime-budget 3x --time-limit-s 5 --out " +
+                     schedule)
+                .exit_code,
+            0);
+  ASSERT_EQ(Edgecost("check " + schedule).exit_code, 0);
+  std::ifstream in(schedule);
+  const nlohmann::json solved = nlohmann::json::parse(in);
+  struct Edit {
+    std::string name;
+    std::function<void(nlohmann::json&)> apply;
+    std::string expected;
+  };
+  const std::vector<Edit> edits = {
+      {"divided by 1000",
+       [](nlohmann::json& costs) {
+         for (auto& cost : costs) cost["computeJ"] = cost.value("computeJ", 0.0) / 1000;
+       },
+       "changed: compute_j); its energy was"},
+      {"1 byte", [](nlohmann::json& costs) { costs[2]["ramBytes"] = "1"; }, "changed: ram_bytes"},
+      {"negative", [](nlohmann::json& costs) { costs[2]["computeJ"] = -5.0; }, "'compute_j' is -5"},
+  };
+  for (const Edit& edit : edits) {
+    SCOPED_TRACE(edit.name);
+    nlohmann::json edited = solved;
+    edit.apply(edited["costTable"]["costs"]);
+    const std::string path = (dir_ / "edited.json").string();
+    std::ofstream(path) << edited.dump(1);
+    const CommandResult check = Edgecost("check " + path);
+    EXPECT_EQ(check.exit_code, 1) << check.output;
+    EXPECT_THAT(check.output, HasSubstr(edit.expected));
+    const CommandResult train = Edgecost("train --model linear --batch-size 2 --steps 1 --schedule " + path);
+    EXPECT_EQ(train.exit_code, 1) << train.output;
+    EXPECT_THAT(train.output, HasSubstr(edit.expected));
+  }
 }
 
 // A schedule written by solve runs for real; a tampered copy is refused before anything runs;

@@ -141,11 +141,11 @@ TEST(GreedyWithExchanges, NeverWorseThanGreedyAndRepeatable) {
       const double forever = std::numeric_limits<double>::infinity();
       const std::optional<Candidate> greedy = Greedy(p);
       if (!greedy) {  // below what greedy reaches: so is where it starts
-        EXPECT_FALSE(GreedyWithExchanges(p, forever));
+        EXPECT_FALSE(GreedyWithExchanges(p, {}, {forever}));
         continue;
       }
-      const std::optional<Candidate> first = GreedyWithExchanges(p, forever);
-      const std::optional<Candidate> second = GreedyWithExchanges(p, forever);
+      const std::optional<Candidate> first = GreedyWithExchanges(p, {}, {forever});
+      const std::optional<Candidate> second = GreedyWithExchanges(p, {}, {forever});
       ASSERT_TRUE(first && second);
       ++solved;
       EXPECT_TRUE(Simulate(p, first->plan).valid) << Simulate(p, first->plan).violation;

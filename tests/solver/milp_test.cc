@@ -112,7 +112,7 @@ TEST(MilpCuts, KeepTheHeuristicsSchedules) {
       // Half a second of the local search: whatever it reached must fit too.
       const double soon =
           std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count() + 0.5;
-      for (const std::optional<Candidate>& c : {Greedy(p), GreedyWithExchanges(p, soon), SqrtCheckpointing(p),
+      for (const std::optional<Candidate>& c : {Greedy(p), GreedyWithExchanges(p, {}, {soon}), SqrtCheckpointing(p),
                                                 Revolve(p), std::optional<Candidate>(PagingOnly(p))}) {
         if (!c || !c->replay.valid) continue;
         const BrokenRows broken = MilpRowsBrokenBy(p, c->plan);

@@ -221,7 +221,7 @@ TEST(Greedy, ExchangesTradeOneTensorsMemoryForAnothers) {
 
   const std::optional<Candidate> greedy = Greedy(p);
   ASSERT_TRUE(greedy && greedy->replay.valid);
-  const std::optional<Candidate> exchanged = GreedyWithExchanges(p, std::numeric_limits<double>::infinity());
+  const std::optional<Candidate> exchanged = GreedyWithExchanges(p, {}, {});
   ASSERT_TRUE(exchanged);
   ASSERT_TRUE(exchanged->replay.valid) << exchanged->replay.violation;
   EXPECT_LT(exchanged->replay.energy.total_j(), greedy->replay.energy.total_j() - 0.2);
@@ -230,7 +230,7 @@ TEST(Greedy, ExchangesTradeOneTensorsMemoryForAnothers) {
   ASSERT_EQ(optimal->status(), v1::Schedule::STATUS_OPTIMAL);
   EXPECT_NEAR(exchanged->replay.energy.total_j(), optimal->energy().total_j(), 1e-9);
   // Past its deadline it is greedy.
-  const std::optional<Candidate> late = GreedyWithExchanges(p, 0);
+  const std::optional<Candidate> late = GreedyWithExchanges(p, {}, {0});
   ASSERT_TRUE(late);
   EXPECT_EQ(late->replay.energy.total_j(), greedy->replay.energy.total_j());
 }
