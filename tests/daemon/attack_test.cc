@@ -5,7 +5,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
+#include <functional>
+#include <iterator>
 #include <fstream>
 #include <future>
 #include <string>
@@ -13,17 +16,23 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sqlite3.h>
 
 #include "costdb/costdb.h"
 #include "daemon/client.h"
 #include "daemon/jobs.h"
+#include "graph/cost_source.h"
+#include "graph/resolve.h"
+#include "profiler/profile.h"
 #include "proto/edgecost.pb.h"
+#include "proto/json.h"
 #include "tests/daemon/serve_process.h"
 
 namespace edgecost {
 namespace {
 
 namespace fs = std::filesystem;
+using ::testing::AllOf;
 using ::testing::EndsWith;
 using ::testing::HasSubstr;
 using ::testing::Not;
@@ -137,6 +146,104 @@ TEST_F(AttackTest, AFileNamedLikeAModelIsNotRead) {
   EXPECT_THAT(CallJson(Socket(), "CostService/GetCostTable", R"({"model":"linear","device":"a72"})"), EndsWith(" 200"));
   fs::remove("linear");
   ExpectStillServing();
+}
+
+// --- Round two: numbers no device measures, and imports ---
+
+// An export of the measured device "board": linear's a72 costs as if measured there.
+std::string BoardExportFile(const fs::path& dir, const std::string& name, const std::string& device,
+                            const std::function<void(v1::CostExport&)>& poison = {}) {
+  v1::CostExport exported;
+  exported.mutable_device()->set_name(device);
+  exported.mutable_device()->set_kind(v1::Device::KIND_MEASURED);
+  exported.mutable_device()->mutable_fingerprint()->set_hash("fp-" + device);
+  graph::GraphSpec spec;
+  spec.model_or_file = "linear";
+  auto table = graph::LoadCostTable(spec, "a72", graph::kPoetFlopsSource);
+  EXPECT_TRUE(table.ok()) << table.status().message();
+  table->set_device(device);
+  table->set_fingerprint_hash("fp-" + device);
+  table->set_cost_source("measured");
+  *exported.add_cost_tables() = *table;
+  *exported.add_cost_tables() = *table;  // a second model's, as far as the import can tell
+  exported.mutable_cost_tables(1)->mutable_graph()->set_model("linear_copy");
+  if (poison) poison(exported);
+  const std::string path = (dir / name).string();
+  std::ofstream(path) << *proto::ToJson(exported);
+  return path;
+}
+
+// A RAM budget of 2^63 B or more once wrapped to a negative budget, and was stored.
+TEST_F(AttackTest, ABudgetAbove2To62IsRefusedAndNothingStored) {
+  const std::string before = CallJson(Socket(), "SolverService/ListSchedules", "{}");
+  for (const char* budget : {"9223372036854775808", "18446744073709551615", "4611686018427387905"}) {
+    const std::string answer =
+        CallJson(Socket(), "SolverService/Solve",
+                 std::string(R"({"model":"linear","device":"a72","runtimeBudgetMultiple":2,"ramBudgetBytes":")") +
+                     budget + "\"}");
+    EXPECT_THAT(answer, HasSubstr("above the largest budget")) << budget;
+    EXPECT_THAT(answer, EndsWith(" 400")) << budget;
+  }
+  EXPECT_EQ(CallJson(Socket(), "SolverService/ListSchedules", "{}"), before);
+  ExpectStillServing();
+}
+
+// A truncated export, one with a NaN or a negative cost in its second table,
+// and one named like this host: each refused whole, nothing of it stored.
+TEST_F(AttackTest, ImportsAreCheckedWholeAndAllOrNothing) {
+  const std::string cli = std::string(EDGECOST_BIN) + " --db " + Db() + " ";
+  const std::string devices = CallJson(Socket(), "CostService/ListDevices", "{}");
+  const std::string good = BoardExportFile(dir_, "good.json", "board");
+  std::ifstream in(good);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::ofstream(dir_ / "truncated.json") << text.substr(0, text.size() * 3 / 4);
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {(dir_ / "truncated.json").string(), "is not an edgecost.v1.CostExport"},
+      {BoardExportFile(dir_, "nan.json", "board",
+                       [](v1::CostExport& e) { e.mutable_cost_tables(1)->mutable_costs(2)->set_runtime_s(NAN); }),
+       "'runtime_s' is nan"},
+      {BoardExportFile(dir_, "negative.json", "board",
+                       [](v1::CostExport& e) { e.mutable_cost_tables(1)->mutable_costs(2)->set_compute_j(-5); }),
+       "'compute_j' is -5"},
+      {BoardExportFile(dir_, "host.json", profiler::ThisDeviceName()), "has the name of this host"},
+  };
+  for (const auto& [file, why] : refused) {
+    EXPECT_THAT(Shell(cli + "db import " + file + " 2>&1; echo exit=$?"), AllOf(HasSubstr(why), EndsWith("exit=1\n")))
+        << file;
+    EXPECT_EQ(CallJson(Socket(), "CostService/ListDevices", "{}"), devices) << file;
+  }
+  ExpectStillServing();
+}
+
+// One negative cost in a stored table (slipped past the checks, as an older
+// edgecost could store it) made a solve run for 11 minutes and SIGTERM wait
+// for it. Now the table is refused at once, and the daemon stops when told.
+TEST(NegativeCosts, ASolveOnThemEndsAndTheDaemonStillStops) {
+  const fs::path dir = fs::temp_directory_path() / ("edgecost_negative_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string db = (dir / "costs.db").string(), socket = (dir / "edgecost.sock").string();
+  ASSERT_THAT(Shell(std::string(EDGECOST_BIN) + " --db " + db + " db import " +
+                    BoardExportFile(dir, "board.json", "board") + " 2>&1; echo exit=$?"),
+              EndsWith("exit=0\n"));
+  sqlite3* raw = nullptr;
+  ASSERT_EQ(sqlite3_open(db.c_str(), &raw), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(raw, "UPDATE node_costs SET compute_j = -5 WHERE node = 3", nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(raw);
+  const pid_t pid = SpawnServe({"--db", db, "serve", "--socket", socket}, socket, "/nonexistent-sysfs", dir / "serve.log");
+  for (const char* strategy : {"optimal", "greedy"}) {
+    const std::string answer = CallJson(socket, "SolverService/Solve",
+                                        std::string(R"({"model":"linear","device":"board","ramBudgetBytes":"4000",)") +
+                                            R"("runtimeBudgetMultiple":2,"timeLimitS":5,"strategy":")" + strategy +
+                                            "\"}");
+    EXPECT_THAT(answer, HasSubstr("'compute_j' is -5")) << strategy;
+    EXPECT_THAT(answer, EndsWith(" 400")) << strategy;
+  }
+  EXPECT_TRUE(Serving(socket));
+  const int status = StopProcess(pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << Shell("cat " + (dir / "serve.log").string());
+  fs::remove_all(dir);
 }
 
 // Jobs stored by an older daemon, or left running by a crash, are loaded
