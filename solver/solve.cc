@@ -74,9 +74,17 @@ std::string ObviouslyInfeasible(const Problem& p) {
   return "";
 }
 
-// One heuristic or baseline, replayed; nullopt when it finds nothing. Each is
-// deterministic and polynomial (well under a second on the zoo's largest graphs),
-// so they always run whole.
+// The heuristics and baselines are deterministic and polynomial (well under a
+// second on the zoo's largest graphs): under a smaller time limit they still
+// get this long, so that "optimal" always has their schedules to start from.
+// Their deadline guards against inputs no device measures; the stop flag ends them at once.
+constexpr double kHeuristicsMinS = 2;
+
+Deadline HeuristicsDeadline(double start, const SolveOptions& options) {
+  return {start + std::max(kHeuristicsMinS, options.time_limit_s), options.stop};
+}
+
+// One heuristic or baseline, replayed; nullopt when it finds nothing.
 std::optional<Candidate> RunHeuristic(const Problem& p, Strategy kind, const Deadline& deadline) {
   switch (kind) {
     case Strategy::kCheckpointAll:
@@ -98,7 +106,7 @@ std::optional<Candidate> RunHeuristic(const Problem& p, Strategy kind, const Dea
 // A baseline or the greedy heuristic alone.
 v1::Schedule SolveHeuristic(const Problem& p, const SolveOptions& options, Strategy kind, double start) {
   const std::string strategy(StrategyName(kind));
-  const Deadline deadline{start + std::max(0.0, options.time_limit_s), options.stop};
+  const Deadline deadline = HeuristicsDeadline(start, options);
   std::optional<Candidate> found = RunHeuristic(p, kind, deadline);
   std::string why_not = "no placement of its checkpoints fits both budgets";
   if (found && !found->replay.valid) {
@@ -234,7 +242,7 @@ Result<v1::Schedule> Solve(const Problem& p, const SolveOptions& options) {
   for (Strategy start_kind : kBaselinesAndGreedy) {
     if (options.poet_formulation) break;  // POET hands CBC nothing to start from
     if (start_kind == Strategy::kPagingOnly && !p.allow_paging) continue;
-    std::optional<Candidate> c = RunHeuristic(p, start_kind, deadline);
+    std::optional<Candidate> c = RunHeuristic(p, start_kind, HeuristicsDeadline(start, options));
     if (!c || !c->replay.valid) continue;
     if (!found || c->replay.energy.total_j() < found->replay.energy.total_j()) {
       found = std::move(c);
@@ -246,7 +254,7 @@ Result<v1::Schedule> Solve(const Problem& p, const SolveOptions& options) {
   // seconds on the zoo's graphs), for at most a third of the time.
   if (!options.poet_formulation) {
     std::optional<Candidate> c =
-        GreedyWithExchanges(p, deadline, deadline.Before(start + std::max(0.0, options.time_limit_s) / 3));
+        GreedyWithExchanges(p, HeuristicsDeadline(start, options), deadline.Before(start + options.time_limit_s / 3));
     if (c && c->replay.valid && (!found || c->replay.energy.total_j() < found->replay.energy.total_j())) {
       found = std::move(c);
       found_by = Strategy::kGreedy;
