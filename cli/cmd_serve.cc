@@ -72,7 +72,8 @@ int RunServe(const ServeFlags& flags, const Context& ctx) {
     for (;;) {
       int signal = 0;
       sigwait(&signals, &signal);
-      if (signal == SIGHUP) {  // look at the hardware now
+      if (signal == SIGHUP) {  // look at the socket file and the hardware now
+        agent.CheckSocket("SIGHUP");
         if (Status s = agent.CheckHardware("SIGHUP"); !s.ok()) {
           spdlog::error("event=fingerprint_check_failed why=SIGHUP message={}", daemon::Quoted(s.message()));
         }

@@ -280,6 +280,18 @@ Result<int> Daemon::Start() {
   return port;
 }
 
+void Daemon::CheckSocket(const std::string& why) {
+  if (!server_ || config_.socket_path.empty()) return;
+  Result<HttpServer::SocketCheck> checked = server_->CheckUnixSocket();
+  if (!checked.ok()) {
+    spdlog::error("event=socket_lost path={} why={} message={}", Quoted(config_.socket_path), why,
+                  Quoted(checked.status().message() + "; this daemon is unreachable on its socket until it is "
+                                                      "restarted, or the path is freed and it gets SIGHUP"));
+  } else if (*checked == HttpServer::SocketCheck::kRecreated) {
+    spdlog::warn("event=socket_recreated path={} why={}", Quoted(config_.socket_path), why);
+  }
+}
+
 void Daemon::Run() {
   if (server_) server_->Run();
 }

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <future>
 #include <optional>
 #include <thread>
 #include <vector>
@@ -38,8 +39,15 @@ struct HttpServer::Impl {
   asio::io_context io;
   asio::thread_pool workers;
   std::unique_ptr<local::acceptor> unix_acceptor;
+  std::vector<std::unique_ptr<local::acceptor>> retired_acceptors;  // replaced by a rebind, closed
   std::unique_ptr<tcp::acceptor> tcp_acceptor;
   std::string unix_path;
+  unsigned unix_mode = 0660;
+  std::string unix_group;
+  // The socket file this server made: it removes that file and no other (the
+  // folder may have been emptied and the path taken by another daemon since).
+  dev_t unix_dev = 0;
+  ino_t unix_ino = 0;
   // Counted per listener, so that clients on TCP, who may not even hold the
   // token, can never use up the connections of the Unix socket.
   std::atomic<int> unix_connections{0};
@@ -48,6 +56,10 @@ struct HttpServer::Impl {
 
   template <typename Protocol>
   void Accept(typename Protocol::acceptor& acceptor, bool over_tcp);
+  // Binds unix_path (its folder made if missing; a stale socket there replaced) and accepts on it.
+  Status BindUnix();
+  // Whether unix_path is still the socket file BindUnix made.
+  bool OwnsUnixPath() const;
   std::atomic<int>& Connections(bool over_tcp) { return over_tcp ? tcp_connections : unix_connections; }
 };
 
@@ -177,39 +189,80 @@ HttpServer::HttpServer(HttpHandler handler, ServerLimits limits)
 
 HttpServer::~HttpServer() {
   Stop();
-  if (!impl_->unix_path.empty()) {
+  if (impl_->OwnsUnixPath()) {  // another daemon's socket at the same path is left alone
     std::error_code ec;
     std::filesystem::remove(impl_->unix_path, ec);
   }
 }
 
-Status HttpServer::ListenUnix(const std::string& path, unsigned mode, const std::string& group) {
+Status HttpServer::Impl::BindUnix() {
+  const std::string& path = unix_path;
   std::error_code fs_ec;
   std::filesystem::create_directories(std::filesystem::path(path).parent_path(), fs_ec);
   if (std::filesystem::is_socket(path, fs_ec)) {
     // A socket nobody answers on is left from a crash; one that answers belongs to a running daemon.
-    local::socket probe(impl_->io);
+    local::socket probe(io);
     beast::error_code ec;
     probe.connect(local::endpoint(path), ec);
     if (!ec) return FailedPrecondition("another edgecost daemon is serving on " + path);
     std::filesystem::remove(path, fs_ec);
   }
+  std::unique_ptr<local::acceptor> acceptor;
   try {
-    impl_->unix_acceptor = std::make_unique<local::acceptor>(impl_->io, local::endpoint(path));
+    acceptor = std::make_unique<local::acceptor>(io, local::endpoint(path));
   } catch (const boost::system::system_error& e) {
     return PermissionDenied("cannot listen on " + path + ": " + e.what() + "; choose another --socket");
   }
-  impl_->unix_path = path;
-  if (::chmod(path.c_str(), mode) != 0) return PermissionDenied("cannot set the mode of " + path);
-  if (!group.empty()) {
-    const struct group* g = ::getgrnam(group.c_str());
-    if (!g) return InvalidArgument("no group '" + group + "' for the socket");
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) return PermissionDenied("cannot stat " + path + " after binding it");
+  unix_dev = st.st_dev;
+  unix_ino = st.st_ino;
+  if (::chmod(path.c_str(), unix_mode) != 0) return PermissionDenied("cannot set the mode of " + path);
+  if (!unix_group.empty()) {
+    const struct group* g = ::getgrnam(unix_group.c_str());
+    if (!g) return InvalidArgument("no group '" + unix_group + "' for the socket");
     if (::chown(path.c_str(), static_cast<uid_t>(-1), g->gr_gid) != 0) {
-      return PermissionDenied("cannot give " + path + " to group " + group);
+      return PermissionDenied("cannot give " + path + " to group " + unix_group);
     }
   }
-  impl_->Accept<local>(*impl_->unix_acceptor, false);
+  if (unix_acceptor) {  // bound to a path that is gone: nobody can connect to it any more
+    beast::error_code ignored;
+    unix_acceptor->close(ignored);
+    retired_acceptors.push_back(std::move(unix_acceptor));
+  }
+  unix_acceptor = std::move(acceptor);
+  Accept<local>(*unix_acceptor, false);
   return Status::Ok();
+}
+
+bool HttpServer::Impl::OwnsUnixPath() const {
+  struct stat st {};
+  return unix_ino != 0 && ::lstat(unix_path.c_str(), &st) == 0 && st.st_dev == unix_dev && st.st_ino == unix_ino;
+}
+
+Status HttpServer::ListenUnix(const std::string& path, unsigned mode, const std::string& group) {
+  impl_->unix_path = path;
+  impl_->unix_mode = mode;
+  impl_->unix_group = group;
+  return impl_->BindUnix();
+}
+
+Result<HttpServer::SocketCheck> HttpServer::CheckUnixSocket() {
+  if (impl_->unix_path.empty()) return SocketCheck::kPresent;
+  // The acceptor belongs to the I/O thread: rebind there, and wait for it (bounded,
+  // in case the server is not running).
+  auto done = std::make_shared<std::promise<Result<SocketCheck>>>();
+  std::future<Result<SocketCheck>> answer = done->get_future();
+  asio::post(impl_->io, [this, done] {
+    if (impl_->OwnsUnixPath()) return done->set_value(SocketCheck::kPresent);
+    Status bound = impl_->BindUnix();
+    if (!bound.ok()) return done->set_value(bound);
+    done->set_value(SocketCheck::kRecreated);
+  });
+  if (answer.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
+    return Unavailable("the server did not look at " + impl_->unix_path + ": it is not running");
+  }
+  return answer.get();
 }
 
 Result<int> HttpServer::ListenTcp(const std::string& host, int port) {
@@ -235,6 +288,7 @@ void HttpServer::Stop() {
   asio::post(impl_->io, [this] {
     beast::error_code ignored;
     if (impl_->unix_acceptor) impl_->unix_acceptor->close(ignored);
+    for (auto& retired : impl_->retired_acceptors) retired->close(ignored);
     if (impl_->tcp_acceptor) impl_->tcp_acceptor->close(ignored);
   });
   impl_->workers.join();

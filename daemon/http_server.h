@@ -68,7 +68,13 @@ class HttpServer {
   HttpServer& operator=(const HttpServer&) = delete;
 
   // Listens on a Unix socket with the given mode (and group, if not empty); replaces a stale socket file.
+  // On destruction the socket file is removed only if it is still the one made here.
   Status ListenUnix(const std::string& path, unsigned mode, const std::string& group);
+  // Whether the Unix socket file is still there; if it has vanished (its folder
+  // removed, say), binds it again. Fails, changing nothing, if another daemon
+  // now listens on the path or it cannot be bound. Call while Run() serves.
+  enum class SocketCheck { kPresent, kRecreated };
+  Result<SocketCheck> CheckUnixSocket();
   // Listens on TCP; port 0 picks a free one. Returns the bound port.
   Result<int> ListenTcp(const std::string& host, int port);
 
