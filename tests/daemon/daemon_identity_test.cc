@@ -2,7 +2,9 @@
 // given, and the socket file it made. Each test reproduces an attack on a real
 // `edgecost serve`: a second daemon on one database through another name, and a
 // daemon that removed another one's socket when it stopped.
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -14,6 +16,7 @@
 #include <gtest/gtest.h>
 
 #include "daemon/db_lock.h"
+#include "daemon/fatal_signal.h"
 #include "tests/daemon/serve_process.h"
 
 namespace edgecost {
@@ -170,6 +173,98 @@ TEST_F(DaemonIdentityTest, SighupRecreatesAVanishedSocket) {
   Stop(pid);
   EXPECT_FALSE(fs::exists(socket));  // its own socket, it removes
   EXPECT_THAT(Log(), Not(HasSubstr("level=critical")));
+}
+
+
+// Attack 11: the database's -shm made unusable. One that is not a regular file,
+// or that this user may not write (chattr +i: chmod does not stop root), is
+// refused at start, naming the file.
+TEST_F(DaemonIdentityTest, AnUnusableShmFileIsRefusedAtStart) {
+  const std::string db = (dir_ / "real/costs.db").string(), socket = (dir_ / "a.sock").string();
+  const pid_t pid = Serve(db, socket);  // creates the database, in WAL mode
+  ASSERT_TRUE(Serving(socket)) << Log();
+  Stop(pid);
+  const std::string serve = "--db " + db + " serve --socket " + socket + " 2>&1";
+  fs::remove(db + "-shm");
+  fs::create_directory(db + "-shm");
+  std::string refused = Edgecost(serve);
+  EXPECT_THAT(refused, HasSubstr(db + "-shm is not a regular file"));
+  EXPECT_THAT(refused, EndsWith("exit=1\n"));
+  fs::remove(db + "-shm");
+
+  std::ofstream(db + "-shm").close();
+  if (testing::RunShell("chattr +i " + db + "-shm").exit_code != 0) {
+    fs::remove(db + "-shm");
+    GTEST_SKIP() << "chattr +i does not work here; the unwritable case is not tested";
+  }
+  refused = Edgecost(serve);
+  EXPECT_THAT(Edgecost("--db " + db + " jobs forget --finished 2>&1"), HasSubstr("-shm is not readable and writable"));
+  EXPECT_THAT(Edgecost("--db " + db + " jobs 2>&1"), EndsWith("exit=0\n"));  // readers only need to read it
+  Shell("chattr -i " + db + "-shm");
+  EXPECT_THAT(refused, HasSubstr(db + "-shm is not readable and writable (Operation not permitted)"));
+  EXPECT_THAT(refused, EndsWith("exit=1\n"));
+  EXPECT_TRUE(Alive(Serve(db, socket)));  // fixed: it starts
+}
+
+// Attack 11, while serving: the -shm truncated (and made read-only) under a
+// running daemon killed it with SIGBUS. Now it exits with the reason, or, if
+// it had no mapping at the time, serves on; it is never killed by the signal.
+TEST_F(DaemonIdentityTest, AShmTruncatedUnderTheDaemonEndsItWithTheReason) {
+  const std::string db = (dir_ / "real/costs.db").string(), socket = (dir_ / "a.sock").string();
+  const pid_t pid = Serve(db, socket);
+  ASSERT_TRUE(Serving(socket)) << Log();
+  ASSERT_THAT(CallJson(socket, "SolverService/Solve", R"({"model":"linear","device":"a72","ramBudgetBytes":"4000"})"),
+              EndsWith(" 200"));
+  ASSERT_TRUE(fs::exists(db + "-shm"));
+  fs::resize_file(db + "-shm", 0);
+  fs::permissions(db + "-shm", fs::perms::owner_read | fs::perms::group_read | fs::perms::others_read);
+  CallJson(socket, "JobService/ListJobs", "{}");
+  CallJson(socket, "SolverService/Solve", R"({"model":"linear","device":"a72","ramBudgetBytes":"5000"})");
+  int status = 0;
+  const std::string ended = PollUntil([&] { return ::waitpid(pid, &status, WNOHANG) == pid ? "ended" : "running"; },
+                                      [](const std::string& s) { return s == "ended"; });
+  if (ended == "running") {
+    EXPECT_TRUE(Serving(socket));
+    return;
+  }
+  std::erase(pids_, pid);
+  EXPECT_FALSE(WIFSIGNALED(status)) << "killed by signal " << WTERMSIG(status) << "; its log:\n" << Log();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1);
+  EXPECT_THAT(Log(), HasSubstr("level=critical event=fatal signal=SIGBUS"));
+  EXPECT_THAT(Log(), HasSubstr("file=\"" + fs::canonical(db).string() + "-shm\""));
+  EXPECT_TRUE(Alive(Serve(db, socket)));  // a restart rebuilds the index
+  EXPECT_THAT(CallJson(socket, "SolverService/GetSchedule", R"({"id":"1"})"), EndsWith(" 200"));
+}
+
+// The handler itself, in a child process: a mapped file truncated under it.
+TEST(SigbusHandler, AShrunkMappedFileEndsTheProcessWithTheFileNamed) {
+  const fs::path dir = fs::temp_directory_path() / ("edgecost_sigbus_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const fs::path file = dir / "costs.db-shm", log = dir / "stderr.log";
+  const pid_t child = ::fork();
+  if (child == 0) {
+    if (!std::freopen(log.c_str(), "w", stderr)) ::_exit(126);
+    daemon::InstallSigbusHandler();
+    const int fd = ::open(file.c_str(), O_RDWR | O_CREAT, 0644);
+    if (fd < 0 || ::ftruncate(fd, 32768) != 0) ::_exit(125);
+    auto* map = static_cast<volatile char*>(::mmap(nullptr, 32768, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+    if (map == MAP_FAILED) ::_exit(124);
+    map[0] = 1;
+    if (::ftruncate(fd, 0) != 0) ::_exit(123);
+    map[4096] = 1;  // SIGBUS
+    ::_exit(0);
+  }
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 1);
+  const std::string text = Shell("cat " + log.string());
+  EXPECT_THAT(text, ::testing::MatchesRegex(
+                        "[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\\.[0-9]{3}Z level=critical event=fatal "
+                        "signal=SIGBUS address=0x[0-9a-f]+ file=\"[^\"]*costs\\.db-shm\" message=\"[^\"]*restart "
+                        "rebuilds[^\"]*\"\n"));
+  fs::remove_all(dir);
 }
 
 }  // namespace
