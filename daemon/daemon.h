@@ -55,6 +55,8 @@ class Daemon {
 
  private:
   void RegisterRoutes();
+  // The bearer token or a web session: what TCP callers need (headers only are read).
+  bool HasCredential(const HttpRequest& request);
   std::string MetricsText();
   HttpResponse Login(const HttpRequest& request);
 
