@@ -258,9 +258,9 @@ Result<int> Daemon::Start() {
   // Open the database once here so that a bad file fails the start, not the first request.
   EC_RETURN_IF_ERROR(costdb::CostDb::Open(config_.db_path, costdb::OpenMode::kReadWrite).status());
   EC_RETURN_IF_ERROR(jobs_.Open());
-  server_ = std::make_unique<HttpServer>(
-      [this](HttpRequest r, HttpReply reply) { Handle(std::move(r), std::move(reply)); }, config_.limits,
-      [this](const HttpRequest& r) { return HasCredential(r); });
+  server_ =
+      std::make_unique<HttpServer>([this](HttpRequest r, HttpReply reply) { Handle(std::move(r), std::move(reply)); },
+                                   config_.limits, [this](const HttpRequest& r) { return HasCredential(r); });
   if (!config_.socket_path.empty()) {
     EC_RETURN_IF_ERROR(server_->ListenUnix(config_.socket_path, config_.socket_mode, config_.socket_group));
   }

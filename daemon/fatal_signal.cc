@@ -72,9 +72,12 @@ uint64_t ParseHex(const char*& p) {
   uint64_t v = 0;
   for (;; ++p) {
     const char c = *p;
-    if (c >= '0' && c <= '9') v = v * 16 + static_cast<uint64_t>(c - '0');
-    else if (c >= 'a' && c <= 'f') v = v * 16 + static_cast<uint64_t>(c - 'a' + 10);
-    else return v;
+    if (c >= '0' && c <= '9')
+      v = v * 16 + static_cast<uint64_t>(c - '0');
+    else if (c >= 'a' && c <= 'f')
+      v = v * 16 + static_cast<uint64_t>(c - 'a' + 10);
+    else
+      return v;
   }
 }
 

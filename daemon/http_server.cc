@@ -10,9 +10,9 @@
 #include <list>
 #include <mutex>
 #include <optional>
+#include <thread>
 #include <type_traits>
 #include <unordered_map>
-#include <thread>
 #include <vector>
 
 #include <boost/asio.hpp>
@@ -142,11 +142,14 @@ struct HttpServer::Impl {
   // token, can never use up the connections of the Unix socket.
   std::atomic<int> unix_connections{0};
   std::atomic<int> tcp_connections{0};
-  std::atomic<int> unanswered{0};  // requests read whose response is not yet written
+  std::atomic<int> unanswered{0};   // requests read whose response is not yet written
   Unauthenticated unauthenticated;  // on TCP
 
   template <typename Protocol>
   void Accept(typename Protocol::acceptor& acceptor, bool over_tcp);
+  // Starts a session on an accepted connection, within the listener's limits and quotas.
+  template <typename Protocol>
+  void Admit(typename Protocol::socket socket, bool over_tcp);
   // Binds unix_path (its folder made if missing; a stale socket there replaced) and accepts on it.
   Status BindUnix();
   // Whether unix_path is still the socket file BindUnix made.
@@ -183,8 +186,10 @@ class Session : public Evictable, public std::enable_shared_from_this<Session<Pr
     parser_.emplace();
     parser_->header_limit(static_cast<uint32_t>(server_.limits.max_header_bytes));
     parser_->body_limit(server_.limits.max_body_bytes);
-    stream_.expires_after(
-        Millis(authenticated_ ? server_.limits.read_timeout_s : server_.limits.unauthenticated_read_timeout_s));
+    const double timeout_s =
+        authenticated_ ? server_.limits.read_timeout_s
+                       : std::min(server_.limits.read_timeout_s, server_.limits.unauthenticated_read_timeout_s);
+    stream_.expires_after(Millis(timeout_s));
     http::async_read_header(stream_, buffer_, *parser_,
                             [self = this->shared_from_this()](beast::error_code ec, size_t) { self->OnHeader(ec); });
   }
@@ -295,34 +300,37 @@ class Session : public Evictable, public std::enable_shared_from_this<Session<Pr
 
 template <typename Protocol>
 void HttpServer::Impl::Accept(typename Protocol::acceptor& acceptor, bool over_tcp) {
-  acceptor.async_accept(
-      asio::make_strand(io), [this, &acceptor, over_tcp](beast::error_code ec, typename Protocol::socket socket) {
-        if (ec == asio::error::operation_aborted) return;  // stopped
-        if (!ec) {
-          // Full: an unauthenticated connection makes room, else the new one is refused
-          // rather than let one client starve the rest.
-          std::shared_ptr<Evictable> room;
-          if (Connections(over_tcp).fetch_add(1) >= limits.max_connections &&
-              !(over_tcp && (room = unauthenticated.EvictOldest()))) {
-            Connections(over_tcp).fetch_sub(1);
-            beast::error_code ignored;
-            socket.close(ignored);
-          } else {
-            if (room) room->Evict();
-            std::string address;
-            if constexpr (std::is_same_v<Protocol, tcp>) {
-              beast::error_code peer_ec;
-              address = socket.remote_endpoint(peer_ec).address().to_string();
-            }
-            auto session = std::make_shared<Session<Protocol>>(std::move(socket), *this, over_tcp);
-            if (over_tcp) {
-              for (const auto& evicted : unauthenticated.Admit(session, address, limits)) evicted->Evict();
-            }
-            session->Start();
-          }
-        }
-        Accept<Protocol>(acceptor, over_tcp);
-      });
+  acceptor.async_accept(asio::make_strand(io),
+                        [this, &acceptor, over_tcp](beast::error_code ec, typename Protocol::socket socket) {
+                          if (ec == asio::error::operation_aborted) return;  // stopped
+                          if (!ec) Admit<Protocol>(std::move(socket), over_tcp);
+                          Accept<Protocol>(acceptor, over_tcp);
+                        });
+}
+
+template <typename Protocol>
+void HttpServer::Impl::Admit(typename Protocol::socket socket, bool over_tcp) {
+  // Full: an unauthenticated connection makes room, else the new one is refused
+  // rather than let one client starve the rest.
+  std::shared_ptr<Evictable> room;
+  if (Connections(over_tcp).fetch_add(1) >= limits.max_connections &&
+      !(over_tcp && (room = unauthenticated.EvictOldest()))) {
+    Connections(over_tcp).fetch_sub(1);
+    beast::error_code ignored;
+    socket.close(ignored);
+    return;
+  }
+  if (room) room->Evict();
+  std::string address;
+  if constexpr (std::is_same_v<Protocol, tcp>) {
+    beast::error_code peer_ec;
+    address = socket.remote_endpoint(peer_ec).address().to_string();
+  }
+  auto session = std::make_shared<Session<Protocol>>(std::move(socket), *this, over_tcp);
+  if (over_tcp) {
+    for (const auto& evicted : unauthenticated.Admit(session, address, limits)) evicted->Evict();
+  }
+  session->Start();
 }
 
 HttpServer::HttpServer(HttpHandler handler, ServerLimits limits, HttpAuthenticator authenticate)

@@ -64,7 +64,7 @@ struct ServerLimits {
   // A TCP connection is unauthenticated until one of its requests carries a
   // valid credential (the server's HttpAuthenticator). Idle clients without the
   // token must not starve those with it: an unauthenticated connection has this
-  // long for each whole request, and each listener keeps at most so many of
+  // long for each whole request (or read_timeout_s if shorter), and each listener keeps at most so many of
   // them, and so many per client address; beyond either, the oldest such
   // connection (of that address) is closed to admit the new one, and so is one
   // when the listener is full. Authenticated connections are never closed for them.

@@ -31,9 +31,8 @@ using namespace test_support;
 class DaemonIdentityTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("edgecost_identity_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = fs::temp_directory_path() / ("edgecost_identity_" + std::to_string(::getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_ / "real");
   }
@@ -54,7 +53,9 @@ class DaemonIdentityTest : public ::testing::Test {
   bool Alive(pid_t pid) { return ::waitpid(pid, nullptr, WNOHANG) == 0; }
   std::string Log(const std::string& name = "serve.log") { return Shell("cat " + (dir_ / name).string()); }
   // `edgecost ARGS` with its output and exit code ("... exit=N").
-  std::string Edgecost(const std::string& args) { return Shell(std::string(EDGECOST_BIN) + " " + args + "; echo exit=$?"); }
+  std::string Edgecost(const std::string& args) {
+    return Shell(std::string(EDGECOST_BIN) + " " + args + "; echo exit=$?");
+  }
 
   fs::path dir_;
   std::vector<pid_t> pids_;
@@ -153,8 +154,8 @@ TEST_F(DaemonIdentityTest, SighupRecreatesAVanishedSocket) {
   fs::remove_all(dir_ / "run");
   EXPECT_FALSE(Serving(socket));
   ::kill(pid, SIGHUP);
-  EXPECT_TRUE(PollUntil([&] { return Serving(socket) ? "yes" : "no"; }, [](const std::string& s) { return s == "yes"; }) ==
-              "yes");
+  EXPECT_TRUE(PollUntil([&] { return Serving(socket) ? "yes" : "no"; },
+                        [](const std::string& s) { return s == "yes"; }) == "yes");
   EXPECT_THAT(Log(), HasSubstr("event=socket_recreated path=\"" + socket + "\" why=SIGHUP"));
   EXPECT_THAT(CallJson(socket, "CostService/GetCostTable", R"({"model":"linear","device":"a72"})"), EndsWith(" 200"));
 
@@ -168,13 +169,12 @@ TEST_F(DaemonIdentityTest, SighupRecreatesAVanishedSocket) {
   EXPECT_TRUE(Alive(pid));
   fs::remove(dir_ / "run");
   ::kill(pid, SIGHUP);
-  EXPECT_TRUE(PollUntil([&] { return Serving(socket) ? "yes" : "no"; }, [](const std::string& s) { return s == "yes"; }) ==
-              "yes");
+  EXPECT_TRUE(PollUntil([&] { return Serving(socket) ? "yes" : "no"; },
+                        [](const std::string& s) { return s == "yes"; }) == "yes");
   Stop(pid);
   EXPECT_FALSE(fs::exists(socket));  // its own socket, it removes
   EXPECT_THAT(Log(), Not(HasSubstr("level=critical")));
 }
-
 
 // Attack 11: the database's -shm made unusable. One that is not a regular file,
 // or that this user may not write (chattr +i: chmod does not stop root), is

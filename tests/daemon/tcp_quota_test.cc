@@ -114,20 +114,18 @@ TEST(TcpQuota, IdleConnectionsWithoutTheTokenDoNotStarveTokenHolders) {
   }
   ASSERT_EQ(idle.size(), static_cast<size_t>(kIdleConnections));
 
-  EXPECT_THAT(authenticated_call(), EndsWith(" 200"));  // promptly: the idle ones make room
+  EXPECT_THAT(authenticated_call(), EndsWith(" 200"));         // promptly: the idle ones make room
   EXPECT_THAT(HealthzWithToken(holder), HasSubstr("200 OK"));  // never closed for them
-  EXPECT_THAT(Shell("curl -s --max-time 20 -w ' %{http_code}' -d '{}' " + url +
-                    "/twirp/edgecost.v1.JobService/ListJobs"),
-              EndsWith(" 401"));
+  EXPECT_THAT(
+      Shell("curl -s --max-time 20 -w ' %{http_code}' -d '{}' " + url + "/twirp/edgecost.v1.JobService/ListJobs"),
+      EndsWith(" 401"));
   EXPECT_TRUE(Serving(socket));
   EXPECT_THAT(CallJson(socket, "CostService/GetCostTable", R"({"model":"linear","device":"a72"})"), EndsWith(" 200"));
 
   // Every idle connection is let go: the oldest beyond the quotas at once, the
   // rest at their short deadline (bounded poll, not a timing assertion).
   const std::string closed = PollUntil(
-      [&] {
-        return std::to_string(std::count_if(idle.begin(), idle.end(), [](int fd) { return ClosedByPeer(fd); }));
-      },
+      [&] { return std::to_string(std::count_if(idle.begin(), idle.end(), [](int fd) { return ClosedByPeer(fd); })); },
       [](const std::string& n) { return n == std::to_string(kIdleConnections); });
   EXPECT_EQ(closed, std::to_string(kIdleConnections));
   for (int fd : idle) ::close(fd);
