@@ -48,12 +48,17 @@ void PrintJobs(const std::vector<v1::Job>& jobs, bool json) {
 }
 
 // Changing jobs behind a running daemon's back would be undone by its next
-// write: while one serves the database, changes go through it.
-Status RefuseWhileServed(const std::string& db_path, const std::string& what) {
-  if (const int pid = daemon::DbLock::Holder(db_path)) {
+// write: while one serves the database, changes go through it. The daemon's
+// lock is taken for the change, so that a daemon started meanwhile (under any
+// name of the file) waits for it instead of loading jobs half changed.
+Result<daemon::DbLock> LockUnlessServed(const std::string& db_path, const std::string& what) {
+  Result<daemon::DbLock> lock = daemon::DbLock::Acquire(db_path, "jobs");
+  if (lock.ok()) return lock;
+  std::string holder;
+  if (const int pid = daemon::DbLock::Holder(db_path, &holder); pid && holder == "daemon") {
     return FailedPrecondition("a daemon (pid " + std::to_string(pid) + ") serves " + db_path + "; " + what);
   }
-  return Status::Ok();
+  return lock.status();
 }
 
 int RunList(const JobsFlags& flags, const Context& ctx) {
@@ -89,7 +94,8 @@ int RunCancel(const JobsFlags& flags, const Context& ctx) {
     return kExitOk;
   }
   const std::string path = DbPath(ctx);
-  if (Status s = RefuseWhileServed(path, "cancel through it with --remote unix:SOCKET"); !s.ok()) return Failure(s);
+  Result<daemon::DbLock> lock = LockUnlessServed(path, "cancel through it with --remote unix:SOCKET");
+  if (!lock.ok()) return Failure(lock.status());
   auto db = costdb::CostDb::Open(path, costdb::OpenMode::kReadWrite);
   if (!db.ok()) return Failure(db.status());
   auto stored = db->ListJobs();
@@ -118,7 +124,8 @@ int RunForget(const JobsFlags& flags, const Context& ctx) {
     return UsageError(InvalidArgument("name the jobs to forget, or give --finished (not both)"));
   }
   const std::string path = DbPath(ctx);
-  if (Status s = RefuseWhileServed(path, "stop it first (it would store its jobs again)"); !s.ok()) return Failure(s);
+  Result<daemon::DbLock> lock = LockUnlessServed(path, "stop it first (it would store its jobs again)");
+  if (!lock.ok()) return Failure(lock.status());
   auto db = costdb::CostDb::Open(path, costdb::OpenMode::kReadWrite);
   if (!db.ok()) return Failure(db.status());
   std::vector<uint64_t> ids = flags.ids;

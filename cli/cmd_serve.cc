@@ -9,6 +9,7 @@
 #include "cli/cli.h"
 #include "costdb/costdb.h"
 #include "daemon/daemon.h"
+#include "daemon/fatal_signal.h"
 #include "daemon/log.h"
 
 namespace edgecost::cli {
@@ -59,6 +60,7 @@ int RunServe(const ServeFlags& flags, const Context& ctx) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   if (Status s = daemon::SetUpLogging(flags.log_level); !s.ok()) return UsageError(s);
+  daemon::InstallSigbusHandler();  // a truncated <db>-shm: exit saying so, not "Bus error"
   auto owned = std::make_unique<daemon::Daemon>(*config);
   daemon::Daemon& agent = *owned;
   auto port = agent.Start();
@@ -72,7 +74,8 @@ int RunServe(const ServeFlags& flags, const Context& ctx) {
     for (;;) {
       int signal = 0;
       sigwait(&signals, &signal);
-      if (signal == SIGHUP) {  // look at the hardware now
+      if (signal == SIGHUP) {  // look at the socket file and the hardware now
+        agent.CheckSocket("SIGHUP");
         if (Status s = agent.CheckHardware("SIGHUP"); !s.ok()) {
           spdlog::error("event=fingerprint_check_failed why=SIGHUP message={}", daemon::Quoted(s.message()));
         }

@@ -52,6 +52,35 @@ Status PrepareWritableLocation(const std::string& path, bool exists) {
   return Status::Ok();
 }
 
+// SQLite maps "<db>-shm" into every process that uses a WAL database and keeps
+// the log in "<db>-wal". One that is not a regular file fails every call with
+// an I/O error; one this process may not write turns every write into a
+// misleading "read-only database". Both are refused at open, naming the file.
+// (A -shm truncated while mapped raises SIGBUS instead: `edgecost serve` turns
+// that into an exit with the reason, daemon/fatal_signal.h.)
+Status CheckWalFiles(const std::string& path, bool writable) {
+  std::error_code ec;
+  const fs::path resolved = fs::weakly_canonical(path, ec);  // SQLite names them after the file a symlink leads to
+  const std::string base = ec ? path : resolved.string();
+  for (const char* suffix : {"-shm", "-wal"}) {
+    const std::string file = base + suffix;
+    const fs::file_status status = fs::symlink_status(file, ec);
+    if (ec || status.type() == fs::file_type::not_found) continue;
+    if (status.type() != fs::file_type::regular) {
+      return FailedPrecondition(file + " is not a regular file, yet SQLite keeps the database's " +
+                                (suffix == std::string("-shm") ? "shared memory" : "write-ahead log") +
+                                " there: remove it while nothing uses " + path);
+    }
+    if (::access(file.c_str(), writable ? R_OK | W_OK : R_OK) != 0) {
+      return PermissionDenied(file + " is not " + (writable ? "readable and writable" : "readable") + " (" +
+                              std::strerror(errno) + "), and every process using " + path +
+                              " needs it: make it so (chmod u+rw, chown, chattr -i) or remove it while nothing "
+                              "uses the database");
+    }
+  }
+  return Status::Ok();
+}
+
 // A reader needs the -shm/-wal files of a WAL database; in a folder it may not
 // write, with no -wal present (so no writer is active), it reads the file as
 // immutable instead of failing.
@@ -116,6 +145,7 @@ Result<CostDb> CostDb::Open(const std::string& path, OpenOptions options) {
                       ": store costs first (e.g. `edgecost costs MODEL --store`) "
                       "or pass another --db");
     }
+    EC_RETURN_IF_ERROR(CheckWalFiles(path, /*writable=*/false));
     EC_ASSIGN_OR_RETURN(Db db, Db::Open(path, ReadAccess(path), timeout_ms));
     EC_ASSIGN_OR_RETURN(int version, CheckIsOurs(db));
     if (version < kSchemaVersion) {
@@ -127,6 +157,7 @@ Result<CostDb> CostDb::Open(const std::string& path, OpenOptions options) {
   }
 
   EC_RETURN_IF_ERROR(PrepareWritableLocation(path, exists));
+  EC_RETURN_IF_ERROR(CheckWalFiles(path, /*writable=*/true));
   if (exists) {
     // Inspect through a read-only handle first, so a refused file is never modified.
     EC_ASSIGN_OR_RETURN(Db probe, Db::Open(path, Db::Access::kReadOnly, timeout_ms));

@@ -100,6 +100,14 @@ Status SetKey(const std::string& name, const Value& value, DaemonConfig& config)
   } else if (name == "limits.max_connections") {
     EC_ASSIGN_OR_RETURN(int64_t v, value.Integer(1, kMaxCount));
     config.limits.max_connections = static_cast<int>(v);
+  } else if (name == "limits.unauthenticated_read_timeout_s") {
+    EC_ASSIGN_OR_RETURN(config.limits.unauthenticated_read_timeout_s, value.Number(0.001));
+  } else if (name == "limits.max_unauthenticated_connections") {
+    EC_ASSIGN_OR_RETURN(int64_t v, value.Integer(1, kMaxCount));
+    config.limits.max_unauthenticated_connections = static_cast<int>(v);
+  } else if (name == "limits.max_unauthenticated_per_address") {
+    EC_ASSIGN_OR_RETURN(int64_t v, value.Integer(1, kMaxCount));
+    config.limits.max_unauthenticated_per_address = static_cast<int>(v);
   } else if (name == "limits.concurrent_solves") {
     EC_ASSIGN_OR_RETURN(int64_t v, value.Integer(1, kMaxCount));
     config.concurrent_solves = static_cast<int>(v);
@@ -191,9 +199,11 @@ Status ValidateConfig(const DaemonConfig& config) {
       return InvalidArgument("the token in " + config.token_file + " is shorter than 16 characters");
   }
   if (!config.probes_config.empty()) EC_RETURN_IF_ERROR(probes::LoadProbesConfig(config.probes_config).status());
-  if (config.limits.max_connections < 1 || config.limits.worker_threads < 1 || config.concurrent_solves < 1) {
+  if (config.limits.max_connections < 1 || config.limits.worker_threads < 1 || config.concurrent_solves < 1 ||
+      config.limits.max_unauthenticated_connections < 1 || config.limits.max_unauthenticated_per_address < 1) {
     return InvalidArgument(
-        "limits.max_connections, limits.worker_threads and limits.concurrent_solves must be at least 1");
+        "limits.max_connections, limits.worker_threads, limits.concurrent_solves, "
+        "limits.max_unauthenticated_connections and limits.max_unauthenticated_per_address must be at least 1");
   }
   return Status::Ok();
 }

@@ -182,12 +182,16 @@ HttpResponse Daemon::Login(const HttpRequest& request) {
   return response;
 }
 
+bool Daemon::HasCredential(const HttpRequest& request) {
+  return (!token_.empty() && ConstantTimeEquals(request.authorization, "Bearer " + token_)) ||
+         (!request.cookie.empty() && web_sessions_.Valid(request.cookie));
+}
+
 void Daemon::Handle(HttpRequest request, HttpReply reply) {
   if (request.target == "/healthz") return reply({200, "text/plain", "ok\n"});
   if (WebView::IsAsset(request)) return reply(WebView::Asset(request));  // static files: no data in them
   if (request.method == "POST" && request.target == "/login") return reply(Login(request));
-  const bool has_token = (!token_.empty() && ConstantTimeEquals(request.authorization, "Bearer " + token_)) ||
-                         (!request.cookie.empty() && web_sessions_.Valid(request.cookie));
+  const bool has_token = HasCredential(request);
   if (request.over_tcp && !has_token && WebView::Serves(request)) {
     HttpResponse refused = WebView::LoginPage(401, "");
     refused.close_connection = true;
@@ -254,8 +258,9 @@ Result<int> Daemon::Start() {
   // Open the database once here so that a bad file fails the start, not the first request.
   EC_RETURN_IF_ERROR(costdb::CostDb::Open(config_.db_path, costdb::OpenMode::kReadWrite).status());
   EC_RETURN_IF_ERROR(jobs_.Open());
-  server_ = std::make_unique<HttpServer>(
-      [this](HttpRequest r, HttpReply reply) { Handle(std::move(r), std::move(reply)); }, config_.limits);
+  server_ =
+      std::make_unique<HttpServer>([this](HttpRequest r, HttpReply reply) { Handle(std::move(r), std::move(reply)); },
+                                   config_.limits, [this](const HttpRequest& r) { return HasCredential(r); });
   if (!config_.socket_path.empty()) {
     EC_RETURN_IF_ERROR(server_->ListenUnix(config_.socket_path, config_.socket_mode, config_.socket_group));
   }
@@ -278,6 +283,18 @@ Result<int> Daemon::Start() {
     });
   }
   return port;
+}
+
+void Daemon::CheckSocket(const std::string& why) {
+  if (!server_ || config_.socket_path.empty()) return;
+  Result<HttpServer::SocketCheck> checked = server_->CheckUnixSocket();
+  if (!checked.ok()) {
+    spdlog::error("event=socket_lost path={} why={} message={}", Quoted(config_.socket_path), why,
+                  Quoted(checked.status().message() + "; this daemon is unreachable on its socket until it is "
+                                                      "restarted, or the path is freed and it gets SIGHUP"));
+  } else if (*checked == HttpServer::SocketCheck::kRecreated) {
+    spdlog::warn("event=socket_recreated path={} why={}", Quoted(config_.socket_path), why);
+  }
 }
 
 void Daemon::Run() {

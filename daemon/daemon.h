@@ -44,6 +44,10 @@ class Daemon {
   // schedule request, and emits a "fingerprint" event. `why`: "start", "SIGHUP", "periodic".
   Status CheckHardware(const std::string& why);
 
+  // Binds the Unix socket again if its file has vanished (on SIGHUP); logs one
+  // line saying what it did, or why it could not.
+  void CheckSocket(const std::string& why);
+
   // The full request path: auth, metrics, the cost-table cache, Twirp dispatch;
   // `reply` gets the answer, perhaps later and from another thread. Public so
   // tests and fuzzers can call it without sockets.
@@ -51,6 +55,8 @@ class Daemon {
 
  private:
   void RegisterRoutes();
+  // The bearer token or a web session: what TCP callers need (headers only are read).
+  bool HasCredential(const HttpRequest& request);
   std::string MetricsText();
   HttpResponse Login(const HttpRequest& request);
 

@@ -2,20 +2,30 @@
 // so two daemons serving one file would overwrite each other's jobs. The lock
 // is flock(2) on "<db>.lock" beside the database, held for the daemon's life
 // and released by the kernel when the process dies, so a crash leaves no stale lock.
+// The lock belongs to the file, not to the name it was given: symlinks, "." and
+// ".." are resolved first, so every such name of one database finds one lock.
 #pragma once
 
 #include <string>
+#include <string_view>
 
 #include "base/status.h"
 
 namespace edgecost::daemon {
 
+// `db_path` with symlinks (the last one too, even if it points at a file not
+// created yet), "." and ".." resolved, as an absolute path; the file need not exist.
+std::string ResolvedDbPath(const std::string& db_path);
+
 class DbLock {
  public:
   // Takes the lock or fails with FailedPrecondition naming the holder's pid.
-  static Result<DbLock> Acquire(const std::string& db_path);
-  // The pid of the daemon holding the lock on `db_path`, or 0 if none does.
-  static int Holder(const std::string& db_path);
+  // `holder` says who holds it in that message ("daemon", or a CLI command
+  // changing the database while no daemon runs).
+  static Result<DbLock> Acquire(const std::string& db_path, std::string_view holder = "daemon");
+  // The pid of the process holding the lock on `db_path`, or 0 if none does;
+  // `holder`, if given, gets who it is ("daemon", "jobs").
+  static int Holder(const std::string& db_path, std::string* holder = nullptr);
 
   DbLock(DbLock&& other) noexcept : fd_(other.fd_) { other.fd_ = -1; }
   DbLock& operator=(DbLock&& other) noexcept;
