@@ -33,7 +33,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr int kResultFd = 3;      // the child's end of the pipe, moved here so every other fd can be closed
+constexpr int kResultFd = 3;          // the child's end of the pipe, moved here so every other fd can be closed
 constexpr int32_t kOutOfMemory = -1;  // frame code: std::bad_alloc in the child
 
 // What the child writes: a header, then `size` bytes (the result, or the error's message).
@@ -238,7 +238,8 @@ Result<std::string> RunIsolated(const std::function<Result<std::string>()>& work
   }
   if (WIFSIGNALED(status)) {
     const int sig = WTERMSIG(status);
-    if (sig == SIGXCPU) return Status(ErrorCode::kDeadlineExceeded, "used more than " + std::to_string(limits.cpu_s) + " s of CPU time");
+    if (sig == SIGXCPU)
+      return Status(ErrorCode::kDeadlineExceeded, "used more than " + std::to_string(limits.cpu_s) + " s of CPU time");
     if (sig == SIGKILL) return Internal("was killed (SIGKILL; the system may be out of memory)");
     return Internal("crashed (" + SignalText(sig) + ")");
   }
@@ -251,7 +252,8 @@ Result<std::string> RunIsolated(const std::function<Result<std::string>()>& work
   if (header.size != frame.size() - sizeof header) return Internal("sent a truncated result");
   std::string bytes = frame.substr(sizeof header);
   if (header.code == 0) return bytes;
-  if (header.code == kOutOfMemory) return ResourceExhausted("ran out of its " + LimitText(limits.memory_bytes) + " memory limit");
+  if (header.code == kOutOfMemory)
+    return ResourceExhausted("ran out of its " + LimitText(limits.memory_bytes) + " memory limit");
   if (header.code < 0 || header.code > static_cast<int32_t>(ErrorCode::kDataLoss)) {
     return Internal("sent an unknown result code " + std::to_string(header.code));
   }

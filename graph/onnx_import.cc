@@ -611,8 +611,8 @@ Status CheckOpsAndOpset(const onnx::ModelProto& model, const std::string& origin
   std::string list;
   for (const auto& [op, where] : unsupported) list += "\n  " + op + ": " + where;
   return InvalidArgument(origin + ": " + std::to_string(unsupported.size()) +
-                         " unsupported op kind(s), each with its first node:" + list + "\nsupported: " +
-                         SupportedList());
+                         " unsupported op kind(s), each with its first node:" + list +
+                         "\nsupported: " + SupportedList());
 }
 
 class Importer {

@@ -8,8 +8,8 @@
 #include <cerrno>
 #include <cstring>
 #include <memory>
-#include <thread>
 #include <stdexcept>
+#include <thread>
 #include <vector>
 
 #include <gmock/gmock.h>

@@ -115,8 +115,9 @@ TEST_F(HostileModelsTest, ACrashInTheImporterIsOneErrorForTheRequest) {
   // The same over JSON, as curl sends it.
   const fs::path file = dir_ / "maxpool.onnx";
   std::ofstream(file, std::ios::binary) << HostileOnnx("hostile_maxpool_stride0");
-  const std::string json = CallJson(Socket(), "CostService/AddModel",
-                                    R"({"name":"hostile-maxpool","model":")" + Shell("base64 -w0 " + file.string()) + R"("})");
+  const std::string json =
+      CallJson(Socket(), "CostService/AddModel",
+               R"({"name":"hostile-maxpool","model":")" + Shell("base64 -w0 " + file.string()) + R"("})");
   EXPECT_THAT(json, HasSubstr("invalid_argument"));
   ExpectStillServing();
 }

@@ -91,18 +91,49 @@ class Choices {
 // An ONNX model of the ops the importer takes, built from choices: the attributes, shapes and
 // opsets an attacker controls while passing the op check, so the fuzzer reaches ONNX's inference.
 std::string OnnxFromChoices(const std::string& bytes) {
-  static const char* const kOps[] = {"Relu",     "Clip",       "Sigmoid",   "Tanh",        "HardSigmoid",
-                                     "Add",      "Mul",        "Sub",       "Div",         "MatMul",
-                                     "Gemm",     "Conv",       "MaxPool",   "AveragePool", "GlobalAveragePool",
-                                     "Flatten",  "Reshape",    "Squeeze",   "Unsqueeze",   "Transpose",
-                                     "Concat",   "Split",      "Slice",     "Gather",      "Softmax",
-                                     "ReduceMean", "LayerNormalization", "BatchNormalization", "Dropout",
-                                     "Cast",     "Pow",        "Sqrt",      "Shape",       "Expand",
-                                     "ConstantOfShape", "Range", "Where",   "Erf",         "Identity"};
-  static const char* const kIntAttributes[] = {"axis", "group", "keepdims", "transA", "transB", "ceil_mode",
-                                               "allowzero", "to", "training_mode", "batch_dims"};
-  static const char* const kIntsAttributes[] = {"axes", "perm", "kernel_shape", "strides", "pads", "dilations",
-                                                "split", "starts", "ends"};
+  static const char* const kOps[] = {"Relu",
+                                     "Clip",
+                                     "Sigmoid",
+                                     "Tanh",
+                                     "HardSigmoid",
+                                     "Add",
+                                     "Mul",
+                                     "Sub",
+                                     "Div",
+                                     "MatMul",
+                                     "Gemm",
+                                     "Conv",
+                                     "MaxPool",
+                                     "AveragePool",
+                                     "GlobalAveragePool",
+                                     "Flatten",
+                                     "Reshape",
+                                     "Squeeze",
+                                     "Unsqueeze",
+                                     "Transpose",
+                                     "Concat",
+                                     "Split",
+                                     "Slice",
+                                     "Gather",
+                                     "Softmax",
+                                     "ReduceMean",
+                                     "LayerNormalization",
+                                     "BatchNormalization",
+                                     "Dropout",
+                                     "Cast",
+                                     "Pow",
+                                     "Sqrt",
+                                     "Shape",
+                                     "Expand",
+                                     "ConstantOfShape",
+                                     "Range",
+                                     "Where",
+                                     "Erf",
+                                     "Identity"};
+  static const char* const kIntAttributes[] = {"axis",      "group",     "keepdims", "transA",        "transB",
+                                               "ceil_mode", "allowzero", "to",       "training_mode", "batch_dims"};
+  static const char* const kIntsAttributes[] = {"axes",      "perm",  "kernel_shape", "strides", "pads",
+                                                "dilations", "split", "starts",       "ends"};
   Choices c(bytes);
   onnx::ModelProto model;
   model.set_ir_version(8);

@@ -15,10 +15,10 @@ namespace edgecost::graph {
 namespace {
 
 using ::testing::HasSubstr;
-using ::testing::Not;
 using testing::HostileOnnx;
 using testing::HostileOnnxModel;
 using testing::kHostileOnnxModels;
+using ::testing::Not;
 
 onnx::ModelProto ReadModel(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -91,7 +91,8 @@ TEST(HostileOnnx, OpsetsOutsideWhatTorchExportsAreRefused) {
     auto g = Import(model);
     ASSERT_FALSE(g.ok()) << opset;
     EXPECT_EQ(g.status().code(), ErrorCode::kInvalidArgument);
-    EXPECT_THAT(g.status().message(), HasSubstr("uses opset " + std::to_string(opset) + "; the importer reads opsets 9 to 17"));
+    EXPECT_THAT(g.status().message(),
+                HasSubstr("uses opset " + std::to_string(opset) + "; the importer reads opsets 9 to 17"));
   }
   for (int64_t opset : {9, 17}) {  // Gemm and Relu mean the same there
     SetOpset(model, opset);
@@ -141,14 +142,15 @@ TEST(HostileOnnx, AnIsolatedImportReturnsTheWholeGraph) {
 
 // FromLayers checks what a child sends as the builders check what they append.
 TEST(HostileOnnx, LayersFromElsewhereAreChecked) {
-  EXPECT_TRUE(ForwardGraph::FromLayers("m", 1, {{.kind = OpKind::kInput, .output_shape = {1, 4}},
-                                                 {.kind = OpKind::kRelu, .inputs = {0}, .output_shape = {1, 4}}})
+  EXPECT_TRUE(ForwardGraph::FromLayers("m", 1,
+                                       {{.kind = OpKind::kInput, .output_shape = {1, 4}},
+                                        {.kind = OpKind::kRelu, .inputs = {0}, .output_shape = {1, 4}}})
                   .ok());
   EXPECT_FALSE(ForwardGraph::FromLayers("m", 1, {{.kind = OpKind::kRelu, .inputs = {0}, .output_shape = {1, 4}}}).ok());
   EXPECT_FALSE(ForwardGraph::FromLayers("m", 1, {{.kind = OpKind::kInput, .output_shape = {-1, 4}}}).ok());
   EXPECT_FALSE(ForwardGraph::FromLayers("m", 1, {{.kind = static_cast<OpKind>(1000), .output_shape = {1}}}).ok());
-  EXPECT_FALSE(ForwardGraph::FromLayers("m", 1, {{.kind = OpKind::kInput, .output_shape = {1}, .param_count = 1,
-                                                  .bias_count = 2}})
+  EXPECT_FALSE(ForwardGraph::FromLayers(
+                   "m", 1, {{.kind = OpKind::kInput, .output_shape = {1}, .param_count = 1, .bias_count = 2}})
                    .ok());
 }
 
