@@ -202,7 +202,15 @@ Result<std::string> RunIsolated(const std::function<Result<std::string>()>& work
     Kill(pid);
     return Status(ErrorCode::kDeadlineExceeded, "took longer than " + SecondsText(limits.wall_s) + " s");
   };
-  // Read until the child closes its end (it exits), the deadline passes, or it sends too much.
+  // Read until the whole frame is in or the child closes its end (it exits), the deadline passes,
+  // or it sends too much. A complete frame ends the read without EOF: a child forked meanwhile by
+  // another thread may hold a copy of the write end until it closes its fds.
+  const auto complete = [](const std::string& frame) {
+    if (frame.size() < sizeof(FrameHeader)) return false;
+    FrameHeader header;
+    std::memcpy(&header, frame.data(), sizeof header);
+    return frame.size() - sizeof header >= header.size;
+  };
   std::string frame;
   char buffer[1 << 16];
   for (;;) {
@@ -224,9 +232,10 @@ Result<std::string> RunIsolated(const std::function<Result<std::string>()>& work
       Kill(pid);
       return Internal("sent more than " + LimitText(limits.max_result_bytes) + " of result");
     }
+    if (complete(frame)) break;
   }
   ::close(in);
-  // The pipe is closed: the child is exiting (or closed it and went on; the deadline still holds).
+  // The child has written its result or closed the pipe: it is exiting (if not, the deadline holds).
   int status = 0;
   for (auto pause = std::chrono::microseconds(100);;) {
     const pid_t r = WaitFor(pid, &status, WNOHANG);
@@ -249,7 +258,7 @@ Result<std::string> RunIsolated(const std::function<Result<std::string>()>& work
     return Internal("exited with status " + std::to_string(exit_code) + " without a result");
   }
   std::memcpy(&header, frame.data(), sizeof header);
-  if (header.size != frame.size() - sizeof header) return Internal("sent a truncated result");
+  if (header.size != frame.size() - sizeof header) return Internal("sent a malformed result");
   std::string bytes = frame.substr(sizeof header);
   if (header.code == 0) return bytes;
   if (header.code == kOutOfMemory)
