@@ -563,9 +563,10 @@ std::string NodeWhere(const onnx::NodeProto& node, int index) {
   return "node " + std::to_string(index) + " ('" + node.name() + "')";
 }
 
-// The opsets of the default domain the importer reads: torch.onnx.export writes 9 to 17 (13 and
-// 17 are tested). Opset 18 moves ReduceMean's axes and Split's count into inputs, which the
-// importer reads as attributes; ONNX's inference of older opsets is where hostile files crashed it.
+// The opsets of the default domain the importer reads. torch.onnx.export (Debian's 1.13) writes 7
+// to 17; the importer handles 9 on (BatchNormalization lost `spatial` at 9), and 13 and 17 are
+// tested. Opset 18 moves ReduceMean's axes and Split's count into inputs, which the importer reads
+// as attributes. Old opsets are also where ONNX's inference crashed on a hostile file (Gemm-6).
 constexpr int64_t kMinOpset = 9, kMaxOpset = 17;
 
 // The first line of defence, before ONNX's shape inference sees the model: only ops the importer
