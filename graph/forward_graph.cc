@@ -222,6 +222,23 @@ int ForwardGraph::Append(Layer layer) {
   return last();
 }
 
+Result<ForwardGraph> ForwardGraph::FromLayers(std::string model, int batch_size, std::vector<Layer> layers) {
+  ForwardGraph graph(std::move(model), batch_size);
+  for (Layer& layer : layers) {
+    const int kind = static_cast<int>(layer.kind);
+    if (kind < 0 || kind > static_cast<int>(kLastOpKind) || layer.bias_count < 0 ||
+        layer.bias_count > layer.param_count) {
+      return InvalidArgument("layer " + std::to_string(graph.size()) + " of " + graph.model_ + " is malformed");
+    }
+    try {
+      graph.Append(std::move(layer));
+    } catch (const std::logic_error& e) {
+      return InvalidArgument(e.what());
+    }
+  }
+  return graph;
+}
+
 int ForwardGraph::Input(Shape shape) { return Append({.kind = OpKind::kInput, .output_shape = std::move(shape)}); }
 
 int ForwardGraph::Conv2d(int x, int64_t in_channels, int64_t out_channels, int64_t kernel, int64_t stride,

@@ -95,6 +95,9 @@ struct Layer {
 class ForwardGraph {
  public:
   ForwardGraph(std::string model, int batch_size) : model_(std::move(model)), batch_size_(batch_size) {}
+  // A graph from layers built elsewhere (the isolated ONNX importer's child process): checked as
+  // the builders check them (inputs are earlier layers, sizes in range); InvalidArgument otherwise.
+  static Result<ForwardGraph> FromLayers(std::string model, int batch_size, std::vector<Layer> layers);
 
   int Input(Shape shape);
   // groups > 1 is a grouped convolution (groups == channels: depthwise); PyTorch's convolutions

@@ -12,8 +12,12 @@
 #include <set>
 #include <sstream>
 
+#include <onnx/defs/schema.h>
 #include <onnx/onnx_pb.h>
 #include <onnx/shape_inference/implementation.h>
+
+#include "base/isolated.h"
+#include "proto/edgecost.pb.h"
 
 namespace edgecost::graph {
 namespace {
@@ -547,6 +551,71 @@ const std::set<std::string>& NodeOps() {
   return ops;
 }
 
+std::string SupportedList() {
+  std::string list;
+  for (const std::string& op : NodeOps()) list += (list.empty() ? "" : ", ") + op;
+  return list +
+         "; shape arithmetic on constants (Constant, Shape, Gather, Unsqueeze, Concat, "
+         "ConstantOfShape, Range, Cast, Equal, Where, ...) is folded at import";
+}
+
+std::string NodeWhere(const onnx::NodeProto& node, int index) {
+  return "node " + std::to_string(index) + " ('" + node.name() + "')";
+}
+
+// The opsets of the default domain the importer reads. torch.onnx.export (Debian's 1.13) writes 7
+// to 17; the importer handles 9 on (BatchNormalization lost `spatial` at 9), and 13 and 17 are
+// tested. Opset 18 moves ReduceMean's axes and Split's count into inputs, which the importer reads
+// as attributes. Old opsets are also where ONNX's inference crashed on a hostile file (Gemm-6).
+constexpr int64_t kMinOpset = 9, kMaxOpset = 17;
+
+// The first line of defence, before ONNX's shape inference sees the model: only ops the importer
+// takes (NodeOps(), and the shape arithmetic it folds), of the default domain, without subgraphs,
+// at an opset it reads. What passes still runs isolated (ImportOnnxBytes).
+Status CheckOpsAndOpset(const onnx::ModelProto& model, const std::string& origin) {
+  std::optional<int64_t> opset;
+  for (const onnx::OperatorSetIdProto& o : model.opset_import()) {
+    if (o.domain().empty() || o.domain() == "ai.onnx") opset = o.version();
+  }
+  const std::string range = std::to_string(kMinOpset) + " to " + std::to_string(kMaxOpset);
+  if (!opset) {
+    return InvalidArgument(origin + " declares no opset of the default ONNX domain; the importer reads opsets " +
+                           range + " (torch.onnx.export(..., opset_version=13))");
+  }
+  if (*opset < kMinOpset || *opset > kMaxOpset) {
+    return InvalidArgument(origin + " uses opset " + std::to_string(*opset) + "; the importer reads opsets " + range +
+                           ": export it with torch.onnx.export(..., opset_version=13)");
+  }
+  std::map<std::string, std::string> unsupported;  // op kind -> its first node
+  const onnx::GraphProto& g = model.graph();
+  for (int i = 0; i < g.node_size(); ++i) {
+    const onnx::NodeProto& node = g.node(i);
+    std::string why;
+    if (!node.domain().empty() && node.domain() != "ai.onnx") {
+      why = "ops of domain '" + node.domain() + "' are not supported";
+    } else if (!NodeOps().count(node.op_type()) && !ConstantFolder::CanFold(node.op_type())) {
+      why = "";
+    } else {
+      for (const onnx::AttributeProto& a : node.attribute()) {
+        if (a.type() == onnx::AttributeProto::GRAPH || a.type() == onnx::AttributeProto::GRAPHS || a.has_g() ||
+            a.graphs_size() > 0) {
+          return InvalidArgument(origin + ": " + NodeWhere(node, i) + ", " + node.op_type() + ": attribute '" +
+                                 a.name() + "' is a subgraph, which no op the importer reads has");
+        }
+      }
+      continue;
+    }
+    const std::string key = node.domain().empty() ? node.op_type() : node.domain() + "." + node.op_type();
+    if (!unsupported.count(key)) unsupported[key] = NodeWhere(node, i) + (why.empty() ? "" : ": " + why);
+  }
+  if (unsupported.empty()) return Status::Ok();
+  std::string list;
+  for (const auto& [op, where] : unsupported) list += "\n  " + op + ": " + where;
+  return InvalidArgument(origin + ": " + std::to_string(unsupported.size()) +
+                         " unsupported op kind(s), each with its first node:" + list +
+                         "\nsupported: " + SupportedList());
+}
+
 class Importer {
  public:
   Importer(const onnx::ModelProto& model, std::string origin, std::string name)
@@ -631,19 +700,9 @@ class Importer {
     return shape;
   }
 
-  static std::string SupportedList() {
-    std::string list;
-    for (const std::string& op : NodeOps()) list += (list.empty() ? "" : ", ") + op;
-    return list +
-           "; shape arithmetic on constants (Constant, Shape, Gather, Unsqueeze, Concat, "
-           "ConstantOfShape, Range, Cast, Equal, Where, ...) is folded at import";
-  }
-
   Status Error(const std::string& what) const { return InvalidArgument(origin_ + ": " + what); }
 
-  std::string Where(const onnx::NodeProto& node, int index) const {
-    return "node " + std::to_string(index) + " ('" + node.name() + "')";
-  }
+  std::string Where(const onnx::NodeProto& node, int index) const { return NodeWhere(node, index); }
 
   Status NodeError(const onnx::NodeProto& node, int index, const std::string& what) const {
     return Error(Where(node, index) + ", " + node.op_type() + ": " + what);
@@ -1296,15 +1355,15 @@ int64_t Rebatch(onnx::ModelProto& model, int batch_size) {
   return 0;
 }
 
-}  // namespace
-
-Result<ForwardGraph> ImportOnnxBytes(const std::string& bytes, const std::string& origin, const std::string& name,
+// The import itself, in this process: what the isolated child runs.
+Result<ForwardGraph> ImportInProcess(const std::string& bytes, const std::string& origin, const std::string& name,
                                      int batch_size) {
   onnx::ModelProto model;
   if (!model.ParseFromString(bytes)) {
     return InvalidArgument(origin + " is not an ONNX model (protobuf parse failed)");
   }
   if (model.graph().node_size() == 0) return InvalidArgument(origin + " is not an ONNX model: its graph has no nodes");
+  EC_RETURN_IF_ERROR(CheckOpsAndOpset(model, origin));
   const int64_t exported_batch = batch_size > 0 ? Rebatch(model, batch_size) : 0;
   const auto fixed_batch = [&](const std::string& why) {
     return InvalidArgument(origin + " was exported at batch size " + std::to_string(exported_batch) +
@@ -1334,6 +1393,90 @@ Result<ForwardGraph> ImportOnnxBytes(const std::string& bytes, const std::string
     return fixed_batch("its logits have shape " + ShapeToString(logits));
   }
   return imported;
+}
+
+v1::ForwardGraphLayers ToProto(const ForwardGraph& graph) {
+  v1::ForwardGraphLayers out;
+  out.set_model(graph.model());
+  out.set_batch_size(graph.batch_size());
+  for (const Layer& layer : graph.layers()) {
+    v1::ForwardLayer& l = *out.add_layers();
+    l.set_op_kind(std::string(OpKindName(layer.kind)));
+    l.mutable_inputs()->Add(layer.inputs.begin(), layer.inputs.end());
+    l.mutable_output_shape()->Add(layer.output_shape.begin(), layer.output_shape.end());
+    l.set_param_count(layer.param_count);
+    l.set_bias_count(layer.bias_count);
+    l.set_flops(layer.flops);
+    l.mutable_attributes()->insert(layer.attributes.begin(), layer.attributes.end());
+  }
+  return out;
+}
+
+// The child's graph, checked again: a child taken over by a hostile file could send anything.
+Result<ForwardGraph> FromProto(const v1::ForwardGraphLayers& in) {
+  std::vector<Layer> layers;
+  for (const v1::ForwardLayer& l : in.layers()) {
+    EC_ASSIGN_OR_RETURN(OpKind kind, ParseOpKind(l.op_kind()));
+    layers.push_back({.kind = kind,
+                      .inputs = {l.inputs().begin(), l.inputs().end()},
+                      .output_shape = {l.output_shape().begin(), l.output_shape().end()},
+                      .param_count = l.param_count(),
+                      .bias_count = l.bias_count(),
+                      .flops = l.flops(),
+                      .attributes = {l.attributes().begin(), l.attributes().end()}});
+  }
+  return ForwardGraph::FromLayers(in.model(), in.batch_size(), std::move(layers));
+}
+
+// Lazy statics the child would otherwise initialize after the fork, where a lock another thread
+// held at the fork (a static's guard, the schema registry's) would never be released.
+void PrepareForFork() {
+  static const bool ready = [] {
+    (void)onnx::OpSchemaRegistry::Schema("Relu", 13, "");  // registers every schema
+    (void)onnx::OpSchemaRegistry::DomainToVersionRange::Instance();
+    (void)NodeOps();
+    (void)ConstantFolder::CanFold("");
+    return true;
+  }();
+  (void)ready;
+}
+
+}  // namespace
+
+Result<ForwardGraph> ImportOnnxBytes(const std::string& bytes, const std::string& origin, const std::string& name,
+                                     int batch_size) {
+  PrepareForFork();
+  IsolationLimits limits;
+  // A model of up to 512 MB (service::kMaxModelBytes) is parsed in well under 2 GiB.
+  limits.memory_bytes = std::max<int64_t>(limits.memory_bytes, 4 * static_cast<int64_t>(bytes.size()));
+  limits.cpu_s = 60;
+  limits.wall_s = 120;
+  Result<std::string> result = RunIsolated(
+      [&]() -> Result<std::string> {
+        EC_ASSIGN_OR_RETURN(ForwardGraph graph, ImportInProcess(bytes, origin, name, batch_size));
+        return ToProto(graph).SerializeAsString();
+      },
+      limits);
+  if (!result.ok()) {
+    const Status& s = result.status();
+    switch (s.code()) {
+      case ErrorCode::kInternal:
+      case ErrorCode::kResourceExhausted:
+      case ErrorCode::kDeadlineExceeded:  // the file's doing: the caller's input is wrong
+        return InvalidArgument(origin + ": the ONNX importer " + s.message() + " on this file");
+      case ErrorCode::kUnavailable:
+        return s.WithContext("importing " + origin);
+      default:
+        return s;  // the importer's own error, as it gave it
+    }
+  }
+  v1::ForwardGraphLayers layers;
+  Result<ForwardGraph> graph = layers.ParseFromString(*result) ? FromProto(layers) : InvalidArgument("no graph");
+  if (!graph.ok()) {
+    return InvalidArgument(origin + ": the ONNX importer returned a malformed graph for this file (" +
+                           graph.status().message() + ")");
+  }
+  return graph;
 }
 
 }  // namespace edgecost::graph

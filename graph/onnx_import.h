@@ -1,6 +1,13 @@
 // ONNX import: a model exported by torch.onnx.export becomes a forward graph
 // (with a cross-entropy loss on its output), using ONNX's own shape inference
 // to check every shape. Unsupported ops are named with their node.
+//
+// A model is untrusted input, and ONNX's shape inference crashes on some files:
+// both calls refuse ops the importer does not take and opsets outside 9..17
+// before inference, and run parsing, inference and import in a child process
+// (base/isolated.h: memory, CPU and wall-clock limits, a seccomp filter). A
+// crash, a hang or a memory blow-up there is InvalidArgument naming the file
+// ("model.onnx: the ONNX importer crashed (SIGSEGV) on this file").
 #pragma once
 
 #include <string>

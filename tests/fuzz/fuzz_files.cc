@@ -3,17 +3,24 @@
 // schedule files through what `edgecost check` does, and model files as
 // `edgecost models add` and AddModel read them before storing them.
 //
-// Input: byte 0 picks the kind (modulo 3: 0 a graph file, 1 a schedule file,
-// 2 a model file); the rest is the file. Oracle: no crash, no sanitizer report; a graph that reads
-// gives a problem whose baseline schedules the independent simulator accepts.
+// Input: byte 0 picks the kind (modulo 4: 0 a graph file, 1 a schedule file,
+// 2 a model file, 3 an ONNX model built from the rest: ops the importer takes, with random
+// attributes, shapes and opset); the rest is the file. Oracle: no crash, no sanitizer report; a
+// graph that reads gives a problem whose baseline schedules the independent simulator accepts;
+// the import, isolated in its child process, always gives the caller a Result.
 #include <cstdint>
 #include <cstdlib>
+#include <iterator>
 #include <string>
+#include <vector>
 
 #include <google/protobuf/stubs/logging.h>
 #include <google/protobuf/util/json_util.h>
+#include <onnx/onnx_pb.h>
 
+#include "graph/derive.h"
 #include "graph/graph_io.h"
+#include "graph/onnx_import.h"
 #include "graph/resolve.h"
 #include "service/cost_tables.h"
 #include "solver/problem.h"
@@ -67,6 +74,147 @@ void FuzzModelFile(const std::string& bytes) {
   if (*kind != graph::StoredModelKind::kOnnx) FuzzGraphFile(bytes);
 }
 
+// Reads choices from the fuzz bytes; zeros once they run out.
+class Choices {
+ public:
+  explicit Choices(const std::string& bytes) : bytes_(bytes) {}
+  uint8_t Byte() { return at_ < bytes_.size() ? static_cast<uint8_t>(bytes_[at_++]) : 0; }
+  int Pick(int n) { return n > 0 ? Byte() % n : 0; }
+  int64_t Small() { return static_cast<int64_t>(Byte() % 11) - 3; }  // -3 .. 7: axes, extents, strides
+  bool Done() const { return at_ >= bytes_.size(); }
+
+ private:
+  const std::string& bytes_;
+  size_t at_ = 0;
+};
+
+// An ONNX model of the ops the importer takes, built from choices: the attributes, shapes and
+// opsets an attacker controls while passing the op check, so the fuzzer reaches ONNX's inference.
+std::string OnnxFromChoices(const std::string& bytes) {
+  static const char* const kOps[] = {"Relu",
+                                     "Clip",
+                                     "Sigmoid",
+                                     "Tanh",
+                                     "HardSigmoid",
+                                     "Add",
+                                     "Mul",
+                                     "Sub",
+                                     "Div",
+                                     "MatMul",
+                                     "Gemm",
+                                     "Conv",
+                                     "MaxPool",
+                                     "AveragePool",
+                                     "GlobalAveragePool",
+                                     "Flatten",
+                                     "Reshape",
+                                     "Squeeze",
+                                     "Unsqueeze",
+                                     "Transpose",
+                                     "Concat",
+                                     "Split",
+                                     "Slice",
+                                     "Gather",
+                                     "Softmax",
+                                     "ReduceMean",
+                                     "LayerNormalization",
+                                     "BatchNormalization",
+                                     "Dropout",
+                                     "Cast",
+                                     "Pow",
+                                     "Sqrt",
+                                     "Shape",
+                                     "Expand",
+                                     "ConstantOfShape",
+                                     "Range",
+                                     "Where",
+                                     "Erf",
+                                     "Identity"};
+  static const char* const kIntAttributes[] = {"axis",      "group",     "keepdims", "transA",        "transB",
+                                               "ceil_mode", "allowzero", "to",       "training_mode", "batch_dims"};
+  static const char* const kIntsAttributes[] = {"axes",      "perm",  "kernel_shape", "strides", "pads",
+                                                "dilations", "split", "starts",       "ends"};
+  Choices c(bytes);
+  onnx::ModelProto model;
+  model.set_ir_version(8);
+  model.add_opset_import()->set_version(7 + c.Pick(12));  // 7 .. 18: refused ones too
+  onnx::GraphProto& g = *model.mutable_graph();
+  g.set_name("fuzz");
+  std::vector<std::string> tensors = {"x"};
+  onnx::ValueInfoProto& x = *g.add_input();
+  x.set_name("x");
+  x.mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
+  const int rank = 1 + c.Pick(4);
+  for (int d = 0; d < rank; ++d) {
+    x.mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(1 + c.Pick(6));
+  }
+  const int nodes = 1 + c.Pick(6);
+  for (int n = 0; n < nodes && !c.Done(); ++n) {
+    onnx::NodeProto& node = *g.add_node();
+    node.set_op_type(kOps[c.Pick(std::size(kOps))]);
+    const int inputs = 1 + c.Pick(3);
+    for (int i = 0; i < inputs; ++i) {
+      if (c.Pick(3) == 0) {  // a weight or constant of a random shape, some with data
+        onnx::TensorProto& t = *g.add_initializer();
+        t.set_name("w" + std::to_string(g.initializer_size()));
+        const bool integer = c.Pick(3) == 0;
+        t.set_data_type(integer ? onnx::TensorProto::INT64 : onnx::TensorProto::FLOAT);
+        const int dims = c.Pick(5);
+        int64_t elements = 1;
+        for (int d = 0; d < dims; ++d) {
+          const int64_t extent = c.Small() + 3;  // 0 .. 10
+          t.add_dims(extent);
+          elements *= extent;
+        }
+        if (elements <= 64) {
+          for (int64_t e = 0; e < elements; ++e) {
+            if (integer) {
+              t.add_int64_data(c.Small());
+            } else {
+              t.add_float_data(static_cast<float>(c.Small()));
+            }
+          }
+        }
+        node.add_input(t.name());
+      } else {
+        node.add_input(tensors[c.Pick(static_cast<int>(tensors.size()))]);
+      }
+    }
+    const int attributes = c.Pick(4);
+    for (int a = 0; a < attributes; ++a) {
+      onnx::AttributeProto& attr = *node.add_attribute();
+      if (c.Pick(2)) {
+        attr.set_name(kIntAttributes[c.Pick(std::size(kIntAttributes))]);
+        attr.set_type(onnx::AttributeProto::INT);
+        attr.set_i(c.Small());
+      } else {
+        attr.set_name(kIntsAttributes[c.Pick(std::size(kIntsAttributes))]);
+        attr.set_type(onnx::AttributeProto::INTS);
+        const int count = c.Pick(6);
+        for (int i = 0; i < count; ++i) attr.add_ints(c.Small());
+      }
+    }
+    const int outputs = node.op_type() == std::string("Split") ? 1 + c.Pick(3) : 1;
+    for (int o = 0; o < outputs; ++o) {
+      node.add_output("t" + std::to_string(n) + "_" + std::to_string(o));
+      tensors.push_back(node.output(o));
+    }
+  }
+  onnx::ValueInfoProto& y = *g.add_output();
+  y.set_name(tensors.back());
+  y.mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
+  return model.SerializeAsString();
+}
+
+void FuzzOnnxModel(const std::string& choices) {
+  Result<graph::ForwardGraph> forward = graph::ImportOnnxBytes(OnnxFromChoices(choices), "fuzz.onnx", "fuzz");
+  if (!forward.ok()) {
+    if (forward.status().message().empty()) std::abort();  // every refusal says why
+    return;
+  }
+  (void)graph::DeriveTrainingGraph(*forward, graph::kDefaultDerivation);  // what an imported graph goes on to
+}
+
 }  // namespace
 }  // namespace edgecost
 
@@ -78,15 +226,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   (void)quiet;
   if (size < 1) return 0;
   const std::string text(reinterpret_cast<const char*>(data + 1), size - 1);
-  switch (data[0] % 3) {
+  switch (data[0] % 4) {
     case 0:
       edgecost::FuzzGraphFile(text);
       break;
     case 1:
       edgecost::FuzzScheduleFile(text);
       break;
-    default:
+    case 2:
       edgecost::FuzzModelFile(text);
+      break;
+    default:
+      edgecost::FuzzOnnxModel(text);
   }
   return 0;
 }

@@ -2,7 +2,8 @@
 # Writes the seed inputs of the fuzz targets: a valid call of every route, in
 # JSON and protobuf (protoc --encode), and valid graph and schedule files.
 # Byte 0 of a services seed is the route's index in fuzz_services.cc (bit 7
-# set for protobuf); byte 0 of a files seed is 0 for a graph, 1 for a schedule.
+# set for protobuf); byte 0 of a files seed is 0 for a graph, 1 for a schedule, 2 for a model
+# file, 3 for choices that build an ONNX model.
 # Reproducers of crashes the fuzzers found are kept as crash_* seeds.
 # Usage: tests/fuzz/make_seeds.sh build/cli/edgecost
 set -euo pipefail
@@ -49,6 +50,18 @@ trap 'rm -rf "$tmp"' EXIT
 JSON
 { printf '\x02'; cat tests/graph/data/mlp.onnx; } > "$out/model_mlp.onnx"
 { printf '\x02'; cat "$out/graph_node_link.json" | tail -c +2; } > "$out/model_node_link.json"
+# Kind 3: choices for an ONNX model of supported ops (fuzz_files.cc, OnnxFromChoices): Relu of a
+# (2, 3) input; Gemm by a (3, 4) weight; MaxPool with strides 0, which crashes ONNX's inference.
+printf '\x03\x06\x01\x01\x02\x00\x00\x00\x01\x00\x00' > "$out/onnx_relu"
+printf '\x03\x06\x01\x01\x02\x00\x0a\x01\x01\x00\x00\x01\x02\x03\x04\x03\x03\x03\x03\x03\x03\x03\x03\x03\x03\x03\x03\x00' \
+  > "$out/onnx_gemm"
+printf '\x03\x06\x03\x01\x02\x03\x03\x00\x0c\x00\x01\x00\x02\x00\x02\x02\x05\x05\x00\x03\x02\x03\x03' \
+  > "$out/onnx_maxpool_stride0"
+# The ONNX files that crash ONNX's shape inference (issue 26), as model files.
+for model in tests/graph/data/hostile_*.txtpb; do
+  { printf '\x02'; protoc --encode=onnx.ModelProto -I/usr/include /usr/include/onnx/onnx.proto < "$model"; } \
+    > "$out/model_$(basename "$model" .txtpb).onnx"
+done
 EDGECOST_DB="$tmp/costs.db" "$edgecost" solve --model linear --platform a72 --ram-budget 4kB --runtime-budget 2x \
   --no-store --out "$tmp/schedule.json" > /dev/null
 { printf '\x01'; cat "$tmp/schedule.json"; } > "$out/schedule_linear.json"
