@@ -118,11 +118,12 @@ Result<Measurement> Measure(const std::function<void()>& op, Clock& clock, Energ
   std::vector<double> disturbed_s;  // kept only for a window with no clean repetition at all
   std::vector<Repetition> repetitions;
   uint32_t disturbed = 0;
-  double executed_s = 0;  // the repetitions' own time, without the reads between them
   double energy_start_j = 0;
+  double energy_start_s = 0;  // when energy_start_j was read: power is over the meter's own interval
   std::vector<double> domain_start_j;
   if (meter) {
     EC_ASSIGN_OR_RETURN(energy_start_j, meter->EnergyJ());
+    energy_start_s = clock.NowS();
     domain_start_j = meter->LastDomainEnergyJ();
   }
   if (watch) EC_RETURN_IF_ERROR(watch->BeginWindow());
@@ -147,7 +148,6 @@ Result<Measurement> Measure(const std::function<void()>& op, Clock& clock, Energ
     op();
     now_s = clock.NowS();
     const double sample_s = now_s - start_s;
-    executed_s += sample_s;
     const bool kept = repetitions.size() < kMaxKeptRepetitions;
     if (kept) repetitions.push_back({start_s - window_start_s, sample_s, false});
     if (watch) {
@@ -190,24 +190,30 @@ Result<Measurement> Measure(const std::function<void()>& op, Clock& clock, Energ
   }
   if (meter) {
     EC_ASSIGN_OR_RETURN(double energy_end_j, meter->EnergyJ());
-    // The window's mean power over the executions' own time (every execution,
-    // disturbed ones included): the reads between repetitions cost no energy of the op.
-    const double runs = static_cast<double>(clean_repetitions + disturbed);
-    const double power_w = m.window_s > 0 ? (energy_end_j - energy_start_j) / m.window_s : 0;
-    m.energy_j = power_w * executed_s / runs;
-    m.dynamic_energy_j = m.energy_j - meter->IdlePowerW() * (executed_s / runs);
+    // The mean power over the interval the meter itself covered, times the
+    // runtime stored for the op: energy / runtime is then a power the device
+    // drew, never above what its power model allows. (The mean execution,
+    // with disturbed ones, can be many times the median: 1,789 W once.)
+    const double interval_s = clock.NowS() - energy_start_s;
+    // A power model's reads and this clock's differ by microseconds, which in a
+    // millisecond window could put it a little above its own ceiling.
+    const double power_w =
+        interval_s > 0 ? std::min(meter->MaxPowerW(), (energy_end_j - energy_start_j) / interval_s) : 0;
+    const double runtime_s = m.runtime.median_s;
+    m.energy_j = power_w * runtime_s;
+    m.dynamic_energy_j = m.energy_j - meter->IdlePowerW() * runtime_s;
     // Each domain alike, so the top-level domains add up to the totals.
     const std::vector<MeterDomain> domains = meter->Domains();
     const std::vector<double> domain_end_j = meter->LastDomainEnergyJ();
     if (!domains.empty() && domain_end_j.size() == domains.size() && domain_start_j.size() == domains.size()) {
       for (size_t d = 0; d < domains.size(); ++d) {
-        const double domain_w = m.window_s > 0 ? (domain_end_j[d] - domain_start_j[d]) / m.window_s : 0;
+        const double domain_w = interval_s > 0 ? (domain_end_j[d] - domain_start_j[d]) / interval_s : 0;
         v1::DomainEnergy& domain = m.domains.emplace_back();
         domain.set_domain(domains[d].name);
         domain.set_inside(domains[d].inside);
         domain.set_idle_power_w(domains[d].idle_power_w);
-        domain.set_energy_j(domain_w * executed_s / runs);
-        domain.set_dynamic_energy_j(domain.energy_j() - domains[d].idle_power_w * (executed_s / runs));
+        domain.set_energy_j(domain_w * runtime_s);
+        domain.set_dynamic_energy_j(domain.energy_j() - domains[d].idle_power_w * runtime_s);
       }
     }
     m.sensor_updates = meter->UpdateIntervalS() > 0 ? m.window_s / meter->UpdateIntervalS() : 0;

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,8 @@ class EnergyMeter {
   virtual double IdlePowerW() const = 0;       // measured before the run
   virtual v1::EnergySource Source() const = 0;
   virtual std::string Name() const = 0;
+  // The most power the source can report: a power model's ceiling; a sensor has none.
+  virtual double MaxPowerW() const { return std::numeric_limits<double>::infinity(); }
   // The domains the meter measures apart, with their idle power; none for an estimate.
   virtual std::vector<MeterDomain> Domains() const { return {}; }
   // Cumulative joules of each domain as read by the last EnergyJ() call.

@@ -3,6 +3,10 @@
 // Always labelled `estimated`; never passed off as measured.
 #pragma once
 
+#include <sys/types.h>
+
+#include <map>
+#include <mutex>
 #include <string>
 
 #include "probes/registry.h"
@@ -12,8 +16,12 @@ namespace edgecost::profiler {
 
 class EstimatedMeter : public EnergyMeter {
  public:
-  explicit EstimatedMeter(probes::EstimateModel model) : model_(model) {}
+  explicit EstimatedMeter(probes::EstimateModel model);
+  // Idle power x wall time + per-core power x the CPU time of this process's
+  // threads, each read exactly, at most every core busy between two reads.
   Result<double> EnergyJ() override;
+  // The most the model allows: idle + per-core power x every online core.
+  double MaxPowerW() const override;
   double UpdateIntervalS() const override { return 1e-6; }  // CPU-time clocks tick in microseconds or finer
   double IdlePowerW() const override { return model_.idle_w; }
   v1::EnergySource Source() const override { return v1::ENERGY_SOURCE_ESTIMATED; }
@@ -21,7 +29,14 @@ class EstimatedMeter : public EnergyMeter {
   const probes::EstimateModel& model() const { return model_; }
 
  private:
+  double BusyCoreSecondsLocked();  // CPU time added since the last read, over every thread
+
   probes::EstimateModel model_;  // [probes.estimate]
+  long cores_;
+  std::mutex mutex_;
+  std::map<pid_t, double> thread_cpu_s_;  // at the last read
+  double busy_core_s_ = 0;
+  double last_wall_s_ = 0;
 };
 
 }  // namespace edgecost::profiler

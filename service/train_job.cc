@@ -296,11 +296,13 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
   const bool reset = ResetHighWater();
   const int64_t rss_start = reset ? ProcStatusBytes("VmRSS") : ProcStatusBytes("VmHWM");
   EC_ASSIGN_OR_RETURN(double energy_start_j, meter->EnergyJ());
+  double energy_start_s = NowS();
   uint64_t peak = 0;
   std::vector<double> step_cpu_s;
   for (int s = 0; s < options.steps; ++s) {
     if (s == 1) {  // energy, like time, over the steps after the first (which warms caches and kernels)
       EC_ASSIGN_OR_RETURN(energy_start_j, meter->EnergyJ());
+      energy_start_s = NowS();
     }
     if (stop && stop->load()) {
       return Status(ErrorCode::kCancelled, "stopped after " + std::to_string(s) + " of " +
@@ -343,9 +345,9 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
     if (on_step) on_step({s + 1, options.steps, stats.loss, stats.runtime_s});
   }
   EC_ASSIGN_OR_RETURN(double energy_end_j, meter->EnergyJ());
+  const double energy_interval_s = NowS() - energy_start_s;
   const int64_t hwm = ProcStatusBytes("VmHWM");
   run.set_rss_growth_bytes(hwm >= 0 && rss_start >= 0 ? hwm - rss_start : 0);
-  run.set_energy_j((energy_end_j - energy_start_j) / std::max(1, options.steps - 1));
 
   std::vector<double> runtimes, waits, cpus;
   std::vector<uint64_t> outs, ins;
@@ -358,6 +360,11 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
     ins.push_back(step.paged_in_bytes());
   }
   run.set_runtime_s(Median(runtimes));
+  // A step's energy: the steps' mean power times the step time reported, so
+  // that energy / time is a power the device drew (never above a power model's ceiling).
+  const double power_w =
+      energy_interval_s > 0 ? std::min(meter->MaxPowerW(), (energy_end_j - energy_start_j) / energy_interval_s) : 0;
+  run.set_energy_j(power_w * run.runtime_s());
   result.median_cpu_s = Median(cpus);
   run.set_paging_wait_s(Median(waits));
   run.set_paged_out_bytes(Median(outs));

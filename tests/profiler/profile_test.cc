@@ -14,8 +14,6 @@
 #include <fstream>
 #include <iostream>
 #include <set>
-#include <thread>
-
 #include <gtest/gtest.h>
 
 #include "graph/derive.h"
@@ -320,6 +318,27 @@ TEST_F(ProfileTest, CleanCostsCarryTheirSpreadIntervalAndTeam) {
     EXPECT_LE(cost.runtime().ci95_low_s(), cost.runtime().median_s());
     EXPECT_GE(cost.runtime().ci95_high_s(), cost.runtime().median_s());
     EXPECT_TRUE(cost.team_threads() == 1 || cost.team_threads() == 2) << cost.team_threads();
+  }
+}
+
+// The power model allows at most idle + per-core power x every core: no op of a
+// multi-threaded profile may imply more (one once stored 27 mJ in 15 us, 1,789 W
+// against a 5 W ceiling, from the mean of disturbed executions).
+TEST_F(ProfileTest, EstimatedEnergyNeverExceedsThePowerModelsCeiling) {
+  options_.threads = 2;
+  const double ceiling_w = meter_.MaxPowerW();
+  for (const auto& [name, batch] : {std::pair{"linear", 2}, {"transformer", 1}, {"resnet18_cifar", 2}}) {
+    const auto graph = graph::ZooTrainingGraph(name, batch, graph::Derivation::kExact);
+    ASSERT_TRUE(graph.ok()) << graph.status().message();
+    ASSERT_TRUE(Profile(*graph).ok()) << name;
+  }
+  const auto costs = db_->ListOpCosts("fp");
+  ASSERT_TRUE(costs.ok());
+  ASSERT_GT(costs->size(), 40u);
+  for (const v1::OpCost& cost : *costs) {
+    EXPECT_GT(cost.energy_j(), 0) << cost.signature().key();
+    EXPECT_LE(cost.energy_j(), ceiling_w * cost.runtime().median_s() * (1 + 1e-9))
+        << cost.signature().key() << ": " << cost.energy_j() / cost.runtime().median_s() << " W";
   }
 }
 
