@@ -13,6 +13,7 @@
 #include "service/cost_tables.h"
 #include "service/models.h"
 #include "service/trace.h"
+#include "service/train_job.h"
 
 namespace edgecost::daemon {
 namespace {
@@ -77,8 +78,17 @@ Result<v1::CostTable> CostService::GetCostTable(const v1::GetCostTableRequest& r
   EC_RETURN_IF_ERROR(graph::CheckModelName(request.model()));
   EC_ASSIGN_OR_RETURN(costdb::CostDb * db, ThreadDb(db_path_));
   EC_ASSIGN_OR_RETURN(v1::CostTable table, service::ResolveCostTable(db, request));
-  if (cache_ && table.cost_source() != profiler::kMeasuredSource) cache_->MarkAnalytic(request);
+  // A zoo model's table from an analytic source depends on the request alone; any other is read
+  // from the database (measured, measured-in-step, a stored model) and kept under its costs version.
+  const bool from_db = !service::IsZooModel(request.model()) || table.cost_source() == profiler::kMeasuredSource ||
+                       table.cost_source() == service::kMeasuredInStepSource;
+  if (cache_ && !from_db) cache_->MarkAnalytic(request);
   return table;
+}
+
+Result<int64_t> CostService::CostsVersion() {
+  EC_ASSIGN_OR_RETURN(costdb::CostDb * db, ThreadDb(db_path_));
+  return db->CostsVersion();
 }
 
 Result<v1::PagingCost> CostService::GetPagingCosts(const v1::GetPagingCostsRequest& request) {
