@@ -208,6 +208,9 @@ class CostDb {
   // The daemon's jobs, by id; storing a job again replaces it.
   Status PutJob(const StoredJob& stored);
   Result<std::vector<StoredJob>> ListJobs();
+  // The newest `limit` jobs whose id is at most `max_id`, oldest first.
+  Result<std::vector<StoredJob>> ListJobs(uint64_t max_id, size_t limit);
+  Result<std::optional<StoredJob>> GetJob(uint64_t id);
   Status DeleteJob(uint64_t id);  // NotFound if there is none
 
   // Training run records (edgecost train): predicted against measured. Put returns the id.

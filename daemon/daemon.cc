@@ -30,7 +30,7 @@ DaemonConfig WithDefaultDb(DaemonConfig config) {
 
 Daemon::Daemon(DaemonConfig config)
     : config_(WithDefaultDb(std::move(config))),
-      jobs_(config_.db_path, config_.probes_config, events_),
+      jobs_(config_.db_path, config_.probes_config, events_, config_.finished_jobs_in_memory),
       cost_service_(config_.db_path, &cost_tables_),
       solver_service_(config_.db_path, events_, &stop_solves_),
       job_service_(jobs_, events_),
@@ -248,7 +248,7 @@ std::string Daemon::MetricsText() {
   std::ostringstream out;
   WriteGauges(
       out,
-      {.jobs = jobs_.List(), .solves_in_flight = solves_in_flight_.load(), .event_watchers = events_.WatcherCount()});
+      {.jobs_by_state = jobs_.CountByState(), .solves_in_flight = solves_in_flight_.load(), .event_watchers = events_.WatcherCount()});
   {
     std::lock_guard lock(probes_mutex_);
     WriteProbeMetrics(out, probes_);

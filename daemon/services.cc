@@ -167,11 +167,12 @@ Result<v1::ListRunsResponse> TraceService::ListRuns(const v1::ListRunsRequest&) 
 }
 
 Result<v1::ListJobsResponse> JobService::ListJobs(const v1::ListJobsRequest& request) {
-  std::vector<v1::Job> all = jobs_.List();  // by id, oldest first
-  const size_t limit = request.limit() > 0 ? request.limit() : 100;
+  if (request.limit() > kMaxListedJobs) {
+    return InvalidArgument("limit is at most " + std::to_string(kMaxListedJobs) + "; 0 lists the newest 100");
+  }
+  EC_ASSIGN_OR_RETURN(std::vector<v1::Job> newest, jobs_.List(request.limit() > 0 ? request.limit() : 100));
   v1::ListJobsResponse response;
-  for (size_t i = all.size() > limit ? all.size() - limit : 0; i < all.size(); ++i)
-    *response.add_jobs() = std::move(all[i]);
+  for (v1::Job& job : newest) *response.add_jobs() = std::move(job);  // oldest first
   return response;
 }
 

@@ -68,6 +68,8 @@ class TraceService {
 
 class JobService {
  public:
+  static constexpr uint32_t kMaxListedJobs = 1000;  // one ListJobs answer; older jobs stay in the database
+
   JobService(JobManager& jobs, EventLog& events) : jobs_(jobs), events_(events) {}
 
   Result<v1::Job> StartProfile(const v1::StartProfileRequest& request) { return jobs_.StartProfile(request); }
