@@ -17,6 +17,7 @@
 #include "service/profile_job.h"
 #include "service/train_job.h"
 #include "solver/solve.h"
+#include "train/pager.h"
 
 namespace edgecost::daemon {
 namespace {
@@ -91,6 +92,13 @@ std::optional<v1::Event> JobManager::ResumeOrRefuseLocked(Entry& entry) {
   }
   StoreLocked(entry);
   if (job.state() != v1::Job::STATE_FAILED) return std::nullopt;
+  // A train run the daemon died in left its page files; no run of this job will remove them now.
+  // The worker has not started, so no pager of this process owns a file.
+  if (state == v1::Job::STATE_RUNNING && job.kind() == "train") {
+    const std::string paging_dir = service::DefaultPagingDir(db_path_);
+    const int removed = train::Pager::RemoveStaleFiles(paging_dir, /*own_too=*/true);
+    spdlog::info("event=page_files_removed job={} dir={} files={}", job.id(), Quoted(paging_dir), removed);
+  }
   spdlog::warn("event=job id={} kind={} state=STATE_FAILED message={}", job.id(), job.kind(), Quoted(job.message()));
   v1::Event event;
   event.set_kind("job");
