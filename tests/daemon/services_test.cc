@@ -552,6 +552,7 @@ TEST(DaemonConfig, ValuesAreCheckedWhereTheyEnter) {
            {"[server]\ntcp_port = 80.5\n", "server.tcp_port must be a whole number"},
            {"[limits]\nmax_connections = 0\n", "limits.max_connections must be a whole number from 1"},
            {"[limits]\nread_timeout_s = -1\n", "limits.read_timeout_s must be a number of at least"},
+           {"[limits]\nfinished_jobs_in_memory = -1\n", "limits.finished_jobs_in_memory must be a whole number"},
            {"[server]\nsocket = 3\n", "server.socket must be a string"},
            {"[server]\nno_such_key = 1\n", "server.no_such_key is not a key"},
            {"[nosuch]\n", "unknown section [nosuch]"}}) {
@@ -559,12 +560,15 @@ TEST(DaemonConfig, ValuesAreCheckedWhereTheyEnter) {
     DaemonConfig loaded;
     EXPECT_THAT(LoadConfigFile(file.string(), loaded).message(), HasSubstr(error)) << text;
   }
-  std::ofstream(file) << "[server]\nsocket_mode = \"0600\"\ntcp_port = 9000\n[limits]\nmax_connections = 64\n";
+  std::ofstream(file) << "[server]\nsocket_mode = \"0600\"\ntcp_port = 9000\n[limits]\nmax_connections = 64\n"
+                          "finished_jobs_in_memory = 10\n";
   DaemonConfig loaded;
+  EXPECT_EQ(loaded.finished_jobs_in_memory, kDefaultFinishedJobsInMemory);
   ASSERT_TRUE(LoadConfigFile(file.string(), loaded).ok());
   EXPECT_EQ(loaded.socket_mode, 0600u);
   EXPECT_EQ(loaded.tcp_port, 9000);
   EXPECT_EQ(loaded.limits.max_connections, 64);
+  EXPECT_EQ(loaded.finished_jobs_in_memory, 10u);
   fs::remove(file);
 }
 
