@@ -51,8 +51,8 @@ Status JobManager::Open() {
       entry->request = std::move(s.profile_request);
       const uint64_t id = entry->job.id();
       next_id_ = std::max(next_id_, id + 1);
+      entry->stored = true;  // as read; a change ResumeOrRefuseLocked makes is stored, or marked not
       if (std::optional<v1::Event> event = ResumeOrRefuseLocked(*entry)) events.push_back(std::move(*event));
-      entry->stored = true;  // as read; ResumeOrRefuseLocked stored any change
       jobs_[id] = std::move(entry);
     }
     const size_t loaded = jobs_.size();
