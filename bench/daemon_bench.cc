@@ -15,7 +15,6 @@
 
 #include <boost/asio.hpp>
 #include <boost/beast.hpp>
-
 #include <onnx/onnx_pb.h>
 
 #include "costdb/costdb.h"
@@ -224,8 +223,8 @@ Status RunDaemonBenchmark(std::ostream& out, const DaemonBenchOptions& options) 
   out << line << std::flush;
   for (int connections : {1, 16, 256}) {
     double elapsed_s = 0;
-    Level total = RunLevel(port, token, options.protobuf, "linear", "a72", connections, options.seconds_per_level,
-                           &elapsed_s);
+    Level total =
+        RunLevel(port, token, options.protobuf, "linear", "a72", connections, options.seconds_per_level, &elapsed_s);
     PrintLevel(out, std::to_string(connections), total, elapsed_s);
   }
 

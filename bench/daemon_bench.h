@@ -13,7 +13,7 @@ namespace edgecost::daemon {
 struct DaemonBenchOptions {
   double seconds_per_level = 3;
   int worker_threads = 4;
-  bool protobuf = false;  // binary bodies instead of JSON
+  bool protobuf = false;     // binary bodies instead of JSON
   int chain_nodes = 110000;  // the stored ONNX chain that ListModels and GET / list
 };
 

@@ -229,8 +229,7 @@ class CostDb {
   Status DeleteModelRecord(const std::string& name);
   // Stores a record's summary, only while it still holds the bytes of `content_hash`
   // (a record replaced meanwhile keeps its own); false when it did not.
-  Result<bool> PutModelSummary(const std::string& name, const std::string& content_hash,
-                               const v1::ModelInfo& summary);
+  Result<bool> PutModelSummary(const std::string& name, const std::string& content_hash, const v1::ModelInfo& summary);
 
   // A number that grows with every write, by any process, to what a cost table read from the
   // database depends on (op costs, cost tables, training graphs, devices, fingerprints, model

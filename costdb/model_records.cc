@@ -35,9 +35,8 @@ Status CostDb::PutModelRecord(const ModelRecord& record) {
   EC_ASSIGN_OR_RETURN(Statement current, db_.Prepare("SELECT content_hash FROM model_records WHERE name = ?"));
   EC_ASSIGN_OR_RETURN(bool found, current.Bind(1, record.name).Step());
   if (found && current.Text(0) != record.content_hash) EC_RETURN_IF_ERROR(SupersedeGraphs(db_, record.name, now));
-  static const std::string kSql =
-      UpsertSql("model_records", {"name"},
-                {"name", "kind", "content_hash", "size_bytes", "bytes", "added_at", "summary"});
+  static const std::string kSql = UpsertSql(
+      "model_records", {"name"}, {"name", "kind", "content_hash", "size_bytes", "bytes", "added_at", "summary"});
   EC_ASSIGN_OR_RETURN(Statement stmt, db_.Prepare(kSql));
   stmt.Bind(1, record.name)
       .Bind(2, record.kind)
@@ -50,8 +49,7 @@ Status CostDb::PutModelRecord(const ModelRecord& record) {
   } else {
     stmt.Bind(7, nullptr);  // a replaced record's summary was the old bytes'
   }
-  EC_RETURN_IF_ERROR(stmt.Run()
-                         .WithContext("storing model " + record.name));
+  EC_RETURN_IF_ERROR(stmt.Run().WithContext("storing model " + record.name));
   return tx.Commit();
 }
 
@@ -68,8 +66,7 @@ Result<std::optional<ModelRecord>> CostDb::GetModelRecord(const std::string& nam
 Result<std::vector<ModelRecord>> CostDb::ListModelRecords() {
   EC_ASSIGN_OR_RETURN(
       Statement stmt,
-      db_.Prepare(
-          "SELECT name, kind, content_hash, size_bytes, added_at, summary FROM model_records ORDER BY name"));
+      db_.Prepare("SELECT name, kind, content_hash, size_bytes, added_at, summary FROM model_records ORDER BY name"));
   std::vector<ModelRecord> records;
   EC_RETURN_IF_ERROR(ForEachRow(stmt, [&]() -> Status {
     records.push_back({stmt.Text(0), stmt.Text(1), stmt.Text(2), stmt.Int(3), stmt.Text(4), "", ReadSummary(stmt, 5)});

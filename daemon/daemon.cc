@@ -246,9 +246,9 @@ void Daemon::Handle(HttpRequest request, HttpReply reply) {
 
 std::string Daemon::MetricsText() {
   std::ostringstream out;
-  WriteGauges(
-      out,
-      {.jobs_by_state = jobs_.CountByState(), .solves_in_flight = solves_in_flight_.load(), .event_watchers = events_.WatcherCount()});
+  WriteGauges(out, {.jobs_by_state = jobs_.CountByState(),
+                    .solves_in_flight = solves_in_flight_.load(),
+                    .event_watchers = events_.WatcherCount()});
   {
     std::lock_guard lock(probes_mutex_);
     WriteProbeMetrics(out, probes_);

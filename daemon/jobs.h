@@ -91,8 +91,8 @@ class JobManager {
   std::optional<costdb::CostDb> db_;  // the jobs table; used under mutex_
   const size_t finished_in_memory_;
   std::map<uint64_t, std::unique_ptr<Entry>> jobs_;
-  Entry* running_ = nullptr;            // the worker's job, which stays in memory while it holds it
-  uint64_t max_dropped_id_ = 0;         // jobs at or below it may be in the database only
+  Entry* running_ = nullptr;     // the worker's job, which stays in memory while it holds it
+  uint64_t max_dropped_id_ = 0;  // jobs at or below it may be in the database only
   std::map<std::string, int64_t> dropped_by_state_;
   std::deque<uint64_t> queue_;
   uint64_t next_id_ = 1;

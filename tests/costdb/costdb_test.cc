@@ -83,8 +83,8 @@ TEST_F(CostDbTest, MigratesAnEmptyFileFromZeroToTheLatestSchema) {
   while (*tables->Step()) names.insert(tables->Text(0));
   EXPECT_EQ(names, (std::set<std::string>{"change_counters", "cost_sources", "cost_tables", "devices",
                                           "energy_calibrations", "fingerprints", "jobs", "model_records", "models",
-                                          "node_costs", "op_costs", "op_counters", "op_domain_energy",
-                                          "paging_costs", "runs", "schedule_requests", "schedules", "train_runs"}));
+                                          "node_costs", "op_costs", "op_counters", "op_domain_energy", "paging_costs",
+                                          "runs", "schedule_requests", "schedules", "train_runs"}));
   // Opening again is a no-op migration.
   EXPECT_EQ(OpenOrDie().Info()->schema_version, kSchemaVersion);
 }

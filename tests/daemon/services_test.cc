@@ -561,7 +561,7 @@ TEST(DaemonConfig, ValuesAreCheckedWhereTheyEnter) {
     EXPECT_THAT(LoadConfigFile(file.string(), loaded).message(), HasSubstr(error)) << text;
   }
   std::ofstream(file) << "[server]\nsocket_mode = \"0600\"\ntcp_port = 9000\n[limits]\nmax_connections = 64\n"
-                          "finished_jobs_in_memory = 10\n";
+                         "finished_jobs_in_memory = 10\n";
   DaemonConfig loaded;
   EXPECT_EQ(loaded.finished_jobs_in_memory, kDefaultFinishedJobsInMemory);
   ASSERT_TRUE(LoadConfigFile(file.string(), loaded).ok());
