@@ -1,5 +1,7 @@
 // `edgecost bench daemon`: GetCostTable throughput and latency over loopback
-// TCP at 1, 16 and 256 concurrent keep-alive connections, printed as figures.
+// TCP at 1, 16 and 256 concurrent keep-alive connections, a preset table next
+// to a measured one at 64, and ListModels and GET / with a large stored model,
+// printed as figures.
 #pragma once
 
 #include <ostream>
@@ -11,7 +13,8 @@ namespace edgecost::daemon {
 struct DaemonBenchOptions {
   double seconds_per_level = 3;
   int worker_threads = 4;
-  bool protobuf = false;  // binary bodies instead of JSON
+  bool protobuf = false;     // binary bodies instead of JSON
+  int chain_nodes = 110000;  // the stored ONNX chain that ListModels and GET / list
 };
 
 Status RunDaemonBenchmark(std::ostream& out, const DaemonBenchOptions& options);

@@ -25,7 +25,7 @@
 namespace edgecost::costdb {
 
 // The schema this build writes; files with a higher PRAGMA user_version are refused.
-inline constexpr int kSchemaVersion = 6;
+inline constexpr int kSchemaVersion = 7;
 
 enum class OpenMode {
   kReadWrite,  // creates the file (and its folder) if missing, migrates to kSchemaVersion
@@ -106,6 +106,9 @@ struct ModelRecord {
   int64_t size_bytes = 0;
   std::string added_at;  // UTC, ISO 8601
   std::string bytes;     // empty in listings
+  // What a listing shows of its graph (node counts, bytes, batch size, or why it cannot be read),
+  // computed once; absent for records stored before summaries were kept, until one is stored.
+  std::optional<v1::ModelInfo> summary;
 };
 
 struct DbInfo {
@@ -205,6 +208,9 @@ class CostDb {
   // The daemon's jobs, by id; storing a job again replaces it.
   Status PutJob(const StoredJob& stored);
   Result<std::vector<StoredJob>> ListJobs();
+  // The newest `limit` jobs whose id is at most `max_id`, oldest first.
+  Result<std::vector<StoredJob>> ListJobs(uint64_t max_id, size_t limit);
+  Result<std::optional<StoredJob>> GetJob(uint64_t id);
   Status DeleteJob(uint64_t id);  // NotFound if there is none
 
   // Training run records (edgecost train): predicted against measured. Put returns the id.
@@ -221,6 +227,14 @@ class CostDb {
   Result<std::vector<ModelRecord>> ListModelRecords();                         // by name, without bytes
   // Removes the record and supersedes its training graphs; NotFound if there is none.
   Status DeleteModelRecord(const std::string& name);
+  // Stores a record's summary, only while it still holds the bytes of `content_hash`
+  // (a record replaced meanwhile keeps its own); false when it did not.
+  Result<bool> PutModelSummary(const std::string& name, const std::string& content_hash, const v1::ModelInfo& summary);
+
+  // A number that grows with every write, by any process, to what a cost table read from the
+  // database depends on (op costs, cost tables, training graphs, devices, fingerprints, model
+  // records): a table read while it was N may be served again while it is still N.
+  Result<int64_t> CostsVersion();
 
   Result<DbInfo> Info();
 

@@ -1,4 +1,7 @@
 // The daemon's jobs.
+#include <algorithm>
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,17 +26,44 @@ Status CostDb::PutJob(const StoredJob& stored) {
   return tx.Commit();
 }
 
-Result<std::vector<StoredJob>> CostDb::ListJobs() {
-  EC_ASSIGN_OR_RETURN(Statement stmt, db_.Prepare("SELECT job, profile_request FROM jobs ORDER BY id"));
+namespace {
+
+// Rows of (job, profile_request), in the statement's order.
+Result<std::vector<StoredJob>> ReadJobs(Statement& stmt, const std::string& path) {
   std::vector<StoredJob> jobs;
   EC_RETURN_IF_ERROR(ForEachRow(stmt, [&]() -> Status {
     StoredJob& stored = jobs.emplace_back();
-    EC_ASSIGN_OR_RETURN(stored.job, Parse<v1::Job>(stmt.Blob(0), "job", path()));
-    EC_ASSIGN_OR_RETURN(stored.profile_request,
-                        Parse<v1::StartProfileRequest>(stmt.Blob(1), "profile request", path()));
+    EC_ASSIGN_OR_RETURN(stored.job, Parse<v1::Job>(stmt.Blob(0), "job", path));
+    EC_ASSIGN_OR_RETURN(stored.profile_request, Parse<v1::StartProfileRequest>(stmt.Blob(1), "profile request", path));
     return Status::Ok();
   }));
   return jobs;
+}
+
+}  // namespace
+
+Result<std::vector<StoredJob>> CostDb::ListJobs() {
+  EC_ASSIGN_OR_RETURN(Statement stmt, db_.Prepare("SELECT job, profile_request FROM jobs ORDER BY id"));
+  return ReadJobs(stmt, path());
+}
+
+Result<std::vector<StoredJob>> CostDb::ListJobs(uint64_t max_id, size_t limit) {
+  EC_ASSIGN_OR_RETURN(
+      Statement stmt,
+      db_.Prepare("SELECT job, profile_request FROM (SELECT id, job, profile_request FROM jobs WHERE id <= ? "
+                  "ORDER BY id DESC LIMIT ?) ORDER BY id"));
+  const uint64_t clamped_id = std::min<uint64_t>(max_id, static_cast<uint64_t>(INT64_MAX));
+  stmt.Bind(1, clamped_id).Bind(2, static_cast<int64_t>(std::min<size_t>(limit, static_cast<size_t>(INT64_MAX))));
+  return ReadJobs(stmt, path());
+}
+
+Result<std::optional<StoredJob>> CostDb::GetJob(uint64_t id) {
+  if (id > static_cast<uint64_t>(INT64_MAX)) return std::optional<StoredJob>();
+  EC_ASSIGN_OR_RETURN(Statement stmt, db_.Prepare("SELECT job, profile_request FROM jobs WHERE id = ?"));
+  stmt.Bind(1, id);
+  EC_ASSIGN_OR_RETURN(std::vector<StoredJob> jobs, ReadJobs(stmt, path()));
+  if (jobs.empty()) return std::optional<StoredJob>();
+  return std::optional<StoredJob>(std::move(jobs.front()));
 }
 
 Status CostDb::DeleteJob(uint64_t id) {

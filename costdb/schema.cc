@@ -216,6 +216,55 @@ CREATE TABLE model_records (
   added_at TEXT NOT NULL
 );
 )sql",
+    // 6 -> 7: what a listing shows of a stored model, kept beside it so that listing never imports it
+    // again; and a counter that every write to what a cost table is read from bumps, under which the
+    // daemon keeps encoded tables read from the database (any process's write, by the triggers).
+    // node_costs has none: its rows are only written with their cost_tables row.
+    R"sql(
+ALTER TABLE model_records ADD COLUMN summary BLOB;  -- edgecost.v1.ModelInfo of its graph; NULL until computed
+CREATE TABLE change_counters (
+  name TEXT PRIMARY KEY,
+  value INTEGER NOT NULL
+) WITHOUT ROWID;
+INSERT INTO change_counters (name, value) VALUES ('costs', 0);
+CREATE TRIGGER costs_op_costs_insert AFTER INSERT ON op_costs
+  BEGIN UPDATE change_counters SET value = value + 1 WHERE name = 'costs'; END;
+CREATE TRIGGER costs_op_costs_update AFTER UPDATE ON op_costs
+  BEGIN UPDATE change_counters SET value = value + 1 WHERE name = 'costs'; END;
+CREATE TRIGGER costs_op_costs_delete AFTER DELETE ON op_costs
+  BEGIN UPDATE change_counters SET value = value + 1 WHERE name = 'costs'; END;
+CREATE TRIGGER costs_cost_tables_insert AFTER INSERT ON cost_tables
+  BEGIN UPDATE change_counters SET value = value + 1 WHERE name = 'costs'; END;
+CREATE TRIGGER costs_cost_tables_update AFTER UPDATE ON cost_tables
+  BEGIN UPDATE change_counters SET value = value + 1 WHERE name = 'costs'; END;
+CREATE TRIGGER costs_cost_tables_delete AFTER DELETE ON cost_tables
+  BEGIN UPDATE change_counters SET value = value + 1 WHERE name = 'costs'; END;
+CREATE TRIGGER costs_models_insert AFTER INSERT ON models
+  BEGIN UPDATE change_counters SET value = value + 1 WHERE name = 'costs'; END;
+CREATE TRIGGER costs_models_update AFTER UPDATE ON models
+  BEGIN UPDATE change_counters SET value = value + 1 WHERE name = 'costs'; END;
+CREATE TRIGGER costs_models_delete AFTER DELETE ON models
+  BEGIN UPDATE change_counters SET value = value + 1 WHERE name = 'costs'; END;
+CREATE TRIGGER costs_devices_insert AFTER INSERT ON devices
+  BEGIN UPDATE change_counters SET value = value + 1 WHERE name = 'costs'; END;
+CREATE TRIGGER costs_devices_update AFTER UPDATE ON devices
+  BEGIN UPDATE change_counters SET value = value + 1 WHERE name = 'costs'; END;
+CREATE TRIGGER costs_devices_delete AFTER DELETE ON devices
+  BEGIN UPDATE change_counters SET value = value + 1 WHERE name = 'costs'; END;
+CREATE TRIGGER costs_fingerprints_insert AFTER INSERT ON fingerprints
+  BEGIN UPDATE change_counters SET value = value + 1 WHERE name = 'costs'; END;
+CREATE TRIGGER costs_fingerprints_update AFTER UPDATE ON fingerprints
+  BEGIN UPDATE change_counters SET value = value + 1 WHERE name = 'costs'; END;
+CREATE TRIGGER costs_fingerprints_delete AFTER DELETE ON fingerprints
+  BEGIN UPDATE change_counters SET value = value + 1 WHERE name = 'costs'; END;
+CREATE TRIGGER costs_model_records_insert AFTER INSERT ON model_records
+  BEGIN UPDATE change_counters SET value = value + 1 WHERE name = 'costs'; END;
+-- Storing a record's summary changes no table: only its name, kind or bytes count.
+CREATE TRIGGER costs_model_records_update AFTER UPDATE OF name, kind, content_hash, bytes ON model_records
+  BEGIN UPDATE change_counters SET value = value + 1 WHERE name = 'costs'; END;
+CREATE TRIGGER costs_model_records_delete AFTER DELETE ON model_records
+  BEGIN UPDATE change_counters SET value = value + 1 WHERE name = 'costs'; END;
+)sql",
 };
 static_assert(std::size(kMigrations) == kSchemaVersion, "one migration step per schema version");
 

@@ -111,6 +111,9 @@ Status SetKey(const std::string& name, const Value& value, DaemonConfig& config)
   } else if (name == "limits.concurrent_solves") {
     EC_ASSIGN_OR_RETURN(int64_t v, value.Integer(1, kMaxCount));
     config.concurrent_solves = static_cast<int>(v);
+  } else if (name == "limits.finished_jobs_in_memory") {
+    EC_ASSIGN_OR_RETURN(int64_t v, value.Integer(0, kMaxCount));
+    config.finished_jobs_in_memory = static_cast<size_t>(v);
   } else if (name == "limits.worker_threads") {
     EC_ASSIGN_OR_RETURN(int64_t v, value.Integer(1, kMaxCount));
     config.limits.worker_threads = static_cast<int>(v);

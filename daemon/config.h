@@ -26,6 +26,7 @@ struct DaemonConfig {
   double fingerprint_check_s = 300;    // how often to look for hardware changes; 0: only at start and on SIGHUP
   bool reprofile_on_change = true;     // on a hardware change, profile again the models measured on the old hardware
   int concurrent_solves = DefaultConcurrentSolves();  // Solve calls running at once; up to 4x as many wait
+  size_t finished_jobs_in_memory = 256;  // kDefaultFinishedJobsInMemory; older finished jobs are read from the db
   ServerLimits limits;
 };
 

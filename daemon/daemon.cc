@@ -30,7 +30,7 @@ DaemonConfig WithDefaultDb(DaemonConfig config) {
 
 Daemon::Daemon(DaemonConfig config)
     : config_(WithDefaultDb(std::move(config))),
-      jobs_(config_.db_path, config_.probes_config, events_),
+      jobs_(config_.db_path, config_.probes_config, events_, config_.finished_jobs_in_memory),
       cost_service_(config_.db_path, &cost_tables_),
       solver_service_(config_.db_path, events_, &stop_solves_),
       job_service_(jobs_, events_),
@@ -228,21 +228,31 @@ void Daemon::Handle(HttpRequest request, HttpReply reply) {
   if (config_.restrict_mutations && router_.Mutates(request.target) && !has_token) {
     return measured(TwirpError("permission_denied", 403, "this call changes state and is restricted to token holders"));
   }
-  // Analytic cost tables are answered from the cache of their encoded responses.
+  // Cost tables are answered from the cache of their encoded responses: analytic ones whatever the
+  // database holds, the others while the database's costs version is the one they were read at.
   const std::string key = CostTableCache::Key(request);
   if (key.empty()) return router_.Handle(request, std::move(measured));
   if (std::optional<HttpResponse> cached = cost_tables_.Find(key)) return measured(std::move(*cached));
-  router_.Handle(request, [this, key, measured = std::move(measured)](HttpResponse response) {
-    cost_tables_.Offer(key, response);
+  // Read before the table is built, so that a table built after a write is kept under the older version.
+  const Result<int64_t> version = cost_service_.CostsVersion();
+  if (version.ok()) {
+    if (std::optional<HttpResponse> cached = cost_tables_.Find(key, *version)) return measured(std::move(*cached));
+  }
+  router_.Handle(request, [this, key, version, measured = std::move(measured)](HttpResponse response) {
+    if (version.ok()) {
+      cost_tables_.Offer(key, response, *version);
+    } else {
+      cost_tables_.Offer(key, response);  // analytic only
+    }
     measured(std::move(response));
   });
 }
 
 std::string Daemon::MetricsText() {
   std::ostringstream out;
-  WriteGauges(
-      out,
-      {.jobs = jobs_.List(), .solves_in_flight = solves_in_flight_.load(), .event_watchers = events_.WatcherCount()});
+  WriteGauges(out, {.jobs_by_state = jobs_.CountByState(),
+                    .solves_in_flight = solves_in_flight_.load(),
+                    .event_watchers = events_.WatcherCount()});
   {
     std::lock_guard lock(probes_mutex_);
     WriteProbeMetrics(out, probes_);

@@ -17,6 +17,7 @@
 #include "service/profile_job.h"
 #include "service/train_job.h"
 #include "solver/solve.h"
+#include "train/pager.h"
 
 namespace edgecost::daemon {
 namespace {
@@ -26,8 +27,11 @@ constexpr size_t kMaxQueuedJobs = 64;  // beyond this, StartProfile is refused r
 
 }  // namespace
 
-JobManager::JobManager(std::string db_path, std::string probes_config, EventLog& events)
-    : db_path_(std::move(db_path)), probes_config_(std::move(probes_config)), events_(events) {}
+JobManager::JobManager(std::string db_path, std::string probes_config, EventLog& events, size_t finished_in_memory)
+    : db_path_(std::move(db_path)),
+      probes_config_(std::move(probes_config)),
+      events_(events),
+      finished_in_memory_(finished_in_memory) {}
 
 JobManager::~JobManager() {
   Shutdown();
@@ -47,10 +51,13 @@ Status JobManager::Open() {
       entry->request = std::move(s.profile_request);
       const uint64_t id = entry->job.id();
       next_id_ = std::max(next_id_, id + 1);
+      entry->stored = true;  // as read; a change ResumeOrRefuseLocked makes is stored, or marked not
       if (std::optional<v1::Event> event = ResumeOrRefuseLocked(*entry)) events.push_back(std::move(*event));
       jobs_[id] = std::move(entry);
     }
-    spdlog::info("event=jobs_loaded stored={} queued_again={}", jobs_.size(), queue_.size());
+    const size_t loaded = jobs_.size();
+    TrimLocked();
+    spdlog::info("event=jobs_loaded stored={} in_memory={} queued_again={}", loaded, jobs_.size(), queue_.size());
   }
   for (v1::Event& event : events) events_.Emit(std::move(event));
   worker_ = std::thread([this] { Worker(); });
@@ -85,6 +92,13 @@ std::optional<v1::Event> JobManager::ResumeOrRefuseLocked(Entry& entry) {
   }
   StoreLocked(entry);
   if (job.state() != v1::Job::STATE_FAILED) return std::nullopt;
+  // A train run the daemon died in left its page files; no run of this job will remove them now.
+  // The worker has not started, so no pager of this process owns a file.
+  if (state == v1::Job::STATE_RUNNING && job.kind() == "train") {
+    const std::string paging_dir = service::DefaultPagingDir(db_path_);
+    const int removed = train::Pager::RemoveStaleFiles(paging_dir, /*own_too=*/true);
+    spdlog::info("event=page_files_removed job={} dir={} files={}", job.id(), Quoted(paging_dir), removed);
+  }
   spdlog::warn("event=job id={} kind={} state=STATE_FAILED message={}", job.id(), job.kind(), Quoted(job.message()));
   v1::Event event;
   event.set_kind("job");
@@ -103,10 +117,34 @@ void JobManager::Shutdown() {
 }
 
 // A write that fails leaves the job running; the next update tries again.
-void JobManager::StoreLocked(const Entry& entry) {
+void JobManager::StoreLocked(Entry& entry) {
   if (!db_) return;
-  if (Status s = db_->PutJob({entry.job, entry.request}); !s.ok()) {
-    spdlog::error("event=job_not_stored id={} message={}", entry.job.id(), Quoted(s.message()));
+  const Status s = db_->PutJob({entry.job, entry.request});
+  entry.stored = s.ok();
+  if (!s.ok()) spdlog::error("event=job_not_stored id={} message={}", entry.job.id(), Quoted(s.message()));
+}
+
+namespace {
+
+bool Finished(const v1::Job& job) {
+  return job.state() != v1::Job::STATE_QUEUED && job.state() != v1::Job::STATE_RUNNING;
+}
+
+}  // namespace
+
+void JobManager::TrimLocked() {
+  size_t finished = 0;
+  for (const auto& [id, entry] : jobs_) finished += Finished(entry->job) ? 1 : 0;
+  for (auto it = jobs_.begin(); it != jobs_.end() && finished > finished_in_memory_;) {  // oldest first
+    Entry& entry = *it->second;
+    if (!Finished(entry.job) || !entry.stored || &entry == running_) {
+      ++it;
+      continue;
+    }
+    max_dropped_id_ = std::max(max_dropped_id_, it->first);
+    ++dropped_by_state_[v1::Job::State_Name(entry.job.state())];
+    it = jobs_.erase(it);
+    --finished;
   }
 }
 
@@ -239,16 +277,23 @@ Result<v1::Job> JobManager::StartRegeneration(const std::string& why) {
 Result<v1::Job> JobManager::Get(uint64_t id) {
   std::lock_guard lock(mutex_);
   auto it = jobs_.find(id);
-  if (it == jobs_.end()) return NotFound("no job " + std::to_string(id));
-  return it->second->job;
+  if (it != jobs_.end()) return it->second->job;
+  // Only an id at or below the newest dropped one can be in the database alone.
+  if (id > max_dropped_id_ || !db_) return NotFound("no job " + std::to_string(id));
+  EC_ASSIGN_OR_RETURN(std::optional<costdb::StoredJob> stored, db_->GetJob(id));
+  if (!stored) return NotFound("no job " + std::to_string(id));  // forgotten
+  return stored->job;
 }
 
 Result<v1::Job> JobManager::Cancel(uint64_t id) {
   Entry* entry = nullptr;
   {
-    std::lock_guard lock(mutex_);
+    std::unique_lock lock(mutex_);
     auto it = jobs_.find(id);
-    if (it == jobs_.end()) return NotFound("no job " + std::to_string(id));
+    if (it == jobs_.end()) {
+      lock.unlock();
+      return Get(id);  // a finished job only in the database stays as it is
+    }
     entry = it->second.get();
     entry->cancelled = true;
     if (entry->job.state() != v1::Job::STATE_QUEUED) {
@@ -264,11 +309,29 @@ Result<v1::Job> JobManager::Cancel(uint64_t id) {
   return Get(id);
 }
 
-std::vector<v1::Job> JobManager::List() {
+Result<std::vector<v1::Job>> JobManager::List(size_t limit) {
+  if (limit == 0) return std::vector<v1::Job>();
   std::lock_guard lock(mutex_);
+  std::map<uint64_t, v1::Job> newest;  // by id
+  for (auto it = jobs_.rbegin(); it != jobs_.rend() && newest.size() < limit; ++it) newest[it->first] = it->second->job;
+  // Dropped jobs are older than every job memory answered with, unless memory ran out first.
+  const bool complete = newest.size() == limit && newest.begin()->first > max_dropped_id_;
+  if (!complete && max_dropped_id_ > 0 && db_) {
+    EC_ASSIGN_OR_RETURN(std::vector<costdb::StoredJob> stored, db_->ListJobs(max_dropped_id_, limit));
+    for (costdb::StoredJob& s : stored) newest.try_emplace(s.job.id(), std::move(s.job));  // memory's is newer
+    while (newest.size() > limit) newest.erase(newest.begin());
+  }
   std::vector<v1::Job> jobs;
-  for (const auto& [id, entry] : jobs_) jobs.push_back(entry->job);
+  jobs.reserve(newest.size());
+  for (auto& [id, job] : newest) jobs.push_back(std::move(job));
   return jobs;
+}
+
+std::map<std::string, int64_t> JobManager::CountByState() {
+  std::lock_guard lock(mutex_);
+  std::map<std::string, int64_t> counts = dropped_by_state_;
+  for (const auto& [id, entry] : jobs_) ++counts[v1::Job::State_Name(entry->job.state())];
+  return counts;
 }
 
 void JobManager::Update(Entry& entry, const std::function<void(v1::Job&)>& change) {
@@ -284,6 +347,7 @@ void JobManager::Update(Entry& entry, const std::function<void(v1::Job&)>& chang
     event.set_kind("job");
     event.set_message(entry.job.message());
     *event.mutable_job() = entry.job;
+    TrimLocked();  // `entry` may be gone from here on
   }
   events_.Emit(std::move(event));
 }
@@ -297,6 +361,7 @@ void JobManager::Worker() {
       if (shutting_down_) return;
       entry = jobs_.at(queue_.front()).get();
       queue_.pop_front();
+      running_ = entry;
     }
     Update(*entry, [](v1::Job& job) {
       job.set_state(v1::Job::STATE_RUNNING);
@@ -317,6 +382,9 @@ void JobManager::Worker() {
         job.set_message(std::string("internal error: ") + e.what());
       });
     }
+    std::lock_guard lock(mutex_);
+    running_ = nullptr;
+    TrimLocked();
   }
 }
 

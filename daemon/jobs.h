@@ -29,10 +29,15 @@ Status CheckProfileRequest(const v1::StartProfileRequest& request, const std::st
 // A train job: such a model by name, a bounded number of steps, at most one thread per core.
 Status CheckTrainRequest(const v1::StartTrainRequest& request, const std::string& db_path);
 
+// Finished jobs kept in memory by default; older ones are read from the database when asked for.
+inline constexpr size_t kDefaultFinishedJobsInMemory = 256;
+
 class JobManager {
  public:
   // `probes_config`: the TOML file whose [probes] section profiles measure with, or empty.
-  JobManager(std::string db_path, std::string probes_config, EventLog& events);
+  // Queued and running jobs stay in memory, and the newest `finished_in_memory` finished ones.
+  JobManager(std::string db_path, std::string probes_config, EventLog& events,
+             size_t finished_in_memory = kDefaultFinishedJobsInMemory);
   ~JobManager();  // stops the running job at a safe point and joins
 
   // Loads the jobs of earlier runs and queues again those that a crash or a
@@ -46,9 +51,13 @@ class JobManager {
   // After a hardware change: a job that solves every stored schedule request
   // again against the current costs (queued after any re-profiles).
   Result<v1::Job> StartRegeneration(const std::string& why);
+  // A job in memory, or a finished one from the database.
   Result<v1::Job> Get(uint64_t id);
   Result<v1::Job> Cancel(uint64_t id);
-  std::vector<v1::Job> List();
+  // The newest `limit` jobs, oldest first: from memory, and from the database beyond it.
+  Result<std::vector<v1::Job>> List(size_t limit);
+  // Every job by state name ("STATE_SUCCEEDED"), those only in the database included.
+  std::map<std::string, int64_t> CountByState();
 
   // Stops taking work and stops the running job; used at shutdown.
   void Shutdown();
@@ -60,6 +69,7 @@ class JobManager {
     std::atomic<bool> stop{false};
     bool cancelled =
         false;  // by CancelJob; otherwise a stop is the daemon's shutdown, and the job resumes at the next start
+    bool stored = false;  // its last change is in the database, so it may leave memory once finished
   };
   void Worker();
   std::optional<v1::Event> ResumeOrRefuseLocked(Entry& entry);
@@ -68,7 +78,9 @@ class JobManager {
   void RunTrain(Entry& entry);
   void RunRegeneration(Entry& entry);
   void Update(Entry& entry, const std::function<void(v1::Job&)>& change);  // stores it and emits
-  void StoreLocked(const Entry& entry);
+  void StoreLocked(Entry& entry);
+  // Drops the oldest finished jobs beyond the bound from memory (never the worker's, nor an unstored one).
+  void TrimLocked();
   static void SetStopped(const Entry& entry, v1::Job& job, const std::string& what_was_done);
 
   const std::string db_path_;
@@ -77,7 +89,11 @@ class JobManager {
   std::mutex mutex_;
   std::condition_variable work_ready_;
   std::optional<costdb::CostDb> db_;  // the jobs table; used under mutex_
+  const size_t finished_in_memory_;
   std::map<uint64_t, std::unique_ptr<Entry>> jobs_;
+  Entry* running_ = nullptr;     // the worker's job, which stays in memory while it holds it
+  uint64_t max_dropped_id_ = 0;  // jobs at or below it may be in the database only
+  std::map<std::string, int64_t> dropped_by_state_;
   std::deque<uint64_t> queue_;
   uint64_t next_id_ = 1;
   bool shutting_down_ = false;

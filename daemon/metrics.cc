@@ -41,10 +41,10 @@ void RequestMetrics::Write(std::ostream& out) {
 }
 
 void WriteGauges(std::ostream& out, const DaemonGauges& gauges) {
-  std::map<std::string, int> states;
-  for (const v1::Job& job : gauges.jobs) ++states[v1::Job::State_Name(job.state())];
   out << "# HELP edgecost_jobs Jobs by state.\n# TYPE edgecost_jobs gauge\n";
-  for (const auto& [state, count] : states) out << "edgecost_jobs{state=\"" << state << "\"} " << count << "\n";
+  for (const auto& [state, count] : gauges.jobs_by_state) {
+    out << "edgecost_jobs{state=\"" << state << "\"} " << count << "\n";
+  }
   out << "# HELP edgecost_solves_in_flight Solve calls running or waiting for a solver thread.\n"
          "# TYPE edgecost_solves_in_flight gauge\nedgecost_solves_in_flight "
       << gauges.solves_in_flight << "\n"

@@ -31,7 +31,7 @@ class RequestMetrics {
 };
 
 struct DaemonGauges {
-  std::vector<v1::Job> jobs;
+  std::map<std::string, int64_t> jobs_by_state;  // state name -> jobs, in memory or in the database alone
   int solves_in_flight = 0;
   size_t event_watchers = 0;
 };

@@ -13,6 +13,7 @@
 #include "service/cost_tables.h"
 #include "service/models.h"
 #include "service/trace.h"
+#include "service/train_job.h"
 
 namespace edgecost::daemon {
 namespace {
@@ -77,8 +78,17 @@ Result<v1::CostTable> CostService::GetCostTable(const v1::GetCostTableRequest& r
   EC_RETURN_IF_ERROR(graph::CheckModelName(request.model()));
   EC_ASSIGN_OR_RETURN(costdb::CostDb * db, ThreadDb(db_path_));
   EC_ASSIGN_OR_RETURN(v1::CostTable table, service::ResolveCostTable(db, request));
-  if (cache_ && table.cost_source() != profiler::kMeasuredSource) cache_->MarkAnalytic(request);
+  // A zoo model's table from an analytic source depends on the request alone; any other is read
+  // from the database (measured, measured-in-step, a stored model) and kept under its costs version.
+  const bool from_db = !service::IsZooModel(request.model()) || table.cost_source() == profiler::kMeasuredSource ||
+                       table.cost_source() == service::kMeasuredInStepSource;
+  if (cache_ && !from_db) cache_->MarkAnalytic(request);
   return table;
+}
+
+Result<int64_t> CostService::CostsVersion() {
+  EC_ASSIGN_OR_RETURN(costdb::CostDb * db, ThreadDb(db_path_));
+  return db->CostsVersion();
 }
 
 Result<v1::PagingCost> CostService::GetPagingCosts(const v1::GetPagingCostsRequest& request) {
@@ -157,11 +167,12 @@ Result<v1::ListRunsResponse> TraceService::ListRuns(const v1::ListRunsRequest&) 
 }
 
 Result<v1::ListJobsResponse> JobService::ListJobs(const v1::ListJobsRequest& request) {
-  std::vector<v1::Job> all = jobs_.List();  // by id, oldest first
-  const size_t limit = request.limit() > 0 ? request.limit() : 100;
+  if (request.limit() > kMaxListedJobs) {
+    return InvalidArgument("limit is at most " + std::to_string(kMaxListedJobs) + "; 0 lists the newest 100");
+  }
+  EC_ASSIGN_OR_RETURN(std::vector<v1::Job> newest, jobs_.List(request.limit() > 0 ? request.limit() : 100));
   v1::ListJobsResponse response;
-  for (size_t i = all.size() > limit ? all.size() - limit : 0; i < all.size(); ++i)
-    *response.add_jobs() = std::move(all[i]);
+  for (v1::Job& job : newest) *response.add_jobs() = std::move(job);  // oldest first
   return response;
 }
 

@@ -17,7 +17,7 @@ namespace edgecost::daemon {
 
 class CostService {
  public:
-  // `cache` (may be null) learns which tables are analytic, and so may be kept encoded.
+  // `cache` (may be null) learns which tables are analytic, and so may be kept encoded whatever the database holds.
   CostService(std::string db_path, CostTableCache* cache) : db_path_(std::move(db_path)), cache_(cache) {}
 
   Result<v1::ListDevicesResponse> ListDevices(const v1::ListDevicesRequest& request);
@@ -28,6 +28,8 @@ class CostService {
   // Models as records: the bytes are checked by reading them as every command will.
   Result<v1::AddModelResponse> AddModel(const v1::AddModelRequest& request);
   Result<v1::RemoveModelResponse> RemoveModel(const v1::RemoveModelRequest& request);
+  // The database's costs version (CostDb::CostsVersion), under which tables read from it are cached.
+  Result<int64_t> CostsVersion();
 
  private:
   std::string db_path_;
@@ -66,6 +68,8 @@ class TraceService {
 
 class JobService {
  public:
+  static constexpr uint32_t kMaxListedJobs = 1000;  // one ListJobs answer; older jobs stay in the database
+
   JobService(JobManager& jobs, EventLog& events) : jobs_(jobs), events_(events) {}
 
   Result<v1::Job> StartProfile(const v1::StartProfileRequest& request) { return jobs_.StartProfile(request); }

@@ -41,6 +41,34 @@ Status Describe(const graph::GraphSpec& spec, v1::ModelInfo& info) {
   return Status::Ok();
 }
 
+// What a listing keeps of a description: the graph's figures, or why it cannot be read.
+v1::ModelInfo SummaryOf(const v1::ModelInfo& info) {
+  v1::ModelInfo summary;
+  summary.set_forward_nodes(info.forward_nodes());
+  summary.set_training_nodes(info.training_nodes());
+  summary.set_param_bytes(info.param_bytes());
+  summary.set_activation_bytes(info.activation_bytes());
+  summary.set_batch_size(info.batch_size());
+  summary.set_error(info.error());
+  return summary;
+}
+
+// The summary of a model's bytes, described at kSummaryBatchSize; an error is kept as the summary too.
+v1::ModelInfo DescribeRecord(const costdb::ModelRecord& record) {
+  v1::ModelInfo info;
+  graph::GraphSpec spec;
+  spec.model_or_file = record.name;
+  spec.batch_size = kSummaryBatchSize;
+  Result<std::shared_ptr<const graph::StoredModel>> stored = ToStored(record);
+  Status described = stored.status();
+  if (stored.ok()) {
+    spec.stored = *stored;
+    described = Describe(spec, info);
+  }
+  if (!described.ok()) info.set_error(described.message());
+  return SummaryOf(info);
+}
+
 v1::ModelInfo RecordInfo(const costdb::ModelRecord& record) {
   v1::ModelInfo info;
   info.set_name(record.name);
@@ -49,6 +77,7 @@ v1::ModelInfo RecordInfo(const costdb::ModelRecord& record) {
   info.set_content_hash(record.content_hash);
   info.set_size_bytes(static_cast<uint64_t>(record.size_bytes));
   info.set_added_at(record.added_at);
+  if (record.summary) info.MergeFrom(*record.summary);
   return info;
 }
 
@@ -120,6 +149,13 @@ Result<AddedModel> AddModel(costdb::CostDb& db, const std::string& name, const s
   if (existing && existing->content_hash == record.content_hash && existing->bytes == bytes) {
     added.outcome = AddedModel::Outcome::kUnchanged;
     existing->bytes.clear();
+    if (!existing->summary || !existing->summary->error().empty()) {  // stored before summaries were kept
+      existing->summary = DescribeRecord(record);
+      EC_RETURN_IF_ERROR(db.PutModelSummary(name, record.content_hash, *existing->summary).status());
+    }
+    if (!existing->summary->error().empty()) {
+      return InvalidArgument("model '" + name + "': " + existing->summary->error());
+    }
     added.info = RecordInfo(*existing);
   } else {
     if (existing && !replace) {
@@ -129,16 +165,15 @@ Result<AddedModel> AddModel(costdb::CostDb& db, const std::string& name, const s
                            "or choose another name");
     }
     added.outcome = existing ? AddedModel::Outcome::kReplaced : AddedModel::Outcome::kAdded;
+    // Described once here and stored with the bytes, so that listing never imports the model again.
+    record.summary = DescribeRecord(record);
+    if (!record.summary->error().empty()) return InvalidArgument("model '" + name + "': " + record.summary->error());
     EC_RETURN_IF_ERROR(db.PutModelRecord(record));
     EC_ASSIGN_OR_RETURN(std::optional<costdb::ModelRecord> stored, db.GetModelRecord(name));
     if (!stored) return Internal("model '" + name + "' vanished from " + db.path() + " after it was stored");
     stored->bytes.clear();
     added.info = RecordInfo(*stored);
   }
-  graph::GraphSpec spec;
-  spec.model_or_file = name;
-  EC_ASSIGN_OR_RETURN(spec.stored, ToStored(record));
-  EC_RETURN_IF_ERROR(Describe(spec, added.info));
   return added;
 }
 
@@ -156,12 +191,23 @@ Result<v1::ListModelsResponse> ListModels(costdb::CostDb* db, int batch_size) {
   EC_ASSIGN_OR_RETURN(std::vector<costdb::ModelRecord> records, db->ListModelRecords());
   for (const costdb::ModelRecord& listed : records) {
     v1::ModelInfo& info = *response.add_models() = RecordInfo(listed);
+    if (listed.summary && batch_size == kSummaryBatchSize) continue;  // the summary stored when it was added
+    // Another batch size is described from the bytes (the CLI's --batch-size); so is, once, a record
+    // stored before summaries were kept, whose summary is then stored.
     EC_ASSIGN_OR_RETURN(std::optional<costdb::ModelRecord> record, db->GetModelRecord(listed.name));
     if (!record) continue;  // removed meanwhile
+    if (batch_size == kSummaryBatchSize) {
+      const v1::ModelInfo summary = DescribeRecord(*record);
+      info.MergeFrom(summary);
+      // Best effort: a read-only listing (the CLI's) or a busy database describes it again next time.
+      (void)db->PutModelSummary(record->name, record->content_hash, summary);
+      continue;
+    }
     graph::GraphSpec spec;
     spec.model_or_file = listed.name;
     spec.batch_size = batch_size;
     EC_ASSIGN_OR_RETURN(spec.stored, ToStored(std::move(*record)));
+    info.clear_error();
     if (Status described = Describe(spec, info); !described.ok()) info.set_error(described.message());
   }
   return response;

@@ -42,7 +42,12 @@ Result<AddedModel> AddModel(costdb::CostDb& db, const std::string& name, const s
 // Removes a record (its cost tables stay stored, no longer served). Zoo models cannot be removed.
 Status RemoveModel(costdb::CostDb& db, const std::string& name);
 
+// The batch size a stored model's summary describes (ListModels's, and the CLI's default).
+inline constexpr int kSummaryBatchSize = 1;
+
 // The zoo, then the records (`db` may be null: the zoo alone), as `edgecost models` and ListModels show them.
+// A record is listed from the summary stored with it, never imported, at kSummaryBatchSize; a
+// record stored before summaries were kept is described once and its summary stored (read-write).
 Result<v1::ListModelsResponse> ListModels(costdb::CostDb* db, int batch_size);
 
 }  // namespace edgecost::service

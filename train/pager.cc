@@ -106,7 +106,7 @@ std::string Pager::PathFor(int node) const {
   return dir_ + "/edgecost-train-" + std::to_string(::getpid()) + "-" + std::to_string(node) + ".page";
 }
 
-int Pager::RemoveStaleFiles(const std::string& dir) {
+int Pager::RemoveStaleFiles(const std::string& dir, bool own_too) {
   int removed = 0;
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
@@ -114,7 +114,8 @@ int Pager::RemoveStaleFiles(const std::string& dir) {
     if (!name.starts_with("edgecost-train-") || !name.ends_with(".page")) continue;
     const long pid = std::strtol(name.c_str() + 15, nullptr, 10);
     if (pid <= 0) continue;
-    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM) continue;  // still running
+    const bool own = pid == static_cast<long>(::getpid());
+    if (!(own && own_too) && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM)) continue;  // running
     std::error_code remove_ec;
     if (std::filesystem::remove(entry.path(), remove_ec)) ++removed;
   }

@@ -66,7 +66,9 @@ class Pager {
   std::string PathFor(int node) const;
 
   // Removes edgecost-train-<pid>-*.page files in `dir` whose process is gone; returns how many.
-  static int RemoveStaleFiles(const std::string& dir);
+  // `own_too`: this process runs no pager (a daemon starting), so files under its own pid are a
+  // killed run's whose pid it was given again (a container's daemon is always pid 1).
+  static int RemoveStaleFiles(const std::string& dir, bool own_too = false);
 
  private:
   struct Request {

@@ -81,10 +81,10 @@ TEST_F(CostDbTest, MigratesAnEmptyFileFromZeroToTheLatestSchema) {
   auto tables = raw->Prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name");
   std::set<std::string> names;
   while (*tables->Step()) names.insert(tables->Text(0));
-  EXPECT_EQ(names, (std::set<std::string>{"cost_sources", "cost_tables", "devices", "energy_calibrations",
-                                          "fingerprints", "jobs", "model_records", "models", "node_costs", "op_costs",
-                                          "op_counters", "op_domain_energy", "paging_costs", "runs",
-                                          "schedule_requests", "schedules", "train_runs"}));
+  EXPECT_EQ(names, (std::set<std::string>{"change_counters", "cost_sources", "cost_tables", "devices",
+                                          "energy_calibrations", "fingerprints", "jobs", "model_records", "models",
+                                          "node_costs", "op_costs", "op_counters", "op_domain_energy", "paging_costs",
+                                          "runs", "schedule_requests", "schedules", "train_runs"}));
   // Opening again is a no-op migration.
   EXPECT_EQ(OpenOrDie().Info()->schema_version, kSchemaVersion);
 }
@@ -242,6 +242,146 @@ TEST_F(CostDbTest, ModelGraphsAreIdempotentAndVersioned) {
 
 // Models as records: one per name, listed without their bytes; replacing or removing one
 // retires the cost tables of the old model, which stay stored.
+TEST_F(CostDbTest, OlderJobsAreReadByIdAndNewestFirstUnderABound) {
+  CostDb db = OpenOrDie();
+  for (uint64_t id = 1; id <= 5; ++id) {
+    StoredJob stored;
+    stored.job.set_id(id);
+    stored.job.set_kind("profile");
+    stored.job.set_state(v1::Job::STATE_SUCCEEDED);
+    stored.profile_request.set_model("net" + std::to_string(id));
+    ASSERT_TRUE(db.PutJob(stored).ok());
+  }
+  auto three = db.GetJob(3);
+  ASSERT_TRUE(three.ok() && three->has_value()) << three.status().message();
+  EXPECT_EQ((*three)->profile_request.model(), "net3");
+  EXPECT_FALSE(db.GetJob(6)->has_value());
+  EXPECT_FALSE(db.GetJob(UINT64_MAX)->has_value());
+
+  auto below_four = db.ListJobs(4, 2);  // the newest two at or below 4, oldest first
+  ASSERT_TRUE(below_four.ok()) << below_four.status().message();
+  ASSERT_EQ(below_four->size(), 2u);
+  EXPECT_EQ((*below_four)[0].job.id(), 3u);
+  EXPECT_EQ((*below_four)[1].job.id(), 4u);
+  EXPECT_EQ(db.ListJobs(UINT64_MAX, 100)->size(), 5u);
+  EXPECT_TRUE(db.ListJobs(0, 100)->empty());
+}
+
+// A stored model's summary is what listing shows: stored with it, replaced with it, and stored
+// later only over the bytes it describes.
+TEST_F(CostDbTest, ModelRecordsKeepTheirSummaryWithTheirBytes) {
+  CostDb db = OpenOrDie();
+  ModelRecord record{"net", "onnx", "h1", 0, "", "bytes one", std::nullopt};
+  record.summary.emplace();
+  record.summary->set_training_nodes(7);
+  ASSERT_TRUE(db.PutModelRecord(record).ok());
+  auto listed = db.ListModelRecords();
+  ASSERT_TRUE(listed.ok() && listed->size() == 1u);
+  ASSERT_TRUE((*listed)[0].summary.has_value());
+  EXPECT_EQ((*listed)[0].summary->training_nodes(), 7u);
+  EXPECT_EQ((*db.GetModelRecord("net"))->summary->training_nodes(), 7u);
+
+  // Replaced by other bytes without a summary: the old one is not theirs.
+  ASSERT_TRUE(db.PutModelRecord({"net", "onnx", "h2", 0, "", "bytes two", std::nullopt}).ok());
+  EXPECT_FALSE((*db.ListModelRecords())[0].summary.has_value());
+  v1::ModelInfo summary;
+  summary.set_training_nodes(9);
+  EXPECT_FALSE(*db.PutModelSummary("net", "h1", summary));  // described from the replaced bytes
+  EXPECT_FALSE((*db.GetModelRecord("net"))->summary.has_value());
+  EXPECT_TRUE(*db.PutModelSummary("net", "h2", summary));
+  EXPECT_EQ((*db.ListModelRecords())[0].summary->training_nodes(), 9u);
+  EXPECT_FALSE(*db.PutModelSummary("gone", "h2", summary));
+  EXPECT_EQ(OpenOrDie(OpenMode::kReadOnly).PutModelSummary("net", "h2", summary).status().code(),
+            ErrorCode::kPermissionDenied);
+
+  // A summary that does not decode is absent (described again), not a failed listing.
+  {
+    auto raw = Db::Open(path_, Db::Access::kReadWrite, 1000);
+    ASSERT_TRUE(raw.ok());
+    ASSERT_TRUE(raw->Exec("UPDATE model_records SET summary = x'ffff' WHERE name = 'net'").ok());
+  }
+  listed = db.ListModelRecords();
+  ASSERT_TRUE(listed.ok()) << listed.status().message();
+  EXPECT_FALSE((*listed)[0].summary.has_value());
+}
+
+// The costs version moves with every write a cost table read from the database depends on, by any
+// connection, and with nothing else.
+TEST_F(CostDbTest, TheCostsVersionMovesWithWhatStoredTablesAreReadFrom) {
+  CostDb db = OpenOrDie();
+  CostDb other = OpenOrDie();  // another connection, as another process would have
+  auto version = [&] {
+    auto v = db.CostsVersion();
+    EXPECT_TRUE(v.ok()) << v.status().message();
+    return v.ok() ? *v : -1;
+  };
+  int64_t before = version();
+  auto expect_moved = [&](const std::string& what) {
+    const int64_t now = version();
+    EXPECT_GT(now, before) << what;
+    before = now;
+  };
+  ASSERT_TRUE(other.UpsertDevice(MeasuredDevice("pi4", "fp1")).ok());
+  expect_moved("a device and its fingerprint");
+  v1::OpCost op;
+  op.mutable_signature()->set_key("conv");
+  op.mutable_runtime()->set_median_s(1e-3);
+  ASSERT_TRUE(other.PutOpCost("fp1", 0, op).ok());
+  expect_moved("a new op cost");
+  op.mutable_runtime()->set_median_s(2e-3);
+  ASSERT_TRUE(other.PutOpCost("fp1", 0, op).ok());
+  expect_moved("an op cost measured again");
+  ASSERT_TRUE(other.PutCostTable(Table("net", "pi4", 5, 1, "fp1")).ok());
+  expect_moved("a cost table");
+  ASSERT_TRUE(other.UpsertDevice(MeasuredDevice("pi4", "fp2")).ok());
+  expect_moved("a changed fingerprint");
+  ASSERT_TRUE(other.PutModelRecord({"rec", "onnx", "h1", 0, "", "bytes", std::nullopt}).ok());
+  expect_moved("a model record");
+  ASSERT_TRUE(other.PutModelRecord({"rec", "onnx", "h2", 0, "", "other bytes", std::nullopt}).ok());
+  expect_moved("a replaced model record");
+  ASSERT_TRUE(other.DeleteModelRecord("rec").ok());
+  expect_moved("a removed model record");
+
+  // Nothing a table is read from: the version stays.
+  ASSERT_TRUE(other.PutModelRecord({"rec", "onnx", "h1", 0, "", "bytes", std::nullopt}).ok());
+  before = version();
+  ASSERT_TRUE(*other.PutModelSummary("rec", "h1", v1::ModelInfo()));
+  StoredJob job;
+  job.job.set_id(1);
+  ASSERT_TRUE(other.PutJob(job).ok());
+  EXPECT_EQ(version(), before);
+  EXPECT_EQ(*OpenOrDie(OpenMode::kReadOnly).CostsVersion(), before);
+}
+
+// A file at schema 6 (before summaries and the costs version): its records keep their bytes and
+// have no summary yet, and the version starts.
+TEST_F(CostDbTest, MigratesSchemaSixRecordsWithoutASummary) {
+  ASSERT_TRUE(OpenOrDie().PutModelRecord({"old", "onnx", "h1", 0, "", "old bytes", std::nullopt}).ok());
+  {  // back to schema 6, as edgecost of that schema left it
+    auto raw = Db::Open(path_, Db::Access::kReadWrite, 1000);
+    ASSERT_TRUE(raw.ok());
+    auto triggers = raw->Prepare("SELECT name FROM sqlite_master WHERE type = 'trigger'");
+    std::vector<std::string> names;
+    while (*triggers->Step()) names.push_back(triggers->Text(0));
+    triggers = Statement();
+    EXPECT_EQ(names.size(), 18u);
+    for (const std::string& name : names) ASSERT_TRUE(raw->Exec("DROP TRIGGER " + name).ok());
+    ASSERT_TRUE(raw->Exec("DROP TABLE change_counters").ok());
+    ASSERT_TRUE(raw->Exec("ALTER TABLE model_records DROP COLUMN summary").ok());
+    ASSERT_TRUE(raw->Exec("PRAGMA user_version = 6").ok());
+  }
+  CostDb db = OpenOrDie();
+  EXPECT_EQ(db.Info()->schema_version, kSchemaVersion);
+  auto record = db.GetModelRecord("old");
+  ASSERT_TRUE(record.ok() && record->has_value()) << record.status().message();
+  EXPECT_EQ((*record)->bytes, "old bytes");
+  EXPECT_FALSE((*record)->summary.has_value());
+  const auto version = db.CostsVersion();
+  ASSERT_TRUE(version.ok()) << version.status().message();
+  ASSERT_TRUE(db.DeleteModelRecord("old").ok());
+  EXPECT_GT(*db.CostsVersion(), *version);
+}
+
 TEST_F(CostDbTest, ModelRecordsAreKeptByNameAndRetireTheirTablesWhenReplaced) {
   CostDb db = OpenOrDie();
   ASSERT_TRUE(PutPresetTable(db, Table("net", "a72", 5, 1)).ok());

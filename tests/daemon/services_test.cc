@@ -3,6 +3,7 @@
 #include "daemon/services.h"
 
 #include <sqlite3.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -23,6 +24,7 @@
 #include "daemon/events.h"
 #include "daemon/jobs.h"
 #include "proto/json.h"
+#include "service/profile_job.h"
 
 namespace edgecost::daemon {
 namespace {
@@ -294,6 +296,230 @@ TEST_F(ServicesTest, AJobThatCannotBeStoredIsLoggedAndStillAnswered) {
   EXPECT_THAT(log.str(), HasSubstr("no such table"));
 }
 
+// Runs `sql` on its own connection, as another process would.
+void ExecSql(const std::string& db, const std::string& sql) {
+  sqlite3* raw = nullptr;
+  ASSERT_EQ(sqlite3_open(db.c_str(), &raw), SQLITE_OK);
+  char* error = nullptr;
+  EXPECT_EQ(sqlite3_exec(raw, sql.c_str(), nullptr, nullptr, &error), SQLITE_OK) << (error ? error : "");
+  sqlite3_free(error);
+  sqlite3_close(raw);
+}
+
+const v1::ModelInfo* Listed(const v1::ListModelsResponse& response, const std::string& name) {
+  for (const v1::ModelInfo& info : response.models()) {
+    if (info.name() == name) return &info;
+  }
+  return nullptr;
+}
+
+constexpr char kNodeLinkChain[] = R"({"directed": true, "graph": {"name": "chain"}, "nodes": [{"id": 0,
+  "cost_cpu": 1.0, "cost_ram": 100}, {"id": 1, "cost_cpu": 2.0, "cost_ram": 50, "backward": true}],
+  "links": [{"source": 0, "target": 1}]})";
+
+// ListModels shows a stored model from the summary stored when it was added: its bytes are not
+// read again (here they no longer even decode). A record from before summaries is described once.
+TEST_F(ServicesTest, ListModelsReadsTheSummaryStoredWithTheModelNotItsBytes) {
+  const std::string db = (dir_ / "summaries.db").string();
+  CostService costs(db, nullptr);
+  v1::AddModelRequest add;
+  add.set_name("chain");
+  add.set_model(kNodeLinkChain);
+  auto added = costs.AddModel(add);
+  ASSERT_TRUE(added.ok()) << added.status().message();
+  ASSERT_GT(added->model().training_nodes(), 0u);
+  add.set_name("older");
+  ASSERT_TRUE(costs.AddModel(add).ok());
+
+  ExecSql(db, "UPDATE model_records SET bytes = x'00ff' WHERE name = 'chain'");  // would not import
+  ExecSql(db, "UPDATE model_records SET summary = NULL WHERE name = 'older'");   // as schema 6 left it
+  auto listed = costs.ListModels({});
+  ASSERT_TRUE(listed.ok()) << listed.status().message();
+  const v1::ModelInfo* chain = Listed(*listed, "chain");
+  ASSERT_NE(chain, nullptr);
+  EXPECT_EQ(chain->error(), "");
+  EXPECT_EQ(chain->training_nodes(), added->model().training_nodes());
+  EXPECT_EQ(chain->forward_nodes(), added->model().forward_nodes());
+  EXPECT_EQ(chain->content_hash(), added->model().content_hash());
+  const v1::ModelInfo* older = Listed(*listed, "older");
+  ASSERT_NE(older, nullptr);
+  EXPECT_EQ(older->training_nodes(), added->model().training_nodes());
+  auto stored = costdb::CostDb::Open(db, costdb::OpenMode::kReadOnly);
+  ASSERT_TRUE(stored.ok());
+  auto record = stored->GetModelRecord("older");
+  ASSERT_TRUE(record.ok() && record->has_value());
+  ASSERT_TRUE((*record)->summary.has_value()) << "described once, then stored";
+  EXPECT_EQ((*record)->summary->training_nodes(), added->model().training_nodes());
+
+  // A record from before summaries whose bytes do not read is listed with the reason, not an error.
+  ExecSql(db, "UPDATE model_records SET summary = NULL WHERE name = 'chain'");
+  listed = costs.ListModels({});
+  ASSERT_TRUE(listed.ok()) << listed.status().message();
+  EXPECT_NE(Listed(*listed, "chain")->error(), "");
+}
+
+// Tables read from the database (a stored model's, measured ones) are kept under the costs version
+// they were read at; analytic ones whatever the version; nothing beyond the bounds.
+TEST_F(ServicesTest, TheCacheKeepsTablesReadFromTheDatabaseOnlyUnderTheirVersion) {
+  const std::string db = (dir_ / "versions.db").string();
+  CostTableCache cache;
+  CostService costs(db, &cache);
+  v1::AddModelRequest add;
+  add.set_name("chain");
+  add.set_model(kNodeLinkChain);
+  ASSERT_TRUE(costs.AddModel(add).ok());
+  auto before = costs.CostsVersion();
+  ASSERT_TRUE(before.ok()) << before.status().message();
+
+  v1::GetCostTableRequest stored;
+  stored.set_model("chain");
+  ASSERT_TRUE(costs.GetCostTable(stored).ok());
+  HttpRequest http{.method = "POST",
+                   .target = CostTableCache::kRoute,
+                   .content_type = "application/json",
+                   .body = R"({"model":"chain"})"};
+  const std::string key = CostTableCache::Key(http);
+  cache.Offer(key, {200, "application/json", "chain's table"});  // analytic only: not kept
+  EXPECT_FALSE(cache.Find(key).has_value());
+  cache.Offer(key, {200, "application/json", "chain's table"}, *before);
+  ASSERT_TRUE(cache.Find(key, *before).has_value());
+  EXPECT_EQ(cache.Find(key, *before)->body, "chain's table");
+  EXPECT_FALSE(cache.Find(key).has_value()) << "not an analytic table";
+
+  // Another connection replaces the model: the version moves, and the table is not served again.
+  ExecSql(db, "UPDATE model_records SET content_hash = 'other' WHERE name = 'chain'");
+  auto after = costs.CostsVersion();
+  ASSERT_TRUE(after.ok());
+  ASSERT_GT(*after, *before);
+  EXPECT_FALSE(cache.Find(key, *after).has_value());
+  EXPECT_FALSE(cache.Find(key, *before).has_value()) << "dropped once a later version was seen";
+  cache.Offer(key, {200, "application/json", "read before the write"}, *before);
+  cache.Offer("application/json\nanother", {200, "application/json", "newer"}, *after);
+  cache.Offer(key, {200, "application/json", "read before the write"}, *before);  // stale: refused
+  EXPECT_FALSE(cache.Find(key, *before).has_value());
+  EXPECT_EQ(cache.Find("application/json\nanother", *after)->body, "newer");
+  cache.Offer(key, {404, "application/json", "not found"}, *after);
+  EXPECT_FALSE(cache.Find(key, *after).has_value());
+
+  // An analytic table is kept whatever the version, and found without one.
+  v1::GetCostTableRequest analytic;
+  analytic.set_model("linear");
+  analytic.set_device("a72");
+  ASSERT_TRUE(costs.GetCostTable(analytic).ok());
+  http.body = R"({"model":"linear","device":"a72"})";
+  const std::string analytic_key = CostTableCache::Key(http);
+  cache.Offer(analytic_key, {200, "application/json", "linear"}, *after);
+  EXPECT_EQ(cache.Find(analytic_key)->body, "linear");
+  EXPECT_EQ(cache.Find(analytic_key, *after + 5)->body, "linear");
+
+  // A body beyond the bound is not kept.
+  cache.Offer("application/json\nhuge", {200, "application/json", std::string(CostTableCache::kMaxBodyBytes, 'x')},
+              *after);
+  EXPECT_FALSE(cache.Find("application/json\nhuge", *after).has_value());
+}
+
+// Finished jobs beyond the bound leave memory and are read from the database: GetJob, CancelJob,
+// ListJobs and the gauge still see every one.
+TEST_F(ServicesTest, FinishedJobsBeyondTheBoundAreReadFromTheDatabase) {
+  const std::string db = (dir_ / "jobs.db").string();
+  {
+    auto stored = costdb::CostDb::Open(db);
+    ASSERT_TRUE(stored.ok());
+    for (uint64_t id = 1; id <= 5; ++id) {
+      costdb::StoredJob job;
+      job.job.set_id(id);
+      job.job.set_kind("regenerate");
+      job.job.set_state(v1::Job::STATE_SUCCEEDED);
+      job.job.set_message("done " + std::to_string(id));
+      ASSERT_TRUE(stored->PutJob(job).ok());
+    }
+  }
+  JobManager manager(db, "", events_, /*finished_in_memory=*/2);
+  ASSERT_TRUE(manager.Open().ok());
+  JobService jobs(manager, events_);
+  v1::GetJobRequest get;
+  get.set_id(1);
+  auto first = jobs.GetJob(get);
+  ASSERT_TRUE(first.ok()) << first.status().message();
+  EXPECT_EQ(first->message(), "done 1");
+  get.set_id(99);
+  EXPECT_EQ(jobs.GetJob(get).status().code(), ErrorCode::kNotFound);
+  v1::CancelJobRequest cancel;
+  cancel.set_id(2);
+  EXPECT_EQ(jobs.CancelJob(cancel)->state(), v1::Job::STATE_SUCCEEDED);  // finished: stays as it is
+
+  v1::ListJobsRequest list;
+  auto all = jobs.ListJobs(list);
+  ASSERT_TRUE(all.ok()) << all.status().message();
+  ASSERT_EQ(all->jobs_size(), 5);
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(all->jobs(i).id(), static_cast<uint64_t>(i + 1));  // oldest first
+  list.set_limit(3);
+  all = jobs.ListJobs(list);
+  ASSERT_EQ(all->jobs_size(), 3);
+  EXPECT_EQ(all->jobs(0).id(), 3u);
+  list.set_limit(JobService::kMaxListedJobs + 1);
+  EXPECT_EQ(jobs.ListJobs(list).status().code(), ErrorCode::kInvalidArgument);
+
+  // Jobs that finish now push older ones out of memory; every one is still there.
+  for (int i = 0; i < 3; ++i) {
+    auto job = manager.StartRegeneration("test");
+    ASSERT_TRUE(job.ok()) << job.status().message();
+    Result<v1::Job> now = manager.Get(job->id());
+    for (int j = 0; j < 2000 && now.ok() && now->state() != v1::Job::STATE_SUCCEEDED; ++j) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      now = manager.Get(job->id());
+    }
+    ASSERT_TRUE(now.ok());
+    EXPECT_EQ(now->state(), v1::Job::STATE_SUCCEEDED);
+  }
+  list.set_limit(0);
+  all = jobs.ListJobs(list);
+  ASSERT_EQ(all->jobs_size(), 8);
+  EXPECT_EQ(all->jobs(7).id(), 8u);
+  EXPECT_EQ(all->jobs(7).state(), v1::Job::STATE_SUCCEEDED);
+  get.set_id(6);
+  EXPECT_EQ(jobs.GetJob(get)->state(), v1::Job::STATE_SUCCEEDED);
+  EXPECT_EQ(manager.CountByState()["STATE_SUCCEEDED"], 8);
+  manager.Shutdown();
+}
+
+// A train job the daemon died in twice is poisoned, and the page files the dead run left are
+// removed then, not at some later run's start; other files stay.
+TEST_F(ServicesTest, APoisonedTrainJobsPageFilesAreRemovedWhenItIsPoisoned) {
+  const std::string db = (dir_ / "poisoned.db").string();
+  const pid_t dead = ::fork();  // a pid that no longer runs
+  if (dead == 0) ::_exit(0);
+  ::waitpid(dead, nullptr, 0);
+  const fs::path paging = service::DefaultPagingDir(db);
+  fs::create_directories(paging);
+  const std::vector<fs::path> left = {
+      paging / ("edgecost-train-" + std::to_string(dead) + "-3.page"),
+      paging / ("edgecost-train-" + std::to_string(::getpid()) + "-4.page")};  // a restarted daemon's own pid
+  for (const fs::path& file : left) std::ofstream(file) << "activations";
+  std::ofstream(paging / "notes.txt") << "not a page file";
+  {
+    auto stored = costdb::CostDb::Open(db);
+    ASSERT_TRUE(stored.ok());
+    costdb::StoredJob job;
+    job.job.set_id(1);
+    job.job.set_kind("train");
+    job.job.set_state(v1::Job::STATE_RUNNING);  // the daemon died in it, for the second time
+    job.job.set_crashes(1);
+    job.job.mutable_train_request()->set_model("linear");
+    job.job.mutable_train_request()->set_steps(1);
+    ASSERT_TRUE(stored->PutJob(job).ok());
+  }
+  JobManager manager(db, "", events_);
+  ASSERT_TRUE(manager.Open().ok());
+  auto poisoned = manager.Get(1);
+  ASSERT_TRUE(poisoned.ok());
+  EXPECT_EQ(poisoned->state(), v1::Job::STATE_FAILED);
+  EXPECT_THAT(poisoned->message(), HasSubstr("poisoned"));
+  for (const fs::path& file : left) EXPECT_FALSE(fs::exists(file)) << file;
+  EXPECT_TRUE(fs::exists(paging / "notes.txt"));
+  manager.Shutdown();
+}
+
 TEST(ProtoJson, ZeroValuesArePrintedAndUnknownFieldsNameTheValidOnes) {
   v1::TrainingNode node;  // index 0
   EXPECT_THAT(*proto::ToJson(node), HasSubstr("\"index\":0"));
@@ -326,6 +552,7 @@ TEST(DaemonConfig, ValuesAreCheckedWhereTheyEnter) {
            {"[server]\ntcp_port = 80.5\n", "server.tcp_port must be a whole number"},
            {"[limits]\nmax_connections = 0\n", "limits.max_connections must be a whole number from 1"},
            {"[limits]\nread_timeout_s = -1\n", "limits.read_timeout_s must be a number of at least"},
+           {"[limits]\nfinished_jobs_in_memory = -1\n", "limits.finished_jobs_in_memory must be a whole number"},
            {"[server]\nsocket = 3\n", "server.socket must be a string"},
            {"[server]\nno_such_key = 1\n", "server.no_such_key is not a key"},
            {"[nosuch]\n", "unknown section [nosuch]"}}) {
@@ -333,12 +560,15 @@ TEST(DaemonConfig, ValuesAreCheckedWhereTheyEnter) {
     DaemonConfig loaded;
     EXPECT_THAT(LoadConfigFile(file.string(), loaded).message(), HasSubstr(error)) << text;
   }
-  std::ofstream(file) << "[server]\nsocket_mode = \"0600\"\ntcp_port = 9000\n[limits]\nmax_connections = 64\n";
+  std::ofstream(file) << "[server]\nsocket_mode = \"0600\"\ntcp_port = 9000\n[limits]\nmax_connections = 64\n"
+                         "finished_jobs_in_memory = 10\n";
   DaemonConfig loaded;
+  EXPECT_EQ(loaded.finished_jobs_in_memory, kDefaultFinishedJobsInMemory);
   ASSERT_TRUE(LoadConfigFile(file.string(), loaded).ok());
   EXPECT_EQ(loaded.socket_mode, 0600u);
   EXPECT_EQ(loaded.tcp_port, 9000);
   EXPECT_EQ(loaded.limits.max_connections, 64);
+  EXPECT_EQ(loaded.finished_jobs_in_memory, 10u);
   fs::remove(file);
 }
 
