@@ -135,30 +135,6 @@ Status StoreMeasuredTable(const std::string& db_path, const std::string& model) 
   return db.PutCostTable(table).status();
 }
 
-// An ONNX model of `nodes` Relu after one another: small bytes, many nodes.
-std::string OnnxChain(int nodes) {
-  onnx::ModelProto model;
-  model.set_ir_version(8);
-  model.add_opset_import()->set_version(13);
-  onnx::GraphProto& graph = *model.mutable_graph();
-  graph.set_name("chain");
-  auto typed = [](onnx::ValueInfoProto& value, const std::string& name) {
-    value.set_name(name);
-    onnx::TypeProto_Tensor& tensor = *value.mutable_type()->mutable_tensor_type();
-    tensor.set_elem_type(onnx::TensorProto::FLOAT);
-    tensor.mutable_shape()->add_dim()->set_dim_value(1);
-    tensor.mutable_shape()->add_dim()->set_dim_value(16);
-  };
-  typed(*graph.add_input(), "x");
-  for (int i = 0; i < nodes; ++i) {
-    onnx::NodeProto& node = *graph.add_node();
-    node.set_op_type("Relu");
-    node.add_input(i == 0 ? "x" : "t" + std::to_string(i - 1));
-    node.add_output("t" + std::to_string(i));
-  }
-  typed(*graph.add_output(), "t" + std::to_string(nodes - 1));
-  return model.SerializeAsString();
-}
 
 // One request at a time, `calls` times: the median latency in seconds, or the error.
 Result<double> MedianLatency(int port, const std::string& token, http::verb verb, const std::string& target,
@@ -197,6 +173,31 @@ Result<double> MedianLatency(int port, const std::string& token, http::verb verb
 }
 
 }  // namespace
+
+// An ONNX model of `nodes` Relu after one another: small bytes, many nodes.
+std::string OnnxChain(int nodes) {
+  onnx::ModelProto model;
+  model.set_ir_version(8);
+  model.add_opset_import()->set_version(13);
+  onnx::GraphProto& graph = *model.mutable_graph();
+  graph.set_name("chain");
+  auto typed = [](onnx::ValueInfoProto& value, const std::string& name) {
+    value.set_name(name);
+    onnx::TypeProto_Tensor& tensor = *value.mutable_type()->mutable_tensor_type();
+    tensor.set_elem_type(onnx::TensorProto::FLOAT);
+    tensor.mutable_shape()->add_dim()->set_dim_value(1);
+    tensor.mutable_shape()->add_dim()->set_dim_value(16);
+  };
+  typed(*graph.add_input(), "x");
+  for (int i = 0; i < nodes; ++i) {
+    onnx::NodeProto& node = *graph.add_node();
+    node.set_op_type("Relu");
+    node.add_input(i == 0 ? "x" : "t" + std::to_string(i - 1));
+    node.add_output("t" + std::to_string(i));
+  }
+  typed(*graph.add_output(), "t" + std::to_string(nodes - 1));
+  return model.SerializeAsString();
+}
 
 Status RunDaemonBenchmark(std::ostream& out, const DaemonBenchOptions& options) {
   const fs::path dir = fs::temp_directory_path() / ("edgecost_daemon_bench_" + std::to_string(::getpid()));

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <ostream>
+#include <string>
 
 #include "base/status.h"
 
@@ -18,5 +19,9 @@ struct DaemonBenchOptions {
 };
 
 Status RunDaemonBenchmark(std::ostream& out, const DaemonBenchOptions& options);
+
+// An ONNX model of `nodes` Relu after one another: a few bytes per node, a
+// model that is cheap to send and slow to import (the listing tests use it too).
+std::string OnnxChain(int nodes);
 
 }  // namespace edgecost::daemon

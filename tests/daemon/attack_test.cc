@@ -1,10 +1,12 @@
-// Regression tests for an attack pass that took the agent down with single
-// requests. Each sends its reproduction to a real `edgecost serve`, then checks
-// that the daemon still answers /healthz and a normal query, and that what it
-// had stored is still there.
+// Regression tests for attack passes that took the agent down with single
+// requests, and for round two's (hostile ONNX files, numbers no device
+// measures, imports). Each sends its reproduction to a real `edgecost serve`,
+// then checks that the daemon still answers /healthz and a normal query, and
+// that what it had stored is still there.
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <functional>
@@ -27,6 +29,8 @@
 #include "proto/edgecost.pb.h"
 #include "proto/json.h"
 #include "tests/daemon/serve_process.h"
+#include "tests/hostile_onnx.h"
+#include "tests/shell.h"
 
 namespace edgecost {
 namespace {
@@ -37,6 +41,8 @@ using ::testing::EndsWith;
 using ::testing::HasSubstr;
 using ::testing::Not;
 using namespace test_support;
+using testing::HostileOnnx;
+using testing::kHostileOnnxModels;
 
 const std::string kLongName(256, 'A');
 // The methods that take a model, and the other fields each needs.
@@ -58,6 +64,8 @@ class AttackTest : public ::testing::Test {
     ASSERT_THAT(stored, EndsWith(" 200"));
     baseline_id_ = stored.substr(stored.find("\"id\":\"") + 6);
     baseline_id_ = baseline_id_.substr(0, baseline_id_.find('"'));
+    std::ifstream file("tests/graph/data/mlp.onnx", std::ios::binary);
+    ASSERT_TRUE(AddModel("kept-mlp", std::string(std::istreambuf_iterator<char>(file), {})).ok());
   }
   static void TearDownTestSuite() {
     StopProcess(pid_);
@@ -65,6 +73,14 @@ class AttackTest : public ::testing::Test {
   }
   static std::string Socket() { return (dir_ / "edgecost.sock").string(); }
   static std::string Db() { return (dir_ / "costs.db").string(); }
+
+  static Status AddModel(const std::string& name, const std::string& bytes) {
+    v1::AddModelRequest add;
+    add.set_name(name);
+    add.set_model(bytes);
+    v1::AddModelResponse response;
+    return daemon::CallRemote("unix:" + Socket(), "CostService/AddModel", add, response);
+  }
 
   // The daemon lives, answers a normal query, and still has what it stored before the attack.
   static void ExpectStillServing() {
@@ -74,6 +90,13 @@ class AttackTest : public ::testing::Test {
     EXPECT_THAT(CallJson(Socket(), "CostService/GetCostTable", R"({"model":"linear","device":"a72"})"),
                 EndsWith(" 200"));
     EXPECT_THAT(CallJson(Socket(), "SolverService/GetSchedule", R"({"id":")" + baseline_id_ + R"("})"),
+                EndsWith(" 200"));
+    v1::ListModelsResponse models;
+    ASSERT_TRUE(daemon::CallRemote("unix:" + Socket(), "CostService/ListModels", v1::ListModelsRequest(), models).ok());
+    EXPECT_TRUE(std::any_of(models.models().begin(), models.models().end(),
+                            [](const v1::ModelInfo& m) { return m.name() == "kept-mlp" && m.stored(); }));
+    for (const v1::ModelInfo& m : models.models()) EXPECT_THAT(m.name(), Not(HasSubstr("hostile"))) << "stored";
+    EXPECT_THAT(CallJson(Socket(), "CostService/GetCostTable", R"({"model":"kept-mlp","device":"a72"})"),
                 EndsWith(" 200"));
   }
 
@@ -146,6 +169,57 @@ TEST_F(AttackTest, AFileNamedLikeAModelIsNotRead) {
   EXPECT_THAT(CallJson(Socket(), "CostService/GetCostTable", R"({"model":"linear","device":"a72"})"), EndsWith(" 200"));
   fs::remove("linear");
   ExpectStillServing();
+}
+
+// --- Round two: ONNX files that crash ONNX's shape inference, over AddModel and the CLI ---
+
+TEST_F(AttackTest, TheReproductionsAreRefusedAndTheDaemonLives) {
+  const Status gathernd = AddModel("hostile-gathernd", HostileOnnx("hostile_gathernd"));
+  EXPECT_EQ(gathernd.code(), ErrorCode::kInvalidArgument) << gathernd.message();
+  EXPECT_THAT(gathernd.message(), HasSubstr("GatherND: node 0"));
+  ExpectStillServing();
+  const Status gemm = AddModel("hostile-gemm", HostileOnnx("hostile_gemm_opset6"));
+  EXPECT_EQ(gemm.code(), ErrorCode::kInvalidArgument) << gemm.message();
+  EXPECT_THAT(gemm.message(), HasSubstr("uses opset 6; the importer reads opsets 9 to 17"));
+  ExpectStillServing();
+}
+
+// Past the op and opset checks, ONNX's inference still crashes on this one: in the import's child.
+TEST_F(AttackTest, ACrashInTheImporterIsOneErrorForTheRequest) {
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    const Status s = AddModel("hostile-maxpool", HostileOnnx("hostile_maxpool_stride0"));
+    EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument) << s.message();
+    EXPECT_THAT(s.message(), HasSubstr("the ONNX importer crashed (SIGFPE) on this file"));
+    ExpectStillServing();
+  }
+  // The same over JSON, as curl sends it.
+  const fs::path file = dir_ / "maxpool.onnx";
+  std::ofstream(file, std::ios::binary) << HostileOnnx("hostile_maxpool_stride0");
+  const std::string json =
+      CallJson(Socket(), "CostService/AddModel",
+               R"({"name":"hostile-maxpool","model":")" + Shell("base64 -w0 " + file.string()) + R"("})");
+  EXPECT_THAT(json, HasSubstr("invalid_argument"));
+  ExpectStillServing();
+}
+
+// `edgecost models add` and `edgecost graph` run the same import: exit 1 with the error.
+TEST_F(AttackTest, TheCliExitsWithTheError) {
+  for (const std::string& name : kHostileOnnxModels) {
+    const fs::path file = dir_ / (name + ".onnx");
+    std::ofstream(file, std::ios::binary) << HostileOnnx(name);
+    const std::string db = "EDGECOST_DB='" + (dir_ / "cli.db").string() + "' ";
+    const testing::CommandResult add =
+        testing::RunShell(db + EDGECOST_BIN + " models add " + file.string() + " --name " + name);
+    EXPECT_EQ(add.exit_code, 1) << name << ": " << add.output;
+    EXPECT_THAT(add.output, HasSubstr("model '" + name + "'")) << name;
+    const testing::CommandResult graph = testing::RunShell(db + EDGECOST_BIN + " graph " + file.string());
+    EXPECT_EQ(graph.exit_code, 1) << name << ": " << graph.output;
+    EXPECT_THAT(graph.output, HasSubstr(file.string())) << name;
+    if (name == "hostile_maxpool_stride0") {
+      EXPECT_THAT(add.output, HasSubstr(": the ONNX importer crashed (SIGFPE) on this file\n"));
+      EXPECT_THAT(graph.output, HasSubstr(": the ONNX importer crashed (SIGFPE) on this file\n"));
+    }
+  }
 }
 
 // --- Round two: numbers no device measures, and imports ---

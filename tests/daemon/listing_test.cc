@@ -14,11 +14,11 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <onnx/onnx_pb.h>
 
 #include "costdb/costdb.h"
 #include "proto/edgecost.pb.h"
 #include "proto/json.h"
+#include "bench/daemon_bench.h"  // OnnxChain
 #include "tests/daemon/serve_process.h"
 
 namespace edgecost {
@@ -30,30 +30,6 @@ using ::testing::HasSubstr;
 using ::testing::Not;
 using namespace test_support;
 
-// An ONNX model of `nodes` Relu after one another: a few bytes per node.
-std::string OnnxChain(int nodes) {
-  onnx::ModelProto model;
-  model.set_ir_version(8);
-  model.add_opset_import()->set_version(13);
-  onnx::GraphProto& graph = *model.mutable_graph();
-  graph.set_name("chain");
-  auto typed = [](onnx::ValueInfoProto& value, const std::string& name) {
-    value.set_name(name);
-    onnx::TypeProto_Tensor& tensor = *value.mutable_type()->mutable_tensor_type();
-    tensor.set_elem_type(onnx::TensorProto::FLOAT);
-    tensor.mutable_shape()->add_dim()->set_dim_value(1);
-    tensor.mutable_shape()->add_dim()->set_dim_value(16);
-  };
-  typed(*graph.add_input(), "x");
-  for (int i = 0; i < nodes; ++i) {
-    onnx::NodeProto& node = *graph.add_node();
-    node.set_op_type("Relu");
-    node.add_input(i == 0 ? "x" : "t" + std::to_string(i - 1));
-    node.add_output("t" + std::to_string(i));
-  }
-  typed(*graph.add_output(), "t" + std::to_string(nodes - 1));
-  return model.SerializeAsString();
-}
 
 // Runs `sql` on a connection of this process: another writer than the daemon.
 void ExecSql(const std::string& db, const std::string& sql) {
@@ -104,7 +80,7 @@ TEST_F(ListingTest, AStoredChainIsListedFromItsSummaryWhateverItsBytesHoldNow) {
   constexpr int kNodes = 3000;
   v1::AddModelRequest add;
   add.set_name("chain");
-  add.set_model(OnnxChain(kNodes));
+  add.set_model(daemon::OnnxChain(kNodes));
   const std::string added = CallWithFile("CostService/AddModel", *proto::ToJson(add));
   ASSERT_THAT(added, EndsWith(" 200")) << added.substr(0, 500);
   v1::AddModelResponse response;
