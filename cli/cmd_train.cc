@@ -318,6 +318,45 @@ int RunRuns(const std::string& model, int limit, bool json, const Context& ctx) 
   return kExitOk;
 }
 
+// The nodes of one run whose time inside the steps is furthest from the cost
+// table's: where the next prediction miss is to be found.
+int RunRunNodes(int64_t run_id, int worst, const Context& ctx) {
+  auto db =
+      costdb::CostDb::Open(ctx.db_path.empty() ? costdb::DefaultDbPath() : ctx.db_path, costdb::OpenMode::kReadOnly);
+  if (!db.ok()) return Failure(db.status());
+  auto run = db->GetTrainRun(run_id);
+  if (!run.ok()) return Failure(run.status());
+  if (run->cost_source().empty() || run->nodes_size() == 0) {
+    std::cout << "run " << run_id << " has no predicted node times (no cost table of this device and model)\n";
+    return kExitOk;
+  }
+  std::vector<v1::NodeTime> nodes(run->nodes().begin(), run->nodes().end());
+  // Per step, a node's miss is (measured - predicted) x executions: what it adds to the step's error.
+  auto miss_s = [](const v1::NodeTime& n) { return (n.runtime_s() - n.predicted_s()) * n.executions(); };
+  double total_miss_s = 0;
+  for (const v1::NodeTime& n : nodes) total_miss_s += miss_s(n);
+  std::sort(nodes.begin(), nodes.end(),
+            [&](const v1::NodeTime& a, const v1::NodeTime& b) { return std::abs(miss_s(a)) > std::abs(miss_s(b)); });
+  if (worst > 0 && nodes.size() > static_cast<size_t>(worst)) nodes.resize(static_cast<size_t>(worst));
+  std::cout << "run " << run_id << ": " << run->model() << ", step " << FormatSeconds(run->runtime_s())
+            << " measured against " << FormatSeconds(run->predicted_runtime_s()) << " predicted from "
+            << run->cost_source() << " costs; the nodes miss " << FormatSeconds(total_miss_s)
+            << " per step together, worst first\n";
+  Table table({{"node"},
+               {"name", Table::Align::kLeft},
+               {"runs/step"},
+               {"predicted"},
+               {"in step"},
+               {"error"},
+               {"miss/step"}});
+  for (const v1::NodeTime& n : nodes) {
+    table.AddRow({std::to_string(n.node()), n.name(), std::to_string(n.executions()), FormatSeconds(n.predicted_s()),
+                  FormatSeconds(n.runtime_s()), Percent(n.runtime_s(), n.predicted_s()), FormatSeconds(miss_s(n))});
+  }
+  table.Print(std::cout);
+  return kExitOk;
+}
+
 }  // namespace
 
 void RegisterTrainCommand(CLI::App& app, Context& ctx) {
@@ -374,9 +413,16 @@ void RegisterTrainCommand(CLI::App& app, Context& ctx) {
   runs->add_option("--model", *model, "Only this model's runs");
   runs->add_option("--limit", *limit, "The newest N runs (default 100)")->check(CLI::NonNegativeNumber);
   runs->add_flag("--json", *json, "Print the records as protobuf JSON");
-  runs->footer("Examples:\n  edgecost runs\n  edgecost runs --model resnet18_cifar --limit 5 --json");
-  runs->callback([model, limit, json, &ctx] {
-    ctx.exit_code = LocalOnly(ctx, [&] { return RunRuns(*model, *limit, *json, ctx); });
+  auto nodes = std::make_shared<int64_t>(0);
+  runs->add_option("--nodes", *nodes, "One run's nodes, worst-predicted first (with --limit: that many)")
+      ->check(CLI::PositiveNumber);
+  runs->footer(
+      "Examples:\n  edgecost runs\n  edgecost runs --model resnet18_cifar --limit 5 --json\n"
+      "  edgecost runs --nodes 3 --limit 10     # where run 3's prediction missed");
+  runs->callback([model, limit, json, nodes, &ctx] {
+    ctx.exit_code = LocalOnly(ctx, [&] {
+      return *nodes > 0 ? RunRunNodes(*nodes, *limit, ctx) : RunRuns(*model, *limit, *json, ctx);
+    });
   });
 }
 
