@@ -333,15 +333,19 @@ int RunRunNodes(int64_t run_id, int worst, const Context& ctx) {
   std::vector<v1::NodeTime> nodes(run->nodes().begin(), run->nodes().end());
   // Per step, a node's miss is (measured - predicted) x executions: what it adds to the step's error.
   auto miss_s = [](const v1::NodeTime& n) { return (n.runtime_s() - n.predicted_s()) * n.executions(); };
-  double total_miss_s = 0;
-  for (const v1::NodeTime& n : nodes) total_miss_s += miss_s(n);
+  double total_miss_s = 0, in_nodes_s = 0;
+  for (const v1::NodeTime& n : nodes) {
+    total_miss_s += miss_s(n);
+    in_nodes_s += n.runtime_s() * n.executions();
+  }
   std::sort(nodes.begin(), nodes.end(),
             [&](const v1::NodeTime& a, const v1::NodeTime& b) { return std::abs(miss_s(a)) > std::abs(miss_s(b)); });
   if (worst > 0 && nodes.size() > static_cast<size_t>(worst)) nodes.resize(static_cast<size_t>(worst));
   std::cout << "run " << run_id << ": " << run->model() << ", step " << FormatSeconds(run->runtime_s())
             << " measured against " << FormatSeconds(run->predicted_runtime_s()) << " predicted from "
             << run->cost_source() << " costs; the nodes miss " << FormatSeconds(total_miss_s)
-            << " per step together, worst first\n";
+            << " per step together, and the step spends " << FormatSeconds(run->runtime_s() - in_nodes_s)
+            << " outside them (arena, paging waits, dispatch); worst nodes first\n";
   Table table({{"node"},
                {"name", Table::Align::kLeft},
                {"runs/step"},

@@ -583,7 +583,7 @@ TEST_F(CliTest, TrainRunsAScheduleAndRefusesATamperedOne) {
   EXPECT_THAT(Edgecost("runs --json").output, HasSubstr("\"stepStats\""));
   const CommandResult nodes = Edgecost("runs --nodes 1 --limit 3");
   ASSERT_EQ(nodes.exit_code, 0) << nodes.output;
-  EXPECT_THAT(nodes.output, HasSubstr("worst first"));
+  EXPECT_THAT(nodes.output, HasSubstr("worst nodes first"));
   EXPECT_THAT(nodes.output, HasSubstr("miss/step"));
   EXPECT_EQ(Edgecost("runs --nodes 99").exit_code, 1);
   EXPECT_EQ(Edgecost("train --model linear --steps 0").exit_code, 2);
