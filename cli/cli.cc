@@ -45,7 +45,8 @@ void PrintStepMemory(const v1::StepMemory& m, std::optional<uint64_t> schedule_p
   std::cout << "whole memory   " << bytes(m.fixed_bytes() + activations) << " = parameters " << bytes(m.param_bytes());
   if (m.executor_known()) {
     std::cout << " + gradients " << bytes(m.gradient_bytes()) << " + optimizer state " << bytes(m.optimizer_bytes())
-              << " (SGD without momentum) + workspace " << bytes(m.workspace_bytes());
+              << " (SGD without momentum) + workspace " << bytes(m.workspace_bytes())
+              << " (of it the shared scratchpad " << bytes(m.scratchpad_bytes()) << ")";
   }
   std::cout << " + activations " << bytes(activations)
             << (schedule_peak_bytes ? " (this schedule's peak)" : " (the plain step's peak)") << "\n";

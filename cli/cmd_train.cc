@@ -80,9 +80,21 @@ void PrintRun(const service::TrainJobResult& result) {
                     std::string(run.ram_budget_bytes() > 0
                                     ? ", budget " + FormatBytes(static_cast<double>(run.ram_budget_bytes()))
                                     : "")});
-  table.AddRow({"resident growth", "-", FormatBytes(static_cast<double>(run.rss_growth_bytes())),
-                "high-water mark (VmHWM) over the steps; layer state outside the arena " +
-                    FormatBytes(static_cast<double>(run.layer_state_bytes()))});
+  if (run.peak_rss_bytes() > 0) {
+    const auto bytes = [](uint64_t b) { return FormatBytes(static_cast<double>(b)); };
+    const uint64_t added = run.peak_rss_bytes() - std::min(run.peak_rss_bytes(), run.unbuilt_rss_bytes());
+    const uint64_t above = run.peak_rss_bytes() - std::min(run.peak_rss_bytes(), run.baseline_rss_bytes());
+    table.AddRow({"process peak", bytes(run.predicted_process_bytes()), bytes(added),
+                  "peak RSS " + bytes(run.peak_rss_bytes()) +
+                      (run.peak_since_baseline() ? " (VmHWM over the steps)" : " (VmHWM since the process started)") +
+                      " - RSS " + bytes(run.unbuilt_rss_bytes()) + " before the executor was built, error " +
+                      Percent(static_cast<double>(added), static_cast<double>(run.predicted_process_bytes())) +
+                      "; predicted: parameters, gradients, workspace " + bytes(run.layer_state_bytes()) +
+                      " and peak activations"});
+    table.AddRow({"above baseline", bytes(run.predicted_peak_bytes()), bytes(above),
+                  "peak RSS - RSS " + bytes(run.baseline_rss_bytes()) +
+                      " right before step 1 (everything built); predicted: the peak activations"});
+  }
   if (run.page_outs() + run.page_ins() > 0) {
     table.AddRow({"paging", FormatSeconds(run.predicted_paging_s()),
                   FormatSeconds(run.step_stats(run.steps() > 1 ? 1 : 0).page_out_s() +
@@ -296,23 +308,29 @@ int RunRuns(const std::string& model, int limit, bool json, const Context& ctx) 
                {"peak planned"},
                {"measured"},
                {"paging on path"},
+               {"process predicted"},
+               {"peak RSS added"},
                {"loss", Table::Align::kLeft},
                {"gradients", Table::Align::kLeft},
                {"when", Table::Align::kLeft}});
   for (const v1::TrainRun& run : *runs) {
-    table.AddRow({std::to_string(run.id()), run.model() + " b" + std::to_string(run.batch_size()),
-                  run.strategy() + (run.schedule_id() ? " #" + std::to_string(run.schedule_id()) : std::string()),
-                  run.ram_budget_bytes() ? FormatBytes(static_cast<double>(run.ram_budget_bytes())) : "-",
-                  std::to_string(run.steps()),
-                  run.cost_source().empty() ? "-" : FormatSeconds(run.predicted_runtime_s()),
-                  FormatSeconds(run.runtime_s()), Percent(run.runtime_s(), run.predicted_runtime_s()),
-                  FormatBytes(static_cast<double>(run.predicted_peak_bytes())),
-                  FormatBytes(static_cast<double>(run.peak_activation_bytes())), FormatSeconds(run.paging_wait_s()),
-                  Number(run.first_loss(), 3) + " -> " + Number(run.last_loss(), 3),
-                  !run.has_verify()          ? "-"
-                  : run.verify().identical() ? "identical"
-                                             : "DIFFER",
-                  run.created_at()});
+    table.AddRow(
+        {std::to_string(run.id()), run.model() + " b" + std::to_string(run.batch_size()),
+         run.strategy() + (run.schedule_id() ? " #" + std::to_string(run.schedule_id()) : std::string()),
+         run.ram_budget_bytes() ? FormatBytes(static_cast<double>(run.ram_budget_bytes())) : "-",
+         std::to_string(run.steps()), run.cost_source().empty() ? "-" : FormatSeconds(run.predicted_runtime_s()),
+         FormatSeconds(run.runtime_s()), Percent(run.runtime_s(), run.predicted_runtime_s()),
+         FormatBytes(static_cast<double>(run.predicted_peak_bytes())),
+         FormatBytes(static_cast<double>(run.peak_activation_bytes())), FormatSeconds(run.paging_wait_s()),
+         run.predicted_process_bytes() ? FormatBytes(static_cast<double>(run.predicted_process_bytes())) : "-",
+         run.peak_rss_bytes() ? FormatBytes(static_cast<double>(
+                                    run.peak_rss_bytes() - std::min(run.peak_rss_bytes(), run.unbuilt_rss_bytes())))
+                              : "-",
+         Number(run.first_loss(), 3) + " -> " + Number(run.last_loss(), 3),
+         !run.has_verify()          ? "-"
+         : run.verify().identical() ? "identical"
+                                    : "DIFFER",
+         run.created_at()});
   }
   table.Print(std::cout);
   return kExitOk;

@@ -1,6 +1,8 @@
 #include "profiler/layers.h"
 
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <functional>
 #include <numeric>
@@ -38,10 +40,11 @@ memory::desc Transposed(const Dims& dims) {
 struct Step {
   dnnl::primitive primitive;
   std::unordered_map<int, memory> args;
+  void* scratchpad = nullptr;  // the Backend's buffer the step's DNNL_ARG_SCRATCHPAD points at; null: none
 };
 
-// Common machinery: owned tensors with stable addresses, scratchpads held by
-// the layer (so their size is known), and the four passes as step lists.
+// Common machinery: owned tensors with stable addresses, the Backend's shared
+// scratchpad (each layer knows its largest need), and the four passes as step lists.
 class StepLayer : public Layer {
  public:
   StepLayer(Backend& backend, uint32_t seed) : backend_(backend), rng_(seed) {
@@ -82,7 +85,14 @@ class StepLayer : public Layer {
   }
 
   void Run(std::vector<Step>& steps) {
-    for (Step& step : steps) step.primitive.execute(backend_.stream(), step.args);
+    for (Step& step : steps) {
+      // The shared scratchpad may have grown (and moved) since the step was built.
+      if (step.scratchpad && step.scratchpad != backend_.scratchpad()) {
+        step.scratchpad = backend_.scratchpad();
+        step.args.at(DNNL_ARG_SCRATCHPAD).set_data_handle(step.scratchpad);
+      }
+      step.primitive.execute(backend_.stream(), step.args);
+    }
     backend_.stream().wait();
   }
 
@@ -124,16 +134,18 @@ class StepLayer : public Layer {
     return p;
   }
 
-  // Adds a step to `pass`, with a scratchpad sized from the primitive descriptor.
+  // Adds a step to `pass`, growing the Backend's shared scratchpad to what the primitive needs.
   template <typename PrimitiveDesc>
   void Add(std::vector<Step>& pass, const PrimitiveDesc& pd, std::unordered_map<int, memory> args) {
     const memory::desc scratch = pd.scratchpad_desc();
+    void* scratchpad = nullptr;
     if (scratch.get_size() > 0) {
-      Tensor& buffer = Own({static_cast<int64_t>((scratch.get_size() + sizeof(float) - 1) / sizeof(float))});
-      args[DNNL_ARG_SCRATCHPAD] = memory(scratch, backend_.engine(), buffer.data.data());
+      backend_.ReserveScratchpad(scratch.get_size());
+      scratchpad = backend_.scratchpad();
+      args[DNNL_ARG_SCRATCHPAD] = memory(scratch, backend_.engine(), scratchpad);
       scratchpad_bytes_ = std::max<uint64_t>(scratchpad_bytes_, scratch.get_size());
     }
-    pass.push_back({dnnl::primitive(pd.get()), std::move(args)});
+    pass.push_back({dnnl::primitive(pd.get()), std::move(args), scratchpad});
   }
 
   // A workspace the forward pass fills and the backward pass reads (max pooling).
@@ -1040,6 +1052,20 @@ Status Layer::SetLabels(const std::vector<int32_t>&) { return FailedPrecondition
 Tensor::Tensor(Dims d) : dims(std::move(d)), data(static_cast<size_t>(dims.empty() ? 0 : Elements(dims)), 0.0f) {}
 
 Backend::Backend() : engine_(dnnl::engine::kind::cpu, 0), stream_(engine_) {}
+
+void Backend::Free::operator()(void* p) const { std::free(p); }
+
+void Backend::ReserveScratchpad(uint64_t bytes) {
+  if (bytes <= scratchpad_bytes_) return;
+  constexpr uint64_t kAlign = 4096;  // whole pages: oneDNN aligns inside it, and no page is shared with the heap
+  const uint64_t size = (bytes + kAlign - 1) / kAlign * kAlign;
+  void* p = std::aligned_alloc(kAlign, size);
+  if (!p) throw std::bad_alloc();  // as the std::vector buffers of the layers would
+  // Touched once here, so the whole buffer is resident from the start, as the memory model counts it.
+  std::memset(p, 0, size);
+  scratchpad_.reset(p);
+  scratchpad_bytes_ = bytes;
+}
 
 std::string Backend::Isa() {
   switch (dnnl::get_effective_cpu_isa()) {

@@ -59,10 +59,12 @@ class Layer {
   std::vector<Tensor*>& params() { return params_; }
   std::vector<Tensor*>& grad_params() { return grad_params_; }
 
+  // The largest scratchpad one of the layer's primitives needs. The buffer is the Backend's,
+  // shared by every layer built on it (Backend::scratchpad_bytes), so it is not in owned_bytes.
   uint64_t scratchpad_bytes() const { return scratchpad_bytes_; }
   uint64_t workspace_bytes() const { return workspace_bytes_; }
   // Bytes of the buffers the layer allocated for itself: parameters and their gradients,
-  // scratchpads, workspaces and intermediates (statistics, masks, temporaries of a backward pass).
+  // workspaces and intermediates (statistics, masks, temporaries of a backward pass).
   uint64_t owned_bytes() const { return owned_bytes_; }
 
   // Runs the kernels on `data` instead of `t`'s own storage, which is released. `t` is one
@@ -85,18 +87,32 @@ class Layer {
   uint64_t owned_bytes_ = 0;
 };
 
-// The oneDNN engine and stream every layer runs on (CPU).
+// The oneDNN engine and stream every layer runs on (CPU), and the one scratchpad
+// all their primitives share. A Backend's primitives run one at a time on the
+// thread that owns it (each uses its OpenMP team inside), so a single buffer sized
+// to the largest need serves them all; two threads that run kernels at once each
+// need their own Backend.
 class Backend {
  public:
   Backend();
   dnnl::engine& engine() { return engine_; }
   dnnl::stream& stream() { return stream_; }
+  // Grows the shared scratchpad to at least `bytes`. Its address changes when it grows:
+  // a step binds scratchpad() again when it runs, never the address it was built with.
+  void ReserveScratchpad(uint64_t bytes);
+  void* scratchpad() { return scratchpad_.get(); }
+  uint64_t scratchpad_bytes() const { return scratchpad_bytes_; }
   // The instruction set oneDNN dispatches to on this CPU, e.g. "avx2".
   static std::string Isa();
 
  private:
+  struct Free {
+    void operator()(void* p) const;
+  };
   dnnl::engine engine_;
   dnnl::stream stream_;
+  std::unique_ptr<void, Free> scratchpad_;
+  uint64_t scratchpad_bytes_ = 0;
 };
 
 // Builds a layer with tensors filled with realistic values (seeded). An op kind

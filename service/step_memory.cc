@@ -64,6 +64,7 @@ v1::StepMemory StepMemoryOf(const v1::TrainingGraph& graph, bool build_large) {
     memory.set_param_bytes((*executor)->param_bytes());
     memory.set_gradient_bytes((*executor)->grad_param_bytes());
     memory.set_workspace_bytes((*executor)->layer_state_bytes());
+    memory.set_scratchpad_bytes((*executor)->scratchpad_bytes());
   } else {
     memory.set_note("gradients and workspace unknown: " + executor.status().message());
   }

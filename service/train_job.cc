@@ -1,5 +1,6 @@
 #include "service/train_job.h"
 
+#include <malloc.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -39,7 +40,7 @@ int64_t ProcStatusBytes(const std::string& key) {
   return -1;
 }
 
-// Resets the resident high-water mark to the current RSS (Linux 4.0+), so the growth is the steps'.
+// Resets the resident high-water mark to the current RSS (Linux 4.0+), so the peak is the steps'.
 bool ResetHighWater() {
   std::ofstream clear("/proc/self/clear_refs");
   clear << "5";
@@ -223,6 +224,10 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
   executor_options.seed = options.seed;
   executor_options.paging_dir = paging_dir;
   executor_options.trace = true;  // the last step goes into the run record
+  // Heap pages freed by earlier work (a solve) go back to the kernel first, so that what the
+  // executor allocates shows as resident growth instead of reusing them unseen.
+  malloc_trim(0);
+  const int64_t unbuilt_rss = ProcStatusBytes("VmRSS");
   EC_ASSIGN_OR_RETURN(std::unique_ptr<train::Executor> executor, train::Executor::Create(graph, executor_options));
   train::DataSource data = train::DataSource::Synthetic(executor->input_elements(), executor->label_rows(),
                                                         executor->classes(), options.seed, executor->input_id_limit());
@@ -288,13 +293,19 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
   run.set_energy_source(meter->Source());
   run.set_energy_probe(meter->Name());
 
-  // The steps. The high-water mark restarts here, so its growth is theirs.
+  // The step memory model's whole step: what the executor holds outside the arena (SGD keeps no
+  // optimizer state) and the arena's predicted peak.
+  run.set_predicted_process_bytes(executor->param_bytes() + executor->grad_param_bytes() +
+                                  executor->layer_state_bytes() + run.predicted_peak_bytes());
+
+  // The steps. The high-water mark restarts at the baseline, so the peak is theirs.
   const int n = graph.nodes_size();
   std::vector<std::vector<double>> per_execution_s(static_cast<size_t>(n));
   std::vector<uint32_t> executions(static_cast<size_t>(n), 0);
   std::vector<train::StepTrace> traces;
-  const bool reset = ResetHighWater();
-  const int64_t rss_start = reset ? ProcStatusBytes("VmRSS") : ProcStatusBytes("VmHWM");
+  run.set_unbuilt_rss_bytes(static_cast<uint64_t>(std::max<int64_t>(0, unbuilt_rss)));
+  run.set_peak_since_baseline(ResetHighWater());
+  run.set_baseline_rss_bytes(static_cast<uint64_t>(std::max<int64_t>(0, ProcStatusBytes("VmRSS"))));
   EC_ASSIGN_OR_RETURN(double energy_start_j, meter->EnergyJ());
   double energy_start_s = NowS();
   uint64_t peak = 0;
@@ -346,8 +357,7 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
   }
   EC_ASSIGN_OR_RETURN(double energy_end_j, meter->EnergyJ());
   const double energy_interval_s = NowS() - energy_start_s;
-  const int64_t hwm = ProcStatusBytes("VmHWM");
-  run.set_rss_growth_bytes(hwm >= 0 && rss_start >= 0 ? hwm - rss_start : 0);
+  run.set_peak_rss_bytes(static_cast<uint64_t>(std::max<int64_t>(0, ProcStatusBytes("VmHWM"))));
 
   std::vector<double> runtimes, waits, cpus;
   std::vector<uint64_t> outs, ins;

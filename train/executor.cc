@@ -479,6 +479,9 @@ Result<std::unique_ptr<Executor>> Executor::Create(const v1::TrainingGraph& grap
     }
     e->layer_state_bytes_ += state;
   }
+  // oneDNN's scratchpad: one buffer for every layer, the largest need (profiler::Backend).
+  e->scratchpad_bytes_ = s.backend.scratchpad_bytes();
+  e->layer_state_bytes_ += e->scratchpad_bytes_;
   s.trained.assign(trained.begin(), trained.end());
   s.arena = std::make_unique<Arena>(n);
   s.plain = PlainPlan(e->preds_);

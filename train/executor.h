@@ -7,10 +7,10 @@
 //
 // What stays outside the arena: parameters and their gradients (outside the RAM
 // budget, as in POET), and layer state: batch-norm statistics, max-pooling's
-// argmax workspace, dropout masks (fixed per layer, drawn from the seed), oneDNN
-// scratchpads, the temporaries of some backward kernels (a product's dY * B before
-// its reduction over broadcast axes) and the tensors no node binds (the dX of an
-// input that needs no gradient). Layer state is reported as layer_state_bytes.
+// argmax workspace, dropout masks (fixed per layer, drawn from the seed), the oneDNN
+// scratchpad all layers share (the largest one need), the temporaries of some backward kernels (a product's dY * B
+// before its reduction over broadcast axes) and the tensors no node binds (the dX of an input that needs no gradient).
+// Layer state is reported as layer_state_bytes.
 //
 // Only graphs of the `exact` derivation can be run: POET's derivation has one
 // gradient node per layer whose output shape is not the gradient's.
@@ -83,6 +83,8 @@ class Executor {
   // [0, limit) as floats), or 0 when the input is features.
   int64_t input_id_limit() const;
   uint64_t layer_state_bytes() const { return layer_state_bytes_; }
+  // Of the layer state: the oneDNN scratchpad every layer shares, the largest one primitive needs.
+  uint64_t scratchpad_bytes() const { return scratchpad_bytes_; }
   uint64_t param_bytes() const { return param_bytes_; }
   uint64_t grad_param_bytes() const { return grad_param_bytes_; }  // the parameters' gradient tensors
   // Node bytes and distinct inputs, as the simulator sees the graph.
@@ -116,7 +118,7 @@ class Executor {
   std::vector<std::vector<int>> preds_;
   struct State;
   std::unique_ptr<State> state_;
-  uint64_t layer_state_bytes_ = 0, param_bytes_ = 0, grad_param_bytes_ = 0;
+  uint64_t layer_state_bytes_ = 0, scratchpad_bytes_ = 0, param_bytes_ = 0, grad_param_bytes_ = 0;
 };
 
 }  // namespace edgecost::train

@@ -4,6 +4,7 @@
 #include "profiler/layers.h"
 
 #include <cmath>
+#include <map>
 #include <random>
 
 #include <gtest/gtest.h>
@@ -288,6 +289,57 @@ TEST(Layers, MaxPoolingHasAWorkspace) {
   auto layer = MakeLayer(backend, {"maxpool2d", {{"kernel", 2}, {"stride", 2}}, {{1, 4, 8, 8}}, {1, 4, 4, 4}});
   ASSERT_TRUE(layer.ok());
   EXPECT_GT((*layer)->workspace_bytes(), 0u);
+}
+
+// The layers of a Backend share one scratchpad: its size is the largest need of one primitive, not
+// the sum, and no layer counts it as its own. A layer built before the buffer grew (and moved)
+// computes bit for bit what it computes on a Backend of its own.
+TEST(Layers, LayersShareOneScratchpadTheSizeOfTheLargestNeed) {
+  const std::map<std::string, int64_t> same = {{"kernel", 3}, {"stride", 1}, {"padding", 1}};
+  const std::vector<LayerSpec> specs = {
+      {"conv2d", same, {{1, 3, 8, 8}}, {1, 8, 8, 8}},  // the smallest first, so the buffer grows after it
+      {"conv2d", same, {{2, 16, 16, 16}}, {2, 32, 16, 16}},
+      {"conv2d", {{"kernel", 3}, {"stride", 2}, {"padding", 1}}, {{2, 32, 16, 16}}, {2, 64, 8, 8}},
+      {"linear", {}, {{4, 64}}, {4, 32}},
+  };
+  Backend shared;
+  std::vector<std::unique_ptr<Layer>> layers;
+  uint64_t largest = 0, sum = 0;
+  int needing = 0;
+  for (const LayerSpec& spec : specs) {
+    auto layer = MakeLayer(shared, spec, 5);
+    ASSERT_TRUE(layer.ok()) << layer.status().message();
+    largest = std::max(largest, (*layer)->scratchpad_bytes());
+    sum += (*layer)->scratchpad_bytes();
+    needing += (*layer)->scratchpad_bytes() > 0;
+    layers.push_back(std::move(*layer));
+  }
+  if (largest == 0) GTEST_SKIP() << "oneDNN asks these kernels for no scratchpad on this CPU";
+  EXPECT_EQ(shared.scratchpad_bytes(), largest);
+  if (needing > 1) {
+    EXPECT_LT(shared.scratchpad_bytes(), sum);
+  }
+  for (size_t i = 0; i < specs.size(); ++i) {
+    SCOPED_TRACE(specs[i].kind + " " + std::to_string(i));
+    Backend own;
+    auto alone = MakeLayer(own, specs[i], 5);
+    ASSERT_TRUE(alone.ok());
+    uint64_t params = 0;
+    for (Tensor* p : layers[i]->params()) params += p->bytes();
+    for (Tensor* g : layers[i]->grad_params()) params += g->bytes();
+    EXPECT_EQ(layers[i]->owned_bytes(), (*alone)->owned_bytes());
+    EXPECT_LT(layers[i]->owned_bytes(), params + layers[i]->scratchpad_bytes() + 1) << "the scratchpad is not owned";
+    for (Layer* layer : {layers[i].get(), alone->get()}) {
+      layer->Forward();
+      layer->BackwardInput();
+      layer->BackwardWeights();
+    }
+    EXPECT_EQ(layers[i]->output().data, (*alone)->output().data);
+    EXPECT_EQ(layers[i]->grad_inputs()[0].data, (*alone)->grad_inputs()[0].data);
+    for (size_t k = 0; k < layers[i]->grad_params().size(); ++k) {
+      EXPECT_EQ(layers[i]->grad_params()[k]->data, (*alone)->grad_params()[k]->data);
+    }
+  }
 }
 
 }  // namespace

@@ -99,6 +99,14 @@ TEST_F(TrainJobTest, AScheduleRunsAndItsRecordHoldsPredictionsNextToMeasurements
   ASSERT_TRUE(run.has_verify());
   EXPECT_TRUE(run.verify().identical()) << run.verify().where();
   EXPECT_EQ(run.energy_source(), v1::ENERGY_SOURCE_ESTIMATED);  // no sensor in a test
+  // The process's memory: filled, in order, and the model's prediction holds every fixed part and
+  // the schedule's peak (RSS itself is noisy: no figure is asserted).
+  EXPECT_GT(run.unbuilt_rss_bytes(), 0u);
+  EXPECT_GT(run.baseline_rss_bytes(), 0u);
+  EXPECT_GE(run.peak_rss_bytes(), run.baseline_rss_bytes());
+  EXPECT_GE(run.baseline_rss_bytes(), run.unbuilt_rss_bytes());  // the executor's buffers are resident
+  EXPECT_GT(run.layer_state_bytes(), 0u);
+  EXPECT_GE(run.predicted_process_bytes(), run.predicted_peak_bytes() + run.layer_state_bytes());
   EXPECT_GT(result->run_id, 0);
   EXPECT_EQ(StoredRuns(), 1u);
   EXPECT_FALSE(PagingFilesLeft());
