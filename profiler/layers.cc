@@ -62,6 +62,10 @@ class StepLayer : public Layer {
     for (const auto& [mem, offset] : bindings_[&t]) mem->set_data_handle(data + offset);
     if (!t.data.empty()) std::vector<float>().swap(t.data);
   }
+  void Release(Tensor& t) override {
+    if (bindings_.empty()) FindBindings();
+    std::vector<float>().swap(t.data);
+  }
 
  protected:
   // Which step arguments lie in which bindable tensor, found once while every tensor

@@ -72,6 +72,10 @@ class Layer {
   // elements as t.dims and stays valid until the next Bind of `t`. The training executor
   // binds layers to activations that live in its arena and are shared between layers.
   virtual void Bind(Tensor& t, float* data) = 0;
+  // Gives up `t`'s own storage for good: `t` is then always bound before the layer runs
+  // (the executor's activations live in its arena, and a layer's own copies would
+  // double the process's memory until the first step).
+  virtual void Release(Tensor& t) = 0;
   // Class labels of a loss layer, one per row of its logits; other layers refuse.
   virtual Status SetLabels(const std::vector<int32_t>& labels);
 

@@ -304,6 +304,7 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
   std::vector<uint32_t> executions(static_cast<size_t>(n), 0);
   std::vector<train::StepTrace> traces;
   run.set_unbuilt_rss_bytes(static_cast<uint64_t>(std::max<int64_t>(0, unbuilt_rss)));
+  malloc_trim(0);  // what building the layers freed (their own copies of activations) goes back too
   run.set_peak_since_baseline(ResetHighWater());
   run.set_baseline_rss_bytes(static_cast<uint64_t>(std::max<int64_t>(0, ProcStatusBytes("VmRSS"))));
   EC_ASSIGN_OR_RETURN(double energy_start_j, meter->EnergyJ());

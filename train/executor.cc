@@ -461,7 +461,9 @@ Result<std::unique_ptr<Executor>> Executor::Create(const v1::TrainingGraph& grap
   // gradient tensors of a frozen layer), which keep their own storage.
   std::set<const profiler::Tensor*> bound;
   for (const NodeExec& exec : s.execs) {
-    for (const NodeExec::Binding& b : exec.binds) bound.insert(b.tensor);
+    for (const NodeExec::Binding& b : exec.binds) {
+      if (bound.insert(b.tensor).second) exec.layer->Release(*b.tensor);  // the arena holds it from now on
+    }
   }
   for (const std::unique_ptr<profiler::Layer>& layer : s.layers) {
     if (!layer) continue;
