@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -27,6 +28,16 @@
 
 namespace edgecost::service {
 namespace {
+
+// The thread count a measured cost table was profiled at: its op keys end in
+// "/tN". 0 when no node carries an op key (an analytic or imported table).
+int ProfiledThreads(const v1::CostTable& table) {
+  for (const v1::NodeCost& cost : table.costs()) {
+    const size_t at = cost.op_key().rfind("/t");
+    if (at != std::string::npos) return std::atoi(cost.op_key().c_str() + at + 2);
+  }
+  return 0;
+}
 
 double NowS() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
@@ -249,6 +260,12 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
   run.set_data(data.Describe());
   run.set_layer_state_bytes(executor->layer_state_bytes());
   if (table) run.set_cost_source(table->cost_source());
+  if (const int profiled = table ? ProfiledThreads(*table) : 0; profiled > 0 && profiled != threads) {
+    result.notes.push_back("the cost table was profiled at " + std::to_string(profiled) + " thread(s) and this run " +
+                           "uses " + std::to_string(threads) + ": its predictions are for " +
+                           std::to_string(profiled) + "; run `edgecost profile --threads " + std::to_string(threads) +
+                           "` to predict this run");
+  }
   if (checked) {
     const solver::Replay& r = checked->replay;
     const solver::Problem& p = checked->problem;

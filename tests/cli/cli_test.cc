@@ -506,6 +506,21 @@ TEST_F(CliTest, ConsistencyAUserNotices) {
   EXPECT_EQ(Edgecost("db export a72").exit_code, 1);  // a preset has nothing measured
 }
 
+// A cost table profiled at one thread count predicts a run at another only with a word of it.
+TEST_F(CliTest, TrainSaysWhenItsCostTableWasProfiledAtOtherThreads) {
+  const std::string no_sensors = "EDGECOST_SYSFS_ROOT=" + (dir_ / "no-sysfs").string() + " ";
+  ASSERT_EQ(Run(no_sensors + "EDGECOST_DB=" + (dir_ / "costs.db").string() + " " + EDGECOST_BIN +
+                " profile --model linear --batch-size 2 --threads 1 --min-window-s 0.005 --accept-noisy")
+                .exit_code,
+            0);
+  const CommandResult other = Edgecost("train --model linear --batch-size 2 --steps 2 --threads 2");
+  ASSERT_EQ(other.exit_code, 0) << other.output;
+  EXPECT_THAT(other.output, HasSubstr("profiled at 1 thread(s) and this run uses 2"));
+  const CommandResult same = Edgecost("train --model linear --batch-size 2 --steps 2 --threads 1");
+  ASSERT_EQ(same.exit_code, 0) << same.output;
+  EXPECT_THAT(same.output, Not(HasSubstr("profiled at")));
+}
+
 // A schedule file's costs edited after the solve (divided by 1000, a size set
 // to 1 byte, made negative): check and train refuse it, naming what changed.
 TEST_F(CliTest, CheckAndTrainRefuseAScheduleWhoseCostsWereEdited) {
