@@ -1,8 +1,8 @@
 // How fast the CPUs run right now. A fixed kernel, small enough to stay in L1,
-// is timed on every thread of an OpenMP team; held against the fastest reading
-// of a profile, it shows what no scheduler counter does: another guest on the
-// host's core (many hypervisors report no steal time), or thermal throttling,
-// slowing every op alike. On this project's VM the same kernel was seen to run
+// is timed on every thread of an OpenMP team; held against its usual time on
+// the device (profile.cc), it shows what no scheduler counter does: another
+// guest on the host's core (many hypervisors report no steal time), a busy
+// SMT sibling, or thermal throttling, slowing every op alike. On this project's VM the same kernel was seen to run
 // 1.9x slower for seconds at a time, with steal time at 0.
 #pragma once
 

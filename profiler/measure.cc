@@ -216,7 +216,7 @@ Result<Measurement> Measure(const std::function<void()>& op, Clock& clock, Energ
     const double wall_s = now_s - start_s;
     const double sample_s = cpu ? std::max(0.0, cpu_end_s - cpu_start_s - cpu_read_s) : wall_s;
     const bool kept = repetitions.size() < kMaxKeptRepetitions;
-    if (kept) repetitions.push_back({start_s - window_start_s, sample_s, false});
+    if (kept) repetitions.push_back({start_s - window_start_s, wall_s, false});
     if (watch) {
       // Read after the repetition, outside its timing: a wait in the gap before
       // it counts against it too, as a thread descheduled there delays it.

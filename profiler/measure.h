@@ -132,7 +132,7 @@ inline constexpr size_t kMaxKeptRepetitions = 1000;
 
 struct Repetition {
   double start_s = 0;  // from the window's start
-  double runtime_s = 0;     // on the clock the runtime is timed on
+  double runtime_s = 0;     // wall time: repetitions are a timeline (traces)
   bool disturbed = false;  // a thread of the op waited for a CPU: left out of a wall-clock runtime
 };
 
