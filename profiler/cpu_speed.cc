@@ -1,7 +1,6 @@
 #include "profiler/cpu_speed.h"
 
 #include <omp.h>
-
 #include <time.h>
 
 #include <algorithm>

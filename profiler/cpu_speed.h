@@ -10,8 +10,8 @@ namespace edgecost::profiler {
 
 // Seconds the reference kernel takes on the slowest thread of a team of
 // `threads`, on each thread's own CPU clock (the best of several repetitions on
-// each thread, so that one interrupt does not count; time descheduled does not). About 70 us per call on this 2.1 GHz VM: two per
-// window of at least 0.1 s, about 0.14% of the profile.
+// each thread, so that one interrupt does not count; time descheduled does not). About 70 us per call on this 2.1 GHz
+// VM: two per window of at least 0.1 s, about 0.14% of the profile.
 double CpuCheckS(int threads);
 
 }  // namespace edgecost::profiler

@@ -1,12 +1,12 @@
 #include "profiler/measure.h"
 
+#include <time.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <numeric>
-
-#include <time.h>
 
 #include "base/units.h"
 
@@ -178,7 +178,7 @@ Result<Measurement> Measure(const std::function<void()>& op, Clock& clock, Energ
 
   Clock* cpu = options.cpu_clock;
   const double cpu_read_s = cpu ? ReadCostS(*cpu) : 0;
-  std::vector<double> samples_s, wall_samples_s;    // in the order they ran
+  std::vector<double> samples_s, wall_samples_s;      // in the order they ran
   std::vector<double> disturbed_s, disturbed_wall_s;  // kept only for a window with no clean repetition at all
   std::vector<Repetition> repetitions;
   uint32_t disturbed = 0;

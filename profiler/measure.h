@@ -131,15 +131,15 @@ struct MeasureOptions {
 inline constexpr size_t kMaxKeptRepetitions = 1000;
 
 struct Repetition {
-  double start_s = 0;  // from the window's start
-  double runtime_s = 0;     // wall time: repetitions are a timeline (traces)
+  double start_s = 0;      // from the window's start
+  double runtime_s = 0;    // wall time: repetitions are a timeline (traces)
   bool disturbed = false;  // a thread of the op waited for a CPU: left out of a wall-clock runtime
 };
 
 struct Measurement {
-  RuntimeSummary runtime;  // on the CPU clock when MeasureOptions::cpu_clock is set, else the wall clock
-  RuntimeSummary wall;     // the same repetitions on the wall clock
-  bool cpu_time = false;   // runtime is the thread's CPU time
+  RuntimeSummary runtime;               // on the CPU clock when MeasureOptions::cpu_clock is set, else the wall clock
+  RuntimeSummary wall;                  // the same repetitions on the wall clock
+  bool cpu_time = false;                // runtime is the thread's CPU time
   std::vector<Repetition> repetitions;  // the first kMaxKeptRepetitions, disturbed ones included
   double window_start_unix_s = 0;       // wall time of the window's start (seconds since 1970, UTC)
   double energy_j = 0;                  // per execution, total

@@ -14,6 +14,7 @@
 #include <fstream>
 #include <iostream>
 #include <set>
+
 #include <gtest/gtest.h>
 
 #include "graph/derive.h"
@@ -510,8 +511,7 @@ TEST_F(ProfileTest, AProfileTakenWhollyInASlowModeIsJudgedAgainstTheDevicesStore
   ASSERT_TRUE(costs.ok());
   for (const v1::OpCost& cost : *costs) {
     EXPECT_TRUE(cost.unreliable()) << cost.signature().key();
-    EXPECT_NE(cost.unreliable_reason().find("the CPU ran 1.40x slower than usual on this device"),
-              std::string::npos)
+    EXPECT_NE(cost.unreliable_reason().find("the CPU ran 1.40x slower than usual on this device"), std::string::npos)
         << cost.unreliable_reason();
   }
 
