@@ -132,7 +132,8 @@ Verdict JudgeInterference(const v1::Interference& interference, uint32_t clean_r
     std::snprintf(text, sizeof text, "%.0f%% of the repetitions waited for a CPU", 100 * disturbed_fraction);
     return {false, text + waited + ": another task ran on the op's cores" + others};
   }
-  if (interference.other_cpu_cores() >= limits.shared_cpu_cores && !limits.confirm_shared && !cpu_time) {
+  if (interference.other_cpu_cores() >= limits.shared_cpu_cores && !limits.confirm_shared && !cpu_time &&
+      !options.single_thread) {
     std::snprintf(text, sizeof text,
                   "other tasks used %.2f CPUs meanwhile (they share caches, memory bandwidth and perhaps the core)",
                   interference.other_cpu_cores());
@@ -170,13 +171,15 @@ void CountersPerExecution(const probes::CounterSource& source, const std::vector
 Result<Measurement> Measure(const std::function<void()>& op, Clock& clock, EnergyMeter* meter,
                             const MeasureOptions& options, InterferenceWatch* watch, probes::CounterSource* counters) {
   const double warmup_start_s = clock.NowS();
-  for (int i = 0; i < options.warmup_runs || clock.NowS() - warmup_start_s < options.warmup_s; ++i) op();
+  int warmup_runs = 0;
+  for (; warmup_runs < options.warmup_runs || clock.NowS() - warmup_start_s < options.warmup_s; ++warmup_runs) op();
+  const double warmup_run_s = warmup_runs > 0 ? (clock.NowS() - warmup_start_s) / warmup_runs : 0;
   // A window long enough for the sensor to update min_sensor_updates times, within the cap.
   double target_window_s = options.min_window_s;
   if (meter) target_window_s = std::max(target_window_s, options.min_sensor_updates * meter->UpdateIntervalS());
   target_window_s = std::min(target_window_s, options.max_window_s);
 
-  Clock* cpu = options.cpu_clock;
+  Clock* cpu = warmup_run_s >= options.min_cpu_clock_runtime_s ? options.cpu_clock : nullptr;
   const double cpu_read_s = cpu ? ReadCostS(*cpu) : 0;
   std::vector<double> samples_s, wall_samples_s;      // in the order they ran
   std::vector<double> disturbed_s, disturbed_wall_s;  // kept only for a window with no clean repetition at all

@@ -125,6 +125,13 @@ struct MeasureOptions {
   // leave repetitions out. Other tasks' use of the CPUs then asks for a second
   // window that agrees (as confirm_shared) instead of disturbing the window.
   Clock* cpu_clock = nullptr;
+  // An op shorter than this (by its warm-up) stays on the wall clock: reading
+  // the CPU clock is a system call whose cost (0.3-0.7 us in a VM, more while
+  // another task runs) swamps it, and a run that short is seldom preempted.
+  double min_cpu_clock_runtime_s = 20e-6;
+  // The op runs on the calling thread alone: others' use of the CPUs (the
+  // other cores) asks for a second window that agrees instead of disturbing it.
+  bool single_thread = false;
 };
 
 // At most this many repetitions are kept with their times, for traces.
@@ -180,7 +187,8 @@ struct Verdict {
   bool clean = true;
   std::string reason;
 };
-// With `cpu_time`, waits for a CPU do not disturb and other tasks' use of the CPUs asks for confirming.
+// With `cpu_time`, waits for a CPU do not disturb; with it or options.single_thread, other tasks' use of the
+// CPUs asks for confirming.
 Verdict JudgeInterference(const v1::Interference& interference, uint32_t clean_repetitions,
                           const MeasureOptions& options, bool cpu_time = false);
 

@@ -191,6 +191,7 @@ Result<ProfileSummary> ProfileGraph(costdb::CostDb& db, Backend& backend, const 
     MeasureOptions measure_options = options.measure;
     // One thread: its own CPU time, which a wait for a CPU does not lengthen.
     // A team keeps wall time: its barriers wait for the slowest thread.
+    measure_options.single_thread = work.team_threads == 1;
     if (work.team_threads == 1 && options.thread_cpu_time) measure_options.cpu_clock = &ThreadCpuClock();
     EC_ASSIGN_OR_RETURN(Measurement m, Measure([&runner] { runner.Run(); }, SteadyClock(), meter, measure_options,
                                                watch.get(), options.counters));

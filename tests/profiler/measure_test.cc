@@ -290,6 +290,7 @@ TEST(Measure, OnTheThreadsCpuClockAWaitForACpuDisturbsNothing) {
   FakeClock wall, cpu;
   MeasureOptions options = SmallWindow();
   options.cpu_clock = &cpu;
+  options.min_cpu_clock_runtime_s = 0;
   FakeWatch watch({0.007, 0.0}, 0, /*other_cpu_cores=*/1.0);  // every other repetition waited out a quantum
   bool slow = true;
   auto op = [&] {
@@ -315,6 +316,36 @@ TEST(Measure, OnTheThreadsCpuClockAWaitForACpuDisturbsNothing) {
   ASSERT_TRUE(w.ok());
   EXPECT_FALSE(w->cpu_time);
   EXPECT_FALSE(w->clean);
+}
+
+// An op shorter than the CPU clock is worth stays on the wall clock; on one thread, others' use of the
+// CPUs asks for a second window there too.
+TEST(Measure, AShortOpStaysOnTheWallClock) {
+  FakeClock wall, cpu;
+  MeasureOptions options = SmallWindow();
+  options.warmup_runs = 2;
+  options.cpu_clock = &cpu;
+  options.min_cpu_clock_runtime_s = 20e-6;
+  options.single_thread = true;
+  FakeWatch watch({0.0}, 0, /*other_cpu_cores=*/1.0);
+  auto m = Measure(
+      [&] {
+        wall.now_s += 5e-6;
+        cpu.now_s += 4e-6;
+      },
+      wall, nullptr, options, &watch);
+  ASSERT_TRUE(m.ok());
+  EXPECT_FALSE(m->cpu_time);
+  EXPECT_NEAR(m->runtime.median_s, 5e-6, 1e-12);
+  EXPECT_TRUE(m->clean) << m->disturbance;
+  EXPECT_TRUE(m->shared);
+  // A team's window is disturbed by it: its barriers wait for a thread that shares a core.
+  options.single_thread = false;
+  FakeWatch team({0.0}, 0, 1.0);
+  auto t = Measure([&] { wall.now_s += 5e-6; }, wall, nullptr, options, &team);
+  ASSERT_TRUE(t.ok());
+  EXPECT_FALSE(t->clean);
+  EXPECT_NE(t->disturbance.find("other tasks used 1.00 CPUs meanwhile"), std::string::npos) << t->disturbance;
 }
 
 }  // namespace
