@@ -61,9 +61,7 @@ Result<double> EstimatedMeter::EnergyJ() {
   return model_.idle_w * wall_s + model_.active_w_per_core * busy_core_s_;
 }
 
-double EstimatedMeter::MaxPowerW() const {
-  return model_.idle_w + model_.active_w_per_core * static_cast<double>(cores_);
-}
+double EstimatedMeter::MaxPowerW() const { return model_.idle_w + model_.active_w_per_core * static_cast<double>(cores_); }
 
 std::string EstimatedMeter::Name() const {
   char name[96];
