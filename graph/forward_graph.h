@@ -111,6 +111,8 @@ class ForwardGraph {
   int MaxPool2d(int x, int64_t kernel, int64_t stride, int64_t padding = 0, bool ceil_mode = false);
   int AvgPool2d(int x, int64_t kernel, int64_t stride, int64_t padding = 0);
   int Flatten(int x);
+  // POET's LinearLayer: FLOPs 2 x params + out_features whatever the batch, as the zoo's
+  // parity with POET needs; an imported model's layers count every row with LinearNd.
   int Linear(int x, int64_t in_features, int64_t out_features);
   int LinearRelu(int x, int64_t in_features, int64_t out_features);
   int Dropout(int x);

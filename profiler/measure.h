@@ -22,6 +22,11 @@ class Clock {
   virtual double NowS() = 0;
 };
 Clock& SteadyClock();
+// The calling thread's CPU time (CLOCK_THREAD_CPUTIME_ID): time the thread spends
+// descheduled, waiting for a CPU another task holds, does not count. A core that
+// runs slower (a busy SMT sibling, another guest, throttling) still does: the
+// reference kernel (cpu_speed.h) is what sees that.
+Clock& ThreadCpuClock();
 
 // One domain a meter measures apart: a RAPL domain, a hwmon rail, a battery.
 struct MeterDomain {
@@ -79,18 +84,30 @@ struct InterferenceLimits {
   bool confirm_shared = false;
   double confirm_tolerance = 0.10;
   // A window is disturbed when the reference kernel around it ran this much
-  // slower than the fastest reading of the profile (see cpu_speed.h).
+  // slower than usual on the device (see cpu_speed.h and profile.cc).
   double max_cpu_slowdown = 0.10;
 };
 
 struct RuntimeSummary {
   double median_s = 0;
   double stddev_s = 0;
-  double ci95_low_s = 0;  // distribution-free interval of the median (order statistics)
+  double ci95_low_s = 0;  // distribution-free interval of median_s (order statistics)
   double ci95_high_s = 0;
   uint32_t repetitions = 0;
 };
+// The median of the samples, with its spread and interval.
 RuntimeSummary Summarize(std::vector<double> samples_s);
+
+// At most this many short windows of consecutive repetitions per window.
+inline constexpr size_t kShortWindows = 20;
+// An op's runtime from its repetitions in the order they ran: cut into up to
+// kShortWindows short windows of consecutive repetitions, it is the median of
+// the fastest half of their medians (about their 25th percentile). A burst of
+// load slows a few short windows, which then do not decide, where one window's
+// median moves as soon as half its repetitions are slowed. The interval is the
+// distribution-free one of that quantile of the short windows; the spread is
+// over all repetitions.
+RuntimeSummary SummarizeWindows(const std::vector<double>& samples_s);
 
 struct MeasureOptions {
   int warmup_runs = 2;
@@ -101,19 +118,35 @@ struct MeasureOptions {
   double max_window_s = 1.0;    // give up extending the window after this
   int min_sensor_updates = 10;  // energy needs this many sensor updates inside the window
   InterferenceLimits interference;
+  // Set (ThreadCpuClock) for an op that runs on the calling thread alone: its
+  // repetitions are timed on it as well as on the wall clock, the runtime is
+  // the CPU time, and a wait for a CPU disturbs nothing (it adds no CPU time;
+  // such repetitions are counted, not left out). Null: wall time, and waits
+  // leave repetitions out. Other tasks' use of the CPUs then asks for a second
+  // window that agrees (as confirm_shared) instead of disturbing the window.
+  Clock* cpu_clock = nullptr;
+  // An op shorter than this (by its warm-up) stays on the wall clock: reading
+  // the CPU clock is a system call whose cost (0.3-0.7 us in a VM, more while
+  // another task runs) swamps it, and a run that short is seldom preempted.
+  double min_cpu_clock_runtime_s = 20e-6;
+  // The op runs on the calling thread alone: others' use of the CPUs (the
+  // other cores) asks for a second window that agrees instead of disturbing it.
+  bool single_thread = false;
 };
 
 // At most this many repetitions are kept with their times, for traces.
 inline constexpr size_t kMaxKeptRepetitions = 1000;
 
 struct Repetition {
-  double start_s = 0;  // from the window's start
-  double runtime_s = 0;
-  bool disturbed = false;  // left out of the runtime: a thread of the op waited for a CPU
+  double start_s = 0;      // from the window's start
+  double runtime_s = 0;    // wall time: repetitions are a timeline (traces)
+  bool disturbed = false;  // a thread of the op waited for a CPU: left out of a wall-clock runtime
 };
 
 struct Measurement {
-  RuntimeSummary runtime;
+  RuntimeSummary runtime;               // on the CPU clock when MeasureOptions::cpu_clock is set, else the wall clock
+  RuntimeSummary wall;                  // the same repetitions on the wall clock
+  bool cpu_time = false;                // runtime is the thread's CPU time
   std::vector<Repetition> repetitions;  // the first kMaxKeptRepetitions, disturbed ones included
   double window_start_unix_s = 0;       // wall time of the window's start (seconds since 1970, UTC)
   double energy_j = 0;                  // per execution, total
@@ -154,7 +187,9 @@ struct Verdict {
   bool clean = true;
   std::string reason;
 };
+// With `cpu_time`, waits for a CPU do not disturb; with it or options.single_thread, other tasks' use of the
+// CPUs asks for confirming.
 Verdict JudgeInterference(const v1::Interference& interference, uint32_t clean_repetitions,
-                          const MeasureOptions& options);
+                          const MeasureOptions& options, bool cpu_time = false);
 
 }  // namespace edgecost::profiler

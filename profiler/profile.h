@@ -58,7 +58,22 @@ struct ProfileOptions {
   // after every window. Unset: CpuCheckS, unless make_watch is set (tests with
   // scripted watches script this too, or check nothing).
   std::function<double(int threads)> cpu_check;
+  // Ops on one thread are timed on its CPU clock (MeasureOptions::cpu_clock).
+  bool thread_cpu_time = true;
 };
+
+// RuntimeStats.clock: what an op's runtime was timed on.
+inline constexpr char kThreadCpuClock[] = "thread-cpu";
+inline constexpr char kWallClock[] = "wall";
+
+// The reference kernel's usual time among `readings_s`: their 25th percentile
+// (the lower one of a pair). Robust both ways: one fast outlier does not make
+// every later reading "slow", and a quarter of the readings may be slowed
+// before it moves.
+double UsualCheckS(std::vector<double> readings_s);
+// At least this many stored readings for a team size make its usual time;
+// with fewer, the profile's own readings do.
+inline constexpr size_t kMinStoredChecks = 5;
 
 // Counters on this thread and the threads of its OpenMP team of `threads`
 // (started now if they were not), for every hardware and software event that

@@ -194,7 +194,8 @@ Result<v1::Trace> ProfileRunTrace(costdb::CostDb& db, int64_t run_id) {
     events.push_back(Slice(name, "op", kPid, kOpsTid, first_s, end_s - first_s, std::move(args)));
     for (int i = 0; i < op.repetitions_size(); ++i) {
       const v1::Repetition& r = op.repetitions(i);
-      // A disturbed repetition (a thread of the op waited for a CPU) is shown, but was left out of the runtime.
+      // A disturbed repetition (a thread of the op waited for a CPU) is shown; a wall-clock runtime left it out,
+      // a thread-CPU one kept it (the wait added no CPU time).
       events.push_back(Slice("repetition " + std::to_string(i + 1),
                              r.disturbed() ? "disturbed repetition" : "repetition", kPid, kOpsTid, base_s + r.start_s(),
                              r.runtime_s(), {{"runtime_s", r.runtime_s()}, {"disturbed", r.disturbed()}}));

@@ -66,6 +66,29 @@ TEST(OnnxImport, ABatchSizeRebatchesTheExport) {
   EXPECT_TRUE(ImportOnnx("tests/graph/data/view_by_shape.onnx", 2).ok());
 }
 
+// An imported Gemm counts every row of its input: POET's LinearLayer count (2 x params +
+// out_features, whatever the batch) is for its own zoo; 64 rows of 128 -> 128 are 2.1 MFLOPs, not 33,152.
+TEST(OnnxImport, AGemmCountsTheFlopsOfEveryRow) {
+  for (int batch : {1, 64}) {
+    auto g = ImportOnnx("tests/graph/data/mlp.onnx", batch);
+    ASSERT_TRUE(g.ok()) << g.status().message();
+    int linears = 0;
+    for (const Layer& layer : g->layers()) {
+      if (layer.kind != OpKind::kLinear && layer.kind != OpKind::kLinearRelu) continue;
+      ++linears;
+      const double in = static_cast<double>(layer.attributes.at("in_features"));
+      const double out = static_cast<double>(layer.attributes.at("out_features"));
+      const double bias_flops = layer.attributes.count("no_bias") ? 0.0 : batch * out;
+      EXPECT_DOUBLE_EQ(layer.flops, 2.0 * batch * in * out + bias_flops) << batch;
+      EXPECT_EQ(layer.param_count, static_cast<int64_t>(in * out + layer.bias_count));
+    }
+    EXPECT_GT(linears, 0);
+  }
+  ForwardGraph g("attention_output", 1);
+  const int x = g.Input({64, 128});
+  EXPECT_DOUBLE_EQ(g.layers()[g.LinearNd(x, 128, 128, true)].flops, 2.0 * 64 * 128 * 128 + 64 * 128);
+}
+
 TEST(OnnxImport, SigmoidIsAnOp) {
   auto g = ImportOnnx("tests/graph/data/sigmoid.onnx");
   ASSERT_TRUE(g.ok()) << g.status().message();

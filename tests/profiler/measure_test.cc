@@ -52,6 +52,26 @@ TEST(Summarize, MedianSpreadAndInterval) {
   EXPECT_NEAR(m.ci95_high_s, 530, 1);
 }
 
+// A burst of load over most of a window moves its median; the short windows' fastest half does not.
+TEST(SummarizeWindows, ABurstOfSlowRepetitionsDoesNotDecide) {
+  std::vector<double> samples(100, 1.0);
+  for (int i = 20; i < 80; ++i) samples[i] = 3.0;  // 60% of the window, in one burst
+  EXPECT_DOUBLE_EQ(Summarize(samples).median_s, 3.0);
+  const RuntimeSummary s = SummarizeWindows(samples);
+  EXPECT_DOUBLE_EQ(s.median_s, 1.0);
+  EXPECT_EQ(s.repetitions, 100u);
+  EXPECT_LE(s.ci95_low_s, s.median_s);
+  EXPECT_GE(s.ci95_high_s, s.median_s);
+  EXPECT_GT(s.stddev_s, 0);  // over every repetition
+  // Few repetitions: each its own short window, the fastest half's median.
+  EXPECT_DOUBLE_EQ(SummarizeWindows({5, 1, 3, 2, 4}).median_s, 2);
+  EXPECT_DOUBLE_EQ(SummarizeWindows({7}).median_s, 7);
+  // Steady repetitions: the interval is as narrow as they are.
+  const RuntimeSummary steady = SummarizeWindows(std::vector<double>(1000, 2.0));
+  EXPECT_DOUBLE_EQ(steady.ci95_low_s, 2.0);
+  EXPECT_DOUBLE_EQ(steady.ci95_high_s, 2.0);
+}
+
 TEST(Measure, RepeatsUntilTheWindowCoversEnoughSensorUpdates) {
   FakeClock clock;
   FakeMeter meter(clock, /*power_w=*/10, /*idle_w=*/2, /*interval_s=*/0.01);
@@ -138,8 +158,8 @@ TEST(Measure, CountersAreScaledForMultiplexingAndDividedPerExecution) {
 // Scripted interference: repetition i waited `waits_s[i % size]` for a CPU.
 class FakeWatch : public InterferenceWatch {
  public:
-  explicit FakeWatch(std::vector<double> waits_s, double steal_fraction = 0)
-      : waits_s_(std::move(waits_s)), steal_fraction_(steal_fraction) {}
+  explicit FakeWatch(std::vector<double> waits_s, double steal_fraction = 0, double other_cpu_cores = 0)
+      : waits_s_(std::move(waits_s)), steal_fraction_(steal_fraction), other_cpu_cores_(other_cpu_cores) {}
   Status BeginWindow() override {
     ++windows;
     return Status::Ok();
@@ -151,6 +171,7 @@ class FakeWatch : public InterferenceWatch {
     i.set_steal_fraction(steal_fraction_);
     i.set_other_runnable(1);
     i.set_load1(1.5);
+    i.set_other_cpu_cores(other_cpu_cores_);
     return i;
   }
   int windows = 0;
@@ -158,6 +179,7 @@ class FakeWatch : public InterferenceWatch {
  private:
   std::vector<double> waits_s_;
   double steal_fraction_;
+  double other_cpu_cores_;
   size_t next_ = 0;
 };
 
@@ -260,6 +282,70 @@ TEST(Measure, EnergyIsTheMeanPowerOverTheStoredRuntime) {
   EXPECT_NEAR(m->energy_j, 10 * 0.001, 10 * 0.001 * 0.05);
   EXPECT_LE(m->energy_j / m->runtime.median_s, 10 * 1.05);
   EXPECT_NEAR(m->dynamic_energy_j, m->energy_j - 2 * 0.001, 1e-12);
+}
+
+// On the thread's CPU clock a repetition that waited for a CPU took no longer: it is counted, not left
+// out, and does not disturb the window; others' use of the CPUs asks for confirming instead.
+TEST(Measure, OnTheThreadsCpuClockAWaitForACpuDisturbsNothing) {
+  FakeClock wall, cpu;
+  MeasureOptions options = SmallWindow();
+  options.cpu_clock = &cpu;
+  options.min_cpu_clock_runtime_s = 0;
+  FakeWatch watch({0.007, 0.0}, 0, /*other_cpu_cores=*/1.0);  // every other repetition waited out a quantum
+  bool slow = true;
+  auto op = [&] {
+    wall.now_s += slow ? 0.008 : 0.001;  // the wait is in the wall time
+    cpu.now_s += 0.001;                  // not in the thread's CPU time
+    slow = !slow;
+  };
+  auto m = Measure(op, wall, nullptr, options, &watch);
+  ASSERT_TRUE(m.ok());
+  EXPECT_TRUE(m->cpu_time);
+  EXPECT_TRUE(m->clean) << m->disturbance;
+  EXPECT_TRUE(m->shared);  // to be confirmed by a second window
+  EXPECT_NEAR(m->runtime.median_s, 0.001, 1e-12);
+  EXPECT_NEAR(m->interference.disturbed_repetitions(), m->interference.total_repetitions() / 2.0, 1);
+  EXPECT_EQ(m->runtime.repetitions, m->interference.total_repetitions());
+  EXPECT_GT(m->wall.ci95_high_s, m->runtime.ci95_high_s);  // the wall clock saw the waits
+
+  // The same on the wall clock: half the repetitions left out, the window disturbed.
+  FakeWatch again({0.007, 0.0});
+  options.cpu_clock = nullptr;
+  slow = true;
+  auto w = Measure(op, wall, nullptr, options, &again);
+  ASSERT_TRUE(w.ok());
+  EXPECT_FALSE(w->cpu_time);
+  EXPECT_FALSE(w->clean);
+}
+
+// An op shorter than the CPU clock is worth stays on the wall clock; on one thread, others' use of the
+// CPUs asks for a second window there too.
+TEST(Measure, AShortOpStaysOnTheWallClock) {
+  FakeClock wall, cpu;
+  MeasureOptions options = SmallWindow();
+  options.warmup_runs = 2;
+  options.cpu_clock = &cpu;
+  options.min_cpu_clock_runtime_s = 20e-6;
+  options.single_thread = true;
+  FakeWatch watch({0.0}, 0, /*other_cpu_cores=*/1.0);
+  auto m = Measure(
+      [&] {
+        wall.now_s += 5e-6;
+        cpu.now_s += 4e-6;
+      },
+      wall, nullptr, options, &watch);
+  ASSERT_TRUE(m.ok());
+  EXPECT_FALSE(m->cpu_time);
+  EXPECT_NEAR(m->runtime.median_s, 5e-6, 1e-12);
+  EXPECT_TRUE(m->clean) << m->disturbance;
+  EXPECT_TRUE(m->shared);
+  // A team's window is disturbed by it: its barriers wait for a thread that shares a core.
+  options.single_thread = false;
+  FakeWatch team({0.0}, 0, 1.0);
+  auto t = Measure([&] { wall.now_s += 5e-6; }, wall, nullptr, options, &team);
+  ASSERT_TRUE(t.ok());
+  EXPECT_FALSE(t->clean);
+  EXPECT_NE(t->disturbance.find("other tasks used 1.00 CPUs meanwhile"), std::string::npos) << t->disturbance;
 }
 
 }  // namespace
