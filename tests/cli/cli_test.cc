@@ -34,6 +34,16 @@ class CliTest : public edgecost::testing::TempDirTest {
   CommandResult Edgecost(const std::string& args) {
     return Run("EDGECOST_DB='" + (dir_ / "costs.db").string() + "' " + EDGECOST_BIN + " " + args);
   }
+  // A schedule of linear at batch 2 under 20 kB, written by solve; empty if solve failed.
+  std::string SolveLinearSchedule() {
+    const std::string schedule = (dir_ / "s.json").string();
+    const CommandResult solved = Edgecost(
+        "solve --model linear --platform a72 --derivation exact --batch-size 2 --ram-budget 20kB "
+        "--runtime-budget 3x --time-limit-s 5 --out " +
+        schedule);
+    EXPECT_EQ(solved.exit_code, 0) << solved.output;
+    return solved.exit_code == 0 ? schedule : "";
+  }
   // A shell command, its stdout and stderr together.
   static CommandResult Run(const std::string& shell_command) { return edgecost::testing::RunShell(shell_command); }
 };
@@ -524,12 +534,8 @@ TEST_F(CliTest, TrainSaysWhenItsCostTableWasProfiledAtOtherThreads) {
 // A schedule file's costs edited after the solve (divided by 1000, a size set
 // to 1 byte, made negative): check and train refuse it, naming what changed.
 TEST_F(CliTest, CheckAndTrainRefuseAScheduleWhoseCostsWereEdited) {
-  const std::string schedule = (dir_ / "s.json").string();
-  ASSERT_EQ(Edgecost("solve --model linear --platform a72 --derivation exact --batch-size 2 --ram-budget 20kB "
-                     "--runtime-budget 3x --time-limit-s 5 --out " +
-                     schedule)
-                .exit_code,
-            0);
+  const std::string schedule = SolveLinearSchedule();
+  ASSERT_FALSE(schedule.empty());
   ASSERT_EQ(Edgecost("check " + schedule).exit_code, 0);
   std::ifstream in(schedule);
   const nlohmann::json solved = nlohmann::json::parse(in);
@@ -565,12 +571,8 @@ TEST_F(CliTest, CheckAndTrainRefuseAScheduleWhoseCostsWereEdited) {
 // A schedule written by solve runs for real; a tampered copy is refused before anything runs;
 // the run is listed by `runs`.
 TEST_F(CliTest, TrainRunsAScheduleAndRefusesATamperedOne) {
-  const std::string schedule = (dir_ / "s.json").string();
-  ASSERT_EQ(Edgecost("solve --model linear --platform a72 --derivation exact --batch-size 2 --ram-budget 20kB "
-                     "--runtime-budget 3x --time-limit-s 5 --out " +
-                     schedule)
-                .exit_code,
-            0);
+  const std::string schedule = SolveLinearSchedule();
+  ASSERT_FALSE(schedule.empty());
   const CommandResult run = Edgecost("train --model linear --batch-size 2 --schedule " + schedule +
                                      " --steps 3 --verify --threads 1 --paging-dir " + (dir_ / "paging").string());
   ASSERT_EQ(run.exit_code, 0) << run.output;
