@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdint>
+#include <cstring>
 #include <filesystem>
 
 #include <google/protobuf/io/coded_stream.h>
@@ -145,10 +147,14 @@ std::string GraphHash(const v1::TrainingGraph& graph) {
 
 namespace {
 
-// Bytes of numbers in a fixed layout: equal numbers give equal hashes, on every machine edgecost runs on.
+// A number's 8 bytes, least significant first whatever the machine's byte
+// order, so that a schedule file hashes alike wherever it is checked.
 template <typename T>
 void Append(std::string& bytes, T value) {
-  bytes.append(reinterpret_cast<const char*>(&value), sizeof value);
+  static_assert(sizeof(T) == 8);
+  uint64_t bits = 0;
+  std::memcpy(&bits, &value, sizeof bits);
+  for (int i = 0; i < 8; ++i) bytes.push_back(static_cast<char>(bits >> (8 * i)));
 }
 
 }  // namespace
