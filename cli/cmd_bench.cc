@@ -1,6 +1,7 @@
 #include <iostream>
 
 #include "bench/daemon_bench.h"
+#include "bench/predict_bench.h"
 #include "bench/probes_bench.h"
 #include "bench/profiler_bench.h"
 #include "bench/solver_bench.h"
@@ -77,6 +78,28 @@ void RegisterBenchCommand(CLI::App& app, Context& ctx) {
   train->add_option("--python", train_options->python, "Python with PyTorch")->capture_default_str();
   train->callback([train_options, &ctx] {
     const Status status = service::RunTrainBenchmark(std::cout, *train_options);
+    ctx.exit_code = status.ok() ? kExitOk : Failure(status);
+  });
+
+  auto predict_options = std::make_shared<service::PredictBenchOptions>();
+  CLI::App* predict = bench->add_subcommand(
+      "predict", "Predicted against measured per model, thread count and schedule: step time, process RSS, energy");
+  predict->add_option("--models", predict_options->models, "Zoo models, or models tests/graph/export_models.py exports")
+      ->delimiter(',')
+      ->capture_default_str();
+  predict->add_option("--threads", predict_options->threads, "Thread counts (0: all cores)")
+      ->delimiter(',')
+      ->capture_default_str();
+  predict->add_option("--batch-size", predict_options->batch_size, "Batch size")->capture_default_str();
+  predict->add_option("--steps", predict_options->steps, "Steps per case")
+      ->capture_default_str()
+      ->check(CLI::Range(2, 100000));
+  predict->add_option("--python", predict_options->python, "Python with PyTorch, for the exports")
+      ->capture_default_str();
+  predict->footer(
+      "Examples:\n  edgecost bench predict\n  edgecost bench predict --models resnet18_cifar --threads 1 --steps 20");
+  predict->callback([predict_options, &ctx] {
+    const Status status = service::RunPredictBenchmark(std::cout, *predict_options);
     ctx.exit_code = status.ok() ? kExitOk : Failure(status);
   });
 
