@@ -11,6 +11,7 @@
 
 #include "base/units.h"
 #include "graph/zoo.h"
+#include "profiler/measure.h"
 #include "service/profile_job.h"
 #include "service/train_job.h"
 
@@ -49,13 +50,6 @@ std::string Error(double measured, double predicted, std::vector<double>* errors
   std::ostringstream out;
   out << std::showpos << std::fixed << std::setprecision(1) << 100 * error << "%";
   return out.str();
-}
-
-double Median(std::vector<double> values) {
-  if (values.empty()) return 0;
-  std::sort(values.begin(), values.end());
-  const size_t n = values.size();
-  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
 }
 
 }  // namespace
@@ -140,14 +134,14 @@ Status RunPredictBenchmark(std::ostream& out, const PredictBenchOptions& options
     return text.str();
   };
   if (!time_errors.empty()) {
-    const double time_median = Median(time_errors);
+    const double time_median = profiler::Summarize(time_errors).median_s;
     const double time_worst = *std::max_element(time_errors.begin(), time_errors.end());
     out << "\nstep time: median |error| " << percent(time_median) << ", worst " << percent(time_worst)
         << "   target <= 5% median and <= 10% every case: "
         << (time_median <= 0.05 && time_worst <= 0.10 ? "reached" : "NOT reached") << "\n";
   }
   if (!rss_errors.empty()) {
-    const double rss_median = Median(rss_errors);
+    const double rss_median = profiler::Summarize(rss_errors).median_s;
     out << "process memory: median |error| " << percent(rss_median)
         << "   target <= 5%: " << (rss_median <= 0.05 ? "reached" : "NOT reached") << "\n";
   }

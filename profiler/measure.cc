@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <tuple>
 #include <cstdio>
 #include <numeric>
 
@@ -93,19 +94,13 @@ RuntimeSummary Summarize(std::vector<double> samples_s) {
   s.repetitions = static_cast<uint32_t>(n);
   if (n == 0) return s;
   std::sort(samples_s.begin(), samples_s.end());
-  s.median_s = n % 2 ? samples_s[n / 2] : 0.5 * (samples_s[n / 2 - 1] + samples_s[n / 2]);
+  s.median_s = MedianOfSorted(samples_s, 0, n);
   const double mean = std::accumulate(samples_s.begin(), samples_s.end(), 0.0) / static_cast<double>(n);
   double squares = 0;
   for (double x : samples_s) squares += (x - mean) * (x - mean);
   s.stddev_s = n > 1 ? std::sqrt(squares / static_cast<double>(n - 1)) : 0.0;
   // The median lies between order statistics n/2 -+ 1.96 sqrt(n)/2 with ~95% probability.
-  const double half_width = 1.96 * std::sqrt(static_cast<double>(n)) / 2.0;
-  const double center = static_cast<double>(n) / 2.0;
-  const auto low = static_cast<size_t>(std::clamp(std::floor(center - half_width), 0.0, static_cast<double>(n - 1)));
-  const auto high =
-      static_cast<size_t>(std::clamp(std::ceil(center + half_width) - 1, 0.0, static_cast<double>(n - 1)));
-  s.ci95_low_s = samples_s[low];
-  s.ci95_high_s = samples_s[std::max(low, high)];
+  std::tie(s.ci95_low_s, s.ci95_high_s) = QuantileInterval(samples_s, 0.5);
   return s;
 }
 

@@ -1,6 +1,7 @@
 #include "profiler/node_work.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <sstream>
 
@@ -164,5 +165,11 @@ void NodeRunner::Run() {
 
 uint64_t NodeRunner::scratchpad_bytes() const { return layer_ ? layer_->scratchpad_bytes() : 0; }
 uint64_t NodeRunner::workspace_bytes() const { return layer_ ? layer_->workspace_bytes() : 0; }
+
+int OpKeyThreads(std::string_view key) {
+  constexpr std::string_view kSuffix = "/onednn/t";  // how WorkForNode ends a key
+  const size_t at = key.rfind(kSuffix);
+  return at == std::string_view::npos ? 0 : std::atoi(std::string(key.substr(at + kSuffix.size())).c_str());
+}
 
 }  // namespace edgecost::profiler

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 
 #include "base/status.h"
 #include "profiler/layers.h"
@@ -38,6 +39,8 @@ inline constexpr double kTeamMinFlops = 1e6;
 
 // The work of node `index`; `threads` enters the signature (costs differ per thread count).
 Result<NodeWork> WorkForNode(const v1::TrainingGraph& graph, int index, int threads);
+// The thread count an op key (OpSignature.key) was measured at; 0 for a key of another form.
+int OpKeyThreads(std::string_view key);
 
 // Builds the layer and returns a callable that runs the node's pass once.
 class NodeRunner {

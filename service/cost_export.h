@@ -32,7 +32,8 @@ struct ImportOptions {
 };
 
 // Records the device and its fingerprint, then every cost, in the receiving
-// database: checked whole first, then written in one transaction, all or nothing.
+// database, in one transaction: each write checks what it stores, and a failed
+// one leaves nothing of the import.
 Result<ImportSummary> ImportDevice(costdb::CostDb& db, const v1::CostExport& exported, const ImportOptions& options);
 
 }  // namespace edgecost::service

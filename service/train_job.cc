@@ -6,13 +6,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
 
 #include "base/units.h"
 #include "probes/registry.h"
+#include "profiler/node_work.h"
 #include "profiler/power_model.h"
 #include "profiler/probe_meter.h"
 #include "profiler/profile.h"
@@ -29,12 +29,11 @@
 namespace edgecost::service {
 namespace {
 
-// The thread count a measured cost table was profiled at: its op keys end in
-// "/tN". 0 when no node carries an op key (an analytic or imported table).
+// The thread count a measured cost table was profiled at, from its op keys; 0
+// when no node carries one (an analytic or imported table).
 int ProfiledThreads(const v1::CostTable& table) {
   for (const v1::NodeCost& cost : table.costs()) {
-    const size_t at = cost.op_key().rfind("/t");
-    if (at != std::string::npos) return std::atoi(cost.op_key().c_str() + at + 2);
+    if (const int threads = profiler::OpKeyThreads(cost.op_key()); threads > 0) return threads;
   }
   return 0;
 }

@@ -26,11 +26,12 @@
 #include <OsiClpSolverInterface.hpp>
 
 #include "solver/bound.h"
+#include "solver/deadline.h"
 
 namespace edgecost::solver {
 namespace {
 
-double Now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+double Now() { return SteadyNowS(); }
 
 // Columns, rows and their bounds, built up before handing them to CBC.
 class Model {

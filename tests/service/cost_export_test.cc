@@ -161,7 +161,11 @@ TEST_F(CostExport, AnExportWithANumberNoDeviceMeasuresIsRefusedWhole) {
       {"energy_j", [](v1::CostExport& e) { e.mutable_op_costs(1)->set_energy_j(-1); }},
       {"median_s",
        [](v1::CostExport& e) { e.mutable_op_costs(1)->mutable_runtime()->set_median_s(HUGE_VAL); }},
-      {"page_in_power_w", [](v1::CostExport& e) { e.mutable_paging()->set_page_in_power_w(-3); }},
+      {"page_in_power_w",
+       [](v1::CostExport& e) {
+         e.mutable_paging()->set_storage_path("/mnt/sd");
+         e.mutable_paging()->set_page_in_power_w(-3);
+       }},
   };
   auto host = costdb::CostDb::Open((dir_ / "host.db").string());
   ASSERT_TRUE(host.ok());

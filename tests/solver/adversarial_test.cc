@@ -8,6 +8,7 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,7 @@
 #include "graph/cost_source.h"
 #include "graph/resolve.h"
 #include "solver/heuristics.h"
+#include "solver/simulator.h"
 #include "solver/solve.h"
 
 namespace edgecost::solver {
@@ -84,13 +86,16 @@ TEST(Adversarial, EveryHeuristicReturnsByItsDeadline) {
     Problem p = Base();
     adversary.poison(p);
     const Deadline soon{SteadyNowS() + 0.5};
-    (void)Greedy(p, soon);
-    (void)GreedyWithExchanges(p, soon, soon);
-    (void)CheckpointAll(p);
-    (void)PagingOnly(p);
-    (void)SqrtCheckpointing(p);
-    (void)Revolve(p);
-    (void)MinFeasibleRam(p, soon);
+    // What a search cut short returns is its plan with that plan's own replay, not a stale one.
+    for (const std::optional<Candidate>& c :
+         {Greedy(p, soon), GreedyWithExchanges(p, soon, soon), std::optional<Candidate>(CheckpointAll(p)),
+          std::optional<Candidate>(PagingOnly(p)), SqrtCheckpointing(p), Revolve(p)}) {
+      if (!c) continue;
+      const Replay again = Simulate(p, c->plan);
+      EXPECT_EQ(again.valid, c->replay.valid);
+      EXPECT_EQ(again.peak_ram_bytes, c->replay.peak_ram_bytes);
+    }
+    EXPECT_TRUE(MinFeasibleRam(p, soon).ok());
   }
 }
 
@@ -105,6 +110,11 @@ TEST(Adversarial, EveryStrategyReturnsWithinItsTimeLimit) {
       options.time_limit_s = 1;
       const auto schedule = Solve(p, options);
       ASSERT_TRUE(schedule.ok()) << schedule.status().message();
+      const bool has_schedule = schedule->status() == v1::Schedule::STATUS_OPTIMAL ||
+                                schedule->status() == v1::Schedule::STATUS_FEASIBLE;
+      if (has_schedule) {
+        EXPECT_TRUE(Simulate(p, *schedule).valid);
+      }
     }
   }
 }
