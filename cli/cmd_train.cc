@@ -83,17 +83,20 @@ void PrintRun(const service::TrainJobResult& result) {
   if (run.peak_rss_bytes() > 0) {
     const auto bytes = [](uint64_t b) { return FormatBytes(static_cast<double>(b)); };
     const uint64_t added = run.peak_rss_bytes() - std::min(run.peak_rss_bytes(), run.unbuilt_rss_bytes());
-    const uint64_t above = run.peak_rss_bytes() - std::min(run.peak_rss_bytes(), run.baseline_rss_bytes());
+    const uint64_t tensors = run.predicted_process_bytes() - run.predicted_runtime_bytes();
     table.AddRow({"process peak", bytes(run.predicted_process_bytes()), bytes(added),
                   "peak RSS " + bytes(run.peak_rss_bytes()) +
                       (run.peak_since_baseline() ? " (VmHWM over the steps)" : " (VmHWM since the process started)") +
                       " - RSS " + bytes(run.unbuilt_rss_bytes()) + " before the executor was built, error " +
-                      Percent(static_cast<double>(added), static_cast<double>(run.predicted_process_bytes())) +
-                      "; predicted: parameters, gradients, workspace " + bytes(run.layer_state_bytes()) +
-                      " and peak activations"});
-    table.AddRow({"above baseline", bytes(run.predicted_peak_bytes()), bytes(above),
-                  "peak RSS - RSS " + bytes(run.baseline_rss_bytes()) +
-                      " right before step 1 (everything built); predicted: the peak activations"});
+                      Percent(static_cast<double>(added), static_cast<double>(run.predicted_process_bytes()))});
+    table.AddRow({"  tensors", bytes(tensors), "",
+                  "parameters and gradients, layer state " + bytes(run.layer_state_bytes()) + ", arena " +
+                      bytes(run.arena_bytes()) + " (the schedule's layout of its activations)"});
+    table.AddRow({"  kernels, allocator", run.runtime_bytes_from_run() ? bytes(run.predicted_runtime_bytes()) : "-",
+                  bytes(run.runtime_bytes()),
+                  "oneDNN's JIT code and library pages, the heap's overhead" +
+                      (run.runtime_bytes_from_run() ? ", predicted from run #" + std::to_string(run.runtime_bytes_from_run())
+                                                    : std::string(", unknown before a first run"))});
   }
   if (run.page_outs() + run.page_ins() > 0) {
     table.AddRow({"paging", FormatSeconds(run.predicted_paging_s()),

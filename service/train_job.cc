@@ -310,9 +310,30 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
   run.set_energy_probe(meter->Name());
 
   // The step memory model's whole step: what the executor holds outside the arena (SGD keeps no
-  // optimizer state) and the arena's predicted peak.
-  run.set_predicted_process_bytes(executor->param_bytes() + executor->grad_param_bytes() +
-                                  executor->layer_state_bytes() + run.predicted_peak_bytes());
+  // optimizer state), the arena's region under the schedule's layout, and what kernels and the
+  // allocator added in the latest earlier run like this one (measured, not modelled).
+  const uint64_t tensor_bytes =
+      executor->param_bytes() + executor->grad_param_bytes() + executor->layer_state_bytes() +
+      train::LayOut(executor->node_bytes(), executor->preds(), plan ? *plan : train::PlainPlan(executor->preds()))
+          .region_bytes;
+  run.set_arena_bytes(tensor_bytes - executor->param_bytes() - executor->grad_param_bytes() -
+                      executor->layer_state_bytes());
+  if (Result<std::vector<v1::TrainRun>> earlier = db.ListTrainRuns(graph.model(), 50); earlier.ok()) {
+    for (auto it = earlier->rbegin(); it != earlier->rend(); ++it) {
+      if (it->device() == run.device() && it->batch_size() == run.batch_size() && it->threads() == run.threads() &&
+          it->runtime_bytes() > 0) {
+        run.set_predicted_runtime_bytes(it->runtime_bytes());
+        run.set_runtime_bytes_from_run(it->id());
+        break;
+      }
+    }
+  }
+  if (run.runtime_bytes_from_run() == 0) {
+    result.notes.push_back(
+        "the process peak is predicted without the kernels' code and the allocator's overhead: no earlier run of "
+        "this model at this batch and thread count on this device measured them (this one does)");
+  }
+  run.set_predicted_process_bytes(tensor_bytes + run.predicted_runtime_bytes());
 
   // The steps. The high-water mark restarts at the baseline, so the peak is theirs.
   const int n = graph.nodes_size();
@@ -375,6 +396,9 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
   EC_ASSIGN_OR_RETURN(double energy_end_j, meter->EnergyJ());
   const double energy_interval_s = NowS() - energy_start_s;
   run.set_peak_rss_bytes(static_cast<uint64_t>(std::max<int64_t>(0, ProcStatusBytes("VmHWM"))));
+  if (run.peak_rss_bytes() > run.unbuilt_rss_bytes() + tensor_bytes && run.peak_since_baseline()) {
+    run.set_runtime_bytes(run.peak_rss_bytes() - run.unbuilt_rss_bytes() - tensor_bytes);
+  }
 
   std::vector<double> runtimes, waits, cpus;
   std::vector<uint64_t> outs, ins;

@@ -24,6 +24,10 @@ Status Unimplemented(std::string message) { return Status(ErrorCode::kUnimplemen
 
 double NowS() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
+bool SamePlan(const solver::Plan& a, const solver::Plan& b) {
+  return a.compute == b.compute && a.resident == b.resident && a.page_in == b.page_in && a.page_out == b.page_out;
+}
+
 double ThreadCpuS() {
   timespec t{};
   ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
@@ -155,6 +159,10 @@ struct Executor::State {
   std::unique_ptr<Pager> pager_storage;  // started at the first schedule that pages
   Pager* pager = nullptr;                // this step's: null when its plan does not page
   solver::Plan plain;
+  // The last plan stepped, its memory walk and its arena layout: laid out once per schedule.
+  std::optional<solver::Plan> laid_out;
+  PlannedMemory planned;
+  ArenaLayout layout;
   Batch batch;
   std::vector<std::pair<int, int>> trained;  // (forward node, parameter index)
   int input_node = -1, loss_node = -1;
@@ -619,8 +627,13 @@ Result<StepStats> Executor::Step(const solver::Plan* plan_or_null) {
     EC_ASSIGN_OR_RETURN(s.pager_storage, Pager::Start(options_.paging_dir, *s.arena, s.origin_s));
   }
   s.pager = pages ? s.pager_storage.get() : nullptr;
-  const PlannedMemory planned = PlanMemory(bytes_, preds_, plan);
-  EC_RETURN_IF_ERROR(s.arena->BeginStep(static_cast<uint64_t>(planned.peak_bytes)));
+  if (!s.laid_out || !SamePlan(*s.laid_out, plan)) {
+    s.planned = PlanMemory(bytes_, preds_, plan);
+    s.layout = LayOut(bytes_, preds_, plan);
+    s.laid_out = plan;
+  }
+  const PlannedMemory& planned = s.planned;
+  EC_RETURN_IF_ERROR(s.arena->BeginStep(s.layout));
   if (s.pager) {
     s.pager->TakeStats();
     s.pager->TakeEvents();

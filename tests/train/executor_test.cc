@@ -231,6 +231,10 @@ TEST_F(ExecutorTest, FiftyRandomHeuristicSchedulesGiveThePlainGradients) {
       const solver::Plan plan = solver::BuildPlan(problem, policies);
       const solver::Replay replay = solver::Simulate(problem, plan);
       ASSERT_TRUE(replay.valid) << replay.violation;
+      // The arena lays every buffer out before the step (and refuses one over a live one while it runs).
+      const ArenaLayout layout = LayOut(e->node_bytes(), e->preds(), plan);
+      EXPECT_EQ(layout.peak_bytes, static_cast<uint64_t>(replay.peak_ram_bytes));
+      EXPECT_GE(layout.region_bytes, layout.peak_bytes);
       ExpectSameGradients(*e, plan, plain, forward.model() + " random schedule " + std::to_string(i));
       auto stats = e->Step(&plan);
       ASSERT_TRUE(stats.ok());
@@ -243,6 +247,41 @@ TEST_F(ExecutorTest, FiftyRandomHeuristicSchedulesGiveThePlainGradients) {
   EXPECT_EQ(checked, 50);
   EXPECT_GT(paged, 10);
   EXPECT_GT(recomputed, 10);
+}
+
+// Laid out largest first, the arena's region stays close to the planned peak: what the
+// process holds for activations is what the solver budgeted, not several times it.
+TEST_F(ExecutorTest, ArenaRegionIsThePlannedPeakWithLittleFragmentation) {
+  for (const char* name : {"resnet18_cifar", "linear", "vgg16_cifar"}) {
+    auto forward = graph::BuildZooModel(name, 2);
+    ASSERT_TRUE(forward.ok()) << name;
+    const v1::TrainingGraph graph = Exact(*forward);
+    const int n = graph.nodes_size();
+    std::vector<int64_t> bytes(static_cast<size_t>(n));
+    std::vector<std::vector<int>> preds(static_cast<size_t>(n));
+    for (int v = 0; v < n; ++v) {
+      bytes[static_cast<size_t>(v)] = static_cast<int64_t>(graph.nodes(v).output_bytes());
+      for (uint32_t u : graph.nodes(v).inputs()) {
+        auto& p = preds[static_cast<size_t>(v)];
+        if (std::find(p.begin(), p.end(), static_cast<int>(u)) == p.end()) p.push_back(static_cast<int>(u));
+      }
+    }
+    const ArenaLayout plain = LayOut(bytes, preds, PlainPlan(preds));
+    const solver::Problem problem = ProblemFor(graph, int64_t{1} << 40, 1000);
+    auto sqrt = solver::Solve(problem, {.strategy = "sqrt"});
+    ASSERT_TRUE(sqrt.ok()) << sqrt.status().message();
+    const solver::Plan checkpoints = solver::PlanFromStages(*sqrt, n);
+    for (const ArenaLayout& layout : {plain, LayOut(bytes, preds, checkpoints)}) {
+      EXPECT_GE(layout.region_bytes, layout.peak_bytes) << name;
+      EXPECT_LE(static_cast<double>(layout.region_bytes), 1.1 * static_cast<double>(layout.peak_bytes) + 4096)
+          << name << ": region " << layout.region_bytes << " B for a peak of " << layout.peak_bytes << " B";
+      for (int v = 0; v < n; ++v) {  // every execution of a node has its place
+        if (bytes[static_cast<size_t>(v)] > 0) {
+          EXPECT_FALSE(layout.offsets[static_cast<size_t>(v)].empty()) << name;
+        }
+      }
+    }
+  }
 }
 
 TEST_F(ExecutorTest, PagingWritesRealFilesAndRemovesThem) {
