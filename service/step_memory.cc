@@ -19,12 +19,20 @@ std::string Bytes(uint64_t bytes) {
   return FormatBytes(static_cast<double>(bytes)) + " (" + std::to_string(bytes) + " B)";
 }
 
+// Solves, --compare and the daemon ask again for the same graph: its layers are built once.
+std::mutex built_mutex;
+std::map<std::string, v1::StepMemory> built;
+
 }  // namespace
 
+bool LayersBuiltBefore(const v1::TrainingGraph& graph) {
+  std::lock_guard lock(built_mutex);
+  auto it = built.find(graph::GraphHash(graph));
+  return it != built.end() && it->second.executor_known();
+}
+
 v1::StepMemory StepMemoryOf(const v1::TrainingGraph& graph, bool build_large) {
-  // Solves, --compare and the daemon ask again for the same graph: its layers are built once.
-  static std::mutex mutex;
-  static std::map<std::string, v1::StepMemory> built;
+  std::mutex& mutex = built_mutex;
   const std::string key = graph::GraphHash(graph);
   {
     std::lock_guard lock(mutex);

@@ -23,6 +23,10 @@ inline constexpr uint64_t kMaxLayersBuiltUnasked = uint64_t{32} << 20;
 // and says what is unknown. Figures are kept per graph for the process.
 v1::StepMemory StepMemoryOf(const v1::TrainingGraph& graph, bool build_large = false);
 
+// Whether this process built `graph`'s layers before (StepMemoryOf): their kernels' code is then
+// resident already, and a training step adds less to the process than in a fresh one.
+bool LayersBuiltBefore(const v1::TrainingGraph& graph);
+
 // The activation budget that leaves a whole-process budget of `device_ram_bytes`
 // for the step's fixed parts; refused when they alone reach it.
 Result<uint64_t> ActivationBudget(const v1::StepMemory& memory, uint64_t device_ram_bytes);

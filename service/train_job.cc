@@ -19,6 +19,7 @@
 #include "service/cost_tables.h"
 #include "service/models.h"
 #include "service/profile_job.h"
+#include "service/step_memory.h"
 #include "solver/solve.h"
 #include "train/arena.h"
 #include "train/data.h"
@@ -237,6 +238,7 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
   // Heap pages freed by earlier work (a solve) go back to the kernel first, so that what the
   // executor allocates shows as resident growth instead of reusing them unseen.
   malloc_trim(0);
+  const bool kernels_warm = LayersBuiltBefore(graph);
   const int64_t unbuilt_rss = ProcStatusBytes("VmRSS");
   EC_ASSIGN_OR_RETURN(std::unique_ptr<train::Executor> executor, train::Executor::Create(graph, executor_options));
   train::DataSource data = train::DataSource::Synthetic(executor->input_elements(), executor->label_rows(),
@@ -258,6 +260,7 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
   run.set_lr(options.lr);
   run.set_data(data.Describe());
   run.set_layer_state_bytes(executor->layer_state_bytes());
+  run.set_kernels_warm(kernels_warm);
   if (table) run.set_cost_source(table->cost_source());
   if (const int profiled = table ? ProfiledThreads(*table) : 0; profiled > 0 && profiled != threads) {
     result.notes.push_back("the cost table was profiled at " + std::to_string(profiled) + " thread(s) and this run " +
@@ -321,7 +324,7 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
   if (Result<std::vector<v1::TrainRun>> earlier = db.ListTrainRuns(graph.model(), 50); earlier.ok()) {
     for (auto it = earlier->rbegin(); it != earlier->rend(); ++it) {
       if (it->device() == run.device() && it->batch_size() == run.batch_size() && it->threads() == run.threads() &&
-          it->runtime_bytes() > 0) {
+          it->kernels_warm() == kernels_warm && it->runtime_bytes() > 0) {
         run.set_predicted_runtime_bytes(it->runtime_bytes());
         run.set_runtime_bytes_from_run(it->id());
         break;
@@ -331,7 +334,8 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
   if (run.runtime_bytes_from_run() == 0) {
     result.notes.push_back(
         "the process peak is predicted without the kernels' code and the allocator's overhead: no earlier run of "
-        "this model at this batch and thread count on this device measured them (this one does)");
+        "this model at this batch and thread count on this device" +
+        std::string(kernels_warm ? ", after a solve in the same process," : "") + " measured them (this one does)");
   }
   run.set_predicted_process_bytes(tensor_bytes + run.predicted_runtime_bytes());
 
