@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include <google/protobuf/util/json_util.h>
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "costdb/costdb.h"
@@ -185,7 +186,9 @@ TEST_F(TrainJobTest, InStepTimesBecomeACostTableTheSolverPlansWith) {
   profile.accept_noisy = true;  // about in-step costs, not about how quiet the machine is
   ASSERT_TRUE(RunProfileJob(profile, nullptr, nullptr, [](const std::string&) {}).ok());
 
-  auto trained = Run(Options());  // the plain step, predicted from the measured table
+  TrainJobOptions options = Options();  // the plain step, predicted from the measured table
+  options.accept_noisy = true;          // about in-step costs, not about how quiet the machine is
+  auto trained = Run(options);
   ASSERT_TRUE(trained.ok()) << trained.status().message();
   EXPECT_EQ(trained->run.cost_source(), "measured");
   EXPECT_EQ(trained->run.strategy(), "plain");
@@ -216,6 +219,149 @@ TEST_F(TrainJobTest, InStepTimesBecomeACostTableTheSolverPlansWith) {
   auto solved = SolveRequest(&*db, solve);
   ASSERT_TRUE(solved.ok()) << solved.status().message();
   EXPECT_EQ(solved->table.cost_source(), kMeasuredInStepSource);
+}
+
+// What the scheduler did to each step, scripted: the run-queue wait of step k's threads.
+class ScriptedWatch : public profiler::InterferenceWatch {
+ public:
+  explicit ScriptedWatch(std::vector<double> waits_s) : waits_s_(std::move(waits_s)) {}
+  Status BeginWindow() override { return Status::Ok(); }
+  Result<double> WaitSinceLastS() override { return 0.0; }
+  Result<v1::Interference> EndWindow(double) override {
+    v1::Interference out;
+    out.set_watched(true);
+    out.set_run_queue_wait_s(step_ < waits_s_.size() ? waits_s_[step_] : 0.0);
+    ++step_;
+    return out;
+  }
+
+ private:
+  std::vector<double> waits_s_;
+  size_t step_ = 0;
+};
+
+TEST(JudgeStep, TheProfilersSignalsDisturbAStep) {
+  v1::Interference quiet;
+  quiet.set_watched(true);
+  EXPECT_TRUE(JudgeStep(quiet, 0.01, 0.01, false).clean);
+
+  v1::Interference waited = quiet;
+  waited.set_run_queue_wait_s(0.0001);  // 1% of a 10 ms step: under the profiler's 2%
+  EXPECT_TRUE(JudgeStep(waited, 0.01, 0.01, false).clean);
+  waited.set_run_queue_wait_s(0.004);
+  const profiler::Verdict verdict = JudgeStep(waited, 0.01, 0.01, false);
+  EXPECT_FALSE(verdict.clean);
+  EXPECT_EQ(verdict.reason, "its threads waited 4.00 ms for a CPU (40% of the step): another task ran on its cores");
+
+  v1::Interference stolen = quiet;
+  stolen.set_steal_fraction(0.05);
+  EXPECT_THAT(JudgeStep(stolen, 0.01, 0.01, true).reason, ::testing::HasSubstr("took 5% of the CPUs (steal time)"));
+
+  v1::Interference unwatched;  // no schedstat: a preemption is all there is
+  unwatched.set_involuntary_switches(2);
+  EXPECT_THAT(JudgeStep(unwatched, 0.01, 0.01, false).reason, ::testing::HasSubstr("preempted 2 times"));
+
+  // Other tasks on the CPUs disturb a team, over a window long enough for /proc/stat's ticks; not one thread.
+  v1::Interference shared = quiet;
+  shared.set_other_cpu_cores(1.5);
+  EXPECT_FALSE(JudgeStep(shared, 0.2, 0.2, false).clean);
+  EXPECT_TRUE(JudgeStep(shared, 0.2, 0.2, true).clean);
+  EXPECT_TRUE(JudgeStep(shared, 0.002, 0.002, false).clean);
+}
+
+TEST(SelectSteps, TheMedianLeavesDisturbedStepsOutWhenEnoughAreClean) {
+  StepSelection none = SelectSteps({false, false, false});
+  EXPECT_EQ(none.median_of, (std::vector<size_t>{0, 1, 2}));
+  EXPECT_FALSE(none.run_disturbed);
+  EXPECT_FALSE(none.undisturbed_only);
+
+  StepSelection few = SelectSteps({false, true, false, false, true});
+  EXPECT_EQ(few.median_of, (std::vector<size_t>{0, 2, 3}));
+  EXPECT_EQ(few.disturbed_steps, 2u);
+  EXPECT_TRUE(few.undisturbed_only);
+  EXPECT_FALSE(few.run_disturbed);
+
+  // Most disturbed: the run is; with 3 clean steps the median is still theirs.
+  StepSelection most = SelectSteps({true, false, true, false, true, false, true});
+  EXPECT_TRUE(most.run_disturbed);
+  EXPECT_EQ(most.median_of, (std::vector<size_t>{1, 3, 5}));
+
+  // Too few clean steps to stand alone: the median is of all, and says so through undisturbed_only.
+  StepSelection all = SelectSteps({true, true, false, true});
+  EXPECT_TRUE(all.run_disturbed);
+  EXPECT_FALSE(all.undisturbed_only);
+  EXPECT_EQ(all.median_of.size(), 4u);
+  // Half is not most; one step alone decides.
+  EXPECT_FALSE(SelectSteps({true, false}).run_disturbed);
+  EXPECT_TRUE(SelectSteps({true}).run_disturbed);
+}
+
+// A run on a busy machine (scripted: the threads of most steps waited for a
+// CPU) is stored marked, with a warning, and leaves no measured-in-step costs
+// unless accepted as noisy; a few disturbed steps are left out of the median.
+TEST_F(TrainJobTest, ARunOnABusyMachineIsMarkedAndItsInStepCostsAreNotStored) {
+  ProfileJobOptions profile;
+  profile.db_path = Db();
+  profile.graph.model_or_file = "linear";
+  profile.graph.batch_size = 2;
+  profile.graph.derivation = graph::Derivation::kExact;
+  profile.threads = 1;
+  profile.paging_dir = PagingDir();
+  profile.min_window_s = 0.002;
+  profile.accept_noisy = true;
+  ASSERT_TRUE(RunProfileJob(profile, nullptr, nullptr, [](const std::string&) {}).ok());
+
+  // Steps 2..5: the first warms up; 3 of the 4 after it waited 1 s for a CPU each.
+  ScriptedWatch busy({0, 1.0, 0, 1.0, 1.0});
+  TrainJobOptions options = Options();
+  options.steps = 5;
+  options.watch = &busy;
+  auto noisy = Run(options);
+  ASSERT_TRUE(noisy.ok()) << noisy.status().message();
+  const v1::TrainRun& run = noisy->run;
+  EXPECT_TRUE(run.disturbed());
+  EXPECT_EQ(run.disturbed_steps(), 3u);
+  EXPECT_EQ(run.median_steps(), 4u);  // one clean step is too few to stand alone
+  EXPECT_THAT(run.disturbance(), ::testing::HasSubstr("3 of 4 steps after the first were disturbed (step 2: its "
+                                                      "threads waited 1.00 s for a CPU"));
+  EXPECT_TRUE(run.step_stats(1).disturbed());
+  EXPECT_FALSE(run.step_stats(2).disturbed());
+  EXPECT_DOUBLE_EQ(run.step_stats(3).interference().run_queue_wait_s(), 1.0);
+  EXPECT_GT(noisy->run_id, 0);  // the record is kept, marked
+  EXPECT_EQ(noisy->in_step_table_id, 0);
+  EXPECT_THAT(noisy->notes, ::testing::Contains(::testing::HasSubstr("no measured-in-step costs: most steps were "
+                                                                     "disturbed (--accept-noisy stores them)")));
+  EXPECT_THAT(DisturbedRunWarning(run, false),
+              ::testing::HasSubstr("no measured-in-step costs are stored from it (--accept-noisy stores them)"));
+  EXPECT_EQ(DisturbedRunWarning(v1::TrainRun(), false), "");
+  auto db = costdb::CostDb::Open(Db(), costdb::OpenMode::kReadOnly);
+  ASSERT_TRUE(db.ok());
+  auto stored = db->GetTrainRun(noisy->run_id);
+  ASSERT_TRUE(stored.ok());
+  EXPECT_TRUE(stored->disturbed());
+  EXPECT_EQ(stored->disturbance(), run.disturbance());
+
+  ScriptedWatch again({0, 1.0, 0, 1.0, 1.0});
+  options.watch = &again;
+  options.accept_noisy = true;
+  auto accepted = Run(options);
+  ASSERT_TRUE(accepted.ok()) << accepted.status().message();
+  EXPECT_TRUE(accepted->run.disturbed());
+  EXPECT_GT(accepted->in_step_table_id, 0);
+
+  // One disturbed step of 6: the run is not disturbed, and its median is of the 5 others.
+  ScriptedWatch once({0, 0, 0, 1.0, 0, 0, 0});
+  options.steps = 7;
+  options.watch = &once;
+  options.accept_noisy = false;
+  auto quiet = Run(options);
+  ASSERT_TRUE(quiet.ok()) << quiet.status().message();
+  EXPECT_FALSE(quiet->run.disturbed());
+  EXPECT_EQ(quiet->run.disturbed_steps(), 1u);
+  EXPECT_EQ(quiet->run.median_steps(), 5u);
+  EXPECT_GT(quiet->in_step_table_id, 0);
+  EXPECT_THAT(quiet->notes, ::testing::Contains(::testing::HasSubstr("the step time is the median of the 5 "
+                                                                     "undisturbed ones")));
 }
 
 }  // namespace
