@@ -539,17 +539,25 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
     } else if (measured && options.steps >= 2) {
       v1::CostTable in_step = *table;
       in_step.set_cost_source(kMeasuredInStepSource);
+      const double step_power_w = run.runtime_s() > 0 ? run.energy_j() / run.runtime_s() : 0;
       for (const v1::NodeTime& t : run.nodes()) {
         v1::NodeCost& c = *in_step.mutable_costs(static_cast<int>(t.node()));
-        // Energy follows the runtime: the isolated op's energy scaled by in-step over isolated time.
-        if (c.runtime_s() > 0) c.set_compute_j(c.compute_j() * t.runtime_s() / c.runtime_s());
+        if (c.runtime_s() > 0) {
+          // Energy follows the runtime at the op's own power: scaled by in-step over isolated time.
+          c.set_compute_j(c.compute_j() * t.runtime_s() / c.runtime_s());
+        } else {
+          // No kernel measured alone (the input's copy), yet it takes step time: at the step's power, so
+          // that the nodes' energies add up to the step's as their times add up to its time.
+          c.set_compute_j(step_power_w * t.runtime_s());
+        }
         c.set_runtime_s(t.runtime_s());
       }
       in_step.set_note("runtimes are medians inside real training steps (training run #" +
                        std::to_string(result.run_id) + ", " + std::to_string(run.median_steps()) +
                        (selection.undisturbed_only ? " undisturbed" : "") + " steps" +
                        (run.disturbed() ? ", most steps disturbed, accepted as noisy" : "") +
-                       "); energies are the measured ones scaled by in-step over isolated time");
+                       "); energies are the measured ones scaled by in-step over isolated time (a node never measured "
+                       "alone: the step's power times its time)");
       EC_ASSIGN_OR_RETURN(result.in_step_table_id, db.PutCostTable(in_step));
     } else if (!measured) {
       result.notes.push_back("no measured-in-step costs: they are kept for measured cost tables only");

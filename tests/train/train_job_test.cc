@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <tuple>
 
 #include <google/protobuf/util/json_util.h>
 #include <gmock/gmock.h>
@@ -362,6 +363,96 @@ TEST_F(TrainJobTest, ARunOnABusyMachineIsMarkedAndItsInStepCostsAreNotStored) {
   EXPECT_GT(quiet->in_step_table_id, 0);
   EXPECT_THAT(quiet->notes, ::testing::Contains(::testing::HasSubstr("the step time is the median of the 5 "
                                                                      "undisturbed ones")));
+}
+
+// Energy that sums (issue 27): a fake hwmon board whose rails draw a known,
+// constant power (VDD_IN 4 W with VDD_CPU 1.5 W inside it, VDD_DDR 0.5 W beside
+// it: 4.5 W in all) profiles and trains the zoo's linear model. Every op's
+// energy over its runtime, and the step's energy over the step's time, must be
+// that power: then the per-op energies of the step's nodes add up to the step's
+// energy exactly as their times add up to its time, whatever the times were.
+// Times themselves are not asserted.
+TEST_F(TrainJobTest, PerOpEnergiesAddUpToTheStepsMeasuredEnergy) {
+  constexpr double kPowerW = 4.5;  // the top-level rails; VDD_CPU is inside VDD_IN, not added
+  const std::filesystem::path chip = dir_ / "sys/class/hwmon/hwmon0";
+  std::filesystem::create_directories(chip);
+  std::ofstream(chip / "name") << "fakeboard\n";
+  for (const auto& [n, label, microwatts] : std::vector<std::tuple<int, std::string, long>>{
+           {1, "VDD_IN", 4000000}, {2, "VDD_CPU", 1500000}, {3, "VDD_DDR", 500000}}) {
+    std::ofstream(chip / ("power" + std::to_string(n) + "_input")) << microwatts << "\n";
+    std::ofstream(chip / ("power" + std::to_string(n) + "_label")) << label << "\n";
+  }
+  const std::string config = (dir_ / "probes.toml").string();
+  std::ofstream(config) << "[probes]\nsysfs_root = \"" << (dir_ / "sys").string()
+                        << "\"\nnested_rails = { VDD_CPU = \"VDD_IN\" }\n";
+
+  ProfileJobOptions profile;
+  profile.db_path = Db();
+  profile.graph.model_or_file = "linear";
+  profile.graph.batch_size = 2;
+  profile.graph.derivation = graph::Derivation::kExact;
+  profile.threads = 1;
+  profile.paging_dir = PagingDir();
+  profile.min_window_s = 0.002;
+  profile.accept_noisy = true;  // about the accounting, not about how quiet the machine is
+  profile.probes_config = config;
+  auto profiled = RunProfileJob(profile, nullptr, nullptr, [](const std::string&) {});
+  ASSERT_TRUE(profiled.ok()) << profiled.status().message();
+  ASSERT_TRUE(profiled->energy_measured) << profiled->energy_source;
+
+  TrainJobOptions options = Options();
+  options.steps = 4;
+  options.probes_config = config;
+  options.accept_noisy = true;
+  auto trained = Run(options);
+  ASSERT_TRUE(trained.ok()) << trained.status().message();
+  const v1::TrainRun& run = trained->run;
+  EXPECT_EQ(run.energy_source(), v1::ENERGY_SOURCE_INTEGRATED);
+  EXPECT_THAT(run.energy_probe(), ::testing::HasSubstr("fakeboard"));
+  ASSERT_GT(run.runtime_s(), 0);
+  // The step: the meter's power times the step's time (a sampled meter at constant power integrates exactly).
+  EXPECT_NEAR(run.energy_j() / run.runtime_s(), kPowerW, 0.01 * kPowerW);
+
+  auto db = costdb::CostDb::Open(Db());
+  ASSERT_TRUE(db.ok());
+  for (const std::string source : {profiler::kMeasuredSource, kMeasuredInStepSource}) {
+    SCOPED_TRACE(source);
+    v1::GetCostTableRequest request;
+    request.set_model("linear");
+    request.set_device("this");
+    request.set_cost_source(source);
+    request.set_batch_size(2);
+    request.set_derivation("exact");
+    auto table = ResolveCostTable(&*db, request);
+    ASSERT_TRUE(table.ok()) << table.status().message();
+    double sum_j = 0, sum_s = 0;
+    for (const v1::NodeCost& c : table->costs()) {
+      if (c.runtime_s() <= 0) continue;  // a node with no kernel of its own (the data)
+      // Each op: the same power, once per rail (not 6 W: the nested rail is not added again).
+      EXPECT_NEAR(c.compute_j() / c.runtime_s(), kPowerW, 0.01 * kPowerW) << "node " << c.node();
+      // A measured op's rails add up to it: the top-level ones, the nested one apart (the in-step
+      // table is stored without rails).
+      if (source == profiler::kMeasuredSource) {
+        double top_j = 0;
+        for (const v1::DomainEnergy& d : c.domains()) {
+          if (d.inside().empty()) top_j += d.energy_j();
+        }
+        ASSERT_EQ(c.domains_size(), 3) << "node " << c.node();
+        EXPECT_NEAR(top_j, c.compute_j(), 1e-6 * c.compute_j()) << "node " << c.node();
+      }
+      sum_j += c.compute_j();
+      sum_s += c.runtime_s();
+    }
+    ASSERT_GT(sum_s, 0);
+    // Sum over nodes against the step: the same joules per second, within 5%. The in-step
+    // table's nodes take sum_s of the step's run.runtime_s(); their energies take as much of its energy.
+    EXPECT_NEAR((sum_j / sum_s) / (run.energy_j() / run.runtime_s()), 1.0, 0.05);
+    if (source == kMeasuredInStepSource) {
+      EXPECT_NEAR(sum_j, run.energy_j() * sum_s / run.runtime_s(), 0.05 * sum_j);
+    } else {
+      EXPECT_NEAR(run.predicted_energy_j(), sum_j, 1e-9 * sum_j);  // the prediction is the table's sum
+    }
+  }
 }
 
 }  // namespace
