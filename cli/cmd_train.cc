@@ -47,6 +47,7 @@ struct TrainFlags {
   bool no_store = false;
   bool json = false;
   std::string probes_config;
+  bool accept_noisy = false;
 };
 
 std::string Percent(double measured, double predicted) {
@@ -66,12 +67,17 @@ std::string Number(double value, int digits = 4) {
   return out.str();
 }
 
-void PrintRun(const service::TrainJobResult& result) {
+void PrintRun(const service::TrainJobResult& result, bool accepted_noisy) {
   const v1::TrainRun& run = result.run;
+  if (run.disturbed()) std::cout << "WARNING        " << service::DisturbedRunWarning(run, accepted_noisy) << "\n";
   const bool predicted = !run.cost_source().empty();
   const bool estimated = run.energy_source() == v1::ENERGY_SOURCE_ESTIMATED;
   Table table({{"", Table::Align::kLeft}, {"predicted"}, {"measured"}, {"", Table::Align::kLeft}});
-  const std::string median = run.steps() > 1 ? "median of steps 2.." + std::to_string(run.steps()) : "one step";
+  std::string median = run.steps() > 1 ? "median of steps 2.." + std::to_string(run.steps()) : "one step";
+  if (run.median_steps() > 0 && run.median_steps() < run.steps() - (run.steps() > 1)) {  // disturbed ones left out
+    median = "median of the " + std::to_string(run.median_steps()) + " undisturbed of steps " +
+             (run.steps() > 1 ? "2.." : "1..") + std::to_string(run.steps());
+  }
   table.AddRow({"step time", predicted ? FormatSeconds(run.predicted_runtime_s()) : "-", FormatSeconds(run.runtime_s()),
                 median + (predicted ? ", error " + Percent(run.runtime_s(), run.predicted_runtime_s()) : "")});
   table.AddRow({"peak activations", FormatBytes(static_cast<double>(run.predicted_peak_bytes())),
@@ -161,6 +167,7 @@ int RunRemoteTrain(const TrainFlags& flags, const Context& ctx) {
   request.set_threads(static_cast<uint32_t>(std::max(0, flags.threads)));
   request.set_verify(flags.verify);
   request.set_cost_source(flags.cost_source);
+  request.set_accept_noisy(flags.accept_noisy);
   v1::Job job;
   if (Status s = daemon::CallRemote(ctx.remote, "JobService/StartTrain", request, job); !s.ok()) return Failure(s);
   std::cerr << "job " << job.id() << " on " << ctx.remote << ": " << job.message() << "\n";
@@ -205,7 +212,7 @@ int RunRemoteTrain(const TrainFlags& flags, const Context& ctx) {
   result.run = job.train_run();
   result.run_id = static_cast<int64_t>(result.run.id());
   std::cout << "trained        " << result.run.model() << " on " << ctx.remote << " (job " << job.id() << ")\n";
-  PrintRun(result);
+  PrintRun(result, flags.accept_noisy);
   return result.run.has_verify() && !result.run.verify().identical() ? kExitFailure : kExitOk;
 }
 
@@ -248,6 +255,7 @@ int RunTrain(const TrainFlags& flags, const Context& ctx) {
   options.paging_dir = flags.paging_dir;
   options.store = !flags.no_store;
   options.probes_config = flags.probes_config;
+  options.accept_noisy = flags.accept_noisy;
 
   const bool tty = ::isatty(STDERR_FILENO);
   auto progress = [&](const service::TrainProgress& p) {
@@ -277,7 +285,7 @@ int RunTrain(const TrainFlags& flags, const Context& ctx) {
               << "schedule       " << run.strategy()
               << (run.schedule_id() ? " (#" + std::to_string(run.schedule_id()) + ")" : std::string())
               << (run.cost_source().empty() ? "" : ", predictions from " + run.cost_source() + " costs") << "\n";
-    PrintRun(*result);
+    PrintRun(*result, flags.accept_noisy);
     if (!flags.trace_path.empty()) std::cout << "written        " << flags.trace_path << " (Chrome Trace Event JSON)\n";
   }
   if (result->run.has_verify() && !result->run.verify().identical()) return kExitFailure;
@@ -315,6 +323,7 @@ int RunRuns(const std::string& model, int limit, bool json, const Context& ctx) 
                {"peak RSS added"},
                {"loss", Table::Align::kLeft},
                {"gradients", Table::Align::kLeft},
+               {"disturbed", Table::Align::kLeft},
                {"when", Table::Align::kLeft}});
   for (const v1::TrainRun& run : *runs) {
     table.AddRow(
@@ -333,9 +342,16 @@ int RunRuns(const std::string& model, int limit, bool json, const Context& ctx) 
          !run.has_verify()          ? "-"
          : run.verify().identical() ? "identical"
                                     : "DIFFER",
+         run.disturbed()             ? "DISTURBED " + std::to_string(run.disturbed_steps()) + "/" +
+                               std::to_string(run.steps() - (run.steps() > 1))
+         : run.disturbed_steps() > 0 ? std::to_string(run.disturbed_steps()) + " steps"
+                                     : "-",
          run.created_at()});
   }
   table.Print(std::cout);
+  for (const v1::TrainRun& run : *runs) {
+    if (run.disturbed()) std::cout << "run " << run.id() << " DISTURBED: " << run.disturbance() << "\n";
+  }
   return kExitOk;
 }
 
@@ -418,9 +434,14 @@ void RegisterTrainCommand(CLI::App& app, Context& ctx) {
   cmd->add_option("--paging-dir", flags->paging_dir, "Where paged activations go (default: paging/ beside the db)");
   cmd->add_option("--probes-config", flags->probes_config, "TOML with a [probes] section (meters, the estimate)");
   cmd->add_flag("--no-store", flags->no_store, "Keep no run record and no measured-in-step costs");
+  cmd->add_flag("--accept-noisy", flags->accept_noisy,
+                "Store the measured-in-step costs even when most steps were disturbed by other tasks or steal");
   cmd->add_flag("--json", flags->json, "Print the run record as protobuf JSON");
   cmd->footer(
       "Without a schedule the plain step runs (every activation kept until its last use).\n"
+      "Each step is watched as profile watches an op (run-queue wait of its threads, steal, other tasks): a\n"
+      "disturbed step is left out of the median when enough are not; a run with most steps disturbed is\n"
+      "stored marked, and its measured-in-step costs are not stored unless --accept-noisy.\n"
       "Examples:\n"
       "  edgecost train --model resnet18_cifar --batch-size 2 --steps 50\n"
       "  edgecost train --model resnet18_cifar --ram-budget 1.2MB --runtime-budget 1.5x --verify\n"

@@ -452,6 +452,7 @@ void JobManager::RunTrain(Entry& entry) {
   options.lr = request.lr() > 0 ? request.lr() : 0.01;
   options.threads = static_cast<int>(request.threads());
   options.verify = request.verify();
+  options.accept_noisy = request.accept_noisy();
   auto progress = [&](const service::TrainProgress& p) {
     Update(entry, [&](v1::Job& job) {
       job.set_progress(static_cast<double>(p.step) / p.steps);

@@ -6,12 +6,14 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <sstream>
 
 #include "base/units.h"
 #include "probes/registry.h"
+#include "profiler/interference.h"
 #include "profiler/node_work.h"
 #include "profiler/power_model.h"
 #include "profiler/probe_meter.h"
@@ -114,6 +116,63 @@ v1::GradientCheck CompareGradients(const v1::TrainingGraph& graph, const std::ve
 }
 
 }  // namespace
+
+profiler::Verdict JudgeStep(const v1::Interference& interference, double runtime_s, double window_s,
+                            bool single_thread, const profiler::InterferenceLimits& limits) {
+  char text[256];
+  if (interference.steal_fraction() > limits.max_steal_fraction) {
+    std::snprintf(text, sizeof text, "the hypervisor took %.0f%% of the CPUs (steal time)",
+                  100 * interference.steal_fraction());
+    return {false, text};
+  }
+  const double wait_s = interference.run_queue_wait_s();
+  if (interference.watched() && wait_s > std::max(limits.min_wait_s, limits.wait_fraction * runtime_s)) {
+    std::snprintf(text, sizeof text, "its threads waited %s for a CPU (%.0f%% of the step): another task ran on its cores",
+                  FormatSeconds(wait_s).c_str(), runtime_s > 0 ? 100 * wait_s / runtime_s : 0.0);
+    return {false, text};
+  }
+  if (!interference.watched() && interference.involuntary_switches() > 0) {
+    // No per-thread wait here (no schedstat): a preemption is all the kernel tells.
+    std::snprintf(text, sizeof text, "preempted %llu times (this kernel keeps no per-thread wait)",
+                  static_cast<unsigned long long>(interference.involuntary_switches()));
+    return {false, text};
+  }
+  if (!single_thread && window_s >= kMinSharedWindowS &&
+      interference.other_cpu_cores() >= limits.shared_cpu_cores) {
+    std::snprintf(text, sizeof text, "other tasks used %.2f CPUs meanwhile (caches, memory bandwidth shared)",
+                  interference.other_cpu_cores());
+    return {false, text};
+  }
+  return {};
+}
+
+StepSelection SelectSteps(const std::vector<bool>& disturbed) {
+  StepSelection selection;
+  std::vector<size_t> clean;
+  for (size_t s = 0; s < disturbed.size(); ++s) {
+    if (disturbed[s]) {
+      ++selection.disturbed_steps;
+    } else {
+      clean.push_back(s);
+    }
+  }
+  selection.run_disturbed = 2 * selection.disturbed_steps > disturbed.size();
+  if (selection.disturbed_steps > 0 && !clean.empty() && clean.size() >= std::min(kMinUndisturbedSteps, disturbed.size())) {
+    selection.median_of = std::move(clean);
+    selection.undisturbed_only = true;
+  } else {
+    for (size_t s = 0; s < disturbed.size(); ++s) selection.median_of.push_back(s);
+  }
+  return selection;
+}
+
+std::string DisturbedRunWarning(const v1::TrainRun& run, bool accepted_noisy) {
+  if (!run.disturbed()) return "";
+  std::string line = run.disturbance() + ": the step time and energy are not this device's alone";
+  line += accepted_noisy ? "; stored as accepted (--accept-noisy)"
+                         : "; no measured-in-step costs are stored from it (--accept-noisy stores them)";
+  return line + "; train again when the device is idle";
+}
 
 Result<CheckedRun> CheckScheduleAgainstGraph(const v1::TrainingGraph& graph, const v1::Schedule& schedule,
                                              const v1::CostTable& table) {
@@ -341,8 +400,12 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
 
   // The steps. The high-water mark restarts at the baseline, so the peak is theirs.
   const int n = graph.nodes_size();
-  std::vector<std::vector<double>> per_execution_s(static_cast<size_t>(n));
+  // Per step, each node's time per execution (-1: it did not run).
+  std::vector<std::vector<double>> node_per_execution_s;
   std::vector<uint32_t> executions(static_cast<size_t>(n), 0);
+  // What the scheduler and the hypervisor did to each step, as the profiler watches an op's window.
+  profiler::SchedInterferenceWatch sched_watch;
+  profiler::InterferenceWatch* watch = options.watch ? options.watch : &sched_watch;
   std::vector<train::StepTrace> traces;
   run.set_unbuilt_rss_bytes(static_cast<uint64_t>(std::max<int64_t>(0, unbuilt_rss)));
   malloc_trim(0);  // what building the layers freed (their own copies of activations) goes back too
@@ -361,11 +424,16 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
       return Status(ErrorCode::kCancelled, "stopped after " + std::to_string(s) + " of " +
                                                std::to_string(options.steps) + " steps; no run record is stored");
     }
+    const double window_start_s = NowS();
+    EC_RETURN_IF_ERROR(watch->BeginWindow());
     EC_RETURN_IF_ERROR(executor->SetBatch(data.BatchFor(s)));
     EC_ASSIGN_OR_RETURN(train::StepStats stats, executor->Step(plan));
     const double update_start = NowS();
     executor->Update(options.lr);
     const double update_s = NowS() - update_start;
+    EC_RETURN_IF_ERROR(watch->WaitSinceLastS().status());  // brings the window's wait up to now
+    const double window_s = NowS() - window_start_s;
+    EC_ASSIGN_OR_RETURN(v1::Interference interference, watch->EndWindow(window_s));
     if (!std::isfinite(stats.loss)) {
       return FailedPrecondition("the loss is " + std::to_string(stats.loss) + " at step " + std::to_string(s + 1) +
                                 "; lower --lr");
@@ -382,15 +450,17 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
     step.set_page_out_s(stats.page_out_s);
     step.set_page_in_s(stats.page_in_s);
     step.set_paging_wait_s(stats.paging_wait_s);
+    const profiler::Verdict verdict = JudgeStep(interference, stats.runtime_s, window_s, threads == 1);
+    *step.mutable_interference() = interference;
+    step.set_disturbed(!verdict.clean);
+    step.set_disturbance(verdict.reason);
     peak = std::max(peak, stats.peak_activation_bytes);
-    // The first step warms caches and allocations; node times come from the others when there are.
-    if (s > 0 || options.steps == 1) {
-      for (int i = 0; i < n; ++i) {
-        const uint32_t runs = stats.node_runs[static_cast<size_t>(i)];
-        if (runs == 0) continue;
-        per_execution_s[static_cast<size_t>(i)].push_back(stats.node_s[static_cast<size_t>(i)] / runs);
-        executions[static_cast<size_t>(i)] = runs;
-      }
+    std::vector<double>& node_s = node_per_execution_s.emplace_back(static_cast<size_t>(n), -1.0);
+    for (int i = 0; i < n; ++i) {
+      const uint32_t runs = stats.node_runs[static_cast<size_t>(i)];
+      if (runs == 0) continue;
+      node_s[static_cast<size_t>(i)] = stats.node_s[static_cast<size_t>(i)] / runs;
+      executions[static_cast<size_t>(i)] = runs;
     }
     stats.events.push_back({-1, train::TraceEvent::Kind::kUpdate, executor->ClockS() - update_s, update_s});
     if (s + 1 == options.steps) train::ToProto(stats.events, *run.mutable_last_step());
@@ -404,10 +474,40 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
     run.set_runtime_bytes(run.peak_rss_bytes() - run.unbuilt_rss_bytes() - tensor_bytes);
   }
 
+  // The first step warms caches and allocations: medians are over the others when there are, and over
+  // the undisturbed ones among them when enough are (SelectSteps).
+  const int first = options.steps > 1 ? 1 : 0;
+  std::vector<bool> disturbed;
+  for (int s = first; s < options.steps; ++s) disturbed.push_back(run.step_stats(s).disturbed());
+  const StepSelection selection = SelectSteps(disturbed);
+  run.set_disturbed_steps(static_cast<uint32_t>(selection.disturbed_steps));
+  run.set_median_steps(static_cast<uint32_t>(selection.median_of.size()));
+  if (selection.disturbed_steps > 0) {
+    const auto worst = std::find_if(run.step_stats().begin() + first, run.step_stats().end(),
+                                    [](const v1::TrainStep& step) { return step.disturbed(); });
+    const std::string which = std::to_string(selection.disturbed_steps) + " of " + std::to_string(disturbed.size()) +
+                              " steps" + (first ? " after the first" : "") + " were disturbed (step " +
+                              std::to_string(worst->step()) + ": " + worst->disturbance() + ")";
+    if (selection.run_disturbed) {
+      run.set_disturbed(true);
+      run.set_disturbance(which);
+    }
+    result.notes.push_back(which + (selection.undisturbed_only
+                                        ? "; the step time is the median of the " +
+                                              std::to_string(selection.median_of.size()) + " undisturbed ones"
+                                        : "; too few were undisturbed to leave them out: the step time is the "
+                                          "median of all"));
+  }
   std::vector<double> runtimes, waits, cpus;
   std::vector<uint64_t> outs, ins;
-  for (int s = options.steps > 1 ? 1 : 0; s < options.steps; ++s) {
+  std::vector<std::vector<double>> per_execution_s(static_cast<size_t>(n));
+  for (const size_t k : selection.median_of) {
+    const int s = first + static_cast<int>(k);
     const v1::TrainStep& step = run.step_stats(s);
+    for (int i = 0; i < n; ++i) {
+      const double t = node_per_execution_s[static_cast<size_t>(s)][static_cast<size_t>(i)];
+      if (t >= 0) per_execution_s[static_cast<size_t>(i)].push_back(t);
+    }
     runtimes.push_back(step.runtime_s());
     cpus.push_back(step_cpu_s[static_cast<size_t>(s)]);
     waits.push_back(step.paging_wait_s());
@@ -428,7 +528,7 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
   run.set_first_loss(run.step_stats(0).loss());
   run.set_last_loss(run.step_stats(options.steps - 1).loss());
   for (int i = 0; i < n; ++i) {
-    if (executions[static_cast<size_t>(i)] == 0) continue;
+    if (executions[static_cast<size_t>(i)] == 0 || per_execution_s[static_cast<size_t>(i)].empty()) continue;
     v1::NodeTime& t = *run.add_nodes();
     t.set_node(static_cast<uint32_t>(i));
     t.set_name(graph.nodes(i).name());
@@ -462,18 +562,30 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
     run.set_id(static_cast<uint64_t>(result.run_id));
     const bool measured =
         table && (table->cost_source() == profiler::kMeasuredSource || table->cost_source() == kMeasuredInStepSource);
-    if (measured && options.steps >= 2) {
+    if (measured && options.steps >= 2 && run.disturbed() && !options.accept_noisy) {
+      result.notes.push_back("no measured-in-step costs: most steps were disturbed (--accept-noisy stores them)");
+    } else if (measured && options.steps >= 2) {
       v1::CostTable in_step = *table;
       in_step.set_cost_source(kMeasuredInStepSource);
+      const double step_power_w = run.runtime_s() > 0 ? run.energy_j() / run.runtime_s() : 0;
       for (const v1::NodeTime& t : run.nodes()) {
         v1::NodeCost& c = *in_step.mutable_costs(static_cast<int>(t.node()));
-        // Energy follows the runtime: the isolated op's energy scaled by in-step over isolated time.
-        if (c.runtime_s() > 0) c.set_compute_j(c.compute_j() * t.runtime_s() / c.runtime_s());
+        if (c.runtime_s() > 0) {
+          // Energy follows the runtime at the op's own power: scaled by in-step over isolated time.
+          c.set_compute_j(c.compute_j() * t.runtime_s() / c.runtime_s());
+        } else {
+          // No kernel measured alone (the input's copy), yet it takes step time: at the step's power, so
+          // that the nodes' energies add up to the step's as their times add up to its time.
+          c.set_compute_j(step_power_w * t.runtime_s());
+        }
         c.set_runtime_s(t.runtime_s());
       }
       in_step.set_note("runtimes are medians inside real training steps (training run #" +
-                       std::to_string(result.run_id) + ", " + std::to_string(options.steps - 1) +
-                       " steps); energies are the measured ones scaled by in-step over isolated time");
+                       std::to_string(result.run_id) + ", " + std::to_string(run.median_steps()) +
+                       (selection.undisturbed_only ? " undisturbed" : "") + " steps" +
+                       (run.disturbed() ? ", most steps disturbed, accepted as noisy" : "") +
+                       "); energies are the measured ones scaled by in-step over isolated time (a node never measured "
+                       "alone: the step's power times its time)");
       EC_ASSIGN_OR_RETURN(result.in_step_table_id, db.PutCostTable(in_step));
     } else if (!measured) {
       result.notes.push_back("no measured-in-step costs: they are kept for measured cost tables only");

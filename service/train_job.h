@@ -11,10 +11,12 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "base/status.h"
 #include "costdb/costdb.h"
 #include "graph/resolve.h"
+#include "profiler/measure.h"
 #include "proto/edgecost.pb.h"
 #include "solver/plan.h"
 #include "solver/problem.h"
@@ -43,6 +45,12 @@ struct TrainJobOptions {
   std::string paging_dir;  // empty: "paging" beside the database
   bool store = true;       // the run record and the measured-in-step table
   std::string probes_config;
+  // A run most of whose steps were disturbed is stored marked; without this its
+  // measured-in-step cost table is not.
+  bool accept_noisy = false;
+  // What disturbs a step; null: the scheduler's accounting of the training's
+  // threads and /proc's steal and load (profiler::SchedInterferenceWatch). Tests pass a fake.
+  profiler::InterferenceWatch* watch = nullptr;
 };
 
 struct TrainProgress {
@@ -60,6 +68,32 @@ struct TrainJobResult {
   std::vector<std::string> notes;  // what could not be predicted or measured, and why
   double median_cpu_s = 0;         // the compute thread's CPU time per step, over the steps after the first
 };
+
+// Whether one training step was disturbed, by the profiler's limits: its
+// threads waited for a CPU longer than limits.wait_fraction of the step (and
+// limits.min_wait_s), the hypervisor stole more than limits.max_steal_fraction,
+// or (a team of several threads, over a window of at least min_shared_window_s:
+// /proc/stat counts 10 ms ticks) other tasks used limits.shared_cpu_cores.
+profiler::Verdict JudgeStep(const v1::Interference& interference, double runtime_s, double window_s,
+                            bool single_thread, const profiler::InterferenceLimits& limits = {});
+inline constexpr double kMinSharedWindowS = 0.1;
+
+// Which steps the run's median is over: of the `disturbed` flags of the steps
+// measured (after the first), the undisturbed ones when at least
+// kMinUndisturbedSteps are (or all of them, when fewer steps ran), else every
+// step. The run is disturbed when more than half its steps were.
+inline constexpr size_t kMinUndisturbedSteps = 3;
+struct StepSelection {
+  std::vector<size_t> median_of;  // indexes into `disturbed`
+  size_t disturbed_steps = 0;
+  bool run_disturbed = false;
+  bool undisturbed_only = false;  // the median leaves disturbed steps out
+};
+StepSelection SelectSteps(const std::vector<bool>& disturbed);
+
+// The line `train` warns with about a disturbed run ("" when it was not): what
+// disturbed it, what was not stored, and what to do.
+std::string DisturbedRunWarning(const v1::TrainRun& run, bool accepted_noisy);
 
 // A schedule checked against a training graph: its cost table must be the
 // graph's (same nodes, bytes and edges) and its replay must keep to the budgets.

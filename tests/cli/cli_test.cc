@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/units.h"
+#include "costdb/costdb.h"
 #include "tests/shell.h"
 #include "tests/temp_dir.h"
 
@@ -604,6 +605,33 @@ TEST_F(CliTest, TrainRunsAScheduleAndRefusesATamperedOne) {
   EXPECT_THAT(nodes.output, HasSubstr("miss/step"));
   EXPECT_EQ(Edgecost("runs --nodes 99").exit_code, 1);
   EXPECT_EQ(Edgecost("train --model linear --steps 0").exit_code, 2);
+}
+
+// A run measured on a busy machine is listed marked, with the reason; `train` takes --accept-noisy.
+TEST_F(CliTest, RunsShowsADisturbedRun) {
+  const CommandResult trained = Edgecost("train --model linear --batch-size 2 --steps 3 --threads 1 --accept-noisy");
+  ASSERT_EQ(trained.exit_code, 0) << trained.output;
+  {
+    auto db = edgecost::costdb::CostDb::Open((dir_ / "costs.db").string());
+    ASSERT_TRUE(db.ok()) << db.status().message();
+    edgecost::v1::TrainRun run;
+    run.set_model("linear");
+    run.set_device("this");
+    run.set_strategy("plain");
+    run.set_batch_size(2);
+    run.set_steps(5);
+    run.set_disturbed(true);
+    run.set_disturbed_steps(3);
+    run.set_median_steps(4);
+    run.set_disturbance("3 of 4 steps after the first were disturbed (step 2: its threads waited 1.00 s for a CPU)");
+    ASSERT_TRUE(db->PutTrainRun(run).ok());
+  }
+  const CommandResult runs = Edgecost("runs");
+  ASSERT_EQ(runs.exit_code, 0) << runs.output;
+  EXPECT_THAT(runs.output, HasSubstr("disturbed"));
+  EXPECT_THAT(runs.output, HasSubstr("DISTURBED 3/4"));
+  EXPECT_THAT(runs.output, HasSubstr("run 2 DISTURBED: 3 of 4 steps after the first were disturbed"));
+  EXPECT_THAT(Edgecost("runs --json").output, HasSubstr("\"disturbed\": true"));
 }
 
 // A paging directory that fills up (a 4 KiB tmpfs in a mount namespace of its own) fails the
