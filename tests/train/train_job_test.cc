@@ -5,10 +5,12 @@
 #include <filesystem>
 #include <fstream>
 
+#include <gmock/gmock.h>
 #include <google/protobuf/util/json_util.h>
 #include <gtest/gtest.h>
 
 #include "costdb/costdb.h"
+#include "profiler/profile.h"
 #include "service/cost_tables.h"
 #include "service/profile_job.h"
 #include "service/trace.h"
@@ -198,6 +200,7 @@ TEST_F(TrainJobTest, InStepTimesBecomeACostTableTheSolverPlansWith) {
   request.set_model("linear");
   request.set_cost_source(kMeasuredInStepSource);
   request.set_batch_size(2);
+  request.set_threads(1);  // the run's: this device's default, all its cores, may be more
   auto table = ResolveCostTable(&*db, request);
   ASSERT_TRUE(table.ok()) << table.status().message();
   EXPECT_EQ(table->cost_source(), kMeasuredInStepSource);
@@ -213,9 +216,43 @@ TEST_F(TrainJobTest, InStepTimesBecomeACostTableTheSolverPlansWith) {
   solve.set_ram_budget_bytes(1ull << 30);
   solve.set_runtime_budget_multiple(1.5);
   solve.set_time_limit_s(5);
+  solve.set_compute_threads(1);
   auto solved = SolveRequest(&*db, solve);
   ASSERT_TRUE(solved.ok()) << solved.status().message();
   EXPECT_EQ(solved->table.cost_source(), kMeasuredInStepSource);
+}
+
+// Issue 27: a run at a thread count nobody profiled predicts from another count's table, and says
+// so loudly; its in-step table is kept at its own count, beside the other count's.
+TEST_F(TrainJobTest, ARunAtAnUnprofiledThreadCountSaysItsPredictionsAreAnotherCounts) {
+  ProfileJobOptions profile;
+  profile.db_path = Db();
+  profile.graph.model_or_file = "linear";
+  profile.graph.batch_size = 2;
+  profile.graph.derivation = graph::Derivation::kExact;
+  profile.threads = 1;
+  profile.paging_dir = PagingDir();
+  profile.min_window_s = 0.002;
+  profile.accept_noisy = true;
+  ASSERT_TRUE(RunProfileJob(profile, nullptr, nullptr, [](const std::string&) {}).ok());
+
+  TrainJobOptions options = Options();
+  options.threads = 2;
+  auto trained = Run(options);
+  ASSERT_TRUE(trained.ok()) << trained.status().message();
+  EXPECT_GT(trained->run.predicted_runtime_s(), 0);
+  std::string notes;
+  for (const std::string& note : trained->notes) notes += note + "\n";
+  EXPECT_THAT(notes, ::testing::HasSubstr("THREAD MISMATCH: this run uses 2 threads"));
+  EXPECT_THAT(notes, ::testing::HasSubstr("stored: 1 thread"));
+  EXPECT_THAT(notes, ::testing::HasSubstr("--threads 2"));
+
+  ASSERT_TRUE(Run(Options()).ok());  // and at 1 thread: the profiled count's own in-step table
+  auto db = costdb::CostDb::Open(Db());
+  ASSERT_TRUE(db.ok());
+  auto counts = db->CostTableThreads({"linear", profiler::ThisDeviceName(), kMeasuredInStepSource, 2, "exact", "all"});
+  ASSERT_TRUE(counts.ok()) << counts.status().message();
+  EXPECT_EQ(*counts, (std::vector<uint32_t>{1, 2}));
 }
 
 }  // namespace
