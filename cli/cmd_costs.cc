@@ -35,6 +35,7 @@ struct CostsFlags {
   bool domains = false;
   std::string out_path;
   std::string device;
+  int threads = 0;  // compute threads of the measured table; 0: service::ResolveCostTable's default
 };
 
 struct Totals {
@@ -62,7 +63,8 @@ void PrintSummary(const v1::CostTable& table, const Totals& t) {
   const v1::TrainingGraph& g = table.graph();
   std::cout << "model          " << g.model() << " (derivation " << g.derivation() << ", trainable " << g.trainable()
             << ", batch size " << g.batch_size() << ")\n"
-            << "device         " << table.device() << ", cost source " << table.cost_source() << "\n";
+            << "device         " << table.device() << ", cost source " << table.cost_source()
+            << (table.threads() > 0 ? ", measured at " + profiler::ThreadsText(table.threads()) : "") << "\n";
   if (!table.note().empty()) std::cout << "               " << table.note() << "\n";
   std::cout << "nodes          " << g.nodes_size() << " (" << t.forward << " forward, " << t.loss << " loss, "
             << t.backward << " backward)\n"
@@ -360,7 +362,7 @@ nlohmann::json DomainsJson(const v1::CostTable& table) {
 int RunMeasuredCosts(const CostsFlags& flags, const graph::GraphSpec& spec, const Context& ctx) {
   auto db = costdb::CostDb::Open(DbPath(ctx), costdb::OpenMode::kReadOnly);
   if (!db.ok()) return Failure(db.status());
-  auto measured = profiler::LoadMeasuredCostTable(*db, spec, flags.device);
+  auto measured = profiler::LoadMeasuredCostTable(*db, spec, flags.device, flags.threads);
   if (!measured.ok()) return Failure(measured.status());
   *measured->mutable_memory() = service::StepMemoryOf(measured->graph());
   if (flags.json) {
@@ -418,6 +420,7 @@ int RunRemoteCosts(const CostsFlags& flags, const Context& ctx) {
   request.set_batch_size(static_cast<uint32_t>(flags.graph.batch_size));
   if (flags.graph.derivation_option->count() > 0) request.set_derivation(flags.graph.derivation);
   request.set_trainable(flags.graph.trainable);
+  request.set_threads(static_cast<uint32_t>(flags.threads));
   v1::CostTable table;
   if (Status s = daemon::CallRemote(ctx.remote, "CostService/GetCostTable", request, table); !s.ok()) return Failure(s);
   *table.mutable_memory() = service::StepMemoryOf(table.graph());
@@ -450,6 +453,10 @@ int RunCosts(const CostsFlags& flags, const Context& ctx) {
   if (flags.domains && flags.device.empty()) {
     return UsageError(
         InvalidArgument("--domains shows energy measured per domain: add --device this (or the device's name)"));
+  }
+  if (flags.threads > 0 && flags.device.empty()) {
+    return UsageError(
+        InvalidArgument("--threads picks a measured cost table: add --device this (or the device's name)"));
   }
   if (!ctx.remote.empty()) return RunRemoteCosts(flags, ctx);
   auto parsed = flags.graph.Spec();
@@ -515,6 +522,10 @@ void RegisterCostsCommand(CLI::App& app, Context& ctx) {
   cmd->add_option("--out", flags->out_path, "Also write the table as training-graph/v1 JSON");
   cmd->add_option("--device", flags->device,
                   "Show measured costs of a profiled device (\"this\": this machine) next to poet-flops");
+  cmd->add_option("--threads", flags->threads,
+                  "With --device: the table profiled at this many compute threads (default: all cores for this "
+                  "device; for another, its only thread count, else the most, stated)")
+      ->check(CLI::PositiveNumber);
   cmd->footer(
       "Examples:\n"
       "  edgecost costs resnet18_cifar --platform a72\n"

@@ -47,6 +47,7 @@ int RunDbInfo(const Context& ctx, bool json) {
                                    {"batchSize", t.key.batch_size},
                                    {"derivation", t.key.derivation},
                                    {"trainable", t.key.trainable},
+                                   {"threads", t.key.threads},
                                    {"fingerprintHash", t.fingerprint_hash},
                                    {"nodes", t.nodes},
                                    {"createdAt", t.created_at}});
@@ -100,13 +101,17 @@ int RunDbInfo(const Context& ctx, bool json) {
                     {"derivation", Table::Align::kLeft},
                     {"batch"},
                     {"trainable", Table::Align::kLeft},
+                    {"threads"},
                     {"nodes"},
                     {"created", Table::Align::kLeft}});
   for (const costdb::StoredCostTable& t : *tables) {
     cost_table.AddRow({std::to_string(t.id), t.key.model, t.key.device, t.key.cost_source, t.key.derivation,
-                       std::to_string(t.key.batch_size), t.key.trainable, std::to_string(t.nodes), t.created_at});
+                       std::to_string(t.key.batch_size), t.key.trainable,
+                       t.key.threads > 0 ? std::to_string(t.key.threads) : "-", std::to_string(t.nodes), t.created_at});
   }
   cost_table.Print(std::cout);
+  std::cout << "(threads: the compute threads a table was measured at; - for an analytic table or one stored "
+               "before thread counts were kept)\n";
 
   std::cout << "\nschedules\n";
   Table schedule_table({{"#"},

@@ -11,6 +11,7 @@
 #include "costdb/costdb.h"
 #include "daemon/client.h"
 #include "graph/cost_source.h"
+#include "profiler/profile.h"
 #include "proto/json.h"
 #include "service/cost_tables.h"
 #include "service/models.h"
@@ -41,7 +42,8 @@ struct SolveFlags {
   bool no_remat = false;
   bool count_paging_time = false;
   double time_limit_s = 60;
-  int threads = 1;
+  int threads = 1;          // the solver's
+  int compute_threads = 0;  // the measured cost table's (0: service::ResolveCostTable's default)
   std::string strategy = "optimal";
   bool compare = false;
   bool min_ram = false;
@@ -165,6 +167,10 @@ Result<v1::ScheduleRequest> BuildRequest(const SolveFlags& flags) {
     request.set_derivation(flags.derivation);
     request.set_trainable(flags.trainable);
   }
+  if (flags.compute_threads > 0 && flags.device.empty()) {
+    return InvalidArgument("--compute-threads picks a measured cost table: it needs --device");
+  }
+  request.set_compute_threads(static_cast<uint32_t>(std::max(0, flags.compute_threads)));
   if (!flags.device_ram.empty()) {
     if (!flags.ram_budget.empty() || flags.min_ram) {
       return InvalidArgument(
@@ -275,6 +281,11 @@ int RunRemoteSolve(const SolveFlags& flags, const Context& ctx, const v1::Schedu
     std::cout << "problem        " << request.model() << " on " << request.device() << " via " << ctx.remote
               << ", RAM budget " << BytesText(schedule.request().ram_budget_bytes()) << ", runtime budget "
               << flags.runtime_budget << "\n";
+    if (request.compute_threads() == 0 && schedule.request().compute_threads() > 0) {
+      std::cout << "costs          the daemon chose the table of "
+                << profiler::ThreadsText(schedule.request().compute_threads())
+                << " (--compute-threads asks for another)\n";
+    }
     if (flags.min_ram) PrintMinRam(schedule, nullptr, flags.runtime_budget);
     PrintSchedule(schedule);
     PrintMemory(schedule);
@@ -330,9 +341,11 @@ int RunSolve(const SolveFlags& flags, const Context& ctx) {
     PrintJson(schedule);
   } else {
     const std::string where = table.device().empty() ? " from " + flags.graph_file : " on " + table.device();
-    std::cout << "problem        " << table.graph().model() << where << " (" << table.cost_source() << "), "
+    std::cout << "problem        " << table.graph().model() << where << " (" << table.cost_source()
+              << (table.threads() > 0 ? ", " + profiler::ThreadsText(table.threads()) : "") << "), "
               << solved->problem.size() << " nodes, RAM budget " << BytesText(schedule.request().ram_budget_bytes())
               << ", runtime budget " << flags.runtime_budget << "\n";
+    if (!flags.device.empty() && !table.note().empty()) std::cout << "costs          " << table.note() << "\n";
     if (flags.min_ram) PrintMinRam(schedule, &solved->problem, flags.runtime_budget);
     PrintSchedule(schedule);
     PrintMemory(schedule);
@@ -424,6 +437,10 @@ void RegisterSolveCommand(CLI::App& app, Context& ctx) {
   cmd->add_flag("--count-paging-time", flags->count_paging_time, "Paging time counts against the runtime budget");
   cmd->add_option("--time-limit-s", flags->time_limit_s, "Solver time limit")->capture_default_str();
   cmd->add_option("--threads", flags->threads, "Solver threads")->capture_default_str();
+  cmd->add_option("--compute-threads", flags->compute_threads,
+                  "With --device: plan with the cost table profiled at this many compute threads (default: all "
+                  "cores for this device; for another, its only thread count, else the most, stated)")
+      ->check(CLI::PositiveNumber);
   std::vector<std::string> strategies;
   for (solver::Strategy s : solver::kStrategies) strategies.emplace_back(solver::StrategyName(s));
   cmd->add_option("--strategy", flags->strategy,

@@ -96,13 +96,20 @@ Result<int64_t> CostDb::PutCostTable(const v1::CostTable& table) {
       Statement supersede,
       db_.Prepare(
           "UPDATE cost_tables SET superseded_at = ? WHERE model_id = ? AND fingerprint_id = ? AND cost_source_id = ? "
-          "AND superseded_at IS NULL"));
-  EC_RETURN_IF_ERROR(supersede.Bind(1, now).Bind(2, model_id).Bind(3, fingerprint.id).Bind(4, source_id).Run());
+          "AND threads = ? AND superseded_at IS NULL"));
+  EC_RETURN_IF_ERROR(supersede.Bind(1, now)
+                         .Bind(2, model_id)
+                         .Bind(3, fingerprint.id)
+                         .Bind(4, source_id)
+                         .Bind(5, table.threads())
+                         .Run());
   EC_ASSIGN_OR_RETURN(
       Statement insert,
-      db_.Prepare("INSERT INTO cost_tables (model_id, fingerprint_id, cost_source_id, note, paging, created_at) "
-                  "VALUES (?, ?, ?, ?, ?, ?)"));
+      db_.Prepare(
+          "INSERT INTO cost_tables (model_id, fingerprint_id, cost_source_id, note, paging, created_at, threads) "
+          "VALUES (?, ?, ?, ?, ?, ?, ?)"));
   insert.Bind(1, model_id).Bind(2, fingerprint.id).Bind(3, source_id).Bind(4, table.note()).Bind(6, now);
+  insert.Bind(7, table.threads());
   if (table.has_paging()) {
     insert.BindBlob(5, Serialize(table.paging()));
   } else {
@@ -134,7 +141,7 @@ Result<v1::CostTable> CostDb::GetCostTableById(int64_t id) {
   EC_ASSIGN_OR_RETURN(
       Statement head,
       db_.Prepare(
-          "SELECT m.graph, d.name, f.hash, s.name, t.note, t.paging FROM cost_tables t "
+          "SELECT m.graph, d.name, f.hash, s.name, t.note, t.paging, t.threads FROM cost_tables t "
           "JOIN models m ON m.id = t.model_id JOIN fingerprints f ON f.id = t.fingerprint_id "
           "JOIN devices d ON d.id = f.device_id JOIN cost_sources s ON s.id = t.cost_source_id WHERE t.id = ?"));
   EC_ASSIGN_OR_RETURN(bool found, head.Bind(1, id).Step());
@@ -145,6 +152,7 @@ Result<v1::CostTable> CostDb::GetCostTableById(int64_t id) {
   table.set_fingerprint_hash(head.Text(2));
   table.set_cost_source(head.Text(3));
   table.set_note(head.Text(4));
+  table.set_threads(static_cast<uint32_t>(head.Int(6)));
   if (!head.IsNull(5)) {
     EC_ASSIGN_OR_RETURN(*table.mutable_paging(), Parse<v1::PagingCost>(head.Blob(5), "paging cost", path()));
   }
@@ -171,7 +179,7 @@ Result<std::vector<StoredCostTable>> CostDb::ListCostTables(const std::string& d
   EC_ASSIGN_OR_RETURN(
       Statement stmt,
       db_.Prepare("SELECT t.id, m.name, d.name, s.name, m.batch_size, m.derivation, m.trainable, f.hash, m.node_count, "
-                  "t.created_at FROM cost_tables t JOIN models m ON m.id = t.model_id "
+                  "t.created_at, t.threads FROM cost_tables t JOIN models m ON m.id = t.model_id "
                   "JOIN fingerprints f ON f.id = t.fingerprint_id JOIN devices d ON d.id = f.device_id "
                   "JOIN cost_sources s ON s.id = t.cost_source_id "
                   "WHERE t.superseded_at IS NULL AND f.superseded_at IS NULL AND m.superseded_at IS NULL "
@@ -181,7 +189,7 @@ Result<std::vector<StoredCostTable>> CostDb::ListCostTables(const std::string& d
   EC_RETURN_IF_ERROR(ForEachRow(stmt, [&]() -> Status {
     tables.push_back({.id = stmt.Int(0),
                       .key = {stmt.Text(1), stmt.Text(2), stmt.Text(3), static_cast<uint32_t>(stmt.Int(4)),
-                              stmt.Text(5), stmt.Text(6)},
+                              stmt.Text(5), stmt.Text(6), static_cast<uint32_t>(stmt.Int(10))},
                       .fingerprint_hash = stmt.Text(7),
                       .nodes = static_cast<int>(stmt.Int(8)),
                       .created_at = stmt.Text(9)});
@@ -190,31 +198,53 @@ Result<std::vector<StoredCostTable>> CostDb::ListCostTables(const std::string& d
   return tables;
 }
 
+namespace {
+
+// The current tables of a key's graph, device and source, every thread count; callers add the rest.
+constexpr char kCurrentTablesOfKey[] =
+    "FROM cost_tables t JOIN models m ON m.id = t.model_id "
+    "JOIN fingerprints f ON f.id = t.fingerprint_id JOIN devices d ON d.id = f.device_id "
+    "JOIN cost_sources s ON s.id = t.cost_source_id "
+    "WHERE m.name = ? AND d.name = ? AND s.name = ? AND m.batch_size = ? AND m.derivation = ? "
+    "AND m.trainable = ? AND t.superseded_at IS NULL AND f.superseded_at IS NULL AND m.superseded_at IS NULL ";
+
+Statement& BindKey(Statement& stmt, const CostTableKey& key) {
+  return stmt.Bind(1, key.model)
+      .Bind(2, key.device)
+      .Bind(3, key.cost_source)
+      .Bind(4, key.batch_size)
+      .Bind(5, key.derivation)
+      .Bind(6, key.trainable);
+}
+
+}  // namespace
+
 Result<v1::CostTable> CostDb::GetCostTable(const CostTableKey& key) {
   EC_ASSIGN_OR_RETURN(Transaction tx, Read());
-  EC_ASSIGN_OR_RETURN(
-      Statement stmt,
-      db_.Prepare(
-          "SELECT t.id FROM cost_tables t JOIN models m ON m.id = t.model_id "
-          "JOIN fingerprints f ON f.id = t.fingerprint_id JOIN devices d ON d.id = f.device_id "
-          "JOIN cost_sources s ON s.id = t.cost_source_id "
-          "WHERE m.name = ? AND d.name = ? AND s.name = ? AND m.batch_size = ? AND m.derivation = ? "
-          "AND m.trainable = ? AND t.superseded_at IS NULL AND f.superseded_at IS NULL AND m.superseded_at IS NULL "
-          "ORDER BY t.id DESC LIMIT 1"));
-  EC_ASSIGN_OR_RETURN(bool found, stmt.Bind(1, key.model)
-                                      .Bind(2, key.device)
-                                      .Bind(3, key.cost_source)
-                                      .Bind(4, key.batch_size)
-                                      .Bind(5, key.derivation)
-                                      .Bind(6, key.trainable)
-                                      .Step());
+  EC_ASSIGN_OR_RETURN(Statement stmt, db_.Prepare(std::string("SELECT t.id ") + kCurrentTablesOfKey +
+                                                  "AND t.threads = ? ORDER BY t.id DESC LIMIT 1"));
+  EC_ASSIGN_OR_RETURN(bool found, BindKey(stmt, key).Bind(7, key.threads).Step());
   if (!found) {
     return NotFound("no current " + key.cost_source + " cost table for " + key.model + " on " + key.device +
                     " (batch size " + std::to_string(key.batch_size) + ", derivation " + key.derivation +
-                    ", trainable " + key.trainable + ") in " + path() + ": compute one with `edgecost costs " +
-                    key.model + " --platform " + key.device + " --store`, or profile the device");
+                    ", trainable " + key.trainable +
+                    (key.threads > 0 ? ", " + std::to_string(key.threads) + " threads" : "") + ") in " + path() +
+                    ": compute one with `edgecost costs " + key.model + " --platform " + key.device +
+                    " --store`, or profile the device");
   }
   return GetCostTableById(stmt.Int(0));
+}
+
+Result<std::vector<uint32_t>> CostDb::CostTableThreads(const CostTableKey& key) {
+  EC_ASSIGN_OR_RETURN(Statement stmt, db_.Prepare(std::string("SELECT DISTINCT t.threads ") + kCurrentTablesOfKey +
+                                                  "ORDER BY t.threads"));
+  BindKey(stmt, key);
+  std::vector<uint32_t> threads;
+  EC_RETURN_IF_ERROR(ForEachRow(stmt, [&]() -> Status {
+    threads.push_back(static_cast<uint32_t>(stmt.Int(0)));
+    return Status::Ok();
+  }));
+  return threads;
 }
 
 Result<std::vector<std::string>> CostDb::ListModelsWithCosts(const std::string& fingerprint_hash,

@@ -25,7 +25,7 @@
 namespace edgecost::costdb {
 
 // The schema this build writes; files with a higher PRAGMA user_version are refused.
-inline constexpr int kSchemaVersion = 7;
+inline constexpr int kSchemaVersion = 8;
 
 enum class OpenMode {
   kReadWrite,  // creates the file (and its folder) if missing, migrates to kSchemaVersion
@@ -49,6 +49,7 @@ struct CostTableKey {
   uint32_t batch_size = 1;
   std::string derivation = "exact";  // graph::kDefaultDerivation
   std::string trainable = "all";
+  uint32_t threads = 0;  // compute threads the table was measured at; 0: unknown (analytic, or stored before schema 8)
 };
 
 enum class RunStatus { kRunning, kComplete, kFailed, kCancelled };
@@ -86,7 +87,7 @@ struct StoredSchedule {
 // What a cost table is about, without its rows: `edgecost db` lists these.
 struct StoredCostTable {
   int64_t id = 0;
-  CostTableKey key;  // model, device, source, batch size, derivation, trainable
+  CostTableKey key;  // model, device, source, batch size, derivation, trainable, threads
   std::string fingerprint_hash;
   int nodes = 0;
   std::string created_at;  // UTC, ISO 8601
@@ -151,11 +152,14 @@ class CostDb {
   Result<std::vector<v1::TrainingGraph>> ListModelGraphs();  // current graphs only
 
   // Stores the graph and every node cost in one transaction. An earlier table
-  // for the same graph, fingerprint and source is superseded, not deleted. The
+  // for the same graph, fingerprint, source and thread count (CostTable.threads)
+  // is superseded, not deleted: tables of other thread counts stay current. The
   // table's fingerprint must be recorded (UpsertDevice) first.
   Result<int64_t> PutCostTable(const v1::CostTable& table);
-  // The newest current table for `key`; NotFound says what to run otherwise.
+  // The newest current table for `key`, of exactly key.threads; NotFound says what to run otherwise.
   Result<v1::CostTable> GetCostTable(const CostTableKey& key);
+  // The thread counts with a current table for `key` (key.threads ignored), ascending.
+  Result<std::vector<uint32_t>> CostTableThreads(const CostTableKey& key);
   Result<v1::CostTable> GetCostTableById(int64_t id);
   // The current tables (on current fingerprints), by id; empty `device` matches every device.
   Result<std::vector<StoredCostTable>> ListCostTables(const std::string& device = "");

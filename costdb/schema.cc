@@ -265,6 +265,26 @@ CREATE TRIGGER costs_model_records_update AFTER UPDATE OF name, kind, content_ha
 CREATE TRIGGER costs_model_records_delete AFTER DELETE ON model_records
   BEGIN UPDATE change_counters SET value = value + 1 WHERE name = 'costs'; END;
 )sql",
+    // 7 -> 8: cost tables keyed by the compute threads they were measured at, so that a 1-thread
+    // profile no longer supersedes the 2-thread table of the same model. Old rows take the count
+    // from their op keys ("/onednn/t<N>" ends a measured key, as profiler::OpKeyThreads reads it);
+    // 0 (unknown) where no node has one. The newest table of a thread count that only lost to a
+    // table of another count becomes current again: v8 would never have superseded it.
+    R"sql(
+ALTER TABLE cost_tables ADD COLUMN threads INTEGER NOT NULL DEFAULT 0 CHECK (threads >= 0);
+UPDATE cost_tables SET threads = COALESCE(
+  (SELECT CAST(substr(n.op_key, instr(n.op_key, '/onednn/t') + 9) AS INTEGER) FROM node_costs n
+   WHERE n.cost_table_id = cost_tables.id AND instr(n.op_key, '/onednn/t') > 0 ORDER BY n.node LIMIT 1), 0);
+DROP INDEX cost_tables_current;
+CREATE UNIQUE INDEX cost_tables_current ON cost_tables(model_id, fingerprint_id, cost_source_id, threads)
+  WHERE superseded_at IS NULL;
+UPDATE cost_tables SET superseded_at = NULL WHERE id IN (
+  SELECT MAX(o.id) FROM cost_tables o
+  WHERE o.superseded_at IS NOT NULL AND NOT EXISTS (
+    SELECT 1 FROM cost_tables c WHERE c.superseded_at IS NULL AND c.model_id = o.model_id
+    AND c.fingerprint_id = o.fingerprint_id AND c.cost_source_id = o.cost_source_id AND c.threads = o.threads)
+  GROUP BY o.model_id, o.fingerprint_id, o.cost_source_id, o.threads);
+)sql",
 };
 static_assert(std::size(kMigrations) == kSchemaVersion, "one migration step per schema version");
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <optional>
 #include <random>
@@ -467,6 +468,12 @@ Result<std::string> WebView::CostsPage(const std::string& query) {
   request.set_model(FormValue(query, "model"));
   request.set_device(FormValue(query, "device"));
   request.set_cost_source(FormValue(query, "source"));
+  // The measured table's compute threads; empty: GetCostTable's default (all cores for this device).
+  if (const std::string threads = FormValue(query, "threads"); !threads.empty()) {
+    const unsigned long count = std::strtoul(threads.c_str(), nullptr, 10);
+    if (count == 0 || count > 4096) return InvalidArgument("threads is a count of compute threads, 1 to 4096");
+    request.set_threads(static_cast<uint32_t>(count));
+  }
   if (request.model().empty()) return InvalidArgument("say which model: /costs?model=NAME&device=DEVICE");
   EC_ASSIGN_OR_RETURN(v1::CostTable table, sources_.costs->GetCostTable(request));
   const bool measured = table.cost_source() == profiler::kMeasuredSource;
@@ -529,6 +536,7 @@ Result<std::string> WebView::CostsPage(const std::string& query) {
   const v1::TrainingGraph& g = table.graph();
   const std::string base = "/costs?model=" + Url(request.model()) + "&amp;device=" + Url(table.device()) +
                            (request.cost_source().empty() ? "" : "&amp;source=" + Url(request.cost_source())) +
+                           (table.threads() > 0 ? "&amp;threads=" + std::to_string(table.threads()) : "") +
                            (measured ? "&amp;compare=" + Url(compare) : "");
   auto header = [&](const std::string& id, const std::string& label, const std::string& type) {
     const bool sorted = sort == id || (sort.empty() && id == "node");

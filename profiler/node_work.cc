@@ -172,4 +172,11 @@ int OpKeyThreads(std::string_view key) {
   return at == std::string_view::npos ? 0 : std::atoi(std::string(key.substr(at + kSuffix.size())).c_str());
 }
 
+int CostTableOpKeyThreads(const v1::CostTable& table) {
+  for (const v1::NodeCost& cost : table.costs()) {
+    if (const int threads = OpKeyThreads(cost.op_key()); threads > 0) return threads;
+  }
+  return 0;
+}
+
 }  // namespace edgecost::profiler

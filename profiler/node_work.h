@@ -41,6 +41,9 @@ inline constexpr double kTeamMinFlops = 1e6;
 Result<NodeWork> WorkForNode(const v1::TrainingGraph& graph, int index, int threads);
 // The thread count an op key (OpSignature.key) was measured at; 0 for a key of another form.
 int OpKeyThreads(std::string_view key);
+// The thread count of the first op key of a cost table that has one; 0 when none does (an
+// analytic table). For tables that do not say theirs (CostTable.threads 0: older files).
+int CostTableOpKeyThreads(const v1::CostTable& table);
 
 // Builds the layer and returns a callable that runs the node's pass once.
 class NodeRunner {

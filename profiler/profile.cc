@@ -394,6 +394,7 @@ Result<v1::CostTable> MeasuredCostTable(costdb::CostDb& db, const v1::TrainingGr
   table.set_device(device);
   table.set_fingerprint_hash(fingerprint_hash);
   table.set_cost_source(kMeasuredSource);
+  table.set_threads(static_cast<uint32_t>(threads));
   EC_ASSIGN_OR_RETURN(std::optional<v1::PagingCost> paging, db.GetPagingCost(fingerprint_hash));
   if (!paging) {
     return NotFound("no paging costs for fingerprint " + fingerprint_hash + "; run `edgecost profile` on the device");
@@ -417,7 +418,7 @@ Result<v1::CostTable> MeasuredCostTable(costdb::CostDb& db, const v1::TrainingGr
     EC_ASSIGN_OR_RETURN(std::optional<v1::OpCost> op, db.GetOpCost(fingerprint_hash, work.signature.key()));
     if (!op) {
       return NotFound("node " + std::to_string(i) + " ('" + node.name() + "', op " + work.signature.key() +
-                      ") has not been measured on this device; run " + ProfileCommand(graph, graph.model()));
+                      ") has not been measured on this device; run " + ProfileCommand(graph, graph.model(), threads));
     }
     cost.set_runtime_s(op->runtime().median_s());
     cost.set_compute_j(op->energy_j());
@@ -454,11 +455,42 @@ std::unique_ptr<probes::CounterSource> OpenTeamCounters(int threads) {
   return probes::PerfCounterGroups::Open(events, tids);
 }
 
-std::string ProfileCommand(const v1::TrainingGraph& graph, const std::string& model_or_file) {
+std::string ProfileCommand(const v1::TrainingGraph& graph, const std::string& model_or_file, int threads) {
   std::string command = "`edgecost profile --model " + model_or_file + " --derivation " + graph.derivation();
   if (graph.batch_size() != 1) command += " --batch-size " + std::to_string(graph.batch_size());
   if (graph.trainable() != "all") command += " --trainable " + graph.trainable();
+  if (threads > 0) command += " --threads " + std::to_string(threads);
   return command + "`";
+}
+
+std::string ThreadsText(uint32_t threads) {
+  if (threads == 0) return "unknown threads";
+  return std::to_string(threads) + (threads == 1 ? " thread" : " threads");
+}
+
+Result<uint32_t> ChooseTableThreads(costdb::CostDb& db, const costdb::CostTableKey& key, int asked_threads,
+                                    bool this_device, const std::function<std::string(int)>& command,
+                                    std::string* stated) {
+  EC_ASSIGN_OR_RETURN(const std::vector<uint32_t> stored, db.CostTableThreads(key));
+  std::string counts;
+  for (uint32_t t : stored) counts += (counts.empty() ? "" : ", ") + ThreadsText(t);
+  uint32_t threads = static_cast<uint32_t>(std::max(0, asked_threads));
+  std::string why;
+  if (threads == 0 && this_device) {
+    threads = static_cast<uint32_t>(omp_get_num_procs());
+    why = " (all cores of this device)";
+  } else if (threads == 0 && !stored.empty()) {
+    threads = stored.back();  // ascending: the most
+    if (stored.size() > 1) {
+      *stated = "measured at " + ThreadsText(threads) + ", the most of the tables stored (" + counts +
+                "); ask for another thread count to use its table";
+    }
+    return threads;
+  }
+  if (stored.empty() || std::find(stored.begin(), stored.end(), threads) != stored.end()) return threads;
+  return FailedPrecondition("no " + key.cost_source + " cost table of " + key.model + " at " + ThreadsText(threads) +
+                            why + " on " + key.device + "; it has tables at " + counts + ": run " +
+                            command(static_cast<int>(threads)) + " there, or ask for a thread count it has");
 }
 
 std::string ThisDeviceName() {
@@ -466,7 +498,9 @@ std::string ThisDeviceName() {
   return ::gethostname(name, sizeof name - 1) == 0 && name[0] ? name : "this-device";
 }
 
-Result<v1::CostTable> LoadMeasuredCostTable(costdb::CostDb& db, const graph::GraphSpec& spec, std::string device) {
+Result<v1::CostTable> LoadMeasuredCostTable(costdb::CostDb& db, const graph::GraphSpec& spec, std::string device,
+                                            int threads) {
+  const bool this_device = device == "this" || device == ThisDeviceName();
   if (device == "this") device = ThisDeviceName();
   if (graph::CarriesCosts(spec)) {
     return InvalidArgument("measured costs exist for models; " + spec.model_or_file + " carries its own costs");
@@ -482,14 +516,20 @@ Result<v1::CostTable> LoadMeasuredCostTable(costdb::CostDb& db, const graph::Gra
                     (names.empty() ? "none yet (run `edgecost profile` on the device)" : names) +
                     "; board presets take --platform");
   }
-  Result<v1::CostTable> table = db.GetCostTable(
-      {graph.model(), device, kMeasuredSource, graph.batch_size(), graph.derivation(), graph.trainable()});
+  costdb::CostTableKey key{graph.model(),      device,           kMeasuredSource, graph.batch_size(),
+                           graph.derivation(), graph.trainable()};
+  std::string stated;
+  EC_ASSIGN_OR_RETURN(key.threads, ChooseTableThreads(
+                                       db, key, threads, this_device,
+                                       [&](int t) { return ProfileCommand(graph, spec.model_or_file, t); }, &stated));
+  Result<v1::CostTable> table = db.GetCostTable(key);
   if (table.status().code() == ErrorCode::kNotFound) {
     return NotFound("no measured costs for " + graph.model() + " (derivation " + graph.derivation() + ", trainable " +
                     graph.trainable() + ", batch size " + std::to_string(graph.batch_size()) + ") on device " + device +
-                    "; run " + ProfileCommand(graph, spec.model_or_file) + " there");
+                    "; run " + ProfileCommand(graph, spec.model_or_file, threads) + " there");
   }
   if (!table.ok()) return table;
+  if (!stated.empty()) table->set_note(table->note() + "; " + stated);
   // The stored table keeps medians; spread, interval, reliability and the energy's source are the op costs'.
   std::map<std::string, std::optional<v1::OpCost>> ops;
   v1::EnergySource weakest = v1::ENERGY_SOURCE_UNSPECIFIED;

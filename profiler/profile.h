@@ -112,11 +112,26 @@ Result<ProfileSummary> ProfileGraph(costdb::CostDb& db, Backend& backend, const 
 Result<v1::CostTable> MeasuredCostTable(costdb::CostDb& db, const v1::TrainingGraph& graph, const std::string& device,
                                         const std::string& fingerprint_hash, int threads);
 
-// The stored measured cost table of a zoo model on a device ("this": this machine).
-Result<v1::CostTable> LoadMeasuredCostTable(costdb::CostDb& db, const graph::GraphSpec& spec, std::string device);
+// Which thread count's stored table of `key` (key.threads ignored) to read. `asked_threads` > 0
+// must have one; 0 asks for all cores when `this_device`, and for another device for the only
+// count stored or the most, which `*stated` then says. A count without a table while other counts
+// have one is a FailedPrecondition naming them and `command(threads)`, what would store it. With
+// no table at all the count asked is returned, for the reader's own NotFound.
+Result<uint32_t> ChooseTableThreads(costdb::CostDb& db, const costdb::CostTableKey& key, int asked_threads,
+                                    bool this_device, const std::function<std::string(int)>& command,
+                                    std::string* stated);
 
-// The `edgecost profile` command line that measures `graph` (derivation, batch size and trainable named).
-std::string ProfileCommand(const v1::TrainingGraph& graph, const std::string& model_or_file);
+// The stored measured cost table of a zoo model on a device ("this": this machine), measured at
+// `threads` compute threads (0: as ChooseTableThreads chooses, stated in the table's note).
+Result<v1::CostTable> LoadMeasuredCostTable(costdb::CostDb& db, const graph::GraphSpec& spec, std::string device,
+                                            int threads = 0);
+
+// The `edgecost profile` command line that measures `graph` (derivation, batch size and trainable
+// named; the thread count when above 0).
+std::string ProfileCommand(const v1::TrainingGraph& graph, const std::string& model_or_file, int threads = 0);
+
+// "1 thread" / "2 threads"; 0 is "unknown threads" (a table stored before thread counts were kept).
+std::string ThreadsText(uint32_t threads);
 
 // This machine's device name in the database: its host name.
 std::string ThisDeviceName();

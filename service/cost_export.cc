@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "base/time_text.h"
+#include "profiler/node_work.h"
 
 namespace edgecost::service {
 
@@ -90,7 +91,9 @@ Result<ImportSummary> ImportDevice(costdb::CostDb& db, const v1::CostExport& exp
     EC_RETURN_IF_ERROR(db.PutPagingCost(hash, exported.paging()));
     summary.paging = true;
   }
-  for (const v1::CostTable& table : exported.cost_tables()) {
+  for (v1::CostTable table : exported.cost_tables()) {
+    // An export from before tables carried their thread count: its op keys still say it.
+    if (table.threads() == 0) table.set_threads(static_cast<uint32_t>(profiler::CostTableOpKeyThreads(table)));
     EC_RETURN_IF_ERROR(db.PutCostTable(table).status());
     ++summary.cost_tables;
   }

@@ -47,21 +47,31 @@ Result<v1::CostTable> ResolveCostTable(costdb::CostDb* db, const v1::GetCostTabl
   if (graph::CarriesCosts(spec)) return graph::LoadCostTable(spec, device, source);  // a stored graph's own costs
   if (source == profiler::kMeasuredSource) {
     if (db == nullptr) return FailedPrecondition("measured costs need the cost database");
-    return profiler::LoadMeasuredCostTable(*db, spec, device);
+    return profiler::LoadMeasuredCostTable(*db, spec, device, static_cast<int>(request.threads()));
   }
   if (source == kMeasuredInStepSource) {  // kept by `edgecost train` from the node times inside real steps
     if (db == nullptr) return FailedPrecondition("measured-in-step costs need the cost database");
     if (preset) return InvalidArgument("measured-in-step costs exist for measured devices, not '" + device + "'");
     const std::string name = device == "this" ? profiler::ThisDeviceName() : device;
     EC_ASSIGN_OR_RETURN(v1::TrainingGraph graph, graph::LoadTrainingGraph(spec));
-    Result<v1::CostTable> table = db->GetCostTable(
-        {graph.model(), name, kMeasuredInStepSource, graph.batch_size(), graph.derivation(), graph.trainable()});
+    costdb::CostTableKey key{graph.model(),    name, kMeasuredInStepSource, graph.batch_size(), graph.derivation(),
+                             graph.trainable()};
+    auto train_command = [&](int threads) {
+      return "`edgecost train --model " + spec.model_or_file + " --steps 10" +
+             (threads > 0 ? " --threads " + std::to_string(threads) : "") + "`";
+    };
+    std::string stated;
+    EC_ASSIGN_OR_RETURN(key.threads,
+                        profiler::ChooseTableThreads(*db, key, static_cast<int>(request.threads()),
+                                                     name == profiler::ThisDeviceName(), train_command, &stated));
+    Result<v1::CostTable> table = db->GetCostTable(key);
     if (table.status().code() == ErrorCode::kNotFound) {
       return NotFound("no measured-in-step costs for " + graph.model() + " (batch size " +
                       std::to_string(graph.batch_size()) + ", derivation " + graph.derivation() + ") on device " +
-                      name + "; run `edgecost train --model " + spec.model_or_file +
-                      " --steps 10` there after profiling it");
+                      name + "; run " + train_command(static_cast<int>(request.threads())) +
+                      " there after profiling it");
     }
+    if (table.ok() && !stated.empty()) table->set_note(table->note() + "; " + stated);
     return table;
   }
   if (!preset) {
@@ -78,6 +88,7 @@ v1::GetCostTableRequest CostTableRequestFor(const v1::ScheduleRequest& request) 
   table.set_batch_size(request.batch_size());
   table.set_derivation(request.derivation());
   table.set_trainable(request.trainable());
+  table.set_threads(request.compute_threads());  // not request.threads(): that is the solver's
   return table;
 }
 
@@ -243,6 +254,8 @@ Result<SolvedRequest> SolveRequest(costdb::CostDb* db, const v1::ScheduleRequest
         "--min-ram), not both");
   }
   EC_ASSIGN_OR_RETURN(solved.table, CostTableForRequest(db, request));
+  // The stored request names the table's thread count, so that it is solved again on that one.
+  if (solved.table.threads() > 0) solved_request.set_compute_threads(solved.table.threads());
   const v1::StepMemory memory = StepMemoryOf(solved.table.graph(), /*build_large=*/request.device_ram_bytes() > 0);
   if (request.device_ram_bytes() > 0) {
     EC_ASSIGN_OR_RETURN(const uint64_t activations, ActivationBudget(memory, request.device_ram_bytes()));

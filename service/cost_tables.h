@@ -17,7 +17,9 @@ namespace edgecost::service {
 
 // Empty fields take defaults: device "this"; cost source "measured" for a measured
 // device, "poet-flops" for a board preset; derivation graph::kDefaultDerivation;
-// trainable "all"; batch size 1. `db` may be null for presets.
+// trainable "all"; batch size 1. A measured or measured-in-step table is the one of
+// request.threads compute threads (0: see profiler::ChooseTableThreads); a thread count
+// without a table while others have one is refused, naming them. `db` may be null for presets.
 Result<v1::CostTable> ResolveCostTable(costdb::CostDb* db, const v1::GetCostTableRequest& request);
 
 // The cost table a schedule request is about: its graph file, or its model on

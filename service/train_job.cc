@@ -32,13 +32,39 @@
 namespace edgecost::service {
 namespace {
 
-// The thread count a measured cost table was profiled at, from its op keys; 0
-// when no node carries one (an analytic or imported table).
+// The thread count a cost table was measured at: its own, else (a schedule file written before
+// tables carried it) from its op keys; 0 when unknown (an analytic or imported table).
 int ProfiledThreads(const v1::CostTable& table) {
-  for (const v1::NodeCost& cost : table.costs()) {
-    if (const int threads = profiler::OpKeyThreads(cost.op_key()); threads > 0) return threads;
+  return table.threads() > 0 ? static_cast<int>(table.threads()) : profiler::CostTableOpKeyThreads(table);
+}
+
+// The thread count whose stored table predicts a run at `threads`: its own when stored, or when
+// no count is (the lookup then says what to run). Otherwise the nearest stored count: a run's
+// predictions are informational, so it goes on, and the mismatch note says so loudly.
+Result<uint32_t> PredictionThreads(costdb::CostDb& db, const costdb::CostTableKey& key, int threads,
+                                   std::vector<std::string>& notes) {
+  EC_ASSIGN_OR_RETURN(const std::vector<uint32_t> stored, db.CostTableThreads(key));
+  const auto asked = static_cast<uint32_t>(threads);
+  if (stored.empty() || std::find(stored.begin(), stored.end(), asked) != stored.end()) return asked;
+  uint32_t nearest = stored.front();
+  std::string counts;
+  for (uint32_t t : stored) {
+    counts += (counts.empty() ? "" : ", ") + profiler::ThreadsText(t);
+    const auto distance = [&](uint32_t c) { return c > asked ? c - asked : asked - c; };
+    if (distance(t) <= distance(nearest)) nearest = t;  // ascending: a tie goes to the larger
   }
-  return 0;
+  notes.push_back("THREAD MISMATCH: this run uses " + profiler::ThreadsText(asked) + " and no " + key.cost_source +
+                  " cost table of " + key.model + " was measured at that count (stored: " + counts +
+                  "); its predictions come from the " + profiler::ThreadsText(nearest) +
+                  " table and are not this run's. Run `edgecost profile --model " + key.model + " --threads " +
+                  std::to_string(asked) + "` to predict it");
+  return nearest;
+}
+
+// The stored table a run on this device predicts from, of any thread count.
+costdb::CostTableKey PredictionKey(const v1::TrainingGraph& graph, const std::string& cost_source) {
+  return {graph.model(),      profiler::ThisDeviceName(), cost_source,
+          graph.batch_size(), graph.derivation(),         graph.trainable()};
 }
 
 double NowS() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
@@ -245,6 +271,12 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
     request.set_model(spec.model_or_file);
     if (request.device().empty()) request.set_device("this");
     if (request.cost_source().empty()) request.set_cost_source(options.cost_source);
+    const bool here = request.device() == "this" || request.device() == profiler::ThisDeviceName();
+    if (request.compute_threads() == 0 && here) {
+      EC_ASSIGN_OR_RETURN(const uint32_t table_threads,
+                          PredictionThreads(db, PredictionKey(graph, request.cost_source()), threads, result.notes));
+      request.set_compute_threads(table_threads);
+    }
     request.set_batch_size(static_cast<uint32_t>(spec.batch_size));
     request.set_derivation("exact");
     request.set_trainable(spec.trainable.ToString());
@@ -282,6 +314,9 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
     request.set_batch_size(static_cast<uint32_t>(spec.batch_size));
     request.set_derivation("exact");
     request.set_trainable(spec.trainable.ToString());
+    EC_ASSIGN_OR_RETURN(const uint32_t table_threads,
+                        PredictionThreads(db, PredictionKey(graph, options.cost_source), threads, result.notes));
+    request.set_threads(table_threads);
     Result<v1::CostTable> found = ResolveCostTable(&db, request);
     if (found.ok()) {
       table = *found;
@@ -321,11 +356,15 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
   run.set_layer_state_bytes(executor->layer_state_bytes());
   run.set_kernels_warm(kernels_warm);
   if (table) run.set_cost_source(table->cost_source());
-  if (const int profiled = table ? ProfiledThreads(*table) : 0; profiled > 0 && profiled != threads) {
-    result.notes.push_back("the cost table was profiled at " + std::to_string(profiled) + " thread(s) and this run " +
-                           "uses " + std::to_string(threads) + ": its predictions are for " +
-                           std::to_string(profiled) + "; run `edgecost profile --threads " + std::to_string(threads) +
-                           "` to predict this run");
+  // A schedule's own table (a file, a stored schedule, a solve with compute_threads given) may
+  // be of another count: said too, unless PredictionThreads already did.
+  const bool stated = std::any_of(result.notes.begin(), result.notes.end(),
+                                  [](const std::string& note) { return note.starts_with("THREAD MISMATCH"); });
+  if (const int profiled = table ? ProfiledThreads(*table) : 0; profiled > 0 && profiled != threads && !stated) {
+    result.notes.push_back("THREAD MISMATCH: the cost table was profiled at " +
+                           profiler::ThreadsText(static_cast<uint32_t>(profiled)) + " and this run uses " +
+                           std::to_string(threads) + ": its predictions are for " + std::to_string(profiled) +
+                           "; run `edgecost profile --threads " + std::to_string(threads) + "` to predict this run");
   }
   if (checked) {
     const solver::Replay& r = checked->replay;
@@ -568,6 +607,7 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
       v1::CostTable in_step = *table;
       in_step.set_cost_source(kMeasuredInStepSource);
       const double step_power_w = run.runtime_s() > 0 ? run.energy_j() / run.runtime_s() : 0;
+      in_step.set_threads(static_cast<uint32_t>(threads));  // the run's: its node times are what is stored
       for (const v1::NodeTime& t : run.nodes()) {
         v1::NodeCost& c = *in_step.mutable_costs(static_cast<int>(t.node()));
         if (c.runtime_s() > 0) {

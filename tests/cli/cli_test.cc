@@ -526,9 +526,26 @@ TEST_F(CliTest, TrainSaysWhenItsCostTableWasProfiledAtOtherThreads) {
             0);
   const CommandResult other = Edgecost("train --model linear --batch-size 2 --steps 2 --threads 2");
   ASSERT_EQ(other.exit_code, 0) << other.output;
-  EXPECT_THAT(other.output, HasSubstr("profiled at 1 thread(s) and this run uses 2"));
+  EXPECT_THAT(other.output, HasSubstr("THREAD MISMATCH: this run uses 2 threads"));
+  EXPECT_THAT(other.output, HasSubstr("stored: 1 thread"));
   const CommandResult same = Edgecost("train --model linear --batch-size 2 --steps 2 --threads 1");
   ASSERT_EQ(same.exit_code, 0) << same.output;
+  // Planning and listing, unlike a run's predictions, refuse a count without a table, naming those stored.
+  const CommandResult solve = Edgecost(
+      "solve --model linear --batch-size 2 --device this --compute-threads 2 --ram-budget 1MB --no-store");
+  EXPECT_EQ(solve.exit_code, 1) << solve.output;
+  EXPECT_THAT(solve.output, HasSubstr("it has tables at 1 thread"));
+  EXPECT_THAT(solve.output, HasSubstr("--threads 2"));
+  const CommandResult costs = Edgecost("costs linear --batch-size 2 --device this --threads 2 --summary");
+  EXPECT_EQ(costs.exit_code, 1) << costs.output;
+  EXPECT_THAT(costs.output, HasSubstr("it has tables at 1 thread"));
+  const CommandResult one = Edgecost("costs linear --batch-size 2 --device this --threads 1 --summary");
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  EXPECT_THAT(one.output, HasSubstr("measured at 1 thread"));
+  // The 2-thread run's in-step table sits beside the 1-thread one: the listing shows both counts.
+  const CommandResult info = Edgecost("db info --json");
+  EXPECT_THAT(info.output, HasSubstr("\"threads\": 1"));
+  EXPECT_THAT(info.output, HasSubstr("\"threads\": 2"));
   EXPECT_THAT(same.output, Not(HasSubstr("profiled at")));
 }
 
@@ -719,7 +736,7 @@ TEST_F(SolveInputTest, MeasuredCosts) {
   // About the solve inputs, not about how quiet the machine is.
   const CommandResult profile = Edgecost("profile --model linear --threads 1 --min-window-s 0.002 --accept-noisy");
   ASSERT_EQ(profile.exit_code, 0) << profile.output;
-  SolveEveryWay("--model linear --device this", "6kB");
+  SolveEveryWay("--model linear --device this --compute-threads 1", "6kB");
 }
 
 // A model imported once is named like a zoo model: every way to solve works on it, as on the file.
@@ -786,10 +803,11 @@ TEST_F(CliTest, AStoredModelIsNamedLikeAZooModelEverywhere) {
       Edgecost("profile --model mlp-rec --batch-size 1 --threads 1 --min-window-s 0.002 --accept-noisy");
   ASSERT_EQ(profile.exit_code, 0) << profile.output;
   EXPECT_THAT(profile.output, HasSubstr("profiled       mlp-rec"));
-  EXPECT_EQ(Edgecost("costs mlp-rec --device this --summary").exit_code, 0);
+  EXPECT_EQ(Edgecost("costs mlp-rec --device this --threads 1 --summary").exit_code, 0);
   const std::string schedule = (dir_ / "s.json").string();
-  const CommandResult solve =
-      Edgecost("solve --model mlp-rec --device this --min-ram --runtime-budget 2x --time-limit-s 2 --out " + schedule);
+  const CommandResult solve = Edgecost(
+      "solve --model mlp-rec --device this --compute-threads 1 --min-ram --runtime-budget 2x --time-limit-s 2 --out " +
+      schedule);
   ASSERT_EQ(solve.exit_code, 0) << solve.output;
   EXPECT_EQ(Edgecost("check " + schedule).exit_code, 0);
   const CommandResult train = Edgecost("train --model mlp-rec --steps 2 --threads 1 --schedule " + schedule);

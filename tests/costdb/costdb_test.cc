@@ -50,6 +50,16 @@ class CostDbTest : public test_support::TempDirTest {
     ASSERT_TRUE(raw.ok());
     ASSERT_TRUE(raw->Exec("PRAGMA user_version = " + std::to_string(version)).ok());
   }
+  // Undoes schema 8 (cost tables keyed by thread count) as edgecost of schema 7 left its files;
+  // a thread count that is current beside another must be superseded first by the caller.
+  static void RewindToSchema7(Db& raw) {
+    ASSERT_TRUE(raw.Exec("DROP INDEX cost_tables_current").ok());
+    ASSERT_TRUE(raw.Exec("ALTER TABLE cost_tables DROP COLUMN threads").ok());
+    ASSERT_TRUE(raw.Exec("CREATE UNIQUE INDEX cost_tables_current ON cost_tables(model_id, fingerprint_id, "
+                         "cost_source_id) WHERE superseded_at IS NULL")
+                    .ok());
+    ASSERT_TRUE(raw.Exec("PRAGMA user_version = 7").ok());
+  }
   // Expects both open modes to refuse the file with `code` and `message`, leaving it untouched.
   void ExpectRefusedUntouched(ErrorCode code, const std::string& message) {
     const test_support::FileSnapshot before = Snapshot(path_);
@@ -360,6 +370,7 @@ TEST_F(CostDbTest, MigratesSchemaSixRecordsWithoutASummary) {
   {  // back to schema 6, as edgecost of that schema left it
     auto raw = Db::Open(path_, Db::Access::kReadWrite, 1000);
     ASSERT_TRUE(raw.ok());
+    RewindToSchema7(*raw);
     auto triggers = raw->Prepare("SELECT name FROM sqlite_master WHERE type = 'trigger'");
     std::vector<std::string> names;
     while (*triggers->Step()) names.push_back(triggers->Text(0));
@@ -471,6 +482,85 @@ TEST_F(CostDbTest, MeasuredCostTablesNeedTheirFingerprintAndFollowIt) {
   EXPECT_EQ(db.GetCostTable(key).status().code(), ErrorCode::kNotFound);
   ASSERT_TRUE(db.UpsertDevice(MeasuredDevice("pi4", "fp1")).ok());
   EXPECT_TRUE(db.GetCostTable(key).ok());
+}
+
+// A measured table whose op keys end as the profiler writes them, at `threads`.
+v1::CostTable ThreadsTable(int generation, uint32_t threads) {
+  v1::CostTable table = Table("net", "pi4", 5, generation, "fp1");
+  table.set_threads(threads);
+  for (v1::NodeCost& cost : *table.mutable_costs()) {
+    cost.set_op_key("relu/fwd/in=1x8/out=1x8/f32/onednn/t" + std::to_string(threads) + "/n" +
+                    std::to_string(cost.node()));
+  }
+  return table;
+}
+
+// Issue 27: `profile --threads 1` replaced the 2-thread table, and a 2-thread run predicted from it.
+TEST_F(CostDbTest, TablesOfEachThreadCountStayCurrent) {
+  CostDb db = OpenOrDie();
+  ASSERT_TRUE(db.UpsertDevice(MeasuredDevice("pi4", "fp1")).ok());
+  ASSERT_TRUE(db.PutCostTable(ThreadsTable(2, 2)).ok());
+  ASSERT_TRUE(db.PutCostTable(ThreadsTable(1, 1)).ok());
+  CostTableKey key{"net", "pi4", "measured", 1, "poet", "all"};
+  EXPECT_THAT(*db.CostTableThreads(key), ElementsAre(1u, 2u));
+  key.threads = 2;
+  EXPECT_EQ(db.GetCostTable(key)->note(), "generation 2");
+  EXPECT_EQ(db.GetCostTable(key)->threads(), 2u);
+  key.threads = 1;
+  EXPECT_EQ(db.GetCostTable(key)->note(), "generation 1");
+  key.threads = 4;
+  const auto missing = db.GetCostTable(key);
+  EXPECT_EQ(missing.status().code(), ErrorCode::kNotFound);
+  EXPECT_THAT(missing.status().message(), HasSubstr("4 threads"));
+
+  // Storing a thread count again supersedes only that count's table.
+  ASSERT_TRUE(db.PutCostTable(ThreadsTable(3, 1)).ok());
+  key.threads = 1;
+  EXPECT_EQ(db.GetCostTable(key)->note(), "generation 3");
+  key.threads = 2;
+  EXPECT_EQ(db.GetCostTable(key)->note(), "generation 2");
+  const auto listed = db.ListCostTables("pi4");
+  ASSERT_EQ(listed->size(), 2u);
+  EXPECT_EQ((*listed)[0].key.threads, 2u);
+  EXPECT_EQ((*listed)[1].key.threads, 1u);
+  EXPECT_EQ(db.Info()->row_counts.at("cost_tables"), 3);
+}
+
+// A file at schema 7, where the 1-thread profile superseded the 2-thread table: both tables are
+// kept, each gets its thread count from its op keys, the 2-thread one is current again, and a
+// table without measured op keys has an unknown count (0).
+TEST_F(CostDbTest, MigratesSchemaSevenTablesWithTheirThreadCounts) {
+  int64_t two = 0, one = 0, preset = 0;
+  {
+    CostDb db = OpenOrDie();
+    ASSERT_TRUE(db.UpsertDevice(MeasuredDevice("pi4", "fp1")).ok());
+    two = *db.PutCostTable(ThreadsTable(2, 2));
+    one = *db.PutCostTable(ThreadsTable(1, 1));
+    preset = *PutPresetTable(db, Table("net", "a72", 5, 7));
+  }
+  {  // back to schema 7, as edgecost of that schema left it: one current table per model, fingerprint and source
+    auto raw = Db::Open(path_, Db::Access::kReadWrite, 1000);
+    ASSERT_TRUE(raw.ok());
+    ASSERT_TRUE(
+        raw->Exec("UPDATE cost_tables SET superseded_at = '2024-01-01T00:00:00Z' WHERE id = " + std::to_string(two))
+            .ok());
+    RewindToSchema7(*raw);
+  }
+  CostDb db = OpenOrDie();
+  EXPECT_EQ(db.Info()->schema_version, kSchemaVersion);
+  EXPECT_EQ(db.GetCostTableById(two)->threads(), 2u);
+  EXPECT_EQ(db.GetCostTableById(one)->threads(), 1u);
+  EXPECT_EQ(db.GetCostTableById(preset)->threads(), 0u);
+  CostTableKey key{"net", "pi4", "measured", 1, "poet", "all", 2};
+  EXPECT_THAT(*db.CostTableThreads(key), ElementsAre(1u, 2u));
+  EXPECT_EQ(db.GetCostTable(key)->note(), "generation 2");
+  key.threads = 1;
+  EXPECT_EQ(db.GetCostTable(key)->note(), "generation 1");
+  EXPECT_EQ(db.GetCostTable(kKey)->note(), "generation 7");  // unknown count: threads 0
+  // The new unique index holds: a second current 2-thread table cannot be written behind the API.
+  ASSERT_TRUE(db.PutCostTable(ThreadsTable(3, 2)).ok());
+  auto raw = Db::Open(path_, Db::Access::kReadWrite, 1000);
+  EXPECT_FALSE(raw->Exec("UPDATE cost_tables SET superseded_at = NULL WHERE id = " + std::to_string(two)).ok());
 }
 
 TEST_F(CostDbTest, AFailedCostTableLeavesNothingBehind) {

@@ -135,6 +135,7 @@ TEST_F(ListingTest, AMeasuredTableIsAnsweredAgainAfterNewOpCostsAreStored) {
     measured.set_device(device.name());
     measured.set_fingerprint_hash(fingerprint);
     measured.set_cost_source("measured");
+    measured.set_threads(1);
     measured.clear_memory();
     for (v1::NodeCost& cost : *measured.mutable_costs()) {
       cost.set_op_key("op-" + std::to_string(cost.node()));
@@ -145,7 +146,7 @@ TEST_F(ListingTest, AMeasuredTableIsAnsweredAgainAfterNewOpCostsAreStored) {
     }
     ASSERT_TRUE(db->PutCostTable(measured).ok());
   }
-  const std::string request = R"({"model":"linear","device":"this"})";
+  const std::string request = R"({"model":"linear","device":"this","threads":1})";
   const std::string first = CallJson(Socket(), "CostService/GetCostTable", request);
   ASSERT_THAT(first, EndsWith(" 200"));
   EXPECT_EQ(CallJson(Socket(), "CostService/GetCostTable", request), first);

@@ -225,6 +225,7 @@ TEST_F(RpcTest, AModelAddedOverRpcIsSolvedProfiledAndTrainedByName) {
   v1::GetCostTableRequest measured;
   measured.set_model("rpc-mlp");
   measured.set_device("this");
+  measured.set_threads(1);  // the profile's count
   EXPECT_EQ(Remote<v1::CostTable>("CostService/GetCostTable", measured).cost_source(), "measured");
   v1::StartTrainRequest train;
   train.set_model("rpc-mlp");

@@ -296,7 +296,7 @@ TEST_F(WebViewTest, MeasuredCostsSitBesidePoetFlopsWithIntervalsAndDevicesShowWh
   ASSERT_TRUE(profiled.ok()) << profiled.status().message();
   const std::string device = profiled->device.name();
 
-  const HttpResponse page = Get("/costs?model=linear&device=" + device);
+  const HttpResponse page = Get("/costs?model=linear&device=" + device + "&threads=1");  // the profile's count
   ASSERT_EQ(page.status, 200) << page.body;
   EXPECT_EQ(Count(page.body, "<tr class=\"node\">"), static_cast<size_t>(profiled->graph.nodes_size()));
   EXPECT_THAT(page.body, HasSubstr("poet-flops runtime"));

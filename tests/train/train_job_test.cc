@@ -6,11 +6,13 @@
 #include <fstream>
 #include <tuple>
 
+#include <gmock/gmock.h>
 #include <google/protobuf/util/json_util.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "costdb/costdb.h"
+#include "profiler/profile.h"
 #include "service/cost_tables.h"
 #include "service/profile_job.h"
 #include "service/trace.h"
@@ -202,6 +204,7 @@ TEST_F(TrainJobTest, InStepTimesBecomeACostTableTheSolverPlansWith) {
   request.set_model("linear");
   request.set_cost_source(kMeasuredInStepSource);
   request.set_batch_size(2);
+  request.set_threads(1);  // the run's: this device's default, all its cores, may be more
   auto table = ResolveCostTable(&*db, request);
   ASSERT_TRUE(table.ok()) << table.status().message();
   EXPECT_EQ(table->cost_source(), kMeasuredInStepSource);
@@ -217,6 +220,7 @@ TEST_F(TrainJobTest, InStepTimesBecomeACostTableTheSolverPlansWith) {
   solve.set_ram_budget_bytes(1ull << 30);
   solve.set_runtime_budget_multiple(1.5);
   solve.set_time_limit_s(5);
+  solve.set_compute_threads(1);
   auto solved = SolveRequest(&*db, solve);
   ASSERT_TRUE(solved.ok()) << solved.status().message();
   EXPECT_EQ(solved->table.cost_source(), kMeasuredInStepSource);
@@ -301,6 +305,9 @@ TEST(SelectSteps, TheMedianLeavesDisturbedStepsOutWhenEnoughAreClean) {
 // CPU) is stored marked, with a warning, and leaves no measured-in-step costs
 // unless accepted as noisy; a few disturbed steps are left out of the median.
 TEST_F(TrainJobTest, ARunOnABusyMachineIsMarkedAndItsInStepCostsAreNotStored) {
+// Issue 27: a run at a thread count nobody profiled predicts from another count's table, and says
+// so loudly; its in-step table is kept at its own count, beside the other count's.
+TEST_F(TrainJobTest, ARunAtAnUnprofiledThreadCountSaysItsPredictionsAreAnotherCounts) {
   ProfileJobOptions profile;
   profile.db_path = Db();
   profile.graph.model_or_file = "linear";
@@ -453,6 +460,23 @@ TEST_F(TrainJobTest, PerOpEnergiesAddUpToTheStepsMeasuredEnergy) {
       EXPECT_NEAR(run.predicted_energy_j(), sum_j, 1e-9 * sum_j);  // the prediction is the table's sum
     }
   }
+  TrainJobOptions options = Options();
+  options.threads = 2;
+  auto trained = Run(options);
+  ASSERT_TRUE(trained.ok()) << trained.status().message();
+  EXPECT_GT(trained->run.predicted_runtime_s(), 0);
+  std::string notes;
+  for (const std::string& note : trained->notes) notes += note + "\n";
+  EXPECT_THAT(notes, ::testing::HasSubstr("THREAD MISMATCH: this run uses 2 threads"));
+  EXPECT_THAT(notes, ::testing::HasSubstr("stored: 1 thread"));
+  EXPECT_THAT(notes, ::testing::HasSubstr("--threads 2"));
+
+  ASSERT_TRUE(Run(Options()).ok());  // and at 1 thread: the profiled count's own in-step table
+  auto db = costdb::CostDb::Open(Db());
+  ASSERT_TRUE(db.ok());
+  auto counts = db->CostTableThreads({"linear", profiler::ThisDeviceName(), kMeasuredInStepSource, 2, "exact", "all"});
+  ASSERT_TRUE(counts.ok()) << counts.status().message();
+  EXPECT_EQ(*counts, (std::vector<uint32_t>{1, 2}));
 }
 
 }  // namespace
