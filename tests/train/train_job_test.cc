@@ -6,7 +6,6 @@
 #include <fstream>
 #include <tuple>
 
-#include <gmock/gmock.h>
 #include <google/protobuf/util/json_util.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -305,9 +304,6 @@ TEST(SelectSteps, TheMedianLeavesDisturbedStepsOutWhenEnoughAreClean) {
 // CPU) is stored marked, with a warning, and leaves no measured-in-step costs
 // unless accepted as noisy; a few disturbed steps are left out of the median.
 TEST_F(TrainJobTest, ARunOnABusyMachineIsMarkedAndItsInStepCostsAreNotStored) {
-// Issue 27: a run at a thread count nobody profiled predicts from another count's table, and says
-// so loudly; its in-step table is kept at its own count, beside the other count's.
-TEST_F(TrainJobTest, ARunAtAnUnprofiledThreadCountSaysItsPredictionsAreAnotherCounts) {
   ProfileJobOptions profile;
   profile.db_path = Db();
   profile.graph.model_or_file = "linear";
@@ -460,6 +456,22 @@ TEST_F(TrainJobTest, PerOpEnergiesAddUpToTheStepsMeasuredEnergy) {
       EXPECT_NEAR(run.predicted_energy_j(), sum_j, 1e-9 * sum_j);  // the prediction is the table's sum
     }
   }
+}
+
+// Issue 27: a run at a thread count nobody profiled predicts from another count's table, and says
+// so loudly; its in-step table is kept at its own count, beside the other count's.
+TEST_F(TrainJobTest, ARunAtAnUnprofiledThreadCountSaysItsPredictionsAreAnotherCounts) {
+  ProfileJobOptions profile;
+  profile.db_path = Db();
+  profile.graph.model_or_file = "linear";
+  profile.graph.batch_size = 2;
+  profile.graph.derivation = graph::Derivation::kExact;
+  profile.threads = 1;
+  profile.paging_dir = PagingDir();
+  profile.min_window_s = 0.002;
+  profile.accept_noisy = true;
+  ASSERT_TRUE(RunProfileJob(profile, nullptr, nullptr, [](const std::string&) {}).ok());
+
   TrainJobOptions options = Options();
   options.threads = 2;
   auto trained = Run(options);
