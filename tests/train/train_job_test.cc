@@ -426,6 +426,7 @@ TEST_F(TrainJobTest, PerOpEnergiesAddUpToTheStepsMeasuredEnergy) {
     request.set_cost_source(source);
     request.set_batch_size(2);
     request.set_derivation("exact");
+    request.set_threads(1);  // the profile's and the run's
     auto table = ResolveCostTable(&*db, request);
     ASSERT_TRUE(table.ok()) << table.status().message();
     double sum_j = 0, sum_s = 0;
