@@ -205,7 +205,7 @@ void RegisterModelsCommand(CLI::App& app, Context& ctx) {
       "Examples:\n"
       "  edgecost models add my.onnx --name mine\n"
       "  edgecost models add my-v2.onnx --name mine --replace\n"
-      "  edgecost profile --model mine --batch-size 1 && edgecost solve --model mine --device this --ram-budget 2MB");
+      "  edgecost profile --model mine --batch-size 1 && edgecost solve --model mine --device this --activation-budget 2MB");
   add->callback([flags, &ctx] { ctx.exit_code = RunAdd(*flags, ctx); });
 
   CLI::App* remove = cmd->add_subcommand("remove", "Remove a stored model (its cost tables and schedules stay)");

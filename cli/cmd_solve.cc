@@ -35,8 +35,8 @@ struct SolveFlags {
   int batch_size = 1;
   std::string derivation;
   std::string trainable = "all";
-  std::string ram_budget;
-  std::string device_ram;  // the whole process's RAM: the step's fixed parts come off it
+  std::string ram_budget;         // the whole process's memory above its baseline: the step's fixed parts come off it
+  std::string activation_budget;  // the activations' alone (the arena's peak)
   std::string runtime_budget = "1x";
   bool no_paging = false;
   bool no_remat = false;
@@ -134,13 +134,13 @@ void PrintSchedule(const v1::Schedule& s) {
             << FormatSeconds(s.time_to_first_feasible_s()) << ")\n";
 }
 
-// The whole memory next to the schedule's activations, and how --device-ram was split.
+// The whole memory next to the schedule's activations, and how --ram-budget was split.
 void PrintMemory(const v1::Schedule& s) {
   if (!s.has_memory()) return;
   const v1::StepMemory& m = s.memory();
   PrintStepMemory(m, HasSchedule(s) ? std::optional<uint64_t>(s.peak_ram_bytes()) : std::nullopt);
   if (s.request().device_ram_bytes() > 0) {
-    std::cout << "device RAM     " << BytesText(s.request().device_ram_bytes()) << " = fixed parts "
+    std::cout << "RAM budget     " << BytesText(s.request().device_ram_bytes()) << " = fixed parts "
               << BytesText(m.fixed_bytes()) << " + activation budget " << BytesText(s.request().ram_budget_bytes())
               << "\n";
   }
@@ -171,22 +171,22 @@ Result<v1::ScheduleRequest> BuildRequest(const SolveFlags& flags) {
     return InvalidArgument("--compute-threads picks a measured cost table: it needs --device");
   }
   request.set_compute_threads(static_cast<uint32_t>(std::max(0, flags.compute_threads)));
-  if (!flags.device_ram.empty()) {
-    if (!flags.ram_budget.empty() || flags.min_ram) {
-      return InvalidArgument(
-          "--device-ram is the whole process's RAM, --ram-budget (or --min-ram) the activations': give one");
-    }
-    EC_ASSIGN_OR_RETURN(int64_t ram, ParseBytes(flags.device_ram));
-    if (ram <= 0) return InvalidArgument("--device-ram must be positive");
-    request.set_device_ram_bytes(static_cast<uint64_t>(ram));
-  } else if (flags.ram_budget.empty() && !flags.min_ram) {
-    return InvalidArgument(
-        "--ram-budget is required (e.g. 3MB, 2.5MiB, 3000000), unless --device-ram gives the whole process's RAM or "
-        "--min-ram searches for it");
-  }
   if (!flags.ram_budget.empty()) {
+    if (!flags.activation_budget.empty() || flags.min_ram) {
+      return InvalidArgument(
+          "--ram-budget is the whole process's memory, --activation-budget (or --min-ram) the activations': give one");
+    }
     EC_ASSIGN_OR_RETURN(int64_t ram, ParseBytes(flags.ram_budget));
     if (ram <= 0) return InvalidArgument("--ram-budget must be positive");
+    request.set_device_ram_bytes(static_cast<uint64_t>(ram));
+  } else if (flags.activation_budget.empty() && !flags.min_ram) {
+    return InvalidArgument(
+        "--ram-budget is required (the whole process's memory, e.g. 30MB or 2.5GiB), unless --activation-budget "
+        "gives the activations' alone or --min-ram searches for it");
+  }
+  if (!flags.activation_budget.empty()) {
+    EC_ASSIGN_OR_RETURN(int64_t ram, ParseBytes(flags.activation_budget));
+    if (ram <= 0) return InvalidArgument("--activation-budget must be positive");
     request.set_ram_budget_bytes(static_cast<uint64_t>(ram));
   }
   request.set_compare(flags.compare);
@@ -426,10 +426,12 @@ void RegisterSolveCommand(CLI::App& app, Context& ctx) {
   cmd->add_option("--derivation", flags->derivation,
                   "exact (default: what each backward really reads) or poet (POET's construction)");
   cmd->add_option("--trainable", flags->trainable, "all, last:K or bias")->capture_default_str();
-  cmd->add_option("--ram-budget", flags->ram_budget, "RAM for activations: 3000000, 3MB, 2.5MiB, 1TB, 1TiB");
-  cmd->add_option("--device-ram", flags->device_ram,
-                  "RAM for the whole step instead: parameters, gradients, optimizer state and workspace come off "
-                  "it, and the rest is the activation budget (e.g. 8MB, 4GiB)");
+  cmd->add_option("--ram-budget,--device-ram", flags->ram_budget,
+                  "Memory the training may add to the process (peak RSS above the process before the model is built): "
+                  "parameters, gradients, optimizer state, workspace and the kernels' code a run measured come off it, "
+                  "and the rest is the activation budget (e.g. 30MB, 4GiB)");
+  cmd->add_option("--activation-budget", flags->activation_budget,
+                  "RAM for the activations alone (the arena's peak): 3000000, 3MB, 2.5MiB, 1TiB");
   cmd->add_option("--runtime-budget", flags->runtime_budget, "Multiple of a plain step (7.6x) or seconds (1.2s)")
       ->capture_default_str();
   cmd->add_flag("--no-paging", flags->no_paging, "Recompute only");
@@ -449,21 +451,21 @@ void RegisterSolveCommand(CLI::App& app, Context& ctx) {
       ->check(CLI::IsMember(strategies));
   cmd->add_flag("--compare", flags->compare, "The schedule next to every baseline and greedy");
   cmd->add_flag("--min-ram", flags->min_ram,
-                "Search the smallest RAM budget with a schedule (no --ram-budget needed), then solve there");
+                "Search the smallest activation budget with a schedule (no budget needed), then solve there");
   cmd->add_flag("--no-store", flags->no_store, "Do not store the request and schedule in the cost database");
   cmd->add_flag("--json", flags->json, "Print the schedule as protobuf JSON");
   cmd->add_option("--out", flags->out_path, "Write the schedule (protobuf JSON) to a file");
   cmd->add_option("--svg", flags->svg_path, "Draw the schedule: stages down, nodes across");
   cmd->footer(
       "Examples:\n"
-      "  edgecost solve --model resnet18_cifar --platform a72 --ram-budget 3MB --runtime-budget 7.6x\n"
-      "  edgecost solve --model resnet18_cifar --ram-budget 1.5MB --runtime-budget 1.5x --compare\n"
-      "  edgecost solve --model resnet18_cifar --device this --ram-budget 1MB --out s.json --svg s.svg\n"
-      "  edgecost solve --model resnet18_cifar --device this --cost-source measured-in-step --ram-budget 1MB\n"
-      "  edgecost solve --graph checkmate_graph.json --ram-budget 2GB --runtime-budget 1.2x\n"
+      "  edgecost solve --model resnet18_cifar --platform a72 --activation-budget 3MB --runtime-budget 7.6x\n"
+      "  edgecost solve --model resnet18_cifar --activation-budget 1.5MB --runtime-budget 1.5x --compare\n"
+      "  edgecost solve --model resnet18_cifar --device this --activation-budget 1MB --out s.json --svg s.svg\n"
+      "  edgecost solve --model resnet18_cifar --device this --cost-source measured-in-step --activation-budget 1MB\n"
+      "  edgecost solve --graph checkmate_graph.json --activation-budget 2GB --runtime-budget 1.2x\n"
       "  edgecost solve --model resnet50 --no-paging --min-ram --runtime-budget 1.5x --json\n"
-      "  edgecost solve --model resnet18_cifar --device-ram 2.5MB --runtime-budget 1.5x\n"
-      "  edgecost solve --model mine --device this --ram-budget 1MB   # a model stored by `edgecost models add`");
+      "  edgecost solve --model resnet18_cifar --device this --ram-budget 30MB --runtime-budget 1.5x   # the whole process\n"
+      "  edgecost solve --model mine --device this --activation-budget 1MB   # a model stored by `edgecost models add`");
   cmd->callback([flags, &ctx] { ctx.exit_code = RunSolve(*flags, ctx); });
 
   auto path = std::make_shared<std::string>();

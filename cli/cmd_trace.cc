@@ -145,7 +145,7 @@ void RegisterTraceCommand(CLI::App& app, Context& ctx) {
       "RAM in use next to the budget as a counter; a run's trace has each op with its repetitions;\n"
       "a training run's has each node execution, recomputation, page-out, page-in and wait as it ran.\n"
       "Examples:\n"
-      "  edgecost solve --model resnet18_cifar --ram-budget 2MB --runtime-budget 1.5x   # prints schedule #ID\n"
+      "  edgecost solve --model resnet18_cifar --activation-budget 2MB --runtime-budget 1.5x   # prints schedule #ID\n"
       "  edgecost trace --schedule 3 --out s3.trace.json\n"
       "  edgecost trace --list && edgecost trace --run 1\n"
       "  edgecost train --model resnet18_cifar --steps 5 && edgecost runs && edgecost trace --train-run 1\n"

@@ -30,7 +30,8 @@ struct TrainFlags {
   std::string trainable = "all";
   std::string schedule_file;
   uint64_t schedule_id = 0;
-  std::string ram_budget;
+  std::string ram_budget;         // the whole process's memory above its baseline
+  std::string activation_budget;  // the activations' alone
   std::string runtime_budget = "1.5x";
   std::string strategy = "optimal";
   std::string cost_source = "measured";
@@ -49,6 +50,23 @@ struct TrainFlags {
   std::string probes_config;
   bool accept_noisy = false;
 };
+
+// --ram-budget (the whole process) or --activation-budget, as a solve request's budget fields.
+Result<v1::ScheduleRequest> Budgets(const TrainFlags& flags) {
+  if (!flags.ram_budget.empty() && !flags.activation_budget.empty()) {
+    return InvalidArgument("--ram-budget is the whole process's memory, --activation-budget the activations': give one");
+  }
+  const bool whole = !flags.ram_budget.empty();
+  EC_ASSIGN_OR_RETURN(const int64_t bytes, ParseBytes(whole ? flags.ram_budget : flags.activation_budget));
+  if (bytes <= 0) return InvalidArgument(std::string(whole ? "--ram-budget" : "--activation-budget") + " must be positive");
+  v1::ScheduleRequest request;
+  if (whole) {
+    request.set_device_ram_bytes(static_cast<uint64_t>(bytes));
+  } else {
+    request.set_ram_budget_bytes(static_cast<uint64_t>(bytes));
+  }
+  return request;
+}
 
 std::string Percent(double measured, double predicted) {
   if (!(predicted > 0)) return "";
@@ -151,10 +169,11 @@ int RunRemoteTrain(const TrainFlags& flags, const Context& ctx) {
   request.set_model(flags.model);
   request.set_batch_size(static_cast<uint32_t>(flags.batch_size));
   request.set_schedule_id(flags.schedule_id);
-  if (!flags.ram_budget.empty()) {
-    auto ram = ParseBytes(flags.ram_budget);
-    if (!ram.ok()) return UsageError(ram.status());
-    request.set_ram_budget_bytes(static_cast<uint64_t>(std::max<int64_t>(0, *ram)));
+  if (!flags.ram_budget.empty() || !flags.activation_budget.empty()) {
+    auto budget = Budgets(flags);
+    if (!budget.ok()) return UsageError(budget.status());
+    request.set_device_ram_bytes(budget->device_ram_bytes());
+    request.set_ram_budget_bytes(budget->ram_budget_bytes());
     auto runtime = ParseRuntimeBudget(flags.runtime_budget);
     if (!runtime.ok() || runtime->kind != RuntimeBudget::Kind::kMultiple) {
       return UsageError(InvalidArgument("over --remote the runtime budget is a multiple of a plain step (1.5x)"));
@@ -227,11 +246,11 @@ int RunTrain(const TrainFlags& flags, const Context& ctx) {
   options.graph.trainable = *trainable;
   options.schedule_file = flags.schedule_file;
   options.schedule_id = flags.schedule_id;
-  if (!flags.ram_budget.empty()) {
-    auto ram = ParseBytes(flags.ram_budget);
-    if (!ram.ok()) return UsageError(ram.status());
-    if (*ram <= 0) return UsageError(InvalidArgument("--ram-budget must be positive"));
-    options.solve.set_ram_budget_bytes(static_cast<uint64_t>(*ram));
+  if (!flags.ram_budget.empty() || !flags.activation_budget.empty()) {
+    auto budget = Budgets(flags);
+    if (!budget.ok()) return UsageError(budget.status());
+    options.solve.set_device_ram_bytes(budget->device_ram_bytes());
+    options.solve.set_ram_budget_bytes(budget->ram_budget_bytes());
     auto runtime = ParseRuntimeBudget(flags.runtime_budget);
     if (!runtime.ok()) return UsageError(runtime.status());
     if (runtime->kind == RuntimeBudget::Kind::kMultiple) {
@@ -409,19 +428,23 @@ void RegisterTrainCommand(CLI::App& app, Context& ctx) {
   cmd->add_option("--trainable", flags->trainable, "Trained parameters: all, last:K or bias")->capture_default_str();
   cmd->add_option("--schedule", flags->schedule_file, "A schedule file from `edgecost solve --out` (exact derivation)");
   cmd->add_option("--schedule-id", flags->schedule_id, "A schedule stored in the cost database");
-  cmd->add_option("--ram-budget", flags->ram_budget, "Solve a schedule for this activation RAM first: 1.2MB, 3MiB");
-  cmd->add_option("--runtime-budget", flags->runtime_budget, "With --ram-budget: a multiple of a plain step or seconds")
+  cmd->add_option("--ram-budget", flags->ram_budget,
+                  "Solve a schedule first for this much memory added to the process (peak RSS above the process "
+                  "before the model is built: parameters, gradients, workspace, kernels and activations): 30MB, 1GiB");
+  cmd->add_option("--activation-budget", flags->activation_budget,
+                  "Or for the activations alone (the arena's peak): 1.2MB, 3MiB");
+  cmd->add_option("--runtime-budget", flags->runtime_budget, "With a budget: a multiple of a plain step or seconds")
       ->capture_default_str();
-  cmd->add_option("--strategy", flags->strategy, "With --ram-budget: " + solver::StrategyNames())
+  cmd->add_option("--strategy", flags->strategy, "With a budget: " + solver::StrategyNames())
       ->capture_default_str();
   cmd->add_option("--cost-source", flags->cost_source,
                   "Costs of the predictions and of a schedule solved here: measured or measured-in-step")
       ->capture_default_str()
       ->check(CLI::IsMember({"measured", "measured-in-step"}));
   cmd->add_flag("--count-paging-time,!--no-count-paging-time", flags->count_paging_time,
-                "With --ram-budget: paging time counts against the runtime budget (the default here: measured "
+                "With a budget: paging time counts against the runtime budget (the default here: measured "
                 "steps show that overlap does not hide it)");
-  cmd->add_option("--time-limit-s", flags->time_limit_s, "With --ram-budget: solver time limit")->capture_default_str();
+  cmd->add_option("--time-limit-s", flags->time_limit_s, "With a budget: solver time limit")->capture_default_str();
   cmd->add_option("--steps", flags->steps, "Training steps")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--lr", flags->lr, "SGD learning rate (on the batch-mean loss)")->capture_default_str();
   cmd->add_option("--threads", flags->threads, "oneDNN threads (default: all cores)");
@@ -444,8 +467,8 @@ void RegisterTrainCommand(CLI::App& app, Context& ctx) {
       "stored marked, and its measured-in-step costs are not stored unless --accept-noisy.\n"
       "Examples:\n"
       "  edgecost train --model resnet18_cifar --batch-size 2 --steps 50\n"
-      "  edgecost train --model resnet18_cifar --ram-budget 1.2MB --runtime-budget 1.5x --verify\n"
-      "  edgecost solve --model resnet18_cifar --device this --ram-budget 1MB --out s.json\n"
+      "  edgecost train --model resnet18_cifar --activation-budget 1.2MB --runtime-budget 1.5x --verify\n"
+      "  edgecost solve --model resnet18_cifar --device this --ram-budget 30MB --out s.json\n"
       "  edgecost train --model resnet18_cifar --schedule s.json --steps 20 --trace t.json\n"
       "  edgecost train --model resnet18_cifar --batch-size 8 --data cifar-10-batches-bin/data_batch_1.bin --lr 0.05\n"
       "  edgecost train --model mobilenet_v2.onnx --batch-size 2 --steps 50 --lr 0.05   # from torch.onnx.export\n"

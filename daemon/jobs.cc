@@ -249,8 +249,11 @@ Status CheckTrainRequest(const v1::StartTrainRequest& request, const std::string
       request.runtime_budget_multiple() > 1e6) {
     return InvalidArgument("runtime_budget_multiple must be at least 1");
   }
-  if (request.schedule_id() != 0 && request.ram_budget_bytes() != 0) {
-    return InvalidArgument("give schedule_id or ram_budget_bytes, not both");
+  if (request.schedule_id() != 0 && (request.ram_budget_bytes() != 0 || request.device_ram_bytes() != 0)) {
+    return InvalidArgument("give schedule_id or a budget (device_ram_bytes or ram_budget_bytes), not both");
+  }
+  if (request.ram_budget_bytes() != 0 && request.device_ram_bytes() != 0) {
+    return InvalidArgument("give device_ram_bytes (the whole process) or ram_budget_bytes (the activations), not both");
   }
   if (!request.strategy().empty() && !solver::ParseStrategy(request.strategy()).ok()) {
     return InvalidArgument("unknown strategy '" + request.strategy() + "'; use " + solver::StrategyNames());
@@ -440,8 +443,9 @@ void JobManager::RunTrain(Entry& entry) {
   options.graph.model_or_file = request.model();
   options.graph.batch_size = request.batch_size() > 0 ? static_cast<int>(request.batch_size()) : 1;
   options.schedule_id = request.schedule_id();
-  if (request.ram_budget_bytes() > 0) {
+  if (request.ram_budget_bytes() > 0 || request.device_ram_bytes() > 0) {
     options.solve.set_ram_budget_bytes(request.ram_budget_bytes());
+    options.solve.set_device_ram_bytes(request.device_ram_bytes());
     options.solve.set_runtime_budget_multiple(request.runtime_budget_multiple() > 0 ? request.runtime_budget_multiple()
                                                                                     : 1.5);
     options.solve.set_strategy(request.strategy());

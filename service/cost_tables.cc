@@ -250,13 +250,18 @@ Result<SolvedRequest> SolveRequest(costdb::CostDb* db, const v1::ScheduleRequest
   if (request.min_ram() && request.ram_budget_bytes() == 0) solved_request.set_ram_budget_bytes(1);  // searched below
   if (request.device_ram_bytes() > 0 && (request.ram_budget_bytes() > 0 || request.min_ram())) {
     return InvalidArgument(
-        "give the device's RAM (device_ram_bytes, --device-ram) or the activations' (ram_budget_bytes, --ram-budget, "
+        "give the whole process's RAM (device_ram_bytes, --ram-budget) or the activations' (ram_budget_bytes, "
+        "--activation-budget, "
         "--min-ram), not both");
   }
   EC_ASSIGN_OR_RETURN(solved.table, CostTableForRequest(db, request));
   // The stored request names the table's thread count, so that it is solved again on that one.
   if (solved.table.threads() > 0) solved_request.set_compute_threads(solved.table.threads());
-  const v1::StepMemory memory = StepMemoryOf(solved.table.graph(), /*build_large=*/request.device_ram_bytes() > 0);
+  v1::StepMemory memory = StepMemoryOf(solved.table.graph(), /*build_large=*/request.device_ram_bytes() > 0);
+  if (db && memory.executor_known() && solved.table.cost_source() != graph::kPoetFlopsSource) {  // a device's runs
+    AddRuntimeBytes(*db, solved.table.graph().model(), solved.table.device(), solved.table.graph().batch_size(),
+                    solved.table.threads(), memory);
+  }
   if (request.device_ram_bytes() > 0) {
     EC_ASSIGN_OR_RETURN(const uint64_t activations, ActivationBudget(memory, request.device_ram_bytes()));
     solved_request.set_ram_budget_bytes(activations);

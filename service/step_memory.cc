@@ -66,7 +66,7 @@ v1::StepMemory StepMemoryOf(const v1::TrainingGraph& graph, bool build_large) {
   } else if (!build_large && graph.param_bytes() + memory.activation_total_bytes() > kMaxLayersBuiltUnasked) {
     memory.set_note(
         "gradients and workspace not measured: building the layers of a graph this large takes seconds "
-        "(`solve --device-ram` builds them; `edgecost train` reports them as layer state)");
+        "(`solve --ram-budget` builds them; `edgecost train` reports them as layer state)");
   } else if (Result<std::unique_ptr<train::Executor>> executor = train::Executor::Create(graph, {}); executor.ok()) {
     memory.set_executor_known(true);
     memory.set_param_bytes((*executor)->param_bytes());
@@ -86,14 +86,44 @@ v1::StepMemory StepMemoryOf(const v1::TrainingGraph& graph, bool build_large) {
   return memory;
 }
 
+std::optional<v1::TrainRun> LatestRuntimeRun(costdb::CostDb& db, const std::string& model, const std::string& device,
+                                             uint32_t batch_size, uint32_t threads, bool warm) {
+  Result<std::vector<v1::TrainRun>> runs = db.ListTrainRuns(model, 50);
+  if (!runs.ok()) return std::nullopt;
+  for (auto it = runs->rbegin(); it != runs->rend(); ++it) {
+    if (it->device() == device && it->batch_size() == batch_size && it->threads() == threads &&
+        it->kernels_warm() == warm && it->runtime_bytes() > 0) {
+      return *it;
+    }
+  }
+  return std::nullopt;
+}
+
+void AddRuntimeBytes(costdb::CostDb& db, const std::string& model, const std::string& device, uint32_t batch_size,
+                     uint32_t threads, v1::StepMemory& memory) {
+  std::optional<v1::TrainRun> run = LatestRuntimeRun(db, model, device, batch_size, threads, false);
+  if (!run) run = LatestRuntimeRun(db, model, device, batch_size, threads, true);
+  if (!run) {
+    memory.set_note(memory.note() + (memory.note().empty() ? "" : "; ") +
+                    "kernels' code and the allocator's overhead not counted: no `edgecost train` of this model at "
+                    "this batch and thread count on this device has measured them yet");
+    return;
+  }
+  memory.set_runtime_bytes(run->runtime_bytes());
+  memory.set_runtime_bytes_from_run(run->id());
+  memory.set_fixed_bytes(memory.fixed_bytes() + run->runtime_bytes());
+}
+
 Result<uint64_t> ActivationBudget(const v1::StepMemory& memory, uint64_t device_ram_bytes) {
   const std::string parts = "parameters " + Bytes(memory.param_bytes()) + ", gradients " +
                             Bytes(memory.gradient_bytes()) + ", optimizer state " + Bytes(memory.optimizer_bytes()) +
-                            ", workspace " + Bytes(memory.workspace_bytes());
+                            ", workspace " + Bytes(memory.workspace_bytes()) +
+                            (memory.runtime_bytes_from_run() ? ", kernels and allocator " + Bytes(memory.runtime_bytes())
+                                                             : std::string());
   if (memory.fixed_bytes() >= device_ram_bytes) {
     return FailedPrecondition("the step's fixed parts alone take " + Bytes(memory.fixed_bytes()) + " (" + parts +
-                              "), at least the device RAM of " + Bytes(device_ram_bytes) +
-                              ": no room is left for activations; give more --device-ram, train fewer parameters "
+                              "), at least the RAM budget of " + Bytes(device_ram_bytes) +
+                              ": no room is left for activations; give more --ram-budget, train fewer parameters "
                               "(--trainable), or a smaller model");
   }
   return device_ram_bytes - memory.fixed_bytes();

@@ -239,7 +239,8 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
   if (options.steps < 1) return InvalidArgument("--steps must be at least 1");
   if (!(options.lr > 0) || !std::isfinite(options.lr)) return InvalidArgument("--lr must be a positive number");
   const int sources =
-      !options.schedule_file.empty() + (options.schedule_id != 0) + (options.solve.ram_budget_bytes() > 0);
+      !options.schedule_file.empty() + (options.schedule_id != 0) +
+      (options.solve.ram_budget_bytes() > 0 || options.solve.device_ram_bytes() > 0);
   if (sources > 1) return InvalidArgument("give one schedule: --schedule FILE, --schedule-id N, or budgets to solve");
   TrainJobResult result;
   EC_ASSIGN_OR_RETURN(costdb::CostDb db, costdb::CostDb::Open(options.db_path, costdb::OpenMode::kReadWrite));
@@ -266,7 +267,7 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
     EC_ASSIGN_OR_RETURN(schedule, ReadScheduleFile(options.schedule_file));
   } else if (options.schedule_id != 0) {
     EC_ASSIGN_OR_RETURN(schedule, db.GetSchedule(static_cast<int64_t>(options.schedule_id)));
-  } else if (options.solve.ram_budget_bytes() > 0) {
+  } else if (options.solve.ram_budget_bytes() > 0 || options.solve.device_ram_bytes() > 0) {
     v1::ScheduleRequest request = options.solve;
     request.set_model(spec.model_or_file);
     if (request.device().empty()) request.set_device("this");
@@ -281,7 +282,10 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
     request.set_derivation("exact");
     request.set_trainable(spec.trainable.ToString());
     log("solving a schedule (" + (request.strategy().empty() ? std::string("optimal") : request.strategy()) + ") for " +
-        FormatBytes(static_cast<double>(request.ram_budget_bytes())) + " ...");
+        (request.device_ram_bytes() > 0
+             ? FormatBytes(static_cast<double>(request.device_ram_bytes())) + " of process memory"
+             : FormatBytes(static_cast<double>(request.ram_budget_bytes())) + " of activations") +
+        " ...");
     EC_ASSIGN_OR_RETURN(SolvedRequest solved, SolveRequest(&db, request, options.store));
     if (!HasSchedule(solved.schedule)) {
       std::string hint;
@@ -419,15 +423,10 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
           .region_bytes;
   run.set_arena_bytes(tensor_bytes - executor->param_bytes() - executor->grad_param_bytes() -
                       executor->layer_state_bytes());
-  if (Result<std::vector<v1::TrainRun>> earlier = db.ListTrainRuns(graph.model(), 50); earlier.ok()) {
-    for (auto it = earlier->rbegin(); it != earlier->rend(); ++it) {
-      if (it->device() == run.device() && it->batch_size() == run.batch_size() && it->threads() == run.threads() &&
-          it->kernels_warm() == kernels_warm && it->runtime_bytes() > 0) {
-        run.set_predicted_runtime_bytes(it->runtime_bytes());
-        run.set_runtime_bytes_from_run(it->id());
-        break;
-      }
-    }
+  if (std::optional<v1::TrainRun> earlier = LatestRuntimeRun(db, graph.model(), run.device(), run.batch_size(),
+                                                             run.threads(), kernels_warm)) {
+    run.set_predicted_runtime_bytes(earlier->runtime_bytes());
+    run.set_runtime_bytes_from_run(earlier->id());
   }
   if (run.runtime_bytes_from_run() == 0) {
     result.notes.push_back(

@@ -39,7 +39,7 @@ class CliTest : public edgecost::testing::TempDirTest {
   std::string SolveLinearSchedule() {
     const std::string schedule = (dir_ / "s.json").string();
     const CommandResult solved = Edgecost(
-        "solve --model linear --platform a72 --derivation exact --batch-size 2 --ram-budget 20kB "
+        "solve --model linear --platform a72 --derivation exact --batch-size 2 --activation-budget 20kB "
         "--runtime-budget 3x --time-limit-s 5 --out " +
         schedule);
     EXPECT_EQ(solved.exit_code, 0) << solved.output;
@@ -184,7 +184,7 @@ TEST_F(CliTest, ExitCodesSeparateUsageFromFailure) {
 TEST_F(CliTest, SolveWritesAScheduleThatCheckAccepts) {
   const std::string schedule = (dir_ / "schedule.json").string();
   const CommandResult run = Edgecost(
-      "solve --model resnet18_cifar --platform a72 --derivation poet --ram-budget 3MB --runtime-budget 7.6x"
+      "solve --model resnet18_cifar --platform a72 --derivation poet --activation-budget 3MB --runtime-budget 7.6x"
       " --out " +
       schedule + " --svg " + (dir_ / "schedule.svg").string());
   ASSERT_EQ(run.exit_code, 0) << run.output;
@@ -215,26 +215,26 @@ TEST_F(CliTest, SolveWritesAScheduleThatCheckAccepts) {
 }
 
 TEST_F(CliTest, SolveSaysWhyABudgetCannotBeMet) {
-  const CommandResult small = Edgecost("solve --model resnet18_cifar --platform a72 --ram-budget 100kB");
+  const CommandResult small = Edgecost("solve --model resnet18_cifar --platform a72 --activation-budget 100kB");
   EXPECT_EQ(small.exit_code, 1) << small.output;
   EXPECT_THAT(small.output, HasSubstr("infeasible"));
   EXPECT_THAT(small.output, HasSubstr("smallest RAM"));
   const CommandResult fast =
-      Edgecost("solve --model resnet18_cifar --platform a72 --ram-budget 3MB --runtime-budget 0.5x");
+      Edgecost("solve --model resnet18_cifar --platform a72 --activation-budget 3MB --runtime-budget 0.5x");
   EXPECT_EQ(fast.exit_code, 2) << fast.output;
   EXPECT_THAT(fast.output, HasSubstr("must be at least 1x"));
   const CommandResult seconds =
-      Edgecost("solve --model resnet18_cifar --platform a72 --ram-budget 3MB --runtime-budget 1ms");
+      Edgecost("solve --model resnet18_cifar --platform a72 --activation-budget 3MB --runtime-budget 1ms");
   EXPECT_EQ(seconds.exit_code, 1) << seconds.output;
   EXPECT_THAT(seconds.output, HasSubstr("one plain training step takes"));
-  const CommandResult unit = Edgecost("solve --model resnet18_cifar --ram-budget 3XB");
+  const CommandResult unit = Edgecost("solve --model resnet18_cifar --activation-budget 3XB");
   EXPECT_EQ(unit.exit_code, 2) << unit.output;
   EXPECT_THAT(unit.output, HasSubstr("unknown size unit"));
 }
 
 TEST_F(CliTest, SolveComparesTheBaselines) {
   const CommandResult run = Edgecost(
-      "solve --model resnet18_cifar --platform a72 --ram-budget 2MB --runtime-budget 2x"
+      "solve --model resnet18_cifar --platform a72 --activation-budget 2MB --runtime-budget 2x"
       " --compare --time-limit-s 3");
   ASSERT_EQ(run.exit_code, 0) << run.output;
   for (const char* strategy : {"optimal", "checkpoint-all", "sqrt", "revolve", "paging-only"}) {
@@ -325,7 +325,7 @@ TEST_F(CliTest, HostileGraphAndScheduleFilesFailCleanly) {
            {"string", text.substr(0, value) + "\"many\"" + text.substr(end), "'ram_bytes' must be a number"}}) {
     const std::string hostile = (dir_ / (name + ".json")).string();
     std::ofstream(hostile) << replaced;
-    const CommandResult solve = Edgecost("solve --graph " + hostile + " --ram-budget 10kB --runtime-budget 2x");
+    const CommandResult solve = Edgecost("solve --graph " + hostile + " --activation-budget 10kB --runtime-budget 2x");
     EXPECT_EQ(solve.exit_code, 1) << name << ": " << solve.output;
     EXPECT_THAT(solve.output, HasSubstr(error)) << name;
     EXPECT_THAT(solve.output, ::testing::Not(HasSubstr("--help"))) << name;
@@ -333,7 +333,7 @@ TEST_F(CliTest, HostileGraphAndScheduleFilesFailCleanly) {
 
   const std::string schedule = (dir_ / "schedule.json").string();
   ASSERT_EQ(
-      Edgecost("solve --model linear --platform a72 --ram-budget 10kB --runtime-budget 2x --out " + schedule).exit_code,
+      Edgecost("solve --model linear --platform a72 --activation-budget 10kB --runtime-budget 2x --out " + schedule).exit_code,
       0);
   std::ifstream saved(schedule);
   std::string json((std::istreambuf_iterator<char>(saved)), std::istreambuf_iterator<char>());
@@ -363,7 +363,7 @@ TEST_F(CliTest, ADamagedDatabaseIsRefusedByEveryCommand) {
     for (int i = 0; i < 8192; ++i) file.put(static_cast<char>((i * 7919) ^ (i >> 3)));
   }
   for (const char* command : {"db info", "costs linear --platform a72 --store",
-                              "solve --model linear --platform a72 --ram-budget 10kB --runtime-budget 2x",
+                              "solve --model linear --platform a72 --activation-budget 10kB --runtime-budget 2x",
                               "profile --model linear", "jobs"}) {
     const CommandResult run = Edgecost(command);
     EXPECT_EQ(run.exit_code, 1) << command << ": " << run.output;
@@ -390,7 +390,7 @@ TEST_F(CliTest, ADatabaseOnReadOnlyMediaIsRead) {
     GTEST_SKIP() << "no read-only bind mount here (needs root and mount namespaces): " << probe.output;
   }
   for (const char* command : {"db info", "costs linear --platform a72", "jobs",
-                              "solve --model linear --platform a72 --ram-budget 10kB --runtime-budget 2x"}) {
+                              "solve --model linear --platform a72 --activation-budget 10kB --runtime-budget 2x"}) {
     const CommandResult run =
         on_media(std::string(EDGECOST_BIN) + " --db " + (media / "costs.db").string() + " " + command);
     EXPECT_EQ(run.exit_code, 0) << command << ": " << run.output;
@@ -439,15 +439,15 @@ TEST_F(CliTest, GlobalFlagsAfterTheSubcommandAndRemoteWhereItMeansSomething) {
 // mean, --json on every command, ESTIMATED where a model gave the energy, one
 // activation total per model, and measured costs that move between databases.
 TEST_F(CliTest, ConsistencyAUserNotices) {
-  const CommandResult bare = Edgecost("solve --model linear --platform a72 --ram-budget 10kB --runtime-budget 2");
+  const CommandResult bare = Edgecost("solve --model linear --platform a72 --activation-budget 10kB --runtime-budget 2");
   EXPECT_EQ(bare.exit_code, 2) << bare.output;
   EXPECT_THAT(bare.output, HasSubstr("write 2x"));
-  const CommandResult both = Edgecost("solve --model linear --platform m4 --device this --ram-budget 10kB");
+  const CommandResult both = Edgecost("solve --model linear --platform m4 --device this --activation-budget 10kB");
   EXPECT_EQ(both.exit_code, 2) << both.output;
   EXPECT_THAT(both.output, HasSubstr("give one of them"));
 
   const CommandResult solve = Edgecost(
-      "solve --model linear --platform a72 --ram-budget 10kB --runtime-budget 2x --out " + (dir_ / "s.json").string());
+      "solve --model linear --platform a72 --activation-budget 10kB --runtime-budget 2x --out " + (dir_ / "s.json").string());
   ASSERT_EQ(solve.exit_code, 0) << solve.output;
   EXPECT_THAT(solve.output, HasSubstr("J ESTIMATED"));
   EXPECT_THAT(solve.output, ::testing::ContainsRegex("RAM budget 10.0 kB \\(10000 B\\)"));
@@ -492,7 +492,7 @@ TEST_F(CliTest, ConsistencyAUserNotices) {
   ASSERT_EQ(there.exit_code, 0) << there.output;
   EXPECT_THAT(there.output, HasSubstr("ESTIMATED"));  // no sensor here: the energy is the power model's
   const std::string measured = (dir_ / "measured.json").string();
-  EXPECT_EQ(Edgecost(other + "solve --model linear --device " + host + " --ram-budget 10kB --runtime-budget 2x --out " +
+  EXPECT_EQ(Edgecost(other + "solve --model linear --device " + host + " --activation-budget 10kB --runtime-budget 2x --out " +
                      measured)
                 .exit_code,
             0);
@@ -524,7 +524,8 @@ TEST_F(CliTest, TrainSaysWhenItsCostTableWasProfiledAtOtherThreads) {
                 " profile --model linear --batch-size 2 --threads 1 --min-window-s 0.005 --accept-noisy")
                 .exit_code,
             0);
-  const CommandResult other = Edgecost("train --model linear --batch-size 2 --steps 2 --threads 2");
+  // Two threads on a shared machine are often disturbed: its in-step table is kept anyway.
+  const CommandResult other = Edgecost("train --model linear --batch-size 2 --steps 2 --threads 2 --accept-noisy");
   ASSERT_EQ(other.exit_code, 0) << other.output;
   EXPECT_THAT(other.output, HasSubstr("THREAD MISMATCH: this run uses 2 threads"));
   EXPECT_THAT(other.output, HasSubstr("stored: 1 thread"));
@@ -532,7 +533,7 @@ TEST_F(CliTest, TrainSaysWhenItsCostTableWasProfiledAtOtherThreads) {
   ASSERT_EQ(same.exit_code, 0) << same.output;
   // Planning and listing, unlike a run's predictions, refuse a count without a table, naming those stored.
   const CommandResult solve = Edgecost(
-      "solve --model linear --batch-size 2 --device this --compute-threads 2 --ram-budget 1MB --no-store");
+      "solve --model linear --batch-size 2 --device this --compute-threads 2 --activation-budget 1MB --no-store");
   EXPECT_EQ(solve.exit_code, 1) << solve.output;
   EXPECT_THAT(solve.output, HasSubstr("it has tables at 1 thread"));
   EXPECT_THAT(solve.output, HasSubstr("--threads 2"));
@@ -657,7 +658,7 @@ TEST_F(CliTest, AFullPagingDirectoryFailsTheRunAndStoresNothing) {
   const std::filesystem::path paging = dir_ / "paging";
   std::filesystem::create_directories(paging);
   const std::string schedule = (dir_ / "s.json").string();
-  ASSERT_EQ(Edgecost("solve --model linear --platform a72 --derivation exact --batch-size 2 --ram-budget 1GB "
+  ASSERT_EQ(Edgecost("solve --model linear --platform a72 --derivation exact --batch-size 2 --activation-budget 1GB "
                      "--runtime-budget 3x --strategy paging-only --out " +
                      schedule)
                 .exit_code,
@@ -679,13 +680,13 @@ TEST_F(CliTest, AFullPagingDirectoryFailsTheRunAndStoresNothing) {
 namespace {
 
 // Every input `solve` takes, each with every strategy, --json, --compare and
-// --min-ram without --ram-budget: the zoo, a training-graph/v1 file, networkx
+// --min-ram without --activation-budget: the zoo, a training-graph/v1 file, networkx
 // node-link, ONNX and measured costs. One test per input.
 class SolveInputTest : public CliTest {
  protected:
   void SolveEveryWay(const std::string& input, const std::string& budget) {
     for (const char* strategy : {"optimal", "greedy", "checkpoint-all", "sqrt", "revolve", "paging-only"}) {
-      const CommandResult run = Edgecost("solve " + input + " --ram-budget " + budget +
+      const CommandResult run = Edgecost("solve " + input + " --activation-budget " + budget +
                                          " --runtime-budget 2x --time-limit-s 2 --strategy " + strategy);
       // A baseline may miss the budget (exit 1), but says so; none fails for the input's sake.
       EXPECT_THAT(run.output, ::testing::AnyOf(HasSubstr("energy "), HasSubstr("does not meet these budgets")))
@@ -693,12 +694,12 @@ class SolveInputTest : public CliTest {
       EXPECT_THAT(run.output, ::testing::Not(HasSubstr("error"))) << strategy;
     }
     const CommandResult json =
-        Edgecost("solve " + input + " --ram-budget " + budget + " --runtime-budget 2x --time-limit-s 2 --json");
+        Edgecost("solve " + input + " --activation-budget " + budget + " --runtime-budget 2x --time-limit-s 2 --json");
     ASSERT_EQ(json.exit_code, 0) << json.output;
     EXPECT_THAT(json.output, HasSubstr("\"status\": \"STATUS_"));
     EXPECT_THAT(json.output, HasSubstr("\"foundBy\""));
     const CommandResult compare =
-        Edgecost("solve " + input + " --ram-budget " + budget + " --runtime-budget 2x --time-limit-s 2 --compare");
+        Edgecost("solve " + input + " --activation-budget " + budget + " --runtime-budget 2x --time-limit-s 2 --compare");
     ASSERT_EQ(compare.exit_code, 0) << compare.output;
     for (const char* strategy : {"checkpoint-all", "sqrt", "revolve", "paging-only", "greedy"}) {
       EXPECT_THAT(compare.output, HasSubstr(strategy));
@@ -827,7 +828,7 @@ TEST_F(CliTest, AStoredModelIsNamedLikeAZooModelEverywhere) {
 }
 
 // The whole memory of a step: the plain step's activation peak (below the sum of the forward
-// outputs) next to parameters, gradients, optimizer state and workspace; --device-ram takes
+// outputs) next to parameters, gradients, optimizer state and workspace; --ram-budget takes
 // the fixed parts off a whole-process budget and refuses one they alone exceed.
 TEST_F(CliTest, CostsAndSolveShowTheWholeMemoryAndDeviceRamLeavesTheFixedPartsOut) {
   const CommandResult costs = Edgecost("costs resnet18_cifar --platform a72 --summary");
@@ -856,31 +857,31 @@ TEST_F(CliTest, CostsAndSolveShowTheWholeMemoryAndDeviceRamLeavesTheFixedPartsOu
   EXPECT_EQ(fixed, params + field(memory, "gradientBytes") + field(memory, "workspaceBytes"));
 
   const uint64_t device_ram = fixed + peak / 2;
-  const CommandResult solve = Edgecost("solve --model resnet18_cifar --platform a72 --device-ram " +
+  const CommandResult solve = Edgecost("solve --model resnet18_cifar --platform a72 --ram-budget " +
                                        std::to_string(device_ram) + " --runtime-budget 2x --time-limit-s 2 --json");
   ASSERT_EQ(solve.exit_code, 0) << solve.output;
   EXPECT_EQ(field(solve.output, "ramBudgetBytes"), peak / 2) << "the activations get what the fixed parts leave";
   EXPECT_EQ(field(solve.output, "deviceRamBytes"), device_ram);
   EXPECT_LE(field(solve.output, "peakRamBytes"), peak / 2);
-  const CommandResult text = Edgecost("solve --model resnet18_cifar --platform a72 --device-ram " +
+  const CommandResult text = Edgecost("solve --model resnet18_cifar --platform a72 --ram-budget " +
                                       std::to_string(device_ram) + " --runtime-budget 2x --time-limit-s 2");
-  EXPECT_THAT(text.output, HasSubstr("device RAM"));
+  EXPECT_THAT(text.output, HasSubstr("RAM budget "));
   EXPECT_THAT(text.output, HasSubstr("(this schedule's peak)"));
 
-  const CommandResult tight = Edgecost("solve --model resnet18_cifar --platform a72 --device-ram " +
+  const CommandResult tight = Edgecost("solve --model resnet18_cifar --platform a72 --ram-budget " +
                                        std::to_string(fixed) + " --runtime-budget 2x");
   EXPECT_EQ(tight.exit_code, 1) << tight.output;
   EXPECT_THAT(tight.output, HasSubstr("fixed parts alone"));
   EXPECT_THAT(tight.output, HasSubstr("no room is left for activations"));
-  EXPECT_EQ(Edgecost("solve --model resnet18_cifar --device-ram 1TB --ram-budget 1MB").exit_code, 2);
-  const CommandResult tera = Edgecost("solve --model linear --platform a72 --device-ram 1TiB --json --no-store");
+  EXPECT_EQ(Edgecost("solve --model resnet18_cifar --ram-budget 1TB --activation-budget 1MB").exit_code, 2);
+  const CommandResult tera = Edgecost("solve --model linear --platform a72 --ram-budget 1TiB --json --no-store");
   ASSERT_EQ(tera.exit_code, 0) << tera.output;
   EXPECT_EQ(field(tera.output, "deviceRamBytes"), 1099511627776u);
 }
 
 TEST_F(CliTest, SolveTakesTerabytes) {
   const CommandResult run =
-      Edgecost("solve --model linear --platform a72 --ram-budget 1TiB --runtime-budget 1x --json --no-store");
+      Edgecost("solve --model linear --platform a72 --activation-budget 1TiB --runtime-budget 1x --json --no-store");
   ASSERT_EQ(run.exit_code, 0) << run.output;
   EXPECT_THAT(run.output, HasSubstr("\"ramBudgetBytes\": \"1099511627776\""));
 }
@@ -895,7 +896,7 @@ namespace {
 TEST_F(CliTest, ALongSolveShowsProgressAndItsGap) {
   const std::string svg = (dir_ / "s.svg").string();
   const std::string args =
-      "solve --model resnet18_cifar --platform a72 --ram-budget 1.5MB --runtime-budget 1.5x --time-limit-s 2.5 ";
+      "solve --model resnet18_cifar --platform a72 --activation-budget 1.5MB --runtime-budget 1.5x --time-limit-s 2.5 ";
   const CommandResult text = Edgecost(args + "--svg " + svg);
   ASSERT_EQ(text.exit_code, 0) << text.output;
   EXPECT_THAT(text.output, HasSubstr("progress       "));
@@ -915,7 +916,7 @@ TEST_F(CliTest, ALongSolveShowsProgressAndItsGap) {
   EXPECT_THAT(progress, HasSubstr("progress       "));
 
   const std::string out = (dir_ / "none.json").string();
-  const CommandResult failed = Edgecost("solve --model resnet18_cifar --platform a72 --ram-budget 100kB --out " + out);
+  const CommandResult failed = Edgecost("solve --model resnet18_cifar --platform a72 --activation-budget 100kB --out " + out);
   EXPECT_EQ(failed.exit_code, 1) << failed.output;
   EXPECT_FALSE(std::filesystem::exists(out)) << "a failed solve wrote " << out;
 }

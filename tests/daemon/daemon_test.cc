@@ -179,7 +179,7 @@ TEST_F(DaemonTest, CommandsRunAgainstTheDaemonWithRemote) {
   EXPECT_THAT(costs, HasSubstr("151"));
   const std::string solved =
       Shell(bin + " --remote unix:" + Socket() +
-            " solve --model resnet18_cifar --platform a72 --ram-budget 3MB --runtime-budget 7.6x");
+            " solve --model resnet18_cifar --platform a72 --activation-budget 3MB --runtime-budget 7.6x");
   EXPECT_THAT(solved, HasSubstr("optimal (proven)"));
   EXPECT_THAT(solved, HasSubstr("in the daemon's database"));
   const std::string tcp = "http://127.0.0.1:" + std::to_string(port_);

@@ -62,6 +62,6 @@ for model in tests/graph/data/hostile_*.txtpb; do
   { printf '\x02'; protoc --encode=onnx.ModelProto -I/usr/include /usr/include/onnx/onnx.proto < "$model"; } \
     > "$out/model_$(basename "$model" .txtpb).onnx"
 done
-EDGECOST_DB="$tmp/costs.db" "$edgecost" solve --model linear --platform a72 --ram-budget 4kB --runtime-budget 2x \
+EDGECOST_DB="$tmp/costs.db" "$edgecost" solve --model linear --platform a72 --activation-budget 4kB --runtime-budget 2x \
   --no-store --out "$tmp/schedule.json" > /dev/null
 { printf '\x01'; cat "$tmp/schedule.json"; } > "$out/schedule_linear.json"
