@@ -83,7 +83,9 @@ void RegisterBenchCommand(CLI::App& app, Context& ctx) {
 
   auto predict_options = std::make_shared<service::PredictBenchOptions>();
   CLI::App* predict = bench->add_subcommand(
-      "predict", "Predicted against measured per model, thread count and schedule: step time, process RSS, energy");
+      "predict",
+      "Predicted against measured per model, thread count and schedule (plain, recompute-heavy, paging): step time "
+      "from isolated ops and from in-step costs side by side, process RSS, energy, the load average");
   predict->add_option("--models", predict_options->models, "Zoo models, or models tests/graph/export_models.py exports")
       ->delimiter(',')
       ->capture_default_str();

@@ -15,6 +15,7 @@
 #include "profiler/energy_model.h"
 #include "profiler/power_model.h"
 #include "profiler/profile.h"
+#include "service/in_step.h"
 #include "service/profile_job.h"
 #include "service/words.h"
 
@@ -30,6 +31,8 @@ struct ProfileFlags {
   bool force = false;
   bool accept_noisy = false;
   bool calibrate = false;
+  bool in_step = false;
+  int in_step_steps = 10;
   std::string paging_dir;
   double min_window_s = profiler::MeasureOptions{}.min_window_s;
   std::optional<double> idle_power_w;  // unset: [probes.estimate] of --probes-config, or its default
@@ -57,6 +60,7 @@ void ShowProgress(const profiler::ProfileProgress& p) {
 
 // Profiled by a daemon as a job, followed until it ends; Ctrl-C cancels it.
 int RunRemoteProfile(const ProfileFlags& flags, const Context& ctx) {
+  if (flags.in_step) return UsageError(InvalidArgument("--in-step runs here only: train on the daemon instead"));
   v1::StartProfileRequest request;
   request.set_model(flags.graph.model_or_file);
   request.set_force(flags.force);
@@ -108,6 +112,9 @@ int RunProfile(const ProfileFlags& flags, const Context& ctx) {
   if (flags.graph.derivation.empty()) return UsageError(InvalidArgument("--derivation is empty"));
   auto spec = flags.graph.Spec();
   if (!spec.ok()) return UsageError(spec.status());
+  if (flags.in_step && spec->derivation != graph::Derivation::kExact) {
+    return UsageError(InvalidArgument("--in-step runs real gradients: it needs --derivation exact"));
+  }
   service::ProfileJobOptions options;
   options.db_path = DbPath(ctx);
   options.graph = *spec;
@@ -165,6 +172,36 @@ int RunProfile(const ProfileFlags& flags, const Context& ctx) {
     std::cout << "calibrated     " << profiler::CalibrationLabel(*result->calibration) << " from "
               << result->calibration->samples() << " windows\n";
   }
+  if (!flags.in_step) return kExitOk;
+
+  service::InStepProfileOptions in_step;
+  in_step.db_path = options.db_path;
+  in_step.graph = *spec;
+  in_step.threads = flags.threads;
+  in_step.steps = flags.in_step_steps;
+  in_step.paging_dir = flags.paging_dir;
+  in_step.probes_config = flags.probes_config;
+  in_step.accept_noisy = flags.accept_noisy;
+  std::signal(SIGINT, OnSignal);
+  std::signal(SIGTERM, OnSignal);
+  auto steps =
+      service::RunInStepProfile(in_step, &g_stop, [](const std::string& line) { std::cerr << line << "\n"; });
+  std::signal(SIGINT, SIG_DFL);
+  std::signal(SIGTERM, SIG_DFL);
+  if (!steps.ok()) return Failure(steps.status());
+  const v1::TrainRun& run = steps->run;
+  std::cout << "in-step        " << run.steps() << " plain steps at " << profiler::ThreadsText(run.threads())
+            << ": median step " << FormatSeconds(run.runtime_s()) << " (median of " << run.median_steps()
+            << "), isolated ops predicted " << FormatSeconds(run.predicted_runtime_s()) << "; training run #"
+            << steps->run_id << "\n";
+  for (const std::string& note : steps->notes) std::cout << "               " << note << "\n";
+  if (steps->in_step_table_id == 0) {
+    std::cout << "not stored     no measured-in-step cost table (see above)\n";
+    return kExitFailure;
+  }
+  std::cout << "stored         cost table #" << steps->in_step_table_id
+            << " (source measured-in-step: node times inside real steps plus the step's time outside them; "
+               "`train` and `solve` use it by default)\n";
   return kExitOk;
 }
 
@@ -186,6 +223,13 @@ void RegisterProfileCommand(CLI::App& app, Context& ctx) {
   cmd->add_flag("--calibrate", flags->calibrate,
                 "Then fit the counter-based energy model against the measured energy source (microkernels plus "
                 "the ops just measured), as `edgecost calibrate` does; needs a measured source");
+  cmd->add_flag("--in-step", flags->in_step,
+                "Then run a few real plain training steps at the same threads and store the measured-in-step "
+                "table too: each node's time inside a real step plus the step's time outside its nodes, which "
+                "`train` and `solve` then use by default (exact derivation)");
+  cmd->add_option("--in-step-steps", flags->in_step_steps, "With --in-step: training steps (median of 2..N)")
+      ->capture_default_str()
+      ->check(CLI::Range(2, 100000));
   cmd->add_option("--paging-dir", flags->paging_dir, "Where paged tensors go (default: beside the database)");
   cmd->add_option("--min-window-s", flags->min_window_s, "Minimum timed window per op")->capture_default_str();
   cmd->add_option("--idle-power-w", flags->idle_power_w,
@@ -203,6 +247,7 @@ void RegisterProfileCommand(CLI::App& app, Context& ctx) {
       "cost table is then not built unless --accept-noisy. A later run measures them again.\n"
       "Examples:\n"
       "  edgecost profile --model resnet18_cifar\n"
+      "  edgecost profile --model resnet18_cifar --threads 1 --in-step   # then 10 real steps: measured-in-step\n"
       "  edgecost profile --model resnet18 --threads 2 --force\n"
       "  edgecost profile --model my_model.onnx --batch-size 8\n"
       "  edgecost models add my_model.onnx --name mine && edgecost profile --model mine\n"

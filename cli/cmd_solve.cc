@@ -161,7 +161,7 @@ Result<v1::ScheduleRequest> BuildRequest(const SolveFlags& flags) {
       return InvalidArgument("--cost-source " + flags.cost_source + " needs --device (costs measured on a device)");
     }
     request.set_cost_source(flags.device.empty()        ? std::string(graph::kPoetFlopsSource)
-                            : flags.cost_source.empty() ? "measured"
+                            : flags.cost_source.empty() ? service::kAutoCostSource
                                                         : flags.cost_source);
     request.set_batch_size(static_cast<uint32_t>(flags.batch_size));
     request.set_derivation(flags.derivation);
@@ -419,9 +419,10 @@ void RegisterSolveCommand(CLI::App& app, Context& ctx) {
       cmd->add_option("--platform", flags->platform, "Board preset for poet-flops costs")->capture_default_str();
   cmd->add_option("--device", flags->device, "Use measured costs of a profiled device (\"this\": this machine)");
   cmd->add_option("--cost-source", flags->cost_source,
-                  "With --device: measured (ops one at a time, the default) or measured-in-step (node times "
-                  "inside real steps, kept by `edgecost train`)")
-      ->check(CLI::IsMember({"measured", "measured-in-step"}));
+                  "With --device: measured (ops one at a time), measured-in-step (node times inside real steps, "
+                  "kept by `edgecost profile --in-step` and `edgecost train`) or auto (the default: measured-in-step "
+                  "where its table exists at the thread count, else measured; the costs line says which)")
+      ->check(CLI::IsMember({"auto", "measured", "measured-in-step"}));
   cmd->add_option("--batch-size", flags->batch_size, "Batch size")->capture_default_str();
   cmd->add_option("--derivation", flags->derivation,
                   "exact (default: what each backward really reads) or poet (POET's construction)");

@@ -34,7 +34,7 @@ struct TrainFlags {
   std::string activation_budget;  // the activations' alone
   std::string runtime_budget = "1.5x";
   std::string strategy = "optimal";
-  std::string cost_source = "measured";
+  std::string cost_source = "auto";
   bool count_paging_time = true;  // measured: the I/O thread cannot hide paging behind compute (README)
   double time_limit_s = 60;
   int steps = 10;
@@ -438,9 +438,11 @@ void RegisterTrainCommand(CLI::App& app, Context& ctx) {
   cmd->add_option("--strategy", flags->strategy, "With a budget: " + solver::StrategyNames())
       ->capture_default_str();
   cmd->add_option("--cost-source", flags->cost_source,
-                  "Costs of the predictions and of a schedule solved here: measured or measured-in-step")
+                  "Costs of the predictions and of a schedule solved here: measured (ops one at a time), "
+                  "measured-in-step (node times inside real steps) or auto (measured-in-step where its table exists "
+                  "at the run's thread count, else measured; the run says which)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"measured", "measured-in-step"}));
+      ->check(CLI::IsMember({"auto", "measured", "measured-in-step"}));
   cmd->add_flag("--count-paging-time,!--no-count-paging-time", flags->count_paging_time,
                 "With a budget: paging time counts against the runtime budget (the default here: measured "
                 "steps show that overlap does not hide it)");

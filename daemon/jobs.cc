@@ -259,8 +259,8 @@ Status CheckTrainRequest(const v1::StartTrainRequest& request, const std::string
     return InvalidArgument("unknown strategy '" + request.strategy() + "'; use " + solver::StrategyNames());
   }
   if (!request.cost_source().empty() && request.cost_source() != "measured" &&
-      request.cost_source() != service::kMeasuredInStepSource) {
-    return InvalidArgument("cost_source is measured or measured-in-step");
+      request.cost_source() != service::kMeasuredInStepSource && request.cost_source() != service::kAutoCostSource) {
+    return InvalidArgument("cost_source is measured, measured-in-step or auto");
   }
   return Status::Ok();
 }

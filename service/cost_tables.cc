@@ -1,5 +1,6 @@
 #include "service/cost_tables.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <fstream>
@@ -21,8 +22,47 @@
 
 namespace edgecost::service {
 
+Result<std::string> AutoCostSource(costdb::CostDb& db, costdb::CostTableKey key, uint32_t threads, std::string* why) {
+  key.cost_source = kMeasuredInStepSource;
+  EC_ASSIGN_OR_RETURN(const std::vector<uint32_t> stored, db.CostTableThreads(key));
+  if (std::find(stored.begin(), stored.end(), threads) != stored.end()) {
+    *why = "cost source auto: measured-in-step, the node times inside real training steps at " +
+           profiler::ThreadsText(threads);
+    return std::string(kMeasuredInStepSource);
+  }
+  *why = "cost source auto: measured (ops one at a time): no measured-in-step table of " + key.model + " at " +
+         profiler::ThreadsText(threads) + " on " + key.device +
+         " (`edgecost profile --in-step` or `edgecost train` stores one)";
+  return std::string(profiler::kMeasuredSource);
+}
+
 Result<v1::CostTable> ResolveCostTable(costdb::CostDb* db, const v1::GetCostTableRequest& request) {
   if (request.model().empty()) return InvalidArgument("model is required");
+  if (request.cost_source() == kAutoCostSource) {
+    if (graph::FindBoardPreset(request.device()).ok()) {  // a preset's default: its analytic costs
+      v1::GetCostTableRequest preset = request;
+      preset.clear_cost_source();
+      return ResolveCostTable(db, preset);
+    }
+    // measured-in-step where its table is, at the thread count asked (or the one chosen for 0)
+    v1::GetCostTableRequest in_step = request;
+    in_step.set_cost_source(kMeasuredInStepSource);
+    Result<v1::CostTable> table = ResolveCostTable(db, in_step);
+    std::string why;
+    if (table.ok()) {
+      why = "cost source auto: measured-in-step, the node times inside real training steps" +
+            (table->threads() > 0 ? " at " + profiler::ThreadsText(table->threads()) : std::string());
+    } else if (table.status().code() == ErrorCode::kNotFound ||
+               table.status().code() == ErrorCode::kFailedPrecondition) {
+      why = "cost source auto: measured (ops one at a time), as no measured-in-step table fits: " +
+            table.status().message();
+      v1::GetCostTableRequest measured = request;
+      measured.set_cost_source(profiler::kMeasuredSource);
+      table = ResolveCostTable(db, measured);
+    }
+    if (table.ok()) table->set_note(why + (table->note().empty() ? "" : "; " + table->note()));
+    return table;
+  }
   const std::string device = request.device().empty() ? "this" : request.device();
   const bool preset = graph::FindBoardPreset(device).ok();
   std::string source = request.cost_source();
@@ -255,6 +295,8 @@ Result<SolvedRequest> SolveRequest(costdb::CostDb* db, const v1::ScheduleRequest
         "--min-ram), not both");
   }
   EC_ASSIGN_OR_RETURN(solved.table, CostTableForRequest(db, request));
+  // `auto` is stored as what it chose, so that the request is solved again on the same source.
+  if (request.cost_source() == kAutoCostSource) solved_request.set_cost_source(solved.table.cost_source());
   // The stored request names the table's thread count, so that it is solved again on that one.
   if (solved.table.threads() > 0) solved_request.set_compute_threads(solved.table.threads());
   v1::StepMemory memory = StepMemoryOf(solved.table.graph(), /*build_large=*/request.device_ram_bytes() > 0);

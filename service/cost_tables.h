@@ -15,11 +15,22 @@
 
 namespace edgecost::service {
 
+// The default cost source of `train` and `solve` on a measured device: measured-in-step (node
+// times inside real training steps) where a table of that source exists for the model, device,
+// batch, derivation, trainable and thread count, else measured (ops one at a time).
+inline constexpr char kAutoCostSource[] = "auto";
+
+// What `auto` resolves to for `key` (its cost_source is ignored) at `threads` compute threads
+// (not 0), and in `why` a line that says which and why.
+Result<std::string> AutoCostSource(costdb::CostDb& db, costdb::CostTableKey key, uint32_t threads, std::string* why);
+
 // Empty fields take defaults: device "this"; cost source "measured" for a measured
 // device, "poet-flops" for a board preset; derivation graph::kDefaultDerivation;
 // trainable "all"; batch size 1. A measured or measured-in-step table is the one of
 // request.threads compute threads (0: see profiler::ChooseTableThreads); a thread count
-// without a table while others have one is refused, naming them. `db` may be null for presets.
+// without a table while others have one is refused, naming them. Cost source "auto": the
+// measured-in-step table when there is one at that thread count, else the measured one; the
+// table's note begins with which and why. `db` may be null for presets.
 Result<v1::CostTable> ResolveCostTable(costdb::CostDb* db, const v1::GetCostTableRequest& request);
 
 // The cost table a schedule request is about: its graph file, or its model on

@@ -233,6 +233,16 @@ Result<CheckedRun> CheckScheduleAgainstGraph(const v1::TrainingGraph& graph, con
   return checked;
 }
 
+double InStepOverheadS(double step_s, double paging_wait_s, const std::vector<v1::NodeTime>& nodes) {
+  double nodes_s = 0;
+  uint64_t executions = 0;
+  for (const v1::NodeTime& t : nodes) {
+    nodes_s += t.runtime_s() * t.executions();
+    executions += t.executions();
+  }
+  return executions > 0 ? (step_s - paging_wait_s - nodes_s) / static_cast<double>(executions) : 0.0;
+}
+
 Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::atomic<bool>* stop,
                                    const std::function<void(const TrainProgress&)>& on_step,
                                    const std::function<void(const std::string&)>& log) {
@@ -253,6 +263,14 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
   EC_ASSIGN_OR_RETURN(v1::TrainingGraph graph, graph::LoadTrainingGraph(spec));
   const int threads = options.threads > 0 ? options.threads : omp_get_num_procs();
   omp_set_num_threads(threads);
+  // `auto`: measured-in-step where its table exists at this thread count, else measured.
+  std::string cost_source = options.cost_source;
+  if (cost_source == kAutoCostSource) {
+    std::string why;
+    EC_ASSIGN_OR_RETURN(cost_source, AutoCostSource(db, PredictionKey(graph, cost_source),
+                                                    static_cast<uint32_t>(threads), &why));
+    if (options.schedule_file.empty() && options.schedule_id == 0) result.notes.push_back(why);
+  }
   const std::string paging_dir = options.paging_dir.empty() ? DefaultPagingDir(options.db_path) : options.paging_dir;
   if (const int removed = train::Pager::RemoveStaleFiles(paging_dir); removed > 0) {
     log("paging: removed " + std::to_string(removed) + " files left in " + paging_dir + " by runs that were killed");
@@ -271,7 +289,9 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
     v1::ScheduleRequest request = options.solve;
     request.set_model(spec.model_or_file);
     if (request.device().empty()) request.set_device("this");
-    if (request.cost_source().empty()) request.set_cost_source(options.cost_source);
+    if (request.cost_source().empty() || request.cost_source() == kAutoCostSource) {
+      request.set_cost_source(cost_source);
+    }
     const bool here = request.device() == "this" || request.device() == profiler::ThisDeviceName();
     if (request.compute_threads() == 0 && here) {
       EC_ASSIGN_OR_RETURN(const uint32_t table_threads,
@@ -314,12 +334,12 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
     v1::GetCostTableRequest request;
     request.set_model(spec.model_or_file);
     request.set_device("this");
-    request.set_cost_source(options.cost_source);
+    request.set_cost_source(cost_source);
     request.set_batch_size(static_cast<uint32_t>(spec.batch_size));
     request.set_derivation("exact");
     request.set_trainable(spec.trainable.ToString());
     EC_ASSIGN_OR_RETURN(const uint32_t table_threads,
-                        PredictionThreads(db, PredictionKey(graph, options.cost_source), threads, result.notes));
+                        PredictionThreads(db, PredictionKey(graph, cost_source), threads, result.notes));
     request.set_threads(table_threads);
     Result<v1::CostTable> found = ResolveCostTable(&db, request);
     if (found.ok()) {
@@ -607,24 +627,39 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
       in_step.set_cost_source(kMeasuredInStepSource);
       const double step_power_w = run.runtime_s() > 0 ? run.energy_j() / run.runtime_s() : 0;
       in_step.set_threads(static_cast<uint32_t>(threads));  // the run's: its node times are what is stored
+      // The step's time outside its nodes, as a constant overhead of every node execution.
+      const std::vector<v1::NodeTime> node_times(run.nodes().begin(), run.nodes().end());
+      const double overhead_s = InStepOverheadS(run.runtime_s(), run.paging_wait_s(), node_times);
+      double nodes_s = 0;
+      uint64_t node_executions = 0;
       for (const v1::NodeTime& t : run.nodes()) {
+        nodes_s += t.runtime_s() * t.executions();
+        node_executions += t.executions();
         v1::NodeCost& c = *in_step.mutable_costs(static_cast<int>(t.node()));
+        const double runtime_s = std::max(0.0, t.runtime_s() + overhead_s);
         if (c.runtime_s() > 0) {
           // Energy follows the runtime at the op's own power: scaled by in-step over isolated time.
-          c.set_compute_j(c.compute_j() * t.runtime_s() / c.runtime_s());
+          c.set_compute_j(c.compute_j() * runtime_s / c.runtime_s());
         } else {
           // No kernel measured alone (the input's copy), yet it takes step time: at the step's power, so
           // that the nodes' energies add up to the step's as their times add up to its time.
-          c.set_compute_j(step_power_w * t.runtime_s());
+          c.set_compute_j(step_power_w * runtime_s);
         }
-        c.set_runtime_s(t.runtime_s());
+        c.set_runtime_s(runtime_s);
       }
-      in_step.set_note("runtimes are medians inside real training steps (training run #" +
-                       std::to_string(result.run_id) + ", " + std::to_string(run.median_steps()) +
-                       (selection.undisturbed_only ? " undisturbed" : "") + " steps" +
-                       (run.disturbed() ? ", most steps disturbed, accepted as noisy" : "") +
-                       "); energies are the measured ones scaled by in-step over isolated time (a node never measured "
-                       "alone: the step's power times its time)");
+      const double outside_s = run.runtime_s() - run.paging_wait_s() - nodes_s;
+      in_step.set_note(
+          "runtimes are medians inside real training steps (training run #" + std::to_string(result.run_id) + ", " +
+          std::to_string(run.median_steps()) + (selection.undisturbed_only ? " undisturbed" : "") + " steps" +
+          (run.disturbed() ? ", most steps disturbed, accepted as noisy" : "") + "), each plus " +
+          FormatSeconds(overhead_s) + " per execution: the step's " + FormatSeconds(outside_s) +
+          " outside its nodes (binding, arena, dispatch; " +
+          std::to_string(run.runtime_s() > 0 ? static_cast<int>(std::lround(100 * outside_s / run.runtime_s())) : 0) +
+          "% of the median step of " + FormatSeconds(run.runtime_s()) + ") spread over its " +
+          std::to_string(node_executions) +
+          " node executions, so a recomputation pays it again and a plain step's costs add up to the measured "
+          "step; energies are the measured ones scaled by in-step over isolated time (a node never measured "
+          "alone: the step's power times its time)");
       EC_ASSIGN_OR_RETURN(result.in_step_table_id, db.PutCostTable(in_step));
     } else if (!measured) {
       result.notes.push_back("no measured-in-step costs: they are kept for measured cost tables only");

@@ -4,7 +4,10 @@
 // model and its budgets before anything runs; then N steps run on the executor,
 // and a run record holds what the schedule predicted next to what the steps
 // measured. The per-node times inside the steps become the `measured-in-step`
-// cost table, which `solve --cost-source measured-in-step` plans with.
+// cost table, which `solve --cost-source measured-in-step` plans with: each node's
+// median time per execution plus the step's time outside its nodes (binding,
+// the arena, dispatch) spread over every execution alike (InStepOverheadS), so
+// that the table's costs add up to the measured step.
 #pragma once
 
 #include <atomic>
@@ -34,7 +37,9 @@ struct TrainJobOptions {
   std::string schedule_file;
   uint64_t schedule_id = 0;
   v1::ScheduleRequest solve;
-  std::string cost_source = "measured";  // of the predictions (and of a schedule solved now)
+  // Of the predictions (and of a schedule solved now): measured, measured-in-step, or auto
+  // (measured-in-step where a table of it exists at the run's thread count, else measured).
+  std::string cost_source = "auto";
   int steps = 10;
   double lr = 0.01;
   int threads = 0;  // 0: all cores
@@ -106,6 +111,12 @@ struct CheckedRun {
 };
 Result<CheckedRun> CheckScheduleAgainstGraph(const v1::TrainingGraph& graph, const v1::Schedule& schedule,
                                              const v1::CostTable& table);
+
+// The time a step spends outside its nodes, per node execution: (step - paging wait - the sum
+// over nodes of time per execution x executions) / executions. A constant per-node dispatch
+// overhead: a recomputed node pays it again. May be negative when medians of noisy nodes sum
+// above the median step; the in-step table then keeps every node's time at least 0.
+double InStepOverheadS(double step_s, double paging_wait_s, const std::vector<v1::NodeTime>& nodes);
 
 Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::atomic<bool>* stop,
                                    const std::function<void(const TrainProgress&)>& on_step,

@@ -529,14 +529,20 @@ TEST_F(CliTest, TrainSaysWhenItsCostTableWasProfiledAtOtherThreads) {
   ASSERT_EQ(other.exit_code, 0) << other.output;
   EXPECT_THAT(other.output, HasSubstr("THREAD MISMATCH: this run uses 2 threads"));
   EXPECT_THAT(other.output, HasSubstr("stored: 1 thread"));
-  const CommandResult same = Edgecost("train --model linear --batch-size 2 --steps 2 --threads 1");
+  const CommandResult same = Edgecost("train --model linear --batch-size 2 --steps 2 --threads 1 --accept-noisy");
   ASSERT_EQ(same.exit_code, 0) << same.output;
   // Planning and listing, unlike a run's predictions, refuse a count without a table, naming those stored.
-  const CommandResult solve = Edgecost(
-      "solve --model linear --batch-size 2 --device this --compute-threads 2 --activation-budget 1MB --no-store");
+  const CommandResult solve =
+      Edgecost("solve --model linear --batch-size 2 --device this --cost-source measured --compute-threads 2 "
+               "--activation-budget 1MB --no-store");
   EXPECT_EQ(solve.exit_code, 1) << solve.output;
   EXPECT_THAT(solve.output, HasSubstr("it has tables at 1 thread"));
   EXPECT_THAT(solve.output, HasSubstr("--threads 2"));
+  // The default cost source, auto, takes the 2-thread run's in-step table, and says so.
+  const CommandResult automatic =
+      Edgecost("solve --model linear --batch-size 2 --device this --compute-threads 2 --activation-budget 1MB --no-store");
+  EXPECT_EQ(automatic.exit_code, 0) << automatic.output;
+  EXPECT_THAT(automatic.output, HasSubstr("cost source auto: measured-in-step"));
   const CommandResult costs = Edgecost("costs linear --batch-size 2 --device this --threads 2 --summary");
   EXPECT_EQ(costs.exit_code, 1) << costs.output;
   EXPECT_THAT(costs.output, HasSubstr("it has tables at 1 thread"));

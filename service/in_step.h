@@ -1,0 +1,35 @@
+// Profiling by running real steps: after `edgecost profile` has measured every op
+// alone (the `measured` table), a few plain training steps at the profile's
+// thread count give each node's time inside a real step, plus the step's time
+// outside its nodes as a per-execution overhead: the `measured-in-step` table,
+// which `train` and `solve` prefer by default (cost source `auto`).
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <string>
+
+#include "base/status.h"
+#include "graph/resolve.h"
+#include "service/train_job.h"
+
+namespace edgecost::service {
+
+struct InStepProfileOptions {
+  std::string db_path;
+  graph::GraphSpec graph;  // as profiled; run with the exact derivation
+  int threads = 0;         // 0: all cores, as the profile
+  int steps = 10;          // the median is over steps 2..N
+  std::string paging_dir;
+  std::string probes_config;
+  bool accept_noisy = false;  // store the table from a run most of whose steps were disturbed
+  profiler::InterferenceWatch* watch = nullptr;  // null: the scheduler's accounting (tests pass a fake)
+};
+
+// Runs the plain steps, predicted from the measured table just profiled, and
+// stores the run record and the measured-in-step table (result.in_step_table_id;
+// 0 with a note in result.notes when it was not stored).
+Result<TrainJobResult> RunInStepProfile(const InStepProfileOptions& options, const std::atomic<bool>* stop,
+                                        const std::function<void(const std::string&)>& log);
+
+}  // namespace edgecost::service
