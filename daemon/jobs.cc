@@ -399,13 +399,21 @@ void JobManager::RunProfile(Entry& entry) {
   options.accept_noisy = entry.request.accept_noisy();
   options.calibrate = entry.request.calibrate();
   double last_reported = -1;
+  int last_round = 0;
   auto progress = [&](const profiler::ProfileProgress& p) {
     const double fraction = p.total ? static_cast<double>(p.done) / p.total : 1.0;
+    if (p.round != last_round) last_reported = -1;  // a new pass of disturbed ops: reported from its start
+    last_round = p.round;
     if (fraction - last_reported < 0.05 && p.done != p.total) return;  // an event per 5%, not per op
     last_reported = fraction;
     Update(entry, [&](v1::Job& job) {
-      job.set_progress(fraction);
-      job.set_message("op " + std::to_string(p.done) + "/" + std::to_string(p.total));
+      if (p.round == 0) {
+        job.set_progress(fraction);
+        job.set_message("op " + std::to_string(p.done) + "/" + std::to_string(p.total));
+      } else {  // the first pass is done; its progress stays
+        job.set_message("disturbed ops measured again, round " + std::to_string(p.round) + " of at most " +
+                        std::to_string(p.rounds) + ": op " + std::to_string(p.done) + "/" + std::to_string(p.total));
+      }
     });
   };
   auto log = [&](const std::string& line) { Update(entry, [&](v1::Job& job) { job.set_message(line); }); };
