@@ -3,8 +3,10 @@
 #include <fstream>
 #include <iostream>
 #include <limits>
+#include <mutex>
 #include <sstream>
 
+#include "base/heartbeat.h"
 #include "base/units.h"
 #include "cli/cli.h"
 #include "cli/table.h"
@@ -70,39 +72,61 @@ bool HasSchedule(const v1::Schedule& s) {
 std::string GapInWords(const v1::Schedule& s) {
   const double unproven_j = std::max(0.0, s.energy().total_j() - s.lower_bound_j());
   const double relative = s.lower_bound_j() > 0 ? unproven_j / s.lower_bound_j() : 0;
-  return "at most " + Fixed(relative * 100, 2) + "% above optimal (" + Fixed(unproven_j) + " J); " +
+  return "at most " + Fixed(relative * 100, 2) + "% above optimal (" + FormatJoules(unproven_j) + "); " +
          Fixed(s.gap() * 100, 1) + "% of the energy above the floor unproven";
 }
 
-// One line per improvement of a solve that runs for more than a second.
+// Progress of a solve that runs for more than a second: a line when the best
+// schedule improves (the bound alone: at most one a second), and at least one
+// every few seconds while nothing improves, with the time elapsed.
 class ProgressPrinter {
  public:
-  explicit ProgressPrinter(std::ostream& out) : out_(out) {}
+  explicit ProgressPrinter(std::ostream& out) : out_(out), beat_(kEveryS, [this](double t) { Tick(t); }) {}
+
   void operator()(const solver::Progress& p) {
-    if (p.elapsed_s < 1.0) return;
+    std::lock_guard<std::mutex> lock(mutex_);
+    const double now_s = beat_.ElapsedS();
     const bool better = p.energy_j < energy_j_;
-    if (printed_s_ >= 0) {                                    // the first line after a second, then only news
-      if (!better && p.elapsed_s - printed_s_ < 1.0) return;  // the bound alone: at most one line a second
-      if (!better && !(p.lower_bound_j > bound_j_)) return;
-    }
+    const bool tighter = p.lower_bound_j > bound_j_;
     energy_j_ = std::min(energy_j_, p.energy_j);
     bound_j_ = std::max(bound_j_, p.lower_bound_j);
-    printed_s_ = p.elapsed_s;
-    out_ << "progress       " << FormatSeconds(p.elapsed_s) << ": best "
-         << (std::isfinite(energy_j_) ? Fixed(energy_j_) + " J" : std::string("none yet")) << ", bound "
-         << Fixed(bound_j_) << " J";
-    if (std::isfinite(energy_j_) && energy_j_ > p.floor_j) {
-      out_ << ", " << Fixed(std::max(0.0, energy_j_ - bound_j_) / (energy_j_ - p.floor_j) * 100, 1)
-           << "% of the energy above the floor unproven";
-    }
-    out_ << "\n" << std::flush;
+    floor_j_ = p.floor_j;
+    if (now_s < 1.0) return;
+    if (printed_s_ >= 0 && !better && (!tighter || now_s - printed_s_ < 1.0)) return;
+    Print(now_s, "");
   }
 
  private:
+  static constexpr double kEveryS = 5.0;
+
+  void Tick(double now_s) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (now_s - printed_s_ < kEveryS - 0.5) return;
+    Print(now_s, "; still searching");
+  }
+
+  void Print(double now_s, const char* note) {
+    printed_s_ = now_s;
+    out_ << "progress       " << FormatSeconds(now_s) << ": ";
+    if (!std::isfinite(energy_j_)) {
+      out_ << "no schedule yet" << (bound_j_ > 0 ? ", bound " + FormatJoules(bound_j_) : std::string());
+    } else {
+      out_ << "best " << FormatJoules(energy_j_) << ", bound " << FormatJoules(bound_j_);
+      if (energy_j_ > floor_j_) {
+        out_ << ", " << Fixed(std::max(0.0, energy_j_ - bound_j_) / (energy_j_ - floor_j_) * 100, 1)
+             << "% of the energy above the floor unproven";
+      }
+    }
+    out_ << note << "\n" << std::flush;
+  }
+
   std::ostream& out_;
+  std::mutex mutex_;
   double energy_j_ = std::numeric_limits<double>::infinity();
   double bound_j_ = 0;
+  double floor_j_ = 0;
   double printed_s_ = -1;
+  Heartbeat beat_;  // last: stopped first, before what it prints with
 };
 
 void PrintSchedule(const v1::Schedule& s) {
