@@ -203,5 +203,27 @@ TEST(ScheduleSvg, DrawsTheRamCurveTheBudgetTheNamesAndTheBoundary) {
   EXPECT_GE(cells, static_cast<size_t>(p.size()));
 }
 
+// The headline and the time axis in human units, saying plainly what the schedule is.
+TEST(ScheduleSvg, SaysWhatTheScheduleIsInHumanUnits) {
+  const Problem p = PagingProblem();
+  v1::Schedule s = Solved(p);
+  const std::string svg = ScheduleToSvg(p, s);
+  EXPECT_THAT(svg, HasSubstr("Optimal schedule (proven): 10.2 J, peak 30 B of 30 B RAM"));
+  EXPECT_THAT(svg, ::testing::ContainsRegex(R"(>[0-9.]+ (s|ms|us|ns)</text>)"));  // the time axis's end
+  EXPECT_THAT(svg, HasSubstr("<title>A stage is"));
+  s.set_status(v1::Schedule::STATUS_OPTIMAL);
+  s.set_strategy("optimal");
+  EXPECT_THAT(Headline(s), ::testing::StartsWith("Optimal schedule (proven): "));
+  s.set_status(v1::Schedule::STATUS_FEASIBLE);
+  EXPECT_THAT(Headline(s), ::testing::StartsWith("Best schedule found in the time limit (not proven optimal): "));
+  s.set_strategy("sqrt");
+  EXPECT_THAT(Headline(s), ::testing::StartsWith("sqrt schedule: "));
+  s.set_energy_source(v1::ENERGY_SOURCE_ESTIMATED);
+  EXPECT_THAT(Headline(s), HasSubstr(" ESTIMATED, peak "));
+  s.set_peak_ram_bytes(4692992);
+  s.set_ram_budget_bytes(4700000);
+  EXPECT_THAT(Headline(s), ::testing::EndsWith("peak 4.69 MB of 4.70 MB RAM"));
+}
+
 }  // namespace
 }  // namespace edgecost::solver
