@@ -83,8 +83,12 @@ Result<int64_t> ParseBytes(std::string_view text) {
   if (!SplitNumber(text, &number, &unit)) {
     return InvalidArgument("'" + std::string(text) + "' is not a size; write e.g. 3000000, 3MB or 2.5MiB");
   }
-  static constexpr std::array<std::pair<const char*, double>, 12> kUnits = {{{"", 1.0},
-                                                                             {"b", 1.0},
+  if (unit.empty()) {  // "0.9" meant 0.9 MB or 0.9 GB, never a byte: said, not guessed
+    const std::string t(text);
+    return InvalidArgument("'" + t + "' has no unit; write it with one: " + t + "MB, " + t + "GB, " + t +
+                           "MiB or " + t + "B (B, kB, MB, GB, TB: powers of 1000; KiB, MiB, GiB, TiB: of 1024)");
+  }
+  static constexpr std::array<std::pair<const char*, double>, 11> kUnits = {{{"b", 1.0},
                                                                              {"kb", 1e3},
                                                                              {"mb", 1e6},
                                                                              {"gb", 1e9},

@@ -9,7 +9,8 @@
 
 namespace edgecost {
 
-// "3000000", "3MB" (10^6), "2.5MiB" (2^20), "512KiB", "1.5GB", "2TB", "1TiB". Case-insensitive units.
+// "3000000B", "3MB" (10^6), "2.5MiB" (2^20), "512KiB", "1.5GB", "2TB", "1TiB". Case-insensitive units;
+// a number without a unit is refused, naming the units ("0.9" is not a byte).
 Result<int64_t> ParseBytes(std::string_view text);
 
 // A runtime budget: a multiple of one plain training step ("7.6x") or seconds ("1.2s", "800ms").

@@ -6,7 +6,7 @@ namespace edgecost {
 namespace {
 
 TEST(ParseBytes, AcceptsPlainSiAndBinaryUnits) {
-  EXPECT_EQ(*ParseBytes("3000000"), 3000000);
+  EXPECT_EQ(*ParseBytes("3000000B"), 3000000);
   EXPECT_EQ(*ParseBytes("3MB"), 3000000);
   EXPECT_EQ(*ParseBytes("2.5MiB"), 2621440);
   EXPECT_EQ(*ParseBytes("512 KiB"), 524288);
@@ -23,6 +23,20 @@ TEST(ParseBytes, RejectsGarbageWithAHint) {
     EXPECT_EQ(r.status().code(), ErrorCode::kInvalidArgument);
   }
   EXPECT_NE(ParseBytes("3XB").status().message().find("KiB"), std::string::npos);
+}
+
+// A size without a unit is refused, as a runtime budget without one is, and the message names the units.
+TEST(ParseBytes, RefusesANumberWithoutAUnit) {
+  for (const char* bare : {"0.9", "3", "3000000", " 2.5 "}) {
+    const Result<int64_t> r = ParseBytes(bare);
+    ASSERT_FALSE(r.ok()) << bare;
+    EXPECT_EQ(r.status().code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find("no unit"), std::string::npos) << r.status().message();
+    for (const char* unit : {"MB", "GB", "MiB", "B"}) {
+      EXPECT_NE(r.status().message().find(unit), std::string::npos) << r.status().message();
+    }
+  }
+  EXPECT_NE(ParseBytes("0.9").status().message().find("0.9MB"), std::string::npos);
 }
 
 TEST(ParseRuntimeBudget, MultiplesAndSeconds) {
