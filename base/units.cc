@@ -139,7 +139,23 @@ std::string FormatBytes(double bytes) {
   return Format3(bytes, kUnits, 5, 1000.0);
 }
 
-std::string FormatSeconds(double seconds) { return FormatSmall(seconds, "s"); }
+std::string FormatSeconds(double seconds) {
+  if (!(std::fabs(seconds) >= 100) || !std::isfinite(seconds)) return FormatSmall(seconds, "s");
+  // Long durations as a person reads them: "2 min 19 s", "4 h 03 min", "2 d 5 h".
+  const long long total = std::llround(std::fabs(seconds));
+  const char* sign = seconds < 0 ? "-" : "";
+  char buf[64];
+  if (total < 3600) {
+    std::snprintf(buf, sizeof buf, "%s%lld min %lld s", sign, total / 60, total % 60);
+  } else if (total < 86400) {
+    const long long minutes = (total + 30) / 60;
+    std::snprintf(buf, sizeof buf, "%s%lld h %02lld min", sign, minutes / 60, minutes % 60);
+  } else {
+    const long long hours = (total + 1800) / 3600;
+    std::snprintf(buf, sizeof buf, "%s%lld d %lld h", sign, hours / 24, hours % 24);
+  }
+  return buf;
+}
 std::string FormatJoules(double joules) { return FormatSmall(joules, "J"); }
 
 }  // namespace edgecost

@@ -24,7 +24,7 @@ Result<RuntimeBudget> ParseRuntimeBudget(std::string_view text);
 
 // "2.98 MB", "512 B", "1.20 GB": SI units, three significant digits.
 std::string FormatBytes(double bytes);
-// "1.23 s", "45.6 ms", "789 us", "12 ns".
+// "1.23 s", "45.6 ms", "789 us", "12 ns"; from 100 s on "2 min 19 s", "4 h 03 min", "2 d 5 h".
 std::string FormatSeconds(double seconds);
 // "7.89 J", "12.3 mJ", "4.56 uJ".
 std::string FormatJoules(double joules);

@@ -8,6 +8,7 @@
 #include <spdlog/spdlog.h>
 
 #include "base/time_text.h"
+#include "base/units.h"
 #include "costdb/costdb.h"
 #include "daemon/log.h"
 #include "graph/resolve.h"
@@ -482,10 +483,9 @@ void JobManager::RunTrain(Entry& entry) {
       *job.mutable_train_run() = result->run;
       const v1::TrainRun& run = result->run;
       std::string message = "training run #" + std::to_string(result->run_id) + " stored: step " +
-                            std::to_string(run.runtime_s()) + " s (predicted " +
-                            std::to_string(run.predicted_runtime_s()) + " s), peak " +
-                            std::to_string(run.peak_activation_bytes()) + " B (planned " +
-                            std::to_string(run.predicted_peak_bytes()) + " B)";
+                            FormatSeconds(run.runtime_s()) + " (predicted " + FormatSeconds(run.predicted_runtime_s()) +
+                            "), peak activations " + FormatBytes(static_cast<double>(run.peak_activation_bytes())) +
+                            " (planned " + FormatBytes(static_cast<double>(run.predicted_peak_bytes())) + ")";
       if (run.has_verify()) message += run.verify().identical() ? ", gradients identical" : ", gradients DIFFER";
       job.set_message(message);
     }

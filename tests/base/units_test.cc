@@ -60,6 +60,10 @@ TEST(Format, HumanUnits) {
   EXPECT_EQ(FormatBytes(512), "512 B");
   EXPECT_EQ(FormatBytes(3000000), "3.00 MB");
   EXPECT_EQ(FormatSeconds(0.0456), "45.6 ms");
+  EXPECT_EQ(FormatSeconds(99.4), "99.4 s");
+  EXPECT_EQ(FormatSeconds(139), "2 min 19 s");
+  EXPECT_EQ(FormatSeconds(14563), "4 h 03 min");  // vgg16's step on the m4 preset, once "14563 s"
+  EXPECT_EQ(FormatSeconds(2 * 86400 + 5 * 3600), "2 d 5 h");
   EXPECT_EQ(FormatJoules(7.889510), "7.89 J");
   EXPECT_EQ(FormatJoules(0), "0 J");
 }
