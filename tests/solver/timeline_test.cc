@@ -180,6 +180,33 @@ TEST(PlanInWords, NamesWhatEachLayerDoesAndAddsUpToTheSchedule) {
   }
 }
 
+// The input computes nothing: read again from the batch, it is said so, not "recomputed ... +0 J".
+TEST(PlanInWords, TheInputIsReadAgainNotRecomputed) {
+  PlanExplanation plan;
+  LayerPlan input;
+  input.node = 0;
+  input.name = "layer0_InputLayer";
+  input.input = true;
+  input.recompute_stages = {3, 5};
+  LayerPlan conv;
+  conv.node = 1;
+  conv.name = "layer1_Conv2dLayer";
+  conv.recompute_stages = {3};
+  conv.extra_energy_j = 4.646e-05;
+  conv.extra_runtime_s = 13.3e-6;
+  plan.layers = {input, conv};
+  const std::string words = PlanInWords(plan);
+  EXPECT_THAT(words, HasSubstr("layer0_InputLayer   node 0 (forward): the input, read again from the batch 2 times "
+                               "(stages 3, 5), not recomputed\n"));
+  EXPECT_THAT(words, HasSubstr("node 1 (forward): recomputed once (stage 3): +46.5 uJ, +13.3 us\n"));
+
+  // ExplainPlan marks the node that reads nothing as the input.
+  const Problem p = PagingProblem();
+  const auto explained = ExplainPlan(p, Solved(p));
+  ASSERT_TRUE(explained.ok()) << explained.status().message();
+  for (const LayerPlan& layer : explained->layers) EXPECT_EQ(layer.input, layer.node == 0 && p.preds[0].empty());
+}
+
 TEST(ScheduleSvg, DrawsTheRamCurveTheBudgetTheNamesAndTheBoundary) {
   Problem p = PagingProblem();
   p.names[1] = "conv<1>&relu";  // names from graph files are escaped
