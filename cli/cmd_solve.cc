@@ -68,14 +68,6 @@ bool HasSchedule(const v1::Schedule& s) {
   return s.status() == v1::Schedule::STATUS_OPTIMAL || s.status() == v1::Schedule::STATUS_FEASIBLE;
 }
 
-// "at most 22.9% above optimal (0.010100 J); 92.7% of the energy above the floor unproven"
-std::string GapInWords(const v1::Schedule& s) {
-  const double unproven_j = std::max(0.0, s.energy().total_j() - s.lower_bound_j());
-  const double relative = s.lower_bound_j() > 0 ? unproven_j / s.lower_bound_j() : 0;
-  return "at most " + Fixed(relative * 100, 2) + "% above optimal (" + FormatJoules(unproven_j) + "); " +
-         Fixed(s.gap() * 100, 1) + "% of the energy above the floor unproven";
-}
-
 // Progress of a solve that runs for more than a second: a line when the best
 // schedule improves (the bound alone: at most one a second), and at least one
 // every few seconds while nothing improves, with the time elapsed.
@@ -131,7 +123,7 @@ class ProgressPrinter {
 
 void PrintSchedule(const v1::Schedule& s) {
   std::cout << "status         " << service::ScheduleStatusText(s.status());
-  if (s.status() == v1::Schedule::STATUS_FEASIBLE) std::cout << ": " << GapInWords(s);
+  if (s.status() == v1::Schedule::STATUS_FEASIBLE) std::cout << ": " << service::GapText(s);
   std::cout << "\n";
   if (!s.message().empty()) std::cout << "               " << s.message() << "\n";
   if (!HasSchedule(s)) {
@@ -487,7 +479,12 @@ void RegisterSolveCommand(CLI::App& app, Context& ctx) {
       "  edgecost solve --graph checkmate_graph.json --ram-budget 2GB --runtime-budget 1.2x\n"
       "  edgecost solve --model resnet50 --no-paging --min-ram --runtime-budget 1.5x --json\n"
       "  edgecost solve --model resnet18_cifar --device-ram 2.5MB --runtime-budget 1.5x\n"
-      "  edgecost solve --model mine --device this --ram-budget 1MB   # a model stored by `edgecost models add`");
+      "  edgecost solve --model mine --device this --ram-budget 1MB   # a model stored by `edgecost models add`\n"
+      "Words in the output:\n"
+      "  stage: " + std::string(service::kStageMeaning) + "\n"
+      "  energy above the floor unproven: " + service::kUnprovenMeaning + "\n"
+      "  eviction bound: " + service::kEvictionBoundMeaning + "\n"
+      "  root LP: " + service::kRootLpMeaning);
   cmd->callback([flags, &ctx] { ctx.exit_code = RunSolve(*flags, ctx); });
 
   auto path = std::make_shared<std::string>();

@@ -26,8 +26,8 @@ constexpr Style kResident{"resident in RAM", "#aec7e8"};
 constexpr Style kStored{"on storage", "#c5b0d5"};
 
 constexpr const char* kStageMeaning =
-    "A stage is one slice of the training step: stage t computes node t for the first time and may recompute "
-    "earlier nodes or page their outputs in or out first.";
+    "A stage is one slice of the training step: stage t computes node t for the first time, and may first "
+    "recompute earlier nodes or page their outputs in or out.";  // as service::kStageMeaning says it
 
 std::string Num(double x) {
   char buffer[32];
