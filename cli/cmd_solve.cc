@@ -73,7 +73,7 @@ bool HasSchedule(const v1::Schedule& s) {
 // every few seconds while nothing improves, with the time elapsed.
 class ProgressPrinter {
  public:
-  explicit ProgressPrinter(std::ostream& out) : out_(out), beat_(kEveryS, [this](double t) { Tick(t); }) {}
+  explicit ProgressPrinter(std::ostream& out) : out_(out), beat_(1.0, [this](double t) { Tick(t); }) {}
 
   void operator()(const solver::Progress& p) {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -93,7 +93,7 @@ class ProgressPrinter {
 
   void Tick(double now_s) {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (now_s - printed_s_ < kEveryS - 0.5) return;
+    if (now_s < kEveryS || now_s - printed_s_ < kEveryS) return;  // a line at least every kEveryS seconds
     Print(now_s, "; still searching");
   }
 
