@@ -83,8 +83,12 @@ Result<int64_t> ParseBytes(std::string_view text) {
   if (!SplitNumber(text, &number, &unit)) {
     return InvalidArgument("'" + std::string(text) + "' is not a size; write e.g. 3000000, 3MB or 2.5MiB");
   }
-  static constexpr std::array<std::pair<const char*, double>, 12> kUnits = {{{"", 1.0},
-                                                                             {"b", 1.0},
+  if (unit.empty()) {  // "0.9" meant 0.9 MB or 0.9 GB, never a byte: said, not guessed
+    const std::string t(text);
+    return InvalidArgument("'" + t + "' has no unit; write it with one: " + t + "MB, " + t + "GB, " + t +
+                           "MiB or " + t + "B (B, kB, MB, GB, TB: powers of 1000; KiB, MiB, GiB, TiB: of 1024)");
+  }
+  static constexpr std::array<std::pair<const char*, double>, 11> kUnits = {{{"b", 1.0},
                                                                              {"kb", 1e3},
                                                                              {"mb", 1e6},
                                                                              {"gb", 1e9},
@@ -135,7 +139,23 @@ std::string FormatBytes(double bytes) {
   return Format3(bytes, kUnits, 5, 1000.0);
 }
 
-std::string FormatSeconds(double seconds) { return FormatSmall(seconds, "s"); }
+std::string FormatSeconds(double seconds) {
+  if (!(std::fabs(seconds) >= 100) || !std::isfinite(seconds)) return FormatSmall(seconds, "s");
+  // Long durations as a person reads them: "2 min 19 s", "4 h 03 min", "2 d 5 h".
+  const long long total = std::llround(std::fabs(seconds));
+  const char* sign = seconds < 0 ? "-" : "";
+  char buf[64];
+  if (total < 3600) {
+    std::snprintf(buf, sizeof buf, "%s%lld min %lld s", sign, total / 60, total % 60);
+  } else if (total < 86400) {
+    const long long minutes = (total + 30) / 60;
+    std::snprintf(buf, sizeof buf, "%s%lld h %02lld min", sign, minutes / 60, minutes % 60);
+  } else {
+    const long long hours = (total + 1800) / 3600;
+    std::snprintf(buf, sizeof buf, "%s%lld d %lld h", sign, hours / 24, hours % 24);
+  }
+  return buf;
+}
 std::string FormatJoules(double joules) { return FormatSmall(joules, "J"); }
 
 }  // namespace edgecost

@@ -1,13 +1,17 @@
 #include "bench/solver_bench.h"
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
+#include <mutex>
 #include <numeric>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "base/heartbeat.h"
+#include "base/units.h"
 #include "graph/cost_source.h"
 #include "graph/graph_io.h"
 #include "graph/resolve.h"
@@ -104,6 +108,26 @@ void PrintRow(std::ostream& out, const std::string& instance, const std::string&
   out << line << std::flush;
 }
 
+// Solve(), with a line on `progress` every few seconds: which instance, for how long so far, the best yet.
+Result<v1::Schedule> SolveShowingProgress(const Problem& problem, SolveOptions solve, const std::string& what,
+                                          std::ostream* progress) {
+  if (progress == nullptr) return Solve(problem, solve);
+  std::mutex mutex;
+  double best_j = std::numeric_limits<double>::infinity();
+  solve.on_progress = [&](const Progress& p) {
+    std::lock_guard<std::mutex> lock(mutex);
+    best_j = std::min(best_j, p.energy_j);
+  };
+  Heartbeat beat(5.0, [&](double elapsed_s) {
+    std::lock_guard<std::mutex> lock(mutex);
+    *progress << "  solving " << what << ": " << FormatSeconds(elapsed_s) << " of at most "
+              << FormatSeconds(solve.time_limit_s) << ", best "
+              << (std::isfinite(best_j) ? FormatJoules(best_j) : std::string("none yet")) << "\n"
+              << std::flush;
+  });
+  return Solve(problem, solve);
+}
+
 bool SameStages(const v1::Schedule& a, const v1::Schedule& b) {
   if (a.stages_size() != b.stages_size()) return false;
   for (int t = 0; t < a.stages_size(); ++t) {
@@ -153,7 +177,11 @@ Status RunSolverBenchmark(std::ostream& out, const SolverBenchOptions& options) 
     solve.search_min_ram = false;
     std::optional<v1::Schedule> first;
     for (int run = 0; run < instance.runs; ++run) {
-      EC_ASSIGN_OR_RETURN(v1::Schedule ours, Solve(problem, solve));
+      EC_ASSIGN_OR_RETURN(v1::Schedule ours,
+                          SolveShowingProgress(problem, solve,
+                                               std::string(name) + " (ours, run " + std::to_string(run + 1) + " of " +
+                                                   std::to_string(instance.runs) + ")",
+                                               options.progress));
       const bool has = ours.status() == v1::Schedule::STATUS_OPTIMAL || ours.status() == v1::Schedule::STATUS_FEASIBLE;
       bool met = instance.target_gap > 0 ? has && ours.gap() <= instance.target_gap
                                          : ours.status() == v1::Schedule::STATUS_OPTIMAL;
@@ -170,7 +198,9 @@ Status RunSolverBenchmark(std::ostream& out, const SolverBenchOptions& options) 
     if (instance.with_poet) {
       solve.poet_formulation = true;
       solve.time_limit_s = options.poet_time_limit_s * options.time_scale;
-      EC_ASSIGN_OR_RETURN(v1::Schedule poet, Solve(problem, solve));
+      EC_ASSIGN_OR_RETURN(v1::Schedule poet,
+                          SolveShowingProgress(problem, solve, std::string(name) + " (POET's formulation)",
+                                               options.progress));
       PrintRow(out, name, "poet", poet, "", "");
     }
   }

@@ -15,6 +15,8 @@ struct SolverBenchOptions {
   double poet_time_limit_s = 120;  // POET's formulation, per instance it runs on
   int threads = 1;
   std::string only;  // run only the instances whose model name contains this
+  // Where a line goes every few seconds while an instance is solved (null: nowhere).
+  std::ostream* progress = nullptr;
 };
 
 Status RunSolverBenchmark(std::ostream& out, const SolverBenchOptions& options);

@@ -20,6 +20,7 @@ inline constexpr int kExitUsage = 2;    // the command line is wrong
 struct Context {
   std::string db_path;  // --db; empty means EDGECOST_DB or the default location
   std::string remote;   // --remote unix:PATH or http://HOST:PORT: ask a daemon instead
+  bool verbose = false;  // --verbose: every detail (each op's progress and reasons), not a summary
   int exit_code = kExitOk;
 };
 

@@ -118,6 +118,7 @@ void RegisterBenchCommand(CLI::App& app, Context& ctx) {
   solve->add_option("--threads", solver_options->threads, "CBC threads")->check(CLI::PositiveNumber);
   solve->add_option("--only", solver_options->only, "Only the instances of models whose name contains this");
   solve->callback([solver_options, &ctx] {
+    solver_options->progress = &std::cerr;  // a line every few seconds while an instance is solved
     const Status status = solver::RunSolverBenchmark(std::cout, *solver_options);
     ctx.exit_code = status.ok() ? kExitOk : Failure(status);
   });

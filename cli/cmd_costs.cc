@@ -20,6 +20,7 @@
 #include "service/cost_tables.h"
 #include "service/models.h"
 #include "service/step_memory.h"
+#include "service/train_job.h"  // kMeasuredInStepSource
 
 namespace edgecost::cli {
 namespace {
@@ -36,7 +37,11 @@ struct CostsFlags {
   std::string out_path;
   std::string device;
   int threads = 0;  // compute threads of the measured table; 0: service::ResolveCostTable's default
+  CLI::Option* source_option = nullptr;  // given: with --device, measured or measured-in-step
 };
+
+// With --device: the measured table, or the measured-in-step one when --source asks for it.
+bool InStep(const CostsFlags& flags) { return flags.source == service::kMeasuredInStepSource; }
 
 struct Totals {
   int forward = 0, loss = 0, backward = 0;
@@ -362,7 +367,18 @@ nlohmann::json DomainsJson(const v1::CostTable& table) {
 int RunMeasuredCosts(const CostsFlags& flags, const graph::GraphSpec& spec, const Context& ctx) {
   auto db = costdb::CostDb::Open(DbPath(ctx), costdb::OpenMode::kReadOnly);
   if (!db.ok()) return Failure(db.status());
-  auto measured = profiler::LoadMeasuredCostTable(*db, spec, flags.device, flags.threads);
+  Result<v1::CostTable> measured = InStep(flags) ? service::ResolveCostTable(&*db, [&] {
+    v1::GetCostTableRequest request;  // kept by `edgecost train` from the node times inside real steps
+    request.set_model(flags.graph.model_or_file);
+    request.set_device(flags.device);
+    request.set_cost_source(service::kMeasuredInStepSource);
+    request.set_batch_size(static_cast<uint32_t>(flags.graph.batch_size));
+    if (flags.graph.derivation_option->count() > 0) request.set_derivation(flags.graph.derivation);
+    request.set_trainable(flags.graph.trainable);
+    request.set_threads(static_cast<uint32_t>(flags.threads));
+    return request;
+  }())
+                                                : profiler::LoadMeasuredCostTable(*db, spec, flags.device, flags.threads);
   if (!measured.ok()) return Failure(measured.status());
   *measured->mutable_memory() = service::StepMemoryOf(measured->graph());
   if (flags.json) {
@@ -406,7 +422,7 @@ int RunMeasuredCosts(const CostsFlags& flags, const graph::GraphSpec& spec, cons
   if (flags.counters) PrintCounters(*measured);
   if (flags.domains) PrintDomains(*measured);
   PrintSummary(*measured, t);
-  PrintUncertainty(*measured);
+  if (measured->cost_source() == profiler::kMeasuredSource) PrintUncertainty(*measured);
   return kExitOk;
 }
 
@@ -416,7 +432,7 @@ int RunRemoteCosts(const CostsFlags& flags, const Context& ctx) {
   v1::GetCostTableRequest request;
   request.set_model(flags.graph.model_or_file);
   request.set_device(flags.device.empty() ? flags.platform : flags.device);
-  if (flags.device.empty()) request.set_cost_source(flags.source);
+  if (flags.device.empty() || InStep(flags)) request.set_cost_source(flags.source);
   request.set_batch_size(static_cast<uint32_t>(flags.graph.batch_size));
   if (flags.graph.derivation_option->count() > 0) request.set_derivation(flags.graph.derivation);
   request.set_trainable(flags.graph.trainable);
@@ -457,6 +473,11 @@ int RunCosts(const CostsFlags& flags, const Context& ctx) {
   if (flags.threads > 0 && flags.device.empty()) {
     return UsageError(
         InvalidArgument("--threads picks a measured cost table: add --device this (or the device's name)"));
+  }
+  if (!flags.device.empty() && flags.source_option->count() > 0 && flags.source != profiler::kMeasuredSource &&
+      !InStep(flags)) {
+    return UsageError(InvalidArgument("--source " + flags.source + " is an estimate for a board preset (--platform); " +
+                                      "with --device the source is measured (the default) or measured-in-step"));
   }
   if (!ctx.remote.empty()) return RunRemoteCosts(flags, ctx);
   auto parsed = flags.graph.Spec();
@@ -507,7 +528,12 @@ void RegisterCostsCommand(CLI::App& app, Context& ctx) {
   std::vector<std::string> presets;
   for (const auto& preset : graph::BoardPresets()) presets.emplace_back(preset.name);
   cmd->add_option("--platform", flags->platform, "Board preset")->capture_default_str()->check(CLI::IsMember(presets));
-  cmd->add_option("--source", flags->source, "Cost source")->capture_default_str();
+  flags->source_option =
+      cmd->add_option("--source", flags->source,
+                      "Cost source: with --platform an estimate (poet-flops); with --device measured (ops one at a "
+                      "time, the default there) or measured-in-step (node times inside real steps, kept by "
+                      "`edgecost train`)")
+          ->capture_default_str();
   cmd->add_flag("--json", flags->json, "Print protobuf JSON (CostTable)");
   cmd->add_flag("--store", flags->store, "Store the cost table in the cost database");
   cmd->add_flag("--summary", flags->summary, "Print totals only, not the per-node table");

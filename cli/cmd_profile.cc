@@ -41,21 +41,61 @@ struct ProfileFlags {
   bool json = false;
 };
 
-// One line per op, redrawn in place on a terminal.
-void ShowProgress(const profiler::ProfileProgress& p) {
-  const bool tty = ::isatty(STDERR_FILENO);
-  constexpr int kWidth = 24;
-  const int filled = p.total ? kWidth * p.done / p.total : kWidth;
-  std::string key = p.op_key.size() > 60 ? p.op_key.substr(0, 57) + "..." : p.op_key;
-  if (tty) {
-    std::cerr << "\r[" << std::string(static_cast<size_t>(filled), '#')
-              << std::string(static_cast<size_t>(kWidth - filled), ' ') << "] op " << p.done << "/" << p.total
-              << "  elapsed " << FormatSeconds(p.elapsed_s) << "  ETA " << FormatSeconds(p.eta_s) << "  " << key
-              << "\033[K" << (p.done == p.total ? "\n" : "") << std::flush;
-  } else {
-    std::cerr << "op " << p.done << "/" << p.total << " elapsed " << FormatSeconds(p.elapsed_s) << " eta "
-              << FormatSeconds(p.eta_s) << " " << p.op_key << "\n";
+// Progress of the profile. On a terminal one line, redrawn in place as each op is measured.
+// Otherwise (a log, a pipe) a line every few seconds and at the end of each pass; with
+// --verbose a line per op with its key.
+class ProfileProgressPrinter {
+ public:
+  explicit ProfileProgressPrinter(bool verbose) : verbose_(verbose), tty_(::isatty(STDERR_FILENO)) {}
+
+  void operator()(const profiler::ProfileProgress& p) {
+    const std::string pass = p.round == 0 ? "op " + std::to_string(p.done) + "/" + std::to_string(p.total)
+                                          : "disturbed ops measured again, round " + std::to_string(p.round) + " of " +
+                                                "at most " + std::to_string(p.rounds) + ": op " +
+                                                std::to_string(p.done) + "/" + std::to_string(p.total);
+    const std::string times = "elapsed " + FormatSeconds(p.elapsed_s) + "  ETA " + FormatSeconds(p.eta_s);
+    if (tty_) {
+      constexpr int kWidth = 24;
+      const int filled = p.total ? kWidth * p.done / p.total : kWidth;
+      std::string key = p.op_key.size() > 60 ? p.op_key.substr(0, 57) + "..." : p.op_key;
+      std::cerr << "\r[" << std::string(static_cast<size_t>(filled), '#')
+                << std::string(static_cast<size_t>(kWidth - filled), ' ') << "] " << pass << "  " << times << "  "
+                << key << "\033[K" << (p.done == p.total ? "\n" : "") << std::flush;
+      return;
+    }
+    const bool first_of_pass = p.done == 1;
+    if (!verbose_ && !first_of_pass && p.done != p.total && p.elapsed_s - printed_s_ < kEveryS) return;
+    printed_s_ = p.elapsed_s;
+    std::cerr << pass << "  " << times << (verbose_ ? "  " + p.op_key : std::string()) << "\n";
   }
+
+ private:
+  static constexpr double kEveryS = 3.0;
+  bool verbose_;
+  bool tty_;
+  double printed_s_ = -1e9;
+};
+
+// "conv2d/bwd_weights (3), relu/fwd": the kinds of the unreliable ops, most first.
+std::string UnreliableKinds(const std::vector<profiler::UnreliableOp>& ops) {
+  std::vector<std::pair<std::string, int>> kinds;
+  for (const profiler::UnreliableOp& op : ops) {
+    const size_t first = op.op_key.find('/');
+    const size_t second = first == std::string::npos ? first : op.op_key.find('/', first + 1);
+    const std::string kind = op.op_key.substr(0, second);
+    auto it = std::find_if(kinds.begin(), kinds.end(), [&](const auto& k) { return k.first == kind; });
+    if (it == kinds.end()) {
+      kinds.emplace_back(kind, 1);
+    } else {
+      ++it->second;
+    }
+  }
+  std::stable_sort(kinds.begin(), kinds.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  std::string text;
+  for (const auto& [kind, count] : kinds) {
+    text += (text.empty() ? "" : ", ") + kind + (count > 1 ? " (" + std::to_string(count) + ")" : "");
+  }
+  return text;
 }
 
 // Profiled by a daemon as a job, followed until it ends; Ctrl-C cancels it.
@@ -130,8 +170,10 @@ int RunProfile(const ProfileFlags& flags, const Context& ctx) {
 
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
-  auto result = service::RunProfileJob(options, &g_stop, ShowProgress,
-                                       [](const std::string& line) { std::cerr << line << "\n"; });
+  ProfileProgressPrinter progress(ctx.verbose);
+  auto result = service::RunProfileJob(
+      options, &g_stop, [&progress](const profiler::ProfileProgress& p) { progress(p); },
+      [](const std::string& line) { std::cerr << line << "\n"; });
   std::signal(SIGINT, SIG_DFL);
   std::signal(SIGTERM, SIG_DFL);
   if (!result.ok()) return Failure(result.status());
@@ -145,7 +187,9 @@ int RunProfile(const ProfileFlags& flags, const Context& ctx) {
             << result->graph.nodes_size() << " nodes) on " << result->device.name() << "\n"
             << "ops            " << summary.distinct_ops << " distinct: " << summary.measured << " measured now, "
             << summary.reused << " already stored";
-  if (summary.without_work) std::cout << ", " << summary.without_work << " nodes without work";
+  if (summary.without_work) {
+    std::cout << ", " << summary.without_work << (summary.without_work == 1 ? " node" : " nodes") << " without work";
+  }
   if (summary.remeasured) std::cout << "; " << summary.remeasured << " windows measured again after interference";
   std::cout << "\ntime           " << FormatSeconds(summary.elapsed_s) << "\n";
   if (summary.interrupted) {
@@ -153,8 +197,15 @@ int RunProfile(const ProfileFlags& flags, const Context& ctx) {
     return kExitFailure;
   }
   if (!result->noisy_message.empty()) {
-    for (const profiler::UnreliableOp& op : summary.unreliable) {
-      std::cout << "unreliable     " << op.op_key << "\n               " << op.reason << "\n";
+    if (ctx.verbose) {
+      for (const profiler::UnreliableOp& op : summary.unreliable) {
+        std::cout << "unreliable     " << op.op_key << "\n               " << op.reason << "\n";
+      }
+    } else {
+      std::cout << "unreliable     " << UnreliableKinds(summary.unreliable)
+                << "\n               each op with the reason: --verbose, or `edgecost costs " + result->graph.model() +
+                       " --device this" + (flags.threads > 0 ? " --threads " + std::to_string(flags.threads) : std::string()) +
+                       "`, which marks them !\n";
     }
     std::cout << "busy           " << result->noisy_message << "\n";
     if (!flags.accept_noisy) {

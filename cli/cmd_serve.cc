@@ -1,6 +1,9 @@
 #include <pthread.h>
+#include <unistd.h>
 #include <signal.h>
 
+#include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <thread>
 
@@ -43,12 +46,48 @@ Result<daemon::DaemonConfig> BuildConfig(const ServeFlags& flags, const Context&
   return config;
 }
 
+// A file's folder this user cannot make (the agent makes missing folders when it can): said, with what makes
+// it (the systemd unit) and the flag that picks another.
+std::string UnmakeableFolder(const std::string& file, const char* unit_setting, const char* flag) {
+  std::filesystem::path folder = std::filesystem::path(file).parent_path();
+  std::error_code ec;
+  if (folder.empty() || std::filesystem::is_directory(folder, ec)) return "";
+  std::filesystem::path existing = folder;
+  while (existing.has_parent_path() && existing != existing.parent_path() && !std::filesystem::exists(existing, ec)) {
+    existing = existing.parent_path();
+  }
+  if (::access(existing.c_str(), W_OK | X_OK) == 0) return "";
+  return "; its folder " + folder.string() + " does not exist and this user cannot make it (the systemd unit's " +
+         unit_setting + " does; elsewhere give " + flag + ")";
+}
+
+// --check-config: which database the agent will use and why, and folders it would miss.
+void PrintWhereItServes(const daemon::DaemonConfig& config, const ServeFlags& flags, const Context& ctx) {
+  const std::string db = config.db_path.empty() ? costdb::DefaultDbPath() : config.db_path;
+  const char* env_db = std::getenv("EDGECOST_DB");
+  const std::string why = !ctx.db_path.empty()       ? "from --db"
+                          : !config.db_path.empty()  ? "from [database] path in " + flags.config_path
+                          : env_db && *env_db        ? "from $EDGECOST_DB"
+                          : std::getenv("XDG_DATA_HOME") ? "from $XDG_DATA_HOME"
+                                                         : "the default";
+  std::error_code ec;
+  const bool exists = std::filesystem::exists(db, ec);
+  const std::string unmakeable = UnmakeableFolder(db, "StateDirectory=", "--db FILE");
+  std::cout << "database       " << db << " (" << why
+            << (exists ? ", exists" : unmakeable.empty() ? ", made at start" : unmakeable) << ")\n";
+  if (!config.socket_path.empty()) {
+    const std::string missing = UnmakeableFolder(config.socket_path, "RuntimeDirectory=", "--socket PATH");
+    if (!missing.empty()) std::cout << "socket         " << config.socket_path << ":" << missing.substr(1) << "\n";
+  }
+}
+
 int RunServe(const ServeFlags& flags, const Context& ctx) {
   auto config = BuildConfig(flags, ctx);
   if (!config.ok()) return UsageError(config.status());
   if (flags.check_config) {
     std::cout << "config ok: socket " << (config->socket_path.empty() ? "none" : config->socket_path) << ", TCP "
               << (config->tcp_port >= 0 ? config->tcp_host + ":" + std::to_string(config->tcp_port) : "off") << "\n";
+    PrintWhereItServes(*config, flags, ctx);
     return kExitOk;
   }
   // Signals go to one thread that turns them into a clean stop.

@@ -3,8 +3,10 @@
 #include <fstream>
 #include <iostream>
 #include <limits>
+#include <mutex>
 #include <sstream>
 
+#include "base/heartbeat.h"
 #include "base/units.h"
 #include "cli/cli.h"
 #include "cli/table.h"
@@ -66,48 +68,62 @@ bool HasSchedule(const v1::Schedule& s) {
   return s.status() == v1::Schedule::STATUS_OPTIMAL || s.status() == v1::Schedule::STATUS_FEASIBLE;
 }
 
-// "at most 22.9% above optimal (0.010100 J); 92.7% of the energy above the floor unproven"
-std::string GapInWords(const v1::Schedule& s) {
-  const double unproven_j = std::max(0.0, s.energy().total_j() - s.lower_bound_j());
-  const double relative = s.lower_bound_j() > 0 ? unproven_j / s.lower_bound_j() : 0;
-  return "at most " + Fixed(relative * 100, 2) + "% above optimal (" + Fixed(unproven_j) + " J); " +
-         Fixed(s.gap() * 100, 1) + "% of the energy above the floor unproven";
-}
-
-// One line per improvement of a solve that runs for more than a second.
+// Progress of a solve that runs for more than a second: a line when the best
+// schedule improves (the bound alone: at most one a second), and at least one
+// every few seconds while nothing improves, with the time elapsed.
 class ProgressPrinter {
  public:
-  explicit ProgressPrinter(std::ostream& out) : out_(out) {}
+  explicit ProgressPrinter(std::ostream& out) : out_(out), beat_(1.0, [this](double t) { Tick(t); }) {}
+
   void operator()(const solver::Progress& p) {
-    if (p.elapsed_s < 1.0) return;
+    std::lock_guard<std::mutex> lock(mutex_);
+    const double now_s = beat_.ElapsedS();
     const bool better = p.energy_j < energy_j_;
-    if (printed_s_ >= 0) {                                    // the first line after a second, then only news
-      if (!better && p.elapsed_s - printed_s_ < 1.0) return;  // the bound alone: at most one line a second
-      if (!better && !(p.lower_bound_j > bound_j_)) return;
-    }
+    const bool tighter = p.lower_bound_j > bound_j_;
     energy_j_ = std::min(energy_j_, p.energy_j);
     bound_j_ = std::max(bound_j_, p.lower_bound_j);
-    printed_s_ = p.elapsed_s;
-    out_ << "progress       " << FormatSeconds(p.elapsed_s) << ": best "
-         << (std::isfinite(energy_j_) ? Fixed(energy_j_) + " J" : std::string("none yet")) << ", bound "
-         << Fixed(bound_j_) << " J";
-    if (std::isfinite(energy_j_) && energy_j_ > p.floor_j) {
-      out_ << ", " << Fixed(std::max(0.0, energy_j_ - bound_j_) / (energy_j_ - p.floor_j) * 100, 1)
-           << "% of the energy above the floor unproven";
-    }
-    out_ << "\n" << std::flush;
+    floor_j_ = p.floor_j;
+    if (now_s < 1.0) return;
+    if (printed_s_ >= 0 && !better && (!tighter || now_s - printed_s_ < 1.0)) return;
+    Print(now_s, "");
   }
 
  private:
+  static constexpr double kEveryS = 5.0;
+
+  void Tick(double now_s) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (now_s < kEveryS || now_s - printed_s_ < kEveryS) return;  // a line at least every kEveryS seconds
+    Print(now_s, "; still searching");
+  }
+
+  void Print(double now_s, const char* note) {
+    printed_s_ = now_s;
+    out_ << "progress       " << FormatSeconds(now_s) << ": ";
+    if (!std::isfinite(energy_j_)) {
+      out_ << "no schedule yet" << (bound_j_ > 0 ? ", bound " + FormatJoules(bound_j_) : std::string());
+    } else {
+      out_ << "best " << FormatJoules(energy_j_) << ", bound " << FormatJoules(bound_j_);
+      if (energy_j_ > floor_j_) {
+        out_ << ", " << Fixed(std::max(0.0, energy_j_ - bound_j_) / (energy_j_ - floor_j_) * 100, 1)
+             << "% of the energy above the floor unproven";
+      }
+    }
+    out_ << note << "\n" << std::flush;
+  }
+
   std::ostream& out_;
+  std::mutex mutex_;
   double energy_j_ = std::numeric_limits<double>::infinity();
   double bound_j_ = 0;
+  double floor_j_ = 0;
   double printed_s_ = -1;
+  Heartbeat beat_;  // last: stopped first, before what it prints with
 };
 
 void PrintSchedule(const v1::Schedule& s) {
   std::cout << "status         " << service::ScheduleStatusText(s.status());
-  if (s.status() == v1::Schedule::STATUS_FEASIBLE) std::cout << ": " << GapInWords(s);
+  if (s.status() == v1::Schedule::STATUS_FEASIBLE) std::cout << ": " << service::GapText(s);
   std::cout << "\n";
   if (!s.message().empty()) std::cout << "               " << s.message() << "\n";
   if (!HasSchedule(s)) {
@@ -432,7 +448,7 @@ void RegisterSolveCommand(CLI::App& app, Context& ctx) {
                   "parameters, gradients, optimizer state, workspace and the kernels' code a run measured come off it, "
                   "and the rest is the activation budget (e.g. 30MB, 4GiB)");
   cmd->add_option("--activation-budget", flags->activation_budget,
-                  "RAM for the activations alone (the arena's peak): 3000000, 3MB, 2.5MiB, 1TiB");
+                  "RAM for the activations alone (the arena's peak): 3MB, 2.5MiB, 3000000B, 1TiB");
   cmd->add_option("--runtime-budget", flags->runtime_budget, "Multiple of a plain step (7.6x) or seconds (1.2s)")
       ->capture_default_str();
   cmd->add_flag("--no-paging", flags->no_paging, "Recompute only");
@@ -466,7 +482,12 @@ void RegisterSolveCommand(CLI::App& app, Context& ctx) {
       "  edgecost solve --graph checkmate_graph.json --activation-budget 2GB --runtime-budget 1.2x\n"
       "  edgecost solve --model resnet50 --no-paging --min-ram --runtime-budget 1.5x --json\n"
       "  edgecost solve --model resnet18_cifar --device this --ram-budget 30MB --runtime-budget 1.5x   # the whole process\n"
-      "  edgecost solve --model mine --device this --activation-budget 1MB   # a model stored by `edgecost models add`");
+      "  edgecost solve --model mine --device this --activation-budget 1MB   # a model stored by `edgecost models add`\n"
+      "Words in the output:\n"
+      "  stage: " + std::string(service::kStageMeaning) + "\n"
+      "  energy above the floor unproven: " + service::kUnprovenMeaning + "\n"
+      "  eviction bound: " + service::kEvictionBoundMeaning + "\n"
+      "  root LP: " + service::kRootLpMeaning);
   cmd->callback([flags, &ctx] { ctx.exit_code = RunSolve(*flags, ctx); });
 
   auto path = std::make_shared<std::string>();

@@ -19,6 +19,8 @@ int main(int argc, char** argv) {
       "Run costs, solve and profile against a daemon: unix:PATH or http://HOST:PORT (token from $EDGECOST_TOKEN)");
   app.add_option("--db", ctx.db_path,
                  "Cost database file (default: $EDGECOST_DB, else $XDG_DATA_HOME/edgecost/edgecost.db)");
+  app.add_flag("--verbose,-v", ctx.verbose,
+               "Print every detail (each op as it is measured, each unreliable op with its reason), not a summary");
   app.footer(
       "Examples:\n"
       "  edgecost models\n"

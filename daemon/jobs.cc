@@ -8,6 +8,7 @@
 #include <spdlog/spdlog.h>
 
 #include "base/time_text.h"
+#include "base/units.h"
 #include "costdb/costdb.h"
 #include "daemon/log.h"
 #include "graph/resolve.h"
@@ -402,13 +403,21 @@ void JobManager::RunProfile(Entry& entry) {
   options.accept_noisy = entry.request.accept_noisy();
   options.calibrate = entry.request.calibrate();
   double last_reported = -1;
+  int last_round = 0;
   auto progress = [&](const profiler::ProfileProgress& p) {
     const double fraction = p.total ? static_cast<double>(p.done) / p.total : 1.0;
+    if (p.round != last_round) last_reported = -1;  // a new pass of disturbed ops: reported from its start
+    last_round = p.round;
     if (fraction - last_reported < 0.05 && p.done != p.total) return;  // an event per 5%, not per op
     last_reported = fraction;
     Update(entry, [&](v1::Job& job) {
-      job.set_progress(fraction);
-      job.set_message("op " + std::to_string(p.done) + "/" + std::to_string(p.total));
+      if (p.round == 0) {
+        job.set_progress(fraction);
+        job.set_message("op " + std::to_string(p.done) + "/" + std::to_string(p.total));
+      } else {  // the first pass is done; its progress stays
+        job.set_message("disturbed ops measured again, round " + std::to_string(p.round) + " of at most " +
+                        std::to_string(p.rounds) + ": op " + std::to_string(p.done) + "/" + std::to_string(p.total));
+      }
     });
   };
   auto log = [&](const std::string& line) { Update(entry, [&](v1::Job& job) { job.set_message(line); }); };
@@ -478,10 +487,9 @@ void JobManager::RunTrain(Entry& entry) {
       *job.mutable_train_run() = result->run;
       const v1::TrainRun& run = result->run;
       std::string message = "training run #" + std::to_string(result->run_id) + " stored: step " +
-                            std::to_string(run.runtime_s()) + " s (predicted " +
-                            std::to_string(run.predicted_runtime_s()) + " s), peak " +
-                            std::to_string(run.peak_activation_bytes()) + " B (planned " +
-                            std::to_string(run.predicted_peak_bytes()) + " B)";
+                            FormatSeconds(run.runtime_s()) + " (predicted " + FormatSeconds(run.predicted_runtime_s()) +
+                            "), peak activations " + FormatBytes(static_cast<double>(run.peak_activation_bytes())) +
+                            " (planned " + FormatBytes(static_cast<double>(run.predicted_peak_bytes())) + ")";
       if (run.has_verify()) message += run.verify().identical() ? ", gradients identical" : ", gradients DIFFER";
       job.set_message(message);
     }

@@ -615,17 +615,29 @@ Result<std::string> WebView::SchedulePage(const std::string& query) {
   out << "<h1>Schedule #" << id << ": " << HtmlEscape(r.model().empty() ? r.graph_file() : r.model()) << " on "
       << HtmlEscape(view.table.device()) << "</h1><dl class=\"facts\"><dt>status</dt><dd>"
       << service::ScheduleStatusText(s.status());
-  if (s.status() == v1::Schedule::STATUS_FEASIBLE)
-    out << ", gap " << Fixed(s.gap() * 100, 3) << "% of the energy above the floor";
+  if (s.status() == v1::Schedule::STATUS_FEASIBLE) {
+    out << ": <span class=\"term\" title=\"" << HtmlEscape(service::kUnprovenMeaning) << "\">"
+        << HtmlEscape(service::GapText(s)) << "</span>";
+  }
   out << "</dd>";
-  if (!s.message().empty()) out << "<dt>message</dt><dd>" << HtmlEscape(s.message()) << "</dd>";
+  if (!s.message().empty()) {
+    std::string meaning;  // the terms of the message, one sentence each, as a tooltip
+    if (s.message().find("eviction bound") != std::string::npos) meaning += service::kEvictionBoundMeaning;
+    if (s.message().find("root LP") != std::string::npos) {
+      meaning += (meaning.empty() ? "" : " ") + std::string(service::kRootLpMeaning);
+    }
+    out << "<dt>message</dt><dd" << (meaning.empty() ? "" : " class=\"term\" title=\"" + HtmlEscape(meaning) + "\"")
+        << ">" << HtmlEscape(s.message()) << "</dd>";
+  }
   out << "<dt>strategy</dt><dd>" << HtmlEscape(s.strategy()) << "</dd><dt>RAM</dt><dd>peak "
       << FormatBytes(static_cast<double>(s.peak_ram_bytes())) << " of a "
       << FormatBytes(static_cast<double>(s.ram_budget_bytes())) << " budget</dd><dt>runtime</dt><dd>"
       << FormatSeconds(s.runtime_s()) << " of a " << FormatSeconds(s.runtime_budget_s()) << " budget</dd>";
   if (has) {
     const v1::EnergyBreakdown& e = s.energy();
-    out << "<dt>energy</dt><dd>" << FormatJoules(e.total_j()) << " = compute " << FormatJoules(e.compute_j())
+    out << "<dt>energy</dt><dd>" << FormatJoules(e.total_j())
+        << (s.energy_source() == v1::ENERGY_SOURCE_ESTIMATED ? " ESTIMATED" : "") << " = compute "
+        << FormatJoules(e.compute_j())
         << " + recompute " << FormatJoules(e.recompute_j()) << " + page-in " << FormatJoules(e.page_in_j())
         << " + page-out " << FormatJoules(e.page_out_j()) << "</dd><dt>lower bound</dt><dd>"
         << FormatJoules(s.lower_bound_j()) << " (floor " << FormatJoules(s.floor_j()) << ")</dd><dt>operations</dt><dd>"

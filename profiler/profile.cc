@@ -366,6 +366,7 @@ Result<ProfileSummary> ProfileGraph(costdb::CostDb& db, Backend& backend, const 
     if (clock.NowS() - retry_start_s >= budget_s) break;
     if (options.retry_pause_s > 0) std::this_thread::sleep_for(std::chrono::duration<double>(options.retry_pause_s));
     std::shuffle(pending.begin(), pending.end(), shuffle);
+    const double round_start_s = clock.NowS();
     std::vector<Pending> still;
     for (size_t k = 0; k < pending.size(); ++k) {
       const bool stopped = options.stop && options.stop->load();
@@ -375,10 +376,19 @@ Result<ProfileSummary> ProfileGraph(costdb::CostDb& db, Backend& backend, const 
                      std::make_move_iterator(pending.end()));
         break;
       }
+      const std::string key = pending[k].work->signature.key();
       EC_ASSIGN_OR_RETURN(Attempt attempt, measure(*pending[k].work));
       ++summary.remeasured;
       EC_ASSIGN_OR_RETURN(bool settled, settle(pending[k], std::move(attempt)));
       if (!settled) still.push_back(std::move(pending[k]));
+      if (options.on_progress) {  // the rounds after the first pass can take as long as it did: shown too
+        const double now_s = clock.NowS();
+        const double per_op = (now_s - round_start_s) / static_cast<double>(k + 1);
+        const double left_s = std::max(0.0, budget_s - (now_s - retry_start_s));
+        options.on_progress({static_cast<int>(k + 1), static_cast<int>(pending.size()), key, now_s - start_s,
+                             std::min(left_s, per_op * static_cast<double>(pending.size() - k - 1)), round,
+                             options.max_attempts - 1});
+      }
     }
     pending = std::move(still);
   }

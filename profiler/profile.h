@@ -21,11 +21,15 @@
 namespace edgecost::profiler {
 
 struct ProfileProgress {
-  int done = 0;
-  int total = 0;
+  int done = 0;   // ops measured so far in this pass
+  int total = 0;  // ops of this pass
   std::string op_key;
-  double elapsed_s = 0;
-  double eta_s = 0;
+  double elapsed_s = 0;  // since the profile began
+  double eta_s = 0;      // until this pass ends, at most
+  // 0: the first pass over every op. From 1: the disturbed ops measured again,
+  // round `round` of at most `rounds`.
+  int round = 0;
+  int rounds = 0;
 };
 
 struct ProfileOptions {

@@ -111,7 +111,17 @@ Result<v1::CostTable> ResolveCostTable(costdb::CostDb* db, const v1::GetCostTabl
                       name + "; run " + train_command(static_cast<int>(request.threads())) +
                       " there after profiling it");
     }
-    if (table.ok() && !stated.empty()) table->set_note(table->note() + "; " + stated);
+    if (!table.ok()) return table;
+    if (!stated.empty()) table->set_note(table->note() + "; " + stated);
+    // Its energies are the measured table's scaled by time: as estimated as the op costs they came from.
+    v1::EnergySource weakest = v1::ENERGY_SOURCE_UNSPECIFIED;
+    std::set<std::string> seen;
+    for (const v1::NodeCost& cost : table->costs()) {
+      if (cost.op_key().empty() || !seen.insert(cost.op_key()).second) continue;
+      EC_ASSIGN_OR_RETURN(std::optional<v1::OpCost> op, db->GetOpCost(table->fingerprint_hash(), cost.op_key()));
+      if (op) weakest = std::max(weakest, op->energy_source());  // the enum orders sources measured to estimated
+    }
+    table->set_energy_source(weakest);
     return table;
   }
   if (!preset) {

@@ -104,7 +104,7 @@ Result<ProfileJobResult> RunProfileJob(const ProfileJobOptions& options, const s
   std::ostringstream line;
   line << "device " << device.name() << " (fingerprint " << hash << "): " << device.fingerprint().cpu_model() << ", "
        << device.fingerprint().online_cores() << " cores online, oneDNN ISA " << device.fingerprint().dnnl_isa() << ", "
-       << threads << " threads";
+       << profiler::ThreadsText(threads);
   log(line.str());
 
   // The best source that measures energy; the power model only when there is none.
@@ -195,11 +195,8 @@ Result<ProfileJobResult> RunProfileJob(const ProfileJobOptions& options, const s
     result.calibration = fitted.calibration;
   }
   result.noisy_message = profiler::UnreliableSummary(result.summary, options.accept_noisy ? "" : accept_hint);
-  if (!result.noisy_message.empty()) {
-    for (const profiler::UnreliableOp& op : result.summary.unreliable)
-      log("unreliable: " + op.op_key + ": " + op.reason);
-    if (!options.accept_noisy) return result;  // the op costs stay stored, marked; no table is built from them
-  }
+  // Each unreliable op and its reason are in result.summary (and `costs --device` marks them): not logged one by one.
+  if (!result.noisy_message.empty() && !options.accept_noisy) return result;  // op costs stored, marked; no table
 
   EC_ASSIGN_OR_RETURN(v1::CostTable table, profiler::MeasuredCostTable(db, result.graph, device.name(), hash, threads));
   EC_ASSIGN_OR_RETURN(result.cost_table_id, db.PutCostTable(table));

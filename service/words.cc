@@ -1,5 +1,10 @@
 #include "service/words.h"
 
+#include <algorithm>
+#include <cstdio>
+
+#include "base/units.h"
+
 namespace edgecost::service {
 
 std::string_view JobStateText(v1::Job::State state) {
@@ -34,6 +39,15 @@ std::string_view ScheduleStatusText(v1::Schedule::Status status) {
     default:  // proto enums hold any number
       return "unknown";
   }
+}
+
+std::string GapText(const v1::Schedule& s) {
+  const double unproven_j = std::max(0.0, s.energy().total_j() - s.lower_bound_j());
+  const double relative = s.lower_bound_j() > 0 ? unproven_j / s.lower_bound_j() : 0;
+  char text[160];
+  std::snprintf(text, sizeof text, "at most %.2f%% above optimal (%s); %.1f%% of the energy above the floor unproven",
+                relative * 100, FormatJoules(unproven_j).c_str(), s.gap() * 100);
+  return text;
 }
 
 }  // namespace edgecost::service

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include "base/units.h"
 #include "solver/timeline.h"
 
 namespace edgecost::solver {
@@ -15,11 +16,7 @@ std::string Stages(const std::vector<int>& stages) {
   return text;
 }
 
-std::string Joules(double j) {
-  char buffer[48];
-  std::snprintf(buffer, sizeof buffer, "%.4g J", j);
-  return buffer;
-}
+std::string Joules(double j) { return FormatJoules(j); }  // "46.5 uJ", not "4.646e-05 J"
 
 std::string Seconds(double s) {
   char buffer[48];
@@ -50,6 +47,8 @@ Result<PlanExplanation> ExplainPlan(const Problem& p, const v1::Schedule& schedu
     layers[static_cast<size_t>(i)].node = i;
     layers[static_cast<size_t>(i)].name = p.names[static_cast<size_t>(i)];
     layers[static_cast<size_t>(i)].backward = p.backward[static_cast<size_t>(i)];
+    layers[static_cast<size_t>(i)].input =
+        !p.backward[static_cast<size_t>(i)] && (p.preds.size() <= static_cast<size_t>(i) || p.preds[static_cast<size_t>(i)].empty());
   }
   PlanExplanation plan;
   plan.plain_energy_j = p.FloorJ();
@@ -100,7 +99,11 @@ std::string PlanInWords(const PlanExplanation& plan) {
   for (const LayerPlan& layer : plan.layers) {
     std::string what;
     auto add = [&what](const std::string& part) { what += (what.empty() ? "" : "; ") + part; };
-    if (!layer.recompute_stages.empty()) {
+    if (!layer.recompute_stages.empty() && layer.input) {  // nothing to compute: the batch is read again
+      const size_t times = layer.recompute_stages.size();
+      add("the input, read again from the batch " + (times == 1 ? std::string("once") : std::to_string(times) + " times") +
+          " (stage" + (times == 1 ? " " : "s ") + Stages(layer.recompute_stages) + "), not recomputed");
+    } else if (!layer.recompute_stages.empty()) {
       const size_t times = layer.recompute_stages.size();
       add("recomputed " + (times == 1 ? std::string("once") : std::to_string(times) + " times") + " (stage" +
           (times == 1 ? " " : "s ") + Stages(layer.recompute_stages) + ")");
@@ -121,8 +124,9 @@ std::string PlanInWords(const PlanExplanation& plan) {
           Stages(layer.page_in_stages));
     }
     out << "  " << layer.name << std::string(width - layer.name.size(), ' ') << "  node " << layer.node
-        << (layer.backward ? " (backward)" : " (forward)") << ": " << what << ": +" << Joules(layer.extra_energy_j);
-    if (layer.extra_runtime_s > 0) out << ", +" << Seconds(layer.extra_runtime_s);
+        << (layer.backward ? " (backward)" : " (forward)") << ": " << what;
+    if (!layer.input || layer.extra_energy_j > 0) out << ": +" << Joules(layer.extra_energy_j);
+    if (layer.extra_runtime_s > 0) out << (!layer.input || layer.extra_energy_j > 0 ? ", +" : ": +") << Seconds(layer.extra_runtime_s);
     out << "\n";
   }
   if (plan.layers.empty()) {

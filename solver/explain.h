@@ -16,6 +16,7 @@ struct LayerPlan {
   int node = 0;
   std::string name;
   bool backward = false;
+  bool input = false;                 // a forward node that reads nothing: the batch, read again, not recomputed
   std::vector<int> recompute_stages;  // stages that compute the node again
   std::vector<int> page_out_stages;   // stages that write it to storage
   std::vector<int> page_in_stages;    // stages that read it back (resident from the next stage)

@@ -250,6 +250,11 @@ Result<v1::Schedule> Solve(const Problem& p, const SolveOptions& options) {
     }
   }
   const double first_feasible_s = Now() - start;
+  if (found && options.on_progress) {  // said at once: the exchanges and the MILP may take the whole time limit
+    options.on_progress({first_feasible_s, found->replay.energy.total_j(), p.FloorJ(), p.FloorJ(),
+                         std::string(StrategyName(found_by))});
+  }
+  bool exchanged = false;  // the best schedule is greedy's improved by exchanges, not greedy's alone
   // Then exchanges from greedy's schedule (deterministic, and converged in
   // seconds on the zoo's graphs), for at most a third of the time.
   if (!options.poet_formulation) {
@@ -258,6 +263,7 @@ Result<v1::Schedule> Solve(const Problem& p, const SolveOptions& options) {
     if (c && c->replay.valid && (!found || c->replay.energy.total_j() < found->replay.energy.total_j())) {
       found = std::move(c);
       found_by = Strategy::kGreedy;
+      exchanged = true;
     }
   }
   double best_j = found ? found->replay.energy.total_j() : std::numeric_limits<double>::infinity();
@@ -342,7 +348,11 @@ Result<v1::Schedule> Solve(const Problem& p, const SolveOptions& options) {
     return s;
   }
   if (found_by != Strategy::kOptimal) {
-    note("the best schedule is " + std::string(StrategyName(found_by)) + "'s");
+    note("the MILP found nothing better than the heuristics' best, which " +
+         (exchanged                       ? std::string("greedy improved by exchanges")
+          : found_by == Strategy::kGreedy ? std::string("greedy")
+                                          : "the " + std::string(StrategyName(found_by)) + " baseline") +
+         " found");
   }
   v1::Schedule s = FromCandidate(p, *found, strategy);
   s.set_lower_bound_j(std::min(std::max(eviction_bound_j, result.lower_bound_j), s.energy().total_j()));

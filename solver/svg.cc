@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "base/markup.h"
+#include "base/units.h"
 #include "solver/plan.h"
 #include "solver/timeline.h"
 
@@ -24,19 +25,9 @@ constexpr Style kPageOut{"page-out", "#ff7f0e"};
 constexpr Style kResident{"resident in RAM", "#aec7e8"};
 constexpr Style kStored{"on storage", "#c5b0d5"};
 
-std::string Bytes(double bytes) {
-  char buffer[32];
-  if (bytes >= 1e9) {
-    std::snprintf(buffer, sizeof buffer, "%.3g GB", bytes / 1e9);
-  } else if (bytes >= 1e6) {
-    std::snprintf(buffer, sizeof buffer, "%.3g MB", bytes / 1e6);
-  } else if (bytes >= 1e3) {
-    std::snprintf(buffer, sizeof buffer, "%.3g kB", bytes / 1e3);
-  } else {
-    std::snprintf(buffer, sizeof buffer, "%.0f B", bytes);
-  }
-  return buffer;
-}
+constexpr const char* kStageMeaning =
+    "A stage is one slice of the training step: stage t computes node t for the first time, and may first "
+    "recompute earlier nodes or page their outputs in or out.";  // as service::kStageMeaning says it
 
 std::string Num(double x) {
   char buffer[32];
@@ -45,6 +36,22 @@ std::string Num(double x) {
 }
 
 }  // namespace
+
+std::string Headline(const v1::Schedule& schedule) {
+  // "optimal" only with a proof: a solve stopped by its time limit drew the best schedule it had found.
+  std::string what;
+  if (schedule.strategy() != "optimal" && !schedule.strategy().empty()) {
+    what = schedule.strategy() + " schedule";
+  } else if (schedule.status() == v1::Schedule::STATUS_OPTIMAL) {
+    what = "Optimal schedule (proven)";
+  } else {
+    what = "Best schedule found in the time limit (not proven optimal)";
+  }
+  return what + ": " + FormatJoules(schedule.energy().total_j()) +
+         (schedule.energy_source() == v1::ENERGY_SOURCE_ESTIMATED ? " ESTIMATED" : "") + ", peak " +
+         FormatBytes(static_cast<double>(schedule.peak_ram_bytes())) + " of " +
+         FormatBytes(static_cast<double>(schedule.ram_budget_bytes())) + " RAM";
+}
 
 std::string ScheduleToSvg(const Problem& p, const v1::Schedule& schedule) {
   const int n = p.size();
@@ -64,16 +71,12 @@ std::string ScheduleToSvg(const Problem& p, const v1::Schedule& schedule) {
       << "<title id=\"schedule-title\">" << HtmlEscape(schedule.strategy()) << " schedule of " << n
       << " nodes: stages down, nodes across; RAM in use over time below</title>\n"
       << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
-      << "<text x=\"" << left
-      << "\" y=\"20\" font-size=\"14\">"
-      // "optimal" only with a proof: a solve stopped by its time limit drew a feasible schedule
-      << (schedule.status() == v1::Schedule::STATUS_OPTIMAL ? "optimal" : "feasible") << " schedule (strategy "
-      << HtmlEscape(schedule.strategy()) << "): " << schedule.energy().total_j() << " J, peak "
-      << schedule.peak_ram_bytes() << " B of " << schedule.ram_budget_bytes() << " B</text>\n"
+      << "<text class=\"headline\" x=\"" << left << "\" y=\"20\" font-size=\"14\">" << HtmlEscape(Headline(schedule))
+      << "</text>\n"
       << "<text x=\"" << left + grid / 2 << "\" y=\"" << top - 10
       << "\" text-anchor=\"middle\">node (topological order) &#8594;</text>\n"
       << "<text x=\"20\" y=\"" << top + grid / 2 << "\" text-anchor=\"middle\" transform=\"rotate(-90 20 "
-      << top + grid / 2 << ")\">stage &#8594;</text>\n"
+      << top + grid / 2 << ")\">stage &#8594;<title>" << kStageMeaning << "</title></text>\n"
       << "<rect x=\"" << left << "\" y=\"" << top << "\" width=\"" << grid << "\" height=\"" << grid
       << "\" fill=\"none\" stroke=\"#999\"/>\n";
   for (int t = 0; t < n; ++t) {
@@ -150,12 +153,12 @@ std::string ScheduleToSvg(const Problem& p, const v1::Schedule& schedule) {
       << "\" x2=\"" << left + curve_w << "\" y2=\"" << Num(Y(static_cast<double>(tl.budget_bytes)))
       << "\" stroke=\"#d62728\" stroke-dasharray=\"6 3\"/>\n"
       << "<text x=\"" << left + curve_w + 4 << "\" y=\"" << Num(Y(static_cast<double>(tl.budget_bytes)) + 4)
-      << "\" font-size=\"10\" fill=\"#d62728\">budget " << Bytes(static_cast<double>(tl.budget_bytes)) << "</text>\n"
+      << "\" font-size=\"10\" fill=\"#d62728\">budget " << FormatBytes(static_cast<double>(tl.budget_bytes)) << "</text>\n"
       << "<text x=\"" << left - 5 << "\" y=\"" << curve_top + 10 << "\" font-size=\"10\" text-anchor=\"end\">"
-      << Bytes(max_bytes) << "</text><text x=\"" << left - 5 << "\" y=\"" << curve_top + curve_h
+      << FormatBytes(max_bytes) << "</text><text x=\"" << left - 5 << "\" y=\"" << curve_top + curve_h
       << "\" font-size=\"10\" text-anchor=\"end\">0</text>\n"
       << "<text x=\"" << left + curve_w << "\" y=\"" << curve_top + curve_h + 14
-      << "\" font-size=\"10\" text-anchor=\"end\">" << tl.runtime_s << " s</text>\n";
+      << "\" font-size=\"10\" text-anchor=\"end\">" << FormatSeconds(tl.runtime_s) << "</text>\n";
   if (tl.backward_start_s >= 0) {
     out << "<line class=\"boundary\" x1=\"" << Num(X(tl.backward_start_s)) << "\" y1=\"" << curve_top << "\" x2=\""
         << Num(X(tl.backward_start_s)) << "\" y2=\"" << curve_top + curve_h

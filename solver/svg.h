@@ -9,6 +9,10 @@
 
 namespace edgecost::solver {
 
+// "Optimal schedule (proven): 7.89 J ESTIMATED, peak 2.45 MB of 3.00 MB RAM"; a solve
+// stopped by its time limit is the best schedule found, a baseline says its name.
+std::string Headline(const v1::Schedule& schedule);
+
 std::string ScheduleToSvg(const Problem& problem, const v1::Schedule& schedule);
 
 }  // namespace edgecost::solver

@@ -230,6 +230,14 @@ TEST_F(CliTest, SolveSaysWhyABudgetCannotBeMet) {
   const CommandResult unit = Edgecost("solve --model resnet18_cifar --activation-budget 3XB");
   EXPECT_EQ(unit.exit_code, 2) << unit.output;
   EXPECT_THAT(unit.output, HasSubstr("unknown size unit"));
+  // A size without a unit is refused, naming the units, as a runtime budget without one is: never 1 byte.
+  for (const std::string bare : {"--ram-budget 0.9", "--device-ram 3"}) {
+    const CommandResult no_unit = Edgecost("solve --model resnet18_cifar " + bare + " --runtime-budget 2x");
+    EXPECT_EQ(no_unit.exit_code, 2) << no_unit.output;
+    EXPECT_THAT(no_unit.output, HasSubstr("has no unit"));
+    EXPECT_THAT(no_unit.output, HasSubstr("MB"));
+    EXPECT_THAT(no_unit.output, Not(HasSubstr("infeasible")));
+  }
 }
 
 TEST_F(CliTest, SolveComparesTheBaselines) {
@@ -262,7 +270,7 @@ int ProfileAndSignal(const std::filesystem::path& dir, int signal) {
     const std::string db = (dir / "costs.db").string();
     ::freopen(log.c_str(), "w", stderr);
     ::execl(EDGECOST_BIN, EDGECOST_BIN, "--db", db.c_str(), "profile", "--model", "resnet18_cifar", "--threads", "1",
-            static_cast<char*>(nullptr));
+            "--verbose", static_cast<char*>(nullptr));  // --verbose: a line per op, not every few seconds
     ::_exit(127);
   }
   for (;;) {  // no deadline: the test's own timeout bounds a profile that never progresses
@@ -302,6 +310,21 @@ TEST_F(CliTest, ProfileInterruptedByCtrlCStopsCleanly) {
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_THAT(resumed.output, HasSubstr("already stored"));
   EXPECT_THAT(resumed.output, HasSubstr("stored         cost table"));
+}
+
+// A profile's progress and result are a summary a person reads; each op's key is behind --verbose.
+TEST_F(CliTest, ProfileSaysLittleByDefaultAndEveryOpWithVerbose) {
+  const CommandResult quiet = Edgecost("profile --model linear --min-window-s 0.005 --accept-noisy");
+  ASSERT_EQ(quiet.exit_code, 0) << quiet.output;
+  EXPECT_THAT(quiet.output, HasSubstr("op 1/"));
+  EXPECT_THAT(quiet.output, Not(HasSubstr("/onednn/"))) << "an op's key in the default output";
+  EXPECT_THAT(quiet.output, HasSubstr("1 node without work"));
+  EXPECT_THAT(quiet.output, Not(HasSubstr(" 1 threads")));
+  const CommandResult verbose =
+      Edgecost("profile --model linear --min-window-s 0.005 --accept-noisy --force --threads 1 --verbose");
+  ASSERT_EQ(verbose.exit_code, 0) << verbose.output;
+  EXPECT_THAT(verbose.output, HasSubstr("/onednn/"));
+  EXPECT_THAT(verbose.output, HasSubstr(", 1 thread\n"));
 }
 
 }  // namespace
@@ -631,6 +654,35 @@ TEST_F(CliTest, TrainRunsAScheduleAndRefusesATamperedOne) {
   EXPECT_EQ(Edgecost("train --model linear --steps 0").exit_code, 2);
 }
 
+// The measured-in-step table is shown when asked for, and its energies, from the power model here, say ESTIMATED
+// in costs and in the schedules solved on it.
+TEST_F(CliTest, CostsAndSolveShowTheMeasuredInStepTableAsked) {
+  const std::string no_sensors = "EDGECOST_SYSFS_ROOT=" + (dir_ / "no-sysfs").string() + " ";
+  ASSERT_EQ(Run(no_sensors + "EDGECOST_DB=" + (dir_ / "costs.db").string() + " " + EDGECOST_BIN +
+                " profile --model linear --batch-size 2 --threads 1 --min-window-s 0.005 --accept-noisy")
+                .exit_code,
+            0);
+  const CommandResult trained = Run(no_sensors + "EDGECOST_DB=" + (dir_ / "costs.db").string() + " " + EDGECOST_BIN +
+                                    " train --model linear --batch-size 2 --steps 3 --threads 1 --accept-noisy");
+  ASSERT_EQ(trained.exit_code, 0) << trained.output;
+  const std::string costs = "costs linear --batch-size 2 --device this --threads 1 --summary";
+  const CommandResult in_step = Edgecost(costs + " --source measured-in-step");
+  ASSERT_EQ(in_step.exit_code, 0) << in_step.output;
+  EXPECT_THAT(in_step.output, HasSubstr("cost source measured-in-step"));
+  EXPECT_THAT(in_step.output, HasSubstr("J ESTIMATED"));
+  const CommandResult measured = Edgecost(costs);
+  ASSERT_EQ(measured.exit_code, 0) << measured.output;
+  EXPECT_THAT(measured.output, HasSubstr("cost source measured,"));
+  const CommandResult preset_source = Edgecost(costs + " --source poet-flops");
+  EXPECT_EQ(preset_source.exit_code, 2) << preset_source.output;
+  EXPECT_THAT(preset_source.output, HasSubstr("measured-in-step"));
+  const CommandResult solved = Edgecost(
+      "solve --model linear --batch-size 2 --device this --compute-threads 1 --cost-source measured-in-step "
+      "--ram-budget 1MB --no-store");
+  ASSERT_EQ(solved.exit_code, 0) << solved.output;
+  EXPECT_THAT(solved.output, ::testing::ContainsRegex("energy +[0-9.]+ [mun]?J ESTIMATED ="));
+}
+
 // A run measured on a busy machine is listed marked, with the reason; `train` takes --accept-noisy.
 TEST_F(CliTest, RunsShowsADisturbedRun) {
   const CommandResult trained = Edgecost("train --model linear --batch-size 2 --steps 3 --threads 1 --accept-noisy");
@@ -864,18 +916,18 @@ TEST_F(CliTest, CostsAndSolveShowTheWholeMemoryAndDeviceRamLeavesTheFixedPartsOu
 
   const uint64_t device_ram = fixed + peak / 2;
   const CommandResult solve = Edgecost("solve --model resnet18_cifar --platform a72 --ram-budget " +
-                                       std::to_string(device_ram) + " --runtime-budget 2x --time-limit-s 2 --json");
+                                       std::to_string(device_ram) + "B --runtime-budget 2x --time-limit-s 2 --json");
   ASSERT_EQ(solve.exit_code, 0) << solve.output;
   EXPECT_EQ(field(solve.output, "ramBudgetBytes"), peak / 2) << "the activations get what the fixed parts leave";
   EXPECT_EQ(field(solve.output, "deviceRamBytes"), device_ram);
   EXPECT_LE(field(solve.output, "peakRamBytes"), peak / 2);
   const CommandResult text = Edgecost("solve --model resnet18_cifar --platform a72 --ram-budget " +
-                                      std::to_string(device_ram) + " --runtime-budget 2x --time-limit-s 2");
+                                      std::to_string(device_ram) + "B --runtime-budget 2x --time-limit-s 2");
   EXPECT_THAT(text.output, HasSubstr("RAM budget "));
   EXPECT_THAT(text.output, HasSubstr("(this schedule's peak)"));
 
   const CommandResult tight = Edgecost("solve --model resnet18_cifar --platform a72 --ram-budget " +
-                                       std::to_string(fixed) + " --runtime-budget 2x");
+                                       std::to_string(fixed) + "B --runtime-budget 2x");
   EXPECT_EQ(tight.exit_code, 1) << tight.output;
   EXPECT_THAT(tight.output, HasSubstr("fixed parts alone"));
   EXPECT_THAT(tight.output, HasSubstr("no room is left for activations"));
@@ -906,10 +958,10 @@ TEST_F(CliTest, ALongSolveShowsProgressAndItsGap) {
   const CommandResult text = Edgecost(args + "--svg " + svg);
   ASSERT_EQ(text.exit_code, 0) << text.output;
   EXPECT_THAT(text.output, HasSubstr("progress       "));
-  EXPECT_THAT(text.output, ::testing::ContainsRegex("feasible: at most [0-9.]+% above optimal \\([0-9.]+ J\\)"));
+  EXPECT_THAT(text.output, ::testing::ContainsRegex("feasible: at most [0-9.]+% above optimal \\([0-9.]+ [mun]?J\\)"));
   std::ifstream in(svg);
   const std::string picture((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  EXPECT_THAT(picture, HasSubstr("feasible schedule (strategy optimal)"));
+  EXPECT_THAT(picture, HasSubstr("Best schedule found in the time limit (not proven optimal)"));
 
   const std::string err = (dir_ / "err.txt").string();
   const CommandResult json =

@@ -237,6 +237,12 @@ TEST(DaemonConfig, TheShippedConfigChecksOut) {
   const std::string output =
       Shell(std::string(EDGECOST_BIN) + " serve --config packaging/edgecost.toml --check-config");
   EXPECT_THAT(output, HasSubstr("config ok"));
+  // It says which database it will use, and why.
+  EXPECT_THAT(output, HasSubstr("database       /var/lib/edgecost/edgecost.db (from [database] path in "
+                                "packaging/edgecost.toml"));
+  const std::string overridden =
+      Shell(std::string(EDGECOST_BIN) + " serve --config packaging/edgecost.toml --db /tmp/x/y.db --check-config");
+  EXPECT_THAT(overridden, HasSubstr("database       /tmp/x/y.db (from --db"));
   const std::string bad =
       Shell(std::string(EDGECOST_BIN) + " serve --config packaging/edgecost.service --check-config");
   EXPECT_THAT(bad, HasSubstr("edgecost.service"));

@@ -231,6 +231,9 @@ TEST_F(WebViewTest, ASchedulePageHasThePictureThePlanAndATrace) {
   EXPECT_THAT(page.body, HasSubstr("against the plain step"));
   EXPECT_THAT(page.body, HasSubstr("Predicted against measured"));
   EXPECT_THAT(page.body, HasSubstr("No measured training run of this schedule"));
+  // poet-flops energy is a model's: said where it is shown; the picture's terms explained in a tooltip.
+  EXPECT_THAT(page.body, ::testing::ContainsRegex("<dt>energy</dt><dd>[0-9.]+ [mun]?J ESTIMATED = compute"));
+  EXPECT_THAT(page.body, HasSubstr("<title>A stage is one slice of the training step"));
   // A training run of this schedule is shown beside the predictions.
   {
     auto db = costdb::CostDb::Open((dir_ / "costs.db").string());

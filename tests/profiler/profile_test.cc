@@ -200,6 +200,32 @@ TEST_F(ProfileTest, DisturbedOpsAreMeasuredAgainAfterTheOthersAndStoredCleanWhen
   }
 }
 
+// The rounds after the first pass report their progress too: a person sees them, not a silence.
+TEST_F(ProfileTest, DisturbedOpsMeasuredAgainReportProgressPerRound) {
+  const auto graph = graph::ZooTrainingGraph("linear", 1, graph::Derivation::kExact);
+  options_.make_watch = [] { return std::make_unique<ScriptedWatch>(true); };
+  options_.max_attempts = 3;
+  options_.retry_budget_s = 600;
+  std::vector<ProfileProgress> seen;
+  options_.on_progress = [&](const ProfileProgress& p) { seen.push_back(p); };
+  auto summary = Profile(*graph);
+  ASSERT_TRUE(summary.ok()) << summary.status().message();
+  const int n = summary->distinct_ops;
+  ASSERT_EQ(seen.size(), static_cast<size_t>(3 * n));  // the first pass, then two rounds over every op
+  for (int round = 0; round < 3; ++round) {
+    for (int k = 0; k < n; ++k) {
+      const ProfileProgress& p = seen[static_cast<size_t>(round * n + k)];
+      EXPECT_EQ(p.round, round);
+      EXPECT_EQ(p.done, k + 1);
+      EXPECT_EQ(p.total, n);
+      EXPECT_FALSE(p.op_key.empty());
+      if (round > 0) {
+        EXPECT_EQ(p.rounds, 2);
+      }
+    }
+  }
+}
+
 TEST_F(ProfileTest, OpsNeverMeasuredCleanlyAreStoredUnreliableWithTheReason) {
   const auto graph = graph::ZooTrainingGraph("linear", 1, graph::Derivation::kExact);
   options_.make_watch = [] { return std::make_unique<ScriptedWatch>(true); };

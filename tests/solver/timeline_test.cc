@@ -180,6 +180,33 @@ TEST(PlanInWords, NamesWhatEachLayerDoesAndAddsUpToTheSchedule) {
   }
 }
 
+// The input computes nothing: read again from the batch, it is said so, not "recomputed ... +0 J".
+TEST(PlanInWords, TheInputIsReadAgainNotRecomputed) {
+  PlanExplanation plan;
+  LayerPlan input;
+  input.node = 0;
+  input.name = "layer0_InputLayer";
+  input.input = true;
+  input.recompute_stages = {3, 5};
+  LayerPlan conv;
+  conv.node = 1;
+  conv.name = "layer1_Conv2dLayer";
+  conv.recompute_stages = {3};
+  conv.extra_energy_j = 4.646e-05;
+  conv.extra_runtime_s = 13.3e-6;
+  plan.layers = {input, conv};
+  const std::string words = PlanInWords(plan);
+  EXPECT_THAT(words, HasSubstr("layer0_InputLayer   node 0 (forward): the input, read again from the batch 2 times "
+                               "(stages 3, 5), not recomputed\n"));
+  EXPECT_THAT(words, HasSubstr("node 1 (forward): recomputed once (stage 3): +46.5 uJ, +13.3 us\n"));
+
+  // ExplainPlan marks the node that reads nothing as the input.
+  const Problem p = PagingProblem();
+  const auto explained = ExplainPlan(p, Solved(p));
+  ASSERT_TRUE(explained.ok()) << explained.status().message();
+  for (const LayerPlan& layer : explained->layers) EXPECT_EQ(layer.input, layer.node == 0 && p.preds[0].empty());
+}
+
 TEST(ScheduleSvg, DrawsTheRamCurveTheBudgetTheNamesAndTheBoundary) {
   Problem p = PagingProblem();
   p.names[1] = "conv<1>&relu";  // names from graph files are escaped
@@ -201,6 +228,28 @@ TEST(ScheduleSvg, DrawsTheRamCurveTheBudgetTheNamesAndTheBoundary) {
   for (size_t at = svg.find("class=\"cell\""); at != std::string::npos; at = svg.find("class=\"cell\"", at + 1))
     ++cells;
   EXPECT_GE(cells, static_cast<size_t>(p.size()));
+}
+
+// The headline and the time axis in human units, saying plainly what the schedule is.
+TEST(ScheduleSvg, SaysWhatTheScheduleIsInHumanUnits) {
+  const Problem p = PagingProblem();
+  v1::Schedule s = Solved(p);
+  const std::string svg = ScheduleToSvg(p, s);
+  EXPECT_THAT(svg, HasSubstr("Optimal schedule (proven): 10.2 J, peak 30 B of 30 B RAM"));
+  EXPECT_THAT(svg, ::testing::ContainsRegex(R"(>[0-9.]+ (s|ms|us|ns)</text>)"));  // the time axis's end
+  EXPECT_THAT(svg, HasSubstr("<title>A stage is"));
+  s.set_status(v1::Schedule::STATUS_OPTIMAL);
+  s.set_strategy("optimal");
+  EXPECT_THAT(Headline(s), ::testing::StartsWith("Optimal schedule (proven): "));
+  s.set_status(v1::Schedule::STATUS_FEASIBLE);
+  EXPECT_THAT(Headline(s), ::testing::StartsWith("Best schedule found in the time limit (not proven optimal): "));
+  s.set_strategy("sqrt");
+  EXPECT_THAT(Headline(s), ::testing::StartsWith("sqrt schedule: "));
+  s.set_energy_source(v1::ENERGY_SOURCE_ESTIMATED);
+  EXPECT_THAT(Headline(s), HasSubstr(" ESTIMATED, peak "));
+  s.set_peak_ram_bytes(4692992);
+  s.set_ram_budget_bytes(4700000);
+  EXPECT_THAT(Headline(s), ::testing::EndsWith("peak 4.69 MB of 4.70 MB RAM"));
 }
 
 }  // namespace
