@@ -678,7 +678,7 @@ TEST_F(CliTest, CostsAndSolveShowTheMeasuredInStepTableAsked) {
   EXPECT_THAT(preset_source.output, HasSubstr("measured-in-step"));
   const CommandResult solved = Edgecost(
       "solve --model linear --batch-size 2 --device this --compute-threads 1 --cost-source measured-in-step "
-      "--ram-budget 1MB --no-store");
+      "--activation-budget 1MB --no-store");
   ASSERT_EQ(solved.exit_code, 0) << solved.output;
   EXPECT_THAT(solved.output, ::testing::ContainsRegex("energy +[0-9.]+ [mun]?J ESTIMATED ="));
 }
