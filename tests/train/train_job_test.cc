@@ -63,6 +63,21 @@ class TrainJobTest : public testing::TempDirTest {
     return options;
   }
 
+  // A profile of the zoo's linear model at one thread, noisy costs accepted: these tests are about
+  // accounting, not about how quiet the machine is.
+  ProfileJobOptions LinearProfile() {
+    ProfileJobOptions profile;
+    profile.db_path = Db();
+    profile.graph.model_or_file = "linear";
+    profile.graph.batch_size = 2;
+    profile.graph.derivation = graph::Derivation::kExact;
+    profile.threads = 1;
+    profile.paging_dir = PagingDir();
+    profile.min_window_s = 0.002;
+    profile.accept_noisy = true;
+    return profile;
+  }
+
   Result<TrainJobResult> Run(const TrainJobOptions& options) {
     return RunTrainJob(options, nullptr, nullptr, [](const std::string&) {});
   }
@@ -178,15 +193,7 @@ TEST_F(TrainJobTest, AScheduleOfAnotherModelOrAStaleGraphIsRefused) {
 }
 
 TEST_F(TrainJobTest, InStepTimesBecomeACostTableTheSolverPlansWith) {
-  ProfileJobOptions profile;
-  profile.db_path = Db();
-  profile.graph.model_or_file = "linear";
-  profile.graph.batch_size = 2;
-  profile.graph.derivation = graph::Derivation::kExact;
-  profile.threads = 1;
-  profile.paging_dir = PagingDir();
-  profile.min_window_s = 0.002;
-  profile.accept_noisy = true;  // about in-step costs, not about how quiet the machine is
+  ProfileJobOptions profile = LinearProfile();
   ASSERT_TRUE(RunProfileJob(profile, nullptr, nullptr, [](const std::string&) {}).ok());
 
   TrainJobOptions options = Options();  // the plain step, predicted from the measured table
@@ -308,15 +315,7 @@ TEST(SelectSteps, TheMedianLeavesDisturbedStepsOutWhenEnoughAreClean) {
 // CPU) is stored marked, with a warning, and leaves no measured-in-step costs
 // unless accepted as noisy; a few disturbed steps are left out of the median.
 TEST_F(TrainJobTest, ARunOnABusyMachineIsMarkedAndItsInStepCostsAreNotStored) {
-  ProfileJobOptions profile;
-  profile.db_path = Db();
-  profile.graph.model_or_file = "linear";
-  profile.graph.batch_size = 2;
-  profile.graph.derivation = graph::Derivation::kExact;
-  profile.threads = 1;
-  profile.paging_dir = PagingDir();
-  profile.min_window_s = 0.002;
-  profile.accept_noisy = true;
+  ProfileJobOptions profile = LinearProfile();
   ASSERT_TRUE(RunProfileJob(profile, nullptr, nullptr, [](const std::string&) {}).ok());
 
   // Steps 2..5: the first warms up; 3 of the 4 after it waited 1 s for a CPU each.
@@ -393,15 +392,7 @@ TEST_F(TrainJobTest, PerOpEnergiesAddUpToTheStepsMeasuredEnergy) {
   std::ofstream(config) << "[probes]\nsysfs_root = \"" << (dir_ / "sys").string()
                         << "\"\nnested_rails = { VDD_CPU = \"VDD_IN\" }\n";
 
-  ProfileJobOptions profile;
-  profile.db_path = Db();
-  profile.graph.model_or_file = "linear";
-  profile.graph.batch_size = 2;
-  profile.graph.derivation = graph::Derivation::kExact;
-  profile.threads = 1;
-  profile.paging_dir = PagingDir();
-  profile.min_window_s = 0.002;
-  profile.accept_noisy = true;  // about the accounting, not about how quiet the machine is
+  ProfileJobOptions profile = LinearProfile();
   profile.probes_config = config;
   auto profiled = RunProfileJob(profile, nullptr, nullptr, [](const std::string&) {});
   ASSERT_TRUE(profiled.ok()) << profiled.status().message();
@@ -466,15 +457,7 @@ TEST_F(TrainJobTest, PerOpEnergiesAddUpToTheStepsMeasuredEnergy) {
 // Issue 27: a run at a thread count nobody profiled predicts from another count's table, and says
 // so loudly; its in-step table is kept at its own count, beside the other count's.
 TEST_F(TrainJobTest, ARunAtAnUnprofiledThreadCountSaysItsPredictionsAreAnotherCounts) {
-  ProfileJobOptions profile;
-  profile.db_path = Db();
-  profile.graph.model_or_file = "linear";
-  profile.graph.batch_size = 2;
-  profile.graph.derivation = graph::Derivation::kExact;
-  profile.threads = 1;
-  profile.paging_dir = PagingDir();
-  profile.min_window_s = 0.002;
-  profile.accept_noisy = true;
+  ProfileJobOptions profile = LinearProfile();
   ASSERT_TRUE(RunProfileJob(profile, nullptr, nullptr, [](const std::string&) {}).ok());
 
   TrainJobOptions options = Options();
@@ -501,15 +484,7 @@ TEST_F(TrainJobTest, ARunAtAnUnprofiledThreadCountSaysItsPredictionsAreAnotherCo
 // beyond the tensors; the next run predicts it from that one, and a solve takes it off the budget
 // with the other fixed parts, so the activations get what is left.
 TEST_F(TrainJobTest, AWholeProcessBudgetTakesTheKernelsAnEarlierRunMeasuredOff) {
-  ProfileJobOptions profile;
-  profile.db_path = Db();
-  profile.graph.model_or_file = "linear";
-  profile.graph.batch_size = 2;
-  profile.graph.derivation = graph::Derivation::kExact;
-  profile.threads = 1;
-  profile.paging_dir = PagingDir();
-  profile.min_window_s = 0.002;
-  profile.accept_noisy = true;
+  ProfileJobOptions profile = LinearProfile();
   ASSERT_TRUE(RunProfileJob(profile, nullptr, nullptr, [](const std::string&) {}).ok());
 
   auto first = Run(Options());
@@ -573,15 +548,7 @@ TEST(InStepOverhead, IsTheStepOutsideItsNodesPerExecution) {
 // identity, not a timing assertion); the default cost source `auto` then takes it at its thread
 // count and says so, and takes the measured table at a count without one.
 TEST_F(TrainJobTest, InStepProfilingStoresATableThatAddsUpToTheStepAndAutoPrefersIt) {
-  ProfileJobOptions profile;
-  profile.db_path = Db();
-  profile.graph.model_or_file = "linear";
-  profile.graph.batch_size = 2;
-  profile.graph.derivation = graph::Derivation::kExact;
-  profile.threads = 1;
-  profile.paging_dir = PagingDir();
-  profile.min_window_s = 0.002;
-  profile.accept_noisy = true;  // about the accounting, not about how quiet the machine is
+  ProfileJobOptions profile = LinearProfile();
   ASSERT_TRUE(RunProfileJob(profile, nullptr, nullptr, [](const std::string&) {}).ok());
 
   InStepProfileOptions in_step;
