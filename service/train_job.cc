@@ -372,6 +372,12 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
     }
   }
 
+  if (!onnx && options.init == "file") {
+    result.notes.push_back("weights: " + graph.model() + " is a zoo model, with no file of weights: drawn from --seed " +
+                           std::to_string(options.seed));
+  } else if (options.init == "random") {
+    result.notes.push_back("weights: drawn from --seed " + std::to_string(options.seed) + " (--init random)");
+  }
   train::ExecutorOptions executor_options;
   executor_options.seed = options.seed;
   executor_options.paging_dir = paging_dir;
@@ -382,14 +388,7 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
   const bool kernels_warm = LayersBuiltBefore(graph);
   const int64_t unbuilt_rss = ProcStatusBytes("VmRSS");
   EC_ASSIGN_OR_RETURN(std::unique_ptr<train::Executor> executor, train::Executor::Create(graph, executor_options));
-  if (onnx && options.init == "file") {
-    EC_RETURN_IF_ERROR(LoadOnnxWeights(*onnx, *executor, result.notes));
-  } else if (options.init == "file") {
-    result.notes.push_back("weights: " + graph.model() + " is a zoo model, with no file of weights: drawn from --seed " +
-                           std::to_string(options.seed));
-  } else {
-    result.notes.push_back("weights: drawn from --seed " + std::to_string(options.seed) + " (--init random)");
-  }
+  if (onnx && options.init == "file") EC_RETURN_IF_ERROR(LoadOnnxWeights(*onnx, *executor, result.notes));
   train::DataSource data = train::DataSource::Synthetic(executor->input_elements(), executor->label_rows(),
                                                         executor->classes(), options.seed, executor->input_id_limit());
   if (!options.data_file.empty()) {
