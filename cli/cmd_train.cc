@@ -42,6 +42,9 @@ struct TrainFlags {
   int threads = 0;
   uint32_t seed = 1;
   std::string data_file;
+  std::string init = "file";
+  std::string out_onnx;
+  std::string out_npz;
   bool verify = false;
   std::string trace_path;
   std::string paging_dir;
@@ -269,6 +272,9 @@ int RunTrain(const TrainFlags& flags, const Context& ctx) {
   options.threads = flags.threads;
   options.seed = flags.seed;
   options.data_file = flags.data_file;
+  options.init = flags.init;
+  options.out_onnx = flags.out_onnx;
+  options.out_npz = flags.out_npz;
   options.verify = flags.verify;
   options.trace = !flags.trace_path.empty();
   options.paging_dir = flags.paging_dir;
@@ -306,6 +312,12 @@ int RunTrain(const TrainFlags& flags, const Context& ctx) {
               << (run.cost_source().empty() ? "" : ", predictions from " + run.cost_source() + " costs") << "\n";
     PrintRun(*result, flags.accept_noisy);
     if (!flags.trace_path.empty()) std::cout << "written        " << flags.trace_path << " (Chrome Trace Event JSON)\n";
+    if (!result->written_onnx.empty()) {
+      std::cout << "written        " << result->written_onnx << " (the model with its trained weights)\n"
+                << "written        " << result->written_npz
+                << " (NumPy state dict: model.load_state_dict({k: torch.from_numpy(v) for k, v in "
+                   "np.load(path).items()}, strict=False))\n";
+    }
   }
   if (result->run.has_verify() && !result->run.verify().identical()) return kExitFailure;
   return kExitOk;
@@ -453,6 +465,15 @@ void RegisterTrainCommand(CLI::App& app, Context& ctx) {
   cmd->add_option("--seed", flags->seed, "Seed of the parameters and the synthetic data")->capture_default_str();
   cmd->add_option("--data", flags->data_file,
                   "CIFAR-10 binary batch file (data_batch_1.bin) instead of a synthetic batch");
+  cmd->add_option("--init", flags->init,
+                  "Where the parameters start: file (an ONNX model's own initializers; a zoo model has none and "
+                  "draws them from --seed) or random (drawn from --seed)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"file", "random"}));
+  cmd->add_option("--out", flags->out_onnx,
+                  "ONNX models: write the model with its trained weights here (.onnx), and a NumPy .npz state dict "
+                  "beside it");
+  cmd->add_option("--out-npz", flags->out_npz, "With --out: where the .npz goes (default: --out's path with .npz)");
   cmd->add_flag("--verify", flags->verify,
                 "Also run the plain step on one batch and compare every parameter gradient bit for bit");
   cmd->add_option("--trace", flags->trace_path, "Write per-node timings as Chrome Trace Event JSON (Perfetto)");

@@ -88,6 +88,13 @@ struct Layer {
   int64_t bias_count = 0;   // the part of param_count that bias-only training updates
   double flops = 0;         // POET's FLOP count for one forward execution
   std::map<std::string, int64_t> attributes;
+  // ONNX imports: the initializer behind each of the layer's parameters, in the executor's order
+  // (weights, bias; a batch norm's scale, shift, running mean, running variance), "" for one it
+  // does not have. Empty for a kind the importer does not map (its weights cannot be loaded).
+  // Not part of the training graph (its hash would change).
+  std::vector<std::string> param_names;
+  // The weight is stored (in, out) in the file (MatMul, Gemm without transB); the layer's is (out, in).
+  bool param_transposed = false;
 };
 
 // A model's forward pass ending in its loss. Builder methods append a layer,
@@ -148,6 +155,11 @@ class ForwardGraph {
   int batch_size() const { return batch_size_; }
   void set_batch_size(int batch_size) { batch_size_ = batch_size; }
   const std::vector<Layer>& layers() const { return layers_; }
+  // The ONNX initializers behind a layer's parameters (Layer::param_names).
+  void SetParamNames(int layer, std::vector<std::string> names, bool transposed = false) {
+    layers_.at(static_cast<size_t>(layer)).param_names = std::move(names);
+    layers_.at(static_cast<size_t>(layer)).param_transposed = transposed;
+  }
   int size() const { return static_cast<int>(layers_.size()); }
   int last() const { return size() - 1; }
   const Shape& shape(int layer) const { return layers_.at(layer).output_shape; }

@@ -881,14 +881,21 @@ class Importer {
         return Unsupported(node, index, "only square kernels, equal strides and symmetric padding are supported");
       }
       weight_names_.push_back(node.input(1));
-      set(graph_.Conv2d(Act(x0), w[1] * groups, w[0], kernel[0], strides[0], pads[0], groups, in.size() > 2 && in[2]));
+      const bool has_bias = in.size() > 2 && in[2];
+      const int conv = graph_.Conv2d(Act(x0), w[1] * groups, w[0], kernel[0], strides[0], pads[0], groups, has_bias);
+      graph_.SetParamNames(conv, {node.input(1), has_bias ? node.input(2) : ""});
+      set(conv);
     } else if (op == "BatchNormalization") {
       if (!x0) return NodeError(node, index, "expects an activation");
       ++batch_norms_;
       // Training exports compute batch statistics: training_mode=1 (opset 14+) or extra outputs (before).
       const bool training = opset_ >= 14 ? attrs.Int("training_mode", 0) != 0 : node.output_size() > 1;
       if (!training && eval_batch_norm_.empty()) eval_batch_norm_ = Where(node, index);
-      set(graph_.BatchNorm2d(Act(x0), attrs.Float("epsilon", graph::kDefaultNormEpsilon)));
+      const int norm = graph_.BatchNorm2d(Act(x0), attrs.Float("epsilon", graph::kDefaultNormEpsilon));
+      std::vector<std::string> names;  // scale, B, input_mean, input_var
+      for (int k = 1; k < 5; ++k) names.push_back(k < node.input_size() ? node.input(k) : "");
+      graph_.SetParamNames(norm, std::move(names));
+      set(norm);
     } else if (op == "Relu") {
       if (!x0) return NodeError(node, index, "expects an activation");
       set(graph_.Relu(Act(x0)));
@@ -1167,7 +1174,9 @@ class Importer {
       const bool bias = in.size() > 2 && in[2];
       // LinearNd, not Linear: POET's count (2 x params + out_features, for its zoo only) leaves out
       // every row but one, 33,152 FLOPs for a 64x128 input to 128 -> 128 instead of 2.1 M.
-      SetOutput(node, 0, Value::Activation(graph_.LinearNd(x, in_features, out_features, bias)));
+      const int linear = graph_.LinearNd(x, in_features, out_features, bias);
+      graph_.SetParamNames(linear, {node.input(1), bias ? node.input(2) : ""}, !trans_b);
+      SetOutput(node, 0, Value::Activation(linear));
       return Status::Ok();
     }
     if (in[1]->kind == Value::Kind::kActivation) {
@@ -1187,11 +1196,15 @@ class Importer {
       if (bias != values_.end() && bias->second.kind == Value::Kind::kParameter &&
           bias->second.shape == Shape{out_features}) {
         consumed_.insert(add_index);
-        SetOutput(*add, 0, Value::Activation(graph_.LinearNd(x, in_features, out_features, true)));
+        const int linear = graph_.LinearNd(x, in_features, out_features, true);
+        graph_.SetParamNames(linear, {node.input(1), other}, true);
+        SetOutput(*add, 0, Value::Activation(linear));
         return Status::Ok();
       }
     }
-    SetOutput(node, 0, Value::Activation(graph_.LinearNd(x, in_features, out_features, false)));
+    const int linear = graph_.LinearNd(x, in_features, out_features, false);
+    graph_.SetParamNames(linear, {node.input(1), ""}, true);
+    SetOutput(node, 0, Value::Activation(linear));
     return Status::Ok();
   }
 
@@ -1408,6 +1421,8 @@ v1::ForwardGraphLayers ToProto(const ForwardGraph& graph) {
     l.set_bias_count(layer.bias_count);
     l.set_flops(layer.flops);
     l.mutable_attributes()->insert(layer.attributes.begin(), layer.attributes.end());
+    for (const std::string& name : layer.param_names) l.add_param_names(name);
+    l.set_param_transposed(layer.param_transposed);
   }
   return out;
 }
@@ -1423,7 +1438,9 @@ Result<ForwardGraph> FromProto(const v1::ForwardGraphLayers& in) {
                       .param_count = l.param_count(),
                       .bias_count = l.bias_count(),
                       .flops = l.flops(),
-                      .attributes = {l.attributes().begin(), l.attributes().end()}});
+                      .attributes = {l.attributes().begin(), l.attributes().end()},
+                      .param_names = {l.param_names().begin(), l.param_names().end()},
+                      .param_transposed = l.param_transposed()});
   }
   return ForwardGraph::FromLayers(in.model(), in.batch_size(), std::move(layers));
 }

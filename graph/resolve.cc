@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
@@ -120,6 +122,25 @@ Result<v1::TrainingGraph> LoadTrainingGraph(const GraphSpec& spec) {
     return DeriveTrainingGraph(forward, spec.derivation, spec.trainable);
   }
   return ZooTrainingGraph(spec.model_or_file, spec.batch_size, spec.derivation, spec.trainable);
+}
+
+Result<std::optional<OnnxModel>> LoadOnnxModel(const GraphSpec& spec) {
+  if (spec.stored) {
+    if (spec.stored->kind != StoredModelKind::kOnnx) return std::optional<OnnxModel>();
+    const std::string origin = "model '" + spec.stored->name + "'";
+    EC_ASSIGN_OR_RETURN(ForwardGraph forward,
+                        ImportOnnxBytes(spec.stored->bytes, origin, spec.stored->name, OnnxBatch(spec)));
+    return std::optional<OnnxModel>(OnnxModel{spec.stored->bytes, origin, std::move(forward)});
+  }
+  if (IsGraphFile(spec.model_or_file) || !IsOnnxModel(spec.model_or_file)) return std::optional<OnnxModel>();
+  std::ifstream in(spec.model_or_file, std::ios::binary);
+  if (!in) return NotFound("cannot read ONNX model '" + spec.model_or_file + "'");
+  std::ostringstream bytes;
+  bytes << in.rdbuf();
+  EC_ASSIGN_OR_RETURN(ForwardGraph forward,
+                      ImportOnnxBytes(bytes.str(), spec.model_or_file,
+                                      std::filesystem::path(spec.model_or_file).stem().string(), OnnxBatch(spec)));
+  return std::optional<OnnxModel>(OnnxModel{bytes.str(), spec.model_or_file, std::move(forward)});
 }
 
 Result<v1::CostTable> LoadCostTable(const GraphSpec& spec, std::string_view platform, std::string_view source) {

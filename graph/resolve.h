@@ -3,12 +3,14 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "base/status.h"
 #include "graph/derive.h"
+#include "graph/forward_graph.h"
 #include "proto/edgecost.pb.h"
 
 namespace edgecost::graph {
@@ -52,6 +54,15 @@ bool IsOnnxModel(std::string_view model_or_file);
 Status CheckModelName(std::string_view name);
 // The model name graphs and cost tables are stored under: the zoo name, or the ONNX file's stem.
 std::string ModelName(std::string_view model_or_file);
+
+// An ONNX model's bytes and imported forward graph (whose layers name their initializers), for
+// loading and writing its weights; nullopt for a zoo model or a graph file.
+struct OnnxModel {
+  std::string bytes;
+  std::string origin;  // how errors name it
+  ForwardGraph forward;
+};
+Result<std::optional<OnnxModel>> LoadOnnxModel(const GraphSpec& spec);
 
 // The training graph of a zoo or ONNX model, or the graph stored in a file.
 Result<v1::TrainingGraph> LoadTrainingGraph(const GraphSpec& spec);

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -20,6 +21,7 @@
 #include "profiler/profile.h"
 #include "service/cost_tables.h"
 #include "service/models.h"
+#include "service/onnx_weights.h"
 #include "service/profile_job.h"
 #include "service/step_memory.h"
 #include "solver/solve.h"
@@ -243,6 +245,12 @@ double InStepOverheadS(double step_s, double paging_wait_s, const std::vector<v1
   return executions > 0 ? (step_s - paging_wait_s - nodes_s) / static_cast<double>(executions) : 0.0;
 }
 
+std::string NpzPathFor(const std::string& onnx_path) {
+  std::filesystem::path path(onnx_path);
+  if (path.extension() == ".onnx") return path.replace_extension(".npz").string();
+  return onnx_path + ".npz";
+}
+
 Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::atomic<bool>* stop,
                                    const std::function<void(const TrainProgress&)>& on_step,
                                    const std::function<void(const std::string&)>& log) {
@@ -260,7 +268,22 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
                            "' is a graph with its own costs and no layers to run; train a zoo or ONNX model");
   }
   spec.derivation = graph::Derivation::kExact;
-  EC_ASSIGN_OR_RETURN(v1::TrainingGraph graph, graph::LoadTrainingGraph(spec));
+  if (options.init != "file" && options.init != "random") {
+    return InvalidArgument("--init must be file (the model's own weights) or random (drawn from --seed), not '" +
+                           options.init + "'");
+  }
+  // An ONNX model's forward graph names the initializer behind each parameter: its weights load from them.
+  EC_ASSIGN_OR_RETURN(std::optional<graph::OnnxModel> onnx, graph::LoadOnnxModel(spec));
+  if (!onnx && !options.out_onnx.empty()) {
+    return InvalidArgument("--out writes an ONNX model with its trained weights: '" + spec.model_or_file +
+                           "' is not an ONNX model");
+  }
+  v1::TrainingGraph graph;
+  if (onnx) {
+    EC_ASSIGN_OR_RETURN(graph, graph::DeriveTrainingGraph(onnx->forward, spec.derivation, spec.trainable));
+  } else {
+    EC_ASSIGN_OR_RETURN(graph, graph::LoadTrainingGraph(spec));
+  }
   const int threads = options.threads > 0 ? options.threads : omp_get_num_procs();
   omp_set_num_threads(threads);
   // `auto`: measured-in-step where its table exists at this thread count, else measured.
@@ -349,6 +372,12 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
     }
   }
 
+  if (!onnx && options.init == "file") {
+    result.notes.push_back("weights: " + graph.model() + " is a zoo model, with no file of weights: drawn from --seed " +
+                           std::to_string(options.seed));
+  } else if (options.init == "random") {
+    result.notes.push_back("weights: drawn from --seed " + std::to_string(options.seed) + " (--init random)");
+  }
   train::ExecutorOptions executor_options;
   executor_options.seed = options.seed;
   executor_options.paging_dir = paging_dir;
@@ -359,6 +388,7 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
   const bool kernels_warm = LayersBuiltBefore(graph);
   const int64_t unbuilt_rss = ProcStatusBytes("VmRSS");
   EC_ASSIGN_OR_RETURN(std::unique_ptr<train::Executor> executor, train::Executor::Create(graph, executor_options));
+  if (onnx && options.init == "file") EC_RETURN_IF_ERROR(LoadOnnxWeights(*onnx, *executor, result.notes));
   train::DataSource data = train::DataSource::Synthetic(executor->input_elements(), executor->label_rows(),
                                                         executor->classes(), options.seed, executor->input_id_limit());
   if (!options.data_file.empty()) {
@@ -530,6 +560,13 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
   run.set_peak_rss_bytes(static_cast<uint64_t>(std::max<int64_t>(0, ProcStatusBytes("VmHWM"))));
   if (run.peak_rss_bytes() > run.unbuilt_rss_bytes() + tensor_bytes && run.peak_since_baseline()) {
     run.set_runtime_bytes(run.peak_rss_bytes() - run.unbuilt_rss_bytes() - tensor_bytes);
+  }
+  // After the measurements: serializing the model is neither the steps' time nor their memory.
+  if (onnx && !options.out_onnx.empty()) {
+    const std::string npz = options.out_npz.empty() ? NpzPathFor(options.out_onnx) : options.out_npz;
+    EC_RETURN_IF_ERROR(WriteTrainedOnnx(*onnx, *executor, options.out_onnx, npz, result.notes));
+    result.written_onnx = options.out_onnx;
+    result.written_npz = npz;
   }
 
   // The first step warms caches and allocations: medians are over the others when there are, and over

@@ -45,6 +45,13 @@ struct TrainJobOptions {
   int threads = 0;  // 0: all cores
   uint32_t seed = 1;
   std::string data_file;  // CIFAR-10 binary; empty: synthetic
+  // Where the parameters start: "file", an ONNX model's own initializers (a zoo model has none and
+  // draws them from the seed), or "random", drawn from the seed.
+  std::string init = "file";
+  // An ONNX model only: the same graph with the trained initializers, and a NumPy .npz state dict of
+  // them (empty: out_onnx with .npz for its extension).
+  std::string out_onnx;
+  std::string out_npz;
   bool verify = false;
   bool trace = false;
   std::string paging_dir;  // empty: "paging" beside the database
@@ -72,7 +79,11 @@ struct TrainJobResult {
   std::string trace_json;          // Chrome Trace Event JSON, with `trace`
   std::vector<std::string> notes;  // what could not be predicted or measured, and why
   double median_cpu_s = 0;         // the compute thread's CPU time per step, over the steps after the first
+  std::string written_onnx, written_npz;  // the trained model's files, with out_onnx
 };
+
+// The .npz written beside an ONNX model: its path with .npz for .onnx (or added).
+std::string NpzPathFor(const std::string& onnx_path);
 
 // Whether one training step was disturbed, by the profiler's limits: its
 // threads waited for a CPU longer than limits.wait_fraction of the step (and

@@ -735,6 +735,15 @@ std::vector<float>* Executor::Parameter(int node, int index) {
   return &state_->layers[static_cast<size_t>(node)]->params()[static_cast<size_t>(index)]->data;
 }
 
+profiler::Tensor* Executor::LayerParameter(int node, int index) {
+  if (node < 0 || static_cast<size_t>(node) >= state_->layers.size() || !state_->layers[static_cast<size_t>(node)] ||
+      index < 0) {
+    return nullptr;
+  }
+  std::vector<profiler::Tensor*>& params = state_->layers[static_cast<size_t>(node)]->params();
+  return static_cast<size_t>(index) < params.size() ? params[static_cast<size_t>(index)] : nullptr;
+}
+
 double Executor::ClockS() const { return NowS() - state_->origin_s; }
 
 std::vector<ParamGradient> Executor::Gradients() const {

@@ -26,6 +26,10 @@
 #include "solver/plan.h"
 #include "train/arena.h"
 
+namespace edgecost::profiler {
+struct Tensor;
+}
+
 namespace edgecost::train {
 
 // One batch: the input node's tensor (row-major, f32) and one class label per row of the logits.
@@ -102,6 +106,10 @@ class Executor {
   // The values of a trained parameter (as Gradients() lists them), to read or to set before a
   // step: weights copied from another framework, or a finite-difference probe. Null if it does not train.
   std::vector<float>* Parameter(int node, int index);
+  // Any parameter of a node's layer, trained or frozen, with its dims (a conv's OIHW, a linear
+  // layer's (out, in), a batch norm's scale then shift): to load a model's own weights before the
+  // first step, or to write them out. Null when the node has no such parameter.
+  profiler::Tensor* LayerParameter(int node, int index);
   // Seconds since the executor was created: the clock of TraceEvents.
   double ClockS() const;
 

@@ -1,0 +1,363 @@
+#include "service/onnx_weights.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include <onnx/onnx_pb.h>
+
+#include "profiler/layers.h"
+
+namespace edgecost::service {
+namespace {
+
+static_assert(std::endian::native == std::endian::little, "ONNX raw_data and .npy are little-endian");
+
+using Dims = std::vector<int64_t>;
+
+std::string DimsText(const Dims& dims) {
+  std::string text = "(";
+  for (size_t i = 0; i < dims.size(); ++i) text += (i ? ", " : "") + std::to_string(dims[i]);
+  return text + ")";
+}
+
+// Leading 1s dropped: a Gemm's bias may be (1, N), a layer's is (N).
+Dims Squeezed(const Dims& dims) {
+  size_t first = 0;
+  while (first + 1 < dims.size() && dims[first] == 1) ++first;
+  return Dims(dims.begin() + static_cast<std::ptrdiff_t>(first), dims.end());
+}
+
+const char* TypeName(int type) {
+  switch (type) {
+    case onnx::TensorProto::FLOAT: return "float32";
+    case onnx::TensorProto::DOUBLE: return "float64";
+    case onnx::TensorProto::FLOAT16: return "float16";
+    case onnx::TensorProto::BFLOAT16: return "bfloat16";
+    case onnx::TensorProto::INT8: return "int8";
+    case onnx::TensorProto::UINT8: return "uint8";
+    case onnx::TensorProto::INT32: return "int32";
+    case onnx::TensorProto::INT64: return "int64";
+    default: return "not float32";
+  }
+}
+
+struct Initializers {
+  onnx::ModelProto model;
+  std::map<std::string, onnx::TensorProto*> by_name;
+};
+
+Result<Initializers> Parse(const graph::OnnxModel& m) {
+  Initializers out;
+  if (!out.model.ParseFromString(m.bytes)) return InvalidArgument(m.origin + " is not an ONNX model (protobuf parse failed)");
+  for (onnx::TensorProto& t : *out.model.mutable_graph()->mutable_initializer()) out.by_name[t.name()] = &t;
+  return out;
+}
+
+// The initializer's float32 values and dims; InvalidArgument otherwise.
+Result<std::vector<float>> Values(const graph::OnnxModel& m, const onnx::TensorProto& t) {
+  const std::string what = m.origin + ": initializer '" + t.name() + "'";
+  if (t.data_location() == onnx::TensorProto::EXTERNAL || t.external_data_size() > 0) {
+    return InvalidArgument(what + " keeps its data in an external file, which edgecost does not read; export the "
+                                  "model with its weights inside it");
+  }
+  if (t.data_type() != onnx::TensorProto::FLOAT) {
+    return InvalidArgument(what + " is " + TypeName(t.data_type()) +
+                           ": edgecost loads float32 weights only; export the model in float32 (model.float())");
+  }
+  int64_t count = 1;
+  for (int64_t d : t.dims()) {
+    if (d < 0 || (d > 0 && count > (int64_t{1} << 40) / d)) return InvalidArgument(what + " has a malformed shape");
+    count *= d;
+  }
+  std::vector<float> values(static_cast<size_t>(count));
+  if (t.has_raw_data()) {
+    if (t.raw_data().size() != values.size() * sizeof(float)) {
+      return InvalidArgument(what + " holds " + std::to_string(t.raw_data().size()) + " bytes for " +
+                             std::to_string(count) + " float32 values");
+    }
+    std::memcpy(values.data(), t.raw_data().data(), t.raw_data().size());
+  } else {
+    if (t.float_data_size() != count) {
+      return InvalidArgument(what + " holds " + std::to_string(t.float_data_size()) + " values for shape " +
+                             DimsText({t.dims().begin(), t.dims().end()}));
+    }
+    std::copy(t.float_data().begin(), t.float_data().end(), values.begin());
+  }
+  return values;
+}
+
+// What to do for one parameter of one layer.
+struct Binding {
+  int node = 0;
+  int index = 0;  // the layer's parameter; >= its parameter count: a running statistic, kept as the file's
+  std::string name;
+  bool transposed = false;  // the file's (in, out) for the layer's (out, in)
+  profiler::Tensor* tensor = nullptr;
+};
+
+// Every parameter of every layer with its initializer, checked: present, float32, same shape.
+Result<std::vector<Binding>> Bind(const graph::OnnxModel& m, const Initializers& init, train::Executor& executor) {
+  std::vector<Binding> out;
+  const v1::TrainingGraph& graph = executor.graph();
+  for (int i = 0; i < m.forward.size(); ++i) {
+    const graph::Layer& layer = m.forward.layers()[static_cast<size_t>(i)];
+    const bool has_params = executor.LayerParameter(i, 0) != nullptr;
+    if (!has_params) continue;
+    const std::string node = "node " + std::to_string(i) + " ('" + graph.nodes(i).name() + "', " +
+                             graph.nodes(i).op_kind() + ")";
+    if (layer.param_names.empty()) {
+      return InvalidArgument(m.origin + ": " + node +
+                             " has parameters whose initializers edgecost does not map yet (it loads those of "
+                             "convolutions, batch norms and linear layers); train it from --init random");
+    }
+    for (int k = 0; k < static_cast<int>(layer.param_names.size()); ++k) {
+      const std::string& name = layer.param_names[static_cast<size_t>(k)];
+      profiler::Tensor* tensor = executor.LayerParameter(i, k);
+      if (name.empty()) {
+        if (tensor) return InvalidArgument(m.origin + ": " + node + " has a parameter " + std::to_string(k) +
+                                           " that no initializer of the file gives");
+        continue;
+      }
+      const auto it = init.by_name.find(name);
+      if (it == init.by_name.end()) {
+        return InvalidArgument(m.origin + ": " + node + " reads '" + name + "', which is not an initializer of the file");
+      }
+      const onnx::TensorProto& t = *it->second;
+      const Dims file(t.dims().begin(), t.dims().end());
+      Dims expected;
+      bool transposed = false;
+      if (tensor) {
+        expected = tensor->dims;
+        transposed = k == 0 && layer.param_transposed && expected.size() == 2;
+        if (transposed) expected = {expected[1], expected[0]};
+      } else {
+        // A batch norm's running mean or variance: one value per channel, like its scale.
+        profiler::Tensor* scale = executor.LayerParameter(i, 0);
+        expected = scale ? scale->dims : Dims{};
+      }
+      if (Squeezed(file) != Squeezed(expected)) {
+        return InvalidArgument(m.origin + ": initializer '" + name + "' has shape " + DimsText(file) + ", but " + node +
+                               " needs " + DimsText(expected) + (transposed ? " (the file's (in, out) layout)" : ""));
+      }
+      if (t.data_type() != onnx::TensorProto::FLOAT) EC_RETURN_IF_ERROR(Values(m, t).status());
+      out.push_back({i, k, name, transposed, tensor});
+    }
+  }
+  return out;
+}
+
+void CopyIn(const std::vector<float>& file, bool transposed, profiler::Tensor& t) {
+  if (!transposed) {
+    std::copy(file.begin(), file.end(), t.data.begin());
+    return;
+  }
+  const int64_t rows = t.dims[0], cols = t.dims[1];  // the layer's (out, in); the file's (in, out)
+  for (int64_t o = 0; o < rows; ++o) {
+    for (int64_t c = 0; c < cols; ++c) t.data[static_cast<size_t>(o * cols + c)] = file[static_cast<size_t>(c * rows + o)];
+  }
+}
+
+std::vector<float> CopyOut(const profiler::Tensor& t, bool transposed) {
+  if (!transposed) return t.data;
+  std::vector<float> file(t.data.size());
+  const int64_t rows = t.dims[0], cols = t.dims[1];
+  for (int64_t o = 0; o < rows; ++o) {
+    for (int64_t c = 0; c < cols; ++c) file[static_cast<size_t>(c * rows + o)] = t.data[static_cast<size_t>(o * cols + c)];
+  }
+  return file;
+}
+
+const char kStatsNote[] =
+    "batch-norm running statistics: the executor normalizes with each batch's statistics and keeps no running "
+    "ones, so the file's running mean and variance are kept as they were";
+
+void PutLe16(std::string& s, uint32_t v) {
+  s.push_back(static_cast<char>(v & 0xff));
+  s.push_back(static_cast<char>((v >> 8) & 0xff));
+}
+void PutLe32(std::string& s, uint32_t v) {
+  PutLe16(s, v & 0xffff);
+  PutLe16(s, v >> 16);
+}
+
+}  // namespace
+
+Status LoadOnnxWeights(const graph::OnnxModel& model, train::Executor& executor, std::vector<std::string>& notes) {
+  EC_ASSIGN_OR_RETURN(Initializers init, Parse(model));
+  EC_ASSIGN_OR_RETURN(std::vector<Binding> bindings, Bind(model, init, executor));
+  bool stats = false;
+  size_t loaded = 0;
+  for (const Binding& b : bindings) {
+    EC_ASSIGN_OR_RETURN(std::vector<float> values, Values(model, *init.by_name.at(b.name)));
+    if (!b.tensor) {
+      stats = true;
+      continue;
+    }
+    CopyIn(values, b.transposed, *b.tensor);
+    ++loaded;
+  }
+  if (stats) notes.push_back(kStatsNote);
+  notes.push_back("weights: " + std::to_string(loaded) + " parameter tensors from " + model.origin +
+                  "'s initializers (--init random draws them from the seed instead)");
+  return Status::Ok();
+}
+
+Status WriteTrainedOnnx(const graph::OnnxModel& model, train::Executor& executor, const std::string& onnx_path,
+                        const std::string& npz_path, std::vector<std::string>& notes) {
+  EC_ASSIGN_OR_RETURN(Initializers init, Parse(model));
+  EC_ASSIGN_OR_RETURN(std::vector<Binding> bindings, Bind(model, init, executor));
+  std::vector<NpyArray> arrays;
+  std::set<std::string> written;
+  bool stats = false;
+  for (const Binding& b : bindings) {
+    onnx::TensorProto& t = *init.by_name.at(b.name);
+    const Dims dims(t.dims().begin(), t.dims().end());
+    if (!written.insert(b.name).second) {
+      notes.push_back("initializer '" + b.name + "' feeds several layers, which trained their own copies: the first's "
+                      "is written");
+      continue;
+    }
+    std::vector<float> values;
+    if (b.tensor) {
+      values = CopyOut(*b.tensor, b.transposed);
+      t.clear_float_data();
+      t.set_raw_data(std::string(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float)));
+    } else {
+      stats = true;
+      EC_ASSIGN_OR_RETURN(values, Values(model, t));
+    }
+    arrays.push_back({b.name, dims, std::move(values)});
+  }
+  if (stats && std::find(notes.begin(), notes.end(), kStatsNote) == notes.end()) notes.push_back(kStatsNote);
+  std::string bytes;
+  if (!init.model.SerializeToString(&bytes)) return Internal("cannot serialize the trained model");
+  if (!npz_path.empty()) {
+    EC_ASSIGN_OR_RETURN(const std::string npz, NpzBytes(arrays));
+    EC_RETURN_IF_ERROR(WriteFileAtomically(npz_path, npz));
+  }
+  return WriteFileAtomically(onnx_path, bytes);
+}
+
+Result<std::string> NpzBytes(const std::vector<NpyArray>& arrays) {
+  std::string zip, central;
+  uint32_t entries = 0;
+  for (const NpyArray& a : arrays) {
+    int64_t count = 1;
+    for (int64_t d : a.shape) count *= d;
+    if (count != static_cast<int64_t>(a.values.size())) {
+      return Internal("array '" + a.name + "' has " + std::to_string(a.values.size()) + " values for its shape");
+    }
+    // .npy version 1.0: magic, version, header length, a Python dict padded to 64 bytes, the data.
+    std::string shape = "(";  // "()", "(3,)", "(3, 4)"
+    for (size_t i = 0; i < a.shape.size(); ++i) shape += (i ? ", " : "") + std::to_string(a.shape[i]);
+    shape += a.shape.size() == 1 ? ",)" : ")";
+    std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': " + shape + ", }";
+    while ((10 + header.size() + 1) % 64 != 0) header.push_back(' ');
+    header.push_back('\n');
+    std::string npy = "\x93NUMPY";
+    npy.push_back(1);
+    npy.push_back(0);
+    PutLe16(npy, static_cast<uint32_t>(header.size()));
+    npy += header;
+    npy.append(reinterpret_cast<const char*>(a.values.data()), a.values.size() * sizeof(float));
+    const std::string name = a.name + ".npy";
+    if (npy.size() >= 0xffffffffu || zip.size() + npy.size() >= 0xffffffffu || name.size() > 0xffff) {
+      return InvalidArgument("the trained weights exceed 4 GiB, which a zip without ZIP64 cannot hold");
+    }
+    const uint32_t crc = static_cast<uint32_t>(
+        crc32(crc32(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(npy.data()), static_cast<uInt>(npy.size())));
+    const auto offset = static_cast<uint32_t>(zip.size());
+    const auto size = static_cast<uint32_t>(npy.size());
+    const uint32_t dos_date = (1 << 5) | 1;  // 1980-01-01, 00:00: the same bytes on every run
+    // Local file header: stored (method 0), no data descriptor.
+    PutLe32(zip, 0x04034b50);
+    PutLe16(zip, 20);
+    PutLe16(zip, 0);
+    PutLe16(zip, 0);
+    PutLe16(zip, 0);
+    PutLe16(zip, dos_date);
+    PutLe32(zip, crc);
+    PutLe32(zip, size);
+    PutLe32(zip, size);
+    PutLe16(zip, static_cast<uint32_t>(name.size()));
+    PutLe16(zip, 0);
+    zip += name;
+    zip += npy;
+    // Its central directory record.
+    PutLe32(central, 0x02014b50);
+    PutLe16(central, 20);
+    PutLe16(central, 20);
+    PutLe16(central, 0);
+    PutLe16(central, 0);
+    PutLe16(central, 0);
+    PutLe16(central, dos_date);
+    PutLe32(central, crc);
+    PutLe32(central, size);
+    PutLe32(central, size);
+    PutLe16(central, static_cast<uint32_t>(name.size()));
+    PutLe16(central, 0);
+    PutLe16(central, 0);
+    PutLe16(central, 0);
+    PutLe16(central, 0);
+    PutLe32(central, 0);
+    PutLe32(central, offset);
+    central += name;
+    ++entries;
+  }
+  if (entries > 0xffff || zip.size() + central.size() >= 0xffffffffu) {
+    return InvalidArgument("too many weights for a zip without ZIP64");
+  }
+  const auto central_offset = static_cast<uint32_t>(zip.size());
+  zip += central;
+  PutLe32(zip, 0x06054b50);
+  PutLe16(zip, 0);
+  PutLe16(zip, 0);
+  PutLe16(zip, entries);
+  PutLe16(zip, entries);
+  PutLe32(zip, static_cast<uint32_t>(central.size()));
+  PutLe32(zip, central_offset);
+  PutLe16(zip, 0);
+  return zip;
+}
+
+Status WriteFileAtomically(const std::string& path, const std::string& bytes) {
+  const std::string temp = path + ".tmp." + std::to_string(::getpid());
+  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return InvalidArgument("cannot write " + path + ": " + std::strerror(errno));
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const std::string why = std::strerror(errno);
+      ::close(fd);
+      ::unlink(temp.c_str());
+      return InvalidArgument("cannot write " + path + ": " + why);
+    }
+    done += static_cast<size_t>(n);
+  }
+  const bool synced = ::fsync(fd) == 0;
+  const bool closed = ::close(fd) == 0;
+  if (!synced || !closed) {
+    const std::string why = std::strerror(errno);
+    ::unlink(temp.c_str());
+    return InvalidArgument("cannot write " + path + ": " + why);
+  }
+  if (::rename(temp.c_str(), path.c_str()) != 0) {
+    const std::string why = std::strerror(errno);
+    ::unlink(temp.c_str());
+    return InvalidArgument("cannot write " + path + ": " + why);
+  }
+  return Status::Ok();
+}
+
+}  // namespace edgecost::service
