@@ -160,6 +160,7 @@ Status RunPredictBenchmark(std::ostream& out, const PredictBenchOptions& options
       for (const char* schedule_name : {"plain", "recompute", "paging"}) {
         const std::string which = schedule_name;
         TrainJobOptions train;
+        train.init = "random";  // times and memory, not weights
         train.db_path = db_path;
         train.graph = profile.graph;
         train.steps = options.steps;

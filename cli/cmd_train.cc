@@ -190,6 +190,7 @@ int RunRemoteTrain(const TrainFlags& flags, const Context& ctx) {
   request.set_verify(flags.verify);
   request.set_cost_source(flags.cost_source);
   request.set_accept_noisy(flags.accept_noisy);
+  request.set_init(flags.init);
   v1::Job job;
   if (Status s = daemon::CallRemote(ctx.remote, "JobService/StartTrain", request, job); !s.ok()) return Failure(s);
   std::cerr << "job " << job.id() << " on " << ctx.remote << ": " << job.message() << "\n";

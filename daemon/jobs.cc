@@ -461,6 +461,7 @@ void JobManager::RunTrain(Entry& entry) {
     options.solve.set_count_paging_time(true);  // as `edgecost train`: overlap does not hide paging
   }
   if (!request.cost_source().empty()) options.cost_source = request.cost_source();
+  if (!request.init().empty()) options.init = request.init();
   options.steps = request.steps() > 0 ? static_cast<int>(request.steps()) : 10;
   options.lr = request.lr() > 0 ? request.lr() : 0.01;
   options.threads = static_cast<int>(request.threads());

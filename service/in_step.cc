@@ -12,6 +12,7 @@ Result<TrainJobResult> RunInStepProfile(const InStepProfileOptions& options, con
   }
   if (options.steps < 2) return InvalidArgument("in-step profiling needs at least 2 steps (the first warms up)");
   TrainJobOptions train;
+  train.init = "random";  // times, not weights: a model whose layers the file cannot fill profiles too
   train.db_path = options.db_path;
   train.graph = options.graph;
   train.cost_source = profiler::kMeasuredSource;  // the isolated ops' table, as the base the node times replace

@@ -133,30 +133,34 @@ HttpResponse Call(HttpRequest request) {
   return *std::move(response);
 }
 
-// A profile the input started is cancelled before it can run for long.
-void CancelStartedJob(const HttpResponse& response, bool json) {
-  v1::Job job;
-  if (response.status != 200 || !Decode(response.body, json, job) || job.id() == 0) return;
-  v1::CancelJobRequest cancel;
-  cancel.set_id(job.id());
-  HttpRequest request{.method = "POST",
-                      .target = "/twirp/edgecost.v1.JobService/CancelJob",
-                      .content_type = json ? "application/json" : "application/protobuf",
-                      .body = Encode(cancel, json)};
-  if (Call(std::move(request)).status != 200) std::abort();
-  // Ended before the next input: a job thread still running when the fuzzer
-  // exits would use statics the exit has already destroyed.
-  v1::GetJobRequest get;
-  get.set_id(job.id());
+// Every job an input started (or a decoded answer would not name, or the daemon started itself)
+// is cancelled, and ended, before the next input: a job thread still running when the fuzzer
+// exits would use statics the exit has already destroyed (oneDNN's JIT kernels among them).
+void SettleJobs() {
   for (int polls = 0;; ++polls) {
-    HttpRequest poll{.method = "POST",
-                     .target = "/twirp/edgecost.v1.JobService/GetJob",
-                     .content_type = "application/protobuf",
-                     .body = get.SerializeAsString()};
-    const HttpResponse answer = Call(std::move(poll));
-    v1::Job now;
-    if (answer.status != 200 || !now.ParseFromString(answer.body)) std::abort();
-    if (now.state() != v1::Job::STATE_QUEUED && now.state() != v1::Job::STATE_RUNNING) return;
+    v1::ListJobsRequest list;
+    list.set_limit(1000);
+    const HttpResponse answer = Call({.method = "POST",
+                                      .target = "/twirp/edgecost.v1.JobService/ListJobs",
+                                      .content_type = "application/protobuf",
+                                      .body = list.SerializeAsString()});
+    v1::ListJobsResponse jobs;
+    if (answer.status != 200 || !jobs.ParseFromString(answer.body)) std::abort();
+    bool active = false;
+    for (const v1::Job& job : jobs.jobs()) {
+      if (job.state() != v1::Job::STATE_QUEUED && job.state() != v1::Job::STATE_RUNNING) continue;
+      active = true;
+      v1::CancelJobRequest cancel;
+      cancel.set_id(job.id());
+      if (Call({.method = "POST",
+                .target = "/twirp/edgecost.v1.JobService/CancelJob",
+                .content_type = "application/protobuf",
+                .body = cancel.SerializeAsString()})
+              .status != 200) {
+        std::abort();
+      }
+    }
+    if (!active) return;
     if (polls == 6000) std::abort();  // a cancelled job still running after a minute
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
@@ -185,6 +189,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       std::abort();
     }
   }
-  if (starts_jobs) CancelStartedJob(response, json);
+  if (starts_jobs) SettleJobs();
   return 0;
 }
