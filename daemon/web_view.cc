@@ -149,11 +149,12 @@ std::string DeviceSection(costdb::CostDb& db, const std::vector<v1::Device>& dev
     const v1::Fingerprint& f = device.fingerprint();
     const bool preset = device.kind() == v1::Device::KIND_PRESET;
     out << "<tr class=\"device\"><th scope=\"row\">" << HtmlEscape(device.name()) << "</th><td>"
-        << (preset ? "preset" : "measured") << "</td><td><code>" << HtmlEscape(f.hash().substr(0, 12))
-        << "</code></td><td>" << HtmlEscape(preset ? "board preset " + f.board_preset() : f.cpu_model()) << "</td><td>"
+        << (preset ? "preset" : "measured") << "</td><td class=\"fingerprint\"><code>" << HtmlEscape(f.hash())
+        << "</code></td><td class=\"wrap\">" << HtmlEscape(preset ? "board preset " + f.board_preset() : f.cpu_model())
+        << "</td><td>"
         << (preset ? "" : std::to_string(f.online_cores())) << "</td><td>"
         << (preset ? "" : FormatBytes(static_cast<double>(f.memory_bytes()))) << "</td><td>" << HtmlEscape(f.dnnl_isa())
-        << "</td><td>" << HtmlEscape(f.kernel_release()) << "</td><td>";
+        << "</td><td class=\"wrap\">" << HtmlEscape(f.kernel_release()) << "</td><td class=\"wrap history\">";
     Result<std::vector<costdb::FingerprintRecord>> history = db.ListFingerprintHistory(device.name());
     if (!history.ok()) {
       out << HtmlEscape(history.status().message());
@@ -165,9 +166,9 @@ std::string DeviceSection(costdb::CostDb& db, const std::vector<v1::Device>& dev
       for (size_t i = 0; i + 1 < history->size(); ++i) {
         const costdb::FingerprintRecord& now = (*history)[i];
         const costdb::FingerprintRecord& was = (*history)[i + 1];
-        out << "<li><time>" << HtmlEscape(now.first_seen_at) << "</time>: <code>"
-            << HtmlEscape(was.fingerprint.hash().substr(0, 12)) << "</code> \u2192 <code>"
-            << HtmlEscape(now.fingerprint.hash().substr(0, 12)) << "</code><ul>";
+        out << "<li><time>" << HtmlEscape(now.first_seen_at) << "</time>: <code class=\"fingerprint\">"
+            << HtmlEscape(was.fingerprint.hash()) << "</code> \u2192 <code class=\"fingerprint\">"
+            << HtmlEscape(now.fingerprint.hash()) << "</code><ul>";
         for (const std::string& change : FingerprintChanges(was.fingerprint, now.fingerprint)) {
           out << "<li>" << HtmlEscape(change) << "</li>";
         }
@@ -281,8 +282,15 @@ std::string SchedulesSection(const WebViewSources& sources) {
         << "</td><td>" << HtmlEscape(r.device()) << "</td><td>"
         << HtmlEscape(r.strategy().empty() ? "optimal" : r.strategy()) << "</td><td>"
         << FormatBytes(static_cast<double>(r.ram_budget_bytes())) << "</td><td>"
-        << service::ScheduleStatusText(s.status()) << (s.superseded() ? " (superseded)" : "") << "</td><td>"
-        << FormatJoules(s.energy_j()) << "</td><td><a href=\"/trace?schedule=" << s.id() << "\">trace</a></td></tr>";
+        << service::ScheduleStatusText(s.status()) << (s.superseded() ? " (superseded)" : "") << "</td>";
+    // A failed request (infeasible, nothing found) has no schedule: no energy and nothing to trace.
+    const bool has = s.status() == v1::Schedule::STATUS_OPTIMAL || s.status() == v1::Schedule::STATUS_FEASIBLE;
+    if (has) {
+      out << "<td>" << FormatJoules(s.energy_j()) << "</td><td><a href=\"/trace?schedule=" << s.id()
+          << "\">trace</a></td></tr>";
+    } else {
+      out << "<td class=\"none\">no schedule</td><td class=\"none\">none</td></tr>";
+    }
   }
   out << "</tbody></table></div></section>";
   return out.str();
@@ -324,7 +332,7 @@ std::string RunsSection(const WebViewSources& sources) {
          "<th scope=\"col\">fingerprint</th><th scope=\"col\">trace</th></tr></thead><tbody>";
   for (const v1::ProfileRun& run : runs->runs()) {
     out << "<tr><td>#" << run.id() << "</td><td>" << HtmlEscape(run.status()) << "</td><td>" << run.ops() << "</td><td>"
-        << HtmlEscape(run.started_at()) << "</td><td><code>" << HtmlEscape(run.fingerprint_hash().substr(0, 12))
+        << HtmlEscape(run.started_at()) << "</td><td class=\"fingerprint\"><code>" << HtmlEscape(run.fingerprint_hash())
         << "</code></td><td>"
         << (run.ops() > 0 ? "<a href=\"/trace?run=" + std::to_string(run.id()) + "\">trace</a>" : std::string("none"))
         << "</td></tr>";
@@ -576,7 +584,7 @@ Result<std::string> WebView::CostsPage(const std::string& query) {
       ci_text = " (95%: " + FormatSeconds(ci->first) + " to " + FormatSeconds(ci->second) +
                 ", n=" + std::to_string(it->second.repetitions()) + ")";
     }
-    out << "<tr class=\"node\"><td data-value=\"" << i << "\">" << i << "</td><td>" << HtmlEscape(node.name())
+    out << "<tr class=\"node\"><td data-value=\"" << i << "\">" << i << "</td><td class=\"wrap name\">" << HtmlEscape(node.name())
         << "</td><td>" << PhaseText(node.phase()) << "</td><td data-value=\"" << c.runtime_s() << "\">"
         << Bar(c.runtime_s(), max_s, ci, "runtime") << " <span title=\"" << HtmlEscape(ci_text) << "\">"
         << FormatSeconds(c.runtime_s()) << "</span>"

@@ -3,7 +3,9 @@
 // the DevTools protocol with Boost.Beast's WebSocket client. It asserts on the
 // rendered DOM (devices, a cost table with a row per node, the schedule
 // picture, a job's progress updating live), on the keyboard path and the phone
-// layout, and that the console shows no errors; screenshots go to build/.
+// layout, that every page at 1280 px and at phone width keeps its content inside
+// the viewport (and, at 1280 px, out of sideways scrolling), and that the
+// console shows no errors; screenshots of every page at both widths go to build/.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -14,6 +16,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include <boost/asio/connect.hpp>
@@ -164,6 +167,61 @@ class DevTools {
   std::string allowed_401_url_;
 };
 
+// Elements whose box ends right of the viewport outside any scroll container, and
+// whether the page itself scrolls sideways: content a reader cannot reach.
+constexpr const char* kClipped = R"js((() => {
+  const W = window.innerWidth, bad = [];
+  const name = el => el.tagName.toLowerCase() + (el.id ? '#' + el.id : '') +
+      (el.className && typeof el.className === 'string' ? '.' + el.className.trim().replace(/\s+/g, '.') : '');
+  if (document.documentElement.scrollWidth > W) {
+    bad.push('the page scrolls sideways: ' + document.documentElement.scrollWidth + ' > ' + W);
+  }
+  for (const el of document.querySelectorAll('body *')) {
+    const r = el.getBoundingClientRect();
+    if (r.width === 0 || r.right <= W + 0.5 || el.closest('.skip')) continue;
+    let p = el.parentElement, contained = false;
+    for (; p && p !== document.body; p = p.parentElement) {
+      const o = getComputedStyle(p).overflowX;
+      if (o === 'auto' || o === 'scroll') { contained = true; break; }
+    }
+    if (!contained) bad.push(name(el) + ' ends at ' + Math.round(r.right) + ' px: "' +
+                             (el.innerText || el.textContent || '').slice(0, 40) + '"');
+  }
+  return bad.slice(0, 12);
+})())js";
+
+// Scroll containers whose content is wider than they are (at 1280 px, none should be).
+constexpr const char* kScrolledAway = R"js((() => {
+  const bad = [];
+  for (const el of document.querySelectorAll('body *')) {
+    const o = getComputedStyle(el).overflowX;
+    if ((o === 'auto' || o === 'scroll') && el.scrollWidth > el.clientWidth + 1) {
+      bad.push((el.firstElementChild && el.firstElementChild.id || el.tagName) + ': ' + el.scrollWidth +
+               ' px of content in ' + el.clientWidth + ' px');
+    }
+  }
+  return bad;
+})())js";
+
+// Text of the schedule picture (but the slanted layer names) that overlaps other
+// text or leaves the picture.
+constexpr const char* kSvgOverlaps = R"js((() => {
+  const svg = document.querySelector('#schedule-picture svg'), box = svg.getBoundingClientRect(), bad = [];
+  const texts = Array.from(svg.querySelectorAll('text:not(.layer)')).map(t => [t.textContent, t.getBoundingClientRect()]);
+  for (const [t, r] of texts) {
+    if (r.left < box.left - 0.5 || r.right > box.right + 0.5) bad.push('"' + t + '" leaves the picture');
+  }
+  for (let i = 0; i < texts.length; ++i) {
+    for (let j = i + 1; j < texts.length; ++j) {
+      const [a, ra] = texts[i], [b, rb] = texts[j];
+      if (ra.left < rb.right && rb.left < ra.right && ra.top < rb.bottom && rb.top < ra.bottom) {
+        bad.push('"' + a + '" overlaps "' + b + '"');
+      }
+    }
+  }
+  return bad;
+})())js";
+
 class BrowserTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -312,12 +370,53 @@ TEST_F(BrowserTest, ThePageShowsDevicesCostsASchedulePictureAndLiveJobs) {
             200);
   page.Screenshot(fs::path(EDGECOST_BUILD_DIR) / "web-view-schedule-1280x800.png");
 
-  // At phone width the page does not scroll sideways: wide tables scroll inside their own box.
-  page.Send("Emulation.setDeviceMetricsOverride",
-            {{"width", 390}, {"height", 844}, {"deviceScaleFactor", 2}, {"mobile", true}});
+  // A failed request is listed as having no schedule: no energy, nothing to trace.
+  const std::string failed = CallJson(
+      Socket(), "SolverService/Solve",
+      R"({"model":"linear","device":"a72","ramBudgetBytes":"1000","runtimeBudgetMultiple":1.5,"timeLimitS":20})");
+  ASSERT_THAT(failed, ::testing::EndsWith(" 200")) << failed;
+  const std::string failed_id = json::parse(failed.substr(0, failed.rfind(' '))).at("id");
   ASSERT_TRUE(page.Navigate(Url("/")));
-  EXPECT_LE(page.Eval("document.documentElement.scrollWidth").get<int>(), 390);
-  page.Screenshot(fs::path(EDGECOST_BUILD_DIR) / "web-view-overview-phone.png");
+  const std::string failed_row =
+      "document.querySelector('#schedule-table a[href=\"/schedule?id=" + failed_id + "\"]').closest('tr')";
+  EXPECT_THAT(page.Eval(failed_row + ".innerText").get<std::string>(),
+              ::testing::AllOf(::testing::HasSubstr("no schedule"), ::testing::Not(::testing::HasSubstr(" J"))));
+  EXPECT_EQ(page.Eval(failed_row + ".querySelectorAll('a[href^=\"/trace\"]').length"), 0);
+
+  // Every page at 1280 px and at phone width: nothing clipped outside the viewport.
+  const json measured_href = page.Eval("(document.querySelector('#model-table a.measured') || {}).href || ''");
+  std::vector<std::pair<std::string, std::string>> pages = {
+      {"overview", "/"},
+      {"costs", "/costs?model=linear&device=a72"},
+      {"schedule", "/schedule?id=" + schedule_id},
+      {"failed-schedule", "/schedule?id=" + failed_id},
+  };
+  if (measured_href.is_string() && !measured_href.get<std::string>().empty()) {
+    const std::string href = measured_href;
+    pages.emplace_back("costs-measured", href.substr(href.find("/costs")));
+  } else {
+    ADD_FAILURE() << "the overview links no measured cost table after the profile job";
+  }
+  for (const auto& [width, height, scale, mobile] :
+       {std::tuple{1280, 800, 1, false}, std::tuple{390, 844, 2, true}}) {
+    page.Send("Emulation.setDeviceMetricsOverride",
+              {{"width", width}, {"height", height}, {"deviceScaleFactor", scale}, {"mobile", mobile}});
+    for (const auto& [name, path] : pages) {
+      SCOPED_TRACE(name + " at " + std::to_string(width) + " px");
+      ASSERT_TRUE(page.Navigate(Url(path)));
+      EXPECT_THAT(page.Eval(kClipped).get<std::vector<std::string>>(), ::testing::IsEmpty());
+      if (width >= 1280) {  // at desktop width nothing hides behind a sideways scroll either
+        EXPECT_THAT(page.Eval(kScrolledAway).get<std::vector<std::string>>(), ::testing::IsEmpty());
+      }
+      if (name == "schedule") {
+        EXPECT_THAT(page.Eval(kSvgOverlaps).get<std::vector<std::string>>(), ::testing::IsEmpty());
+        EXPECT_LE(page.Eval("document.querySelector('#schedule-picture svg').getBoundingClientRect().right").get<double>(),
+                  width);
+      }
+      page.Screenshot(fs::path(EDGECOST_BUILD_DIR) /
+                      ("web-view-" + name + "-" + std::to_string(width) + "x" + std::to_string(height) + ".png"));
+    }
+  }
 
   EXPECT_THAT(page.TakeErrors(), ::testing::IsEmpty());
 }
