@@ -76,7 +76,7 @@ std::string Layout(const std::string& title, const std::string& body) {
          "<a class=\"skip\" href=\"#main\">Skip to content</a>"
          "<header class=\"top\"><a class=\"brand\" href=\"/\">edgecost</a><nav aria-label=\"Sections\">"
          "<a href=\"/#devices\">Devices</a><a href=\"/#power\">Power</a><a href=\"/#models\">Cost tables</a>"
-         "<a href=\"/#schedules\">Schedules</a><a href=\"/#jobs\">Jobs</a><a href=\"/#runs\">Runs</a></nav></header>\n"
+         "<a href=\"/#schedules\">Schedules</a><a href=\"/#jobs\">Jobs</a><a href=\"/#runs\">Profile runs</a><a href=\"/#train-runs\">Training runs</a></nav></header>\n"
          "<main id=\"main\" tabindex=\"-1\">\n" +
          body + "</main>\n</body></html>\n";
 }
@@ -341,6 +341,57 @@ std::string RunsSection(const WebViewSources& sources) {
   return out.str();
 }
 
+// Training runs (edgecost train, JobService.StartTrain), newest first: the same columns as `train --list`.
+std::string TrainRunsSection(costdb::CostDb& db) {
+  std::ostringstream out;
+  out << "<section id=\"train-runs\" aria-labelledby=\"train-runs-h\"><h2 id=\"train-runs-h\">Training runs</h2>";
+  Result<std::vector<v1::TrainRun>> runs = db.ListTrainRuns("", 100);
+  if (!runs.ok()) return out.str() + ErrorBox(runs.status()) + "</section>";
+  if (runs->empty()) {
+    return out.str() + "<p>No training runs yet: <code>edgecost train</code> or JobService.StartTrain stores them.</p>"
+                       "</section>";
+  }
+  out << "<div class=\"scroll\"><table id=\"train-runs-table\"><caption>Per step: predicted from the cost table, "
+         "measured as the median of the undisturbed steps after the first; the latest 100</caption><thead><tr>"
+         "<th scope=\"col\">run</th><th scope=\"col\">model</th><th scope=\"col\">device</th>"
+         "<th scope=\"col\">schedule</th><th scope=\"col\">steps</th><th scope=\"col\">step predicted</th>"
+         "<th scope=\"col\">measured</th><th scope=\"col\">process predicted</th>"
+         "<th scope=\"col\">peak RSS added</th><th scope=\"col\">disturbed</th><th scope=\"col\">when</th>"
+         "<th scope=\"col\">trace</th></tr></thead><tbody>";
+  for (auto it = runs->rbegin(); it != runs->rend(); ++it) {
+    const v1::TrainRun& run = *it;
+    const uint64_t added = run.peak_rss_bytes() - std::min(run.peak_rss_bytes(), run.unbuilt_rss_bytes());
+    out << "<tr class=\"train-run" << (run.disturbed() ? " disturbed" : "") << "\" id=\"train-run-" << run.id()
+        << "\"><td>#" << run.id() << "</td><td>" << HtmlEscape(run.model()) << " b" << run.batch_size() << "</td><td>"
+        << HtmlEscape(run.device()) << "</td><td>" << HtmlEscape(run.strategy());
+    if (run.schedule_id()) {
+      out << " <a href=\"/schedule?id=" << run.schedule_id() << "\">#" << run.schedule_id() << "</a>";
+    }
+    out << "</td><td>" << run.steps() << "</td><td>"
+        << (run.cost_source().empty() ? std::string("none") : FormatSeconds(run.predicted_runtime_s())) << "</td><td>"
+        << FormatSeconds(run.runtime_s()) << "</td><td>"
+        << (run.predicted_process_bytes() ? FormatBytes(static_cast<double>(run.predicted_process_bytes()))
+                                          : std::string("none"))
+        << "</td><td>"
+        << (run.peak_rss_bytes() ? FormatBytes(static_cast<double>(added)) : std::string("not readable"))
+        << "</td><td class=\"disturbed\">";
+    if (run.disturbed()) {
+      out << "<strong class=\"unreliable\" title=\"" << HtmlEscape(run.disturbance()) << "\">DISTURBED "
+          << run.disturbed_steps() << "/" << run.steps() - (run.steps() > 1) << "</strong>";
+    } else if (run.disturbed_steps() > 0) {
+      out << run.disturbed_steps() << " step" << (run.disturbed_steps() > 1 ? "s" : "");
+    } else {
+      out << "no";
+    }
+    out << "</td><td class=\"wrap when\">" << HtmlEscape(run.created_at()) << "</td><td>"
+        << (run.last_step().empty() ? std::string("none")
+                                    : "<a href=\"/trace?train_run=" + std::to_string(run.id()) + "\">last step</a>")
+        << "</td></tr>";
+  }
+  out << "</tbody></table></div></section>";
+  return out.str();
+}
+
 }  // namespace
 
 std::string FormValue(std::string_view query, std::string_view key) {
@@ -467,7 +518,7 @@ std::string WebView::Overview() {
   if (devices.ok()) list.assign(devices->devices().begin(), devices->devices().end());
   out << (devices.ok() ? DeviceSection(*db, list) : ErrorBox(devices.status())) << PowerSection(sources_)
       << ModelsSection(*db, sources_, list) << SchedulesSection(sources_) << JobsSection(sources_)
-      << RunsSection(sources_);
+      << RunsSection(sources_) << TrainRunsSection(*db);
   return out.str();
 }
 

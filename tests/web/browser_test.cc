@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -132,8 +133,15 @@ class DevTools {
     return WaitFor("document.readyState === 'complete' && location.href === " + json(url).dump());
   }
 
+  // The whole page, not only the viewport (at most 8000 CSS px down).
   void Screenshot(const fs::path& file) {
-    json shot = Send("Page.captureScreenshot", {{"format", "png"}, {"captureBeyondViewport", false}});
+    const json size = Send("Page.getLayoutMetrics").value("cssContentSize", json::object());
+    const double width = size.value("width", 0.0), height = std::min(size.value("height", 0.0), 8000.0);
+    json params = {{"format", "png"}, {"captureBeyondViewport", true}};
+    if (width > 0 && height > 0) {
+      params["clip"] = {{"x", 0}, {"y", 0}, {"width", width}, {"height", height}, {"scale", 1}};
+    }
+    json shot = Send("Page.captureScreenshot", params);
     std::ofstream(file, std::ios::binary) << Base64Decode(shot.value("data", ""));
   }
 
@@ -348,6 +356,22 @@ TEST_F(BrowserTest, ThePageShowsDevicesCostsASchedulePictureAndLiveJobs) {
   }
   EXPECT_TRUE(seen.count("succeeded 100")) << ::testing::PrintToString(seen);
   EXPECT_GE(seen.size(), 2u) << "the row never changed after it appeared: " << ::testing::PrintToString(seen);
+
+  // A training run on the measured costs: listed apart from the profile runs, with its model.
+  const std::string trained = CallJson(Socket(), "JobService/StartTrain", R"({"model":"linear","steps":3})");
+  ASSERT_THAT(trained, ::testing::EndsWith(" 200")) << trained;
+  const std::string train_job = json::parse(trained.substr(0, trained.rfind(' '))).at("id");
+  const std::string train_row = "document.getElementById('job-" + train_job + "')";
+  EXPECT_TRUE(page.WaitFor(train_row + " && /succeeded|failed/.test(" + train_row + ".querySelector('.state').textContent)"));
+  EXPECT_EQ(page.Eval(train_row + ".querySelector('.state').textContent"), "succeeded")
+      << page.Eval(train_row + ".innerText");
+  ASSERT_TRUE(page.Navigate(Url("/")));
+  EXPECT_EQ(page.Eval("document.querySelectorAll('#train-runs-table tr.train-run').length"), 1)
+      << page.Eval("document.getElementById('train-runs').innerText");
+  EXPECT_THAT(page.Eval("document.querySelector('#train-runs-table tr.train-run').innerText").get<std::string>(),
+              ::testing::HasSubstr("linear"));
+  EXPECT_EQ(page.Eval("document.querySelector('header nav a[href=\"/#runs\"]').textContent"), "Profile runs");
+  EXPECT_EQ(page.Eval("document.querySelector('header nav a[href=\"/#train-runs\"]').textContent"), "Training runs");
 
   // A cost table with a row per node of the training graph, sortable from the page.
   auto graph = edgecost::graph::ZooTrainingGraph("linear", 1, edgecost::graph::kDefaultDerivation);
