@@ -328,10 +328,12 @@ std::string RunsSection(const WebViewSources& sources) {
   if (!runs.ok()) return out.str() + ErrorBox(runs.status()) + "</section>";
   if (runs->runs().empty()) return out.str() + "<p>No profile runs yet.</p></section>";
   out << "<div class=\"scroll\"><table id=\"run-table\"><thead><tr><th scope=\"col\">run</th>"
-         "<th scope=\"col\">status</th><th scope=\"col\">ops</th><th scope=\"col\">started</th>"
+         "<th scope=\"col\">model</th><th scope=\"col\">status</th><th scope=\"col\">ops</th><th scope=\"col\">started</th>"
          "<th scope=\"col\">fingerprint</th><th scope=\"col\">trace</th></tr></thead><tbody>";
   for (const v1::ProfileRun& run : runs->runs()) {
-    out << "<tr><td>#" << run.id() << "</td><td>" << HtmlEscape(run.status()) << "</td><td>" << run.ops() << "</td><td>"
+    out << "<tr class=\"profile-run\"><td>#" << run.id() << "</td><td>"
+        << (run.model().empty() ? std::string("not recorded") : HtmlEscape(run.model())) << "</td><td>"
+        << HtmlEscape(run.status()) << "</td><td>" << run.ops() << "</td><td>"
         << HtmlEscape(run.started_at()) << "</td><td class=\"fingerprint\"><code>" << HtmlEscape(run.fingerprint_hash())
         << "</code></td><td>"
         << (run.ops() > 0 ? "<a href=\"/trace?run=" + std::to_string(run.id()) + "\">trace</a>" : std::string("none"))

@@ -371,6 +371,7 @@ TEST_F(BrowserTest, ThePageShowsDevicesCostsASchedulePictureAndLiveJobs) {
   EXPECT_THAT(page.Eval("document.querySelector('#train-runs-table tr.train-run').innerText").get<std::string>(),
               ::testing::HasSubstr("linear"));
   EXPECT_EQ(page.Eval("document.querySelector('header nav a[href=\"/#runs\"]').textContent"), "Profile runs");
+  EXPECT_EQ(page.Eval("document.querySelector('#run-table tr.profile-run').cells[1].textContent"), "linear");
   EXPECT_EQ(page.Eval("document.querySelector('header nav a[href=\"/#train-runs\"]').textContent"), "Training runs");
 
   // A cost table with a row per node of the training graph, sortable from the page.
