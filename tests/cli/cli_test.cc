@@ -628,6 +628,8 @@ TEST_F(CliTest, TrainRunsAScheduleAndRefusesATamperedOne) {
   EXPECT_THAT(run.output, HasSubstr("gradients bit-identical to the plain step's"));
   EXPECT_THAT(run.output, HasSubstr("ESTIMATED"));
   EXPECT_THAT(run.output, HasSubstr("stored         training run #1"));
+  // The file holds the schedule solve stored: the run is linked to it.
+  EXPECT_THAT(run.output, ::testing::ContainsRegex("schedule +optimal \\(#1\\)"));
 
   // The budget edited below the schedule's peak: refused, naming the stage, and nothing stored.
   std::ifstream in(schedule);
