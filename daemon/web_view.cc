@@ -464,7 +464,7 @@ bool WebSessions::Valid(const std::string& cookie_header) {
 bool WebView::Serves(const HttpRequest& request) {
   if (request.method != "GET") return false;
   const std::string path = Path(request.target);
-  return path == "/" || path == "/costs" || path == "/schedule" || path == "/trace" || IsAsset(request);
+  return path == "/" || path == "/costs" || path == "/costs.csv" || path == "/schedule" || path == "/trace" || IsAsset(request);
 }
 
 bool WebView::IsAsset(const HttpRequest& request) {
@@ -498,6 +498,7 @@ HttpResponse WebView::Get(const HttpRequest& request) {
   const std::string path = Path(request.target);
   const std::string query = Query(request.target);
   if (path == "/trace") return TraceDownload(query);
+  if (path == "/costs.csv") return CostsCsv(query);
   if (path == "/") return Html(200, Layout("Overview", Overview()));
   Result<std::string> page = path == "/costs" ? CostsPage(query) : SchedulePage(query);
   if (!page.ok()) {
@@ -522,6 +523,40 @@ std::string WebView::Overview() {
       << ModelsSection(*db, sources_, list) << SchedulesSection(sources_) << JobsSection(sources_)
       << RunsSection(sources_) << TrainRunsSection(*db);
   return out.str();
+}
+
+namespace {
+// The cost table a /costs or /costs.csv query names.
+Result<v1::GetCostTableRequest> CostRequestOf(const std::string& query) {
+  v1::GetCostTableRequest request;
+  request.set_model(FormValue(query, "model"));
+  request.set_device(FormValue(query, "device"));
+  request.set_cost_source(FormValue(query, "source"));
+  if (const std::string threads = FormValue(query, "threads"); !threads.empty()) {
+    const unsigned long count = std::strtoul(threads.c_str(), nullptr, 10);
+    if (count == 0 || count > 4096) return InvalidArgument("threads is a count of compute threads, 1 to 4096");
+    request.set_threads(static_cast<uint32_t>(count));
+  }
+  if (request.model().empty()) return InvalidArgument("say which model: /costs?model=NAME&device=DEVICE");
+  return request;
+}
+}  // namespace
+
+HttpResponse WebView::CostsCsv(const std::string& query) {
+  Result<v1::GetCostTableRequest> request = CostRequestOf(query);
+  Result<v1::CostTable> table = request.ok() ? sources_.costs->GetCostTable(*request) : Result<v1::CostTable>(request.status());
+  if (!table.ok()) {
+    return {table.status().code() == ErrorCode::kNotFound ? 404 : 400, "text/plain; charset=utf-8",
+            table.status().message() + "\n"};
+  }
+  std::string name = table->graph().model() + "." + table->device() + "." + table->cost_source();
+  for (char& c : name) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '-' && c != '_') c = '_';
+  }
+  HttpResponse response{200, "text/csv; charset=utf-8", service::CostTableCsv(*table)};
+  response.headers = {{"Content-Disposition", "attachment; filename=\"" + name + ".csv\""},
+                      {"X-Content-Type-Options", "nosniff"}};
+  return response;
 }
 
 Result<std::string> WebView::CostsPage(const std::string& query) {
@@ -620,6 +655,11 @@ Result<std::string> WebView::CostsPage(const std::string& query) {
         << "</dd>";
   }
   out << "</dl>";
+  out << "<p><a class=\"button\" id=\"costs-csv\" href=\"/costs.csv?model=" << Url(request.model()) << "&amp;device="
+      << Url(table.device()) << (request.cost_source().empty() ? "" : "&amp;source=" + Url(request.cost_source()))
+      << (table.threads() > 0 ? "&amp;threads=" + std::to_string(table.threads()) : "")
+      << "\" download>Download CSV</a> (a row per node in plain SI numbers: runtime_s, compute_j, ram_bytes; "
+         "<code>edgecost costs --csv</code> prints the same)</p>";
   out << "<div class=\"scroll\"><table id=\"cost-table\" class=\"costs sortable\"><caption>Cost per node"
       << (measured ? "; runtime bars show the 95% interval of the median" : "") << "</caption><thead><tr>"
       << header("node", "#", "number") << "<th scope=\"col\">name</th><th scope=\"col\">phase</th>"

@@ -386,6 +386,13 @@ TEST_F(BrowserTest, ThePageShowsDevicesCostsASchedulePictureAndLiveJobs) {
           "(() => { const v = Array.from(document.querySelectorAll('#cost-table tbody tr'))"
           ".map(r => parseFloat(r.cells[3].dataset.value)); return v.every((x, i) => i == 0 || v[i-1] >= x); })()"),
       true);
+  // The same table as CSV, a row per node.
+  const std::string csv_href = page.Eval("document.getElementById('costs-csv').getAttribute('href')");
+  const json csv = page.Eval("fetch(" + json(csv_href).dump() + ").then(r => r.text())");
+  ASSERT_TRUE(csv.is_string());
+  const std::string csv_text = csv;
+  EXPECT_EQ(std::count(csv_text.begin(), csv_text.end(), '\n'), graph->nodes_size() + 1);
+  EXPECT_THAT(csv_text, ::testing::StartsWith("node,name,phase,runtime_s,compute_j,ram_bytes,"));
   page.Screenshot(fs::path(EDGECOST_BUILD_DIR) / "web-view-costs-1280x800.png");
 
   // The schedule: its picture with the RAM curve, drawn with a real size.
