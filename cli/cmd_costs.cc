@@ -30,6 +30,7 @@ struct CostsFlags {
   std::string platform = "a72";
   std::string source = std::string(graph::kPoetFlopsSource);
   bool json = false;
+  bool csv = false;
   bool store = false;
   bool summary = false;
   bool counters = false;
@@ -381,6 +382,10 @@ int RunMeasuredCosts(const CostsFlags& flags, const graph::GraphSpec& spec, cons
                                                 : profiler::LoadMeasuredCostTable(*db, spec, flags.device, flags.threads);
   if (!measured.ok()) return Failure(measured.status());
   *measured->mutable_memory() = service::StepMemoryOf(measured->graph());
+  if (flags.csv) {
+    std::cout << service::CostTableCsv(*measured);
+    return kExitOk;
+  }
   if (flags.json) {
     if (flags.domains) {
       std::cout << DomainsJson(*measured).dump(2) << "\n";
@@ -440,6 +445,10 @@ int RunRemoteCosts(const CostsFlags& flags, const Context& ctx) {
   v1::CostTable table;
   if (Status s = daemon::CallRemote(ctx.remote, "CostService/GetCostTable", request, table); !s.ok()) return Failure(s);
   *table.mutable_memory() = service::StepMemoryOf(table.graph());
+  if (flags.csv) {
+    std::cout << service::CostTableCsv(table);
+    return kExitOk;
+  }
   if (flags.json) {
     if (flags.domains) {
       std::cout << DomainsJson(table).dump(2) << "\n";
@@ -507,6 +516,10 @@ int RunCosts(const CostsFlags& flags, const Context& ctx) {
     stored_id = *id;
   }
 
+  if (flags.csv) {
+    std::cout << service::CostTableCsv(*table);
+    return kExitOk;
+  }
   if (flags.json) {
     PrintJson(*table);
     return kExitOk;
@@ -535,6 +548,9 @@ void RegisterCostsCommand(CLI::App& app, Context& ctx) {
                       "`edgecost train`)")
           ->capture_default_str();
   cmd->add_flag("--json", flags->json, "Print protobuf JSON (CostTable)");
+  cmd->add_flag("--csv", flags->csv,
+                "Print CSV, a row per node in plain SI numbers (runtime_s, compute_j, ram_bytes), for spreadsheets")
+      ->excludes("--json");
   cmd->add_flag("--store", flags->store, "Store the cost table in the cost database");
   cmd->add_flag("--summary", flags->summary, "Print totals only, not the per-node table");
   cmd->add_flag("--counters", flags->counters,

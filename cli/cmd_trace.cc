@@ -60,13 +60,14 @@ int RunList(const TraceFlags& flags, const Context& ctx) {
     return kExitOk;
   }
   Table table({{"run"},
+               {"model", Table::Align::kLeft},
                {"status", Table::Align::kLeft},
                {"ops"},
                {"started", Table::Align::kLeft},
                {"fingerprint", Table::Align::kLeft}});
   for (const v1::ProfileRun& run : runs.runs()) {
     table.AddRow(
-        {std::to_string(run.id()), run.status(), std::to_string(run.ops()), run.started_at(), run.fingerprint_hash()});
+        {std::to_string(run.id()), run.model().empty() ? "-" : run.model(), run.status(), std::to_string(run.ops()), run.started_at(), run.fingerprint_hash()});
   }
   table.Print(std::cout);
   return kExitOk;

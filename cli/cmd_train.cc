@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <atomic>
 #include <cmath>
 #include <csignal>
@@ -15,6 +16,7 @@
 #include "cli/table.h"
 #include "costdb/costdb.h"
 #include "daemon/client.h"
+#include "service/cost_tables.h"
 #include "service/train_job.h"
 #include "solver/solve.h"
 
@@ -324,12 +326,44 @@ int RunTrain(const TrainFlags& flags, const Context& ctx) {
   return kExitOk;
 }
 
-int RunRuns(const std::string& model, int limit, bool json, const Context& ctx) {
+// `runs --csv`: a row per run in plain SI numbers, for spreadsheets and pandas.
+void PrintRunsCsv(const std::vector<v1::TrainRun>& runs) {
+  auto number = [](double value) {
+    char buffer[64];
+    std::snprintf(buffer, sizeof buffer, "%.9g", value);
+    return std::string(buffer);
+  };
+  std::cout << "run,model,batch_size,device,strategy,schedule_id,steps,threads,cost_source,ram_budget_bytes,"
+               "predicted_runtime_s,runtime_s,predicted_peak_bytes,peak_activation_bytes,paging_wait_s,"
+               "predicted_energy_j,energy_j,energy_estimated,predicted_process_bytes,peak_rss_added_bytes,"
+               "first_loss,last_loss,disturbed,disturbed_steps,created_at\n";
+  for (const v1::TrainRun& run : runs) {
+    const uint64_t added = run.peak_rss_bytes() - std::min(run.peak_rss_bytes(), run.unbuilt_rss_bytes());
+    std::cout << run.id() << ',' << service::CsvField(run.model()) << ',' << run.batch_size() << ','
+              << service::CsvField(run.device()) << ',' << service::CsvField(run.strategy()) << ','
+              << run.schedule_id() << ',' << run.steps() << ',' << run.threads() << ','
+              << service::CsvField(run.cost_source()) << ',' << run.ram_budget_bytes() << ','
+              << number(run.predicted_runtime_s()) << ',' << number(run.runtime_s()) << ','
+              << run.predicted_peak_bytes() << ',' << run.peak_activation_bytes() << ','
+              << number(run.paging_wait_s()) << ',' << number(run.predicted_energy_j()) << ','
+              << number(run.energy_j()) << ',' << (run.energy_source() == v1::ENERGY_SOURCE_ESTIMATED ? 1 : 0)
+              << ',' << run.predicted_process_bytes() << ',' << (run.peak_rss_bytes() ? std::to_string(added) : "")
+              << ',' << number(run.first_loss()) << ',' << number(run.last_loss()) << ','
+              << (run.disturbed() ? 1 : 0) << ',' << run.disturbed_steps() << ','
+              << service::CsvField(run.created_at()) << '\n';
+  }
+}
+
+int RunRuns(const std::string& model, int limit, bool json, bool csv, const Context& ctx) {
   auto db =
       costdb::CostDb::Open(ctx.db_path.empty() ? costdb::DefaultDbPath() : ctx.db_path, costdb::OpenMode::kReadOnly);
   if (!db.ok()) return Failure(db.status());
   auto runs = db->ListTrainRuns(model, limit);
   if (!runs.ok()) return Failure(runs.status());
+  if (csv) {
+    PrintRunsCsv(*runs);
+    return kExitOk;
+  }
   if (json) {
     v1::ListTrainRunsResponse response;
     for (const v1::TrainRun& run : *runs) *response.add_runs() = run;
@@ -506,15 +540,17 @@ void RegisterTrainCommand(CLI::App& app, Context& ctx) {
   runs->add_option("--model", *model, "Only this model's runs");
   runs->add_option("--limit", *limit, "The newest N runs (default 100)")->check(CLI::NonNegativeNumber);
   runs->add_flag("--json", *json, "Print the records as protobuf JSON");
+  auto csv = std::make_shared<bool>(false);
+  runs->add_flag("--csv", *csv, "Print CSV, a row per run in plain SI numbers, for spreadsheets")->excludes("--json");
   auto nodes = std::make_shared<int64_t>(0);
   runs->add_option("--nodes", *nodes, "One run's nodes, worst-predicted first (with --limit: that many)")
       ->check(CLI::PositiveNumber);
   runs->footer(
       "Examples:\n  edgecost runs\n  edgecost runs --model resnet18_cifar --limit 5 --json\n"
       "  edgecost runs --nodes 3 --limit 10     # where run 3's prediction missed");
-  runs->callback([model, limit, json, nodes, &ctx] {
+  runs->callback([model, limit, json, csv, nodes, &ctx] {
     ctx.exit_code = LocalOnly(ctx, [&] {
-      return *nodes > 0 ? RunRunNodes(*nodes, *limit, ctx) : RunRuns(*model, *limit, *json, ctx);
+      return *nodes > 0 ? RunRunNodes(*nodes, *limit, ctx) : RunRuns(*model, *limit, *json, *csv, ctx);
     });
   });
 }

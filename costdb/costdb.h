@@ -25,7 +25,7 @@
 namespace edgecost::costdb {
 
 // The schema this build writes; files with a higher PRAGMA user_version are refused.
-inline constexpr int kSchemaVersion = 8;
+inline constexpr int kSchemaVersion = 9;
 
 enum class OpenMode {
   kReadWrite,  // creates the file (and its folder) if missing, migrates to kSchemaVersion
@@ -64,6 +64,7 @@ struct StoredRun {
   std::string started_at;              // UTC, ISO 8601
   std::string finished_at;             // empty while running
   std::optional<double> idle_power_w;  // absent when no sensor measured it
+  std::string model;                   // the model profiled; empty for runs stored before schema 9
 };
 
 // One fingerprint a device has shown, and when.
@@ -168,7 +169,8 @@ class CostDb {
                                                        const std::string& cost_source);
 
   // Profiling runs. FinishRun takes the idle power when it was measured.
-  Result<int64_t> BeginRun(const std::string& fingerprint_hash, const std::string& cost_source);
+  Result<int64_t> BeginRun(const std::string& fingerprint_hash, const std::string& cost_source,
+                           const std::string& model = "");
   Status FinishRun(int64_t run_id, RunStatus status, std::optional<double> idle_power_w = std::nullopt);
   Result<StoredRun> GetRun(int64_t run_id);
   Result<std::vector<StoredRun>> ListRuns();  // oldest first

@@ -9,17 +9,19 @@
 namespace edgecost::costdb {
 using namespace internal;
 
-Result<int64_t> CostDb::BeginRun(const std::string& fingerprint_hash, const std::string& cost_source) {
+Result<int64_t> CostDb::BeginRun(const std::string& fingerprint_hash, const std::string& cost_source,
+                                 const std::string& model) {
   EC_ASSIGN_OR_RETURN(Transaction tx, Write());
   EC_ASSIGN_OR_RETURN(FingerprintRow fingerprint, FindFingerprint(fingerprint_hash));
   EC_ASSIGN_OR_RETURN(int64_t source_id, CostSourceId(cost_source));
   EC_ASSIGN_OR_RETURN(
       Statement stmt,
-      db_.Prepare("INSERT INTO runs (fingerprint_id, cost_source_id, started_at, status) VALUES (?, ?, ?, ?)"));
+      db_.Prepare("INSERT INTO runs (fingerprint_id, cost_source_id, started_at, status, model) VALUES (?, ?, ?, ?, ?)"));
   EC_RETURN_IF_ERROR(stmt.Bind(1, fingerprint.id)
                          .Bind(2, source_id)
                          .Bind(3, NowUtc())
                          .Bind(4, RunStatusText(RunStatus::kRunning))
+                         .Bind(5, model)
                          .Run());
   const int64_t id = db_.LastInsertId();
   EC_RETURN_IF_ERROR(tx.Commit());
@@ -41,7 +43,7 @@ Status CostDb::FinishRun(int64_t run_id, RunStatus status, std::optional<double>
 Result<StoredRun> CostDb::GetRun(int64_t run_id) {
   EC_ASSIGN_OR_RETURN(
       Statement stmt,
-      db_.Prepare("SELECT f.hash, s.name, r.status, r.started_at, r.finished_at, r.idle_power_w FROM runs r "
+      db_.Prepare("SELECT f.hash, s.name, r.status, r.started_at, r.finished_at, r.idle_power_w, r.model FROM runs r "
                   "JOIN fingerprints f ON f.id = r.fingerprint_id JOIN cost_sources s ON s.id = r.cost_source_id "
                   "WHERE r.id = ?"));
   EC_ASSIGN_OR_RETURN(bool found, stmt.Bind(1, run_id).Step());
@@ -52,13 +54,14 @@ Result<StoredRun> CostDb::GetRun(int64_t run_id) {
                    .status = RunStatusFromText(stmt.Text(2)),
                    .started_at = stmt.Text(3),
                    .finished_at = stmt.Text(4),
-                   .idle_power_w = stmt.OptionalDouble(5)};
+                   .idle_power_w = stmt.OptionalDouble(5),
+                   .model = stmt.Text(6)};
 }
 
 Result<std::vector<StoredRun>> CostDb::ListRuns() {
   EC_ASSIGN_OR_RETURN(
       Statement stmt,
-      db_.Prepare("SELECT r.id, f.hash, s.name, r.status, r.started_at, r.finished_at, r.idle_power_w FROM runs r "
+      db_.Prepare("SELECT r.id, f.hash, s.name, r.status, r.started_at, r.finished_at, r.idle_power_w, r.model FROM runs r "
                   "JOIN fingerprints f ON f.id = r.fingerprint_id JOIN cost_sources s ON s.id = r.cost_source_id "
                   "ORDER BY r.id"));
   std::vector<StoredRun> runs;
@@ -69,7 +72,8 @@ Result<std::vector<StoredRun>> CostDb::ListRuns() {
                     .status = RunStatusFromText(stmt.Text(3)),
                     .started_at = stmt.Text(4),
                     .finished_at = stmt.Text(5),
-                    .idle_power_w = stmt.OptionalDouble(6)});
+                    .idle_power_w = stmt.OptionalDouble(6),
+                    .model = stmt.Text(7)});
     return Status::Ok();
   }));
   return runs;
@@ -79,7 +83,7 @@ Result<std::vector<std::pair<StoredRun, int64_t>>> CostDb::ListRunsWithOpCounts(
   EC_ASSIGN_OR_RETURN(
       Statement stmt,
       db_.Prepare("SELECT r.id, f.hash, s.name, r.status, r.started_at, r.finished_at, r.idle_power_w, "
-                  "(SELECT count(*) FROM op_costs o WHERE o.run_id = r.id) FROM runs r "
+                  "(SELECT count(*) FROM op_costs o WHERE o.run_id = r.id), r.model FROM runs r "
                   "JOIN fingerprints f ON f.id = r.fingerprint_id JOIN cost_sources s ON s.id = r.cost_source_id "
                   "ORDER BY r.id DESC"));
   std::vector<std::pair<StoredRun, int64_t>> runs;
@@ -90,7 +94,8 @@ Result<std::vector<std::pair<StoredRun, int64_t>>> CostDb::ListRunsWithOpCounts(
                                 .status = RunStatusFromText(stmt.Text(3)),
                                 .started_at = stmt.Text(4),
                                 .finished_at = stmt.Text(5),
-                                .idle_power_w = stmt.OptionalDouble(6)},
+                                .idle_power_w = stmt.OptionalDouble(6),
+                                .model = stmt.Text(8)},
                       stmt.Int(7));
     return Status::Ok();
   }));

@@ -285,6 +285,10 @@ UPDATE cost_tables SET superseded_at = NULL WHERE id IN (
     AND c.fingerprint_id = o.fingerprint_id AND c.cost_source_id = o.cost_source_id AND c.threads = o.threads)
   GROUP BY o.model_id, o.fingerprint_id, o.cost_source_id, o.threads);
 )sql",
+    // 8 -> 9: a profile run names the model it profiled ('' for the runs before: not recorded).
+    R"sql(
+ALTER TABLE runs ADD COLUMN model TEXT NOT NULL DEFAULT '';
+)sql",
 };
 static_assert(std::size(kMigrations) == kSchemaVersion, "one migration step per schema version");
 

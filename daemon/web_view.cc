@@ -76,7 +76,7 @@ std::string Layout(const std::string& title, const std::string& body) {
          "<a class=\"skip\" href=\"#main\">Skip to content</a>"
          "<header class=\"top\"><a class=\"brand\" href=\"/\">edgecost</a><nav aria-label=\"Sections\">"
          "<a href=\"/#devices\">Devices</a><a href=\"/#power\">Power</a><a href=\"/#models\">Cost tables</a>"
-         "<a href=\"/#schedules\">Schedules</a><a href=\"/#jobs\">Jobs</a><a href=\"/#runs\">Runs</a></nav></header>\n"
+         "<a href=\"/#schedules\">Schedules</a><a href=\"/#jobs\">Jobs</a><a href=\"/#runs\">Profile runs</a><a href=\"/#train-runs\">Training runs</a></nav></header>\n"
          "<main id=\"main\" tabindex=\"-1\">\n" +
          body + "</main>\n</body></html>\n";
 }
@@ -149,11 +149,12 @@ std::string DeviceSection(costdb::CostDb& db, const std::vector<v1::Device>& dev
     const v1::Fingerprint& f = device.fingerprint();
     const bool preset = device.kind() == v1::Device::KIND_PRESET;
     out << "<tr class=\"device\"><th scope=\"row\">" << HtmlEscape(device.name()) << "</th><td>"
-        << (preset ? "preset" : "measured") << "</td><td><code>" << HtmlEscape(f.hash().substr(0, 12))
-        << "</code></td><td>" << HtmlEscape(preset ? "board preset " + f.board_preset() : f.cpu_model()) << "</td><td>"
+        << (preset ? "preset" : "measured") << "</td><td class=\"fingerprint\"><code>" << HtmlEscape(f.hash())
+        << "</code></td><td class=\"wrap\">" << HtmlEscape(preset ? "board preset " + f.board_preset() : f.cpu_model())
+        << "</td><td>"
         << (preset ? "" : std::to_string(f.online_cores())) << "</td><td>"
         << (preset ? "" : FormatBytes(static_cast<double>(f.memory_bytes()))) << "</td><td>" << HtmlEscape(f.dnnl_isa())
-        << "</td><td>" << HtmlEscape(f.kernel_release()) << "</td><td>";
+        << "</td><td class=\"wrap\">" << HtmlEscape(f.kernel_release()) << "</td><td class=\"wrap history\">";
     Result<std::vector<costdb::FingerprintRecord>> history = db.ListFingerprintHistory(device.name());
     if (!history.ok()) {
       out << HtmlEscape(history.status().message());
@@ -165,9 +166,9 @@ std::string DeviceSection(costdb::CostDb& db, const std::vector<v1::Device>& dev
       for (size_t i = 0; i + 1 < history->size(); ++i) {
         const costdb::FingerprintRecord& now = (*history)[i];
         const costdb::FingerprintRecord& was = (*history)[i + 1];
-        out << "<li><time>" << HtmlEscape(now.first_seen_at) << "</time>: <code>"
-            << HtmlEscape(was.fingerprint.hash().substr(0, 12)) << "</code> \u2192 <code>"
-            << HtmlEscape(now.fingerprint.hash().substr(0, 12)) << "</code><ul>";
+        out << "<li><time>" << HtmlEscape(now.first_seen_at) << "</time>: <code class=\"fingerprint\">"
+            << HtmlEscape(was.fingerprint.hash()) << "</code> \u2192 <code class=\"fingerprint\">"
+            << HtmlEscape(now.fingerprint.hash()) << "</code><ul>";
         for (const std::string& change : FingerprintChanges(was.fingerprint, now.fingerprint)) {
           out << "<li>" << HtmlEscape(change) << "</li>";
         }
@@ -281,8 +282,15 @@ std::string SchedulesSection(const WebViewSources& sources) {
         << "</td><td>" << HtmlEscape(r.device()) << "</td><td>"
         << HtmlEscape(r.strategy().empty() ? "optimal" : r.strategy()) << "</td><td>"
         << FormatBytes(static_cast<double>(r.ram_budget_bytes())) << "</td><td>"
-        << service::ScheduleStatusText(s.status()) << (s.superseded() ? " (superseded)" : "") << "</td><td>"
-        << FormatJoules(s.energy_j()) << "</td><td><a href=\"/trace?schedule=" << s.id() << "\">trace</a></td></tr>";
+        << service::ScheduleStatusText(s.status()) << (s.superseded() ? " (superseded)" : "") << "</td>";
+    // A failed request (infeasible, nothing found) has no schedule: no energy and nothing to trace.
+    const bool has = s.status() == v1::Schedule::STATUS_OPTIMAL || s.status() == v1::Schedule::STATUS_FEASIBLE;
+    if (has) {
+      out << "<td>" << FormatJoules(s.energy_j()) << "</td><td><a href=\"/trace?schedule=" << s.id()
+          << "\">trace</a></td></tr>";
+    } else {
+      out << "<td class=\"none\">no schedule</td><td class=\"none\">none</td></tr>";
+    }
   }
   out << "</tbody></table></div></section>";
   return out.str();
@@ -320,13 +328,66 @@ std::string RunsSection(const WebViewSources& sources) {
   if (!runs.ok()) return out.str() + ErrorBox(runs.status()) + "</section>";
   if (runs->runs().empty()) return out.str() + "<p>No profile runs yet.</p></section>";
   out << "<div class=\"scroll\"><table id=\"run-table\"><thead><tr><th scope=\"col\">run</th>"
-         "<th scope=\"col\">status</th><th scope=\"col\">ops</th><th scope=\"col\">started</th>"
+         "<th scope=\"col\">model</th><th scope=\"col\">status</th><th scope=\"col\">ops</th><th scope=\"col\">started</th>"
          "<th scope=\"col\">fingerprint</th><th scope=\"col\">trace</th></tr></thead><tbody>";
   for (const v1::ProfileRun& run : runs->runs()) {
-    out << "<tr><td>#" << run.id() << "</td><td>" << HtmlEscape(run.status()) << "</td><td>" << run.ops() << "</td><td>"
-        << HtmlEscape(run.started_at()) << "</td><td><code>" << HtmlEscape(run.fingerprint_hash().substr(0, 12))
+    out << "<tr class=\"profile-run\"><td>#" << run.id() << "</td><td>"
+        << (run.model().empty() ? std::string("not recorded") : HtmlEscape(run.model())) << "</td><td>"
+        << HtmlEscape(run.status()) << "</td><td>" << run.ops() << "</td><td>"
+        << HtmlEscape(run.started_at()) << "</td><td class=\"fingerprint\"><code>" << HtmlEscape(run.fingerprint_hash())
         << "</code></td><td>"
         << (run.ops() > 0 ? "<a href=\"/trace?run=" + std::to_string(run.id()) + "\">trace</a>" : std::string("none"))
+        << "</td></tr>";
+  }
+  out << "</tbody></table></div></section>";
+  return out.str();
+}
+
+// Training runs (edgecost train, JobService.StartTrain), newest first: the same columns as `train --list`.
+std::string TrainRunsSection(costdb::CostDb& db) {
+  std::ostringstream out;
+  out << "<section id=\"train-runs\" aria-labelledby=\"train-runs-h\"><h2 id=\"train-runs-h\">Training runs</h2>";
+  Result<std::vector<v1::TrainRun>> runs = db.ListTrainRuns("", 100);
+  if (!runs.ok()) return out.str() + ErrorBox(runs.status()) + "</section>";
+  if (runs->empty()) {
+    return out.str() + "<p>No training runs yet: <code>edgecost train</code> or JobService.StartTrain stores them.</p>"
+                       "</section>";
+  }
+  out << "<div class=\"scroll\"><table id=\"train-runs-table\"><caption>Per step: predicted from the cost table, "
+         "measured as the median of the undisturbed steps after the first; the latest 100</caption><thead><tr>"
+         "<th scope=\"col\">run</th><th scope=\"col\">model</th><th scope=\"col\">device</th>"
+         "<th scope=\"col\">schedule</th><th scope=\"col\">steps</th><th scope=\"col\">step predicted</th>"
+         "<th scope=\"col\">measured</th><th scope=\"col\">process predicted</th>"
+         "<th scope=\"col\">peak RSS added</th><th scope=\"col\">disturbed</th><th scope=\"col\">when</th>"
+         "<th scope=\"col\">trace</th></tr></thead><tbody>";
+  for (auto it = runs->rbegin(); it != runs->rend(); ++it) {
+    const v1::TrainRun& run = *it;
+    const uint64_t added = run.peak_rss_bytes() - std::min(run.peak_rss_bytes(), run.unbuilt_rss_bytes());
+    out << "<tr class=\"train-run" << (run.disturbed() ? " disturbed" : "") << "\" id=\"train-run-" << run.id()
+        << "\"><td>#" << run.id() << "</td><td>" << HtmlEscape(run.model()) << " b" << run.batch_size() << "</td><td>"
+        << HtmlEscape(run.device()) << "</td><td>" << HtmlEscape(run.strategy());
+    if (run.schedule_id()) {
+      out << " <a href=\"/schedule?id=" << run.schedule_id() << "\">#" << run.schedule_id() << "</a>";
+    }
+    out << "</td><td>" << run.steps() << "</td><td>"
+        << (run.cost_source().empty() ? std::string("none") : FormatSeconds(run.predicted_runtime_s())) << "</td><td>"
+        << FormatSeconds(run.runtime_s()) << "</td><td>"
+        << (run.predicted_process_bytes() ? FormatBytes(static_cast<double>(run.predicted_process_bytes()))
+                                          : std::string("none"))
+        << "</td><td>"
+        << (run.peak_rss_bytes() ? FormatBytes(static_cast<double>(added)) : std::string("not readable"))
+        << "</td><td class=\"disturbed\">";
+    if (run.disturbed()) {
+      out << "<strong class=\"unreliable\" title=\"" << HtmlEscape(run.disturbance()) << "\">DISTURBED "
+          << run.disturbed_steps() << "/" << run.steps() - (run.steps() > 1) << "</strong>";
+    } else if (run.disturbed_steps() > 0) {
+      out << run.disturbed_steps() << " step" << (run.disturbed_steps() > 1 ? "s" : "");
+    } else {
+      out << "no";
+    }
+    out << "</td><td class=\"wrap when\">" << HtmlEscape(run.created_at()) << "</td><td>"
+        << (run.last_step().empty() ? std::string("none")
+                                    : "<a href=\"/trace?train_run=" + std::to_string(run.id()) + "\">last step</a>")
         << "</td></tr>";
   }
   out << "</tbody></table></div></section>";
@@ -403,7 +464,7 @@ bool WebSessions::Valid(const std::string& cookie_header) {
 bool WebView::Serves(const HttpRequest& request) {
   if (request.method != "GET") return false;
   const std::string path = Path(request.target);
-  return path == "/" || path == "/costs" || path == "/schedule" || path == "/trace" || IsAsset(request);
+  return path == "/" || path == "/costs" || path == "/costs.csv" || path == "/schedule" || path == "/trace" || IsAsset(request);
 }
 
 bool WebView::IsAsset(const HttpRequest& request) {
@@ -437,6 +498,7 @@ HttpResponse WebView::Get(const HttpRequest& request) {
   const std::string path = Path(request.target);
   const std::string query = Query(request.target);
   if (path == "/trace") return TraceDownload(query);
+  if (path == "/costs.csv") return CostsCsv(query);
   if (path == "/") return Html(200, Layout("Overview", Overview()));
   Result<std::string> page = path == "/costs" ? CostsPage(query) : SchedulePage(query);
   if (!page.ok()) {
@@ -459,8 +521,42 @@ std::string WebView::Overview() {
   if (devices.ok()) list.assign(devices->devices().begin(), devices->devices().end());
   out << (devices.ok() ? DeviceSection(*db, list) : ErrorBox(devices.status())) << PowerSection(sources_)
       << ModelsSection(*db, sources_, list) << SchedulesSection(sources_) << JobsSection(sources_)
-      << RunsSection(sources_);
+      << RunsSection(sources_) << TrainRunsSection(*db);
   return out.str();
+}
+
+namespace {
+// The cost table a /costs or /costs.csv query names.
+Result<v1::GetCostTableRequest> CostRequestOf(const std::string& query) {
+  v1::GetCostTableRequest request;
+  request.set_model(FormValue(query, "model"));
+  request.set_device(FormValue(query, "device"));
+  request.set_cost_source(FormValue(query, "source"));
+  if (const std::string threads = FormValue(query, "threads"); !threads.empty()) {
+    const unsigned long count = std::strtoul(threads.c_str(), nullptr, 10);
+    if (count == 0 || count > 4096) return InvalidArgument("threads is a count of compute threads, 1 to 4096");
+    request.set_threads(static_cast<uint32_t>(count));
+  }
+  if (request.model().empty()) return InvalidArgument("say which model: /costs?model=NAME&device=DEVICE");
+  return request;
+}
+}  // namespace
+
+HttpResponse WebView::CostsCsv(const std::string& query) {
+  Result<v1::GetCostTableRequest> request = CostRequestOf(query);
+  Result<v1::CostTable> table = request.ok() ? sources_.costs->GetCostTable(*request) : Result<v1::CostTable>(request.status());
+  if (!table.ok()) {
+    return {table.status().code() == ErrorCode::kNotFound ? 404 : 400, "text/plain; charset=utf-8",
+            table.status().message() + "\n"};
+  }
+  std::string name = table->graph().model() + "." + table->device() + "." + table->cost_source();
+  for (char& c : name) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '-' && c != '_') c = '_';
+  }
+  HttpResponse response{200, "text/csv; charset=utf-8", service::CostTableCsv(*table)};
+  response.headers = {{"Content-Disposition", "attachment; filename=\"" + name + ".csv\""},
+                      {"X-Content-Type-Options", "nosniff"}};
+  return response;
 }
 
 Result<std::string> WebView::CostsPage(const std::string& query) {
@@ -559,6 +655,11 @@ Result<std::string> WebView::CostsPage(const std::string& query) {
         << "</dd>";
   }
   out << "</dl>";
+  out << "<p><a class=\"button\" id=\"costs-csv\" href=\"/costs.csv?model=" << Url(request.model()) << "&amp;device="
+      << Url(table.device()) << (request.cost_source().empty() ? "" : "&amp;source=" + Url(request.cost_source()))
+      << (table.threads() > 0 ? "&amp;threads=" + std::to_string(table.threads()) : "")
+      << "\" download>Download CSV</a> (a row per node in plain SI numbers: runtime_s, compute_j, ram_bytes; "
+         "<code>edgecost costs --csv</code> prints the same)</p>";
   out << "<div class=\"scroll\"><table id=\"cost-table\" class=\"costs sortable\"><caption>Cost per node"
       << (measured ? "; runtime bars show the 95% interval of the median" : "") << "</caption><thead><tr>"
       << header("node", "#", "number") << "<th scope=\"col\">name</th><th scope=\"col\">phase</th>"
@@ -576,7 +677,7 @@ Result<std::string> WebView::CostsPage(const std::string& query) {
       ci_text = " (95%: " + FormatSeconds(ci->first) + " to " + FormatSeconds(ci->second) +
                 ", n=" + std::to_string(it->second.repetitions()) + ")";
     }
-    out << "<tr class=\"node\"><td data-value=\"" << i << "\">" << i << "</td><td>" << HtmlEscape(node.name())
+    out << "<tr class=\"node\"><td data-value=\"" << i << "\">" << i << "</td><td class=\"wrap name\">" << HtmlEscape(node.name())
         << "</td><td>" << PhaseText(node.phase()) << "</td><td data-value=\"" << c.runtime_s() << "\">"
         << Bar(c.runtime_s(), max_s, ci, "runtime") << " <span title=\"" << HtmlEscape(ci_text) << "\">"
         << FormatSeconds(c.runtime_s()) << "</span>"

@@ -70,6 +70,7 @@ class WebView {
   Result<std::string> CostsPage(const std::string& query);
   Result<std::string> SchedulePage(const std::string& query);
   HttpResponse TraceDownload(const std::string& query);
+  HttpResponse CostsCsv(const std::string& query);
 
   WebViewSources sources_;
 };

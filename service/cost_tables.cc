@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -353,6 +354,50 @@ Result<SolvedRequest> SolveRequest(costdb::CostDb* db, const v1::ScheduleRequest
     EC_ASSIGN_OR_RETURN(solved.schedule_id, db->PutSchedule(request_id, table_id, solved.schedule));
   }
   return solved;
+}
+
+}  // namespace edgecost::service
+
+namespace edgecost::service {
+
+std::string CsvField(const std::string& text) {
+  if (text.find_first_of(",\"\r\n") == std::string::npos) return text;
+  std::string out = "\"";
+  for (char c : text) {
+    if (c == '"') out += '"';
+    out += c;
+  }
+  return out + "\"";
+}
+
+std::string CostTableCsv(const v1::CostTable& table) {
+  auto number = [](double value) {
+    char buffer[64];
+    std::snprintf(buffer, sizeof buffer, "%.9g", value);
+    return std::string(buffer);
+  };
+  std::ostringstream out;
+  out << "node,name,phase,runtime_s,compute_j,ram_bytes,page_in_j,page_out_j,runtime_ci95_low_s,"
+         "runtime_ci95_high_s,repetitions,unreliable,op_key,model,device,cost_source\n";
+  const v1::TrainingGraph& g = table.graph();
+  for (int i = 0; i < table.costs_size(); ++i) {
+    const v1::NodeCost& c = table.costs(i);
+    const v1::TrainingNode* node = i < g.nodes_size() ? &g.nodes(i) : nullptr;
+    const char* phase = !node                                       ? ""
+                        : node->phase() == v1::PHASE_FORWARD        ? "forward"
+                        : node->phase() == v1::PHASE_LOSS           ? "loss"
+                        : node->phase() == v1::PHASE_BACKWARD       ? "backward"
+                                                                    : "";
+    const bool stats = c.has_runtime_stats() && c.runtime_stats().repetitions() > 0;
+    out << c.node() << ',' << CsvField(node ? node->name() : "") << ',' << phase << ',' << number(c.runtime_s())
+        << ',' << number(c.compute_j()) << ',' << c.ram_bytes() << ',' << number(c.page_in_j()) << ','
+        << number(c.page_out_j()) << ',' << (stats ? number(c.runtime_stats().ci95_low_s()) : "") << ','
+        << (stats ? number(c.runtime_stats().ci95_high_s()) : "") << ','
+        << (stats ? std::to_string(c.runtime_stats().repetitions()) : "") << ',' << (c.unreliable() ? 1 : 0) << ','
+        << CsvField(c.op_key()) << ',' << CsvField(g.model()) << ',' << CsvField(table.device()) << ','
+        << CsvField(table.cost_source()) << '\n';
+  }
+  return out.str();
 }
 
 }  // namespace edgecost::service

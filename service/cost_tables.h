@@ -63,6 +63,13 @@ Result<SolvedRequest> SolveRequest(costdb::CostDb* db, const v1::ScheduleRequest
 v1::Schedule PortableSchedule(v1::Schedule schedule, const v1::CostTable& table);
 Result<v1::Schedule> ReadScheduleFile(const std::string& path);
 
+// A cost table as CSV for spreadsheets and pandas: a header line, then a row per node with plain
+// numbers in SI units named in the header (runtime_s, compute_j, ram_bytes, ...), `costs --csv`
+// and the web view's download.
+std::string CostTableCsv(const v1::CostTable& table);
+// One CSV field: quoted when it holds a comma, a quote or a line break.
+std::string CsvField(const std::string& text);
+
 // The cost table a schedule was solved on: the one it carries (refused if its
 // graph does not match the hash), or else the one its request names.
 Result<v1::CostTable> ScheduleCostTable(costdb::CostDb* db, const v1::Schedule& schedule);

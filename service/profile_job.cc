@@ -143,7 +143,7 @@ Result<ProfileJobResult> RunProfileJob(const ProfileJobOptions& options, const s
     }
   }
 
-  EC_ASSIGN_OR_RETURN(int64_t run, db.BeginRun(hash, profiler::kMeasuredSource));
+  EC_ASSIGN_OR_RETURN(int64_t run, db.BeginRun(hash, profiler::kMeasuredSource, result.graph.model()));
   EC_ASSIGN_OR_RETURN(std::optional<v1::PagingCost> paging, db.GetPagingCost(hash));
   if (!paging || options.force) {
     log("measuring paging storage in " + paging_dir + " ...");

@@ -277,6 +277,7 @@ Result<v1::ListRunsResponse> ListRuns(costdb::CostDb& db) {
     out.set_started_at(run.started_at);
     out.set_finished_at(run.finished_at);
     out.set_ops(static_cast<uint32_t>(ops));
+    out.set_model(run.model);
   }
   return response;
 }

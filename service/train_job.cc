@@ -143,6 +143,24 @@ v1::GradientCheck CompareGradients(const v1::TrainingGraph& graph, const std::ve
   return check;
 }
 
+// The stored schedule a schedule file holds (`solve --out` of a stored solve): the newest with the
+// same model, device, budget and stages; 0 when none is, as for a file solved elsewhere.
+Result<uint64_t> StoredScheduleOf(costdb::CostDb& db, const v1::Schedule& file) {
+  EC_ASSIGN_OR_RETURN(std::vector<costdb::StoredSchedule> stored,
+                      db.ListSchedules(file.request().model(), file.request().device()));
+  for (auto it = stored.rbegin(); it != stored.rend(); ++it) {
+    if (it->request.ram_budget_bytes() != file.request().ram_budget_bytes()) continue;
+    EC_ASSIGN_OR_RETURN(const v1::Schedule candidate, db.GetSchedule(it->id));
+    if (candidate.stages_size() != file.stages_size() || candidate.peak_ram_bytes() != file.peak_ram_bytes()) continue;
+    bool same = true;
+    for (int t = 0; same && t < file.stages_size(); ++t) {
+      same = candidate.stages(t).SerializeAsString() == file.stages(t).SerializeAsString();
+    }
+    if (same) return static_cast<uint64_t>(it->id);
+  }
+  return uint64_t{0};
+}
+
 }  // namespace
 
 profiler::Verdict JudgeStep(const v1::Interference& interference, double runtime_s, double window_s,
@@ -306,6 +324,7 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
   std::optional<v1::CostTable> table;
   if (!options.schedule_file.empty()) {
     EC_ASSIGN_OR_RETURN(schedule, ReadScheduleFile(options.schedule_file));
+    EC_ASSIGN_OR_RETURN(schedule_id, StoredScheduleOf(db, *schedule));
   } else if (options.schedule_id != 0) {
     EC_ASSIGN_OR_RETURN(schedule, db.GetSchedule(static_cast<int64_t>(options.schedule_id)));
   } else if (options.solve.ram_budget_bytes() > 0 || options.solve.device_ram_bytes() > 0) {

@@ -59,10 +59,13 @@ std::string ScheduleToSvg(const Problem& p, const v1::Schedule& schedule) {
   const Result<Timeline> timeline = PredictTimeline(p, schedule);
   const int cell = std::max(2, std::min(24, 720 / std::max(1, n)));
   const int grid = n * cell;
-  const int left = 70, top = 60, legend_w = 200;
+  const int left = 70, top = 70, legend_w = 200;
   const int names_h = 110;  // layer names under the grid, slanted
   const int curve_top = top + grid + names_h, curve_h = 150, curve_w = std::max(grid, 360);
-  const int width = left + std::max(grid, curve_w) + legend_w + 20;
+  // Wide enough for the headline (14 px type, about 8 px a character): a page scales the picture, never crops it.
+  const std::string headline = Headline(schedule);
+  const int width = std::max(left + std::max(grid, curve_w) + legend_w + 20,
+                             left + 8 * static_cast<int>(headline.size()) + 20);
   const int height = curve_top + curve_h + 50;
   std::ostringstream out;
   out << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\"" << height
@@ -71,10 +74,9 @@ std::string ScheduleToSvg(const Problem& p, const v1::Schedule& schedule) {
       << "<title id=\"schedule-title\">" << HtmlEscape(schedule.strategy()) << " schedule of " << n
       << " nodes: stages down, nodes across; RAM in use over time below</title>\n"
       << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
-      << "<text class=\"headline\" x=\"" << left << "\" y=\"20\" font-size=\"14\">" << HtmlEscape(Headline(schedule))
+      << "<text class=\"headline\" x=\"" << left << "\" y=\"20\" font-size=\"14\">" << HtmlEscape(headline)
       << "</text>\n"
-      << "<text x=\"" << left + grid / 2 << "\" y=\"" << top - 10
-      << "\" text-anchor=\"middle\">node (topological order) &#8594;</text>\n"
+      << "<text x=\"" << left << "\" y=\"" << top - 28 << "\">node (topological order) &#8594;</text>\n"
       << "<text x=\"20\" y=\"" << top + grid / 2 << "\" text-anchor=\"middle\" transform=\"rotate(-90 20 "
       << top + grid / 2 << ")\">stage &#8594;<title>" << kStageMeaning << "</title></text>\n"
       << "<rect x=\"" << left << "\" y=\"" << top << "\" width=\"" << grid << "\" height=\"" << grid
@@ -128,7 +130,7 @@ std::string ScheduleToSvg(const Problem& p, const v1::Schedule& schedule) {
         << "<line x1=\"" << left + b * cell << "\" y1=\"" << top << "\" x2=\"" << left + b * cell << "\" y2=\""
         << top + grid << "\"/><line x1=\"" << left << "\" y1=\"" << top + b * cell << "\" x2=\"" << left + grid
         << "\" y2=\"" << top + b * cell << "\"/></g>\n"
-        << "<text x=\"" << left + b * cell + 3 << "\" y=\"" << top - 22
+        << "<text x=\"" << left + b * cell + 3 << "\" y=\"" << top - 6
         << "\" font-size=\"10\">backward &#8594;</text>\n";
   }
   // RAM over time: a step curve of the memory in use, the budget, and the boundary.

@@ -616,6 +616,15 @@ TEST_F(CliTest, CheckAndTrainRefuseAScheduleWhoseCostsWereEdited) {
   }
 }
 
+// --csv: a header, then a row per node of the training graph in plain numbers.
+TEST_F(CliTest, CostsAsCsv) {
+  const CommandResult csv = Edgecost("costs linear --platform a72 --csv 2>/dev/null");
+  ASSERT_EQ(csv.exit_code, 0) << csv.output;
+  EXPECT_THAT(csv.output, ::testing::StartsWith("node,name,phase,runtime_s,compute_j,ram_bytes,"));
+  EXPECT_THAT(csv.output, ::testing::ContainsRegex("\n0,[^,]+,forward,[0-9.e-]+,[0-9.e-]+,[0-9]+,"));
+  EXPECT_EQ(Edgecost("costs linear --platform a72 --csv --json").exit_code, 2);
+}
+
 // A schedule written by solve runs for real; a tampered copy is refused before anything runs;
 // the run is listed by `runs`.
 TEST_F(CliTest, TrainRunsAScheduleAndRefusesATamperedOne) {
@@ -628,6 +637,8 @@ TEST_F(CliTest, TrainRunsAScheduleAndRefusesATamperedOne) {
   EXPECT_THAT(run.output, HasSubstr("gradients bit-identical to the plain step's"));
   EXPECT_THAT(run.output, HasSubstr("ESTIMATED"));
   EXPECT_THAT(run.output, HasSubstr("stored         training run #1"));
+  // The file holds the schedule solve stored: the run is linked to it.
+  EXPECT_THAT(run.output, ::testing::ContainsRegex("schedule +optimal \\(#1\\)"));
 
   // The budget edited below the schedule's peak: refused, naming the stage, and nothing stored.
   std::ifstream in(schedule);
@@ -646,6 +657,10 @@ TEST_F(CliTest, TrainRunsAScheduleAndRefusesATamperedOne) {
   ASSERT_EQ(runs.exit_code, 0) << runs.output;
   EXPECT_THAT(runs.output, HasSubstr("identical"));
   EXPECT_THAT(Edgecost("runs --json").output, HasSubstr("\"stepStats\""));
+  const CommandResult csv = Edgecost("runs --csv");
+  ASSERT_EQ(csv.exit_code, 0) << csv.output;
+  EXPECT_THAT(csv.output, ::testing::StartsWith("run,model,batch_size,device,strategy,schedule_id,"));
+  EXPECT_THAT(csv.output, ::testing::ContainsRegex("\n1,linear,2,[^,]*,optimal,1,3,"));
   const CommandResult nodes = Edgecost("runs --nodes 1 --limit 3");
   ASSERT_EQ(nodes.exit_code, 0) << nodes.output;
   EXPECT_THAT(nodes.output, HasSubstr("worst nodes first"));

@@ -50,9 +50,11 @@ class CostDbTest : public test_support::TempDirTest {
     ASSERT_TRUE(raw.ok());
     ASSERT_TRUE(raw->Exec("PRAGMA user_version = " + std::to_string(version)).ok());
   }
-  // Undoes schema 8 (cost tables keyed by thread count) as edgecost of schema 7 left its files;
-  // a thread count that is current beside another must be superseded first by the caller.
+  // Undoes schema 9 (a profile run's model) and 8 (cost tables keyed by thread count) as edgecost
+  // of schema 7 left its files; a thread count that is current beside another must be superseded
+  // first by the caller.
   static void RewindToSchema7(Db& raw) {
+    ASSERT_TRUE(raw.Exec("ALTER TABLE runs DROP COLUMN model").ok());
     ASSERT_TRUE(raw.Exec("DROP INDEX cost_tables_current").ok());
     ASSERT_TRUE(raw.Exec("ALTER TABLE cost_tables DROP COLUMN threads").ok());
     ASSERT_TRUE(raw.Exec("CREATE UNIQUE INDEX cost_tables_current ON cost_tables(model_id, fingerprint_id, "
@@ -97,6 +99,26 @@ TEST_F(CostDbTest, MigratesAnEmptyFileFromZeroToTheLatestSchema) {
                                           "runs", "schedule_requests", "schedules", "train_runs"}));
   // Opening again is a no-op migration.
   EXPECT_EQ(OpenOrDie().Info()->schema_version, kSchemaVersion);
+}
+
+// Schema 9: a profile run names the model it profiled; the runs of older files list none.
+TEST_F(CostDbTest, AProfileRunNamesItsModel) {
+  {
+    CostDb db = OpenOrDie();
+    ASSERT_TRUE(db.UpsertDevice(MeasuredDevice("vm", "fp1")).ok());
+    ASSERT_TRUE(db.BeginRun("fp1", "measured").ok());
+    ASSERT_TRUE(db.BeginRun("fp1", "measured", "resnet18_cifar").ok());
+  }
+  CostDb db = OpenOrDie();
+  auto runs = db.ListRuns();
+  ASSERT_TRUE(runs.ok());
+  ASSERT_EQ(runs->size(), 2u);
+  EXPECT_EQ((*runs)[0].model, "");
+  EXPECT_EQ((*runs)[1].model, "resnet18_cifar");
+  EXPECT_EQ(db.GetRun((*runs)[1].id)->model, "resnet18_cifar");
+  auto counted = db.ListRunsWithOpCounts();
+  ASSERT_TRUE(counted.ok());
+  EXPECT_EQ(counted->front().first.model, "resnet18_cifar");  // newest first
 }
 
 TEST_F(CostDbTest, TrainingRunRecordsAreKeptAndListedNewestLast) {

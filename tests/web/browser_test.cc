@@ -3,10 +3,13 @@
 // the DevTools protocol with Boost.Beast's WebSocket client. It asserts on the
 // rendered DOM (devices, a cost table with a row per node, the schedule
 // picture, a job's progress updating live), on the keyboard path and the phone
-// layout, and that the console shows no errors; screenshots go to build/.
+// layout, that every page at 1280 px and at phone width keeps its content inside
+// the viewport (and, at 1280 px, out of sideways scrolling), and that the
+// console shows no errors; screenshots of every page at both widths go to build/.
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -14,6 +17,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include <boost/asio/connect.hpp>
@@ -129,8 +133,15 @@ class DevTools {
     return WaitFor("document.readyState === 'complete' && location.href === " + json(url).dump());
   }
 
+  // The whole page, not only the viewport (at most 8000 CSS px down).
   void Screenshot(const fs::path& file) {
-    json shot = Send("Page.captureScreenshot", {{"format", "png"}, {"captureBeyondViewport", false}});
+    const json size = Send("Page.getLayoutMetrics").value("cssContentSize", json::object());
+    const double width = size.value("width", 0.0), height = std::min(size.value("height", 0.0), 8000.0);
+    json params = {{"format", "png"}, {"captureBeyondViewport", true}};
+    if (width > 0 && height > 0) {
+      params["clip"] = {{"x", 0}, {"y", 0}, {"width", width}, {"height", height}, {"scale", 1}};
+    }
+    json shot = Send("Page.captureScreenshot", params);
     std::ofstream(file, std::ios::binary) << Base64Decode(shot.value("data", ""));
   }
 
@@ -163,6 +174,61 @@ class DevTools {
   std::string error_;
   std::string allowed_401_url_;
 };
+
+// Elements whose box ends right of the viewport outside any scroll container, and
+// whether the page itself scrolls sideways: content a reader cannot reach.
+constexpr const char* kClipped = R"js((() => {
+  const W = window.innerWidth, bad = [];
+  const name = el => el.tagName.toLowerCase() + (el.id ? '#' + el.id : '') +
+      (el.className && typeof el.className === 'string' ? '.' + el.className.trim().replace(/\s+/g, '.') : '');
+  if (document.documentElement.scrollWidth > W) {
+    bad.push('the page scrolls sideways: ' + document.documentElement.scrollWidth + ' > ' + W);
+  }
+  for (const el of document.querySelectorAll('body *')) {
+    const r = el.getBoundingClientRect();
+    if (r.width === 0 || r.right <= W + 0.5 || el.closest('.skip')) continue;
+    let p = el.parentElement, contained = false;
+    for (; p && p !== document.body; p = p.parentElement) {
+      const o = getComputedStyle(p).overflowX;
+      if (o === 'auto' || o === 'scroll') { contained = true; break; }
+    }
+    if (!contained) bad.push(name(el) + ' ends at ' + Math.round(r.right) + ' px: "' +
+                             (el.innerText || el.textContent || '').slice(0, 40) + '"');
+  }
+  return bad.slice(0, 12);
+})())js";
+
+// Scroll containers whose content is wider than they are (at 1280 px, none should be).
+constexpr const char* kScrolledAway = R"js((() => {
+  const bad = [];
+  for (const el of document.querySelectorAll('body *')) {
+    const o = getComputedStyle(el).overflowX;
+    if ((o === 'auto' || o === 'scroll') && el.scrollWidth > el.clientWidth + 1) {
+      bad.push((el.firstElementChild && el.firstElementChild.id || el.tagName) + ': ' + el.scrollWidth +
+               ' px of content in ' + el.clientWidth + ' px');
+    }
+  }
+  return bad;
+})())js";
+
+// Text of the schedule picture (but the slanted layer names) that overlaps other
+// text or leaves the picture.
+constexpr const char* kSvgOverlaps = R"js((() => {
+  const svg = document.querySelector('#schedule-picture svg'), box = svg.getBoundingClientRect(), bad = [];
+  const texts = Array.from(svg.querySelectorAll('text:not(.layer)')).map(t => [t.textContent, t.getBoundingClientRect()]);
+  for (const [t, r] of texts) {
+    if (r.left < box.left - 0.5 || r.right > box.right + 0.5) bad.push('"' + t + '" leaves the picture');
+  }
+  for (let i = 0; i < texts.length; ++i) {
+    for (let j = i + 1; j < texts.length; ++j) {
+      const [a, ra] = texts[i], [b, rb] = texts[j];
+      if (ra.left < rb.right && rb.left < ra.right && ra.top < rb.bottom && rb.top < ra.bottom) {
+        bad.push('"' + a + '" overlaps "' + b + '"');
+      }
+    }
+  }
+  return bad;
+})())js";
 
 class BrowserTest : public ::testing::Test {
  protected:
@@ -291,6 +357,23 @@ TEST_F(BrowserTest, ThePageShowsDevicesCostsASchedulePictureAndLiveJobs) {
   EXPECT_TRUE(seen.count("succeeded 100")) << ::testing::PrintToString(seen);
   EXPECT_GE(seen.size(), 2u) << "the row never changed after it appeared: " << ::testing::PrintToString(seen);
 
+  // A training run on the measured costs: listed apart from the profile runs, with its model.
+  const std::string trained = CallJson(Socket(), "JobService/StartTrain", R"({"model":"linear","steps":3})");
+  ASSERT_THAT(trained, ::testing::EndsWith(" 200")) << trained;
+  const std::string train_job = json::parse(trained.substr(0, trained.rfind(' '))).at("id");
+  const std::string train_row = "document.getElementById('job-" + train_job + "')";
+  EXPECT_TRUE(page.WaitFor(train_row + " && /succeeded|failed/.test(" + train_row + ".querySelector('.state').textContent)"));
+  EXPECT_EQ(page.Eval(train_row + ".querySelector('.state').textContent"), "succeeded")
+      << page.Eval(train_row + ".innerText");
+  ASSERT_TRUE(page.Navigate(Url("/")));
+  EXPECT_EQ(page.Eval("document.querySelectorAll('#train-runs-table tr.train-run').length"), 1)
+      << page.Eval("document.getElementById('train-runs').innerText");
+  EXPECT_THAT(page.Eval("document.querySelector('#train-runs-table tr.train-run').innerText").get<std::string>(),
+              ::testing::HasSubstr("linear"));
+  EXPECT_EQ(page.Eval("document.querySelector('header nav a[href=\"/#runs\"]').textContent"), "Profile runs");
+  EXPECT_EQ(page.Eval("document.querySelector('#run-table tr.profile-run').cells[1].textContent"), "linear");
+  EXPECT_EQ(page.Eval("document.querySelector('header nav a[href=\"/#train-runs\"]').textContent"), "Training runs");
+
   // A cost table with a row per node of the training graph, sortable from the page.
   auto graph = edgecost::graph::ZooTrainingGraph("linear", 1, edgecost::graph::kDefaultDerivation);
   ASSERT_TRUE(graph.ok());
@@ -303,6 +386,13 @@ TEST_F(BrowserTest, ThePageShowsDevicesCostsASchedulePictureAndLiveJobs) {
           "(() => { const v = Array.from(document.querySelectorAll('#cost-table tbody tr'))"
           ".map(r => parseFloat(r.cells[3].dataset.value)); return v.every((x, i) => i == 0 || v[i-1] >= x); })()"),
       true);
+  // The same table as CSV, a row per node.
+  const std::string csv_href = page.Eval("document.getElementById('costs-csv').getAttribute('href')");
+  const json csv = page.Eval("fetch(" + json(csv_href).dump() + ").then(r => r.text())");
+  ASSERT_TRUE(csv.is_string());
+  const std::string csv_text = csv;
+  EXPECT_EQ(std::count(csv_text.begin(), csv_text.end(), '\n'), graph->nodes_size() + 1);
+  EXPECT_THAT(csv_text, ::testing::StartsWith("node,name,phase,runtime_s,compute_j,ram_bytes,"));
   page.Screenshot(fs::path(EDGECOST_BUILD_DIR) / "web-view-costs-1280x800.png");
 
   // The schedule: its picture with the RAM curve, drawn with a real size.
@@ -312,12 +402,53 @@ TEST_F(BrowserTest, ThePageShowsDevicesCostsASchedulePictureAndLiveJobs) {
             200);
   page.Screenshot(fs::path(EDGECOST_BUILD_DIR) / "web-view-schedule-1280x800.png");
 
-  // At phone width the page does not scroll sideways: wide tables scroll inside their own box.
-  page.Send("Emulation.setDeviceMetricsOverride",
-            {{"width", 390}, {"height", 844}, {"deviceScaleFactor", 2}, {"mobile", true}});
+  // A failed request is listed as having no schedule: no energy, nothing to trace.
+  const std::string failed = CallJson(
+      Socket(), "SolverService/Solve",
+      R"({"model":"linear","device":"a72","ramBudgetBytes":"1000","runtimeBudgetMultiple":1.5,"timeLimitS":20})");
+  ASSERT_THAT(failed, ::testing::EndsWith(" 200")) << failed;
+  const std::string failed_id = json::parse(failed.substr(0, failed.rfind(' '))).at("id");
   ASSERT_TRUE(page.Navigate(Url("/")));
-  EXPECT_LE(page.Eval("document.documentElement.scrollWidth").get<int>(), 390);
-  page.Screenshot(fs::path(EDGECOST_BUILD_DIR) / "web-view-overview-phone.png");
+  const std::string failed_row =
+      "document.querySelector('#schedule-table a[href=\"/schedule?id=" + failed_id + "\"]').closest('tr')";
+  EXPECT_THAT(page.Eval(failed_row + ".innerText").get<std::string>(),
+              ::testing::AllOf(::testing::HasSubstr("no schedule"), ::testing::Not(::testing::HasSubstr(" J"))));
+  EXPECT_EQ(page.Eval(failed_row + ".querySelectorAll('a[href^=\"/trace\"]').length"), 0);
+
+  // Every page at 1280 px and at phone width: nothing clipped outside the viewport.
+  const json measured_href = page.Eval("(document.querySelector('#model-table a.measured') || {}).href || ''");
+  std::vector<std::pair<std::string, std::string>> pages = {
+      {"overview", "/"},
+      {"costs", "/costs?model=linear&device=a72"},
+      {"schedule", "/schedule?id=" + schedule_id},
+      {"failed-schedule", "/schedule?id=" + failed_id},
+  };
+  if (measured_href.is_string() && !measured_href.get<std::string>().empty()) {
+    const std::string href = measured_href;
+    pages.emplace_back("costs-measured", href.substr(href.find("/costs")));
+  } else {
+    ADD_FAILURE() << "the overview links no measured cost table after the profile job";
+  }
+  for (const auto& [width, height, scale, mobile] :
+       {std::tuple{1280, 800, 1, false}, std::tuple{390, 844, 2, true}}) {
+    page.Send("Emulation.setDeviceMetricsOverride",
+              {{"width", width}, {"height", height}, {"deviceScaleFactor", scale}, {"mobile", mobile}});
+    for (const auto& [name, path] : pages) {
+      SCOPED_TRACE(name + " at " + std::to_string(width) + " px");
+      ASSERT_TRUE(page.Navigate(Url(path)));
+      EXPECT_THAT(page.Eval(kClipped).get<std::vector<std::string>>(), ::testing::IsEmpty());
+      if (width >= 1280) {  // at desktop width nothing hides behind a sideways scroll either
+        EXPECT_THAT(page.Eval(kScrolledAway).get<std::vector<std::string>>(), ::testing::IsEmpty());
+      }
+      if (name == "schedule") {
+        EXPECT_THAT(page.Eval(kSvgOverlaps).get<std::vector<std::string>>(), ::testing::IsEmpty());
+        EXPECT_LE(page.Eval("document.querySelector('#schedule-picture svg').getBoundingClientRect().right").get<double>(),
+                  width);
+      }
+      page.Screenshot(fs::path(EDGECOST_BUILD_DIR) /
+                      ("web-view-" + name + "-" + std::to_string(width) + "x" + std::to_string(height) + ".png"));
+    }
+  }
 
   EXPECT_THAT(page.TakeErrors(), ::testing::IsEmpty());
 }
