@@ -532,6 +532,7 @@ Result<v1::GetCostTableRequest> CostRequestOf(const std::string& query) {
   request.set_model(FormValue(query, "model"));
   request.set_device(FormValue(query, "device"));
   request.set_cost_source(FormValue(query, "source"));
+  // The measured table's compute threads; empty: GetCostTable's default (all cores for this device).
   if (const std::string threads = FormValue(query, "threads"); !threads.empty()) {
     const unsigned long count = std::strtoul(threads.c_str(), nullptr, 10);
     if (count == 0 || count > 4096) return InvalidArgument("threads is a count of compute threads, 1 to 4096");
@@ -560,17 +561,7 @@ HttpResponse WebView::CostsCsv(const std::string& query) {
 }
 
 Result<std::string> WebView::CostsPage(const std::string& query) {
-  v1::GetCostTableRequest request;
-  request.set_model(FormValue(query, "model"));
-  request.set_device(FormValue(query, "device"));
-  request.set_cost_source(FormValue(query, "source"));
-  // The measured table's compute threads; empty: GetCostTable's default (all cores for this device).
-  if (const std::string threads = FormValue(query, "threads"); !threads.empty()) {
-    const unsigned long count = std::strtoul(threads.c_str(), nullptr, 10);
-    if (count == 0 || count > 4096) return InvalidArgument("threads is a count of compute threads, 1 to 4096");
-    request.set_threads(static_cast<uint32_t>(count));
-  }
-  if (request.model().empty()) return InvalidArgument("say which model: /costs?model=NAME&device=DEVICE");
+  EC_ASSIGN_OR_RETURN(const v1::GetCostTableRequest request, CostRequestOf(query));
   EC_ASSIGN_OR_RETURN(v1::CostTable table, sources_.costs->GetCostTable(request));
   const bool measured = table.cost_source() == profiler::kMeasuredSource;
   std::string compare = FormValue(query, "compare");
