@@ -34,7 +34,7 @@ struct Scratch {
 };
 
 // Profiles `model` from an empty database (paging included) and returns the wall time.
-Result<double> ProfileFromScratch(costdb::CostDb& db, Backend& backend, const std::string& model,
+Result<double> ProfileFromScratch(costdb::CostDb& db, kernels::Backend& backend, const std::string& model,
                                   const std::string& hash, int threads, bool force, const std::string& paging_dir) {
   const double start = SteadyClock().NowS();
   EC_ASSIGN_OR_RETURN(v1::TrainingGraph graph, graph::ZooTrainingGraph(model, 1, graph::Derivation::kExact));
@@ -90,7 +90,7 @@ struct BusyRun {
 };
 
 // Profiles `graph` under fingerprint `hash` (measuring everything again) and reads back what was stored.
-Result<BusyRun> ProfileRun(costdb::CostDb& db, Backend& backend, const v1::TrainingGraph& graph,
+Result<BusyRun> ProfileRun(costdb::CostDb& db, kernels::Backend& backend, const v1::TrainingGraph& graph,
                            const std::string& hash, int threads) {
   v1::Device device;
   device.set_name("bench-" + hash);
@@ -154,7 +154,7 @@ void CompareRuns(std::ostream& out, const std::string& model, const std::string&
       << std::setw(7) << ratio_max << std::setprecision(2) << std::setw(7) << b.elapsed_s << "\n";
 }
 
-Status BusyBenchmark(std::ostream& out, Backend& backend, int threads, const std::filesystem::path& dir) {
+Status BusyBenchmark(std::ostream& out, kernels::Backend& backend, int threads, const std::filesystem::path& dir) {
   out << "\nquiet against one core busy (`sh -c 'while :; do :; done'`), " << threads
       << " threads; every op measured again in each run.\n"
       << "ops: distinct ops; <=5%, <=25%: ops agreeing with the reference run; >100us: of the ops above 100 us,\n"
@@ -204,7 +204,7 @@ Status RunProfilerBenchmark(std::ostream& out, const ProfilerBenchOptions& optio
   omp_set_num_threads(threads);
   Scratch scratch;
   EC_ASSIGN_OR_RETURN(costdb::CostDb db, costdb::CostDb::Open((scratch.dir / "bench.db").string()));
-  Backend backend;
+  kernels::Backend backend;
   v1::Device device;
   device.set_name("bench");
   device.set_kind(v1::Device::KIND_MEASURED);
@@ -212,7 +212,7 @@ Status RunProfilerBenchmark(std::ostream& out, const ProfilerBenchOptions& optio
   EC_RETURN_IF_ERROR(db.UpsertDevice(device).status());
   const std::string paging_dir = (scratch.dir / "paging").string();
   out << std::fixed << std::setprecision(2);
-  out << "profiler benchmark: " << threads << " threads, oneDNN ISA " << Backend::Isa() << "\n\n";
+  out << "profiler benchmark: " << threads << " threads, oneDNN ISA " << kernels::Backend::Isa() << "\n\n";
   if (options.busy) EC_RETURN_IF_ERROR(BusyBenchmark(out, backend, threads, scratch.dir));
   if (!options.speed) return Status::Ok();
   out << "\n";

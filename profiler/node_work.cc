@@ -11,18 +11,18 @@
 namespace edgecost::profiler {
 namespace {
 
-Dims ShapeOf(const v1::TrainingNode& node) {
-  return Dims(node.output_shape().dims().begin(), node.output_shape().dims().end());
+kernels::Dims ShapeOf(const v1::TrainingNode& node) {
+  return kernels::Dims(node.output_shape().dims().begin(), node.output_shape().dims().end());
 }
 
-std::string DimsText(const Dims& dims) {
+std::string DimsText(const kernels::Dims& dims) {
   std::ostringstream out;
   for (size_t i = 0; i < dims.size(); ++i) out << (i ? "x" : "") << dims[i];
   return out.str();
 }
 
-LayerSpec SpecOf(const v1::TrainingGraph& graph, const v1::TrainingNode& forward) {
-  LayerSpec spec;
+kernels::LayerSpec SpecOf(const v1::TrainingGraph& graph, const v1::TrainingNode& forward) {
+  kernels::LayerSpec spec;
   spec.kind = forward.op_kind();
   spec.attributes = {forward.attributes().begin(), forward.attributes().end()};
   for (uint32_t input : forward.inputs()) spec.input_shapes.push_back(ShapeOf(graph.nodes(static_cast<int>(input))));
@@ -100,7 +100,7 @@ Result<NodeWork> WorkForNode(const v1::TrainingGraph& graph, int index, int thre
   v1::OpSignature& sig = work.signature;
   sig.set_kind(work.spec.kind);
   sig.set_phase(node.phase());
-  for (const Dims& shape : work.spec.input_shapes) {
+  for (const kernels::Dims& shape : work.spec.input_shapes) {
     v1::Shape* s = sig.add_input_shapes();
     for (int64_t d : shape) s->add_dims(d);
   }
@@ -127,14 +127,14 @@ Result<NodeWork> WorkForNode(const v1::TrainingGraph& graph, int index, int thre
   return work;
 }
 
-Result<NodeRunner> NodeRunner::Create(Backend& backend, const NodeWork& work, uint32_t seed) {
+Result<NodeRunner> NodeRunner::Create(kernels::Backend& backend, const NodeWork& work, uint32_t seed) {
   NodeRunner runner;
   runner.pass_ = work.pass;
   if (work.pass == Pass::kNone) return runner;
   if (work.pass == Pass::kGradSum) {
-    EC_ASSIGN_OR_RETURN(runner.layer_, MakeGradSum(backend, work.spec.output_shape, work.sum_parts, seed));
+    EC_ASSIGN_OR_RETURN(runner.layer_, kernels::MakeGradSum(backend, work.spec.output_shape, work.sum_parts, seed));
   } else {
-    EC_ASSIGN_OR_RETURN(runner.layer_, MakeLayer(backend, work.spec, seed));
+    EC_ASSIGN_OR_RETURN(runner.layer_, kernels::MakeLayer(backend, work.spec, seed));
   }
   return runner;
 }

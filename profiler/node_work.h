@@ -7,7 +7,7 @@
 #include <string_view>
 
 #include "base/status.h"
-#include "profiler/layers.h"
+#include "kernels/layers.h"
 #include "proto/edgecost.pb.h"
 
 namespace edgecost::profiler {
@@ -24,7 +24,7 @@ enum class Pass {
 
 struct NodeWork {
   Pass pass = Pass::kNone;
-  LayerSpec spec;     // the forward layer the pass belongs to
+  kernels::LayerSpec spec;     // the forward layer the pass belongs to
   int sum_parts = 0;  // kGradSum: how many gradients are added
   v1::OpSignature signature;
   // Threads the op runs on: `threads`, or 1 for an op too small to repay a
@@ -48,14 +48,14 @@ int CostTableOpKeyThreads(const v1::CostTable& table);
 // Builds the layer and returns a callable that runs the node's pass once.
 class NodeRunner {
  public:
-  static Result<NodeRunner> Create(Backend& backend, const NodeWork& work, uint32_t seed = 1);
+  static Result<NodeRunner> Create(kernels::Backend& backend, const NodeWork& work, uint32_t seed = 1);
   void Run();
   uint64_t scratchpad_bytes() const;
   uint64_t workspace_bytes() const;
 
  private:
   Pass pass_ = Pass::kNone;
-  std::unique_ptr<Layer> layer_;
+  std::unique_ptr<kernels::Layer> layer_;
 };
 
 }  // namespace edgecost::profiler

@@ -96,7 +96,7 @@ std::string UnreliableSummary(const ProfileSummary& summary, const std::string& 
                              : text + ": re-run when the device is idle, or " + accept_hint;
 }
 
-Result<ProfileSummary> ProfileGraph(costdb::CostDb& db, Backend& backend, const v1::TrainingGraph& graph,
+Result<ProfileSummary> ProfileGraph(costdb::CostDb& db, kernels::Backend& backend, const v1::TrainingGraph& graph,
                                     const std::string& fingerprint_hash, int64_t run_id, EnergyMeter* meter,
                                     const ProfileOptions& options) {
   ProfileSummary summary;

@@ -14,7 +14,7 @@
 #include "base/status.h"
 #include "costdb/costdb.h"
 #include "graph/resolve.h"
-#include "profiler/layers.h"
+#include "kernels/layers.h"
 #include "profiler/measure.h"
 #include "proto/edgecost.pb.h"
 
@@ -107,7 +107,7 @@ struct ProfileSummary {
 // empty when every op was measured cleanly.
 std::string UnreliableSummary(const ProfileSummary& summary, const std::string& accept_hint);
 
-Result<ProfileSummary> ProfileGraph(costdb::CostDb& db, Backend& backend, const v1::TrainingGraph& graph,
+Result<ProfileSummary> ProfileGraph(costdb::CostDb& db, kernels::Backend& backend, const v1::TrainingGraph& graph,
                                     const std::string& fingerprint_hash, int64_t run_id, EnergyMeter* meter,
                                     const ProfileOptions& options);
 

@@ -14,7 +14,7 @@
 
 #include <onnx/onnx_pb.h>
 
-#include "profiler/layers.h"
+#include "kernels/layers.h"
 
 namespace edgecost::service {
 namespace {
@@ -101,7 +101,7 @@ struct Binding {
   int index = 0;  // the layer's parameter; >= its parameter count: a running statistic, kept as the file's
   std::string name;
   bool transposed = false;  // the file's (in, out) for the layer's (out, in)
-  profiler::Tensor* tensor = nullptr;
+  kernels::Tensor* tensor = nullptr;
 };
 
 // Every parameter of every layer with its initializer, checked: present, float32, same shape.
@@ -121,7 +121,7 @@ Result<std::vector<Binding>> Bind(const graph::OnnxModel& m, const Initializers&
     }
     for (int k = 0; k < static_cast<int>(layer.param_names.size()); ++k) {
       const std::string& name = layer.param_names[static_cast<size_t>(k)];
-      profiler::Tensor* tensor = executor.LayerParameter(i, k);
+      kernels::Tensor* tensor = executor.LayerParameter(i, k);
       if (name.empty()) {
         if (tensor) return InvalidArgument(m.origin + ": " + node + " has a parameter " + std::to_string(k) +
                                            " that no initializer of the file gives");
@@ -141,7 +141,7 @@ Result<std::vector<Binding>> Bind(const graph::OnnxModel& m, const Initializers&
         if (transposed) expected = {expected[1], expected[0]};
       } else {
         // A batch norm's running mean or variance: one value per channel, like its scale.
-        profiler::Tensor* scale = executor.LayerParameter(i, 0);
+        kernels::Tensor* scale = executor.LayerParameter(i, 0);
         expected = scale ? scale->dims : Dims{};
       }
       if (Squeezed(file) != Squeezed(expected)) {
@@ -155,7 +155,7 @@ Result<std::vector<Binding>> Bind(const graph::OnnxModel& m, const Initializers&
   return out;
 }
 
-void CopyIn(const std::vector<float>& file, bool transposed, profiler::Tensor& t) {
+void CopyIn(const std::vector<float>& file, bool transposed, kernels::Tensor& t) {
   if (!transposed) {
     std::copy(file.begin(), file.end(), t.data.begin());
     return;
@@ -166,7 +166,7 @@ void CopyIn(const std::vector<float>& file, bool transposed, profiler::Tensor& t
   }
 }
 
-std::vector<float> CopyOut(const profiler::Tensor& t, bool transposed) {
+std::vector<float> CopyOut(const kernels::Tensor& t, bool transposed) {
   if (!transposed) return t.data;
   std::vector<float> file(t.data.size());
   const int64_t rows = t.dims[0], cols = t.dims[1];

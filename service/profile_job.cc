@@ -13,7 +13,7 @@
 #include "probes/registry.h"
 #include "profiler/energy_model.h"
 #include "profiler/fingerprint.h"
-#include "profiler/layers.h"
+#include "kernels/layers.h"
 #include "profiler/paging.h"
 #include "profiler/probe_meter.h"
 #include "service/calibrate.h"
@@ -34,7 +34,7 @@ v1::Device ThisDevice(const std::string& paging_dir) {
   device.set_name(profiler::ThisDeviceName());
   device.set_kind(v1::Device::KIND_MEASURED);
   *device.mutable_fingerprint() =
-      profiler::ReadFingerprint(profiler::SystemRoots::FromEnvironment(), profiler::Backend::Isa(), paging_dir);
+      profiler::ReadFingerprint(profiler::SystemRoots::FromEnvironment(), kernels::Backend::Isa(), paging_dir);
   return device;
 }
 
@@ -96,7 +96,7 @@ Result<ProfileJobResult> RunProfileJob(const ProfileJobOptions& options, const s
   const int threads = options.threads > 0 ? options.threads : omp_get_num_procs();
   omp_set_num_threads(threads);
 
-  profiler::Backend backend;
+  kernels::Backend backend;
   const std::string paging_dir = options.paging_dir.empty() ? DefaultPagingDir(options.db_path) : options.paging_dir;
   const v1::Device& device = result.device = ThisDevice(paging_dir);
   const std::string hash = device.fingerprint().hash();

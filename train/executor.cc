@@ -11,7 +11,7 @@
 
 #include "graph/derive.h"
 #include "graph/forward_graph.h"
-#include "profiler/layers.h"
+#include "kernels/layers.h"
 #include "profiler/node_work.h"
 #include "train/pager.h"
 
@@ -34,7 +34,7 @@ double ThreadCpuS() {
   return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
 }
 
-int64_t Elements(const profiler::Dims& dims) {
+int64_t Elements(const kernels::Dims& dims) {
   int64_t n = 1;
   for (int64_t d : dims) n *= d;
   return n;
@@ -138,10 +138,10 @@ std::optional<Reads> KernelReads(graph::OpKind kind, Pass pass, int activation_i
 
 struct Executor::NodeExec {
   enum class Kind { kNone, kInput, kLayer } kind = Kind::kNone;
-  profiler::Layer* layer = nullptr;
+  kernels::Layer* layer = nullptr;
   Pass pass = Pass::kNone;
   struct Binding {
-    profiler::Tensor* tensor = nullptr;
+    kernels::Tensor* tensor = nullptr;
     int node = 0;
     int64_t offset = 0;  // elements into the node's buffer (one input's part of a gradient of several)
   };
@@ -151,8 +151,8 @@ struct Executor::NodeExec {
 };
 
 struct Executor::State {
-  profiler::Backend backend;
-  std::vector<std::unique_ptr<profiler::Layer>> layers;  // by node: forward layers and gradient sums
+  kernels::Backend backend;
+  std::vector<std::unique_ptr<kernels::Layer>> layers;  // by node: forward layers and gradient sums
   std::vector<NodeExec> execs;
   std::vector<std::vector<int>> succs;
   std::unique_ptr<Arena> arena;
@@ -326,8 +326,8 @@ Result<std::unique_ptr<Executor>> Executor::Create(const v1::TrainingGraph& grap
                              "' is not supported by the training executor yet (its kernels exist for profiling)");
       }
       EC_ASSIGN_OR_RETURN(s.layers[static_cast<size_t>(v)],
-                          profiler::MakeLayer(s.backend, work.spec, options.seed + static_cast<uint32_t>(v)));
-      profiler::Layer& layer = *s.layers[static_cast<size_t>(v)];
+                          kernels::MakeLayer(s.backend, work.spec, options.seed + static_cast<uint32_t>(v)));
+      kernels::Layer& layer = *s.layers[static_cast<size_t>(v)];
       exec.kind = NodeExec::Kind::kLayer;
       exec.layer = &layer;
       if (layer.inputs().size() != static_cast<size_t>(node.inputs_size())) {
@@ -347,7 +347,7 @@ Result<std::unique_ptr<Executor>> Executor::Create(const v1::TrainingGraph& grap
         s.label_rows = layer.inputs()[0].dims[0];
         s.classes = layer.inputs()[0].dims[1];
       }
-      for (profiler::Tensor* p : layer.params()) e->param_bytes_ += p->bytes();
+      for (kernels::Tensor* p : layer.params()) e->param_bytes_ += p->bytes();
       continue;
     }
     switch (work.pass) {
@@ -357,8 +357,8 @@ Result<std::unique_ptr<Executor>> Executor::Create(const v1::TrainingGraph& grap
         return InvalidArgument(label + " is POET's one gradient per layer; train graphs of the exact derivation");
       case Pass::kGradSum: {
         EC_ASSIGN_OR_RETURN(s.layers[static_cast<size_t>(v)],
-                            profiler::MakeGradSum(s.backend, work.spec.output_shape, work.sum_parts, options.seed));
-        profiler::Layer& layer = *s.layers[static_cast<size_t>(v)];
+                            kernels::MakeGradSum(s.backend, work.spec.output_shape, work.sum_parts, options.seed));
+        kernels::Layer& layer = *s.layers[static_cast<size_t>(v)];
         exec.kind = NodeExec::Kind::kLayer;
         exec.layer = &layer;
         for (int j = 0; j < node.inputs_size(); ++j) {
@@ -375,7 +375,7 @@ Result<std::unique_ptr<Executor>> Executor::Create(const v1::TrainingGraph& grap
         break;
     }
     const int f = node.forward_of();
-    profiler::Layer* layer = s.layers[static_cast<size_t>(f)].get();
+    kernels::Layer* layer = s.layers[static_cast<size_t>(f)].get();
     if (!layer) return InvalidArgument(label + " differentiates node " + std::to_string(f) + ", which has no kernel");
     exec.kind = NodeExec::Kind::kLayer;
     exec.layer = layer;
@@ -467,29 +467,29 @@ Result<std::unique_ptr<Executor>> Executor::Create(const v1::TrainingGraph& grap
   // Layer state: what each layer allocated for itself besides its parameters and their gradients,
   // and its tensors that no node binds to the arena (the dX of an input without a gradient, the
   // gradient tensors of a frozen layer), which keep their own storage.
-  std::set<const profiler::Tensor*> bound;
+  std::set<const kernels::Tensor*> bound;
   for (const NodeExec& exec : s.execs) {
     for (const NodeExec::Binding& b : exec.binds) {
       if (bound.insert(b.tensor).second) exec.layer->Release(*b.tensor);  // the arena holds it from now on
     }
   }
-  for (const std::unique_ptr<profiler::Layer>& layer : s.layers) {
+  for (const std::unique_ptr<kernels::Layer>& layer : s.layers) {
     if (!layer) continue;
     uint64_t state = layer->owned_bytes();
-    for (profiler::Tensor* p : layer->params()) state -= p->bytes();
-    for (profiler::Tensor* p : layer->grad_params()) {
+    for (kernels::Tensor* p : layer->params()) state -= p->bytes();
+    for (kernels::Tensor* p : layer->grad_params()) {
       state -= p->bytes();
       e->grad_param_bytes_ += p->bytes();
     }
-    std::vector<profiler::Tensor*> bindable = {&layer->output(), &layer->grad_output()};
-    for (profiler::Tensor& t : layer->inputs()) bindable.push_back(&t);
-    for (profiler::Tensor& t : layer->grad_inputs()) bindable.push_back(&t);
-    for (const profiler::Tensor* t : bindable) {
+    std::vector<kernels::Tensor*> bindable = {&layer->output(), &layer->grad_output()};
+    for (kernels::Tensor& t : layer->inputs()) bindable.push_back(&t);
+    for (kernels::Tensor& t : layer->grad_inputs()) bindable.push_back(&t);
+    for (const kernels::Tensor* t : bindable) {
       if (!bound.count(t)) state += t->bytes();
     }
     e->layer_state_bytes_ += state;
   }
-  // oneDNN's scratchpad: one buffer for every layer, the largest need (profiler::Backend).
+  // oneDNN's scratchpad: one buffer for every layer, the largest need (kernels::Backend).
   e->scratchpad_bytes_ = s.backend.scratchpad_bytes();
   e->layer_state_bytes_ += e->scratchpad_bytes_;
   s.trained.assign(trained.begin(), trained.end());
@@ -722,7 +722,7 @@ void Executor::Update(double lr) {
   State& s = *state_;
   const float step = static_cast<float>(lr / static_cast<double>(std::max<int64_t>(1, s.label_rows)));
   for (const auto& [node, index] : s.trained) {
-    profiler::Layer& layer = *s.layers[static_cast<size_t>(node)];
+    kernels::Layer& layer = *s.layers[static_cast<size_t>(node)];
     std::vector<float>& p = layer.params()[static_cast<size_t>(index)]->data;
     const std::vector<float>& g = layer.grad_params()[static_cast<size_t>(index)]->data;
     for (size_t i = 0; i < p.size(); ++i) p[i] -= step * g[i];
@@ -735,12 +735,12 @@ std::vector<float>* Executor::Parameter(int node, int index) {
   return &state_->layers[static_cast<size_t>(node)]->params()[static_cast<size_t>(index)]->data;
 }
 
-profiler::Tensor* Executor::LayerParameter(int node, int index) {
+kernels::Tensor* Executor::LayerParameter(int node, int index) {
   if (node < 0 || static_cast<size_t>(node) >= state_->layers.size() || !state_->layers[static_cast<size_t>(node)] ||
       index < 0) {
     return nullptr;
   }
-  std::vector<profiler::Tensor*>& params = state_->layers[static_cast<size_t>(node)]->params();
+  std::vector<kernels::Tensor*>& params = state_->layers[static_cast<size_t>(node)]->params();
   return static_cast<size_t>(index) < params.size() ? params[static_cast<size_t>(index)] : nullptr;
 }
 
@@ -749,8 +749,8 @@ double Executor::ClockS() const { return NowS() - state_->origin_s; }
 std::vector<ParamGradient> Executor::Gradients() const {
   std::vector<ParamGradient> out;
   for (const auto& [node, index] : state_->trained) {
-    const profiler::Layer& layer = *state_->layers[static_cast<size_t>(node)];
-    out.push_back({node, index, const_cast<profiler::Layer&>(layer).grad_params()[static_cast<size_t>(index)]->data});
+    const kernels::Layer& layer = *state_->layers[static_cast<size_t>(node)];
+    out.push_back({node, index, const_cast<kernels::Layer&>(layer).grad_params()[static_cast<size_t>(index)]->data});
   }
   return out;
 }

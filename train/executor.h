@@ -1,8 +1,8 @@
-// The executor: real training steps on the profiler's oneDNN layers, stage by
+// The executor: real training steps on the oneDNN layers of kernels/, stage by
 // stage as a schedule says (compute, keep, free, recompute, page out, page in),
 // then an SGD update. Every activation lives in the arena, which counts every
 // live byte and refuses to hold more than the schedule planned; layers are bound
-// to the arena's buffers before each pass (profiler::Layer::Bind), so outputs are
+// to the arena's buffers before each pass (kernels::Layer::Bind), so outputs are
 // shared between the layers that produce and read them, as in a framework.
 //
 // What stays outside the arena: parameters and their gradients (outside the RAM
@@ -26,7 +26,7 @@
 #include "solver/plan.h"
 #include "train/arena.h"
 
-namespace edgecost::profiler {
+namespace edgecost::kernels {
 struct Tensor;
 }
 
@@ -109,7 +109,7 @@ class Executor {
   // Any parameter of a node's layer, trained or frozen, with its dims (a conv's OIHW, a linear
   // layer's (out, in), a batch norm's scale then shift): to load a model's own weights before the
   // first step, or to write them out. Null when the node has no such parameter.
-  profiler::Tensor* LayerParameter(int node, int index);
+  kernels::Tensor* LayerParameter(int node, int index);
   // Seconds since the executor was created: the clock of TraceEvents.
   double ClockS() const;
 

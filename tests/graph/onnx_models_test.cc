@@ -143,7 +143,7 @@ TEST_P(OnnxModelsTest, ImportsDerivesProfilesAndSolvesAtHalfItsPeak) {
   device.set_kind(v1::Device::KIND_MEASURED);
   device.mutable_fingerprint()->set_hash("fp");
   ASSERT_TRUE(db->UpsertDevice(device).ok());
-  profiler::Backend backend;
+  kernels::Backend backend;
   profiler::EstimatedMeter meter{probes::EstimateModel{}};
   profiler::ProfileOptions options;
   options.threads = 1;

@@ -280,7 +280,7 @@ class ProfileDomains : public Domains {
   }
 
   std::unique_ptr<costdb::CostDb> db_;
-  Backend backend_;
+  kernels::Backend backend_;
   ProfileOptions options_;
 };
 

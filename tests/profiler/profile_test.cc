@@ -88,7 +88,7 @@ class ProfileTest : public edgecost::testing::TempDirTest {
   }
 
   std::unique_ptr<costdb::CostDb> db_;
-  Backend backend_;
+  kernels::Backend backend_;
   EstimatedMeter meter_{probes::EstimateModel{}};
   ProfileOptions options_;
 };

@@ -119,7 +119,7 @@ TEST_F(TraceTest, AProfileRunHasEveryOpWithItsMeasuredRepetitions) {
   ASSERT_TRUE(graph.ok());
   auto run = db_->BeginRun("fp", profiler::kMeasuredSource);
   ASSERT_TRUE(run.ok());
-  profiler::Backend backend;
+  kernels::Backend backend;
   profiler::EstimatedMeter meter{probes::EstimateModel{}};
   profiler::ProfileOptions options;
   options.threads = 1;

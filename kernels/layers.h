@@ -1,4 +1,4 @@
-// Real kernels for every op kind of the zoo, forward and backward, on oneDNN.
+// Real kernels for every op kind, forward and backward, on oneDNN.
 //
 // A Layer owns the tensors one op touches: its inputs X, output Y, parameters,
 // the forward intermediates its backward needs (batch statistics, pooling
@@ -19,7 +19,7 @@
 
 #include "base/status.h"
 
-namespace edgecost::profiler {
+namespace edgecost::kernels {
 
 using Dims = std::vector<int64_t>;
 
@@ -126,4 +126,4 @@ Result<std::unique_ptr<Layer>> MakeLayer(Backend& backend, const LayerSpec& spec
 // The sum of k gradients of the same shape (grad_sum nodes): inputs() are the parts.
 Result<std::unique_ptr<Layer>> MakeGradSum(Backend& backend, const Dims& shape, int parts, uint32_t seed = 1);
 
-}  // namespace edgecost::profiler
+}  // namespace edgecost::kernels

@@ -1,7 +1,7 @@
 // Every op kind's backward against a numerical gradient of its forward, on tiny
 // shapes: d<dY, Y(X)>/dX by central differences must match BackwardInput, and
 // likewise for the parameters and BackwardWeights.
-#include "profiler/layers.h"
+#include "kernels/layers.h"
 
 #include <cmath>
 #include <map>
@@ -9,7 +9,7 @@
 
 #include <gtest/gtest.h>
 
-namespace edgecost::profiler {
+namespace edgecost::kernels {
 namespace {
 
 double Objective(Layer& layer) {
@@ -343,4 +343,4 @@ TEST(Layers, LayersShareOneScratchpadTheSizeOfTheLargestNeed) {
 }
 
 }  // namespace
-}  // namespace edgecost::profiler
+}  // namespace edgecost::kernels

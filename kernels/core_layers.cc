@@ -1,0 +1,452 @@
+// The zoo's op set: convolution, linear, batch norm, ReLU, pooling, flatten,
+// dropout, residual add, attention and the loss, and the gradient sum of the
+// training graph.
+#include "kernels/families.h"
+#include "kernels/step_layer.h"
+
+namespace edgecost::kernels::detail {
+namespace {
+
+// Convolution, grouped when the "groups" attribute says so (groups == channels: depthwise), with a
+// bias unless "no_bias" (PyTorch's convolutions before a batch norm have none).
+class Conv2d : public StepLayer {
+ public:
+  Conv2d(Backend& b, const LayerSpec& spec, uint32_t seed) : StepLayer(b, seed) {
+    InitInputs(spec.input_shapes);
+    InitOutput(spec.output_shape);
+    const int64_t k = spec.attributes.at("kernel"), s = spec.attributes.at("stride"), p = spec.attributes.at("padding");
+    const auto attribute = [&](const char* name, int64_t fallback) {
+      auto it = spec.attributes.find(name);
+      return it == spec.attributes.end() ? fallback : it->second;
+    };
+    const int64_t groups = attribute("groups", 1);
+    const bool bias = attribute("no_bias", 0) == 0;
+    const int64_t in_channels = spec.input_shapes[0][1], out_channels = spec.output_shape[1];
+    Tensor& w = Param({out_channels, in_channels / groups, k, k},
+                      std::sqrt(2.0f / static_cast<float>(in_channels / groups * k * k)));
+    Tensor* bias_t = bias ? &Param({out_channels}, 0.01f) : nullptr;
+    // Grouped weights are (groups, out/groups, in/groups, k, k): the same memory as PyTorch's.
+    const memory::desc w_md =
+        groups == 1 ? Plain(w.dims) : Plain({groups, out_channels / groups, in_channels / groups, k, k});
+    const memory::desc b_md = bias ? Plain(bias_t->dims) : memory::desc();
+    Tensor& x = inputs_[0];
+    // Same padding on both sides when it fits, else as much on the right as the output size needs.
+    const int64_t pad_r = (spec.output_shape[2] - 1) * s + k - x.dims[2] - p;
+    const memory::dims strides = {s, s}, pad_l = {p, p}, pad_rr = {pad_r, pad_r};
+    dnnl::convolution_forward::primitive_desc fwd(
+        dnnl::convolution_forward::desc(prop_kind::forward_training, algorithm::convolution_direct, Plain(x.dims), w_md,
+                                        b_md, Plain(output_.dims), strides, pad_l, pad_rr),
+        attr_, backend_.engine());
+    std::unordered_map<int, memory> fwd_args = {
+        {DNNL_ARG_SRC, Mem(x)}, {DNNL_ARG_WEIGHTS, Mem(w, w_md)}, {DNNL_ARG_DST, Mem(output_)}};
+    if (bias) fwd_args[DNNL_ARG_BIAS] = Mem(*bias_t);
+    Add(forward_, fwd, fwd_args);
+    dnnl::convolution_backward_data::primitive_desc data(
+        dnnl::convolution_backward_data::desc(algorithm::convolution_direct, Plain(x.dims), w_md, Plain(output_.dims),
+                                              strides, pad_l, pad_rr),
+        attr_, backend_.engine(), fwd);
+    Add(backward_input_, data,
+        {{DNNL_ARG_DIFF_DST, Mem(grad_output_)},
+         {DNNL_ARG_WEIGHTS, Mem(w, w_md)},
+         {DNNL_ARG_DIFF_SRC, Mem(grad_inputs_[0])}});
+    dnnl::convolution_backward_weights::primitive_desc weights(
+        dnnl::convolution_backward_weights::desc(algorithm::convolution_direct, Plain(x.dims), w_md, b_md,
+                                                 Plain(output_.dims), strides, pad_l, pad_rr),
+        attr_, backend_.engine(), fwd);
+    std::unordered_map<int, memory> weight_args = {{DNNL_ARG_SRC, Mem(x)},
+                                                   {DNNL_ARG_DIFF_DST, Mem(grad_output_)},
+                                                   {DNNL_ARG_DIFF_WEIGHTS, Mem(*grad_params_[0], w_md)}};
+    if (bias) weight_args[DNNL_ARG_DIFF_BIAS] = Mem(*grad_params_[1]);
+    Add(backward_weights_, weights, weight_args);
+    const Dims& y = output_.dims;
+    if (bias) AddReduceSum(backward_bias_, Mem(grad_output_), Mem(*grad_params_[1], Plain({1, y[1], 1, 1})));
+  }
+};
+
+// Fully connected, optionally with a fused ReLU (the transformer's FFN), or without bias (QKV).
+class Linear : public StepLayer {
+ public:
+  Linear(Backend& b, const LayerSpec& spec, uint32_t seed, bool fused_relu, bool bias) : StepLayer(b, seed) {
+    // The QKV projection's output is listed as (3 seq, d, heads); the kernel sees (seq, 3 d heads).
+    // A linear layer over the last axis of a larger input sees all other axes as rows.
+    const Dims& in_shape = spec.input_shapes[0];
+    const auto features = spec.attributes.find("in_features");
+    const int64_t rows =
+        features != spec.attributes.end() && in_shape.size() > 2 ? Elements(in_shape) / features->second : in_shape[0];
+    const Dims x_dims = {rows, Elements(in_shape) / rows};
+    const int64_t in = x_dims[1];
+    const int64_t out = Elements(spec.output_shape) / x_dims[0];
+    InitInputs({x_dims});
+    InitOutput({x_dims[0], out});
+    Tensor& w = Param({out, in}, std::sqrt(2.0f / static_cast<float>(in)));
+    Tensor* bias_t = bias ? &Param({out}, 0.01f) : nullptr;
+    Tensor& x = inputs_[0];
+    const memory::desc bias_md = bias ? Plain({out}) : memory::desc();
+    dnnl::inner_product_forward::primitive_desc fwd(
+        dnnl::inner_product_forward::desc(prop_kind::forward_training, Plain(x.dims), Plain(w.dims), bias_md,
+                                          Plain(output_.dims)),
+        attr_, backend_.engine());
+    std::unordered_map<int, memory> fwd_args = {
+        {DNNL_ARG_SRC, Mem(x)}, {DNNL_ARG_WEIGHTS, Mem(w)}, {DNNL_ARG_DST, Mem(output_)}};
+    if (bias) fwd_args[DNNL_ARG_BIAS] = Mem(*bias_t);
+    Add(forward_, fwd, fwd_args);
+    // Training keeps the ReLU a separate in-place step, as frameworks do.
+    dnnl::eltwise_forward::primitive_desc relu_fwd(
+        dnnl::eltwise_forward::desc(prop_kind::forward_training, algorithm::eltwise_relu_use_dst_for_bwd,
+                                    Plain(output_.dims)),
+        attr_, backend_.engine());
+    if (fused_relu) Add(forward_, relu_fwd, {{DNNL_ARG_SRC, Mem(output_)}, {DNNL_ARG_DST, Mem(output_)}});
+
+    // With a fused ReLU, each backward pass first masks dY with Y > 0.
+    memory dz = Mem(grad_output_);
+    if (fused_relu) {
+      Tensor& masked = Own(output_.dims);
+      dz = Mem(masked);
+      dnnl::eltwise_backward::primitive_desc relu(
+          dnnl::eltwise_backward::desc(algorithm::eltwise_relu_use_dst_for_bwd, Plain(output_.dims),
+                                       Plain(output_.dims)),
+          attr_, backend_.engine(), relu_fwd);
+      for (auto* pass : {&backward_input_, &backward_weights_, &backward_bias_}) {
+        Add(*pass, relu,
+            {{DNNL_ARG_DST, Mem(output_)}, {DNNL_ARG_DIFF_DST, Mem(grad_output_)}, {DNNL_ARG_DIFF_SRC, dz}});
+      }
+    }
+    dnnl::inner_product_backward_data::primitive_desc data(
+        dnnl::inner_product_backward_data::desc(Plain(x.dims), Plain(w.dims), Plain(output_.dims)), attr_,
+        backend_.engine(), fwd);
+    Add(backward_input_, data,
+        {{DNNL_ARG_DIFF_DST, dz}, {DNNL_ARG_WEIGHTS, Mem(w)}, {DNNL_ARG_DIFF_SRC, Mem(grad_inputs_[0])}});
+    dnnl::inner_product_backward_weights::primitive_desc weights(
+        dnnl::inner_product_backward_weights::desc(Plain(x.dims), Plain(w.dims), bias_md, Plain(output_.dims)), attr_,
+        backend_.engine(), fwd);
+    std::unordered_map<int, memory> weight_args = {
+        {DNNL_ARG_SRC, Mem(x)}, {DNNL_ARG_DIFF_DST, dz}, {DNNL_ARG_DIFF_WEIGHTS, Mem(*grad_params_[0])}};
+    if (bias) weight_args[DNNL_ARG_DIFF_BIAS] = Mem(*grad_params_[1]);
+    Add(backward_weights_, weights, weight_args);
+    if (bias) AddReduceSum(backward_bias_, dz, Mem(*grad_params_[1], Plain({1, out})));
+  }
+};
+
+class BatchNorm2d : public StepLayer {
+ public:
+  BatchNorm2d(Backend& b, const LayerSpec& spec, uint32_t seed) : StepLayer(b, seed) {
+    InitInputs(spec.input_shapes);
+    InitOutput(spec.output_shape);
+    const int64_t channels = spec.input_shapes[0][1];
+    Tensor& scale = Param({channels}, 0.1f);
+    for (float& g : scale.data) g += 1.0f;
+    Param({channels}, 0.1f);  // shift
+    Tensor& mean = Own({channels});
+    Tensor& variance = Own({channels});
+    Tensor& x = inputs_[0];
+    const auto flags = dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift;
+    const auto epsilon = spec.attributes.find("epsilon_e9");  // else PyTorch's default
+    const float kEpsilon = epsilon == spec.attributes.end() ? 1e-5f : static_cast<float>(epsilon->second) * 1e-9f;
+    dnnl::batch_normalization_forward::primitive_desc fwd(
+        dnnl::batch_normalization_forward::desc(prop_kind::forward_training, Plain(x.dims), kEpsilon, flags), attr_,
+        backend_.engine());
+    Add(forward_, fwd,
+        {{DNNL_ARG_SRC, Mem(x)},
+         {DNNL_ARG_DST, Mem(output_)},
+         {DNNL_ARG_SCALE, Mem(scale)},
+         {DNNL_ARG_SHIFT, Mem(*params_[1])},
+         {DNNL_ARG_MEAN, Mem(mean)},
+         {DNNL_ARG_VARIANCE, Mem(variance)}});
+    dnnl::batch_normalization_backward::primitive_desc bwd(
+        dnnl::batch_normalization_backward::desc(prop_kind::backward, Plain(x.dims), Plain(x.dims), kEpsilon, flags),
+        attr_, backend_.engine(), fwd);
+    // One primitive gives dX, dgamma and dbeta: the input and weight passes run it. Bias-only
+    // training needs dbeta alone, the sum of dY over all but the channel axis, which reads no X.
+    AddReduceSum(backward_bias_, Mem(grad_output_), Mem(*grad_params_[1], Plain({1, channels, 1, 1})));
+    for (auto* pass : {&backward_input_, &backward_weights_}) {
+      Add(*pass, bwd,
+          {{DNNL_ARG_SRC, Mem(x)},
+           {DNNL_ARG_MEAN, Mem(mean)},
+           {DNNL_ARG_VARIANCE, Mem(variance)},
+           {DNNL_ARG_DIFF_DST, Mem(grad_output_)},
+           {DNNL_ARG_SCALE, Mem(scale)},
+           {DNNL_ARG_SHIFT, Mem(*params_[1])},
+           {DNNL_ARG_DIFF_SRC, Mem(grad_inputs_[0])},
+           {DNNL_ARG_DIFF_SCALE, Mem(*grad_params_[0])},
+           {DNNL_ARG_DIFF_SHIFT, Mem(*grad_params_[1])}});
+    }
+    Forward();  // batch statistics for the backward pass
+  }
+};
+
+class Relu : public StepLayer {
+ public:
+  Relu(Backend& b, const LayerSpec& spec, uint32_t seed) : StepLayer(b, seed) {
+    InitInputs(spec.input_shapes);
+    InitOutput(spec.output_shape);
+    const memory::desc md = Plain(output_.dims);
+    dnnl::eltwise_forward::primitive_desc fwd(
+        dnnl::eltwise_forward::desc(prop_kind::forward_training, algorithm::eltwise_relu_use_dst_for_bwd, md), attr_,
+        backend_.engine());
+    Add(forward_, fwd, {{DNNL_ARG_SRC, Mem(inputs_[0])}, {DNNL_ARG_DST, Mem(output_)}});
+    dnnl::eltwise_backward::primitive_desc bwd(
+        dnnl::eltwise_backward::desc(algorithm::eltwise_relu_use_dst_for_bwd, md, md), attr_, backend_.engine(), fwd);
+    Add(backward_input_, bwd,
+        {{DNNL_ARG_DST, Mem(output_)},
+         {DNNL_ARG_DIFF_DST, Mem(grad_output_)},
+         {DNNL_ARG_DIFF_SRC, Mem(grad_inputs_[0])}});
+    Forward();
+  }
+};
+
+class Pool2d : public StepLayer {
+ public:
+  Pool2d(Backend& b, const LayerSpec& spec, uint32_t seed, bool max) : StepLayer(b, seed) {
+    InitInputs(spec.input_shapes);
+    InitOutput(spec.output_shape);
+    const int64_t k = spec.attributes.at("kernel"), s = spec.attributes.at("stride");
+    const auto padding = spec.attributes.find("padding");
+    const int64_t p = padding == spec.attributes.end() ? 0 : padding->second;
+    const Dims& x = inputs_[0].dims;
+    // The output size is floored; the right padding absorbs what the last window leaves out.
+    const memory::dims strides = {s, s}, kernel = {k, k}, pad_l = {p, p};
+    const memory::dims pad_r = {(output_.dims[2] - 1) * s + k - x[2] - p, (output_.dims[3] - 1) * s + k - x[3] - p};
+    const algorithm alg = max ? algorithm::pooling_max : algorithm::pooling_avg_exclude_padding;
+    dnnl::pooling_forward::primitive_desc fwd(
+        dnnl::pooling_forward::desc(prop_kind::forward_training, alg, Plain(x), Plain(output_.dims), strides, kernel,
+                                    pad_l, pad_r),
+        attr_, backend_.engine());
+    std::unordered_map<int, memory> fwd_args = {{DNNL_ARG_SRC, Mem(inputs_[0])}, {DNNL_ARG_DST, Mem(output_)}};
+    std::unordered_map<int, memory> bwd_args = {{DNNL_ARG_DIFF_DST, Mem(grad_output_)},
+                                                {DNNL_ARG_DIFF_SRC, Mem(grad_inputs_[0])}};
+    if (max) {
+      memory workspace = Workspace(fwd.workspace_desc());
+      fwd_args[DNNL_ARG_WORKSPACE] = workspace;
+      bwd_args[DNNL_ARG_WORKSPACE] = workspace;
+    }
+    Add(forward_, fwd, fwd_args);
+    dnnl::pooling_backward::primitive_desc bwd(
+        dnnl::pooling_backward::desc(alg, Plain(x), Plain(output_.dims), strides, kernel, pad_l, pad_r), attr_,
+        backend_.engine(), fwd);
+    Add(backward_input_, bwd, bwd_args);
+    Forward();  // the argmax workspace for the backward pass
+  }
+};
+
+// Flatten is a view in frameworks; as a kernel it is a copy, and so is its backward.
+class Flatten : public StepLayer {
+ public:
+  Flatten(Backend& b, const LayerSpec& spec, uint32_t seed) : StepLayer(b, seed) {
+    InitInputs(spec.input_shapes);
+    InitOutput(spec.output_shape);
+    const memory::desc flat = Plain({output_.size()});
+    AddReorder(forward_, Mem(inputs_[0], flat), Mem(output_, flat));
+    AddReorder(backward_input_, Mem(grad_output_, flat), Mem(grad_inputs_[0], flat));
+  }
+};
+
+// Inverted dropout with p = 0.1: Y = X * mask, mask in {0, 1/(1-p)}.
+class Dropout : public StepLayer {
+ public:
+  Dropout(Backend& b, const LayerSpec& spec, uint32_t seed) : StepLayer(b, seed) {
+    InitInputs(spec.input_shapes);
+    InitOutput(spec.output_shape);
+    Tensor& mask = Own(output_.dims);
+    std::bernoulli_distribution keep(0.9);
+    for (float& m : mask.data) m = keep(rng_) ? 1.0f / 0.9f : 0.0f;
+    AddBinary(forward_, algorithm::binary_mul, Mem(inputs_[0]), Mem(mask), Mem(output_));
+    AddBinary(backward_input_, algorithm::binary_mul, Mem(grad_output_), Mem(mask), Mem(grad_inputs_[0]));
+  }
+};
+
+// Residual add. POET's ResNet-50 adds a smaller tensor into a larger one (zero padding):
+// then the second input is added into the leading part of the first.
+class Add2 : public StepLayer {
+ public:
+  Add2(Backend& b, const LayerSpec& spec, uint32_t seed) : StepLayer(b, seed) {
+    InitInputs(spec.input_shapes);
+    InitOutput(spec.output_shape);
+    const int64_t n0 = inputs_[0].size(), n1 = inputs_[1].size();
+    if (n0 == n1) {
+      AddBinary(forward_, algorithm::binary_add, Mem(inputs_[0]), Mem(inputs_[1]), Mem(output_));
+    } else {
+      AddReorder(forward_, Mem(inputs_[0], Plain({n0})), Mem(output_, Plain({n0})));
+      const memory::desc head = Plain({std::min(n0, n1)});
+      AddBinary(forward_, algorithm::binary_add, Mem(output_, head), Mem(inputs_[1], head), Mem(output_, head));
+    }
+    // dX of both inputs is dY (the leading part of it for a smaller input).
+    AddReorder(backward_input_, Mem(grad_output_, Plain({n0})), Mem(grad_inputs_[0], Plain({n0})));
+    const memory::desc head1 = Plain({std::min(n0, n1)});
+    AddReorder(backward_input_, Mem(grad_output_, head1), Mem(grad_inputs_[1], head1));
+  }
+};
+
+// S = Q K^T per head, then the attention mask and dropout (POET fuses all three).
+// Q and K are the first two thirds of the QKV projection's output, as (heads, seq, d).
+class AttentionScores : public StepLayer {
+ public:
+  AttentionScores(Backend& b, const LayerSpec& spec, uint32_t seed) : StepLayer(b, seed) {
+    const int64_t seq = spec.attributes.at("seq_len"), d = spec.attributes.at("head_dim"),
+                  heads = spec.attributes.at("heads");
+    InitInputs(spec.input_shapes);
+    InitOutput({heads, seq, seq});
+    const Dims qk = {heads, seq, d};
+    const int64_t third = Elements(qk);
+    Tensor& x = inputs_[0];
+    Tensor& dx = grad_inputs_[0];
+    Tensor& mask = Own(output_.dims);  // additive attention mask: 0 or -10000 (padding)
+    for (int64_t i = 0; i < mask.size(); ++i) mask.data[i] = (i % seq) >= seq - seq / 8 ? -10000.0f : 0.0f;
+    Tensor& drop = Own(output_.dims);
+    std::bernoulli_distribution keep(0.9);
+    for (float& m : drop.data) m = keep(rng_) ? 1.0f / 0.9f : 0.0f;
+
+    AddMatmul(forward_, Mem(x, Plain(qk)), Mem(x, Transposed(qk), third), Mem(output_));
+    AddBinary(forward_, algorithm::binary_add, Mem(output_), Mem(mask), Mem(output_));
+    AddBinary(forward_, algorithm::binary_mul, Mem(output_), Mem(drop), Mem(output_));
+    // dS = dY * dropout mask; dQ = dS K; dK = dS^T Q.
+    Tensor& ds = Own(output_.dims);
+    AddBinary(backward_input_, algorithm::binary_mul, Mem(grad_output_), Mem(drop), Mem(ds));
+    AddMatmul(backward_input_, Mem(ds), Mem(x, Plain(qk), third), Mem(dx, Plain(qk)));
+    AddMatmul(backward_input_, Mem(ds, Transposed(output_.dims)), Mem(x, Plain(qk)), Mem(dx, Plain(qk), third));
+  }
+};
+
+// C = softmax(S) V per head. POET's graph gives this op only the scores; V is held
+// by the layer, as POET folds it into the op.
+class AttentionContext : public StepLayer {
+ public:
+  AttentionContext(Backend& b, const LayerSpec& spec, uint32_t seed) : StepLayer(b, seed) {
+    const int64_t seq = spec.attributes.at("seq_len"), d = spec.attributes.at("head_dim"),
+                  heads = spec.attributes.at("heads");
+    const Dims s_dims = {heads, seq, seq}, v_dims = {heads, seq, d};
+    InitInputs({s_dims});
+    InitOutput(v_dims);
+    Tensor& v = Own(v_dims);
+    Normal(v, 1.0f);
+    Tensor& p = Own(s_dims);
+    dnnl::softmax_forward::primitive_desc softmax(
+        dnnl::softmax_forward::desc(prop_kind::forward_training, Plain(s_dims), 2), attr_, backend_.engine());
+    Add(forward_, softmax, {{DNNL_ARG_SRC, Mem(inputs_[0])}, {DNNL_ARG_DST, Mem(p)}});
+    AddMatmul(forward_, Mem(p), Mem(v), Mem(output_));
+    // dP = dC V^T; dS = softmax backward of dP at P.
+    Tensor& dp = Own(s_dims);
+    AddMatmul(backward_input_, Mem(grad_output_), Mem(v, Transposed(v_dims)), Mem(dp));
+    dnnl::softmax_backward::primitive_desc softmax_bwd(dnnl::softmax_backward::desc(Plain(s_dims), Plain(s_dims), 2),
+                                                       attr_, backend_.engine(), softmax);
+    Add(backward_input_, softmax_bwd,
+        {{DNNL_ARG_DST, Mem(p)}, {DNNL_ARG_DIFF_DST, Mem(dp)}, {DNNL_ARG_DIFF_SRC, Mem(grad_inputs_[0])}});
+    Forward();
+  }
+};
+
+// Cross entropy over rows of logits: loss = -sum(onehot * log_softmax(X)); dX = softmax(X) - onehot
+// (the backward starts the chain: d loss = 1).
+class CrossEntropyLoss : public StepLayer {
+ public:
+  CrossEntropyLoss(Backend& b, const LayerSpec& spec, uint32_t seed) : StepLayer(b, seed) {
+    const Dims& in = spec.input_shapes[0];
+    const Dims logits = {in[0], Elements(in) / in[0]};
+    InitInputs({logits});
+    InitOutput({1, 1});
+    Tensor& onehot = Own(logits);
+    Tensor& minus_onehot = Own(logits);
+    onehot_ = &onehot;
+    minus_onehot_ = &minus_onehot;
+    std::uniform_int_distribution<int64_t> label(0, logits[1] - 1);
+    for (int64_t r = 0; r < logits[0]; ++r) {
+      const int64_t at = r * logits[1] + label(rng_);
+      onehot.data[at] = 1.0f;
+      minus_onehot.data[at] = -1.0f;
+    }
+    Tensor& log_probs = Own(logits);
+    dnnl::logsoftmax_forward::primitive_desc logsoftmax(
+        dnnl::logsoftmax_forward::desc(prop_kind::forward_training, Plain(logits), 1), attr_, backend_.engine());
+    Add(forward_, logsoftmax, {{DNNL_ARG_SRC, Mem(inputs_[0])}, {DNNL_ARG_DST, Mem(log_probs)}});
+    AddBinary(forward_, algorithm::binary_mul, Mem(log_probs), Mem(minus_onehot), Mem(log_probs));
+    AddReduceSum(forward_, Mem(log_probs), Mem(output_));
+    Tensor& probs = Own(logits);
+    dnnl::softmax_forward::primitive_desc softmax(
+        dnnl::softmax_forward::desc(prop_kind::forward_training, Plain(logits), 1), attr_, backend_.engine());
+    Add(backward_input_, softmax, {{DNNL_ARG_SRC, Mem(inputs_[0])}, {DNNL_ARG_DST, Mem(probs)}});
+    AddBinary(backward_input_, algorithm::binary_sub, Mem(probs), Mem(onehot), Mem(grad_inputs_[0]));
+  }
+
+  Status SetLabels(const std::vector<int32_t>& labels) override {
+    const int64_t rows = onehot_->dims[0], classes = onehot_->dims[1];
+    if (static_cast<int64_t>(labels.size()) != rows) {
+      return InvalidArgument("the loss has " + std::to_string(rows) + " rows but got " + std::to_string(labels.size()) +
+                             " labels");
+    }
+    std::fill(onehot_->data.begin(), onehot_->data.end(), 0.0f);
+    std::fill(minus_onehot_->data.begin(), minus_onehot_->data.end(), 0.0f);
+    for (int64_t r = 0; r < rows; ++r) {
+      const int32_t label = labels[static_cast<size_t>(r)];
+      if (label < 0 || label >= classes) {
+        return InvalidArgument("label " + std::to_string(label) + " of row " + std::to_string(r) + " is not in [0, " +
+                               std::to_string(classes) + ")");
+      }
+      onehot_->data[static_cast<size_t>(r * classes + label)] = 1.0f;
+      minus_onehot_->data[static_cast<size_t>(r * classes + label)] = -1.0f;
+    }
+    return Status::Ok();
+  }
+
+ private:
+  Tensor* onehot_ = nullptr;
+  Tensor* minus_onehot_ = nullptr;
+};
+
+class GradSum : public StepLayer {
+ public:
+  GradSum(Backend& b, const Dims& shape, int parts, uint32_t seed) : StepLayer(b, seed) {
+    InitInputs(std::vector<Dims>(static_cast<size_t>(parts), shape));
+    InitOutput(shape);
+    std::vector<memory::desc> mds(static_cast<size_t>(parts), Plain(shape));
+    dnnl::sum::primitive_desc pd(Plain(shape), std::vector<float>(static_cast<size_t>(parts), 1.0f), mds,
+                                 backend_.engine(), attr_);
+    std::unordered_map<int, memory> args = {{DNNL_ARG_DST, Mem(output_)}};
+    for (int i = 0; i < parts; ++i) args[DNNL_ARG_MULTIPLE_SRC + i] = Mem(inputs_[static_cast<size_t>(i)]);
+    Add(forward_, pd, args);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Layer> MakeCoreLayer(graph::OpKind kind, Backend& backend, const LayerSpec& spec, uint32_t seed) {
+  using graph::OpKind;
+  switch (kind) {
+    case OpKind::kConv2d:
+      return std::make_unique<Conv2d>(backend, spec, seed);
+    case OpKind::kLinear:
+      return std::make_unique<Linear>(backend, spec, seed, false, !spec.attributes.count("no_bias"));
+    case OpKind::kLinearRelu:
+      return std::make_unique<Linear>(backend, spec, seed, true, true);
+    case OpKind::kQkvProjection:
+      return std::make_unique<Linear>(backend, spec, seed, false, false);
+    case OpKind::kBatchNorm2d:
+      return std::make_unique<BatchNorm2d>(backend, spec, seed);
+    case OpKind::kRelu:
+      return std::make_unique<Relu>(backend, spec, seed);
+    case OpKind::kMaxPool2d:
+      return std::make_unique<Pool2d>(backend, spec, seed, true);
+    case OpKind::kAvgPool2d:
+      return std::make_unique<Pool2d>(backend, spec, seed, false);
+    case OpKind::kFlatten:
+      return std::make_unique<Flatten>(backend, spec, seed);
+    case OpKind::kReshape:
+      return std::make_unique<Flatten>(backend, spec, seed);  // a view in frameworks, a copy as a kernel
+    case OpKind::kDropout:
+      return std::make_unique<Dropout>(backend, spec, seed);
+    case OpKind::kAdd:
+      return std::make_unique<Add2>(backend, spec, seed);
+    case OpKind::kAttentionScores:
+      return std::make_unique<AttentionScores>(backend, spec, seed);
+    case OpKind::kAttentionContext:
+      return std::make_unique<AttentionContext>(backend, spec, seed);
+    case OpKind::kCrossEntropyLoss:
+      return std::make_unique<CrossEntropyLoss>(backend, spec, seed);
+    default:
+      return nullptr;
+  }
+}
+
+std::unique_ptr<Layer> MakeGradSumLayer(Backend& backend, const Dims& shape, int parts, uint32_t seed) {
+  return std::make_unique<GradSum>(backend, shape, parts, seed);
+}
+
+}  // namespace edgecost::kernels::detail

@@ -1,0 +1,125 @@
+#include "kernels/layers.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <stdexcept>
+
+#include "graph/forward_graph.h"
+#include "kernels/families.h"
+#include "kernels/step_layer.h"
+
+namespace edgecost::kernels {
+
+using detail::Elements;
+
+Status Layer::SetLabels(const std::vector<int32_t>&) { return FailedPrecondition("only a loss layer takes labels"); }
+
+Tensor::Tensor(Dims d) : dims(std::move(d)), data(static_cast<size_t>(dims.empty() ? 0 : Elements(dims)), 0.0f) {}
+
+Backend::Backend() : engine_(dnnl::engine::kind::cpu, 0), stream_(engine_) {}
+
+void Backend::Free::operator()(void* p) const { std::free(p); }
+
+void Backend::ReserveScratchpad(uint64_t bytes) {
+  if (bytes <= scratchpad_bytes_) return;
+  constexpr uint64_t kAlign = 4096;  // whole pages: oneDNN aligns inside it, and no page is shared with the heap
+  const uint64_t size = (bytes + kAlign - 1) / kAlign * kAlign;
+  void* p = std::aligned_alloc(kAlign, size);
+  if (!p) throw std::bad_alloc();  // as the std::vector buffers of the layers would
+  // Touched once here, so the whole buffer is resident from the start, as the memory model counts it.
+  std::memset(p, 0, size);
+  scratchpad_.reset(p);
+  scratchpad_bytes_ = bytes;
+}
+
+std::string Backend::Isa() {
+  switch (dnnl::get_effective_cpu_isa()) {
+    case dnnl::cpu_isa::sse41:
+      return "sse41";
+    case dnnl::cpu_isa::avx:
+      return "avx";
+    case dnnl::cpu_isa::avx2:
+      return "avx2";
+    case dnnl::cpu_isa::avx2_vnni:
+      return "avx2_vnni";
+    case dnnl::cpu_isa::avx512_core:
+      return "avx512_core";
+    case dnnl::cpu_isa::avx512_core_vnni:
+      return "avx512_core_vnni";
+    case dnnl::cpu_isa::avx512_core_bf16:
+      return "avx512_core_bf16";
+    case dnnl::cpu_isa::avx512_core_amx:
+      return "avx512_core_amx";
+    default:
+      return "other";
+  }
+}
+
+Result<std::unique_ptr<Layer>> MakeLayer(Backend& backend, const LayerSpec& spec, uint32_t seed) {
+  try {
+    const Result<graph::OpKind> kind = graph::ParseOpKind(spec.kind);
+    using graph::OpKind;
+    switch (kind.ok() ? *kind
+                      : OpKind::kInput) {  // no default: a new op kind does not compile until a family builds it
+      case OpKind::kConv2d:
+      case OpKind::kLinear:
+      case OpKind::kLinearRelu:
+      case OpKind::kQkvProjection:
+      case OpKind::kBatchNorm2d:
+      case OpKind::kRelu:
+      case OpKind::kMaxPool2d:
+      case OpKind::kAvgPool2d:
+      case OpKind::kFlatten:
+      case OpKind::kReshape:
+      case OpKind::kDropout:
+      case OpKind::kAdd:
+      case OpKind::kAttentionScores:
+      case OpKind::kAttentionContext:
+      case OpKind::kCrossEntropyLoss:
+        return detail::MakeCoreLayer(*kind, backend, spec, seed);
+      case OpKind::kRelu6:
+      case OpKind::kHardSwish:
+      case OpKind::kHardSigmoid:
+      case OpKind::kSigmoid:
+      case OpKind::kTanh:
+      case OpKind::kGelu:
+      case OpKind::kSilu:
+      case OpKind::kSqrt:
+      case OpKind::kPow:
+      case OpKind::kAffine:
+      case OpKind::kMul:
+      case OpKind::kSub:
+      case OpKind::kDiv:
+      case OpKind::kAddBroadcast:
+      case OpKind::kMatMul:
+      case OpKind::kSoftmax:
+      case OpKind::kLayerNorm:
+      case OpKind::kReduceMean:
+      case OpKind::kConcat:
+      case OpKind::kTranspose:
+      case OpKind::kSlice:
+      case OpKind::kEmbedding:
+        return detail::MakeOnnxLayer(*kind, backend, spec, seed);
+      case OpKind::kInput:
+        break;
+    }
+    return Status(ErrorCode::kUnimplemented, "no oneDNN kernel for op kind '" + spec.kind + "'");
+  } catch (const dnnl::error& e) {
+    return Internal("oneDNN refused op kind '" + spec.kind + "': " + e.what());
+  } catch (const std::out_of_range&) {
+    return InvalidArgument("op kind '" + spec.kind + "' is missing an attribute it needs");
+  } catch (const std::logic_error& e) {
+    return InvalidArgument("op kind '" + spec.kind + "': " + e.what());
+  }
+}
+
+Result<std::unique_ptr<Layer>> MakeGradSum(Backend& backend, const Dims& shape, int parts, uint32_t seed) {
+  try {
+    return detail::MakeGradSumLayer(backend, shape, parts, seed);
+  } catch (const dnnl::error& e) {
+    return Internal(std::string("oneDNN refused a gradient sum: ") + e.what());
+  }
+}
+
+}  // namespace edgecost::kernels

@@ -1,0 +1,440 @@
+// The op set of imported ONNX models beyond the zoo's: elementwise functions,
+// broadcasting binary ops, matrix products, softmax, layer norm, reductions,
+// concatenation, transposes, slices and embeddings.
+#include "kernels/families.h"
+#include "kernels/step_layer.h"
+
+namespace edgecost::kernels::detail {
+namespace {
+
+struct EltwiseSpec {
+  algorithm alg;
+  float alpha = 0.0f, beta = 0.0f;
+  bool use_dst = false;
+  bool positive_input = false;  // square roots: a variance plus epsilon
+};
+
+class Unary : public OpLayer {
+ public:
+  Unary(Backend& b, const LayerSpec& spec, uint32_t seed, const EltwiseSpec& e) : OpLayer(b, seed) {
+    InitInputs(spec.input_shapes);
+    InitOutput(spec.output_shape);
+    if (e.positive_input) Positive(inputs_[0]);
+    AddEltwise(forward_, e.alg, e.alpha, e.beta, Mem(inputs_[0]), Mem(output_));
+    // The affine op's derivative is a constant: its backward is given dY as the point, so that it
+    // reads nothing the training graph does not list (X may be freed by then).
+    const bool constant_derivative = e.alg == algorithm::eltwise_linear;
+    AddEltwiseBackward(backward_input_, e.alg, e.alpha, e.beta,
+                       e.use_dst             ? Mem(output_)
+                       : constant_derivative ? Mem(grad_output_)
+                                             : Mem(inputs_[0]),
+                       Mem(grad_output_), Mem(grad_inputs_[0]));
+    Forward();
+  }
+};
+
+// PyTorch's hardsigmoid, clip(x / 6 + 1/2, 0, 1): two eltwise steps. The clip's derivative comes
+// from Y; the affine step's is a constant.
+class HardSigmoid : public OpLayer {
+ public:
+  HardSigmoid(Backend& b, const LayerSpec& spec, uint32_t seed) : OpLayer(b, seed) {
+    InitInputs(spec.input_shapes);
+    InitOutput(spec.output_shape);
+    const Dims& x = inputs_[0].dims;
+    Tensor& z = Own(x);
+    AddEltwise(forward_, algorithm::eltwise_linear, 1.0f / 6, 0.5f, Mem(inputs_[0]), Mem(z));
+    AddEltwise(forward_, algorithm::eltwise_clip_v2_use_dst_for_bwd, 0.0f, 1.0f, Mem(z), Mem(output_));
+    Tensor& dz = Own(x);
+    AddEltwiseBackward(backward_input_, algorithm::eltwise_clip_v2_use_dst_for_bwd, 0.0f, 1.0f, Mem(output_),
+                       Mem(grad_output_), Mem(dz));
+    AddEltwiseBackward(backward_input_, algorithm::eltwise_linear, 1.0f / 6, 0.5f, Mem(dz), Mem(dz),
+                       Mem(grad_inputs_[0]));
+    Forward();
+  }
+};
+
+// Add, Sub, Mul, Div with broadcasting: of two activations A and B, or of an activation A and a
+// parameter B (graph::ForwardGraph::BinaryParam) whose gradient is BackwardWeights (and BackwardBias).
+class Binary : public OpLayer {
+ public:
+  Binary(Backend& b, const LayerSpec& spec, uint32_t seed, algorithm alg) : OpLayer(b, seed) {
+    const bool with_param = spec.input_shapes.size() == 1;
+    const Dims& full = spec.output_shape;
+    if (with_param) {
+      InitInputs({spec.input_shapes[0]});
+    } else {
+      InitInputs({spec.input_shapes[0], spec.input_shapes[1]});
+    }
+    InitOutput(full);
+    Tensor* bt = nullptr;
+    Tensor* dbt = nullptr;
+    if (with_param) {
+      const int64_t rank = spec.attributes.at("param_rank");
+      bt = &Param(Dims(full.end() - rank, full.end()), 0.5f);
+      dbt = grad_params_[0];
+    } else {
+      bt = &inputs_[1];
+      dbt = &grad_inputs_[1];
+    }
+    Tensor& a = inputs_[0];
+    Tensor& da = grad_inputs_[0];
+    Tensor& bb = *bt;
+    if (alg == algorithm::binary_div) Positive(bb);
+    if (alg == algorithm::binary_mul && with_param) {
+      for (float& v : bb.data) v += 1.0f;  // a scale near one
+    }
+    auto bcast = [&](Tensor& t) { return Mem(t, Plain(Padded(t.dims, full.size()))); };
+    AddBinary(forward_, alg, Expand(forward_, a, full), bcast(bb), Mem(output_));
+
+    // Gradients: dA and dB, each summed over the axes it was broadcast along.
+    std::vector<Step>& db_pass = with_param ? backward_weights_ : backward_input_;
+    memory dy = Mem(grad_output_);
+    switch (alg) {
+      case algorithm::binary_add:
+      case algorithm::binary_sub:
+        AddReduceTo(backward_input_, dy, full, da, a.dims);
+        for (auto* pass : {&db_pass, with_param ? &backward_bias_ : nullptr}) {
+          if (!pass) continue;
+          AddReduceTo(*pass, dy, full, *dbt, bb.dims);
+          if (alg == algorithm::binary_sub)
+            AddEltwise(*pass, algorithm::eltwise_linear, -1.0f, 0.0f, Mem(*dbt), Mem(*dbt));
+        }
+        break;
+      case algorithm::binary_mul: {
+        Tensor& t = Own(full);
+        AddBinary(backward_input_, algorithm::binary_mul, dy, bcast(bb), Mem(t));
+        AddReduceTo(backward_input_, Mem(t), full, da, a.dims);
+        Tensor& u = Own(full);
+        AddBinary(db_pass, algorithm::binary_mul, dy, bcast(a), Mem(u));
+        AddReduceTo(db_pass, Mem(u), full, *dbt, bb.dims);
+        break;
+      }
+      case algorithm::binary_div: {
+        Tensor& t = Own(full);
+        AddBinary(backward_input_, algorithm::binary_div, dy, bcast(bb), Mem(t));
+        AddReduceTo(backward_input_, Mem(t), full, da, a.dims);
+        // dB = -sum(dY * A / B^2)
+        Tensor& u = Own(full);
+        AddBinary(db_pass, algorithm::binary_mul, dy, bcast(a), Mem(u));
+        AddBinary(db_pass, algorithm::binary_div, Mem(u), bcast(bb), Mem(u));
+        AddBinary(db_pass, algorithm::binary_div, Mem(u), bcast(bb), Mem(u));
+        AddReduceTo(db_pass, Mem(u), full, *dbt, bb.dims);
+        AddEltwise(db_pass, algorithm::eltwise_linear, -1.0f, 0.0f, Mem(*dbt), Mem(*dbt));
+        break;
+      }
+      default:
+        throw std::logic_error("not a binary algorithm");
+    }
+  }
+};
+
+// Batched C = A B of two activations, batch axes broadcast. dA = dC B^T, dB = A^T dC, summed over
+// the batch axes an operand was broadcast along.
+class MatMul : public OpLayer {
+ public:
+  MatMul(Backend& b, const LayerSpec& spec, uint32_t seed) : OpLayer(b, seed) {
+    InitInputs(spec.input_shapes);
+    InitOutput(spec.output_shape);
+    const Dims& c = spec.output_shape;
+    const size_t rank = c.size();
+    Tensor& a = inputs_[0];
+    Tensor& bm = inputs_[1];
+    const Dims ad = Padded(a.dims, rank), bd = Padded(bm.dims, rank);
+    AddMatmul(forward_, Mem(a, Plain(ad)), Mem(bm, Plain(bd)), Mem(output_));
+    // Full-batch shapes of the gradients before the reduction over broadcast axes.
+    Dims da_full = c, db_full = c;
+    da_full[rank - 1] = ad[rank - 1];
+    db_full[rank - 2] = bd[rank - 2];
+    memory da = da_full == ad ? Mem(grad_inputs_[0], Plain(ad)) : Mem(Own(da_full));
+    memory db = db_full == bd ? Mem(grad_inputs_[1], Plain(bd)) : Mem(Own(db_full));
+    AddMatmul(backward_input_, Mem(grad_output_), Mem(bm, TransposedLast(bd)), da);
+    AddMatmul(backward_input_, Mem(a, TransposedLast(ad)), Mem(grad_output_), db);
+    if (da_full != ad) AddReduceSum(backward_input_, da, Mem(grad_inputs_[0], Plain(ad)));
+    if (db_full != bd) AddReduceSum(backward_input_, db, Mem(grad_inputs_[1], Plain(bd)));
+  }
+};
+
+class Softmax : public OpLayer {
+ public:
+  Softmax(Backend& b, const LayerSpec& spec, uint32_t seed) : OpLayer(b, seed) {
+    InitInputs(spec.input_shapes);
+    InitOutput(spec.output_shape);
+    const int axis = static_cast<int>(spec.attributes.at("axis"));
+    const memory::desc md = Plain(output_.dims);
+    dnnl::softmax_forward::primitive_desc fwd(dnnl::softmax_forward::desc(prop_kind::forward_training, md, axis), attr_,
+                                              backend_.engine());
+    Add(forward_, fwd, {{DNNL_ARG_SRC, Mem(inputs_[0])}, {DNNL_ARG_DST, Mem(output_)}});
+    dnnl::softmax_backward::primitive_desc bwd(dnnl::softmax_backward::desc(md, md, axis), attr_, backend_.engine(),
+                                               fwd);
+    Add(backward_input_, bwd,
+        {{DNNL_ARG_DST, Mem(output_)},
+         {DNNL_ARG_DIFF_DST, Mem(grad_output_)},
+         {DNNL_ARG_DIFF_SRC, Mem(grad_inputs_[0])}});
+    Forward();
+  }
+};
+
+// Layer normalization over the last axis with scale and shift; like batch normalization, one
+// backward primitive gives dX, dscale and dshift.
+class LayerNorm : public OpLayer {
+ public:
+  LayerNorm(Backend& b, const LayerSpec& spec, uint32_t seed) : OpLayer(b, seed) {
+    InitInputs(spec.input_shapes);
+    InitOutput(spec.output_shape);
+    Tensor& x = inputs_[0];
+    const int64_t features = x.dims.back();
+    Tensor& scale = Param({features}, 0.1f);
+    for (float& g : scale.data) g += 1.0f;
+    Tensor& shift = Param({features}, 0.1f);
+    const Dims stat_dims(x.dims.begin(), x.dims.end() - 1);
+    Tensor& mean = Own(stat_dims);
+    Tensor& variance = Own(stat_dims);
+    const auto flags = dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift;
+    const auto epsilon = spec.attributes.find("epsilon_e9");  // else PyTorch's default
+    const float kEpsilon = epsilon == spec.attributes.end() ? 1e-5f : static_cast<float>(epsilon->second) * 1e-9f;
+    const memory::desc md = Plain(x.dims);
+    dnnl::layer_normalization_forward::primitive_desc fwd(
+        dnnl::layer_normalization_forward::desc(prop_kind::forward_training, md, kEpsilon, flags), attr_,
+        backend_.engine());
+    Add(forward_, fwd,
+        {{DNNL_ARG_SRC, Mem(x)},
+         {DNNL_ARG_DST, Mem(output_)},
+         {DNNL_ARG_SCALE, Mem(scale)},
+         {DNNL_ARG_SHIFT, Mem(shift)},
+         {DNNL_ARG_MEAN, Mem(mean)},
+         {DNNL_ARG_VARIANCE, Mem(variance)}});
+    dnnl::layer_normalization_backward::primitive_desc bwd(
+        dnnl::layer_normalization_backward::desc(prop_kind::backward, md, md, kEpsilon, flags), attr_,
+        backend_.engine(), fwd);
+    // As batch normalization's: dbeta alone (bias-only training) is a sum of dY, without X.
+    Dims shift_dims(x.dims.size(), 1);
+    shift_dims.back() = features;
+    AddReduceSum(backward_bias_, Mem(grad_output_), Mem(*grad_params_[1], Plain(shift_dims)));
+    for (auto* pass : {&backward_input_, &backward_weights_}) {
+      Add(*pass, bwd,
+          {{DNNL_ARG_SRC, Mem(x)},
+           {DNNL_ARG_MEAN, Mem(mean)},
+           {DNNL_ARG_VARIANCE, Mem(variance)},
+           {DNNL_ARG_DIFF_DST, Mem(grad_output_)},
+           {DNNL_ARG_SCALE, Mem(scale)},
+           {DNNL_ARG_SHIFT, Mem(shift)},
+           {DNNL_ARG_DIFF_SRC, Mem(grad_inputs_[0])},
+           {DNNL_ARG_DIFF_SCALE, Mem(*grad_params_[0])},
+           {DNNL_ARG_DIFF_SHIFT, Mem(*grad_params_[1])}});
+    }
+    Forward();  // statistics for the backward pass
+  }
+};
+
+// Mean over the axes in the "axes" bit mask. dX = dY / n broadcast back over the reduced axes.
+class ReduceMean : public OpLayer {
+ public:
+  ReduceMean(Backend& b, const LayerSpec& spec, uint32_t seed) : OpLayer(b, seed) {
+    InitInputs(spec.input_shapes);
+    InitOutput(spec.output_shape);
+    const Dims& x = spec.input_shapes[0];
+    const int64_t mask = spec.attributes.at("axes");
+    Dims kept = x;  // the output with its reduced axes kept as ones
+    int64_t n = 1;
+    for (size_t i = 0; i < x.size(); ++i) {
+      if (mask >> i & 1) {
+        n *= x[i];
+        kept[i] = 1;
+      }
+    }
+    dnnl::reduction::primitive_desc pd(
+        dnnl::reduction::desc(algorithm::reduction_mean, Plain(x), Plain(kept), 0.f, 0.f), attr_, backend_.engine());
+    Add(forward_, pd, {{DNNL_ARG_SRC, Mem(inputs_[0])}, {DNNL_ARG_DST, Mem(output_, Plain(kept))}});
+    Tensor& inverse = Own(x);
+    std::fill(inverse.data.begin(), inverse.data.end(), 1.0f / static_cast<float>(n));
+    AddBinary(backward_input_, algorithm::binary_mul, Mem(inverse), Mem(grad_output_, Plain(kept)),
+              Mem(grad_inputs_[0]));
+  }
+};
+
+class Concat : public OpLayer {
+ public:
+  Concat(Backend& b, const LayerSpec& spec, uint32_t seed) : OpLayer(b, seed) {
+    InitInputs(spec.input_shapes);
+    InitOutput(spec.output_shape);
+    const int axis = static_cast<int>(spec.attributes.at("axis"));
+    std::vector<memory::desc> mds;
+    std::unordered_map<int, memory> args = {{DNNL_ARG_DST, Mem(output_)}};
+    for (size_t i = 0; i < inputs_.size(); ++i) {
+      mds.push_back(Plain(inputs_[i].dims));
+      args[DNNL_ARG_MULTIPLE_SRC + static_cast<int>(i)] = Mem(inputs_[i]);
+    }
+    dnnl::concat::primitive_desc pd(Plain(output_.dims), axis, mds, backend_.engine(), attr_);
+    Add(forward_, pd, args);
+    // dX_i is the slab of dY at the input's offset along the axis.
+    memory::dims offsets(output_.dims.size(), 0);
+    for (size_t i = 0; i < inputs_.size(); ++i) {
+      const memory::desc part =
+          Plain(output_.dims).submemory_desc(memory::dims(inputs_[i].dims.begin(), inputs_[i].dims.end()), offsets);
+      AddReorder(backward_input_, Mem(grad_output_, part), Mem(grad_inputs_[i]));
+      offsets[axis] += inputs_[i].dims[axis];
+    }
+  }
+};
+
+// Y = X with its axes permuted: a reorder from X's memory seen in Y's axis order.
+class Transpose : public OpLayer {
+ public:
+  Transpose(Backend& b, const LayerSpec& spec, uint32_t seed) : OpLayer(b, seed) {
+    InitInputs(spec.input_shapes);
+    InitOutput(spec.output_shape);
+    const Dims& x = spec.input_shapes[0];
+    const std::vector<int64_t> perm = graph::DecodePerm(spec.attributes.at("perm"), x.size());
+    const std::vector<int64_t> x_strides = RowMajorStrides(x), y_strides = RowMajorStrides(output_.dims);
+    memory::dims x_in_y_order(x.size()), y_in_x_order(x.size());
+    for (size_t i = 0; i < perm.size(); ++i) {
+      x_in_y_order[i] = x_strides[perm[i]];
+      y_in_x_order[perm[i]] = y_strides[i];
+    }
+    AddReorder(forward_,
+               Mem(inputs_[0], memory::desc(memory::dims(output_.dims.begin(), output_.dims.end()),
+                                            memory::data_type::f32, x_in_y_order)),
+               Mem(output_));
+    AddReorder(backward_input_,
+               Mem(grad_output_, memory::desc(memory::dims(x.begin(), x.end()), memory::data_type::f32, y_in_x_order)),
+               Mem(grad_inputs_[0]));
+  }
+};
+
+// Elements [start, end) of one axis (squeezed or not): a reorder of a sub-memory; its backward
+// writes dY into that part of dX, whose other elements stay zero.
+class Slice : public OpLayer {
+ public:
+  Slice(Backend& b, const LayerSpec& spec, uint32_t seed) : OpLayer(b, seed) {
+    InitInputs(spec.input_shapes);
+    InitOutput(spec.output_shape);
+    const Dims& x = spec.input_shapes[0];
+    const size_t axis = static_cast<size_t>(spec.attributes.at("axis"));
+    const int64_t start = spec.attributes.at("start"), end = spec.attributes.at("end");
+    Dims part = x;
+    part[axis] = end - start;
+    memory::dims offsets(x.size(), 0);
+    offsets[axis] = start;
+    const memory::desc sub = Plain(x).submemory_desc(memory::dims(part.begin(), part.end()), offsets);
+    AddReorder(forward_, Mem(inputs_[0], sub), Mem(output_, Plain(part)));
+    AddReorder(backward_input_, Mem(grad_output_, Plain(part)), Mem(grad_inputs_[0], sub));
+  }
+};
+
+// Rows of a parameter table picked by integer ids. oneDNN has no gather primitive, so this is a
+// copy loop; it reads and writes through the memories (set_data_handle rebinds them).
+class Embedding : public OpLayer {
+ public:
+  Embedding(Backend& b, const LayerSpec& spec, uint32_t seed) : OpLayer(b, seed) {
+    InitInputs(spec.input_shapes);
+    InitOutput(spec.output_shape);
+    vocabulary_ = spec.attributes.at("vocabulary");
+    dim_ = spec.attributes.at("dim");
+    Tensor& table = Param({vocabulary_, dim_}, 1.0f);
+    std::uniform_int_distribution<int64_t> id(0, vocabulary_ - 1);
+    for (float& v : inputs_[0].data) v = static_cast<float>(id(rng_));
+    ids_ = Mem(inputs_[0]);
+    table_ = Mem(table);
+    out_ = Mem(output_);
+    dy_ = Mem(grad_output_);
+    dtable_ = Mem(*grad_params_[0]);
+    count_ = inputs_[0].size();
+  }
+
+  void Forward() override {
+    const float* ids = static_cast<const float*>(ids_.get_data_handle());
+    const float* table = static_cast<const float*>(table_.get_data_handle());
+    float* out = static_cast<float*>(out_.get_data_handle());
+    for (int64_t i = 0; i < count_; ++i) std::copy_n(table + Row(ids[i]) * dim_, dim_, out + i * dim_);
+  }
+  void BackwardInput() override {}  // ids have no gradient
+  // The copy loops run outside the step lists, where StepLayer finds what to rebind: rebind them here.
+  void Bind(Tensor& t, float* data) override {
+    if (&t == &inputs_[0]) ids_.set_data_handle(data);
+    if (&t == &output_) out_.set_data_handle(data);
+    if (&t == &grad_output_) dy_.set_data_handle(data);
+    StepLayer::Bind(t, data);
+  }
+  void BackwardWeights() override {
+    const float* ids = static_cast<const float*>(ids_.get_data_handle());
+    const float* dy = static_cast<const float*>(dy_.get_data_handle());
+    float* dtable = static_cast<float*>(dtable_.get_data_handle());
+    std::fill_n(dtable, vocabulary_ * dim_, 0.0f);
+    for (int64_t i = 0; i < count_; ++i) {
+      float* row = dtable + Row(ids[i]) * dim_;
+      for (int64_t k = 0; k < dim_; ++k) row[k] += dy[i * dim_ + k];
+    }
+  }
+
+ private:
+  int64_t Row(float id) const { return std::clamp<int64_t>(std::lround(id), 0, vocabulary_ - 1); }
+
+  int64_t vocabulary_ = 0, dim_ = 0, count_ = 0;
+  memory ids_, table_, out_, dy_, dtable_;
+};
+
+}  // namespace
+
+std::unique_ptr<Layer> MakeOnnxLayer(graph::OpKind kind, Backend& backend, const LayerSpec& spec, uint32_t seed) {
+  using graph::OpKind;
+  switch (kind) {
+    case OpKind::kRelu6:
+      return std::make_unique<Unary>(backend, spec, seed, EltwiseSpec{.alg = algorithm::eltwise_clip_v2, .beta = 6.0f});
+    case OpKind::kHardSwish:
+      return std::make_unique<Unary>(backend, spec, seed, EltwiseSpec{.alg = algorithm::eltwise_hardswish});
+    case OpKind::kHardSigmoid:
+      return std::make_unique<HardSigmoid>(backend, spec, seed);
+    case OpKind::kSigmoid:
+      return std::make_unique<Unary>(backend, spec, seed,
+                                     EltwiseSpec{.alg = algorithm::eltwise_logistic_use_dst_for_bwd, .use_dst = true});
+    case OpKind::kTanh:
+      return std::make_unique<Unary>(backend, spec, seed,
+                                     EltwiseSpec{.alg = algorithm::eltwise_tanh_use_dst_for_bwd, .use_dst = true});
+    case OpKind::kGelu:
+      return std::make_unique<Unary>(backend, spec, seed, EltwiseSpec{.alg = algorithm::eltwise_gelu_erf});
+    case OpKind::kSilu:
+      return std::make_unique<Unary>(backend, spec, seed, EltwiseSpec{.alg = algorithm::eltwise_swish, .alpha = 1.0f});
+    case OpKind::kSqrt:
+      return std::make_unique<Unary>(
+          backend, spec, seed,
+          EltwiseSpec{.alg = algorithm::eltwise_sqrt_use_dst_for_bwd, .use_dst = true, .positive_input = true});
+    case OpKind::kPow:
+      return std::make_unique<Unary>(backend, spec, seed,
+                                     EltwiseSpec{.alg = algorithm::eltwise_pow,
+                                                 .alpha = 1.0f,
+                                                 .beta = static_cast<float>(spec.attributes.at("exponent"))});
+    case OpKind::kAffine:
+      return std::make_unique<Unary>(backend, spec, seed,
+                                     EltwiseSpec{.alg = algorithm::eltwise_linear,
+                                                 .alpha = Micro(spec, "alpha_e6", 1.0f),
+                                                 .beta = Micro(spec, "beta_e6", 0.0f)});
+    case OpKind::kMul:
+      return std::make_unique<Binary>(backend, spec, seed, algorithm::binary_mul);
+    case OpKind::kSub:
+      return std::make_unique<Binary>(backend, spec, seed, algorithm::binary_sub);
+    case OpKind::kDiv:
+      return std::make_unique<Binary>(backend, spec, seed, algorithm::binary_div);
+    case OpKind::kAddBroadcast:
+      return std::make_unique<Binary>(backend, spec, seed, algorithm::binary_add);
+    case OpKind::kMatMul:
+      return std::make_unique<MatMul>(backend, spec, seed);
+    case OpKind::kSoftmax:
+      return std::make_unique<Softmax>(backend, spec, seed);
+    case OpKind::kLayerNorm:
+      return std::make_unique<LayerNorm>(backend, spec, seed);
+    case OpKind::kReduceMean:
+      return std::make_unique<ReduceMean>(backend, spec, seed);
+    case OpKind::kConcat:
+      return std::make_unique<Concat>(backend, spec, seed);
+    case OpKind::kTranspose:
+      return std::make_unique<Transpose>(backend, spec, seed);
+    case OpKind::kSlice:
+      return std::make_unique<Slice>(backend, spec, seed);
+    case OpKind::kEmbedding:
+      return std::make_unique<Embedding>(backend, spec, seed);
+    default:
+      return nullptr;
+  }
+}
+
+}  // namespace edgecost::kernels::detail

@@ -1,0 +1,286 @@
+// Machinery shared by every kernel family: tensors that own their storage, the
+// Backend's shared scratchpad, and each pass (forward, dX, dW, db) as a list of
+// oneDNN primitives. Internal to kernels/.
+#pragma once
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <numeric>
+#include <random>
+#include <stdexcept>
+#include <unordered_map>
+
+#include "graph/forward_graph.h"
+#include "kernels/layers.h"
+
+namespace edgecost::kernels::detail {
+
+using dnnl::algorithm;
+using dnnl::memory;
+using dnnl::prop_kind;
+
+inline int64_t Elements(const Dims& dims) {
+  return std::accumulate(dims.begin(), dims.end(), int64_t{1}, std::multiplies<>());
+}
+
+// Dense row-major layout, the layout frameworks hand to oneDNN.
+inline memory::desc Plain(const Dims& dims) {
+  memory::dims strides(dims.size(), 1);
+  for (int i = static_cast<int>(dims.size()) - 2; i >= 0; --i) strides[i] = strides[i + 1] * dims[i + 1];
+  return memory::desc(memory::dims(dims.begin(), dims.end()), memory::data_type::f32, strides);
+}
+
+// The last two axes of a row-major 3-D tensor, swapped without copying.
+inline memory::desc Transposed(const Dims& dims) {
+  const int64_t b = dims[0], rows = dims[1], cols = dims[2];
+  return memory::desc({b, cols, rows}, memory::data_type::f32, {rows * cols, 1, cols});
+}
+
+// One primitive and its arguments, executed in order with the others of its pass.
+struct Step {
+  dnnl::primitive primitive;
+  std::unordered_map<int, memory> args;
+  void* scratchpad = nullptr;  // the Backend's buffer the step's DNNL_ARG_SCRATCHPAD points at; null: none
+};
+
+// Common machinery: owned tensors with stable addresses, the Backend's shared
+// scratchpad (each layer knows its largest need), and the four passes as step lists.
+class StepLayer : public Layer {
+ public:
+  StepLayer(Backend& backend, uint32_t seed) : backend_(backend), rng_(seed) {
+    attr_.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  }
+
+  void Forward() override { Run(forward_); }
+  void BackwardInput() override { Run(backward_input_); }
+  void BackwardWeights() override { Run(backward_weights_); }
+  void BackwardBias() override { Run(backward_bias_); }
+  bool HasParameters() const override { return !params_.empty(); }
+
+  void Bind(Tensor& t, float* data) override {
+    if (bindings_.empty()) FindBindings();
+    for (const auto& [mem, offset] : bindings_[&t]) mem->set_data_handle(data + offset);
+    if (!t.data.empty()) std::vector<float>().swap(t.data);
+  }
+  void Release(Tensor& t) override {
+    if (bindings_.empty()) FindBindings();
+    std::vector<float>().swap(t.data);
+  }
+
+ protected:
+  // Which step arguments lie in which bindable tensor, found once while every tensor
+  // still has its own storage (disjoint ranges), so later binds never confuse two tensors.
+  void FindBindings() {
+    std::vector<Tensor*> tensors = {&output_, &grad_output_};
+    for (Tensor& t : inputs_) tensors.push_back(&t);
+    for (Tensor& t : grad_inputs_) tensors.push_back(&t);
+    for (auto* pass : {&forward_, &backward_input_, &backward_weights_, &backward_bias_}) {
+      for (Step& step : *pass) {
+        for (auto& [arg, mem] : step.args) {
+          const auto* handle = static_cast<const float*>(mem.get_data_handle());
+          for (Tensor* t : tensors) {
+            if (!t->data.empty() && handle >= t->data.data() && handle < t->data.data() + t->data.size()) {
+              bindings_[t].push_back({&mem, handle - t->data.data()});
+            }
+          }
+        }
+      }
+    }
+  }
+
+  void Run(std::vector<Step>& steps) {
+    for (Step& step : steps) {
+      // The shared scratchpad may have grown (and moved) since the step was built.
+      if (step.scratchpad && step.scratchpad != backend_.scratchpad()) {
+        step.scratchpad = backend_.scratchpad();
+        step.args.at(DNNL_ARG_SCRATCHPAD).set_data_handle(step.scratchpad);
+      }
+      step.primitive.execute(backend_.stream(), step.args);
+    }
+    backend_.stream().wait();
+  }
+
+  // Memory over a tensor (or a slice of it starting at `offset` elements).
+  memory Mem(Tensor& t, const memory::desc& md, int64_t offset = 0) {
+    return memory(md, backend_.engine(), t.data.data() + offset);
+  }
+  memory Mem(Tensor& t) { return Mem(t, Plain(t.dims)); }
+
+  Tensor& Own(Dims dims) {
+    Tensor& t = owned_.emplace_back(std::move(dims));
+    owned_bytes_ += t.bytes();
+    return t;
+  }
+
+  void Normal(Tensor& t, float stddev, float mean = 0.0f) {
+    std::normal_distribution<float> dist(mean, stddev);
+    for (float& x : t.data) x = dist(rng_);
+  }
+
+  // Activations look like post-activation feature maps; gradients are small.
+  void InitInputs(const std::vector<Dims>& shapes) {
+    for (const Dims& shape : shapes) {
+      inputs_.emplace_back(shape);
+      Normal(inputs_.back(), 1.0f);
+      grad_inputs_.emplace_back(shape);
+    }
+  }
+  void InitOutput(const Dims& shape) {
+    output_ = Tensor(shape);
+    grad_output_ = Tensor(shape);
+    Normal(grad_output_, 0.01f);
+  }
+  Tensor& Param(Dims dims, float stddev) {
+    Tensor& p = Own(dims);
+    Normal(p, stddev);
+    params_.push_back(&p);
+    grad_params_.push_back(&Own(dims));
+    return p;
+  }
+
+  // Adds a step to `pass`, growing the Backend's shared scratchpad to what the primitive needs.
+  template <typename PrimitiveDesc>
+  void Add(std::vector<Step>& pass, const PrimitiveDesc& pd, std::unordered_map<int, memory> args) {
+    const memory::desc scratch = pd.scratchpad_desc();
+    void* scratchpad = nullptr;
+    if (scratch.get_size() > 0) {
+      backend_.ReserveScratchpad(scratch.get_size());
+      scratchpad = backend_.scratchpad();
+      args[DNNL_ARG_SCRATCHPAD] = memory(scratch, backend_.engine(), scratchpad);
+      scratchpad_bytes_ = std::max<uint64_t>(scratchpad_bytes_, scratch.get_size());
+    }
+    pass.push_back({dnnl::primitive(pd.get()), std::move(args), scratchpad});
+  }
+
+  // A workspace the forward pass fills and the backward pass reads (max pooling).
+  memory Workspace(const memory::desc& md) {
+    Tensor& buffer = Own({static_cast<int64_t>((md.get_size() + sizeof(float) - 1) / sizeof(float))});
+    workspace_bytes_ += md.get_size();
+    return memory(md, backend_.engine(), buffer.data.data());
+  }
+
+  // y = src0 (op) src1, elementwise.
+  void AddBinary(std::vector<Step>& pass, algorithm op, memory src0, memory src1, memory dst) {
+    dnnl::binary::primitive_desc pd(dnnl::binary::desc(op, src0.get_desc(), src1.get_desc(), dst.get_desc()), attr_,
+                                    backend_.engine());
+    Add(pass, pd, {{DNNL_ARG_SRC_0, src0}, {DNNL_ARG_SRC_1, src1}, {DNNL_ARG_DST, dst}});
+  }
+
+  void AddReorder(std::vector<Step>& pass, memory src, memory dst) {
+    dnnl::reorder::primitive_desc pd(src, dst, attr_);
+    Add(pass, pd, {{DNNL_ARG_FROM, src}, {DNNL_ARG_TO, dst}});
+  }
+
+  void AddMatmul(std::vector<Step>& pass, memory a, memory b, memory c) {
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a.get_desc(), b.get_desc(), c.get_desc()), attr_,
+                                    backend_.engine());
+    Add(pass, pd, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
+  }
+
+  // dst = sum of src over the axes where dst has extent 1 (bias gradients).
+  void AddReduceSum(std::vector<Step>& pass, memory src, memory dst) {
+    if (src.get_desc().dims() == dst.get_desc().dims()) {  // nothing to reduce (batch of one): a copy
+      AddReorder(pass, src, dst);
+      return;
+    }
+    dnnl::reduction::primitive_desc pd(
+        dnnl::reduction::desc(algorithm::reduction_sum, src.get_desc(), dst.get_desc(), 0.f, 0.f), attr_,
+        backend_.engine());
+    Add(pass, pd, {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}});
+  }
+
+  Backend& backend_;
+  std::mt19937 rng_;
+  dnnl::primitive_attr attr_;
+  std::deque<Tensor> owned_;
+  std::vector<Step> forward_, backward_input_, backward_weights_, backward_bias_;
+  std::unordered_map<const Tensor*, std::vector<std::pair<memory*, ptrdiff_t>>> bindings_;
+};
+
+// ---- Kernels of the op set of imported models -------------------------------------------------
+
+// `dims` with leading ones up to `rank` axes (NumPy broadcasting aligns shapes on the right).
+inline Dims Padded(const Dims& dims, size_t rank) {
+  Dims out(rank - dims.size(), 1);
+  out.insert(out.end(), dims.begin(), dims.end());
+  return out;
+}
+
+// A row-major tensor with its last two axes swapped, without copying.
+inline memory::desc TransposedLast(const Dims& dims) {
+  const size_t r = dims.size();
+  memory::dims strides(r, 1);
+  for (int i = static_cast<int>(r) - 2; i >= 0; --i) strides[i] = strides[i + 1] * dims[i + 1];
+  memory::dims d(dims.begin(), dims.end());
+  std::swap(d[r - 1], d[r - 2]);
+  std::swap(strides[r - 1], strides[r - 2]);
+  return memory::desc(d, memory::data_type::f32, strides);
+}
+
+inline std::vector<int64_t> RowMajorStrides(const Dims& dims) {
+  std::vector<int64_t> strides(dims.size(), 1);
+  for (int i = static_cast<int>(dims.size()) - 2; i >= 0; --i) strides[i] = strides[i + 1] * dims[i + 1];
+  return strides;
+}
+
+// A value attribute stored times 10^6 (graph::OpKind::kAffine).
+inline float Micro(const LayerSpec& spec, const std::string& name, float fallback) {
+  auto it = spec.attributes.find(name);
+  return it == spec.attributes.end() ? fallback : static_cast<float>(it->second) * 1e-6f;
+}
+
+// Shared by the new kernels: elementwise steps, reductions to a broadcast shape, expansion.
+class OpLayer : public StepLayer {
+ public:
+  using StepLayer::StepLayer;
+
+ protected:
+  void AddEltwise(std::vector<Step>& pass, algorithm alg, float alpha, float beta, memory src, memory dst) {
+    dnnl::eltwise_forward::primitive_desc pd(
+        dnnl::eltwise_forward::desc(prop_kind::forward_training, alg, src.get_desc(), alpha, beta), attr_,
+        backend_.engine());
+    Add(pass, pd, {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}});
+  }
+
+  // diff_src from diff_dst at `at` (the source, or the destination for *_use_dst_for_bwd).
+  void AddEltwiseBackward(std::vector<Step>& pass, algorithm alg, float alpha, float beta, memory at, memory diff_dst,
+                          memory diff_src) {
+    const memory::desc md = at.get_desc();
+    dnnl::eltwise_forward::primitive_desc hint(
+        dnnl::eltwise_forward::desc(prop_kind::forward_training, alg, md, alpha, beta), attr_, backend_.engine());
+    dnnl::eltwise_backward::primitive_desc pd(dnnl::eltwise_backward::desc(alg, md, md, alpha, beta), attr_,
+                                              backend_.engine(), hint);
+    const bool use_dst =
+        alg == algorithm::eltwise_relu_use_dst_for_bwd || alg == algorithm::eltwise_logistic_use_dst_for_bwd ||
+        alg == algorithm::eltwise_tanh_use_dst_for_bwd || alg == algorithm::eltwise_sqrt_use_dst_for_bwd ||
+        alg == algorithm::eltwise_clip_v2_use_dst_for_bwd;
+    Add(pass, pd,
+        {{use_dst ? DNNL_ARG_DST : DNNL_ARG_SRC, at}, {DNNL_ARG_DIFF_DST, diff_dst}, {DNNL_ARG_DIFF_SRC, diff_src}});
+  }
+
+  // `to` (dims `to_dims`, broadcast against `full`) = sum of `from` (dims `full`) over the broadcast axes.
+  void AddReduceTo(std::vector<Step>& pass, memory from, const Dims& full, Tensor& to, const Dims& to_dims) {
+    AddReduceSum(pass, from, Mem(to, Plain(Padded(to_dims, full.size()))));
+  }
+
+  // A full-size copy of `t` broadcast to `full` (oneDNN broadcasts only the second operand).
+  memory Expand(std::vector<Step>& pass, Tensor& t, const Dims& full) {
+    if (t.dims == full) return Mem(t);
+    Tensor& zeros = Own(full);
+    Tensor& out = Own(full);
+    AddBinary(pass, algorithm::binary_add, Mem(zeros), Mem(t, Plain(Padded(t.dims, full.size()))), Mem(out));
+    return Mem(out);
+  }
+
+  // Positive values away from zero, for divisors and square roots.
+  static void Positive(Tensor& t) {
+    for (float& v : t.data) v = std::fabs(v) + 0.5f;
+  }
+};
+
+// An elementwise op of one input: one oneDNN eltwise algorithm, its derivative taken at X or
+
+}  // namespace edgecost::kernels::detail
