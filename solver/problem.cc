@@ -31,7 +31,7 @@ Result<Problem> ProblemFromCostTable(const v1::CostTable& table, const v1::Sched
   for (int i = 0; i < n; ++i) {
     const v1::TrainingNode& node = graph.nodes(i);
     const v1::NodeCost& cost = table.costs(i);
-    p.names.push_back(node.name());
+    p.names.push_back(node.module().empty() ? node.name() : node.module() + " (" + node.name() + ")");
     p.backward.push_back(node.phase() == v1::PHASE_BACKWARD);
     p.runtime_s.push_back(cost.runtime_s());
     p.compute_j.push_back(cost.compute_j());
