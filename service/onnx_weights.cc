@@ -14,6 +14,7 @@
 
 #include <onnx/onnx_pb.h>
 
+#include "base/files.h"
 #include "kernels/layers.h"
 
 namespace edgecost::service {
@@ -329,35 +330,5 @@ Result<std::string> NpzBytes(const std::vector<NpyArray>& arrays) {
   return zip;
 }
 
-Status WriteFileAtomically(const std::string& path, const std::string& bytes) {
-  const std::string temp = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return InvalidArgument("cannot write " + path + ": " + std::strerror(errno));
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const std::string why = std::strerror(errno);
-      ::close(fd);
-      ::unlink(temp.c_str());
-      return InvalidArgument("cannot write " + path + ": " + why);
-    }
-    done += static_cast<size_t>(n);
-  }
-  const bool synced = ::fsync(fd) == 0;
-  const bool closed = ::close(fd) == 0;
-  if (!synced || !closed) {
-    const std::string why = std::strerror(errno);
-    ::unlink(temp.c_str());
-    return InvalidArgument("cannot write " + path + ": " + why);
-  }
-  if (::rename(temp.c_str(), path.c_str()) != 0) {
-    const std::string why = std::strerror(errno);
-    ::unlink(temp.c_str());
-    return InvalidArgument("cannot write " + path + ": " + why);
-  }
-  return Status::Ok();
-}
 
 }  // namespace edgecost::service

@@ -42,7 +42,4 @@ struct NpyArray {
 };
 Result<std::string> NpzBytes(const std::vector<NpyArray>& arrays);
 
-// Writes `bytes` to `path` through a temporary file beside it, flushed, then renamed over it.
-Status WriteFileAtomically(const std::string& path, const std::string& bytes);
-
 }  // namespace edgecost::service
