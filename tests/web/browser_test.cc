@@ -373,6 +373,23 @@ TEST_F(BrowserTest, ThePageShowsDevicesCostsASchedulePictureAndLiveJobs) {
   EXPECT_EQ(page.Eval("document.querySelector('header nav a[href=\"/#runs\"]').textContent"), "Profile runs");
   EXPECT_EQ(page.Eval("document.querySelector('#run-table tr.profile-run').cells[1].textContent"), "linear");
   EXPECT_EQ(page.Eval("document.querySelector('header nav a[href=\"/#train-runs\"]').textContent"), "Training runs");
+  // Its page plots the loss and the step time over its three steps, with units on the axes.
+  const std::string train_run_href =
+      page.Eval("document.querySelector('#train-runs-table tr.train-run a[href^=\"/train_run\"]').getAttribute('href')");
+  ASSERT_TRUE(page.Navigate(Url(train_run_href)));
+  EXPECT_EQ(page.Eval("document.querySelectorAll('#train-run-plot svg polyline').length"), 2);
+  EXPECT_EQ(page.Eval("document.querySelectorAll('#train-run-plot svg circle').length"), 6);
+  EXPECT_THAT(page.Eval("document.querySelector('#train-run-plot svg').textContent").get<std::string>(),
+              ::testing::AllOf(::testing::HasSubstr("step time"), ::testing::ContainsRegex("[0-9] [mu]?s")));
+
+  // The schedule list as CSV, a row per schedule, its energy in joules.
+  ASSERT_TRUE(page.Navigate(Url("/")));
+  const json schedules_csv =
+      page.Eval("fetch(document.getElementById('schedules-csv').getAttribute('href')).then(r => r.text())");
+  ASSERT_TRUE(schedules_csv.is_string());
+  EXPECT_THAT(schedules_csv.get<std::string>(),
+              ::testing::AllOf(::testing::StartsWith("schedule,model,device,cost_source,strategy,"),
+                               ::testing::HasSubstr("\n" + schedule_id + ",linear,a72,poet-flops,optimal,")));
 
   // A cost table with a row per node of the training graph, sortable from the page.
   auto graph = edgecost::graph::ZooTrainingGraph("linear", 1, edgecost::graph::kDefaultDerivation);
@@ -422,6 +439,7 @@ TEST_F(BrowserTest, ThePageShowsDevicesCostsASchedulePictureAndLiveJobs) {
       {"costs", "/costs?model=linear&device=a72"},
       {"schedule", "/schedule?id=" + schedule_id},
       {"failed-schedule", "/schedule?id=" + failed_id},
+      {"train-run", train_run_href},
   };
   if (measured_href.is_string() && !measured_href.get<std::string>().empty()) {
     const std::string href = measured_href;
