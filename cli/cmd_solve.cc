@@ -152,8 +152,7 @@ void PrintSchedule(const v1::Schedule& s) {
             << " budget\n"
             << "runtime        " << FormatSeconds(s.runtime_s()) << " of " << FormatSeconds(s.runtime_budget_s())
             << " budget\n"
-            << "operations     " << s.recomputations() << " recomputations, " << s.page_outs() << " page-outs, "
-            << s.page_ins() << " page-ins\n"
+            << "operations     " << service::OperationsText(s.recomputations(), s.page_outs(), s.page_ins()) << "\n"
             << "solve time     " << FormatSeconds(s.solve_time_s()) << " (first schedule after "
             << FormatSeconds(s.time_to_first_feasible_s()) << ")\n";
 }
@@ -306,7 +305,8 @@ int RunRemoteSolve(const SolveFlags& flags, const Context& ctx, const v1::Schedu
   } else {
     std::cout << "problem        " << request.model() << " on " << request.device() << " via " << ctx.remote
               << ", RAM budget " << BytesText(schedule.request().ram_budget_bytes()) << ", runtime budget "
-              << flags.runtime_budget << "\n";
+              << flags.runtime_budget << (schedule.request().count_paging_time() ? " with paging time counted" : "")
+              << "\n";
     if (request.compute_threads() == 0 && schedule.request().compute_threads() > 0) {
       std::cout << "costs          the daemon chose the table of "
                 << profiler::ThreadsText(schedule.request().compute_threads())
@@ -370,7 +370,8 @@ int RunSolve(const SolveFlags& flags, const Context& ctx) {
     std::cout << "problem        " << table.graph().model() << where << " (" << table.cost_source()
               << (table.threads() > 0 ? ", " + profiler::ThreadsText(table.threads()) : "") << "), "
               << solved->problem.size() << " nodes, RAM budget " << BytesText(schedule.request().ram_budget_bytes())
-              << ", runtime budget " << flags.runtime_budget << "\n";
+              << ", runtime budget " << flags.runtime_budget
+              << (schedule.request().count_paging_time() ? " with paging time counted" : "") << "\n";
     if (!flags.device.empty() && !table.note().empty()) std::cout << "costs          " << table.note() << "\n";
     if (flags.min_ram) PrintMinRam(schedule, &solved->problem, flags.runtime_budget);
     PrintSchedule(schedule);

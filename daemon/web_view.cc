@@ -754,8 +754,7 @@ Result<std::string> WebView::SchedulePage(const std::string& query) {
         << " + recompute " << FormatJoules(e.recompute_j()) << " + page-in " << FormatJoules(e.page_in_j())
         << " + page-out " << FormatJoules(e.page_out_j()) << "</dd><dt>lower bound</dt><dd>"
         << FormatJoules(s.lower_bound_j()) << " (floor " << FormatJoules(s.floor_j()) << ")</dd><dt>operations</dt><dd>"
-        << s.recomputations() << " recomputations, " << s.page_outs() << " page-outs, " << s.page_ins()
-        << " page-ins</dd>";
+        << service::OperationsText(s.recomputations(), s.page_outs(), s.page_ins()) << "</dd>";
   }
   out << "<dt>cost source</dt><dd>" << HtmlEscape(view.table.cost_source()) << "</dd></dl>";
   if (!has)

@@ -24,6 +24,7 @@
 #include "service/onnx_weights.h"
 #include "service/profile_job.h"
 #include "service/step_memory.h"
+#include "service/words.h"
 #include "solver/solve.h"
 #include "train/arena.h"
 #include "train/data.h"
@@ -379,9 +380,7 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
     log("schedule: " + (schedule->strategy().empty() ? std::string("?") : schedule->strategy()) + ", replayed: peak " +
         FormatBytes(static_cast<double>(checked->replay.peak_ram_bytes)) + " of " +
         FormatBytes(static_cast<double>(checked->problem.ram_budget_bytes)) + ", " +
-        std::to_string(checked->replay.recomputations) + " recomputations, " +
-        std::to_string(checked->replay.page_outs) + " page-outs, " + std::to_string(checked->replay.page_ins) +
-        " page-ins");
+        OperationsText(checked->replay.recomputations, checked->replay.page_outs, checked->replay.page_ins));
   } else {
     v1::GetCostTableRequest request;
     request.set_model(spec.model_or_file);

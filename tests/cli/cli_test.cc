@@ -682,7 +682,8 @@ TEST_F(CliTest, TrainRunsAScheduleAndRefusesATamperedOne) {
   // The schedule the run used, listed as text and as CSV in plain SI numbers.
   const CommandResult schedules = Edgecost("schedules");
   ASSERT_EQ(schedules.exit_code, 0) << schedules.output;
-  EXPECT_THAT(schedules.output, ::testing::ContainsRegex("\n +1 +linear +a72 +poet-flops +optimal +20.0 kB +3.00x"));
+  EXPECT_THAT(schedules.output, ::testing::ContainsRegex(
+                                    "\n1 +linear +a72 +poet-flops +optimal +20.0 kB +3.00x +optimal \\(proven\\) +[0-9.]+ mJ ESTIMATED"));
   const CommandResult schedules_csv = Edgecost("schedules --csv");
   ASSERT_EQ(schedules_csv.exit_code, 0) << schedules_csv.output;
   EXPECT_THAT(schedules_csv.output,
@@ -728,7 +729,8 @@ TEST_F(CliTest, CostsAndSolveShowTheMeasuredInStepTableAsked) {
   ASSERT_EQ(::gethostname(host, sizeof host - 1), 0);
   const CommandResult listed = Edgecost("schedules");
   ASSERT_EQ(listed.exit_code, 0) << listed.output;
-  EXPECT_THAT(listed.output, ::testing::ContainsRegex(std::string(" linear +") + host + " +measured-in-step .* J ESTIMATED"));
+  EXPECT_THAT(listed.output,
+              ::testing::ContainsRegex(std::string("\n1 +linear +") + host + " +measured-in-step .* [0-9.]+ [mun]?J ESTIMATED"));
   EXPECT_THAT(listed.output, Not(HasSubstr(" this ")));
   EXPECT_THAT(Edgecost("schedules --csv").output, ::testing::ContainsRegex(",1,0\n$"));  // energy_estimated, superseded
 }
