@@ -322,7 +322,10 @@ Result<SolvedRequest> SolveRequest(costdb::CostDb* db, const v1::ScheduleRequest
   // One name for a device everywhere: "this" is stored as the name the device list shows.
   if (request.device() == "this" && !solved.table.device().empty()) solved_request.set_device(solved.table.device());
   // `auto` is stored as what it chose, so that the request is solved again on the same source.
-  if (request.cost_source() == kAutoCostSource) solved_request.set_cost_source(solved.table.cost_source());
+  // So is the default (empty) source: a listing names the costs each schedule was solved on.
+  if (request.cost_source() == kAutoCostSource || request.cost_source().empty()) {
+    solved_request.set_cost_source(solved.table.cost_source());
+  }
   // The stored request names the table's thread count, so that it is solved again on that one.
   if (solved.table.threads() > 0) solved_request.set_compute_threads(solved.table.threads());
   v1::StepMemory memory = StepMemoryOf(solved.table.graph(), /*build_large=*/request.device_ram_bytes() > 0);
