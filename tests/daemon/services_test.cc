@@ -267,8 +267,11 @@ TEST_F(ServicesTest, ListDevicesNamesEveryPresetBeforeAnyIsStored) {
 
 // As the README says: measured devices first, then the presets, whatever their names sort as.
 TEST_F(ServicesTest, ListDevicesNamesMeasuredDevicesBeforeThePresets) {
+  // A file of its own: the services keep a connection per thread and path, and an earlier test's
+  // connection to costs.db would read the database that test removed.
+  const std::string path = (dir_ / "devices.db").string();
   {
-    auto db = costdb::CostDb::Open(Db());
+    auto db = costdb::CostDb::Open(path);
     ASSERT_TRUE(db.ok()) << db.status().message();
     v1::Device preset;
     preset.set_name("a72");
@@ -284,10 +287,12 @@ TEST_F(ServicesTest, ListDevicesNamesMeasuredDevicesBeforeThePresets) {
     ASSERT_TRUE(db->UpsertDevice(board).ok());
   }
   CostTableCache cache;
-  CostService costs(Db(), &cache);
+  CostService costs(path, &cache);
   auto devices = costs.ListDevices({});
   ASSERT_TRUE(devices.ok()) << devices.status().message();
-  ASSERT_EQ(devices->devices_size(), 6);
+  std::string names;
+  for (const v1::Device& d : devices->devices()) names += d.name() + " ";
+  ASSERT_EQ(devices->devices_size(), 6) << names;
   EXPECT_EQ(devices->devices(0).name(), "zz-board");
   for (int i = 1; i < devices->devices_size(); ++i) {
     EXPECT_EQ(devices->devices(i).kind(), v1::Device::KIND_PRESET) << devices->devices(i).name();
