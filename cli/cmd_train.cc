@@ -20,6 +20,7 @@
 #include "service/cost_tables.h"
 #include "service/train_job.h"
 #include "service/train_plot.h"
+#include "service/words.h"
 #include "solver/solve.h"
 
 namespace edgecost::cli {
@@ -229,7 +230,7 @@ int RunRemoteTrain(const TrainFlags& flags, const Context& ctx) {
   std::signal(SIGINT, SIG_DFL);
   std::signal(SIGTERM, SIG_DFL);
   if (job.state() != v1::Job::STATE_SUCCEEDED) {
-    std::cout << "job            " << job.id() << " " << v1::Job::State_Name(job.state()) << ": " << job.message()
+    std::cout << "job            " << job.id() << " " << service::JobStateText(job.state()) << ": " << job.message()
               << "\n";
     return kExitFailure;
   }

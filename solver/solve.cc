@@ -5,6 +5,7 @@
 #include <limits>
 #include <optional>
 
+#include "base/units.h"
 #include "solver/bound.h"
 #include "solver/heuristics.h"
 #include "solver/milp.h"
@@ -65,12 +66,17 @@ v1::Schedule NoSchedule(const Problem& p, const std::string& strategy, v1::Sched
 std::string ObviouslyInfeasible(const Problem& p) {
   const int64_t least = MemoryLowerBound(p);
   if (least > p.ram_budget_bytes) {
-    return "some node needs " + std::to_string(least) + " B for its inputs and output together, more than the " +
-           std::to_string(p.ram_budget_bytes) + " B budget";
+    // Readable, and exact where it is compared with the budget.
+    auto bytes = [](int64_t b) {
+      return b < 1000 ? std::to_string(b) + " B"
+                      : FormatBytes(static_cast<double>(b)) + " (" + std::to_string(b) + " B)";
+    };
+    return "some node needs " + bytes(least) + " for its inputs and output together, more than the " +
+           bytes(p.ram_budget_bytes) + " budget";
   }
   if (p.PlainRuntimeS() > p.runtime_budget_s * (1 + 1e-12)) {
-    return "one plain training step takes " + std::to_string(p.PlainRuntimeS()) + " s, more than the " +
-           std::to_string(p.runtime_budget_s) + " s budget";
+    return "one plain training step takes " + FormatSeconds(p.PlainRuntimeS()) + ", more than the " +
+           FormatSeconds(p.runtime_budget_s) + " budget";
   }
   return "";
 }
