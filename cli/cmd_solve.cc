@@ -536,7 +536,8 @@ void RegisterSolveCommand(CLI::App& app, Context& ctx) {
   cmd->add_flag("--no-remat", flags->no_remat, "Page only");
   flags->count_paging_option = cmd->add_flag("--count-paging-time,!--no-count-paging-time", flags->count_paging_time,
                 "Paging time counts against the runtime budget (default, as in train: yes on measured costs "
-                "(--device), whose paging overlap does not hide; no on a board preset, POET's formulation)");
+                "(--device), as measured steps show that overlap does not hide paging; no on a board preset, "
+                "POET's formulation)");
   cmd->add_option("--time-limit-s", flags->time_limit_s, "Solver time limit")->capture_default_str();
   cmd->add_option("--threads", flags->threads, "Solver threads")->capture_default_str();
   cmd->add_option("--compute-threads", flags->compute_threads,

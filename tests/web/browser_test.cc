@@ -382,8 +382,13 @@ TEST_F(BrowserTest, ThePageShowsDevicesCostsASchedulePictureAndLiveJobs) {
   EXPECT_THAT(page.Eval("document.querySelector('#train-run-plot svg').textContent").get<std::string>(),
               ::testing::AllOf(::testing::HasSubstr("step time"), ::testing::ContainsRegex("[0-9] [mu]?s")));
 
-  // The schedule list as CSV, a row per schedule, its energy in joules.
+  // The schedule list says where a model, not a sensor, gave the energy (poet-flops on a preset), and
+  // offers the list as CSV, a row per schedule, its energy in joules.
   ASSERT_TRUE(page.Navigate(Url("/")));
+  EXPECT_THAT(page.Eval("document.querySelector('#schedule-table a[href=\"/schedule?id=" + schedule_id +
+                        "\"]').closest('tr').innerText")
+                  .get<std::string>(),
+              ::testing::ContainsRegex("[0-9.]+ [mun]?J ESTIMATED"));
   const json schedules_csv =
       page.Eval("fetch(document.getElementById('schedules-csv').getAttribute('href')).then(r => r.text())");
   ASSERT_TRUE(schedules_csv.is_string());
