@@ -176,9 +176,12 @@ class DevTools {
 };
 
 // Elements whose box ends right of the viewport outside any scroll container, and
-// whether the page itself scrolls sideways: content a reader cannot reach.
-constexpr const char* kClipped = R"js((() => {
-  const W = window.innerWidth, bad = [];
+// whether the page itself scrolls sideways: content a reader cannot reach. The width is the
+// emulated screen's, not window.innerWidth: a mobile browser zooms out to fit content wider than
+// the screen, and innerWidth then grows with it, so that nothing would ever be found.
+std::string Clipped(int screen_width_px) {
+  return "((W) => {" + std::string(R"js(
+  const bad = [];
   const name = el => el.tagName.toLowerCase() + (el.id ? '#' + el.id : '') +
       (el.className && typeof el.className === 'string' ? '.' + el.className.trim().replace(/\s+/g, '.') : '');
   if (document.documentElement.scrollWidth > W) {
@@ -195,8 +198,10 @@ constexpr const char* kClipped = R"js((() => {
     if (!contained) bad.push(name(el) + ' ends at ' + Math.round(r.right) + ' px: "' +
                              (el.innerText || el.textContent || '').slice(0, 40) + '"');
   }
+  if (window.innerWidth > W) bad.push('the browser zoomed out to ' + window.innerWidth + ' px to fit the content');
   return bad.slice(0, 12);
-})())js";
+})js") + ")(" + std::to_string(screen_width_px) + ")";
+}
 
 // Scroll containers whose content is wider than they are (at 1280 px, none should be).
 constexpr const char* kScrolledAway = R"js((() => {
@@ -459,7 +464,7 @@ TEST_F(BrowserTest, ThePageShowsDevicesCostsASchedulePictureAndLiveJobs) {
     for (const auto& [name, path] : pages) {
       SCOPED_TRACE(name + " at " + std::to_string(width) + " px");
       ASSERT_TRUE(page.Navigate(Url(path)));
-      EXPECT_THAT(page.Eval(kClipped).get<std::vector<std::string>>(), ::testing::IsEmpty());
+      EXPECT_THAT(page.Eval(Clipped(width)).get<std::vector<std::string>>(), ::testing::IsEmpty());
       if (width >= 1280) {  // at desktop width nothing hides behind a sideways scroll either
         EXPECT_THAT(page.Eval(kScrolledAway).get<std::vector<std::string>>(), ::testing::IsEmpty());
       }
