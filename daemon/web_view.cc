@@ -473,7 +473,8 @@ bool WebSessions::Valid(const std::string& cookie_header) {
 bool WebView::Serves(const HttpRequest& request) {
   if (request.method != "GET") return false;
   const std::string path = Path(request.target);
-  return path == "/" || path == "/costs" || path == "/costs.csv" || path == "/schedules.csv" || path == "/schedule" || path == "/train_run" || path == "/trace" || IsAsset(request);
+  return path == "/" || path == "/costs" || path == "/costs.csv" || path == "/schedules.csv" || path == "/schedule" ||
+         path == "/train_run" || path == "/trace" || IsAsset(request);
 }
 
 bool WebView::IsAsset(const HttpRequest& request) {
