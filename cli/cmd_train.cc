@@ -16,8 +16,11 @@
 #include "cli/table.h"
 #include "costdb/costdb.h"
 #include "daemon/client.h"
+#include "profiler/profile.h"
 #include "service/cost_tables.h"
 #include "service/train_job.h"
+#include "service/train_plot.h"
+#include "service/words.h"
 #include "solver/solve.h"
 
 namespace edgecost::cli {
@@ -34,7 +37,7 @@ struct TrainFlags {
   uint64_t schedule_id = 0;
   std::string ram_budget;         // the whole process's memory above its baseline
   std::string activation_budget;  // the activations' alone
-  std::string runtime_budget = "1.5x";
+  std::string runtime_budget = "1.5x";  // solver::kDefaultRuntimeBudgetMultiple, as `solve`
   std::string strategy = "optimal";
   std::string cost_source = "auto";
   bool count_paging_time = true;  // measured: the I/O thread cannot hide paging behind compute (README)
@@ -49,6 +52,7 @@ struct TrainFlags {
   std::string out_npz;
   bool verify = false;
   std::string trace_path;
+  std::string svg_path;  // loss and step time over the steps
   std::string paging_dir;
   bool no_store = false;
   bool json = false;
@@ -165,10 +169,11 @@ void PrintRun(const service::TrainJobResult& result, bool accepted_noisy) {
 
 // Trained by a daemon as a job, followed through WatchEvents until it ends; Ctrl-C cancels it.
 int RunRemoteTrain(const TrainFlags& flags, const Context& ctx) {
-  if (!flags.schedule_file.empty() || !flags.data_file.empty() || !flags.trace_path.empty()) {
+  if (!flags.schedule_file.empty() || !flags.data_file.empty() || !flags.trace_path.empty() ||
+      !flags.svg_path.empty()) {
     return UsageError(
-        InvalidArgument("over --remote a schedule is --schedule-id or budgets; --schedule, --data and --trace are "
-                        "files of this machine"));
+        InvalidArgument("over --remote a schedule is --schedule-id or budgets; --schedule, --data, --trace and --svg "
+                        "are files of this machine (the web view's training run page draws the plot)"));
   }
   v1::StartTrainRequest request;
   request.set_model(flags.model);
@@ -225,7 +230,7 @@ int RunRemoteTrain(const TrainFlags& flags, const Context& ctx) {
   std::signal(SIGINT, SIG_DFL);
   std::signal(SIGTERM, SIG_DFL);
   if (job.state() != v1::Job::STATE_SUCCEEDED) {
-    std::cout << "job            " << job.id() << " " << v1::Job::State_Name(job.state()) << ": " << job.message()
+    std::cout << "job            " << job.id() << " " << service::JobStateText(job.state()) << ": " << job.message()
               << "\n";
     return kExitFailure;
   }
@@ -303,18 +308,26 @@ int RunTrain(const TrainFlags& flags, const Context& ctx) {
     out << result->trace_json;
     if (!out) return Failure(PermissionDenied("cannot write " + flags.trace_path));
   }
+  if (!flags.svg_path.empty()) {
+    v1::TrainRun run = result->run;
+    run.set_id(static_cast<uint64_t>(result->run_id));
+    std::ofstream out(flags.svg_path);
+    out << service::TrainRunSvg(run);
+    if (!out) return Failure(PermissionDenied("cannot write " + flags.svg_path));
+  }
   if (flags.json) {
     PrintJson(result->run);
   } else {
     const v1::TrainRun& run = result->run;
     std::cout << "trained        " << run.model() << ", batch " << run.batch_size() << ", " << run.steps()
-              << " steps of SGD (lr " << run.lr() << ") on " << run.device() << ", " << run.threads() << " threads, "
+              << " steps of SGD (lr " << run.lr() << ") on " << run.device() << ", " << profiler::ThreadsText(run.threads()) << ", "
               << run.data() << "\n"
               << "schedule       " << run.strategy()
               << (run.schedule_id() ? " (#" + std::to_string(run.schedule_id()) + ")" : std::string())
               << (run.cost_source().empty() ? "" : ", predictions from " + run.cost_source() + " costs") << "\n";
     PrintRun(*result, flags.accept_noisy);
     if (!flags.trace_path.empty()) std::cout << "written        " << flags.trace_path << " (Chrome Trace Event JSON)\n";
+    if (!flags.svg_path.empty()) std::cout << "written        " << flags.svg_path << " (loss and step time)\n";
     if (!result->written_onnx.empty()) {
       std::cout << "written        " << result->written_onnx << " (the model with its trained weights)\n"
                 << "written        " << result->written_npz
@@ -328,11 +341,7 @@ int RunTrain(const TrainFlags& flags, const Context& ctx) {
 
 // `runs --csv`: a row per run in plain SI numbers, for spreadsheets and pandas.
 void PrintRunsCsv(const std::vector<v1::TrainRun>& runs) {
-  auto number = [](double value) {
-    char buffer[64];
-    std::snprintf(buffer, sizeof buffer, "%.9g", value);
-    return std::string(buffer);
-  };
+  const auto number = service::CsvNumber;
   std::cout << "run,model,batch_size,device,strategy,schedule_id,steps,threads,cost_source,ram_budget_bytes,"
                "predicted_runtime_s,runtime_s,predicted_peak_bytes,peak_activation_bytes,paging_wait_s,"
                "predicted_energy_j,energy_j,energy_estimated,predicted_process_bytes,peak_rss_added_bytes,"
@@ -354,11 +363,22 @@ void PrintRunsCsv(const std::vector<v1::TrainRun>& runs) {
   }
 }
 
+// The stored training runs, from the database or a daemon's TraceService.ListTrainRuns.
+Result<std::vector<v1::TrainRun>> ListRuns(const std::string& model, int limit, const Context& ctx) {
+  if (!ctx.remote.empty()) {
+    v1::ListTrainRunsRequest request;
+    request.set_model(model);
+    request.set_limit(static_cast<uint32_t>(limit));
+    v1::ListTrainRunsResponse response;
+    EC_RETURN_IF_ERROR(daemon::CallRemote(ctx.remote, "TraceService/ListTrainRuns", request, response));
+    return std::vector<v1::TrainRun>(response.runs().begin(), response.runs().end());
+  }
+  EC_ASSIGN_OR_RETURN(costdb::CostDb db, costdb::CostDb::Open(DbPath(ctx), costdb::OpenMode::kReadOnly));
+  return db.ListTrainRuns(model, limit);
+}
+
 int RunRuns(const std::string& model, int limit, bool json, bool csv, const Context& ctx) {
-  auto db =
-      costdb::CostDb::Open(ctx.db_path.empty() ? costdb::DefaultDbPath() : ctx.db_path, costdb::OpenMode::kReadOnly);
-  if (!db.ok()) return Failure(db.status());
-  auto runs = db->ListTrainRuns(model, limit);
+  auto runs = ListRuns(model, limit, ctx);
   if (!runs.ok()) return Failure(runs.status());
   if (csv) {
     PrintRunsCsv(*runs);
@@ -480,7 +500,8 @@ void RegisterTrainCommand(CLI::App& app, Context& ctx) {
                   "before the model is built: parameters, gradients, workspace, kernels and activations): 30MB, 1GiB");
   cmd->add_option("--activation-budget", flags->activation_budget,
                   "Or for the activations alone (the arena's peak): 1.2MB, 3MiB");
-  cmd->add_option("--runtime-budget", flags->runtime_budget, "With a budget: a multiple of a plain step or seconds")
+  cmd->add_option("--runtime-budget", flags->runtime_budget,
+                  "With a budget: a multiple of a plain step or seconds; the default is solve's too")
       ->capture_default_str();
   cmd->add_option("--strategy", flags->strategy, "With a budget: " + solver::StrategyNames())
       ->capture_default_str();
@@ -491,8 +512,8 @@ void RegisterTrainCommand(CLI::App& app, Context& ctx) {
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "measured", "measured-in-step"}));
   cmd->add_flag("--count-paging-time,!--no-count-paging-time", flags->count_paging_time,
-                "With a budget: paging time counts against the runtime budget (the default here: measured "
-                "steps show that overlap does not hide it)");
+                "With a budget: paging time counts against the runtime budget (default yes, as `solve --device`: "
+                "measured steps show that overlap does not hide it; no gives POET's formulation)");
   cmd->add_option("--time-limit-s", flags->time_limit_s, "With a budget: solver time limit")->capture_default_str();
   cmd->add_option("--steps", flags->steps, "Training steps")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--lr", flags->lr, "SGD learning rate (on the batch-mean loss)")->capture_default_str();
@@ -512,6 +533,8 @@ void RegisterTrainCommand(CLI::App& app, Context& ctx) {
   cmd->add_flag("--verify", flags->verify,
                 "Also run the plain step on one batch and compare every parameter gradient bit for bit");
   cmd->add_option("--trace", flags->trace_path, "Write per-node timings as Chrome Trace Event JSON (Perfetto)");
+  cmd->add_option("--svg", flags->svg_path,
+                  "Draw the loss and the step time over the steps (the web view's training run page shows the same)");
   cmd->add_option("--paging-dir", flags->paging_dir, "Where paged activations go (default: paging/ beside the db)");
   cmd->add_option("--probes-config", flags->probes_config, "TOML with a [probes] section (meters, the estimate)");
   cmd->add_flag("--no-store", flags->no_store, "Keep no run record and no measured-in-step costs");
@@ -549,9 +572,8 @@ void RegisterTrainCommand(CLI::App& app, Context& ctx) {
       "Examples:\n  edgecost runs\n  edgecost runs --model resnet18_cifar --limit 5 --json\n"
       "  edgecost runs --nodes 3 --limit 10     # where run 3's prediction missed");
   runs->callback([model, limit, json, csv, nodes, &ctx] {
-    ctx.exit_code = LocalOnly(ctx, [&] {
-      return *nodes > 0 ? RunRunNodes(*nodes, *limit, ctx) : RunRuns(*model, *limit, *json, *csv, ctx);
-    });
+    ctx.exit_code = *nodes > 0 ? LocalOnly(ctx, [&] { return RunRunNodes(*nodes, *limit, ctx); })
+                               : RunRuns(*model, *limit, *json, *csv, ctx);
   });
 }
 

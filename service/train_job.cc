@@ -24,6 +24,7 @@
 #include "service/onnx_weights.h"
 #include "service/profile_job.h"
 #include "service/step_memory.h"
+#include "service/words.h"
 #include "solver/solve.h"
 #include "train/arena.h"
 #include "train/data.h"
@@ -348,14 +349,24 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
              ? FormatBytes(static_cast<double>(request.device_ram_bytes())) + " of process memory"
              : FormatBytes(static_cast<double>(request.ram_budget_bytes())) + " of activations") +
         " ...");
-    EC_ASSIGN_OR_RETURN(SolvedRequest solved, SolveRequest(&db, request, options.store));
+    // The smallest RAM budget the heuristics meet is said as soon as they know it, not after the time limit.
+    auto say_min_ram = [&log, said = false](const solver::Progress& p) mutable {
+      if (said || p.min_feasible_ram_bytes <= 0) return;
+      said = true;
+      log("no heuristic meets this budget; the smallest activation budget with a schedule is about " +
+          FormatBytes(static_cast<double>(p.min_feasible_ram_bytes)) + " (the MILP searches on at this one)");
+    };
+    EC_ASSIGN_OR_RETURN(SolvedRequest solved, SolveRequest(&db, request, options.store, nullptr, say_min_ram));
     if (!HasSchedule(solved.schedule)) {
       std::string hint;
       if (solved.schedule.min_feasible_ram_bytes() > 0) {
-        hint = "; the smallest RAM budget with a schedule is about " +
+        hint = "; the smallest activation budget with a schedule is about " +
                FormatBytes(static_cast<double>(solved.schedule.min_feasible_ram_bytes()));
       }
-      return FailedPrecondition("no schedule meets the budgets: " + solved.schedule.message() + hint);
+      return FailedPrecondition(
+          (solved.schedule.status() == v1::Schedule::STATUS_INFEASIBLE ? "no schedule meets the budgets: "
+                                                                        : "no schedule found for the budgets: ") +
+          solved.schedule.message() + hint);
     }
     schedule = solved.schedule;
     schedule_id = static_cast<uint64_t>(solved.schedule_id);
@@ -369,9 +380,7 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
     log("schedule: " + (schedule->strategy().empty() ? std::string("?") : schedule->strategy()) + ", replayed: peak " +
         FormatBytes(static_cast<double>(checked->replay.peak_ram_bytes)) + " of " +
         FormatBytes(static_cast<double>(checked->problem.ram_budget_bytes)) + ", " +
-        std::to_string(checked->replay.recomputations) + " recomputations, " +
-        std::to_string(checked->replay.page_outs) + " page-outs, " + std::to_string(checked->replay.page_ins) +
-        " page-ins");
+        OperationsText(checked->replay.recomputations, checked->replay.page_outs, checked->replay.page_ins));
   } else {
     v1::GetCostTableRequest request;
     request.set_model(spec.model_or_file);
