@@ -226,10 +226,13 @@ class _Runtime:
         self.counter = _Counter()
         self.page_dir = page_dir or tempfile.mkdtemp(prefix="edgecost-pages-")
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="edgecost-pager")
-        self.paged_keys = set()      # storages of module outputs to page, this step
-        self.page_files = {}         # (storage, view) -> weak _PageFile, so a tensor saved twice is written once
+        # Storage of a module output to page -> (weak ref to that output, {view: weak _PageFile}). While the
+        # output object lives its storage cannot be freed and its address reused by another tensor;
+        # the views let a tensor saved by two ops be written once.
+        self.paged_outputs = {}
         self.paged_bytes = 0
         self.file_number = 0
+        self.last_write = None
         self.step = 0
         self.step_start = None
         self.invocations = []
@@ -268,7 +271,7 @@ class _Runtime:
         for invocation in self.invocations:  # from a step whose backward did not run
             invocation.release()
         self.invocations = []
-        self.paged_keys.clear()
+        self.paged_outputs.clear()
         self.counter.peak = self.counter.now
         self.paged_bytes = 0
         self.step += 1
@@ -305,21 +308,28 @@ class _Runtime:
         if torch.is_grad_enabled():
             for t in output if isinstance(output, (tuple, list)) else (output,):
                 if torch.is_tensor(t):
-                    self.paged_keys.add(_storage_key(t))
+                    self.paged_outputs[_storage_key(t)] = (weakref.ref(t), {})
 
     def _pack(self, tensor):
         if isinstance(tensor, torch.nn.Parameter) or (tensor.is_leaf and tensor.requires_grad):
             return tensor  # weights are not activations
         key = _storage_key(tensor)
-        if key not in self.paged_keys:
+        output, files = self.paged_outputs.get(key, (None, None))
+        if output is None or output() is None:
+            self.paged_outputs.pop(key, None)
             return _Kept(tensor, self.counter)
-        view = (key, tuple(tensor.shape), tuple(tensor.stride()), tensor.storage_offset(), tensor.dtype)
-        file = self.page_files.get(view)
+        view = (tuple(tensor.shape), tuple(tensor.stride()), tensor.storage_offset(), tensor.dtype)
+        file = files.get(view)
         file = file() if file else None
         if file is None:
+            # One write in flight: a paged tensor leaves RAM about when the plan says, not when a
+            # queue of writes behind a fast forward reaches it.
+            if self.last_write is not None:
+                self.last_write.result()
             self.file_number += 1
             file = _PageFile(tensor, os.path.join(self.page_dir, f"{self.file_number}.pt"), self)
-            self.page_files[view] = weakref.ref(file)
+            files[view] = weakref.ref(file)
+            self.last_write = file.future
             self.paged_bytes += file.nbytes
         return _Paged(file)
 
