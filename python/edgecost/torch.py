@@ -516,10 +516,16 @@ class Plan:
         """One step on `example_inputs` in two copies of `model`, plain and under the plan;
         compares every parameter's gradient. `model` itself is left as it was."""
         inputs = example_inputs if isinstance(example_inputs, tuple) else (example_inputs,)
+        was_applied = id(model) in self._runtimes
+        self.remove(model)  # its hooks and patched forwards do not copy
+        try:
+            plain_copy, planned_copy = copy.deepcopy(model).train(), copy.deepcopy(model).train()
+        finally:
+            if was_applied:
+                self.apply(model)
         rng = torch.get_rng_state()
         results = []
-        for planned in (False, True):
-            copied = copy.deepcopy(model).train()
+        for planned, copied in ((False, plain_copy), (True, planned_copy)):
             if planned:
                 self.apply(copied)
             else:  # the same counting hooks with nothing changed, for the plain peak
