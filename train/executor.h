@@ -74,6 +74,13 @@ struct ParamGradient {
   std::vector<float> values;
 };
 
+// A forward-only pass in inference mode over one batch (Executor::Evaluate).
+struct EvalStats {
+  double loss_sum = 0;  // cross-entropy summed over the rows counted
+  int64_t correct = 0;  // rows counted whose logits' argmax is their label
+  int64_t rows = 0;     // rows counted
+};
+
 class Executor {
  public:
   static Result<std::unique_ptr<Executor>> Create(const v1::TrainingGraph& graph, const ExecutorOptions& options);
@@ -103,6 +110,11 @@ class Executor {
   // SGD on the last step's gradients: p -= lr / batch rows * dp (the loss is summed over rows).
   void Update(double lr);
   std::vector<ParamGradient> Gradients() const;
+  // The forward pass alone in inference mode (batch norm with its running statistics, no dropout),
+  // on buffers of its own outside the arena: held-out loss and accuracy. `batch` is a full batch;
+  // only its first `rows` rows count (a last batch padded with repeats). Leaves gradients and
+  // running statistics as they were.
+  Result<EvalStats> Evaluate(const Batch& batch, int64_t rows);
   // The values of a trained parameter (as Gradients() lists them), to read or to set before a
   // step: weights copied from another framework, or a finite-difference probe. Null if it does not train.
   std::vector<float>* Parameter(int node, int index);
@@ -110,6 +122,11 @@ class Executor {
   // layer's (out, in), a batch norm's scale then shift): to load a model's own weights before the
   // first step, or to write them out. Null when the node has no such parameter.
   kernels::Tensor* LayerParameter(int node, int index);
+  // A batch norm's running statistics (index 0: mean, 1: variance), updated by every step once per
+  // node and loaded or written with the model's weights; null for other nodes.
+  kernels::Tensor* RunningStat(int node, int index);
+  // A batch norm's num_batches_tracked; null for other nodes.
+  int64_t* BatchesTracked(int node);
   // Seconds since the executor was created: the clock of TraceEvents.
   double ClockS() const;
 
