@@ -503,6 +503,10 @@ Result<std::unique_ptr<Executor>> Executor::Create(const v1::TrainingGraph& grap
 }
 
 int64_t Executor::input_elements() const { return bytes_[static_cast<size_t>(state_->input_node)] / 4; }
+std::vector<int64_t> Executor::input_dims() const {
+  const auto& dims = graph_.nodes(state_->input_node).output_shape().dims();
+  return {dims.begin(), dims.end()};
+}
 int64_t Executor::label_rows() const { return state_->label_rows; }
 int64_t Executor::classes() const { return state_->classes; }
 int64_t Executor::input_id_limit() const { return state_->input_id_limit; }
