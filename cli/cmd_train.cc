@@ -302,16 +302,16 @@ int RunTrain(const TrainFlags& flags, const Context& ctx) {
   options.epochs = flags.epochs;
   options.val_split = flags.val_split;
   options.val_data = flags.val_data;
-  for (auto [text, values, flag] : {std::tuple{&flags.mean, &options.mean, "--mean"},
-                                    std::tuple{&flags.std_dev, &options.std, "--std"}}) {
+  for (auto [text, values, flag] :
+       {std::tuple{&flags.mean, &options.mean, "--mean"}, std::tuple{&flags.std_dev, &options.std, "--std"}}) {
     auto parsed = ParseFloatList(*text, flag);
     if (!parsed.ok()) return UsageError(parsed.status());
     *values = *parsed;
   }
   const size_t comma = flags.data_keys.find(',');
   if (comma == std::string::npos || comma == 0 || comma + 1 == flags.data_keys.size()) {
-    return UsageError(InvalidArgument("--data-keys is INPUTS,LABELS (the .npz's array names), not '" +
-                                      flags.data_keys + "'"));
+    return UsageError(
+        InvalidArgument("--data-keys is INPUTS,LABELS (the .npz's array names), not '" + flags.data_keys + "'"));
   }
   options.input_key = flags.data_keys.substr(0, comma);
   options.label_key = flags.data_keys.substr(comma + 1);
@@ -355,9 +355,8 @@ int RunTrain(const TrainFlags& flags, const Context& ctx) {
               << (run.cost_source().empty() ? "" : ", predictions from " + run.cost_source() + " costs") << "\n";
     if (run.epochs_size() > 0 && run.held_out_records() > 0) {
       const v1::EpochStats& last = run.epochs(run.epochs_size() - 1);
-      std::cout << "held out       " << run.held_out_records() << " records after epoch " << last.epoch()
-                << ": loss " << Number(last.held_out_loss()) << ", accuracy " << Number(100 * last.held_out_accuracy())
-                << "%\n";
+      std::cout << "held out       " << run.held_out_records() << " records after epoch " << last.epoch() << ": loss "
+                << Number(last.held_out_loss()) << ", accuracy " << Number(100 * last.held_out_accuracy()) << "%\n";
     }
     PrintRun(*result, flags.accept_noisy);
     if (!flags.trace_path.empty()) std::cout << "written        " << flags.trace_path << " (Chrome Trace Event JSON)\n";
@@ -555,8 +554,9 @@ void RegisterTrainCommand(CLI::App& app, Context& ctx) {
                   "every epoch (from --seed); the last partial batch is dropped");
   cmd->add_option("--mean", flags->mean,
                   "With --data: per-channel mean subtracted, e.g. 0.485,0.456,0.406 (pixels are first x/255)");
-  cmd->add_option("--std", flags->std_dev, "With --data: per-channel standard deviation divided by, e.g. "
-                                           "0.229,0.224,0.225 (default: none, pixels are x/255)");
+  cmd->add_option("--std", flags->std_dev,
+                  "With --data: per-channel standard deviation divided by, e.g. "
+                  "0.229,0.224,0.225 (default: none, pixels are x/255)");
   cmd->add_option("--data-keys", flags->data_keys, "With an .npz: the names of its inputs and labels arrays")
       ->capture_default_str();
   cmd->add_option("--val-split", flags->val_split,

@@ -193,9 +193,9 @@ class BatchNorm2d : public StepLayer {
   void UpdateRunningStats() override {
     constexpr float kMomentum = 0.1f;  // PyTorch's default
     // oneDNN's batch variance divides by n; PyTorch's running variance is the unbiased one.
-    const float unbiased = values_per_channel_ > 1 ? static_cast<float>(values_per_channel_) /
-                                                         static_cast<float>(values_per_channel_ - 1)
-                                                   : 1.0f;
+    const float unbiased = values_per_channel_ > 1
+                               ? static_cast<float>(values_per_channel_) / static_cast<float>(values_per_channel_ - 1)
+                               : 1.0f;
     for (size_t c = 0; c < running_mean_->data.size(); ++c) {
       running_mean_->data[c] = (1 - kMomentum) * running_mean_->data[c] + kMomentum * batch_mean_->data[c];
       running_variance_->data[c] =

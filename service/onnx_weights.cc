@@ -101,7 +101,7 @@ struct Binding {
   int index = 0;  // the layer's parameter; >= its parameter count: a batch norm's running statistic
   std::string name;
   bool transposed = false;  // the file's (in, out) for the layer's (out, in)
-  kernels::Tensor* tensor = nullptr;  // the parameter's or running statistic's values; null: none (kept as the file's)
+  kernels::Tensor* tensor = nullptr;   // the parameter's or running statistic's values; null: none (kept as the file's)
   int64_t* batches_tracked = nullptr;  // with a batch norm's running variance: its num_batches_tracked
 };
 
@@ -127,8 +127,10 @@ Result<std::vector<Binding>> Bind(const graph::OnnxModel& m, const Initializers&
       kernels::Tensor* tensor = executor.LayerParameter(i, k);
       kernels::Tensor* running_stat = tensor ? nullptr : executor.RunningStat(i, k - param_count);
       if (name.empty()) {
-        if (tensor || running_stat) return InvalidArgument(m.origin + ": " + node + " has a parameter " + std::to_string(k) +
-                                           " that no initializer of the file gives");
+        if (tensor || running_stat) {
+          return InvalidArgument(m.origin + ": " + node + " has a parameter " + std::to_string(k) +
+                                 " that no initializer of the file gives");
+        }
         continue;
       }
       const auto it = init.by_name.find(name);

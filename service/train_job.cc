@@ -463,8 +463,8 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
                                                       model));
     if (data.dropped_per_epoch() > 0) {
       result.notes.push_back("each epoch leaves out its last partial batch (" +
-                             std::to_string(data.dropped_per_epoch()) + " of " +
-                             std::to_string(data.train_records()) + " records; PyTorch's drop_last=True)");
+                             std::to_string(data.dropped_per_epoch()) + " of " + std::to_string(data.train_records()) +
+                             " records; PyTorch's drop_last=True)");
     }
   } else if (options.epochs > 0 || options.val_split > 0 || !options.val_data.empty()) {
     return InvalidArgument("--epochs, --val-split and --val-data need a data set (--data)");
@@ -591,8 +591,8 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
       energy_start_s = NowS();
     }
     if (stop && stop->load()) {
-      return Status(ErrorCode::kCancelled, "stopped after " + std::to_string(s) + " of " +
-                                               std::to_string(steps) + " steps; no run record is stored");
+      return Status(ErrorCode::kCancelled, "stopped after " + std::to_string(s) + " of " + std::to_string(steps) +
+                                               " steps; no run record is stored");
     }
     const double window_start_s = NowS();
     EC_RETURN_IF_ERROR(watch->BeginWindow());

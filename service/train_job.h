@@ -49,10 +49,10 @@ struct TrainJobOptions {
   int epochs = 0;
   // A user's data set (train/data.h: an image folder, .npy, .npz or CIFAR-10 .bin); empty: synthetic.
   std::string data_file;
-  std::vector<float> mean, std;  // per-channel normalization of the data
+  std::vector<float> mean, std;                  // per-channel normalization of the data
   std::string input_key = "x", label_key = "y";  // an .npz's arrays
-  double val_split = 0;       // the fraction of data_file held out for per-epoch loss and accuracy
-  std::string val_data;       // or a held-out data set of its own
+  double val_split = 0;                          // the fraction of data_file held out for per-epoch loss and accuracy
+  std::string val_data;                          // or a held-out data set of its own
   // Where the parameters start: "file", an ONNX model's own initializers (a zoo model has none and
   // draws them from the seed), or "random", drawn from the seed.
   std::string init = "file";

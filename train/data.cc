@@ -41,7 +41,7 @@ Result<std::string> ReadWhole(const std::string& path) {
 // Per-channel (x - mean) / std over a row's planes (NCHW: a channel is a contiguous plane).
 struct Normalizer {
   std::vector<float> mean, std;  // one per channel, after Make
-  int64_t plane = 1;              // values per channel in one row
+  int64_t plane = 1;             // values per channel in one row
 
   // `default_mean` and `default_deviation` apply when the user gave neither --mean nor --std.
   static Result<Normalizer> Make(const DataOptions& options, const ModelInput& model, std::vector<float> default_mean,
@@ -52,7 +52,8 @@ struct Normalizer {
     const bool given = !options.mean.empty() || !options.std.empty();
     Normalizer n;
     n.plane = row / channels;
-    auto per_channel = [&](std::vector<float> values, float fill, const std::string& flag) -> Result<std::vector<float>> {
+    auto per_channel = [&](std::vector<float> values, float fill,
+                           const std::string& flag) -> Result<std::vector<float>> {
       if (values.empty()) values.push_back(fill);
       if (values.size() == 1) values.resize(static_cast<size_t>(channels), values[0]);
       if (static_cast<int64_t>(values.size()) != channels) {
@@ -123,8 +124,8 @@ Result<std::unique_ptr<Records>> ArraysFor(NumpyArray x, const NumpyArray& y, co
                                            const ModelInput& model, const std::string& origin) {
   const std::vector<int64_t> row = RowDims(model);
   if (x.shape.empty() || std::vector<int64_t>(x.shape.begin() + 1, x.shape.end()) != row) {
-    return InvalidArgument(x_name + " holds " + DimsText(x.shape) + " inputs; the model takes N x " +
-                           DimsText(row) + " (reshape them to that, C order, e.g. x.reshape(-1, " +
+    return InvalidArgument(x_name + " holds " + DimsText(x.shape) + " inputs; the model takes N x " + DimsText(row) +
+                           " (reshape them to that, C order, e.g. x.reshape(-1, " +
                            [&] {
                              std::string s;
                              for (size_t i = 0; i < row.size(); ++i) s += (i ? ", " : "") + std::to_string(row[i]);
@@ -150,7 +151,8 @@ Result<std::unique_ptr<Records>> ArraysFor(NumpyArray x, const NumpyArray& y, co
   }
   EC_ASSIGN_OR_RETURN(Normalizer normalizer, Normalizer::Make(options, model, {}, {}));
   const std::string description = origin + " (" + std::to_string(labels.size()) + " records, " + x.DtypeName() + ")";
-  return std::unique_ptr<Records>(new ArrayRecords(std::move(x), std::move(labels), std::move(normalizer), description));
+  return std::unique_ptr<Records>(
+      new ArrayRecords(std::move(x), std::move(labels), std::move(normalizer), description));
 }
 
 // The labels file of an inputs .npy: `<label key>.npy` beside `<input key>.npy`, or `P_y.npy` beside `P_x.npy`.
@@ -159,8 +161,7 @@ Result<std::string> LabelsPathFor(const fs::path& inputs, const DataOptions& opt
   std::string labels;
   if (stem == options.input_key) {
     labels = options.label_key;
-  } else if (stem.size() > options.input_key.size() + 1 &&
-             stem.ends_with("_" + options.input_key)) {
+  } else if (stem.size() > options.input_key.size() + 1 && stem.ends_with("_" + options.input_key)) {
     labels = stem.substr(0, stem.size() - options.input_key.size()) + options.label_key;
   } else {
     return InvalidArgument("which file holds the labels of " + inputs.string() + "? Name the pair " +
@@ -179,8 +180,7 @@ Result<std::unique_ptr<Records>> OpenNpy(const std::string& inputs_path, const s
   return ArraysFor(std::move(x), y, inputs_path, labels_path, options, model, inputs_path + " and " + labels_path);
 }
 
-Result<std::unique_ptr<Records>> OpenNpz(const std::string& path, const DataOptions& options,
-                                         const ModelInput& model) {
+Result<std::unique_ptr<Records>> OpenNpz(const std::string& path, const DataOptions& options, const ModelInput& model) {
   EC_ASSIGN_OR_RETURN(const std::string bytes, ReadWhole(path));
   using Members = std::map<std::string, std::string>;
   EC_ASSIGN_OR_RETURN(Members members, ReadZip(bytes, path));
@@ -189,7 +189,8 @@ Result<std::unique_ptr<Records>> OpenNpz(const std::string& path, const DataOpti
     const auto it = members.find(key + ".npy");
     if (it == members.end()) {
       std::string keys;
-      for (const auto& [name, content] : members) keys += (keys.empty() ? "" : ", ") + name.substr(0, name.rfind(".npy"));
+      for (const auto& [name, content] : members)
+        keys += (keys.empty() ? "" : ", ") + name.substr(0, name.rfind(".npy"));
       return InvalidArgument(path + " has no array '" + key + "' (it has: " + (keys.empty() ? "none" : keys) +
                              "); name the inputs and labels with --data-keys INPUTS,LABELS");
     }
@@ -280,8 +281,8 @@ Result<std::unique_ptr<Records>> OpenFolder(const std::string& path, const DataO
                                             const ModelInput& model) {
   const std::vector<int64_t> row = RowDims(model);
   if (row.size() != 3 || (row[0] != 1 && row[0] != 3)) {
-    return InvalidArgument("an image folder feeds a model whose input is C x H x W with 1 or 3 channels; this one takes " +
-                           DimsText(row));
+    return InvalidArgument(
+        "an image folder feeds a model whose input is C x H x W with 1 or 3 channels; this one takes " + DimsText(row));
   }
   std::error_code error;
   std::vector<std::string> classes;
@@ -384,7 +385,7 @@ Result<DataSource> DataSource::Open(const DataOptions& options, const ModelInput
   // so that data sorted by class (a folder) gives each class its share.
   for (int64_t i = 0; i < n; ++i) {
     const bool held = options.val_split > 0 && static_cast<int64_t>(static_cast<double>(i + 1) * options.val_split) >
-                                                    static_cast<int64_t>(static_cast<double>(i) * options.val_split);
+                                                   static_cast<int64_t>(static_cast<double>(i) * options.val_split);
     (held ? source.held_out_ : source.train_).push_back(i);
   }
   if (!options.val_path.empty()) {

@@ -31,11 +31,11 @@ namespace edgecost::train {
 
 struct DataOptions {
   std::string path;
-  std::vector<float> mean, std;  // per channel, or one value for all; empty: none
+  std::vector<float> mean, std;                  // per channel, or one value for all; empty: none
   std::string input_key = "x", label_key = "y";  // an .npz archive's arrays
-  double val_split = 0;   // the fraction of the records held out (spread evenly over them)
-  std::string val_path;   // or a held-out data set of its own (same format rules)
-  uint32_t seed = 1;      // of each epoch's order
+  double val_split = 0;                          // the fraction of the records held out (spread evenly over them)
+  std::string val_path;                          // or a held-out data set of its own (same format rules)
+  uint32_t seed = 1;                             // of each epoch's order
 };
 
 // What the model takes: its input node's dims (batch rows first) and its loss's classes.
@@ -89,9 +89,9 @@ class DataSource {
   Result<Batch> Gather(const Records& records, const std::vector<int64_t>& indexes) const;
 
   std::string description_;
-  Batch fixed_;                        // synthetic
-  std::shared_ptr<Records> records_;   // null: synthetic
-  std::shared_ptr<Records> val_records_;  // --val-data; null: held out of records_
+  Batch fixed_;                            // synthetic
+  std::shared_ptr<Records> records_;       // null: synthetic
+  std::shared_ptr<Records> val_records_;   // --val-data; null: held out of records_
   std::vector<int64_t> train_, held_out_;  // indexes into records_
   int64_t rows_ = 0, sample_elements_ = 0;
   uint32_t seed_ = 1;

@@ -803,8 +803,9 @@ Result<EvalStats> Executor::Evaluate(const Batch& batch, int64_t rows) {
     } else if (exec.kind == NodeExec::Kind::kLayer) {
       for (const NodeExec::Binding& b : exec.binds) {
         std::vector<float>& buffer = buffers[static_cast<size_t>(b.node)];
-        if (buffer.empty()) return Internal("node " + std::to_string(v) + " reads node " + std::to_string(b.node) +
-                                            ", which the forward pass has not computed");
+        if (buffer.empty())
+          return Internal("node " + std::to_string(v) + " reads node " + std::to_string(b.node) +
+                          ", which the forward pass has not computed");
         exec.layer->Bind(*b.tensor, buffer.data() + b.offset);
       }
       exec.layer->ForwardInference();

@@ -87,9 +87,9 @@ class Executor {
   ~Executor();
 
   const v1::TrainingGraph& graph() const { return graph_; }
-  int64_t input_elements() const;  // the input node's elements: what Batch::inputs holds
+  int64_t input_elements() const;           // the input node's elements: what Batch::inputs holds
   std::vector<int64_t> input_dims() const;  // the input node's shape, batch rows first
-  int64_t label_rows() const;      // rows of the logits: what Batch::labels holds
+  int64_t label_rows() const;               // rows of the logits: what Batch::labels holds
   int64_t classes() const;
   // Token ids: the vocabulary of the embedding the input node feeds (inputs are ids in
   // [0, limit) as floats), or 0 when the input is features.

@@ -3,11 +3,11 @@
 #include <png.h>
 #include <setjmp.h>
 // jpeglib.h needs size_t and FILE declared first.
-#include <cstdio>
 #include <jpeglib.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 namespace edgecost::train {
 namespace {

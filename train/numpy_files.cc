@@ -127,8 +127,7 @@ Result<NumpyArray> ParseNpy(std::string_view bytes, const std::string& what) {
   }
   NumpyArray array;
   static const std::map<std::string, std::pair<char, int>> kDtypes = {
-      {"<f4", {'f', 4}}, {"<f8", {'f', 8}}, {"|u1", {'u', 1}}, {"<u1", {'u', 1}},
-      {"<i4", {'i', 4}}, {"<i8", {'i', 8}}};
+      {"<f4", {'f', 4}}, {"<f8", {'f', 8}}, {"|u1", {'u', 1}}, {"<u1", {'u', 1}}, {"<i4", {'i', 4}}, {"<i8", {'i', 8}}};
   const auto dtype = kDtypes.find(descr);
   if (dtype == kDtypes.end()) {
     return InvalidArgument(what + " holds dtype '" + descr +
@@ -148,8 +147,8 @@ Result<NumpyArray> ParseNpy(std::string_view bytes, const std::string& what) {
   }
   if (count * static_cast<uint64_t>(array.item_bytes) != available) {
     return InvalidArgument(what + ": its shape and dtype need " +
-                           std::to_string(count * static_cast<uint64_t>(array.item_bytes)) + " B of data; the file has " +
-                           std::to_string(available));
+                           std::to_string(count * static_cast<uint64_t>(array.item_bytes)) +
+                           " B of data; the file has " + std::to_string(available));
   }
   array.data.assign(bytes.substr(header_at + header_len));
   return array;

@@ -22,11 +22,11 @@ namespace edgecost::train {
 
 struct NumpyArray {
   std::vector<int64_t> shape;
-  char kind = 'f';      // 'f' float, 'u' unsigned, 'i' signed
-  int item_bytes = 4;   // 1, 4 or 8
-  std::string data;     // count() * item_bytes bytes, little-endian, C order
+  char kind = 'f';     // 'f' float, 'u' unsigned, 'i' signed
+  int item_bytes = 4;  // 1, 4 or 8
+  std::string data;    // count() * item_bytes bytes, little-endian, C order
   int64_t count() const;
-  double At(int64_t i) const;  // element i, converted
+  double At(int64_t i) const;     // element i, converted
   std::string DtypeName() const;  // "float32", "uint8", ...
 };
 

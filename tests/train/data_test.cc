@@ -33,8 +33,7 @@ class DataTest : public testing::TempDirTest {
  protected:
   void SetUp() override {
     TempDirTest::SetUp();
-    const testing::CommandResult made =
-        testing::RunShell("/usr/bin/python3 tests/train/make_data.py " + dir_.string());
+    const testing::CommandResult made = testing::RunShell("/usr/bin/python3 tests/train/make_data.py " + dir_.string());
     if (made.exit_code == 3 || made.exit_code == 127) GTEST_SKIP() << "no NumPy or PIL: " << made.output;
     ASSERT_EQ(made.exit_code, 0) << made.output;
   }
@@ -130,7 +129,8 @@ TEST_F(DataTest, DamagedArchivesAndArraysGiveErrors) {
   ASSERT_NE(shape, std::string::npos);
   huge.replace(shape, 12, "(9999999999)");
   EXPECT_THAT(ParseNpy(huge, "x.npy").status().message(), HasSubstr("needs more bytes"));
-  EXPECT_THAT(ParseNpy(std::string("\x93NUMPY\x01\x00\xff\xff{}", 12), "h.npy").status().message(), HasSubstr("truncated"));
+  EXPECT_THAT(ParseNpy(std::string("\x93NUMPY\x01\x00\xff\xff{}", 12), "h.npy").status().message(),
+              HasSubstr("truncated"));
   // A member that says it unpacks to more than the limit is refused before anything is allocated.
   EXPECT_THAT(ReadZip(Bytes("set.npz"), "set.npz", 16).status().message(), HasSubstr("more than the 16 B"));
 }

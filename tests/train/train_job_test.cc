@@ -662,7 +662,7 @@ TEST_F(TrainJobTest, EpochsOverADataSetReportHeldOutLossAndAccuracy) {
     auto result = Run(options);
     ASSERT_TRUE(result.ok()) << result.status().message();
     const v1::TrainRun& run = result->run;
-    EXPECT_EQ(run.held_out_records(), 5u);  // every fifth of 26
+    EXPECT_EQ(run.held_out_records(), 5u);    // every fifth of 26
     EXPECT_EQ(run.batches_per_epoch(), 10u);  // 21 records in batches of 2
     EXPECT_EQ(run.dropped_per_epoch(), 1u);
     EXPECT_EQ(run.steps(), 30u);
