@@ -1,6 +1,7 @@
 #include "train/data.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -46,7 +47,7 @@ struct Normalizer {
   // `default_mean` and `default_deviation` apply when the user gave neither --mean nor --std.
   static Result<Normalizer> Make(const DataOptions& options, const ModelInput& model, std::vector<float> default_mean,
                                  std::vector<float> default_deviation) {
-    const int64_t channels = model.dims.size() == 4 ? model.dims[1] : 1;
+    const int64_t channels = model.dims.size() == 4 ? std::max<int64_t>(1, model.dims[1]) : 1;
     int64_t row = 1;
     for (size_t i = 1; i < model.dims.size(); ++i) row *= model.dims[i];
     const bool given = !options.mean.empty() || !options.std.empty();
@@ -81,14 +82,6 @@ int64_t RowElements(const ModelInput& model) {
   int64_t n = 1;
   for (int64_t d : RowDims(model)) n *= d;
   return n;
-}
-
-Status CheckLabel(int64_t label, int64_t classes, const std::string& where) {
-  if (label < 0 || label >= classes) {
-    return InvalidArgument(where + " has label " + std::to_string(label) + "; the model's loss has " +
-                           std::to_string(classes) + " classes (labels 0.." + std::to_string(classes - 1) + ")");
-  }
-  return Status::Ok();
 }
 
 // Records held in memory as an array of N rows (NumPy's, or CIFAR-10's pixels), converted when read.
@@ -142,11 +135,14 @@ Result<std::unique_ptr<Records>> ArraysFor(NumpyArray x, const NumpyArray& y, co
   std::vector<int32_t> labels(static_cast<size_t>(y.shape[0]));
   for (int64_t i = 0; i < y.shape[0]; ++i) {
     const double v = y.At(i);
-    if (v != static_cast<double>(static_cast<int64_t>(v))) {
-      return InvalidArgument(y_name + "[" + std::to_string(i) + "] is " + std::to_string(v) +
-                             ", not an integer class index");
+    const std::string where = y_name + "[" + std::to_string(i) + "]";
+    // Range first: a NaN or a huge float must not reach the integer conversion.
+    if (!(v >= 0 && v < static_cast<double>(model.classes))) {
+      return InvalidArgument(where + " has label " + std::to_string(v) + "; the model's loss has " +
+                             std::to_string(model.classes) + " classes (labels 0.." +
+                             std::to_string(model.classes - 1) + ")");
     }
-    EC_RETURN_IF_ERROR(CheckLabel(static_cast<int64_t>(v), model.classes, y_name + "[" + std::to_string(i) + "]"));
+    if (v != std::floor(v)) return InvalidArgument(where + " is " + std::to_string(v) + ", not an integer class index");
     labels[static_cast<size_t>(i)] = static_cast<int32_t>(v);
   }
   EC_ASSIGN_OR_RETURN(Normalizer normalizer, Normalizer::Make(options, model, {}, {}));

@@ -7,6 +7,7 @@
 #include "train/data.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <numeric>
@@ -17,6 +18,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "service/onnx_weights.h"
 #include "tests/shell.h"
 #include "tests/temp_dir.h"
 #include "train/images.h"
@@ -94,6 +96,12 @@ TEST_F(DataTest, RefusesWhatDoesNotFitTheModelClearly) {
   EXPECT_THAT(Refusal("fortran_x.npy," + Path("y.npy")), HasSubstr("Fortran order"));
   EXPECT_THAT(Refusal("set.npz", {.mean = {0.1f, 0.2f}}), HasSubstr("--mean has 2 values"));
   EXPECT_THAT(Refusal("nothing.npz"), HasSubstr("does not exist"));
+  for (const float bad : {std::nanf(""), 1e30f, -1.0f}) {
+    auto npz = service::NpzBytes({{"x", {1, 3, 2, 2}, std::vector<float>(12)}, {"y", {1}, {bad}}});
+    ASSERT_TRUE(npz.ok());
+    std::ofstream(Path("bad_label.npz"), std::ios::binary) << *npz;
+    EXPECT_THAT(Refusal("bad_label.npz"), HasSubstr("has label")) << bad;
+  }
   std::ofstream(Path("data.csv")) << "1,2\n";
   EXPECT_THAT(Refusal("data.csv"), HasSubstr("which format"));
   EXPECT_THAT(Refusal("images", {}, {{4, 3, 2, 2}, 2}), HasSubstr("3 class folders"));
