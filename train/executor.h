@@ -5,8 +5,12 @@
 // to the arena's buffers before each pass (kernels::Layer::Bind), so outputs are
 // shared between the layers that produce and read them, as in a framework.
 //
+// Batch norms train on each batch's statistics and fold them into running ones once per
+// step (PyTorch's momentum 0.1, unbiased variance), however often a schedule recomputes
+// them; Evaluate runs the forward pass alone in inference mode with those running ones.
+//
 // What stays outside the arena: parameters and their gradients (outside the RAM
-// budget, as in POET), and layer state: batch-norm statistics, max-pooling's
+// budget, as in POET), and layer state: batch-norm statistics (the batch's and the running ones), max-pooling's
 // argmax workspace, dropout masks (fixed per layer, drawn from the seed), the oneDNN
 // scratchpad all layers share (the largest one need), the temporaries of some backward kernels (a product's dY * B
 // before its reduction over broadcast axes) and the tensors no node binds (the dX of an input that needs no gradient).
