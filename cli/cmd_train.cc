@@ -47,6 +47,11 @@ struct TrainFlags {
   int threads = 0;
   uint32_t seed = 1;
   std::string data_file;
+  int epochs = 0;
+  std::string mean, std_dev;  // comma-separated per channel
+  std::string data_keys = "x,y";
+  double val_split = 0;
+  std::string val_data;
   std::string init = "file";
   std::string out_onnx;
   std::string out_npz;
@@ -59,6 +64,24 @@ struct TrainFlags {
   std::string probes_config;
   bool accept_noisy = false;
 };
+
+// "0.485,0.456,0.406" as numbers; empty: none.
+Result<std::vector<float>> ParseFloatList(const std::string& text, const std::string& flag) {
+  std::vector<float> values;
+  size_t at = 0;
+  while (!text.empty() && at <= text.size()) {
+    const size_t end = std::min(text.find(',', at), text.size());
+    const std::string item = text.substr(at, end - at);
+    char* parsed_end = nullptr;
+    const float value = std::strtof(item.c_str(), &parsed_end);
+    if (item.empty() || parsed_end != item.c_str() + item.size() || !std::isfinite(value)) {
+      return InvalidArgument(flag + " takes numbers separated by commas (one per channel), not '" + text + "'");
+    }
+    values.push_back(value);
+    at = end + 1;
+  }
+  return values;
+}
 
 // --ram-budget (the whole process) or --activation-budget, as a solve request's budget fields.
 Result<v1::ScheduleRequest> Budgets(const TrainFlags& flags) {
@@ -170,7 +193,7 @@ void PrintRun(const service::TrainJobResult& result, bool accepted_noisy) {
 // Trained by a daemon as a job, followed through WatchEvents until it ends; Ctrl-C cancels it.
 int RunRemoteTrain(const TrainFlags& flags, const Context& ctx) {
   if (!flags.schedule_file.empty() || !flags.data_file.empty() || !flags.trace_path.empty() ||
-      !flags.svg_path.empty()) {
+      !flags.svg_path.empty() || !flags.val_data.empty()) {
     return UsageError(
         InvalidArgument("over --remote a schedule is --schedule-id or budgets; --schedule, --data, --trace and --svg "
                         "are files of this machine (the web view's training run page draws the plot)"));
@@ -280,6 +303,22 @@ int RunTrain(const TrainFlags& flags, const Context& ctx) {
   options.threads = flags.threads;
   options.seed = flags.seed;
   options.data_file = flags.data_file;
+  options.epochs = flags.epochs;
+  options.val_split = flags.val_split;
+  options.val_data = flags.val_data;
+  for (auto [text, values, flag] :
+       {std::tuple{&flags.mean, &options.mean, "--mean"}, std::tuple{&flags.std_dev, &options.std, "--std"}}) {
+    auto parsed = ParseFloatList(*text, flag);
+    if (!parsed.ok()) return UsageError(parsed.status());
+    *values = *parsed;
+  }
+  const size_t comma = flags.data_keys.find(',');
+  if (comma == std::string::npos || comma == 0 || comma + 1 == flags.data_keys.size()) {
+    return UsageError(
+        InvalidArgument("--data-keys is INPUTS,LABELS (the .npz's array names), not '" + flags.data_keys + "'"));
+  }
+  options.input_key = flags.data_keys.substr(0, comma);
+  options.label_key = flags.data_keys.substr(comma + 1);
   options.init = flags.init;
   options.out_onnx = flags.out_onnx;
   options.out_npz = flags.out_npz;
@@ -325,6 +364,11 @@ int RunTrain(const TrainFlags& flags, const Context& ctx) {
               << "schedule       " << run.strategy()
               << (run.schedule_id() ? " (#" + std::to_string(run.schedule_id()) + ")" : std::string())
               << (run.cost_source().empty() ? "" : ", predictions from " + run.cost_source() + " costs") << "\n";
+    if (run.epochs_size() > 0 && run.held_out_records() > 0) {
+      const v1::EpochStats& last = run.epochs(run.epochs_size() - 1);
+      std::cout << "held out       " << run.held_out_records() << " records after epoch " << last.epoch() << ": loss "
+                << Number(last.held_out_loss()) << ", accuracy " << Number(100 * last.held_out_accuracy()) << "%\n";
+    }
     PrintRun(*result, flags.accept_noisy);
     if (!flags.trace_path.empty()) std::cout << "written        " << flags.trace_path << " (Chrome Trace Event JSON)\n";
     if (!flags.svg_path.empty()) std::cout << "written        " << flags.svg_path << " (loss and step time)\n";
@@ -515,12 +559,31 @@ void RegisterTrainCommand(CLI::App& app, Context& ctx) {
                 "With a budget: paging time counts against the runtime budget (default yes, as `solve --device`: "
                 "measured steps show that overlap does not hide it; no gives POET's formulation)");
   cmd->add_option("--time-limit-s", flags->time_limit_s, "With a budget: solver time limit")->capture_default_str();
-  cmd->add_option("--steps", flags->steps, "Training steps")->capture_default_str()->check(CLI::PositiveNumber);
+  CLI::Option* steps =
+      cmd->add_option("--steps", flags->steps, "Training steps")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--epochs", flags->epochs, "With --data: passes over its training records, instead of --steps")
+      ->check(CLI::PositiveNumber)
+      ->excludes(steps);
   cmd->add_option("--lr", flags->lr, "SGD learning rate (on the batch-mean loss)")->capture_default_str();
   cmd->add_option("--threads", flags->threads, "oneDNN threads (default: all cores)");
   cmd->add_option("--seed", flags->seed, "Seed of the parameters and the synthetic data")->capture_default_str();
   cmd->add_option("--data", flags->data_file,
-                  "CIFAR-10 binary batch file (data_batch_1.bin) instead of a synthetic batch");
+                  "Train on a data set instead of a synthetic batch, its format from the path: a folder with one "
+                  "subfolder of PNG/JPEG images per class (resized to the model's input), an .npz with arrays x "
+                  "and y, x.npy with y.npy beside it (or INPUTS.npy,LABELS.npy), or a CIFAR-10 .bin file. Shuffled "
+                  "every epoch (from --seed); the last partial batch is dropped");
+  cmd->add_option("--mean", flags->mean,
+                  "With --data: per-channel mean subtracted, e.g. 0.485,0.456,0.406 (pixels are first x/255)");
+  cmd->add_option("--std", flags->std_dev,
+                  "With --data: per-channel standard deviation divided by, e.g. "
+                  "0.229,0.224,0.225 (default: none, pixels are x/255)");
+  cmd->add_option("--data-keys", flags->data_keys, "With an .npz: the names of its inputs and labels arrays")
+      ->capture_default_str();
+  cmd->add_option("--val-split", flags->val_split,
+                  "With --data: the fraction held out (every 1/f-th record, before shuffling) for the loss and "
+                  "accuracy printed after each epoch")
+      ->check(CLI::Range(0.0, 0.99));
+  cmd->add_option("--val-data", flags->val_data, "With --data: a held-out data set of its own (same formats)");
   cmd->add_option("--init", flags->init,
                   "Where the parameters start: file (an ONNX model's own initializers; a zoo model has none and "
                   "draws them from --seed) or random (drawn from --seed)")
@@ -551,6 +614,8 @@ void RegisterTrainCommand(CLI::App& app, Context& ctx) {
       "  edgecost train --model resnet18_cifar --activation-budget 1.2MB --runtime-budget 1.5x --verify\n"
       "  edgecost solve --model resnet18_cifar --device this --ram-budget 30MB --out s.json\n"
       "  edgecost train --model resnet18_cifar --schedule s.json --steps 20 --trace t.json\n"
+      "  edgecost train --model m.onnx --data photos/ --mean 0.485,0.456,0.406 --std 0.229,0.224,0.225 \\\n"
+      "      --val-split 0.1 --epochs 3 --out tuned.onnx\n"
       "  edgecost train --model resnet18_cifar --batch-size 8 --data cifar-10-batches-bin/data_batch_1.bin --lr 0.05\n"
       "  edgecost train --model mobilenet_v2.onnx --batch-size 2 --steps 50 --lr 0.05   # from torch.onnx.export\n"
       "  edgecost --remote unix:/run/edgecost/edgecost.sock train --model resnet18_cifar --schedule-id 3 --verify");

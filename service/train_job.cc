@@ -264,6 +264,41 @@ double InStepOverheadS(double step_s, double paging_wait_s, const std::vector<v1
   return executions > 0 ? (step_s - paging_wait_s - nodes_s) / static_cast<double>(executions) : 0.0;
 }
 
+Status EvaluateHeldOut(const train::DataSource& data, train::Executor& executor, v1::EpochStats& epoch) {
+  train::EvalStats total;
+  for (int64_t b = 0; b < data.held_out_batches(); ++b) {
+    int64_t rows = 0;
+    EC_ASSIGN_OR_RETURN(const train::Batch batch, data.HeldOutBatch(b, &rows));
+    EC_ASSIGN_OR_RETURN(const train::EvalStats stats, executor.Evaluate(batch, rows));
+    total.loss_sum += stats.loss_sum;
+    total.correct += stats.correct;
+    total.rows += stats.rows;
+  }
+  if (total.rows > 0) {
+    epoch.set_held_out_loss(total.loss_sum / static_cast<double>(total.rows));
+    epoch.set_held_out_accuracy(static_cast<double>(total.correct) / static_cast<double>(total.rows));
+  }
+  return Status::Ok();
+}
+
+std::string EpochLine(const v1::EpochStats& epoch, int64_t batches_per_epoch, int64_t held_out_records) {
+  const auto fixed = [](double value, int digits) {
+    char text[64];
+    std::snprintf(text, sizeof text, "%.*f", digits, value);
+    return std::string(text);
+  };
+  std::string line = "epoch " + std::to_string(epoch.epoch());
+  if (epoch.steps() < batches_per_epoch) {
+    line += " (" + std::to_string(epoch.steps()) + " of its " + std::to_string(batches_per_epoch) + " steps)";
+  }
+  line += ": train loss " + fixed(epoch.train_loss(), 4);
+  if (held_out_records > 0) {
+    line += ", held-out loss " + fixed(epoch.held_out_loss(), 4) + ", accuracy " +
+            fixed(100 * epoch.held_out_accuracy(), 2) + "% of " + std::to_string(held_out_records);
+  }
+  return line;
+}
+
 std::string NpzPathFor(const std::string& onnx_path) {
   std::filesystem::path path(onnx_path);
   if (path.extension() == ".onnx") return path.replace_extension(".npz").string();
@@ -420,9 +455,32 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
   train::DataSource data = train::DataSource::Synthetic(executor->input_elements(), executor->label_rows(),
                                                         executor->classes(), options.seed, executor->input_id_limit());
   if (!options.data_file.empty()) {
-    EC_ASSIGN_OR_RETURN(data, train::DataSource::Cifar10(options.data_file, executor->input_elements(),
-                                                         executor->label_rows(), executor->classes()));
+    train::ModelInput model{executor->input_dims(), executor->classes()};
+    int64_t elements = 1;
+    for (int64_t d : model.dims) elements *= d;
+    if (model.dims.empty() || elements != executor->input_elements()) {
+      model.dims = {executor->label_rows(), executor->input_elements() / std::max<int64_t>(1, executor->label_rows())};
+    }
+    EC_ASSIGN_OR_RETURN(data, train::DataSource::Open({.path = options.data_file,
+                                                       .mean = options.mean,
+                                                       .std = options.std,
+                                                       .input_key = options.input_key,
+                                                       .label_key = options.label_key,
+                                                       .val_split = options.val_split,
+                                                       .val_path = options.val_data,
+                                                       .seed = options.seed},
+                                                      model));
+    if (data.dropped_per_epoch() > 0) {
+      result.notes.push_back("each epoch leaves out its last partial batch (" +
+                             std::to_string(data.dropped_per_epoch()) + " of " + std::to_string(data.train_records()) +
+                             " records; PyTorch's drop_last=True)");
+    }
+  } else if (options.epochs > 0 || options.val_split > 0 || !options.val_data.empty()) {
+    return InvalidArgument("--epochs, --val-split and --val-data need a data set (--data)");
   }
+  const int64_t total_steps = options.epochs > 0 ? options.epochs * data.batches_per_epoch() : options.steps;
+  if (total_steps > 10'000'000) return InvalidArgument("more than 10 million steps: lower --epochs");
+  const int steps = static_cast<int>(total_steps);
   const solver::Plan* plan = checked ? &checked->plan : nullptr;
 
   v1::TrainRun& run = result.run;
@@ -431,10 +489,15 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
   run.set_strategy(checked ? checked->schedule.strategy() : "plain");
   run.set_schedule_id(schedule_id);
   run.set_batch_size(graph.batch_size());
-  run.set_steps(static_cast<uint32_t>(options.steps));
+  run.set_steps(static_cast<uint32_t>(steps));
   run.set_threads(static_cast<uint32_t>(threads));
   run.set_lr(options.lr);
   run.set_data(data.Describe());
+  if (!options.data_file.empty()) {
+    run.set_batches_per_epoch(static_cast<uint32_t>(data.batches_per_epoch()));
+    run.set_dropped_per_epoch(static_cast<uint64_t>(data.dropped_per_epoch()));
+    run.set_held_out_records(static_cast<uint64_t>(data.held_out_records()));
+  }
   run.set_layer_state_bytes(executor->layer_state_bytes());
   run.set_kernels_warm(kernels_warm);
   if (table) run.set_cost_source(table->cost_source());
@@ -531,18 +594,19 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
   double energy_start_s = NowS();
   uint64_t peak = 0;
   std::vector<double> step_cpu_s;
-  for (int s = 0; s < options.steps; ++s) {
+  for (int s = 0; s < steps; ++s) {
     if (s == 1) {  // energy, like time, over the steps after the first (which warms caches and kernels)
       EC_ASSIGN_OR_RETURN(energy_start_j, meter->EnergyJ());
       energy_start_s = NowS();
     }
     if (stop && stop->load()) {
-      return Status(ErrorCode::kCancelled, "stopped after " + std::to_string(s) + " of " +
-                                               std::to_string(options.steps) + " steps; no run record is stored");
+      return Status(ErrorCode::kCancelled, "stopped after " + std::to_string(s) + " of " + std::to_string(steps) +
+                                               " steps; no run record is stored");
     }
     const double window_start_s = NowS();
     EC_RETURN_IF_ERROR(watch->BeginWindow());
-    EC_RETURN_IF_ERROR(executor->SetBatch(data.BatchFor(s)));
+    EC_ASSIGN_OR_RETURN(const train::Batch batch, data.BatchFor(s));
+    EC_RETURN_IF_ERROR(executor->SetBatch(batch));
     EC_ASSIGN_OR_RETURN(train::StepStats stats, executor->Step(plan));
     const double update_start = NowS();
     executor->Update(options.lr);
@@ -579,9 +643,21 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
       executions[static_cast<size_t>(i)] = runs;
     }
     stats.events.push_back({-1, train::TraceEvent::Kind::kUpdate, executor->ClockS() - update_s, update_s});
-    if (s + 1 == options.steps) train::ToProto(stats.events, *run.mutable_last_step());
+    if (s + 1 == steps) train::ToProto(stats.events, *run.mutable_last_step());
     if (options.trace) traces.push_back({s + 1, std::move(stats.events)});
-    if (on_step) on_step({s + 1, options.steps, stats.loss, stats.runtime_s});
+    if (on_step) on_step({s + 1, steps, stats.loss, stats.runtime_s});
+    // A user's data set: after each epoch (and after the last step), its loss and the held-out part's.
+    const int64_t per_epoch = data.batches_per_epoch();
+    if (!options.data_file.empty() && ((s + 1) % per_epoch == 0 || s + 1 == steps)) {
+      v1::EpochStats& epoch = *run.add_epochs();
+      epoch.set_epoch(static_cast<uint32_t>(s / per_epoch + 1));
+      epoch.set_steps(static_cast<uint32_t>(s % per_epoch + 1));
+      double loss_sum = 0;
+      for (int k = s + 1 - static_cast<int>(epoch.steps()); k <= s; ++k) loss_sum += run.step_stats(k).loss();
+      epoch.set_train_loss(loss_sum / epoch.steps());
+      EC_RETURN_IF_ERROR(EvaluateHeldOut(data, *executor, epoch));
+      log(EpochLine(epoch, per_epoch, data.held_out_records()));
+    }
   }
   EC_ASSIGN_OR_RETURN(double energy_end_j, meter->EnergyJ());
   const double energy_interval_s = NowS() - energy_start_s;
@@ -599,9 +675,9 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
 
   // The first step warms caches and allocations: medians are over the others when there are, and over
   // the undisturbed ones among them when enough are (SelectSteps).
-  const int first = options.steps > 1 ? 1 : 0;
+  const int first = steps > 1 ? 1 : 0;
   std::vector<bool> disturbed;
-  for (int s = first; s < options.steps; ++s) disturbed.push_back(run.step_stats(s).disturbed());
+  for (int s = first; s < steps; ++s) disturbed.push_back(run.step_stats(s).disturbed());
   const StepSelection selection = SelectSteps(disturbed);
   run.set_disturbed_steps(static_cast<uint32_t>(selection.disturbed_steps));
   run.set_median_steps(static_cast<uint32_t>(selection.median_of.size()));
@@ -649,7 +725,7 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
   run.set_paged_in_bytes(Median(ins));
   run.set_peak_activation_bytes(peak);
   run.set_first_loss(run.step_stats(0).loss());
-  run.set_last_loss(run.step_stats(options.steps - 1).loss());
+  run.set_last_loss(run.step_stats(steps - 1).loss());
   for (int i = 0; i < n; ++i) {
     if (executions[static_cast<size_t>(i)] == 0 || per_execution_s[static_cast<size_t>(i)].empty()) continue;
     v1::NodeTime& t = *run.add_nodes();
@@ -667,7 +743,8 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
           "--verify compares a schedule's gradients with the plain step's; this run has no schedule");
     } else {
       log("verifying: the plain step and the scheduled step on one batch ...");
-      EC_RETURN_IF_ERROR(executor->SetBatch(data.BatchFor(0)));
+      EC_ASSIGN_OR_RETURN(const train::Batch batch, data.BatchFor(0));
+      EC_RETURN_IF_ERROR(executor->SetBatch(batch));
       EC_RETURN_IF_ERROR(executor->Step(nullptr).status());
       const std::vector<train::ParamGradient> plain = executor->Gradients();
       EC_RETURN_IF_ERROR(executor->Step(plan).status());
@@ -685,9 +762,9 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
     run.set_id(static_cast<uint64_t>(result.run_id));
     const bool measured =
         table && (table->cost_source() == profiler::kMeasuredSource || table->cost_source() == kMeasuredInStepSource);
-    if (measured && options.steps >= 2 && run.disturbed() && !options.accept_noisy) {
+    if (measured && steps >= 2 && run.disturbed() && !options.accept_noisy) {
       result.notes.push_back("no measured-in-step costs: most steps were disturbed (--accept-noisy stores them)");
-    } else if (measured && options.steps >= 2) {
+    } else if (measured && steps >= 2) {
       v1::CostTable in_step = *table;
       in_step.set_cost_source(kMeasuredInStepSource);
       const double step_power_w = run.runtime_s() > 0 ? run.energy_j() / run.runtime_s() : 0;

@@ -207,9 +207,9 @@ TEST_P(OnnxModelsTest, ImportsDerivesProfilesAndSolvesAtHalfItsPeak) {
   auto executor = train::Executor::Create(*graph, {.seed = 1, .paging_dir = (dir_ / "paging").string()});
   ASSERT_TRUE(executor.ok()) << executor.status().message();
   train::Executor& e = **executor;
-  const train::DataSource data =
+  train::DataSource data =
       train::DataSource::Synthetic(e.input_elements(), e.label_rows(), e.classes(), 1, e.input_id_limit());
-  ASSERT_TRUE(e.SetBatch(data.BatchFor(0)).ok());
+  ASSERT_TRUE(e.SetBatch(*data.BatchFor(0)).ok());
   auto plain = e.Step(nullptr);
   ASSERT_TRUE(plain.ok()) << plain.status().message();
   EXPECT_TRUE(std::isfinite(plain->loss));
