@@ -367,7 +367,7 @@ int RunTrain(const TrainFlags& flags, const Context& ctx) {
     if (run.epochs_size() > 0 && run.held_out_records() > 0) {
       const v1::EpochStats& last = run.epochs(run.epochs_size() - 1);
       std::cout << "held out       " << run.held_out_records() << " records after epoch " << last.epoch() << ": loss "
-                << Number(last.held_out_loss()) << ", accuracy " << Number(100 * last.held_out_accuracy()) << "%\n";
+                << Number(last.held_out_loss()) << ", accuracy " << Number(100 * last.held_out_accuracy(), 1) << "%\n";
     }
     PrintRun(*result, flags.accept_noisy);
     if (!flags.trace_path.empty()) std::cout << "written        " << flags.trace_path << " (Chrome Trace Event JSON)\n";
@@ -376,7 +376,7 @@ int RunTrain(const TrainFlags& flags, const Context& ctx) {
       std::cout << "written        " << result->written_onnx << " (the model with its trained weights)\n"
                 << "written        " << result->written_npz
                 << " (NumPy state dict: model.load_state_dict({k: torch.from_numpy(v) for k, v in "
-                   "np.load(path).items()}, strict=False))\n";
+                   "np.load(path).items()}))\n";
     }
   }
   if (result->run.has_verify() && !result->run.verify().identical()) return kExitFailure;

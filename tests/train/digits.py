@@ -16,8 +16,14 @@ import sys
 import warnings
 
 import numpy as np
-import torch
-from torch import nn
+
+try:
+    import sklearn.datasets  # noqa: F401  (the data)
+    import torch
+    from torch import nn
+except ImportError as e:  # exit 3: the tests skip, saying what to install
+    print(f"{e}: apt-get install python3-torch python3-onnx python3-sklearn", file=sys.stderr)
+    sys.exit(3)
 
 PRETRAIN, FINETUNE = 500, 997
 
@@ -27,8 +33,10 @@ class DigitsCnn(nn.Module):
         super().__init__()
         self.features = nn.Sequential(
             nn.Conv2d(1, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16), nn.ReLU(),
+            nn.Conv2d(16, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16), nn.ReLU(),
+            nn.MaxPool2d(2),
             nn.Conv2d(16, 32, 3, padding=1, bias=False), nn.BatchNorm2d(32), nn.ReLU(),
-            nn.MaxPool2d(2))
+            nn.Conv2d(32, 32, 3, padding=1, bias=False), nn.BatchNorm2d(32), nn.ReLU())
         self.classifier = nn.Linear(32 * 4 * 4, 10)
 
     def forward(self, x):
@@ -36,8 +44,7 @@ class DigitsCnn(nn.Module):
 
 
 def splits():
-    from sklearn.datasets import load_digits
-    digits = load_digits()
+    digits = sklearn.datasets.load_digits()
     x = (digits.images / 16.0).astype(np.float32)[:, None, :, :]
     y = digits.target.astype(np.int64)
     order = np.random.RandomState(0).permutation(len(y))
