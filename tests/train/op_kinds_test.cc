@@ -79,6 +79,9 @@ std::vector<KindGraph> KindGraphs() {
     graphs.push_back(UnaryGraph(kind));
   }
   graphs.push_back(UnaryGraph(OpKind::kPow, {{"exponent", 3}}));
+  // Dropout at half: the mask of a step is drawn once, so a finite difference (plain steps without an
+  // update in between) and every recomputing schedule see the same one.
+  graphs.push_back(UnaryGraph(OpKind::kDropout, {{graph::kDropoutRatioAttribute, 500000}}));
   graphs.push_back(UnaryGraph(OpKind::kAffine, {{"alpha_e6", -1500000}, {"beta_e6", 250000}}));
   graphs.push_back({"sqrt", [] {  // of x^2 + 1: positive
                       ForwardGraph g("sqrt", 2);
