@@ -1,9 +1,9 @@
 // The optimizers and learning-rate schedules of train/optimizer.h. Their update rules against
-// values of torch.optim in float64 (the first step of each checked by hand); the schedules against
+// values of torch.optim in float64 (the first step of most checked by hand); the schedules against
 // StepLR, CosineAnnealingLR and the warm-up's formula; their refusals; the state they hold. Then
 // 20 steps in edgecost and 20 in PyTorch (tests/train/torch_optim.py), from the same weights,
 // batches and hyper-parameters, end at the same weights, for SGD with Nesterov momentum and weight
-// decay, Adam and AdamW, each with a schedule and a warm-up, on a small ResNet and a MobileNet V2
+// decay, Adam and AdamW, each with a schedule (three after a warm-up), on a small ResNet and a MobileNet V3
 // exported by tests/graph/export_models.py (without dropout: PyTorch draws its own masks).
 // Skipped, with the reason, where Debian's PyTorch is missing.
 #include "train/optimizer.h"
@@ -160,7 +160,11 @@ TEST(LrSchedules, RefusesNonsense) {
 constexpr char kPython[] = "/usr/bin/python3";
 constexpr int kSteps = 20;
 constexpr int kBatch = 2;
-// Weights after 20 steps, float32 against a float64 reference: set from the measurements below.
+// Weights after 20 steps, float32 against a float64 reference: per tensor, the largest difference at
+// most 1e-4 plus 1% of the largest distance PyTorch moved the tensor. Measured: SGD at most 1.9e-6
+// (0.14% of the move), Adam and AdamW at most 2e-4 (1.5% of the move: a MobileNet conv of 1e-2).
+// MobileNet V2 tiny (width 0.25 at 64x64) is not used: its training is chaotic at batch 2, PyTorch's
+// own float32 and float64 runs of 20 SGD steps end 0.3 apart for a move of 0.3.
 constexpr double kWeightTolerance = 1e-4, kMovedTolerance = 1e-2;
 
 // The two models, exported once for the suite.
