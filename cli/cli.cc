@@ -21,7 +21,8 @@ int UsageError(const Status& status) {
 int LocalOnly(const Context& ctx, const std::function<int()>& run) {
   if (!ctx.remote.empty()) {
     return UsageError(InvalidArgument(
-        "--remote serves models, costs, solve, profile, train and jobs; this command runs on this machine"));
+        "--remote serves models, costs, solve, schedules, profile, train, runs and jobs; this command runs on this "
+        "machine"));
   }
   return run();
 }

@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/files.h"
 #include "base/units.h"
 #include "cli/cli.h"
 #include "cli/table.h"
@@ -168,14 +169,8 @@ int RunDbExport(const Context& ctx, const std::string& device, const std::string
     std::cout << bytes;
     return kExitOk;
   }
-  // Written beside, then renamed: a failed export leaves no half file.
-  const std::string partial = out_path + ".partial";
-  {
-    std::ofstream out(partial, std::ios::binary);
-    out << bytes;
-    if (!out.flush()) return Failure(PermissionDenied("cannot write " + partial));
-  }
-  if (std::rename(partial.c_str(), out_path.c_str()) != 0) return Failure(PermissionDenied("cannot write " + out_path));
+  // A failed export leaves no half file.
+  if (Status written = WriteFileAtomically(out_path, bytes); !written.ok()) return Failure(written);
   std::cerr << "exported " << exported->op_costs_size() << " op costs and " << exported->cost_tables_size()
             << " cost tables of " << device << " (fingerprint " << exported->device().fingerprint().hash() << ") to "
             << out_path << "\n";

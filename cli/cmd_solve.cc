@@ -39,10 +39,10 @@ struct SolveFlags {
   std::string trainable = "all";
   std::string ram_budget;         // the whole process's memory above its baseline: the step's fixed parts come off it
   std::string activation_budget;  // the activations' alone (the arena's peak)
-  std::string runtime_budget = "1x";
+  std::string runtime_budget = "1.5x";  // solver::kDefaultRuntimeBudgetMultiple, as `train`
   bool no_paging = false;
   bool no_remat = false;
-  bool count_paging_time = false;
+  bool count_paging_time = false;  // when given; else on measured costs (--device) yes, on a board preset no
   double time_limit_s = 60;
   int threads = 1;          // the solver's
   int compute_threads = 0;  // the measured cost table's (0: service::ResolveCostTable's default)
@@ -54,6 +54,7 @@ struct SolveFlags {
   std::string out_path;
   std::string svg_path;
   CLI::Option* platform_option = nullptr;  // to refuse --platform with --device instead of ignoring it
+  CLI::Option* count_paging_option = nullptr;  // given, or the default by cost source
 };
 
 std::string Fixed(double value, int digits = 6) {
@@ -78,6 +79,13 @@ class ProgressPrinter {
   void operator()(const solver::Progress& p) {
     std::lock_guard<std::mutex> lock(mutex_);
     const double now_s = beat_.ElapsedS();
+    if (p.min_feasible_ram_bytes > 0) {  // once, at once: the MILP may search the whole time limit
+      printed_s_ = now_s;
+      out_ << "progress       " << FormatSeconds(now_s) << ": no heuristic meets this RAM budget; the smallest "
+           << "activation budget with a schedule is about " << BytesText(static_cast<uint64_t>(p.min_feasible_ram_bytes))
+           << " (the MILP searches on at this one)\n" << std::flush;
+      return;
+    }
     const bool better = p.energy_j < energy_j_;
     const bool tighter = p.lower_bound_j > bound_j_;
     energy_j_ = std::min(energy_j_, p.energy_j);
@@ -144,8 +152,7 @@ void PrintSchedule(const v1::Schedule& s) {
             << " budget\n"
             << "runtime        " << FormatSeconds(s.runtime_s()) << " of " << FormatSeconds(s.runtime_budget_s())
             << " budget\n"
-            << "operations     " << s.recomputations() << " recomputations, " << s.page_outs() << " page-outs, "
-            << s.page_ins() << " page-ins\n"
+            << "operations     " << service::OperationsText(s.recomputations(), s.page_outs(), s.page_ins()) << "\n"
             << "solve time     " << FormatSeconds(s.solve_time_s()) << " (first schedule after "
             << FormatSeconds(s.time_to_first_feasible_s()) << ")\n";
 }
@@ -215,7 +222,9 @@ Result<v1::ScheduleRequest> BuildRequest(const SolveFlags& flags) {
   }
   request.set_disable_paging(flags.no_paging);
   request.set_disable_remat(flags.no_remat);
-  request.set_count_paging_time(flags.count_paging_time);
+  // Measured paging is not hidden by overlap (as `train` counts it); a preset keeps POET's formulation.
+  const bool given = flags.count_paging_option && flags.count_paging_option->count() > 0;
+  request.set_count_paging_time(given ? flags.count_paging_time : !flags.device.empty());
   request.set_time_limit_s(flags.time_limit_s);
   request.set_threads(static_cast<uint32_t>(flags.threads));
   request.set_strategy(flags.strategy);
@@ -296,7 +305,8 @@ int RunRemoteSolve(const SolveFlags& flags, const Context& ctx, const v1::Schedu
   } else {
     std::cout << "problem        " << request.model() << " on " << request.device() << " via " << ctx.remote
               << ", RAM budget " << BytesText(schedule.request().ram_budget_bytes()) << ", runtime budget "
-              << flags.runtime_budget << "\n";
+              << flags.runtime_budget << (schedule.request().count_paging_time() ? " with paging time counted" : "")
+              << "\n";
     if (request.compute_threads() == 0 && schedule.request().compute_threads() > 0) {
       std::cout << "costs          the daemon chose the table of "
                 << profiler::ThreadsText(schedule.request().compute_threads())
@@ -360,7 +370,8 @@ int RunSolve(const SolveFlags& flags, const Context& ctx) {
     std::cout << "problem        " << table.graph().model() << where << " (" << table.cost_source()
               << (table.threads() > 0 ? ", " + profiler::ThreadsText(table.threads()) : "") << "), "
               << solved->problem.size() << " nodes, RAM budget " << BytesText(schedule.request().ram_budget_bytes())
-              << ", runtime budget " << flags.runtime_budget << "\n";
+              << ", runtime budget " << flags.runtime_budget
+              << (schedule.request().count_paging_time() ? " with paging time counted" : "") << "\n";
     if (!flags.device.empty() && !table.note().empty()) std::cout << "costs          " << table.note() << "\n";
     if (flags.min_ram) PrintMinRam(schedule, &solved->problem, flags.runtime_budget);
     PrintSchedule(schedule);
@@ -422,6 +433,75 @@ int RunCheck(const std::string& path, bool json, const Context& ctx) {
   return kExitOk;
 }
 
+struct SchedulesFlags {
+  std::string model;
+  std::string device;
+  bool all = false;  // superseded schedules too
+  bool json = false;
+  bool csv = false;
+};
+
+// The stored schedules, from the database or a daemon's SolverService.ListSchedules.
+int RunSchedules(const SchedulesFlags& flags, const Context& ctx) {
+  v1::ListSchedulesRequest request;
+  request.set_model(flags.model);
+  request.set_device(flags.device);
+  v1::ListSchedulesResponse listed;
+  if (!ctx.remote.empty()) {
+    if (Status s = daemon::CallRemote(ctx.remote, "SolverService/ListSchedules", request, listed); !s.ok()) {
+      return Failure(s);
+    }
+  } else {
+    auto db = costdb::CostDb::Open(DbPath(ctx), costdb::OpenMode::kReadOnly);
+    if (!db.ok()) return Failure(db.status());
+    auto stored = service::ListSchedules(*db, request);
+    if (!stored.ok()) return Failure(stored.status());
+    listed = std::move(stored).value();
+  }
+  if (!flags.all) {  // a request solved again supersedes its earlier schedules
+    v1::ListSchedulesResponse current;
+    for (const v1::ScheduleSummary& s : listed.schedules()) {
+      if (!s.superseded()) *current.add_schedules() = s;
+    }
+    listed = std::move(current);
+  }
+  if (flags.csv) {
+    std::cout << service::SchedulesCsv(listed);
+    return kExitOk;
+  }
+  if (flags.json) {
+    PrintJson(listed);
+    return kExitOk;
+  }
+  if (listed.schedules().empty()) {
+    std::cout << "no schedules" << (flags.model.empty() ? "" : " of " + flags.model) << "; `edgecost solve` stores them\n";
+    return kExitOk;
+  }
+  Table table({{"#"},
+               {"model", Table::Align::kLeft},
+               {"device", Table::Align::kLeft},
+               {"costs", Table::Align::kLeft},
+               {"strategy", Table::Align::kLeft},
+               {"RAM budget"},
+               {"runtime budget"},
+               {"status", Table::Align::kLeft},
+               {"energy"}});
+  for (const v1::ScheduleSummary& s : listed.schedules()) {
+    const v1::ScheduleRequest& r = s.request();
+    const std::string runtime_budget = r.has_runtime_budget_s()          ? FormatSeconds(r.runtime_budget_s())
+                                       : r.has_runtime_budget_multiple() ? Fixed(r.runtime_budget_multiple(), 2) + "x"
+                                                                         : "1x";
+    const bool has = s.status() == v1::Schedule::STATUS_OPTIMAL || s.status() == v1::Schedule::STATUS_FEASIBLE;
+    table.AddRow({std::to_string(s.id()), r.model().empty() ? r.graph_file() : r.model(), r.device(), r.cost_source(),
+                  r.strategy().empty() ? "optimal" : r.strategy(), FormatBytes(static_cast<double>(r.ram_budget_bytes())),
+                  runtime_budget,
+                  std::string(service::ScheduleStatusText(s.status())) + (s.superseded() ? ", superseded" : ""),
+                  has ? EnergyText(s.energy_j(), s.energy_source()) : "no schedule"});
+  }
+  table.Print(std::cout);
+  return kExitOk;
+}
+
 }  // namespace
 
 void RegisterSolveCommand(CLI::App& app, Context& ctx) {
@@ -449,11 +529,15 @@ void RegisterSolveCommand(CLI::App& app, Context& ctx) {
                   "and the rest is the activation budget (e.g. 30MB, 4GiB)");
   cmd->add_option("--activation-budget", flags->activation_budget,
                   "RAM for the activations alone (the arena's peak): 3MB, 2.5MiB, 3000000B, 1TiB");
-  cmd->add_option("--runtime-budget", flags->runtime_budget, "Multiple of a plain step (7.6x) or seconds (1.2s)")
+  cmd->add_option("--runtime-budget", flags->runtime_budget,
+                  "Multiple of a plain step (7.6x) or seconds (1.2s); the default is train's too")
       ->capture_default_str();
   cmd->add_flag("--no-paging", flags->no_paging, "Recompute only");
   cmd->add_flag("--no-remat", flags->no_remat, "Page only");
-  cmd->add_flag("--count-paging-time", flags->count_paging_time, "Paging time counts against the runtime budget");
+  flags->count_paging_option = cmd->add_flag("--count-paging-time,!--no-count-paging-time", flags->count_paging_time,
+                "Paging time counts against the runtime budget (default, as in train: yes on measured costs "
+                "(--device), as measured steps show that overlap does not hide paging; no on a board preset, "
+                "POET's formulation)");
   cmd->add_option("--time-limit-s", flags->time_limit_s, "Solver time limit")->capture_default_str();
   cmd->add_option("--threads", flags->threads, "Solver threads")->capture_default_str();
   cmd->add_option("--compute-threads", flags->compute_threads,
@@ -497,6 +581,19 @@ void RegisterSolveCommand(CLI::App& app, Context& ctx) {
   check->add_flag("--json", *json, "Print the replay as protobuf JSON (CheckResult)");
   check->footer("Examples:\n  edgecost check schedule.json\n  edgecost check schedule.json --json");
   check->callback([path, json, &ctx] { ctx.exit_code = RunCheck(*path, *json, ctx); });
+
+  auto schedules_flags = std::make_shared<SchedulesFlags>();
+  CLI::App* schedules = app.add_subcommand("schedules", "List the stored schedules: budgets, status and energy");
+  schedules->add_option("--model", schedules_flags->model, "Only this model's schedules");
+  schedules->add_option("--device", schedules_flags->device, "Only schedules for this device or board preset");
+  schedules->add_flag("--all", schedules_flags->all, "Also the schedules superseded by solving their request again");
+  schedules->add_flag("--json", schedules_flags->json, "Print the list as protobuf JSON (ListSchedulesResponse)");
+  schedules->add_flag("--csv", schedules_flags->csv, "Print CSV, a row per schedule in plain SI numbers, for spreadsheets")
+      ->excludes("--json");
+  schedules->footer(
+      "Examples:\n  edgecost schedules\n  edgecost schedules --model resnet18_cifar --csv > schedules.csv\n"
+      "  edgecost --remote unix:/run/edgecost/edgecost.sock schedules --json");
+  schedules->callback([schedules_flags, &ctx] { ctx.exit_code = RunSchedules(*schedules_flags, ctx); });
 }
 
 }  // namespace edgecost::cli

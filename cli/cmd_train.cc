@@ -17,8 +17,11 @@
 #include "cli/table.h"
 #include "costdb/costdb.h"
 #include "daemon/client.h"
+#include "profiler/profile.h"
 #include "service/cost_tables.h"
 #include "service/train_job.h"
+#include "service/train_plot.h"
+#include "service/words.h"
 #include "solver/solve.h"
 
 namespace edgecost::cli {
@@ -35,7 +38,7 @@ struct TrainFlags {
   uint64_t schedule_id = 0;
   std::string ram_budget;         // the whole process's memory above its baseline
   std::string activation_budget;  // the activations' alone
-  std::string runtime_budget = "1.5x";
+  std::string runtime_budget = "1.5x";  // solver::kDefaultRuntimeBudgetMultiple, as `solve`
   std::string strategy = "optimal";
   std::string cost_source = "auto";
   bool count_paging_time = true;  // measured: the I/O thread cannot hide paging behind compute (README)
@@ -54,11 +57,17 @@ struct TrainFlags {
   int threads = 0;
   uint32_t seed = 1;
   std::string data_file;
+  int epochs = 0;
+  std::string mean, std_dev;  // comma-separated per channel
+  std::string data_keys = "x,y";
+  double val_split = 0;
+  std::string val_data;
   std::string init = "file";
   std::string out_onnx;
   std::string out_npz;
   bool verify = false;
   std::string trace_path;
+  std::string svg_path;  // loss and step time over the steps
   std::string paging_dir;
   bool no_store = false;
   bool json = false;
@@ -91,6 +100,24 @@ Status SetTrainingRule(const TrainFlags& flags, v1::TrainOptimizer& optimizer, v
   schedule.set_eta_min(flags.lr_min);
   schedule.set_warmup_steps(flags.warmup_steps);
   return Status::Ok();
+}
+
+// "0.485,0.456,0.406" as numbers; empty: none.
+Result<std::vector<float>> ParseFloatList(const std::string& text, const std::string& flag) {
+  std::vector<float> values;
+  size_t at = 0;
+  while (!text.empty() && at <= text.size()) {
+    const size_t end = std::min(text.find(',', at), text.size());
+    const std::string item = text.substr(at, end - at);
+    char* parsed_end = nullptr;
+    const float value = std::strtof(item.c_str(), &parsed_end);
+    if (item.empty() || parsed_end != item.c_str() + item.size() || !std::isfinite(value)) {
+      return InvalidArgument(flag + " takes numbers separated by commas (one per channel), not '" + text + "'");
+    }
+    values.push_back(value);
+    at = end + 1;
+  }
+  return values;
 }
 
 // --ram-budget (the whole process) or --activation-budget, as a solve request's budget fields.
@@ -203,10 +230,11 @@ void PrintRun(const service::TrainJobResult& result, bool accepted_noisy) {
 
 // Trained by a daemon as a job, followed through WatchEvents until it ends; Ctrl-C cancels it.
 int RunRemoteTrain(const TrainFlags& flags, const Context& ctx) {
-  if (!flags.schedule_file.empty() || !flags.data_file.empty() || !flags.trace_path.empty()) {
+  if (!flags.schedule_file.empty() || !flags.data_file.empty() || !flags.trace_path.empty() ||
+      !flags.svg_path.empty() || !flags.val_data.empty()) {
     return UsageError(
-        InvalidArgument("over --remote a schedule is --schedule-id or budgets; --schedule, --data and --trace are "
-                        "files of this machine"));
+        InvalidArgument("over --remote a schedule is --schedule-id or budgets; --schedule, --data, --trace and --svg "
+                        "are files of this machine (the web view's training run page draws the plot)"));
   }
   v1::StartTrainRequest request;
   request.set_model(flags.model);
@@ -266,7 +294,7 @@ int RunRemoteTrain(const TrainFlags& flags, const Context& ctx) {
   std::signal(SIGINT, SIG_DFL);
   std::signal(SIGTERM, SIG_DFL);
   if (job.state() != v1::Job::STATE_SUCCEEDED) {
-    std::cout << "job            " << job.id() << " " << v1::Job::State_Name(job.state()) << ": " << job.message()
+    std::cout << "job            " << job.id() << " " << service::JobStateText(job.state()) << ": " << job.message()
               << "\n";
     return kExitFailure;
   }
@@ -317,6 +345,22 @@ int RunTrain(const TrainFlags& flags, const Context& ctx) {
   options.threads = flags.threads;
   options.seed = flags.seed;
   options.data_file = flags.data_file;
+  options.epochs = flags.epochs;
+  options.val_split = flags.val_split;
+  options.val_data = flags.val_data;
+  for (auto [text, values, flag] :
+       {std::tuple{&flags.mean, &options.mean, "--mean"}, std::tuple{&flags.std_dev, &options.std, "--std"}}) {
+    auto parsed = ParseFloatList(*text, flag);
+    if (!parsed.ok()) return UsageError(parsed.status());
+    *values = *parsed;
+  }
+  const size_t comma = flags.data_keys.find(',');
+  if (comma == std::string::npos || comma == 0 || comma + 1 == flags.data_keys.size()) {
+    return UsageError(
+        InvalidArgument("--data-keys is INPUTS,LABELS (the .npz's array names), not '" + flags.data_keys + "'"));
+  }
+  options.input_key = flags.data_keys.substr(0, comma);
+  options.label_key = flags.data_keys.substr(comma + 1);
   options.init = flags.init;
   options.out_onnx = flags.out_onnx;
   options.out_npz = flags.out_npz;
@@ -345,18 +389,32 @@ int RunTrain(const TrainFlags& flags, const Context& ctx) {
     out << result->trace_json;
     if (!out) return Failure(PermissionDenied("cannot write " + flags.trace_path));
   }
+  if (!flags.svg_path.empty()) {
+    v1::TrainRun run = result->run;
+    run.set_id(static_cast<uint64_t>(result->run_id));
+    std::ofstream out(flags.svg_path);
+    out << service::TrainRunSvg(run);
+    if (!out) return Failure(PermissionDenied("cannot write " + flags.svg_path));
+  }
   if (flags.json) {
     PrintJson(result->run);
   } else {
     const v1::TrainRun& run = result->run;
     std::cout << "trained        " << run.model() << ", batch " << run.batch_size() << ", " << run.steps()
-              << " steps on " << run.device() << ", " << run.threads() << " threads, " << run.data() << "\n"
+              << " steps on " << run.device() << ", " << profiler::ThreadsText(run.threads()) << ", " << run.data()
+              << "\n"
               << "optimizer      " << service::DescribeTraining(run) << "\n"
               << "schedule       " << run.strategy()
               << (run.schedule_id() ? " (#" + std::to_string(run.schedule_id()) + ")" : std::string())
               << (run.cost_source().empty() ? "" : ", predictions from " + run.cost_source() + " costs") << "\n";
+    if (run.epochs_size() > 0 && run.held_out_records() > 0) {
+      const v1::EpochStats& last = run.epochs(run.epochs_size() - 1);
+      std::cout << "held out       " << run.held_out_records() << " records after epoch " << last.epoch() << ": loss "
+                << Number(last.held_out_loss()) << ", accuracy " << Number(100 * last.held_out_accuracy()) << "%\n";
+    }
     PrintRun(*result, flags.accept_noisy);
     if (!flags.trace_path.empty()) std::cout << "written        " << flags.trace_path << " (Chrome Trace Event JSON)\n";
+    if (!flags.svg_path.empty()) std::cout << "written        " << flags.svg_path << " (loss and step time)\n";
     if (!result->written_onnx.empty()) {
       std::cout << "written        " << result->written_onnx << " (the model with its trained weights)\n"
                 << "written        " << result->written_npz
@@ -370,11 +428,7 @@ int RunTrain(const TrainFlags& flags, const Context& ctx) {
 
 // `runs --csv`: a row per run in plain SI numbers, for spreadsheets and pandas.
 void PrintRunsCsv(const std::vector<v1::TrainRun>& runs) {
-  auto number = [](double value) {
-    char buffer[64];
-    std::snprintf(buffer, sizeof buffer, "%.9g", value);
-    return std::string(buffer);
-  };
+  const auto number = service::CsvNumber;
   std::cout << "run,model,batch_size,device,strategy,schedule_id,steps,threads,cost_source,ram_budget_bytes,"
                "predicted_runtime_s,runtime_s,predicted_peak_bytes,peak_activation_bytes,paging_wait_s,"
                "predicted_energy_j,energy_j,energy_estimated,predicted_process_bytes,peak_rss_added_bytes,"
@@ -396,11 +450,22 @@ void PrintRunsCsv(const std::vector<v1::TrainRun>& runs) {
   }
 }
 
+// The stored training runs, from the database or a daemon's TraceService.ListTrainRuns.
+Result<std::vector<v1::TrainRun>> ListRuns(const std::string& model, int limit, const Context& ctx) {
+  if (!ctx.remote.empty()) {
+    v1::ListTrainRunsRequest request;
+    request.set_model(model);
+    request.set_limit(static_cast<uint32_t>(limit));
+    v1::ListTrainRunsResponse response;
+    EC_RETURN_IF_ERROR(daemon::CallRemote(ctx.remote, "TraceService/ListTrainRuns", request, response));
+    return std::vector<v1::TrainRun>(response.runs().begin(), response.runs().end());
+  }
+  EC_ASSIGN_OR_RETURN(costdb::CostDb db, costdb::CostDb::Open(DbPath(ctx), costdb::OpenMode::kReadOnly));
+  return db.ListTrainRuns(model, limit);
+}
+
 int RunRuns(const std::string& model, int limit, bool json, bool csv, const Context& ctx) {
-  auto db =
-      costdb::CostDb::Open(ctx.db_path.empty() ? costdb::DefaultDbPath() : ctx.db_path, costdb::OpenMode::kReadOnly);
-  if (!db.ok()) return Failure(db.status());
-  auto runs = db->ListTrainRuns(model, limit);
+  auto runs = ListRuns(model, limit, ctx);
   if (!runs.ok()) return Failure(runs.status());
   if (csv) {
     PrintRunsCsv(*runs);
@@ -522,7 +587,8 @@ void RegisterTrainCommand(CLI::App& app, Context& ctx) {
                   "before the model is built: parameters, gradients, workspace, kernels and activations): 30MB, 1GiB");
   cmd->add_option("--activation-budget", flags->activation_budget,
                   "Or for the activations alone (the arena's peak): 1.2MB, 3MiB");
-  cmd->add_option("--runtime-budget", flags->runtime_budget, "With a budget: a multiple of a plain step or seconds")
+  cmd->add_option("--runtime-budget", flags->runtime_budget,
+                  "With a budget: a multiple of a plain step or seconds; the default is solve's too")
       ->capture_default_str();
   cmd->add_option("--strategy", flags->strategy, "With a budget: " + solver::StrategyNames())
       ->capture_default_str();
@@ -533,10 +599,14 @@ void RegisterTrainCommand(CLI::App& app, Context& ctx) {
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "measured", "measured-in-step"}));
   cmd->add_flag("--count-paging-time,!--no-count-paging-time", flags->count_paging_time,
-                "With a budget: paging time counts against the runtime budget (the default here: measured "
-                "steps show that overlap does not hide it)");
+                "With a budget: paging time counts against the runtime budget (default yes, as `solve --device`: "
+                "measured steps show that overlap does not hide it; no gives POET's formulation)");
   cmd->add_option("--time-limit-s", flags->time_limit_s, "With a budget: solver time limit")->capture_default_str();
-  cmd->add_option("--steps", flags->steps, "Training steps")->capture_default_str()->check(CLI::PositiveNumber);
+  CLI::Option* steps =
+      cmd->add_option("--steps", flags->steps, "Training steps")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--epochs", flags->epochs, "With --data: passes over its training records, instead of --steps")
+      ->check(CLI::PositiveNumber)
+      ->excludes(steps);
   cmd->add_option("--lr", flags->lr,
                   "Learning rate (of the batch-mean loss's gradient, as PyTorch's mean-reduced "
                   "CrossEntropyLoss)")
@@ -573,7 +643,22 @@ void RegisterTrainCommand(CLI::App& app, Context& ctx) {
   cmd->add_option("--threads", flags->threads, "oneDNN threads (default: all cores)");
   cmd->add_option("--seed", flags->seed, "Seed of the parameters and the synthetic data")->capture_default_str();
   cmd->add_option("--data", flags->data_file,
-                  "CIFAR-10 binary batch file (data_batch_1.bin) instead of a synthetic batch");
+                  "Train on a data set instead of a synthetic batch, its format from the path: a folder with one "
+                  "subfolder of PNG/JPEG images per class (resized to the model's input), an .npz with arrays x "
+                  "and y, x.npy with y.npy beside it (or INPUTS.npy,LABELS.npy), or a CIFAR-10 .bin file. Shuffled "
+                  "every epoch (from --seed); the last partial batch is dropped");
+  cmd->add_option("--mean", flags->mean,
+                  "With --data: per-channel mean subtracted, e.g. 0.485,0.456,0.406 (pixels are first x/255)");
+  cmd->add_option("--std", flags->std_dev,
+                  "With --data: per-channel standard deviation divided by, e.g. "
+                  "0.229,0.224,0.225 (default: none, pixels are x/255)");
+  cmd->add_option("--data-keys", flags->data_keys, "With an .npz: the names of its inputs and labels arrays")
+      ->capture_default_str();
+  cmd->add_option("--val-split", flags->val_split,
+                  "With --data: the fraction held out (every 1/f-th record, before shuffling) for the loss and "
+                  "accuracy printed after each epoch")
+      ->check(CLI::Range(0.0, 0.99));
+  cmd->add_option("--val-data", flags->val_data, "With --data: a held-out data set of its own (same formats)");
   cmd->add_option("--init", flags->init,
                   "Where the parameters start: file (an ONNX model's own initializers; a zoo model has none and "
                   "draws them from --seed) or random (drawn from --seed)")
@@ -586,6 +671,8 @@ void RegisterTrainCommand(CLI::App& app, Context& ctx) {
   cmd->add_flag("--verify", flags->verify,
                 "Also run the plain step on one batch and compare every parameter gradient bit for bit");
   cmd->add_option("--trace", flags->trace_path, "Write per-node timings as Chrome Trace Event JSON (Perfetto)");
+  cmd->add_option("--svg", flags->svg_path,
+                  "Draw the loss and the step time over the steps (the web view's training run page shows the same)");
   cmd->add_option("--paging-dir", flags->paging_dir, "Where paged activations go (default: paging/ beside the db)");
   cmd->add_option("--probes-config", flags->probes_config, "TOML with a [probes] section (meters, the estimate)");
   cmd->add_flag("--no-store", flags->no_store, "Keep no run record and no measured-in-step costs");
@@ -602,6 +689,8 @@ void RegisterTrainCommand(CLI::App& app, Context& ctx) {
       "  edgecost train --model resnet18_cifar --activation-budget 1.2MB --runtime-budget 1.5x --verify\n"
       "  edgecost solve --model resnet18_cifar --device this --ram-budget 30MB --out s.json\n"
       "  edgecost train --model resnet18_cifar --schedule s.json --steps 20 --trace t.json\n"
+      "  edgecost train --model m.onnx --data photos/ --mean 0.485,0.456,0.406 --std 0.229,0.224,0.225 \\\n"
+      "      --val-split 0.1 --epochs 3 --out tuned.onnx\n"
       "  edgecost train --model resnet18_cifar --batch-size 8 --data cifar-10-batches-bin/data_batch_1.bin --lr 0.05\n"
       "  edgecost train --model mobilenet_v2.onnx --batch-size 2 --steps 50 --lr 0.05   # from torch.onnx.export\n"
       "  edgecost train --model mobilenet_v2.onnx --optimizer adamw --lr 1e-3 --lr-schedule cosine --warmup-steps 5\n"
@@ -626,9 +715,8 @@ void RegisterTrainCommand(CLI::App& app, Context& ctx) {
       "Examples:\n  edgecost runs\n  edgecost runs --model resnet18_cifar --limit 5 --json\n"
       "  edgecost runs --nodes 3 --limit 10     # where run 3's prediction missed");
   runs->callback([model, limit, json, csv, nodes, &ctx] {
-    ctx.exit_code = LocalOnly(ctx, [&] {
-      return *nodes > 0 ? RunRunNodes(*nodes, *limit, ctx) : RunRuns(*model, *limit, *json, *csv, ctx);
-    });
+    ctx.exit_code = *nodes > 0 ? LocalOnly(ctx, [&] { return RunRunNodes(*nodes, *limit, ctx); })
+                               : RunRuns(*model, *limit, *json, *csv, ctx);
   });
 }
 

@@ -81,6 +81,7 @@ struct StoredSchedule {
   v1::ScheduleRequest request;
   v1::Schedule::Status status = v1::Schedule::STATUS_UNSPECIFIED;
   double energy_j = 0;
+  v1::EnergySource energy_source = v1::ENERGY_SOURCE_UNSPECIFIED;  // of energy_j: ESTIMATED is a model's figure
   bool superseded = false;
   std::string created_at;  // UTC, ISO 8601
 };

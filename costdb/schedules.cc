@@ -2,11 +2,37 @@
 #include <string>
 #include <vector>
 
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/wire_format_lite.h>
+
 #include "costdb/costdb.h"
 #include "costdb/internal.h"
 
 namespace edgecost::costdb {
 using namespace internal;
+namespace {
+
+// A stored schedule's energy source read off its bytes: a listing needs this one enum
+// of each row, not the whole schedule parsed.
+v1::EnergySource EnergySourceOf(const std::string& schedule_bytes) {
+  using google::protobuf::internal::WireFormatLite;
+  google::protobuf::io::CodedInputStream in(reinterpret_cast<const uint8_t*>(schedule_bytes.data()),
+                                            static_cast<int>(schedule_bytes.size()));
+  v1::EnergySource source = v1::ENERGY_SOURCE_UNSPECIFIED;
+  while (const uint32_t tag = in.ReadTag()) {
+    if (WireFormatLite::GetTagFieldNumber(tag) == v1::Schedule::kEnergySourceFieldNumber &&
+        WireFormatLite::GetTagWireType(tag) == WireFormatLite::WIRETYPE_VARINT) {
+      uint32_t value = 0;
+      if (!in.ReadVarint32(&value)) break;
+      if (v1::EnergySource_IsValid(static_cast<int>(value))) source = static_cast<v1::EnergySource>(value);
+    } else if (!WireFormatLite::SkipField(&in, tag)) {
+      break;
+    }
+  }
+  return source;
+}
+
+}  // namespace
 
 Result<int64_t> CostDb::PutScheduleRequest(const v1::ScheduleRequest& request) {
   const std::string blob = Serialize(request);
@@ -84,7 +110,7 @@ Result<std::vector<StoredSchedule>> CostDb::ListSchedules(const std::string& mod
       Statement stmt,
       db_.Prepare(
           "SELECT s.id, r.id, coalesce(s.cost_table_id, 0), r.request, s.status, s.energy_j, "
-          "s.superseded_at IS NOT NULL, s.created_at FROM schedules s JOIN schedule_requests r ON r.id = s.request_id "
+          "s.superseded_at IS NOT NULL, s.created_at, s.schedule FROM schedules s JOIN schedule_requests r ON r.id = s.request_id "
           "WHERE (?1 = '' OR r.model = ?1) AND (?2 = '' OR r.device = ?2) ORDER BY s.id"));
   stmt.Bind(1, model).Bind(2, device);
   std::vector<StoredSchedule> schedules;
@@ -98,6 +124,7 @@ Result<std::vector<StoredSchedule>> CostDb::ListSchedules(const std::string& mod
     s.energy_j = stmt.Double(5);
     s.superseded = stmt.Int(6) != 0;
     s.created_at = stmt.Text(7);
+    s.energy_source = EnergySourceOf(stmt.Blob(8));
     return Status::Ok();
   }));
   return schedules;

@@ -159,6 +159,8 @@ void Daemon::RegisterRoutes() {
                                               bind(&trace_service_, &TraceService::GetTrace));
   router_.Add<v1::ListRunsRequest, v1::ListRunsResponse>("TraceService", "ListRuns",
                                                          bind(&trace_service_, &TraceService::ListRuns));
+  router_.Add<v1::ListTrainRunsRequest, v1::ListTrainRunsResponse>(
+      "TraceService", "ListTrainRuns", bind(&trace_service_, &TraceService::ListTrainRuns));
   router_.AddAsync<v1::WatchEventsRequest, v1::WatchEventsResponse>(
       "JobService", "WatchEvents",
       [this](const v1::WatchEventsRequest& request, TwirpRouter::Done<v1::WatchEventsResponse> done) {

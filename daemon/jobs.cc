@@ -460,8 +460,9 @@ void JobManager::RunTrain(Entry& entry) {
   if (request.ram_budget_bytes() > 0 || request.device_ram_bytes() > 0) {
     options.solve.set_ram_budget_bytes(request.ram_budget_bytes());
     options.solve.set_device_ram_bytes(request.device_ram_bytes());
-    options.solve.set_runtime_budget_multiple(request.runtime_budget_multiple() > 0 ? request.runtime_budget_multiple()
-                                                                                    : 1.5);
+    options.solve.set_runtime_budget_multiple(request.runtime_budget_multiple() > 0
+                                                  ? request.runtime_budget_multiple()
+                                                  : solver::kDefaultRuntimeBudgetMultiple);
     options.solve.set_strategy(request.strategy());
     options.solve.set_count_paging_time(true);  // as `edgecost train`: overlap does not hide paging
   }

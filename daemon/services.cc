@@ -143,17 +143,7 @@ Result<v1::Schedule> SolverService::GetSchedule(const v1::GetScheduleRequest& re
 
 Result<v1::ListSchedulesResponse> SolverService::ListSchedules(const v1::ListSchedulesRequest& request) {
   EC_ASSIGN_OR_RETURN(costdb::CostDb * db, ThreadDb(db_path_));
-  EC_ASSIGN_OR_RETURN(std::vector<costdb::StoredSchedule> stored, db->ListSchedules(request.model(), request.device()));
-  v1::ListSchedulesResponse response;
-  for (const costdb::StoredSchedule& s : stored) {
-    v1::ScheduleSummary* summary = response.add_schedules();
-    summary->set_id(static_cast<uint64_t>(s.id));
-    *summary->mutable_request() = s.request;
-    summary->set_status(s.status);
-    summary->set_energy_j(s.energy_j);
-    summary->set_superseded(s.superseded);
-  }
-  return response;
+  return service::ListSchedules(*db, request);
 }
 
 Result<v1::Trace> TraceService::GetTrace(const v1::GetTraceRequest& request) {
@@ -164,6 +154,20 @@ Result<v1::Trace> TraceService::GetTrace(const v1::GetTraceRequest& request) {
 Result<v1::ListRunsResponse> TraceService::ListRuns(const v1::ListRunsRequest&) {
   EC_ASSIGN_OR_RETURN(costdb::CostDb * db, ThreadDb(db_path_));
   return service::ListRuns(*db);
+}
+
+Result<v1::ListTrainRunsResponse> TraceService::ListTrainRuns(const v1::ListTrainRunsRequest& request) {
+  if (!request.model().empty()) EC_RETURN_IF_ERROR(graph::CheckModelName(request.model()));
+  if (request.limit() > JobService::kMaxListedJobs) {
+    return InvalidArgument("limit is at most " + std::to_string(JobService::kMaxListedJobs) +
+                           "; 0 lists the newest 100");
+  }
+  EC_ASSIGN_OR_RETURN(costdb::CostDb * db, ThreadDb(db_path_));
+  EC_ASSIGN_OR_RETURN(std::vector<v1::TrainRun> runs,
+                      db->ListTrainRuns(request.model(), request.limit() > 0 ? static_cast<int>(request.limit()) : 100));
+  v1::ListTrainRunsResponse response;
+  for (v1::TrainRun& run : runs) *response.add_runs() = std::move(run);
+  return response;
 }
 
 Result<v1::ListJobsResponse> JobService::ListJobs(const v1::ListJobsRequest& request) {

@@ -61,6 +61,7 @@ class TraceService {
 
   Result<v1::Trace> GetTrace(const v1::GetTraceRequest& request);
   Result<v1::ListRunsResponse> ListRuns(const v1::ListRunsRequest& request);
+  Result<v1::ListTrainRunsResponse> ListTrainRuns(const v1::ListTrainRunsRequest& request);
 
  private:
   std::string db_path_;

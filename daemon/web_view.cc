@@ -16,6 +16,7 @@
 #include "graph/cost_source.h"
 #include "profiler/profile.h"
 #include "service/cost_tables.h"
+#include "service/train_plot.h"
 #include "service/words.h"
 #include "solver/explain.h"
 #include "solver/svg.h"
@@ -270,6 +271,9 @@ std::string SchedulesSection(const WebViewSources& sources) {
     return out.str() +
            "<p>No schedules yet: <code>edgecost solve</code> or SolverService.Solve stores them.</p></section>";
   }
+  out << "<p><a class=\"button\" id=\"schedules-csv\" href=\"/schedules.csv\" download>Download CSV</a> (a row "
+         "per schedule in plain SI numbers: ram_budget_bytes, energy_j; <code>edgecost schedules --csv</code> prints "
+         "the same)</p>";
   out << "<div class=\"scroll\"><table id=\"schedule-table\"><thead><tr><th scope=\"col\">#</th>"
          "<th scope=\"col\">model</th><th scope=\"col\">device</th><th scope=\"col\">strategy</th>"
          "<th scope=\"col\">RAM budget</th><th scope=\"col\">status</th><th scope=\"col\">energy</th>"
@@ -286,7 +290,11 @@ std::string SchedulesSection(const WebViewSources& sources) {
     // A failed request (infeasible, nothing found) has no schedule: no energy and nothing to trace.
     const bool has = s.status() == v1::Schedule::STATUS_OPTIMAL || s.status() == v1::Schedule::STATUS_FEASIBLE;
     if (has) {
-      out << "<td>" << FormatJoules(s.energy_j()) << "</td><td><a href=\"/trace?schedule=" << s.id()
+      out << "<td>" << FormatJoules(s.energy_j())
+          << (s.energy_source() == v1::ENERGY_SOURCE_ESTIMATED
+                  ? " <abbr class=\"estimated\" title=\"a model gave this energy, not a sensor\">ESTIMATED</abbr>"
+                  : "")
+          << "</td><td><a href=\"/trace?schedule=" << s.id()
           << "\">trace</a></td></tr>";
     } else {
       out << "<td class=\"none\">no schedule</td><td class=\"none\">none</td></tr>";
@@ -364,7 +372,8 @@ std::string TrainRunsSection(costdb::CostDb& db) {
     const v1::TrainRun& run = *it;
     const uint64_t added = run.peak_rss_bytes() - std::min(run.peak_rss_bytes(), run.unbuilt_rss_bytes());
     out << "<tr class=\"train-run" << (run.disturbed() ? " disturbed" : "") << "\" id=\"train-run-" << run.id()
-        << "\"><td>#" << run.id() << "</td><td>" << HtmlEscape(run.model()) << " b" << run.batch_size() << "</td><td>"
+        << "\"><td><a href=\"/train_run?id=" << run.id() << "\">#" << run.id() << "</a></td><td>"
+        << HtmlEscape(run.model()) << " b" << run.batch_size() << "</td><td>"
         << HtmlEscape(run.device()) << "</td><td>" << HtmlEscape(run.strategy());
     if (run.schedule_id()) {
       out << " <a href=\"/schedule?id=" << run.schedule_id() << "\">#" << run.schedule_id() << "</a>";
@@ -464,7 +473,8 @@ bool WebSessions::Valid(const std::string& cookie_header) {
 bool WebView::Serves(const HttpRequest& request) {
   if (request.method != "GET") return false;
   const std::string path = Path(request.target);
-  return path == "/" || path == "/costs" || path == "/costs.csv" || path == "/schedule" || path == "/trace" || IsAsset(request);
+  return path == "/" || path == "/costs" || path == "/costs.csv" || path == "/schedules.csv" || path == "/schedule" ||
+         path == "/train_run" || path == "/trace" || IsAsset(request);
 }
 
 bool WebView::IsAsset(const HttpRequest& request) {
@@ -499,8 +509,11 @@ HttpResponse WebView::Get(const HttpRequest& request) {
   const std::string query = Query(request.target);
   if (path == "/trace") return TraceDownload(query);
   if (path == "/costs.csv") return CostsCsv(query);
+  if (path == "/schedules.csv") return SchedulesCsv();
   if (path == "/") return Html(200, Layout("Overview", Overview()));
-  Result<std::string> page = path == "/costs" ? CostsPage(query) : SchedulePage(query);
+  Result<std::string> page = path == "/costs"       ? CostsPage(query)
+                             : path == "/train_run" ? TrainRunPage(query)
+                                                    : SchedulePage(query);
   if (!page.ok()) {
     const int status = page.status().code() == ErrorCode::kNotFound          ? 404
                        : page.status().code() == ErrorCode::kInvalidArgument ? 400
@@ -556,6 +569,15 @@ HttpResponse WebView::CostsCsv(const std::string& query) {
   }
   HttpResponse response{200, "text/csv; charset=utf-8", service::CostTableCsv(*table)};
   response.headers = {{"Content-Disposition", "attachment; filename=\"" + name + ".csv\""},
+                      {"X-Content-Type-Options", "nosniff"}};
+  return response;
+}
+
+HttpResponse WebView::SchedulesCsv() {
+  Result<v1::ListSchedulesResponse> listed = sources_.solver->ListSchedules(v1::ListSchedulesRequest());
+  if (!listed.ok()) return {500, "text/plain; charset=utf-8", listed.status().message() + "\n"};
+  HttpResponse response{200, "text/csv; charset=utf-8", service::SchedulesCsv(*listed)};
+  response.headers = {{"Content-Disposition", "attachment; filename=\"schedules.csv\""},
                       {"X-Content-Type-Options", "nosniff"}};
   return response;
 }
@@ -733,8 +755,7 @@ Result<std::string> WebView::SchedulePage(const std::string& query) {
         << " + recompute " << FormatJoules(e.recompute_j()) << " + page-in " << FormatJoules(e.page_in_j())
         << " + page-out " << FormatJoules(e.page_out_j()) << "</dd><dt>lower bound</dt><dd>"
         << FormatJoules(s.lower_bound_j()) << " (floor " << FormatJoules(s.floor_j()) << ")</dd><dt>operations</dt><dd>"
-        << s.recomputations() << " recomputations, " << s.page_outs() << " page-outs, " << s.page_ins()
-        << " page-ins</dd>";
+        << service::OperationsText(s.recomputations(), s.page_outs(), s.page_ins()) << "</dd>";
   }
   out << "<dt>cost source</dt><dd>" << HtmlEscape(view.table.cost_source()) << "</dd></dl>";
   if (!has)
@@ -782,7 +803,8 @@ Result<std::string> WebView::SchedulePage(const std::string& query) {
            "<th scope=\"col\">paging wait</th><th scope=\"col\">when</th><th scope=\"col\">trace</th></tr></thead>"
            "<tbody>";
     for (const v1::TrainRun& run : mine) {
-      out << "<tr><td>#" << run.id() << "</td><td>" << run.steps() << "</td><td>"
+      out << "<tr><td><a href=\"/train_run?id=" << run.id() << "\">#" << run.id() << "</a></td><td>" << run.steps()
+          << "</td><td>"
           << FormatSeconds(run.predicted_runtime_s()) << "</td><td>" << FormatSeconds(run.runtime_s()) << "</td><td>"
           << FormatBytes(static_cast<double>(run.predicted_peak_bytes())) << "</td><td>"
           << FormatBytes(static_cast<double>(run.peak_activation_bytes())) << "</td><td>"
@@ -797,6 +819,57 @@ Result<std::string> WebView::SchedulePage(const std::string& query) {
   }
   out << "</section>";
   return Layout("Schedule #" + std::to_string(id), out.str());
+}
+
+// One training run: what was predicted and measured, and its loss and step time over the steps.
+Result<std::string> WebView::TrainRunPage(const std::string& query) {
+  const std::string id_text = FormValue(query, "id");
+  uint64_t id = 0;
+  if (id_text.empty() || id_text.size() > 18 || id_text.find_first_not_of("0123456789") != std::string::npos ||
+      (id = std::stoull(id_text)) == 0) {
+    return InvalidArgument("say which training run: /train_run?id=N, N from the overview's list");
+  }
+  EC_ASSIGN_OR_RETURN(costdb::CostDb db, costdb::CostDb::Open(sources_.db_path, costdb::OpenMode::kReadOnly));
+  EC_ASSIGN_OR_RETURN(v1::TrainRun run, db.GetTrainRun(static_cast<int64_t>(id)));
+  run.set_id(id);
+  const bool predicted = !run.cost_source().empty();
+  auto loss_text = [](double loss) {
+    char buffer[32];
+    std::snprintf(buffer, sizeof buffer, "%.4g", loss);
+    return std::string(buffer);
+  };
+  std::ostringstream out;
+  out << "<h1>Training run #" << id << ": " << HtmlEscape(run.model()) << " on " << HtmlEscape(run.device())
+      << "</h1><dl class=\"facts\"><dt>schedule</dt><dd>" << HtmlEscape(run.strategy());
+  if (run.schedule_id()) out << " <a href=\"/schedule?id=" << run.schedule_id() << "\">#" << run.schedule_id() << "</a>";
+  out << "</dd><dt>steps</dt><dd>" << run.steps() << " of SGD (lr " << run.lr() << "), batch " << run.batch_size()
+      << ", " << HtmlEscape(profiler::ThreadsText(run.threads())) << ", " << HtmlEscape(run.data()) << "</dd>"
+      << "<dt>step time</dt><dd>" << FormatSeconds(run.runtime_s()) << " measured"
+      << (predicted ? ", " + FormatSeconds(run.predicted_runtime_s()) + " predicted from " +
+                          HtmlEscape(run.cost_source()) + " costs"
+                    : std::string())
+      << "</dd><dt>peak activations</dt><dd>" << FormatBytes(static_cast<double>(run.peak_activation_bytes()))
+      << " measured, " << FormatBytes(static_cast<double>(run.predicted_peak_bytes())) << " planned</dd>"
+      << "<dt>energy</dt><dd>" << FormatJoules(run.energy_j()) << " per step"
+      << (run.energy_source() == v1::ENERGY_SOURCE_ESTIMATED ? " ESTIMATED by " + HtmlEscape(run.energy_probe())
+                                                             : " measured by " + HtmlEscape(run.energy_probe()))
+      << "</dd><dt>loss</dt><dd>" << loss_text(run.first_loss()) << " at step 1, " << loss_text(run.last_loss())
+      << " at the last</dd>";
+  if (run.disturbed()) {
+    out << "<dt>disturbed</dt><dd><strong class=\"unreliable\">DISTURBED</strong> " << HtmlEscape(run.disturbance())
+        << "</dd>";
+  }
+  out << "<dt>when</dt><dd>" << HtmlEscape(run.created_at()) << "</dd></dl>";
+  if (!run.last_step().empty()) {
+    out << "<p><a class=\"button\" href=\"/trace?train_run=" << id
+        << "\" download>Download the last step's trace</a> (Chrome Trace Event JSON: open it in Perfetto UI)</p>";
+  }
+  out << "<section aria-labelledby=\"plot-h\"><h2 id=\"plot-h\">Loss and step time over the run</h2>"
+         "<figure class=\"picture\" id=\"train-run-plot\">"
+      << service::TrainRunSvg(run)
+      << "<figcaption>Each step's loss and time; <code>edgecost train --svg FILE</code> draws the same."
+         "</figcaption></figure></section>";
+  return Layout("Training run #" + std::to_string(id), out.str());
 }
 
 HttpResponse WebView::TraceDownload(const std::string& query) {

@@ -69,8 +69,10 @@ class WebView {
   std::string Overview();
   Result<std::string> CostsPage(const std::string& query);
   Result<std::string> SchedulePage(const std::string& query);
+  Result<std::string> TrainRunPage(const std::string& query);
   HttpResponse TraceDownload(const std::string& query);
   HttpResponse CostsCsv(const std::string& query);
+  HttpResponse SchedulesCsv();
 
   WebViewSources sources_;
 };

@@ -88,6 +88,7 @@ void AddForwardNodes(const ForwardGraph& forward, GraphWriter& out, v1::Training
         out.Add(ForwardName(i, layer), loss ? v1::PHASE_LOSS : v1::PHASE_FORWARD, OpKindName(layer.kind),
                 layer.output_shape, Bytes(layer.output_shape), layer.inputs, layer.flops);
     node.set_param_count(static_cast<uint64_t>(layer.param_count));
+    node.set_module(layer.module);
     for (const auto& [key, value] : layer.attributes) (*node.mutable_attributes())[key] = value;
     param_count += static_cast<uint64_t>(layer.param_count);
   }
@@ -388,6 +389,9 @@ Result<v1::TrainingGraph> DeriveTrainingGraph(const ForwardGraph& forward, Deriv
     AddPoetBackward(forward, trains, trainable.mode == Trainable::Mode::kAll, out);
   } else {
     AddExactBackward(forward, trains, trainable.mode == Trainable::Mode::kBias, out);
+  }
+  for (v1::TrainingNode& node : *graph.mutable_nodes()) {
+    if (node.forward_of() >= 0) node.set_module(graph.nodes(node.forward_of()).module());
   }
   return graph;
 }

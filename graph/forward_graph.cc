@@ -227,7 +227,8 @@ Result<ForwardGraph> ForwardGraph::FromLayers(std::string model, int batch_size,
   for (Layer& layer : layers) {
     const int kind = static_cast<int>(layer.kind);
     if (kind < 0 || kind > static_cast<int>(kLastOpKind) || layer.bias_count < 0 ||
-        layer.bias_count > layer.param_count || layer.param_names.size() > 4) {
+        layer.bias_count > layer.param_count || layer.param_names.size() > 4 ||
+        layer.module.size() > kMaxModuleNameBytes) {
       return InvalidArgument("layer " + std::to_string(graph.size()) + " of " + graph.model_ + " is malformed");
     }
     try {

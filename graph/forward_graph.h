@@ -21,6 +21,7 @@ int64_t NumElements(const Shape& shape);
 // The largest tensor (elements) or parameter count a graph may hold: 2^40, far
 // above any trainable model and far below where sizes in bytes or flops overflow.
 inline constexpr int64_t kMaxTensorElements = int64_t{1} << 40;
+inline constexpr size_t kMaxModuleNameBytes = 1024;  // Layer::module, as a hostile file may set it
 // A shape a graph may hold: no negative extent, no extent and no product above kMaxTensorElements.
 bool ValidShape(const Shape& shape);
 std::string ShapeToString(const Shape& shape);
@@ -98,6 +99,10 @@ struct Layer {
   std::vector<std::string> param_names;
   // The weight is stored (in, out) in the file (MatMul, Gemm without transB); the layer's is (out, in).
   bool param_transposed = false;
+  // ONNX imports of PyTorch models: the qualified name of the nn.Module the layer came from
+  // ("features.3.conv.0"), from the exporter's scopes; "" for the model itself or when unknown.
+  // Shown next to node names; not part of the training graph's hash.
+  std::string module;
 };
 
 // A model's forward pass ending in its loss. Builder methods append a layer,
@@ -163,6 +168,7 @@ class ForwardGraph {
     layers_.at(static_cast<size_t>(layer)).param_names = std::move(names);
     layers_.at(static_cast<size_t>(layer)).param_transposed = transposed;
   }
+  void SetModule(int layer, std::string module) { layers_.at(static_cast<size_t>(layer)).module = std::move(module); }
   int size() const { return static_cast<int>(layers_.size()); }
   int last() const { return size() - 1; }
   const Shape& shape(int layer) const { return layers_.at(layer).output_shape; }

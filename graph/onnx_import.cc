@@ -616,6 +616,29 @@ Status CheckOpsAndOpset(const onnx::ModelProto& model, const std::string& origin
                          "\nsupported: " + SupportedList());
 }
 
+// The nn.Module a PyTorch export's node came from. The exporter names nodes by scope, one path
+// component per module, each the child's name under its own parent's component:
+// "/features/features.1/conv/conv.0/conv.0.0/Conv" is module features.1.conv.0.0, and
+// "/features/features.1/Add" an op of features.1's own forward. Other names give "".
+std::string ModuleOf(const onnx::NodeProto& node) {
+  const std::string& name = node.name();
+  if (name.size() < 2 || name[0] != '/') return "";
+  std::vector<std::string> scopes;
+  for (size_t start = 1, slash; (slash = name.find('/', start)) != std::string::npos; start = slash + 1) {
+    scopes.push_back(name.substr(start, slash - start));
+  }
+  std::string module, previous;
+  for (const std::string& scope : scopes) {
+    const bool child = !previous.empty() && scope.size() > previous.size() &&
+                       scope.compare(0, previous.size(), previous) == 0 && scope[previous.size()] == '.';
+    const std::string part = child ? scope.substr(previous.size() + 1) : scope;
+    if (part.empty()) return "";
+    module += (module.empty() ? "" : ".") + part;
+    previous = scope;
+  }
+  return module.size() <= kMaxModuleNameBytes ? module : "";
+}
+
 class Importer {
  public:
   Importer(const onnx::ModelProto& model, std::string origin, std::string name)
@@ -786,6 +809,7 @@ class Importer {
       status = NodeError(node, index, e.what());
     }
     if (!status.ok()) return status;
+    for (int layer = static_cast<int>(before); layer < graph_.size(); ++layer) graph_.SetModule(layer, ModuleOf(node));
     // Our shapes must agree with ONNX's own shape inference.
     for (int o = 0; o < node.output_size(); ++o) {
       auto v = values_.find(node.output(o));
@@ -1433,6 +1457,7 @@ v1::ForwardGraphLayers ToProto(const ForwardGraph& graph) {
     l.mutable_attributes()->insert(layer.attributes.begin(), layer.attributes.end());
     for (const std::string& name : layer.param_names) l.add_param_names(name);
     l.set_param_transposed(layer.param_transposed);
+    l.set_module(layer.module);
   }
   return out;
 }
@@ -1450,7 +1475,8 @@ Result<ForwardGraph> FromProto(const v1::ForwardGraphLayers& in) {
                       .flops = l.flops(),
                       .attributes = {l.attributes().begin(), l.attributes().end()},
                       .param_names = {l.param_names().begin(), l.param_names().end()},
-                      .param_transposed = l.param_transposed()});
+                      .param_transposed = l.param_transposed(),
+                      .module = l.module()});
   }
   return ForwardGraph::FromLayers(in.model(), in.batch_size(), std::move(layers));
 }

@@ -156,6 +156,14 @@ Result<v1::CostTable> LoadCostTable(const GraphSpec& spec, std::string_view plat
 }
 
 std::string GraphHash(const v1::TrainingGraph& graph) {
+  // Module names are for people: a graph hashes alike with or without them.
+  const bool named = std::any_of(graph.nodes().begin(), graph.nodes().end(),
+                                 [](const v1::TrainingNode& node) { return !node.module().empty(); });
+  if (named) {
+    v1::TrainingGraph unnamed = graph;
+    for (v1::TrainingNode& node : *unnamed.mutable_nodes()) node.clear_module();
+    return GraphHash(unnamed);
+  }
   std::string bytes;
   {
     google::protobuf::io::StringOutputStream stream(&bytes);

@@ -138,6 +138,12 @@ class BatchNorm2d : public StepLayer {
     Param({channels}, 0.1f);  // shift
     Tensor& mean = Own({channels});
     Tensor& variance = Own({channels});
+    batch_mean_ = &mean;
+    batch_variance_ = &variance;
+    running_mean_ = &Own({channels});  // PyTorch's initial running statistics: mean 0, variance 1
+    running_variance_ = &Own({channels});
+    std::fill(running_variance_->data.begin(), running_variance_->data.end(), 1.0f);
+    values_per_channel_ = Elements(spec.input_shapes[0]) / channels;
     Tensor& x = inputs_[0];
     const auto flags = dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift;
     const auto epsilon = spec.attributes.find("epsilon_e9");  // else PyTorch's default
@@ -170,8 +176,41 @@ class BatchNorm2d : public StepLayer {
            {DNNL_ARG_DIFF_SCALE, Mem(*grad_params_[0])},
            {DNNL_ARG_DIFF_SHIFT, Mem(*grad_params_[1])}});
     }
+    dnnl::batch_normalization_forward::primitive_desc inference(
+        dnnl::batch_normalization_forward::desc(prop_kind::forward_inference, Plain(x.dims), kEpsilon,
+                                                flags | dnnl::normalization_flags::use_global_stats),
+        attr_, backend_.engine());
+    Add(inference_, inference,
+        {{DNNL_ARG_SRC, Mem(x)},
+         {DNNL_ARG_DST, Mem(output_)},
+         {DNNL_ARG_SCALE, Mem(scale)},
+         {DNNL_ARG_SHIFT, Mem(*params_[1])},
+         {DNNL_ARG_MEAN, Mem(*running_mean_)},
+         {DNNL_ARG_VARIANCE, Mem(*running_variance_)}});
     Forward();  // batch statistics for the backward pass
   }
+
+  void UpdateRunningStats() override {
+    constexpr float kMomentum = 0.1f;  // PyTorch's default
+    // oneDNN's batch variance divides by n; PyTorch's running variance is the unbiased one.
+    const float unbiased = values_per_channel_ > 1
+                               ? static_cast<float>(values_per_channel_) / static_cast<float>(values_per_channel_ - 1)
+                               : 1.0f;
+    for (size_t c = 0; c < running_mean_->data.size(); ++c) {
+      running_mean_->data[c] = (1 - kMomentum) * running_mean_->data[c] + kMomentum * batch_mean_->data[c];
+      running_variance_->data[c] =
+          (1 - kMomentum) * running_variance_->data[c] + kMomentum * unbiased * batch_variance_->data[c];
+    }
+    ++batches_tracked_;
+  }
+  std::vector<Tensor*> running_stats() override { return {running_mean_, running_variance_}; }
+  int64_t* batches_tracked() override { return &batches_tracked_; }
+
+ private:
+  Tensor *batch_mean_ = nullptr, *batch_variance_ = nullptr;
+  Tensor *running_mean_ = nullptr, *running_variance_ = nullptr;
+  int64_t values_per_channel_ = 1;  // N x H x W: what each channel's batch statistics average over
+  int64_t batches_tracked_ = 0;
 };
 
 class Relu : public StepLayer {
@@ -253,6 +292,8 @@ class Dropout : public StepLayer {
     DrawMask(0);
     AddBinary(forward_, algorithm::binary_mul, Mem(inputs_[0]), Mem(mask_), Mem(output_));
     AddBinary(backward_input_, algorithm::binary_mul, Mem(grad_output_), Mem(mask_), Mem(grad_inputs_[0]));
+    const memory::desc flat = Plain({output_.size()});
+    AddReorder(inference_, Mem(inputs_[0], flat), Mem(output_, flat));  // no dropout in inference
   }
 
   void SetTrainingStep(uint64_t step) override {

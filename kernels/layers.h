@@ -50,6 +50,17 @@ class Layer {
   virtual void BackwardWeights() {}
   virtual void BackwardBias() {}
   virtual bool HasParameters() const { return false; }
+  // The forward pass in inference mode (PyTorch's eval()): batch norm normalizes with its running
+  // statistics, dropout passes X through. Other layers run Forward.
+  virtual void ForwardInference() = 0;
+  // Batch norm: folds the statistics of the last Forward's batch into the running ones, as PyTorch's
+  // training mode does (momentum 0.1, unbiased variance). The executor calls it once per step,
+  // after a node's first forward execution, so that a recomputation does not count a batch twice.
+  virtual void UpdateRunningStats() {}
+  // Batch norm's running mean and running variance (one value per channel); empty for other layers.
+  virtual std::vector<Tensor*> running_stats() { return {}; }
+  // Batch norm's count of the batches its running statistics have seen (num_batches_tracked); null otherwise.
+  virtual int64_t* batches_tracked() { return nullptr; }
 
   std::vector<Tensor>& inputs() { return inputs_; }
   Tensor& output() { return output_; }

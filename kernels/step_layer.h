@@ -55,6 +55,8 @@ class StepLayer : public Layer {
   }
 
   void Forward() override { Run(forward_); }
+  // The inference pass where a layer has one (batch norm, dropout), else the forward pass.
+  void ForwardInference() override { Run(inference_.empty() ? forward_ : inference_); }
   void BackwardInput() override { Run(backward_input_); }
   void BackwardWeights() override { Run(backward_weights_); }
   void BackwardBias() override { Run(backward_bias_); }
@@ -77,7 +79,7 @@ class StepLayer : public Layer {
     std::vector<Tensor*> tensors = {&output_, &grad_output_};
     for (Tensor& t : inputs_) tensors.push_back(&t);
     for (Tensor& t : grad_inputs_) tensors.push_back(&t);
-    for (auto* pass : {&forward_, &backward_input_, &backward_weights_, &backward_bias_}) {
+    for (auto* pass : {&forward_, &backward_input_, &backward_weights_, &backward_bias_, &inference_}) {
       for (Step& step : *pass) {
         for (auto& [arg, mem] : step.args) {
           const auto* handle = static_cast<const float*>(mem.get_data_handle());
@@ -197,6 +199,7 @@ class StepLayer : public Layer {
   dnnl::primitive_attr attr_;
   std::deque<Tensor> owned_;
   std::vector<Step> forward_, backward_input_, backward_weights_, backward_bias_;
+  std::vector<Step> inference_;  // empty: inference runs forward_
   std::unordered_map<const Tensor*, std::vector<std::pair<memory*, ptrdiff_t>>> bindings_;
 };
 

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -18,6 +19,7 @@
 #include "service/models.h"
 #include "service/step_memory.h"
 #include "service/train_job.h"
+#include "service/words.h"
 #include "solver/problem.h"
 #include "solver/solve.h"
 
@@ -265,13 +267,25 @@ Result<v1::ListDevicesResponse> ListDevices(costdb::CostDb& db) {
   EC_ASSIGN_OR_RETURN(std::vector<v1::Device> stored, db.ListDevices());
   v1::ListDevicesResponse response;
   std::set<std::string> names;
+  // As the README says: measured devices first, then every board preset (stored or not).
   for (v1::Device& device : stored) {
+    if (device.kind() == v1::Device::KIND_PRESET) continue;
     names.insert(device.name());
     *response.add_devices() = std::move(device);
   }
-  for (const graph::BoardPreset& preset : graph::BoardPresets()) {
-    if (!names.count(std::string(preset.name))) *response.add_devices() = PresetDevice(std::string(preset.name));
+  std::map<std::string, v1::Device> stored_presets;
+  for (v1::Device& device : stored) {
+    if (device.kind() == v1::Device::KIND_PRESET) stored_presets[device.name()] = std::move(device);
   }
+  for (const graph::BoardPreset& preset : graph::BoardPresets()) {
+    const std::string name(preset.name);
+    if (names.count(name)) continue;  // a measured device under a preset's name
+    auto it = stored_presets.find(name);
+    *response.add_devices() = it != stored_presets.end() ? std::move(it->second) : PresetDevice(name);
+    stored_presets.erase(name);
+  }
+  for (auto& [name, device] : stored_presets)
+    *response.add_devices() = std::move(device);  // presets no longer built in
   return response;
 }
 
@@ -306,8 +320,13 @@ Result<SolvedRequest> SolveRequest(costdb::CostDb* db, const v1::ScheduleRequest
         "--min-ram), not both");
   }
   EC_ASSIGN_OR_RETURN(solved.table, CostTableForRequest(db, request));
+  // One name for a device everywhere: "this" is stored as the name the device list shows.
+  if (request.device() == "this" && !solved.table.device().empty()) solved_request.set_device(solved.table.device());
   // `auto` is stored as what it chose, so that the request is solved again on the same source.
-  if (request.cost_source() == kAutoCostSource) solved_request.set_cost_source(solved.table.cost_source());
+  // So is the default (empty) source: a listing names the costs each schedule was solved on.
+  if (request.cost_source() == kAutoCostSource || request.cost_source().empty()) {
+    solved_request.set_cost_source(solved.table.cost_source());
+  }
   // The stored request names the table's thread count, so that it is solved again on that one.
   if (solved.table.threads() > 0) solved_request.set_compute_threads(solved.table.threads());
   v1::StepMemory memory = StepMemoryOf(solved.table.graph(), /*build_large=*/request.device_ram_bytes() > 0,
@@ -371,12 +390,47 @@ std::string CsvField(const std::string& text) {
   return out + "\"";
 }
 
+std::string CsvNumber(double value) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, "%.9g", value);
+  return buffer;
+}
+
+Result<v1::ListSchedulesResponse> ListSchedules(costdb::CostDb& db, const v1::ListSchedulesRequest& request) {
+  EC_ASSIGN_OR_RETURN(std::vector<costdb::StoredSchedule> stored, db.ListSchedules(request.model(), request.device()));
+  v1::ListSchedulesResponse response;
+  for (const costdb::StoredSchedule& s : stored) {
+    v1::ScheduleSummary* summary = response.add_schedules();
+    summary->set_id(static_cast<uint64_t>(s.id));
+    *summary->mutable_request() = s.request;
+    summary->set_status(s.status);
+    summary->set_energy_j(s.energy_j);
+    summary->set_superseded(s.superseded);
+    summary->set_energy_source(s.energy_source);
+  }
+  return response;
+}
+
+std::string SchedulesCsv(const v1::ListSchedulesResponse& listed) {
+  std::ostringstream out;
+  out << "schedule,model,device,cost_source,strategy,batch_size,ram_budget_bytes,runtime_budget_multiple,"
+         "runtime_budget_s,count_paging_time,status,energy_j,energy_estimated,superseded\n";
+  for (const v1::ScheduleSummary& s : listed.schedules()) {
+    const v1::ScheduleRequest& r = s.request();
+    const bool has = s.status() == v1::Schedule::STATUS_OPTIMAL || s.status() == v1::Schedule::STATUS_FEASIBLE;
+    out << s.id() << ',' << CsvField(r.model().empty() ? r.graph_file() : r.model()) << ',' << CsvField(r.device())
+        << ',' << CsvField(r.cost_source()) << ',' << CsvField(r.strategy().empty() ? "optimal" : r.strategy()) << ','
+        << std::max(1u, r.batch_size()) << ',' << r.ram_budget_bytes() << ','
+        << (r.has_runtime_budget_multiple() ? CsvNumber(r.runtime_budget_multiple()) : "") << ','
+        << (r.has_runtime_budget_s() ? CsvNumber(r.runtime_budget_s()) : "") << ',' << (r.count_paging_time() ? 1 : 0)
+        << ',' << CsvField(std::string(ScheduleStatusText(s.status()))) << ',' << (has ? CsvNumber(s.energy_j()) : "")
+        << ',' << (s.energy_source() == v1::ENERGY_SOURCE_ESTIMATED ? 1 : 0) << ',' << (s.superseded() ? 1 : 0) << '\n';
+  }
+  return out.str();
+}
+
 std::string CostTableCsv(const v1::CostTable& table) {
-  auto number = [](double value) {
-    char buffer[64];
-    std::snprintf(buffer, sizeof buffer, "%.9g", value);
-    return std::string(buffer);
-  };
+  const auto number = CsvNumber;
   std::ostringstream out;
   out << "node,name,phase,runtime_s,compute_j,ram_bytes,page_in_j,page_out_j,runtime_ci95_low_s,"
          "runtime_ci95_high_s,repetitions,unreliable,op_key,model,device,cost_source\n";

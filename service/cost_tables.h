@@ -69,6 +69,14 @@ Result<v1::Schedule> ReadScheduleFile(const std::string& path);
 std::string CostTableCsv(const v1::CostTable& table);
 // One CSV field: quoted when it holds a comma, a quote or a line break.
 std::string CsvField(const std::string& text);
+// A number for CSV: every significant digit a double needs to be read back, no unit.
+std::string CsvNumber(double value);
+// The stored schedules a request names (model, device; empty: all), oldest first: the daemon's
+// ListSchedules and `edgecost schedules`.
+Result<v1::ListSchedulesResponse> ListSchedules(costdb::CostDb& db, const v1::ListSchedulesRequest& request);
+// Stored schedules as CSV, a row per schedule, oldest first: `edgecost schedules --csv` and the
+// web view's /schedules.csv. A schedule that failed has an empty energy_j.
+std::string SchedulesCsv(const v1::ListSchedulesResponse& listed);
 
 // The cost table a schedule was solved on: the one it carries (refused if its
 // graph does not match the hash), or else the one its request names.

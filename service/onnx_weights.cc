@@ -14,6 +14,7 @@
 
 #include <onnx/onnx_pb.h>
 
+#include "base/files.h"
 #include "kernels/layers.h"
 
 namespace edgecost::service {
@@ -98,10 +99,11 @@ Result<std::vector<float>> Values(const graph::OnnxModel& m, const onnx::TensorP
 // What to do for one parameter of one layer.
 struct Binding {
   int node = 0;
-  int index = 0;  // the layer's parameter; >= its parameter count: a running statistic, kept as the file's
+  int index = 0;  // the layer's parameter; >= its parameter count: a batch norm's running statistic
   std::string name;
   bool transposed = false;  // the file's (in, out) for the layer's (out, in)
-  kernels::Tensor* tensor = nullptr;
+  kernels::Tensor* tensor = nullptr;   // the parameter's or running statistic's values; null: none (kept as the file's)
+  int64_t* batches_tracked = nullptr;  // with a batch norm's running variance: its num_batches_tracked
 };
 
 // Every parameter of every layer with its initializer, checked: present, float32, same shape.
@@ -119,12 +121,17 @@ Result<std::vector<Binding>> Bind(const graph::OnnxModel& m, const Initializers&
                              " has parameters whose initializers edgecost does not map yet (it loads those of "
                              "convolutions, batch norms and linear layers); train it from --init random");
     }
+    int param_count = 0;
+    while (executor.LayerParameter(i, param_count)) ++param_count;
     for (int k = 0; k < static_cast<int>(layer.param_names.size()); ++k) {
       const std::string& name = layer.param_names[static_cast<size_t>(k)];
       kernels::Tensor* tensor = executor.LayerParameter(i, k);
+      kernels::Tensor* running_stat = tensor ? nullptr : executor.RunningStat(i, k - param_count);
       if (name.empty()) {
-        if (tensor) return InvalidArgument(m.origin + ": " + node + " has a parameter " + std::to_string(k) +
-                                           " that no initializer of the file gives");
+        if (tensor || running_stat) {
+          return InvalidArgument(m.origin + ": " + node + " has a parameter " + std::to_string(k) +
+                                 " that no initializer of the file gives");
+        }
         continue;
       }
       const auto it = init.by_name.find(name);
@@ -149,7 +156,11 @@ Result<std::vector<Binding>> Bind(const graph::OnnxModel& m, const Initializers&
                                " needs " + DimsText(expected) + (transposed ? " (the file's (in, out) layout)" : ""));
       }
       if (t.data_type() != onnx::TensorProto::FLOAT) EC_RETURN_IF_ERROR(Values(m, t).status());
-      out.push_back({i, k, name, transposed, tensor});
+      if (running_stat) {
+        out.push_back({i, k, name, false, running_stat, k - param_count == 1 ? executor.BatchesTracked(i) : nullptr});
+      } else {
+        out.push_back({i, k, name, transposed, tensor});
+      }
     }
   }
   return out;
@@ -176,9 +187,14 @@ std::vector<float> CopyOut(const kernels::Tensor& t, bool transposed) {
   return file;
 }
 
-const char kStatsNote[] =
-    "batch-norm running statistics: the executor normalizes with each batch's statistics and keeps no running "
-    "ones, so the file's running mean and variance are kept as they were";
+// PyTorch's state-dict key of a batch norm's num_batches_tracked, beside its running variance's.
+std::string BatchesTrackedKey(const std::string& running_var_name) {
+  const std::string suffix = "running_var";
+  const std::string prefix = running_var_name.ends_with(suffix)
+                                 ? running_var_name.substr(0, running_var_name.size() - suffix.size())
+                                 : running_var_name + ".";
+  return prefix + "num_batches_tracked";
+}
 
 void PutLe16(std::string& s, uint32_t v) {
   s.push_back(static_cast<char>(v & 0xff));
@@ -194,19 +210,17 @@ void PutLe32(std::string& s, uint32_t v) {
 Status LoadOnnxWeights(const graph::OnnxModel& model, train::Executor& executor, std::vector<std::string>& notes) {
   EC_ASSIGN_OR_RETURN(Initializers init, Parse(model));
   EC_ASSIGN_OR_RETURN(std::vector<Binding> bindings, Bind(model, init, executor));
-  bool stats = false;
-  size_t loaded = 0;
+  size_t loaded = 0, stats = 0;
   for (const Binding& b : bindings) {
     EC_ASSIGN_OR_RETURN(std::vector<float> values, Values(model, *init.by_name.at(b.name)));
-    if (!b.tensor) {
-      stats = true;
-      continue;
-    }
+    if (!b.tensor) continue;
     CopyIn(values, b.transposed, *b.tensor);
-    ++loaded;
+    // ONNX keeps no num_batches_tracked: the count starts again (it matters only to momentum=None).
+    if (b.batches_tracked) *b.batches_tracked = 0;
+    ++(executor.LayerParameter(b.node, b.index) == b.tensor ? loaded : stats);
   }
-  if (stats) notes.push_back(kStatsNote);
-  notes.push_back("weights: " + std::to_string(loaded) + " parameter tensors from " + model.origin +
+  notes.push_back("weights: " + std::to_string(loaded) + " parameter tensors and " + std::to_string(stats) +
+                  " batch-norm running statistics from " + model.origin +
                   "'s initializers (--init random draws them from the seed instead)");
   return Status::Ok();
 }
@@ -217,7 +231,6 @@ Status WriteTrainedOnnx(const graph::OnnxModel& model, train::Executor& executor
   EC_ASSIGN_OR_RETURN(std::vector<Binding> bindings, Bind(model, init, executor));
   std::vector<NpyArray> arrays;
   std::set<std::string> written;
-  bool stats = false;
   for (const Binding& b : bindings) {
     onnx::TensorProto& t = *init.by_name.at(b.name);
     const Dims dims(t.dims().begin(), t.dims().end());
@@ -232,12 +245,13 @@ Status WriteTrainedOnnx(const graph::OnnxModel& model, train::Executor& executor
       t.clear_float_data();
       t.set_raw_data(std::string(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float)));
     } else {
-      stats = true;
       EC_ASSIGN_OR_RETURN(values, Values(model, t));
     }
     arrays.push_back({b.name, dims, std::move(values)});
+    if (b.batches_tracked) {
+      arrays.push_back({.name = BatchesTrackedKey(b.name), .shape = {}, .int64_values = {*b.batches_tracked}});
+    }
   }
-  if (stats && std::find(notes.begin(), notes.end(), kStatsNote) == notes.end()) notes.push_back(kStatsNote);
   std::string bytes;
   if (!init.model.SerializeToString(&bytes)) return Internal("cannot serialize the trained model");
   if (!npz_path.empty()) {
@@ -253,14 +267,17 @@ Result<std::string> NpzBytes(const std::vector<NpyArray>& arrays) {
   for (const NpyArray& a : arrays) {
     int64_t count = 1;
     for (int64_t d : a.shape) count *= d;
-    if (count != static_cast<int64_t>(a.values.size())) {
+    const bool int64 = !a.int64_values.empty();
+    const size_t stored = int64 ? a.int64_values.size() : a.values.size();
+    if (count != static_cast<int64_t>(stored)) {
       return Internal("array '" + a.name + "' has " + std::to_string(a.values.size()) + " values for its shape");
     }
     // .npy version 1.0: magic, version, header length, a Python dict padded to 64 bytes, the data.
     std::string shape = "(";  // "()", "(3,)", "(3, 4)"
     for (size_t i = 0; i < a.shape.size(); ++i) shape += (i ? ", " : "") + std::to_string(a.shape[i]);
     shape += a.shape.size() == 1 ? ",)" : ")";
-    std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': " + shape + ", }";
+    std::string header =
+        std::string("{'descr': '") + (int64 ? "<i8" : "<f4") + "', 'fortran_order': False, 'shape': " + shape + ", }";
     while ((10 + header.size() + 1) % 64 != 0) header.push_back(' ');
     header.push_back('\n');
     std::string npy = "\x93NUMPY";
@@ -268,7 +285,11 @@ Result<std::string> NpzBytes(const std::vector<NpyArray>& arrays) {
     npy.push_back(0);
     PutLe16(npy, static_cast<uint32_t>(header.size()));
     npy += header;
-    npy.append(reinterpret_cast<const char*>(a.values.data()), a.values.size() * sizeof(float));
+    if (int64) {
+      npy.append(reinterpret_cast<const char*>(a.int64_values.data()), a.int64_values.size() * sizeof(int64_t));
+    } else {
+      npy.append(reinterpret_cast<const char*>(a.values.data()), a.values.size() * sizeof(float));
+    }
     const std::string name = a.name + ".npy";
     if (npy.size() >= 0xffffffffu || zip.size() + npy.size() >= 0xffffffffu || name.size() > 0xffff) {
       return InvalidArgument("the trained weights exceed 4 GiB, which a zip without ZIP64 cannot hold");
@@ -329,35 +350,5 @@ Result<std::string> NpzBytes(const std::vector<NpyArray>& arrays) {
   return zip;
 }
 
-Status WriteFileAtomically(const std::string& path, const std::string& bytes) {
-  const std::string temp = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return InvalidArgument("cannot write " + path + ": " + std::strerror(errno));
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const std::string why = std::strerror(errno);
-      ::close(fd);
-      ::unlink(temp.c_str());
-      return InvalidArgument("cannot write " + path + ": " + why);
-    }
-    done += static_cast<size_t>(n);
-  }
-  const bool synced = ::fsync(fd) == 0;
-  const bool closed = ::close(fd) == 0;
-  if (!synced || !closed) {
-    const std::string why = std::strerror(errno);
-    ::unlink(temp.c_str());
-    return InvalidArgument("cannot write " + path + ": " + why);
-  }
-  if (::rename(temp.c_str(), path.c_str()) != 0) {
-    const std::string why = std::strerror(errno);
-    ::unlink(temp.c_str());
-    return InvalidArgument("cannot write " + path + ": " + why);
-  }
-  return Status::Ok();
-}
 
 }  // namespace edgecost::service

@@ -7,9 +7,10 @@
 // (out, in): a MatMul's or a Gemm's without transB is (in, out) in the file and is transposed) and
 // copies them in. Writing puts the trained values back into the same ModelProto (the graph
 // untouched) and writes a NumPy .npz of them keyed by the initializer names, which are the
-// module's state_dict keys for a PyTorch export that kept them. The executor normalizes with batch
-// statistics and keeps no running ones: a batch norm's running mean and variance are checked on
-// load and written out as the file had them.
+// module's state_dict keys for a PyTorch export that kept them. A batch norm's running mean and
+// variance load into the executor's (which every training step updates, as PyTorch's training mode
+// does) and are written back; the .npz adds its num_batches_tracked (ONNX has none: it counts the
+// steps edgecost ran), so that load_state_dict(strict=True) takes it.
 //
 // The file is parsed here, in the calling process, by protobuf alone: the ONNX library's shape
 // inference, which untrusted files crash, runs only in the importer's isolated child.
@@ -34,15 +35,13 @@ Status LoadOnnxWeights(const graph::OnnxModel& model, train::Executor& executor,
 Status WriteTrainedOnnx(const graph::OnnxModel& model, train::Executor& executor, const std::string& onnx_path,
                         const std::string& npz_path, std::vector<std::string>& notes);
 
-// A NumPy .npz (an uncompressed zip of .npy files) of float32 arrays, in the given order.
+// A NumPy .npz (an uncompressed zip of .npy files) of float32 (or int64) arrays, in the given order.
 struct NpyArray {
   std::string name;  // the key np.load gives it (the entry is name + ".npy")
   std::vector<int64_t> shape;
   std::vector<float> values;
+  std::vector<int64_t> int64_values;  // instead of values: an int64 array (num_batches_tracked)
 };
 Result<std::string> NpzBytes(const std::vector<NpyArray>& arrays);
-
-// Writes `bytes` to `path` through a temporary file beside it, flushed, then renamed over it.
-Status WriteFileAtomically(const std::string& path, const std::string& bytes);
 
 }  // namespace edgecost::service

@@ -24,6 +24,7 @@
 #include "service/onnx_weights.h"
 #include "service/profile_job.h"
 #include "service/step_memory.h"
+#include "service/words.h"
 #include "solver/solve.h"
 #include "train/arena.h"
 #include "train/data.h"
@@ -348,6 +349,41 @@ std::string DescribeTraining(const v1::TrainRun& run) {
   return text.str();
 }
 
+Status EvaluateHeldOut(const train::DataSource& data, train::Executor& executor, v1::EpochStats& epoch) {
+  train::EvalStats total;
+  for (int64_t b = 0; b < data.held_out_batches(); ++b) {
+    int64_t rows = 0;
+    EC_ASSIGN_OR_RETURN(const train::Batch batch, data.HeldOutBatch(b, &rows));
+    EC_ASSIGN_OR_RETURN(const train::EvalStats stats, executor.Evaluate(batch, rows));
+    total.loss_sum += stats.loss_sum;
+    total.correct += stats.correct;
+    total.rows += stats.rows;
+  }
+  if (total.rows > 0) {
+    epoch.set_held_out_loss(total.loss_sum / static_cast<double>(total.rows));
+    epoch.set_held_out_accuracy(static_cast<double>(total.correct) / static_cast<double>(total.rows));
+  }
+  return Status::Ok();
+}
+
+std::string EpochLine(const v1::EpochStats& epoch, int64_t batches_per_epoch, int64_t held_out_records) {
+  const auto fixed = [](double value, int digits) {
+    char text[64];
+    std::snprintf(text, sizeof text, "%.*f", digits, value);
+    return std::string(text);
+  };
+  std::string line = "epoch " + std::to_string(epoch.epoch());
+  if (epoch.steps() < batches_per_epoch) {
+    line += " (" + std::to_string(epoch.steps()) + " of its " + std::to_string(batches_per_epoch) + " steps)";
+  }
+  line += ": train loss " + fixed(epoch.train_loss(), 4);
+  if (held_out_records > 0) {
+    line += ", held-out loss " + fixed(epoch.held_out_loss(), 4) + ", accuracy " +
+            fixed(100 * epoch.held_out_accuracy(), 2) + "% of " + std::to_string(held_out_records);
+  }
+  return line;
+}
+
 std::string NpzPathFor(const std::string& onnx_path) {
   std::filesystem::path path(onnx_path);
   if (path.extension() == ".onnx") return path.replace_extension(".npz").string();
@@ -360,8 +396,8 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
   if (options.steps < 1) return InvalidArgument("--steps must be at least 1");
   if (!(options.lr > 0) || !std::isfinite(options.lr)) return InvalidArgument("--lr must be a positive number");
   EC_ASSIGN_OR_RETURN(const train::OptimizerOptions optimizer, OptimizerOptionsOf(options.optimizer));
-  EC_ASSIGN_OR_RETURN(const train::LrScheduleOptions lr_schedule,
-                      LrScheduleOptionsOf(options.lr_schedule, options.steps, options.lr));
+  // Checked now, before anything is built; again once --epochs give the steps (cosine's t_max).
+  EC_RETURN_IF_ERROR(LrScheduleOptionsOf(options.lr_schedule, options.steps, options.lr).status());
   const int sources =
       !options.schedule_file.empty() + (options.schedule_id != 0) +
       (options.solve.ram_budget_bytes() > 0 || options.solve.device_ram_bytes() > 0);
@@ -437,14 +473,24 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
              ? FormatBytes(static_cast<double>(request.device_ram_bytes())) + " of process memory"
              : FormatBytes(static_cast<double>(request.ram_budget_bytes())) + " of activations") +
         " ...");
-    EC_ASSIGN_OR_RETURN(SolvedRequest solved, SolveRequest(&db, request, options.store));
+    // The smallest RAM budget the heuristics meet is said as soon as they know it, not after the time limit.
+    auto say_min_ram = [&log, said = false](const solver::Progress& p) mutable {
+      if (said || p.min_feasible_ram_bytes <= 0) return;
+      said = true;
+      log("no heuristic meets this budget; the smallest activation budget with a schedule is about " +
+          FormatBytes(static_cast<double>(p.min_feasible_ram_bytes)) + " (the MILP searches on at this one)");
+    };
+    EC_ASSIGN_OR_RETURN(SolvedRequest solved, SolveRequest(&db, request, options.store, nullptr, say_min_ram));
     if (!HasSchedule(solved.schedule)) {
       std::string hint;
       if (solved.schedule.min_feasible_ram_bytes() > 0) {
-        hint = "; the smallest RAM budget with a schedule is about " +
+        hint = "; the smallest activation budget with a schedule is about " +
                FormatBytes(static_cast<double>(solved.schedule.min_feasible_ram_bytes()));
       }
-      return FailedPrecondition("no schedule meets the budgets: " + solved.schedule.message() + hint);
+      return FailedPrecondition((solved.schedule.status() == v1::Schedule::STATUS_INFEASIBLE
+                                     ? "no schedule meets the budgets: "
+                                     : "no schedule found for the budgets: ") +
+                                solved.schedule.message() + hint);
     }
     schedule = solved.schedule;
     schedule_id = static_cast<uint64_t>(solved.schedule_id);
@@ -458,9 +504,7 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
     log("schedule: " + (schedule->strategy().empty() ? std::string("?") : schedule->strategy()) + ", replayed: peak " +
         FormatBytes(static_cast<double>(checked->replay.peak_ram_bytes)) + " of " +
         FormatBytes(static_cast<double>(checked->problem.ram_budget_bytes)) + ", " +
-        std::to_string(checked->replay.recomputations) + " recomputations, " +
-        std::to_string(checked->replay.page_outs) + " page-outs, " + std::to_string(checked->replay.page_ins) +
-        " page-ins");
+        OperationsText(checked->replay.recomputations, checked->replay.page_outs, checked->replay.page_ins));
   } else {
     v1::GetCostTableRequest request;
     request.set_model(spec.model_or_file);
@@ -501,9 +545,34 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
   train::DataSource data = train::DataSource::Synthetic(executor->input_elements(), executor->label_rows(),
                                                         executor->classes(), options.seed, executor->input_id_limit());
   if (!options.data_file.empty()) {
-    EC_ASSIGN_OR_RETURN(data, train::DataSource::Cifar10(options.data_file, executor->input_elements(),
-                                                         executor->label_rows(), executor->classes()));
+    train::ModelInput model{executor->input_dims(), executor->classes()};
+    int64_t elements = 1;
+    for (int64_t d : model.dims) elements *= d;
+    if (model.dims.empty() || elements != executor->input_elements()) {
+      model.dims = {executor->label_rows(), executor->input_elements() / std::max<int64_t>(1, executor->label_rows())};
+    }
+    EC_ASSIGN_OR_RETURN(data, train::DataSource::Open({.path = options.data_file,
+                                                       .mean = options.mean,
+                                                       .std = options.std,
+                                                       .input_key = options.input_key,
+                                                       .label_key = options.label_key,
+                                                       .val_split = options.val_split,
+                                                       .val_path = options.val_data,
+                                                       .seed = options.seed},
+                                                      model));
+    if (data.dropped_per_epoch() > 0) {
+      result.notes.push_back("each epoch leaves out its last partial batch (" +
+                             std::to_string(data.dropped_per_epoch()) + " of " + std::to_string(data.train_records()) +
+                             " records; PyTorch's drop_last=True)");
+    }
+  } else if (options.epochs > 0 || options.val_split > 0 || !options.val_data.empty()) {
+    return InvalidArgument("--epochs, --val-split and --val-data need a data set (--data)");
   }
+  const int64_t total_steps = options.epochs > 0 ? options.epochs * data.batches_per_epoch() : options.steps;
+  if (total_steps > 10'000'000) return InvalidArgument("more than 10 million steps: lower --epochs");
+  const int steps = static_cast<int>(total_steps);
+  EC_ASSIGN_OR_RETURN(const train::LrScheduleOptions lr_schedule,
+                      LrScheduleOptionsOf(options.lr_schedule, steps, options.lr));
   const solver::Plan* plan = checked ? &checked->plan : nullptr;
 
   v1::TrainRun& run = result.run;
@@ -512,10 +581,15 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
   run.set_strategy(checked ? checked->schedule.strategy() : "plain");
   run.set_schedule_id(schedule_id);
   run.set_batch_size(graph.batch_size());
-  run.set_steps(static_cast<uint32_t>(options.steps));
+  run.set_steps(static_cast<uint32_t>(steps));
   run.set_threads(static_cast<uint32_t>(threads));
   run.set_lr(options.lr);
   run.set_data(data.Describe());
+  if (!options.data_file.empty()) {
+    run.set_batches_per_epoch(static_cast<uint32_t>(data.batches_per_epoch()));
+    run.set_dropped_per_epoch(static_cast<uint64_t>(data.dropped_per_epoch()));
+    run.set_held_out_records(static_cast<uint64_t>(data.held_out_records()));
+  }
   run.set_layer_state_bytes(executor->layer_state_bytes());
   *run.mutable_optimizer() = ToProto(optimizer);
   *run.mutable_lr_schedule() = ToProto(lr_schedule);
@@ -615,18 +689,19 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
   double energy_start_s = NowS();
   uint64_t peak = 0;
   std::vector<double> step_cpu_s;
-  for (int s = 0; s < options.steps; ++s) {
+  for (int s = 0; s < steps; ++s) {
     if (s == 1) {  // energy, like time, over the steps after the first (which warms caches and kernels)
       EC_ASSIGN_OR_RETURN(energy_start_j, meter->EnergyJ());
       energy_start_s = NowS();
     }
     if (stop && stop->load()) {
-      return Status(ErrorCode::kCancelled, "stopped after " + std::to_string(s) + " of " +
-                                               std::to_string(options.steps) + " steps; no run record is stored");
+      return Status(ErrorCode::kCancelled, "stopped after " + std::to_string(s) + " of " + std::to_string(steps) +
+                                               " steps; no run record is stored");
     }
     const double window_start_s = NowS();
     EC_RETURN_IF_ERROR(watch->BeginWindow());
-    EC_RETURN_IF_ERROR(executor->SetBatch(data.BatchFor(s)));
+    EC_ASSIGN_OR_RETURN(const train::Batch batch, data.BatchFor(s));
+    EC_RETURN_IF_ERROR(executor->SetBatch(batch));
     EC_ASSIGN_OR_RETURN(train::StepStats stats, executor->Step(plan));
     const double update_start = NowS();
     executor->Update(train::LearningRateAt(lr_schedule, options.lr, s));
@@ -663,9 +738,21 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
       executions[static_cast<size_t>(i)] = runs;
     }
     stats.events.push_back({-1, train::TraceEvent::Kind::kUpdate, executor->ClockS() - update_s, update_s});
-    if (s + 1 == options.steps) train::ToProto(stats.events, *run.mutable_last_step());
+    if (s + 1 == steps) train::ToProto(stats.events, *run.mutable_last_step());
     if (options.trace) traces.push_back({s + 1, std::move(stats.events)});
-    if (on_step) on_step({s + 1, options.steps, stats.loss, stats.runtime_s});
+    if (on_step) on_step({s + 1, steps, stats.loss, stats.runtime_s});
+    // A user's data set: after each epoch (and after the last step), its loss and the held-out part's.
+    const int64_t per_epoch = data.batches_per_epoch();
+    if (!options.data_file.empty() && ((s + 1) % per_epoch == 0 || s + 1 == steps)) {
+      v1::EpochStats& epoch = *run.add_epochs();
+      epoch.set_epoch(static_cast<uint32_t>(s / per_epoch + 1));
+      epoch.set_steps(static_cast<uint32_t>(s % per_epoch + 1));
+      double loss_sum = 0;
+      for (int k = s + 1 - static_cast<int>(epoch.steps()); k <= s; ++k) loss_sum += run.step_stats(k).loss();
+      epoch.set_train_loss(loss_sum / epoch.steps());
+      EC_RETURN_IF_ERROR(EvaluateHeldOut(data, *executor, epoch));
+      log(EpochLine(epoch, per_epoch, data.held_out_records()));
+    }
   }
   EC_ASSIGN_OR_RETURN(double energy_end_j, meter->EnergyJ());
   const double energy_interval_s = NowS() - energy_start_s;
@@ -683,9 +770,9 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
 
   // The first step warms caches and allocations: medians are over the others when there are, and over
   // the undisturbed ones among them when enough are (SelectSteps).
-  const int first = options.steps > 1 ? 1 : 0;
+  const int first = steps > 1 ? 1 : 0;
   std::vector<bool> disturbed;
-  for (int s = first; s < options.steps; ++s) disturbed.push_back(run.step_stats(s).disturbed());
+  for (int s = first; s < steps; ++s) disturbed.push_back(run.step_stats(s).disturbed());
   const StepSelection selection = SelectSteps(disturbed);
   run.set_disturbed_steps(static_cast<uint32_t>(selection.disturbed_steps));
   run.set_median_steps(static_cast<uint32_t>(selection.median_of.size()));
@@ -733,7 +820,7 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
   run.set_paged_in_bytes(Median(ins));
   run.set_peak_activation_bytes(peak);
   run.set_first_loss(run.step_stats(0).loss());
-  run.set_last_loss(run.step_stats(options.steps - 1).loss());
+  run.set_last_loss(run.step_stats(steps - 1).loss());
   for (int i = 0; i < n; ++i) {
     if (executions[static_cast<size_t>(i)] == 0 || per_execution_s[static_cast<size_t>(i)].empty()) continue;
     v1::NodeTime& t = *run.add_nodes();
@@ -751,7 +838,8 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
           "--verify compares a schedule's gradients with the plain step's; this run has no schedule");
     } else {
       log("verifying: the plain step and the scheduled step on one batch ...");
-      EC_RETURN_IF_ERROR(executor->SetBatch(data.BatchFor(0)));
+      EC_ASSIGN_OR_RETURN(const train::Batch batch, data.BatchFor(0));
+      EC_RETURN_IF_ERROR(executor->SetBatch(batch));
       EC_RETURN_IF_ERROR(executor->Step(nullptr).status());
       const std::vector<train::ParamGradient> plain = executor->Gradients();
       EC_RETURN_IF_ERROR(executor->Step(plan).status());
@@ -769,9 +857,9 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
     run.set_id(static_cast<uint64_t>(result.run_id));
     const bool measured =
         table && (table->cost_source() == profiler::kMeasuredSource || table->cost_source() == kMeasuredInStepSource);
-    if (measured && options.steps >= 2 && run.disturbed() && !options.accept_noisy) {
+    if (measured && steps >= 2 && run.disturbed() && !options.accept_noisy) {
       result.notes.push_back("no measured-in-step costs: most steps were disturbed (--accept-noisy stores them)");
-    } else if (measured && options.steps >= 2) {
+    } else if (measured && steps >= 2) {
       v1::CostTable in_step = *table;
       in_step.set_cost_source(kMeasuredInStepSource);
       const double step_power_w = run.runtime_s() > 0 ? run.energy_j() / run.runtime_s() : 0;

@@ -24,6 +24,7 @@
 #include "solver/plan.h"
 #include "solver/problem.h"
 #include "solver/simulator.h"
+#include "train/data.h"
 #include "train/optimizer.h"
 
 namespace edgecost::service {
@@ -47,7 +48,14 @@ struct TrainJobOptions {
   v1::LrSchedule lr_schedule;    // unset: lr at every step
   int threads = 0;               // 0: all cores
   uint32_t seed = 1;
-  std::string data_file;  // CIFAR-10 binary; empty: synthetic
+  // Steps run epochs x batches per epoch of the data instead of `steps` when epochs > 0 (needs data_file).
+  int epochs = 0;
+  // A user's data set (train/data.h: an image folder, .npy, .npz or CIFAR-10 .bin); empty: synthetic.
+  std::string data_file;
+  std::vector<float> mean, std;                  // per-channel normalization of the data
+  std::string input_key = "x", label_key = "y";  // an .npz's arrays
+  double val_split = 0;                          // the fraction of data_file held out for per-epoch loss and accuracy
+  std::string val_data;                          // or a held-out data set of its own
   // Where the parameters start: "file", an ONNX model's own initializers (a zoo model has none and
   // draws them from the seed), or "random", drawn from the seed.
   std::string init = "file";
@@ -94,6 +102,10 @@ Result<train::LrScheduleOptions> LrScheduleOptionsOf(const v1::LrSchedule& sched
 v1::LrSchedule ToProto(const train::LrScheduleOptions& options);
 // "sgd, momentum 0.9 ..., lr 0.01 cosine to 0 over 90 steps after 10 warm-up steps", for logs and `train`.
 std::string DescribeTraining(const v1::TrainRun& run);
+// The held-out part's mean loss and accuracy after an epoch, in inference mode, into `epoch`.
+Status EvaluateHeldOut(const train::DataSource& data, train::Executor& executor, v1::EpochStats& epoch);
+// The line `train` prints after an epoch.
+std::string EpochLine(const v1::EpochStats& epoch, int64_t batches_per_epoch, int64_t held_out_records);
 
 // The .npz written beside an ONNX model: its path with .npz for .onnx (or added).
 std::string NpzPathFor(const std::string& onnx_path);

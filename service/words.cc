@@ -41,6 +41,15 @@ std::string_view ScheduleStatusText(v1::Schedule::Status status) {
   }
 }
 
+std::string CountText(uint64_t count, std::string_view noun) {
+  return std::to_string(count) + " " + std::string(noun) + (count == 1 ? "" : "s");
+}
+
+std::string OperationsText(uint64_t recomputations, uint64_t page_outs, uint64_t page_ins) {
+  return CountText(recomputations, "recomputation") + ", " + CountText(page_outs, "page-out") + ", " +
+         CountText(page_ins, "page-in");
+}
+
 std::string GapText(const v1::Schedule& s) {
   const double unproven_j = std::max(0.0, s.energy().total_j() - s.lower_bound_j());
   const double relative = s.lower_bound_j() > 0 ? unproven_j / s.lower_bound_j() : 0;

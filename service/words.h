@@ -2,6 +2,7 @@
 // never a raw enum name.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -11,6 +12,12 @@ namespace edgecost::service {
 
 std::string_view JobStateText(v1::Job::State state);                // "succeeded"
 std::string_view ScheduleStatusText(v1::Schedule::Status status);  // "optimal (proven)"
+
+// "1 recomputation", "2 page-outs": a count with its noun, singular for one.
+std::string CountText(uint64_t count, std::string_view noun);
+// "3 recomputations, 2 page-outs, 2 page-ins": a schedule's operations, the same in the CLI, the web
+// view and a training run's log.
+std::string OperationsText(uint64_t recomputations, uint64_t page_outs, uint64_t page_ins);
 
 // A feasible schedule's distance from the optimum, the same words in the CLI and the web view:
 // "at most 0.19% above optimal (203 uJ); 13.9% of the energy above the floor unproven".

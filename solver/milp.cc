@@ -713,9 +713,12 @@ MilpResult SolveMilp(const Problem& p, const MilpOptions& options) {
       late.columns = job->salvage.columns;
       late.rows = job->salvage.rows;
       late.solve_time_s = Now() - start;
-      late.error = late.root_solved ? "CBC had not stopped at the time limit and was left to stop by itself; its best "
-                                      "schedule and bound until then are kept"
-                                    : "the MILP was left to stop by itself at the time limit";
+      // Said as it is: with no schedule found, "its best schedule" would contradict "no schedule".
+      late.error = !late.root_solved ? "the MILP was left to stop by itself at the time limit"
+                   : late.plan       ? "CBC had not stopped at the time limit and was left to stop by itself; the "
+                                       "schedule and bound it had reached are used"
+                                     : "CBC had not stopped at the time limit and was left to stop by itself; it had "
+                                       "found no schedule by then, only a lower bound";
       return late;
     }
     job->changed.wait_for(lock, std::chrono::milliseconds(20));

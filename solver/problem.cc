@@ -31,7 +31,7 @@ Result<Problem> ProblemFromCostTable(const v1::CostTable& table, const v1::Sched
   for (int i = 0; i < n; ++i) {
     const v1::TrainingNode& node = graph.nodes(i);
     const v1::NodeCost& cost = table.costs(i);
-    p.names.push_back(node.name());
+    p.names.push_back(node.module().empty() ? node.name() : node.module() + " (" + node.name() + ")");
     p.backward.push_back(node.phase() == v1::PHASE_BACKWARD);
     p.runtime_s.push_back(cost.runtime_s());
     p.compute_j.push_back(cost.compute_j());
@@ -64,13 +64,15 @@ Result<Problem> ProblemFromCostTable(const v1::CostTable& table, const v1::Sched
       p.runtime_budget_s = request.runtime_budget_s();
       break;
     default:
-      p.runtime_budget_s = p.PlainRuntimeS();  // no recomputation allowed beyond one plain step
+      p.runtime_budget_s = kDefaultRuntimeBudgetMultiple * p.PlainRuntimeS();
   }
   p.allow_paging = !request.disable_paging();
   p.allow_remat = !request.disable_remat();
   p.count_paging_time = request.count_paging_time();
   if (p.count_paging_time && p.page_in_s.empty()) {
-    return InvalidArgument("--count-paging-time needs paging times, which this cost table does not have");
+    return InvalidArgument(
+        "counting paging time (--count-paging-time, the default on measured costs) needs paging times, which this "
+        "cost table does not have: profile the device's paging, or give --no-count-paging-time");
   }
   return p;
 }

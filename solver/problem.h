@@ -12,6 +12,10 @@
 
 namespace edgecost::solver {
 
+// The runtime budget of a request that names none, the same in `solve`, `train` and over RPC:
+// 1.5 plain steps, room for recomputation without doubling the step.
+inline constexpr double kDefaultRuntimeBudgetMultiple = 1.5;
+
 struct Problem {
   std::vector<std::string> names;
   std::vector<bool> backward;

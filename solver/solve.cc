@@ -5,6 +5,7 @@
 #include <limits>
 #include <optional>
 
+#include "base/units.h"
 #include "solver/bound.h"
 #include "solver/heuristics.h"
 #include "solver/milp.h"
@@ -47,16 +48,17 @@ v1::Schedule FromCandidate(const Problem& p, const Candidate& c, const std::stri
   return s;
 }
 
+// `min_ram_bytes`: MinFeasibleRam's answer when the caller has it already (0: search now).
 v1::Schedule NoSchedule(const Problem& p, const std::string& strategy, v1::Schedule::Status status,
-                        const std::string& message, bool search_min_ram, const Deadline& deadline) {
+                        const std::string& message, bool search_min_ram, const Deadline& deadline,
+                        int64_t min_ram_bytes = 0) {
   v1::Schedule s = Base(p, strategy);
   s.set_status(status);
   s.set_message(message);
-  if (search_min_ram) {
-    if (Result<int64_t> ram = MinFeasibleRam(p, deadline); ram.ok()) {
-      s.set_min_feasible_ram_bytes(static_cast<uint64_t>(*ram));
-    }
+  if (search_min_ram && min_ram_bytes == 0) {
+    if (Result<int64_t> ram = MinFeasibleRam(p, deadline); ram.ok()) min_ram_bytes = *ram;
   }
+  if (search_min_ram && min_ram_bytes > 0) s.set_min_feasible_ram_bytes(static_cast<uint64_t>(min_ram_bytes));
   return s;
 }
 
@@ -64,12 +66,17 @@ v1::Schedule NoSchedule(const Problem& p, const std::string& strategy, v1::Sched
 std::string ObviouslyInfeasible(const Problem& p) {
   const int64_t least = MemoryLowerBound(p);
   if (least > p.ram_budget_bytes) {
-    return "some node needs " + std::to_string(least) + " B for its inputs and output together, more than the " +
-           std::to_string(p.ram_budget_bytes) + " B budget";
+    // Readable, and exact where it is compared with the budget.
+    auto bytes = [](int64_t b) {
+      return b < 1000 ? std::to_string(b) + " B"
+                      : FormatBytes(static_cast<double>(b)) + " (" + std::to_string(b) + " B)";
+    };
+    return "some node needs " + bytes(least) + " for its inputs and output together, more than the " +
+           bytes(p.ram_budget_bytes) + " budget";
   }
   if (p.PlainRuntimeS() > p.runtime_budget_s * (1 + 1e-12)) {
-    return "one plain training step takes " + std::to_string(p.PlainRuntimeS()) + " s, more than the " +
-           std::to_string(p.runtime_budget_s) + " s budget";
+    return "one plain training step takes " + FormatSeconds(p.PlainRuntimeS()) + ", more than the " +
+           FormatSeconds(p.runtime_budget_s) + " budget";
   }
   return "";
 }
@@ -250,6 +257,18 @@ Result<v1::Schedule> Solve(const Problem& p, const SolveOptions& options) {
     }
   }
   const double first_feasible_s = Now() - start;
+  // No heuristic meets the budget: the smallest budget they meet is known within a second, and
+  // said now rather than after the MILP's time limit (which may yet find a schedule at this one).
+  int64_t min_ram_bytes = 0;
+  if (!found && options.search_min_ram && !options.poet_formulation) {
+    if (Result<int64_t> ram = MinFeasibleRam(p, HeuristicsDeadline(start, options)); ram.ok()) {
+      min_ram_bytes = *ram;
+      if (options.on_progress) {
+        options.on_progress({Now() - start, std::numeric_limits<double>::infinity(), p.FloorJ(), p.FloorJ(), "",
+                             min_ram_bytes});
+      }
+    }
+  }
   if (found && options.on_progress) {  // said at once: the exchanges and the MILP may take the whole time limit
     options.on_progress({first_feasible_s, found->replay.energy.total_j(), p.FloorJ(), p.FloorJ(),
                          std::string(StrategyName(found_by))});
@@ -343,7 +362,8 @@ Result<v1::Schedule> Solve(const Problem& p, const SolveOptions& options) {
         NoSchedule(p, strategy, infeasible_proven ? v1::Schedule::STATUS_INFEASIBLE : v1::Schedule::STATUS_NO_SOLUTION,
                    infeasible_proven ? "CBC proved that no schedule meets these budgets"
                                      : "no schedule found within the time limit by CBC or any heuristic; " + message,
-                   options.search_min_ram, Deadline{std::max(deadline.at_s, Now() + 0.5), options.stop});
+                   options.search_min_ram, Deadline{std::max(deadline.at_s, Now() + 0.5), options.stop},
+                   min_ram_bytes);
     s.set_solve_time_s(Now() - start);
     return s;
   }

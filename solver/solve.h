@@ -40,6 +40,9 @@ struct Progress {
   double lower_bound_j = 0;
   double floor_j = 0;
   std::string found_by;  // what found the best schedule: "milp" or a heuristic's name
+  // Said once, as soon as no heuristic meets the budget (before the MILP's time limit): the
+  // smallest RAM budget they meet at this runtime budget (MinFeasibleRam). 0: not known.
+  int64_t min_feasible_ram_bytes = 0;
 };
 
 struct SolveOptions {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <functional>
 #include <optional>
@@ -172,6 +173,8 @@ struct Executor::State {
   double loss = 0;
   std::unique_ptr<Optimizer> optimizer;
   int64_t updates = 0;  // training steps completed: the step number dropout masks are drawn for
+  // Per node: whether this step has folded its batch statistics into the running ones yet.
+  std::vector<bool> stats_updated;
 };
 
 Executor::~Executor() = default;
@@ -503,6 +506,10 @@ Result<std::unique_ptr<Executor>> Executor::Create(const v1::TrainingGraph& grap
 }
 
 int64_t Executor::input_elements() const { return bytes_[static_cast<size_t>(state_->input_node)] / 4; }
+std::vector<int64_t> Executor::input_dims() const {
+  const auto& dims = graph_.nodes(state_->input_node).output_shape().dims();
+  return {dims.begin(), dims.end()};
+}
 int64_t Executor::label_rows() const { return state_->label_rows; }
 int64_t Executor::classes() const { return state_->classes; }
 int64_t Executor::input_id_limit() const { return state_->input_id_limit; }
@@ -564,6 +571,13 @@ Status Executor::Compute(int k, int stage, StepStats& stats) {
       if (exec.zero_output) std::memset(s.arena->Get(k), 0, static_cast<size_t>(bytes_[ki]));
       switch (exec.pass) {
         case Pass::kForward:
+          exec.layer->Forward();
+          // A recomputation sees the same batch: its statistics count once per step.
+          if (!s.stats_updated[ki]) {
+            exec.layer->UpdateRunningStats();
+            s.stats_updated[ki] = true;
+          }
+          break;
         case Pass::kGradSum:
           exec.layer->Forward();
           break;
@@ -649,6 +663,7 @@ Result<StepStats> Executor::Step(const solver::Plan* plan_or_null) {
   for (const std::unique_ptr<kernels::Layer>& layer : s.layers) {
     if (layer) layer->SetTrainingStep(static_cast<uint64_t>(s.updates));
   }
+  s.stats_updated.assign(static_cast<size_t>(n), false);
   const double start = NowS();
   const double cpu_start = ThreadCpuS();
   Status status = Status::Ok();
@@ -773,6 +788,82 @@ kernels::Tensor* Executor::LayerParameter(int node, int index) {
   }
   std::vector<kernels::Tensor*>& params = state_->layers[static_cast<size_t>(node)]->params();
   return static_cast<size_t>(index) < params.size() ? params[static_cast<size_t>(index)] : nullptr;
+}
+
+kernels::Tensor* Executor::RunningStat(int node, int index) {
+  if (node < 0 || static_cast<size_t>(node) >= state_->layers.size() || !state_->layers[static_cast<size_t>(node)] ||
+      index < 0) {
+    return nullptr;
+  }
+  std::vector<kernels::Tensor*> stats = state_->layers[static_cast<size_t>(node)]->running_stats();
+  return static_cast<size_t>(index) < stats.size() ? stats[static_cast<size_t>(index)] : nullptr;
+}
+
+int64_t* Executor::BatchesTracked(int node) {
+  if (node < 0 || static_cast<size_t>(node) >= state_->layers.size() || !state_->layers[static_cast<size_t>(node)]) {
+    return nullptr;
+  }
+  return state_->layers[static_cast<size_t>(node)]->batches_tracked();
+}
+
+Result<EvalStats> Executor::Evaluate(const Batch& batch, int64_t rows) {
+  State& s = *state_;
+  if (static_cast<int64_t>(batch.inputs.size()) != input_elements()) {
+    return InvalidArgument("the held-out batch has " + std::to_string(batch.inputs.size()) +
+                           " input values; the model takes " + std::to_string(input_elements()));
+  }
+  if (rows < 0 || rows > s.label_rows || static_cast<int64_t>(batch.labels.size()) < rows) {
+    return InvalidArgument("the held-out batch counts " + std::to_string(rows) + " rows of " +
+                           std::to_string(batch.labels.size()) + " labels; the model's batch has " +
+                           std::to_string(s.label_rows));
+  }
+  // Forward nodes up to the loss's input, each on a buffer freed after its last forward reader.
+  const int logits_node = static_cast<int>(graph_.nodes(s.loss_node).inputs(0));
+  std::vector<int> last_reader(static_cast<size_t>(s.loss_node), -1);
+  for (int v = 0; v < s.loss_node; ++v) {
+    for (int u : preds_[static_cast<size_t>(v)]) last_reader[static_cast<size_t>(u)] = v;
+  }
+  std::vector<std::vector<float>> buffers(static_cast<size_t>(s.loss_node));
+  for (int v = 0; v <= logits_node; ++v) {
+    const v1::TrainingNode& node = graph_.nodes(v);
+    if (node.phase() == v1::PHASE_BACKWARD) continue;
+    buffers[static_cast<size_t>(v)].resize(static_cast<size_t>(bytes_[static_cast<size_t>(v)] / 4));
+    const NodeExec& exec = s.execs[static_cast<size_t>(v)];
+    if (exec.kind == NodeExec::Kind::kInput) {
+      std::copy(batch.inputs.begin(), batch.inputs.end(), buffers[static_cast<size_t>(v)].begin());
+    } else if (exec.kind == NodeExec::Kind::kLayer) {
+      for (const NodeExec::Binding& b : exec.binds) {
+        std::vector<float>& buffer = buffers[static_cast<size_t>(b.node)];
+        if (buffer.empty())
+          return Internal("node " + std::to_string(v) + " reads node " + std::to_string(b.node) +
+                          ", which the forward pass has not computed");
+        exec.layer->Bind(*b.tensor, buffer.data() + b.offset);
+      }
+      exec.layer->ForwardInference();
+    }
+    for (int u : preds_[static_cast<size_t>(v)]) {
+      if (last_reader[static_cast<size_t>(u)] == v && u != logits_node) std::vector<float>().swap(buffers[u]);
+    }
+  }
+  // Cross-entropy and argmax of each counted row of the logits, in double as the loss layer sums.
+  const std::vector<float>& logits = buffers[static_cast<size_t>(logits_node)];
+  const int64_t classes = s.classes;
+  EvalStats stats;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = logits.data() + r * classes;
+    const int32_t label = batch.labels[static_cast<size_t>(r)];
+    if (label < 0 || label >= classes) {
+      return InvalidArgument("held-out label " + std::to_string(label) + " is outside the model's " +
+                             std::to_string(classes) + " classes");
+    }
+    const int64_t argmax = std::max_element(row, row + classes) - row;
+    double denominator = 0;
+    for (int64_t c = 0; c < classes; ++c) denominator += std::exp(static_cast<double>(row[c] - row[argmax]));
+    stats.loss_sum += std::log(denominator) - static_cast<double>(row[label] - row[argmax]);
+    stats.correct += argmax == label;
+    ++stats.rows;
+  }
+  return stats;
 }
 
 double Executor::ClockS() const { return NowS() - state_->origin_s; }

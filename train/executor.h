@@ -5,8 +5,12 @@
 // to the arena's buffers before each pass (kernels::Layer::Bind), so outputs are
 // shared between the layers that produce and read them, as in a framework.
 //
+// Batch norms train on each batch's statistics and fold them into running ones once per
+// step (PyTorch's momentum 0.1, unbiased variance), however often a schedule recomputes
+// them; Evaluate runs the forward pass alone in inference mode with those running ones.
+//
 // What stays outside the arena: parameters and their gradients (outside the RAM
-// budget, as in POET), and layer state: batch-norm statistics, max-pooling's
+// budget, as in POET), and layer state: batch-norm statistics (the batch's and the running ones), max-pooling's
 // argmax workspace, dropout masks (drawn per step from the seed, the step and the node, so that
 // a recomputation within a step uses the same mask), the oneDNN
 // scratchpad all layers share (the largest one need), the temporaries of some backward kernels (a product's dY * B
@@ -77,14 +81,22 @@ struct ParamGradient {
   std::vector<float> values;
 };
 
+// A forward-only pass in inference mode over one batch (Executor::Evaluate).
+struct EvalStats {
+  double loss_sum = 0;  // cross-entropy summed over the rows counted
+  int64_t correct = 0;  // rows counted whose logits' argmax is their label
+  int64_t rows = 0;     // rows counted
+};
+
 class Executor {
  public:
   static Result<std::unique_ptr<Executor>> Create(const v1::TrainingGraph& graph, const ExecutorOptions& options);
   ~Executor();
 
   const v1::TrainingGraph& graph() const { return graph_; }
-  int64_t input_elements() const;  // the input node's elements: what Batch::inputs holds
-  int64_t label_rows() const;      // rows of the logits: what Batch::labels holds
+  int64_t input_elements() const;           // the input node's elements: what Batch::inputs holds
+  std::vector<int64_t> input_dims() const;  // the input node's shape, batch rows first
+  int64_t label_rows() const;               // rows of the logits: what Batch::labels holds
   int64_t classes() const;
   // Token ids: the vocabulary of the embedding the input node feeds (inputs are ids in
   // [0, limit) as floats), or 0 when the input is features.
@@ -113,6 +125,11 @@ class Executor {
   void Update(double lr);
   int64_t updates() const;
   std::vector<ParamGradient> Gradients() const;
+  // The forward pass alone in inference mode (batch norm with its running statistics, no dropout),
+  // on buffers of its own outside the arena: held-out loss and accuracy. `batch` is a full batch;
+  // only its first `rows` rows count (a last batch padded with repeats). Leaves gradients and
+  // running statistics as they were.
+  Result<EvalStats> Evaluate(const Batch& batch, int64_t rows);
   // The values of a trained parameter (as Gradients() lists them), to read or to set before a
   // step: weights copied from another framework, or a finite-difference probe. Null if it does not train.
   std::vector<float>* Parameter(int node, int index);
@@ -120,6 +137,11 @@ class Executor {
   // layer's (out, in), a batch norm's scale then shift): to load a model's own weights before the
   // first step, or to write them out. Null when the node has no such parameter.
   kernels::Tensor* LayerParameter(int node, int index);
+  // A batch norm's running statistics (index 0: mean, 1: variance), updated by every step once per
+  // node and loaded or written with the model's weights; null for other nodes.
+  kernels::Tensor* RunningStat(int node, int index);
+  // A batch norm's num_batches_tracked; null for other nodes.
+  int64_t* BatchesTracked(int node);
   // Seconds since the executor was created: the clock of TraceEvents.
   double ClockS() const;
 

@@ -3,6 +3,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <cstdlib>
@@ -451,7 +452,7 @@ TEST_F(CliTest, GlobalFlagsAfterTheSubcommandAndRemoteWhereItMeansSomething) {
   for (const char* command : {"db info", "graph linear", "probes", "serve --socket none"}) {
     const CommandResult remote = Edgecost(std::string("--remote unix:/nonexistent.sock ") + command);
     EXPECT_EQ(remote.exit_code, 2) << command << ": " << remote.output;
-    EXPECT_THAT(remote.output, HasSubstr("--remote serves models, costs, solve, profile, train and jobs")) << command;
+    EXPECT_THAT(remote.output, HasSubstr("--remote serves models, costs, solve, schedules, profile, train, runs and jobs")) << command;
   }
   const CommandResult models = Edgecost("--remote unix:/nonexistent.sock models");  // asks the daemon
   EXPECT_EQ(models.exit_code, 1) << models.output;
@@ -630,9 +631,20 @@ TEST_F(CliTest, CostsAsCsv) {
 TEST_F(CliTest, TrainRunsAScheduleAndRefusesATamperedOne) {
   const std::string schedule = SolveLinearSchedule();
   ASSERT_FALSE(schedule.empty());
+  const std::string svg = (dir_ / "run.svg").string();
   const CommandResult run = Edgecost("train --model linear --batch-size 2 --schedule " + schedule +
-                                     " --steps 3 --verify --threads 1 --paging-dir " + (dir_ / "paging").string());
+                                     " --steps 3 --verify --threads 1 --paging-dir " + (dir_ / "paging").string() +
+                                     " --svg " + svg);
   ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_THAT(run.output, HasSubstr("1 thread,"));  // not "1 threads"
+  // The plot: loss and step time over the three steps, a dot per step in each panel.
+  std::ifstream svg_file(svg);
+  const std::string plot((std::istreambuf_iterator<char>(svg_file)), std::istreambuf_iterator<char>());
+  EXPECT_THAT(plot, ::testing::StartsWith("<svg "));
+  EXPECT_THAT(plot, HasSubstr("Training run #1: linear, batch 2, 3 steps"));
+  size_t dots = 0;
+  for (size_t at = plot.find("<circle"); at != std::string::npos; at = plot.find("<circle", at + 1)) ++dots;
+  EXPECT_EQ(dots, 6u) << plot;
   EXPECT_THAT(run.output, HasSubstr("peak activations"));
   EXPECT_THAT(run.output, HasSubstr("gradients bit-identical to the plain step's"));
   EXPECT_THAT(run.output, HasSubstr("ESTIMATED"));
@@ -666,6 +678,18 @@ TEST_F(CliTest, TrainRunsAScheduleAndRefusesATamperedOne) {
   EXPECT_THAT(nodes.output, HasSubstr("worst nodes first"));
   EXPECT_THAT(nodes.output, HasSubstr("miss/step"));
   EXPECT_EQ(Edgecost("runs --nodes 99").exit_code, 1);
+
+  // The schedule the run used, listed as text and as CSV in plain SI numbers.
+  const CommandResult schedules = Edgecost("schedules");
+  ASSERT_EQ(schedules.exit_code, 0) << schedules.output;
+  EXPECT_THAT(schedules.output, ::testing::ContainsRegex(
+                                    "\n1 +linear +a72 +poet-flops +optimal +20.0 kB +3.00x +optimal \\(proven\\) +[0-9.]+ mJ ESTIMATED"));
+  const CommandResult schedules_csv = Edgecost("schedules --csv");
+  ASSERT_EQ(schedules_csv.exit_code, 0) << schedules_csv.output;
+  EXPECT_THAT(schedules_csv.output,
+              ::testing::StartsWith("schedule,model,device,cost_source,strategy,batch_size,ram_budget_bytes,"));
+  EXPECT_THAT(schedules_csv.output, HasSubstr("\n1,linear,a72,poet-flops,optimal,2,20000,3,,0,"));
+  EXPECT_EQ(Edgecost("schedules --csv --json").exit_code, 2);
   EXPECT_EQ(Edgecost("train --model linear --steps 0").exit_code, 2);
 }
 
@@ -696,6 +720,19 @@ TEST_F(CliTest, CostsAndSolveShowTheMeasuredInStepTableAsked) {
       "--activation-budget 1MB --no-store");
   ASSERT_EQ(solved.exit_code, 0) << solved.output;
   EXPECT_THAT(solved.output, ::testing::ContainsRegex("energy +[0-9.]+ [mun]?J ESTIMATED ="));
+  // Stored, it is listed with its energy ESTIMATED, under the name the device list gives this machine.
+  const CommandResult stored = Edgecost(
+      "solve --model linear --batch-size 2 --device this --compute-threads 1 --cost-source measured-in-step "
+      "--activation-budget 1MB");
+  ASSERT_EQ(stored.exit_code, 0) << stored.output;
+  char host[256] = {};
+  ASSERT_EQ(::gethostname(host, sizeof host - 1), 0);
+  const CommandResult listed = Edgecost("schedules");
+  ASSERT_EQ(listed.exit_code, 0) << listed.output;
+  EXPECT_THAT(listed.output,
+              ::testing::ContainsRegex(std::string("\n1 +linear +") + host + " +measured-in-step .* [0-9.]+ [mun]?J ESTIMATED"));
+  EXPECT_THAT(listed.output, Not(HasSubstr(" this ")));
+  EXPECT_THAT(Edgecost("schedules --csv").output, ::testing::ContainsRegex(",1,0\n$"));  // energy_estimated, superseded
 }
 
 // A run measured on a busy machine is listed marked, with the reason; `train` takes --accept-noisy.

@@ -246,6 +246,13 @@ TEST_F(RpcTest, AModelAddedOverRpcIsSolvedProfiledAndTrainedByName) {
   Remote<v1::Job>("JobService/StartTrain", train, &refused);
   EXPECT_EQ(refused.code(), ErrorCode::kInvalidArgument);
   EXPECT_THAT(refused.message(), HasSubstr("--nesterov needs --momentum"));
+  // Its run record, listed over RPC as `edgecost --remote ... runs` lists it.
+  v1::ListTrainRunsRequest train_runs;
+  train_runs.set_model("rpc-mlp");
+  const auto runs = Remote<v1::ListTrainRunsResponse>("TraceService/ListTrainRuns", train_runs);
+  ASSERT_EQ(runs.runs_size(), 1);
+  EXPECT_EQ(runs.runs(0).model(), "rpc-mlp");
+  EXPECT_EQ(runs.runs(0).id(), trained.train_run().id());
 
   // Bad bytes, no name, a zoo name and an upload over the daemon's body limit: refused, saying why.
   Status status;

@@ -265,6 +265,40 @@ TEST_F(ServicesTest, ListDevicesNamesEveryPresetBeforeAnyIsStored) {
   EXPECT_EQ(names, (std::set<std::string>{"a72", "a72nocache", "jetsontx2", "m0", "m4"}));
 }
 
+// As the README says: measured devices first, then the presets, whatever their names sort as.
+TEST_F(ServicesTest, ListDevicesNamesMeasuredDevicesBeforeThePresets) {
+  // A file of its own: the services keep a connection per thread and path, and an earlier test's
+  // connection to costs.db would read the database that test removed.
+  const std::string path = (dir_ / "devices.db").string();
+  {
+    auto db = costdb::CostDb::Open(path);
+    ASSERT_TRUE(db.ok()) << db.status().message();
+    v1::Device preset;
+    preset.set_name("a72");
+    preset.set_kind(v1::Device::KIND_PRESET);
+    preset.mutable_fingerprint()->set_board_preset("a72");
+    preset.mutable_fingerprint()->set_hash("preset:a72");
+    v1::Device board;
+    board.set_name("zz-board");
+    board.set_kind(v1::Device::KIND_MEASURED);
+    board.mutable_fingerprint()->set_cpu_model("test cpu");
+    board.mutable_fingerprint()->set_hash("0123456789abcdef");
+    ASSERT_TRUE(db->UpsertDevice(preset).ok());
+    ASSERT_TRUE(db->UpsertDevice(board).ok());
+  }
+  CostTableCache cache;
+  CostService costs(path, &cache);
+  auto devices = costs.ListDevices({});
+  ASSERT_TRUE(devices.ok()) << devices.status().message();
+  std::string names;
+  for (const v1::Device& d : devices->devices()) names += d.name() + " ";
+  ASSERT_EQ(devices->devices_size(), 6) << names;
+  EXPECT_EQ(devices->devices(0).name(), "zz-board");
+  for (int i = 1; i < devices->devices_size(); ++i) {
+    EXPECT_EQ(devices->devices(i).kind(), v1::Device::KIND_PRESET) << devices->devices(i).name();
+  }
+}
+
 TEST_F(ServicesTest, AJobThatCannotBeStoredIsLoggedAndStillAnswered) {
   std::ostringstream log;
   auto previous = spdlog::default_logger();

@@ -151,6 +151,9 @@ def export(name, out_dir, opset, eval_mode):
         warnings.simplefilter("ignore")
         torch.onnx.export(model, example(), path, input_names=["input"], output_names=["logits"],
                           opset_version=opset, training=mode, do_constant_folding=eval_mode)
+    # The qualified names of its modules, which the importer recovers from the export's scopes.
+    with open(os.path.join(out_dir, name + ".modules"), "w") as f:
+        f.write("\n".join(n for n, _ in model.named_modules() if n) + "\n")
     print(path)
 
 

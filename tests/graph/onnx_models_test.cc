@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <set>
 #include <string>
@@ -20,6 +21,7 @@
 
 #include "graph/derive.h"
 #include "graph/onnx_import.h"
+#include "graph/resolve.h"
 #include "profiler/paging.h"
 #include "profiler/power_model.h"
 #include "profiler/profile.h"
@@ -205,9 +207,9 @@ TEST_P(OnnxModelsTest, ImportsDerivesProfilesAndSolvesAtHalfItsPeak) {
   auto executor = train::Executor::Create(*graph, {.seed = 1, .paging_dir = (dir_ / "paging").string()});
   ASSERT_TRUE(executor.ok()) << executor.status().message();
   train::Executor& e = **executor;
-  const train::DataSource data =
+  train::DataSource data =
       train::DataSource::Synthetic(e.input_elements(), e.label_rows(), e.classes(), 1, e.input_id_limit());
-  ASSERT_TRUE(e.SetBatch(data.BatchFor(0)).ok());
+  ASSERT_TRUE(e.SetBatch(*data.BatchFor(0)).ok());
   auto plain = e.Step(nullptr);
   ASSERT_TRUE(plain.ok()) << plain.status().message();
   EXPECT_TRUE(std::isfinite(plain->loss));
@@ -246,6 +248,42 @@ TEST(OnnxModelsOpsets, TransformersAtOpset17) {
     ASSERT_TRUE(g13.ok());
     EXPECT_EQ(KindCounts(*g), KindCounts(*g13)) << model;
   }
+}
+
+// Every layer names the nn.Module it came from (from the export's scopes), as PyTorch names it;
+// backward nodes name their forward node's; the graph's hash does not depend on the names.
+TEST(OnnxModelsNames, LayersNameTheirModules) {
+  if (!Exported::Get().skip_reason().empty()) GTEST_SKIP() << Exported::Get().skip_reason();
+  ASSERT_EQ(Exported::Get().failure(), "");
+  for (const char* model : {"mobilenet_v2", "transformer_encoder"}) {
+    auto g = graph::ImportOnnx(Exported::Get().Path(model));
+    ASSERT_TRUE(g.ok()) << g.status().message();
+    std::string path = Exported::Get().Path(model);
+    std::ifstream list(path.replace(path.size() - 5, 5, ".modules"));
+    std::set<std::string> modules;
+    for (std::string line; std::getline(list, line);) modules.insert(line);
+    ASSERT_GT(modules.size(), 10u) << model;
+    int named = 0;
+    for (const graph::Layer& layer : g->layers()) {
+      if (layer.module.empty()) continue;
+      ++named;
+      EXPECT_TRUE(modules.count(layer.module)) << model << ": '" << layer.module << "' is not a module of the model";
+    }
+    EXPECT_GT(named, g->size() / 2) << model;
+    auto training = graph::DeriveTrainingGraph(*g, graph::Derivation::kExact, graph::Trainable{});
+    ASSERT_TRUE(training.ok());
+    for (const v1::TrainingNode& node : training->nodes()) {
+      if (node.forward_of() >= 0) {
+        EXPECT_EQ(node.module(), training->nodes(node.forward_of()).module());
+      }
+    }
+    v1::TrainingGraph unnamed = *training;
+    for (v1::TrainingNode& node : *unnamed.mutable_nodes()) node.clear_module();
+    EXPECT_EQ(graph::GraphHash(unnamed), graph::GraphHash(*training));
+  }
+  auto g = graph::ImportOnnx(Exported::Get().Path("mobilenet_v2"));
+  ASSERT_TRUE(g.ok());
+  EXPECT_EQ(g->layers()[1].module, "features.0.0");  // the first convolution (layer 0 is the input)
 }
 
 // An eval-mode export folds batch norms into the convolutions: refused with the fix.

@@ -261,6 +261,22 @@ TEST(Solve, TooSmallABudgetIsInfeasibleWithTheSmallestThatWorks) {
   EXPECT_GE(schedule->min_feasible_ram_bytes(), 30u);
 }
 
+// No heuristic meets the budget: the smallest budget they meet is said through progress first,
+// before the MILP's search, and is the one the schedule reports at the end.
+TEST(Solve, TheSmallestFeasibleBudgetIsSaidBeforeTheMilpSearches) {
+  Problem p = TrainingChain(3, 30);
+  p.allow_paging = false;
+  p.allow_remat = false;
+  SolveOptions options{"optimal", 30, 1, true};
+  std::vector<Progress> seen;
+  options.on_progress = [&seen](const Progress& progress) { seen.push_back(progress); };
+  auto schedule = Solve(p, options);
+  ASSERT_TRUE(schedule.ok()) << schedule.status().message();
+  ASSERT_FALSE(seen.empty());
+  EXPECT_GT(seen.front().min_feasible_ram_bytes, 30);
+  EXPECT_EQ(seen.front().min_feasible_ram_bytes, static_cast<int64_t>(schedule->min_feasible_ram_bytes()));
+}
+
 TEST(Solve, BaselinesReplayAndCostAtLeastTheOptimum) {
   Problem p = TrainingChain(4, 40);
   auto optimal = Solve(p, {"optimal", 30, 1, false});

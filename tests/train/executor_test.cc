@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <random>
 
 #include <gtest/gtest.h>
@@ -20,6 +21,7 @@
 #include "graph/derive.h"
 #include "graph/resolve.h"
 #include "graph/zoo.h"
+#include "kernels/layers.h"
 #include "solver/heuristics.h"
 #include "solver/plan.h"
 #include "solver/problem.h"
@@ -212,6 +214,75 @@ TEST_F(ExecutorTest, EveryStrategyGivesThePlainGradients) {
         EXPECT_EQ(stats->recomputations, schedule->recomputations());
       }
     }
+}
+
+// Batch norm's running statistics count each step's batch once, however often a schedule
+// recomputes the layer: after a step under a recomputing schedule they are the plain step's, bit
+// for bit. Evaluate changes neither them nor the gradients, and gives the same figures twice.
+TEST_F(ExecutorTest, RunningStatisticsCountEachBatchOnceAndEvaluateChangesNothing) {
+  const v1::TrainingGraph graph = Exact(TinyCnn());
+  auto plain = Make(graph), scheduled = Make(graph);
+  ASSERT_TRUE(plain && scheduled);
+  const Batch batch = SyntheticBatch(*plain, 3);
+  ASSERT_TRUE(plain->SetBatch(batch).ok());
+  ASSERT_TRUE(scheduled->SetBatch(batch).ok());
+  uint64_t plain_peak = 0;
+  const std::vector<ParamGradient> gradients = Plain(*plain, &plain_peak);
+  const solver::Problem loose = ProblemFor(graph, static_cast<int64_t>(plain_peak), 100);
+  const solver::Problem problem =
+      ProblemFor(graph, (solver::MemoryLowerBound(loose) + static_cast<int64_t>(plain_peak)) / 2, 100);
+  std::optional<solver::Plan> recomputing;
+  for (const char* strategy : {"sqrt", "revolve", "optimal"}) {
+    auto schedule = solver::Solve(problem, {.strategy = strategy, .time_limit_s = 5, .search_min_ram = false});
+    if (schedule.ok() && schedule->stages_size() > 0 && schedule->recomputations() > 0) {
+      recomputing = solver::PlanFromStages(*schedule, problem.size());
+      break;
+    }
+  }
+  ASSERT_TRUE(recomputing) << "no strategy recomputes under the budget";
+  const solver::Plan& plan = *recomputing;
+  auto stats = scheduled->Step(&plan);
+  ASSERT_TRUE(stats.ok()) << stats.status().message();
+  ASSERT_GT(stats->recomputations, 0u) << "the test needs a schedule that recomputes";
+  int batch_norms = 0;
+  for (int v = 0; v < graph.nodes_size(); ++v) {
+    kernels::Tensor* mean = plain->RunningStat(v, 0);
+    if (!mean) continue;
+    ++batch_norms;
+    for (int i : {0, 1}) {
+      const std::vector<float>& a = plain->RunningStat(v, i)->data;
+      const std::vector<float>& b = scheduled->RunningStat(v, i)->data;
+      EXPECT_EQ(a, b) << "node " << v << " running statistic " << i;
+    }
+    EXPECT_EQ(*plain->BatchesTracked(v), 1);
+    EXPECT_EQ(*scheduled->BatchesTracked(v), 1);
+    EXPECT_NE(mean->data, std::vector<float>(mean->data.size(), 0.0f)) << "the batch moved the running mean";
+  }
+  EXPECT_EQ(batch_norms, 1);
+
+  std::vector<std::vector<float>> stats_before;
+  for (int v = 0; v < graph.nodes_size(); ++v) {
+    if (plain->RunningStat(v, 0)) stats_before.push_back(plain->RunningStat(v, 0)->data);
+  }
+  auto first = plain->Evaluate(batch, 2), second = plain->Evaluate(batch, 2);
+  ASSERT_TRUE(first.ok() && second.ok()) << first.status().message();
+  EXPECT_EQ(first->rows, 2);
+  EXPECT_LE(first->correct, 2);
+  EXPECT_GT(first->loss_sum, 0);
+  EXPECT_EQ(first->loss_sum, second->loss_sum) << "no dropout in inference";
+  auto one_row = plain->Evaluate(batch, 1);
+  ASSERT_TRUE(one_row.ok());
+  EXPECT_LT(one_row->loss_sum, first->loss_sum);
+  EXPECT_FALSE(plain->Evaluate(batch, 3).ok()) << "more rows than the batch";
+  const std::vector<ParamGradient> after = plain->Gradients();
+  for (size_t i = 0; i < after.size(); ++i) EXPECT_EQ(after[i].values, gradients[i].values);
+  for (int v = 0, k = 0; v < graph.nodes_size(); ++v) {
+    if (plain->RunningStat(v, 0)) {
+      EXPECT_EQ(plain->RunningStat(v, 0)->data, stats_before[static_cast<size_t>(k++)]);
+    }
+  }
+  // And a step after an evaluation still gives the same gradients.
+  ExpectSameGradients(*plain, plan, gradients, "a schedule after Evaluate");
 }
 
 TEST_F(ExecutorTest, FiftyRandomHeuristicSchedulesGiveThePlainGradients) {

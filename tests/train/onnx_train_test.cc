@@ -89,9 +89,9 @@ class OnnxTrainTest : public testing::TempDirTest, public ::testing::WithParamIn
     auto e = Executor::Create(graph_, {.seed = 3, .paging_dir = (dir_ / "paging").string()});
     ASSERT_TRUE(e.ok()) << e.status().message();
     executor_ = std::move(*e);
-    const DataSource data = DataSource::Synthetic(executor_->input_elements(), executor_->label_rows(),
-                                                  executor_->classes(), 9, executor_->input_id_limit());
-    batch_ = data.BatchFor(0);
+    DataSource data = DataSource::Synthetic(executor_->input_elements(), executor_->label_rows(), executor_->classes(),
+                                            9, executor_->input_id_limit());
+    batch_ = *data.BatchFor(0);
     ASSERT_TRUE(executor_->SetBatch(batch_).ok());
   }
 

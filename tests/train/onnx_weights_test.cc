@@ -65,21 +65,22 @@ class OnnxWeightsTest : public testing::TempDirTest {
     return RunTrainJob(options, nullptr, nullptr, [](const std::string&) {});
   }
 
-  // The model's executor and what loading `file`'s weights into it says.
-  Status Load(const std::string& file) {
+  // What loading `file`'s weights into the model's executor (`into`, or a new one) says.
+  Status Load(const std::string& file, train::Executor* into = nullptr) {
     auto model = graph::LoadOnnxModel({Path("cnn.onnx"), 4, graph::Derivation::kExact, {}});
     if (!model.ok()) return model.status();
     auto graph = graph::DeriveTrainingGraph((*model)->forward, graph::Derivation::kExact, {});
     if (!graph.ok()) return graph.status();
     auto executor = train::Executor::Create(*graph, {.seed = 1, .paging_dir = Path("paging")});
     if (!executor.ok()) return executor.status();
+    if (!into) into = executor->get();
     std::ifstream in(file, std::ios::binary);
     std::ostringstream bytes;
     bytes << in.rdbuf();
     (*model)->bytes = bytes.str();
     (*model)->origin = file;
     std::vector<std::string> notes;
-    return LoadOnnxWeights(**model, **executor, notes);
+    return LoadOnnxWeights(**model, *into, notes);
   }
 };
 
@@ -92,7 +93,7 @@ TEST_F(OnnxWeightsTest, TrainsFromTheFilesWeightsAndWritesWhatPyTorchTrains) {
   ASSERT_TRUE(trained.ok()) << trained.status().message();
   EXPECT_EQ(trained->written_npz, Path("trained.npz"));
   ASSERT_TRUE(std::filesystem::exists(Path("trained.npz")));
-  EXPECT_THAT(::testing::PrintToString(trained->notes), HasSubstr("running statistics"));
+  EXPECT_THAT(::testing::PrintToString(trained->notes), HasSubstr("2 batch-norm running statistics"));
   // No temporary file is left beside them.
   for (const auto& entry : std::filesystem::directory_iterator(dir_)) {
     EXPECT_EQ(entry.path().string().find(".tmp."), std::string::npos) << entry.path();
@@ -107,9 +108,13 @@ TEST_F(OnnxWeightsTest, TrainsFromTheFilesWeightsAndWritesWhatPyTorchTrains) {
   ASSERT_TRUE(graph.ok()) << graph.status().message();
   auto executor = train::Executor::Create(*graph, {.seed = 1, .paging_dir = Path("paging")});
   ASSERT_TRUE(executor.ok()) << executor.status().message();
-  const train::Batch batch = train::DataSource::Synthetic((*executor)->input_elements(), (*executor)->label_rows(),
-                                                          (*executor)->classes(), options.seed)
-                                 .BatchFor(0);
+  const train::Batch batch = *train::DataSource::Synthetic((*executor)->input_elements(), (*executor)->label_rows(),
+                                                           (*executor)->classes(), options.seed)
+                                  .BatchFor(0);
+  // Edgecost's inference-mode loss and accuracy on it, from the written model's weights and running statistics.
+  ASSERT_TRUE(Load(Path("trained.onnx"), executor->get()).ok());
+  auto evaluated = (*executor)->Evaluate(batch, (*executor)->label_rows());
+  ASSERT_TRUE(evaluated.ok()) << evaluated.status().message();
   {
     std::ofstream out(Path("batch.bin"), std::ios::binary);
     const auto put = [&](const std::vector<float>& values) {
@@ -121,8 +126,9 @@ TEST_F(OnnxWeightsTest, TrainsFromTheFilesWeightsAndWritesWhatPyTorchTrains) {
     put(std::vector<float>(batch.labels.begin(), batch.labels.end()));
   }
   char numbers[128];
-  std::snprintf(numbers, sizeof numbers, " %.9g %d %.9g %.9g", trained->run.first_loss(), kSteps, options.lr,
-                again->run.first_loss());
+  std::snprintf(numbers, sizeof numbers, " %.9g %d %.9g %.9g %.9g %lld", trained->run.first_loss(), kSteps, options.lr,
+                again->run.first_loss(), evaluated->loss_sum / static_cast<double>(evaluated->rows),
+                static_cast<long long>(evaluated->correct));
   const testing::CommandResult checked = testing::RunShell(std::string(kPython) + " " + kHelper + " check " +
                                                            dir_.string() + " " + Path("batch.bin") + numbers);
   EXPECT_EQ(checked.exit_code, 0) << checked.output;

@@ -278,11 +278,12 @@ TEST_P(AgainstPyTorch, TwentyStepsEndAtPyTorchsWeights) {
   const std::vector<ParamGradient> trained = executor.Gradients();  // which parameters train, in order
   std::vector<std::vector<float>> in;
   for (const ParamGradient& g : trained) in.push_back(*executor.Parameter(g.node, g.index));
-  const DataSource data =
-      DataSource::Synthetic(executor.input_elements(), executor.label_rows(), executor.classes(), 9);
+  DataSource data = DataSource::Synthetic(executor.input_elements(), executor.label_rows(), executor.classes(), 9);
   std::vector<double> lrs;
   for (int step = 0; step < kSteps; ++step) {
-    const Batch batch = data.BatchFor(step);
+    auto drawn = data.BatchFor(step);
+    ASSERT_TRUE(drawn.ok()) << drawn.status().message();
+    const Batch& batch = *drawn;
     in.push_back(batch.inputs);
     in.emplace_back(batch.labels.begin(), batch.labels.end());
     ASSERT_TRUE(executor.SetBatch(batch).ok());

@@ -2,6 +2,7 @@
 // whole or not at all, and the measured-in-step costs the solver can plan with.
 #include "service/train_job.h"
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <tuple>
@@ -14,6 +15,7 @@
 #include "profiler/profile.h"
 #include "service/cost_tables.h"
 #include "service/in_step.h"
+#include "service/onnx_weights.h"
 #include "service/profile_job.h"
 #include "service/step_memory.h"
 #include "service/trace.h"
@@ -682,6 +684,63 @@ TEST_F(TrainJobTest, InStepProfilingStoresATableThatAddsUpToTheStepAndAutoPrefer
   auto at_two = ResolveCostTable(&*db, request);  // measured, whose table is at 1 thread only: refused, naming it
   ASSERT_FALSE(at_two.ok());
   EXPECT_THAT(at_two.status().message(), ::testing::HasSubstr("no measured cost table of linear at 2 threads"));
+}
+
+// A user's data set: --epochs runs whole passes over its training records, the held-out part is
+// evaluated after each, and the run record keeps the figures; bias-only fine-tuning works with it.
+TEST_F(TrainJobTest, EpochsOverADataSetReportHeldOutLossAndAccuracy) {
+  constexpr int64_t kRecords = 26, kFeatures = 784;
+  std::vector<float> x(static_cast<size_t>(kRecords * kFeatures), 0.0f), y;
+  for (int64_t i = 0; i < kRecords; ++i) {
+    y.push_back(static_cast<float>(i % 10));
+    for (int64_t f = 0; f < 50; ++f) x[static_cast<size_t>(i * kFeatures + (i % 10) * 50 + f)] = 1.0f;
+  }
+  auto npz = NpzBytes({{"x", {kRecords, kFeatures}, x}, {"y", {kRecords}, y}});
+  ASSERT_TRUE(npz.ok());
+  const std::string path = (dir_ / "set.npz").string();
+  std::ofstream(path, std::ios::binary) << *npz;
+
+  for (const char* trainable : {"all", "bias", "last:2"}) {
+    SCOPED_TRACE(trainable);
+    TrainJobOptions options = Options();
+    options.graph.trainable = *graph::Trainable::Parse(trainable);
+    options.data_file = path;
+    options.epochs = 3;
+    options.val_split = 0.2;
+    options.lr = 0.5;
+    options.store = false;
+    auto result = Run(options);
+    ASSERT_TRUE(result.ok()) << result.status().message();
+    const v1::TrainRun& run = result->run;
+    EXPECT_EQ(run.held_out_records(), 5u);    // every fifth of 26
+    EXPECT_EQ(run.batches_per_epoch(), 10u);  // 21 records in batches of 2
+    EXPECT_EQ(run.dropped_per_epoch(), 1u);
+    EXPECT_EQ(run.steps(), 30u);
+    ASSERT_EQ(run.epochs_size(), 3);
+    for (int e = 0; e < 3; ++e) {
+      const v1::EpochStats& epoch = run.epochs(e);
+      EXPECT_EQ(epoch.epoch(), static_cast<uint32_t>(e + 1));
+      EXPECT_EQ(epoch.steps(), 10u);
+      double mean = 0;
+      for (int s = 0; s < 10; ++s) mean += run.step_stats(e * 10 + s).loss() / 10;
+      EXPECT_NEAR(epoch.train_loss(), mean, 1e-12);
+      EXPECT_GT(epoch.held_out_loss(), 0);
+      const double correct = epoch.held_out_accuracy() * 5;
+      EXPECT_NEAR(correct, std::round(correct), 1e-9) << "a whole number of the 5 records";
+      EXPECT_LE(epoch.held_out_accuracy(), 1.0);
+    }
+    EXPECT_THAT(::testing::PrintToString(result->notes), ::testing::HasSubstr("drop_last"));
+  }
+
+  TrainJobOptions bad = Options();
+  bad.epochs = 2;
+  EXPECT_THAT(Run(bad).status().message(), ::testing::HasSubstr("need a data set"));
+  auto narrow = NpzBytes({{"x", {4, 100}, std::vector<float>(400)}, {"y", {4}, std::vector<float>(4)}});
+  ASSERT_TRUE(narrow.ok());
+  std::ofstream((dir_ / "narrow.npz").string(), std::ios::binary) << *narrow;
+  bad = Options();
+  bad.data_file = (dir_ / "narrow.npz").string();
+  EXPECT_THAT(Run(bad).status().message(), ::testing::HasSubstr("the model takes N x 784"));
 }
 
 }  // namespace

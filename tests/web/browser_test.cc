@@ -176,9 +176,12 @@ class DevTools {
 };
 
 // Elements whose box ends right of the viewport outside any scroll container, and
-// whether the page itself scrolls sideways: content a reader cannot reach.
-constexpr const char* kClipped = R"js((() => {
-  const W = window.innerWidth, bad = [];
+// whether the page itself scrolls sideways: content a reader cannot reach. The width is the
+// emulated screen's, not window.innerWidth: a mobile browser zooms out to fit content wider than
+// the screen, and innerWidth then grows with it, so that nothing would ever be found.
+std::string Clipped(int screen_width_px) {
+  return "((W) => {" + std::string(R"js(
+  const bad = [];
   const name = el => el.tagName.toLowerCase() + (el.id ? '#' + el.id : '') +
       (el.className && typeof el.className === 'string' ? '.' + el.className.trim().replace(/\s+/g, '.') : '');
   if (document.documentElement.scrollWidth > W) {
@@ -195,8 +198,10 @@ constexpr const char* kClipped = R"js((() => {
     if (!contained) bad.push(name(el) + ' ends at ' + Math.round(r.right) + ' px: "' +
                              (el.innerText || el.textContent || '').slice(0, 40) + '"');
   }
+  if (window.innerWidth > W) bad.push('the browser zoomed out to ' + window.innerWidth + ' px to fit the content');
   return bad.slice(0, 12);
-})())js";
+})js") + ")(" + std::to_string(screen_width_px) + ")";
+}
 
 // Scroll containers whose content is wider than they are (at 1280 px, none should be).
 constexpr const char* kScrolledAway = R"js((() => {
@@ -373,6 +378,28 @@ TEST_F(BrowserTest, ThePageShowsDevicesCostsASchedulePictureAndLiveJobs) {
   EXPECT_EQ(page.Eval("document.querySelector('header nav a[href=\"/#runs\"]').textContent"), "Profile runs");
   EXPECT_EQ(page.Eval("document.querySelector('#run-table tr.profile-run').cells[1].textContent"), "linear");
   EXPECT_EQ(page.Eval("document.querySelector('header nav a[href=\"/#train-runs\"]').textContent"), "Training runs");
+  // Its page plots the loss and the step time over its three steps, with units on the axes.
+  const std::string train_run_href =
+      page.Eval("document.querySelector('#train-runs-table tr.train-run a[href^=\"/train_run\"]').getAttribute('href')");
+  ASSERT_TRUE(page.Navigate(Url(train_run_href)));
+  EXPECT_EQ(page.Eval("document.querySelectorAll('#train-run-plot svg polyline').length"), 2);
+  EXPECT_EQ(page.Eval("document.querySelectorAll('#train-run-plot svg circle').length"), 6);
+  EXPECT_THAT(page.Eval("document.querySelector('#train-run-plot svg').textContent").get<std::string>(),
+              ::testing::AllOf(::testing::HasSubstr("step time"), ::testing::ContainsRegex("[0-9] [mu]?s")));
+
+  // The schedule list says where a model, not a sensor, gave the energy (poet-flops on a preset), and
+  // offers the list as CSV, a row per schedule, its energy in joules.
+  ASSERT_TRUE(page.Navigate(Url("/")));
+  EXPECT_THAT(page.Eval("document.querySelector('#schedule-table a[href=\"/schedule?id=" + schedule_id +
+                        "\"]').closest('tr').innerText")
+                  .get<std::string>(),
+              ::testing::ContainsRegex("[0-9.]+ [mun]?J ESTIMATED"));
+  const json schedules_csv =
+      page.Eval("fetch(document.getElementById('schedules-csv').getAttribute('href')).then(r => r.text())");
+  ASSERT_TRUE(schedules_csv.is_string());
+  EXPECT_THAT(schedules_csv.get<std::string>(),
+              ::testing::AllOf(::testing::StartsWith("schedule,model,device,cost_source,strategy,"),
+                               ::testing::HasSubstr("\n" + schedule_id + ",linear,a72,poet-flops,optimal,")));
 
   // A cost table with a row per node of the training graph, sortable from the page.
   auto graph = edgecost::graph::ZooTrainingGraph("linear", 1, edgecost::graph::kDefaultDerivation);
@@ -422,6 +449,7 @@ TEST_F(BrowserTest, ThePageShowsDevicesCostsASchedulePictureAndLiveJobs) {
       {"costs", "/costs?model=linear&device=a72"},
       {"schedule", "/schedule?id=" + schedule_id},
       {"failed-schedule", "/schedule?id=" + failed_id},
+      {"train-run", train_run_href},
   };
   if (measured_href.is_string() && !measured_href.get<std::string>().empty()) {
     const std::string href = measured_href;
@@ -436,7 +464,7 @@ TEST_F(BrowserTest, ThePageShowsDevicesCostsASchedulePictureAndLiveJobs) {
     for (const auto& [name, path] : pages) {
       SCOPED_TRACE(name + " at " + std::to_string(width) + " px");
       ASSERT_TRUE(page.Navigate(Url(path)));
-      EXPECT_THAT(page.Eval(kClipped).get<std::vector<std::string>>(), ::testing::IsEmpty());
+      EXPECT_THAT(page.Eval(Clipped(width)).get<std::vector<std::string>>(), ::testing::IsEmpty());
       if (width >= 1280) {  // at desktop width nothing hides behind a sideways scroll either
         EXPECT_THAT(page.Eval(kScrolledAway).get<std::vector<std::string>>(), ::testing::IsEmpty());
       }

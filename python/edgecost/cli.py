@@ -1,0 +1,49 @@
+"""Runs the edgecost binary: finds it, streams its progress, returns its output."""
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+
+class EdgecostError(RuntimeError):
+    """The edgecost binary failed or could not be found."""
+
+
+def find_binary():
+    """EDGECOST_BIN, else `edgecost` on PATH, else the build tree next to this package."""
+    explicit = os.environ.get("EDGECOST_BIN")
+    if explicit:
+        if not os.access(explicit, os.X_OK):
+            raise EdgecostError(f"EDGECOST_BIN={explicit} is not an executable file")
+        return explicit
+    on_path = shutil.which("edgecost")
+    if on_path:
+        return on_path
+    build_tree = Path(__file__).resolve().parents[2] / "build" / "cli" / "edgecost"
+    if build_tree.is_file() and os.access(build_tree, os.X_OK):
+        return str(build_tree)
+    raise EdgecostError("no edgecost binary: set EDGECOST_BIN, put edgecost on PATH, or build build/cli/edgecost")
+
+
+def run(args, db=None, progress=True):
+    """Runs `edgecost ARGS` and returns its stdout. Progress lines (stderr) go to our stderr
+    as they come when `progress` is true; on failure they are part of the error."""
+    command = [find_binary()] + ([f"--db={db}"] if db else []) + [str(a) for a in args]
+    # stdout to a file, so that a large result cannot block the process while we read its progress
+    with tempfile.TemporaryFile(mode="w+") as stdout_file:
+        process = subprocess.Popen(command, stdout=stdout_file, stderr=subprocess.PIPE, text=True)
+        stderr_lines = []
+        for line in process.stderr:  # the CLI writes progress to stderr and the result to stdout
+            stderr_lines.append(line)
+            if progress:
+                sys.stderr.write("edgecost: " + line)
+                sys.stderr.flush()
+        process.wait()
+        stdout_file.seek(0)
+        stdout = stdout_file.read()
+    if process.returncode != 0:
+        raise EdgecostError(f"{' '.join(command)} failed (exit {process.returncode}):\n{''.join(stderr_lines)}{stdout}")
+    return stdout

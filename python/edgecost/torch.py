@@ -1,0 +1,560 @@
+"""Plan a PyTorch training step with edgecost and run it: `plan()` exports the model, has
+edgecost measure (or look up) its costs and solve for an energy-optimal schedule under the
+budgets; `Plan.apply()` makes autograd keep, recompute or page each saved tensor as planned."""
+
+import contextlib
+import copy
+import hashlib
+import json
+import os
+import resource
+import tempfile
+import threading
+import time
+import weakref
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import torch
+from torch.utils.checkpoint import checkpoint
+
+from edgecost import cli
+from edgecost.realize import realize
+from edgecost.schedule import PAGE, RECOMPUTE, Schedule
+
+
+def _export_onnx(model, example_inputs, path):
+    # A copy: exporting in training mode runs the forward, which would move batch-norm statistics.
+    exported = copy.deepcopy(model).train()
+    inputs = example_inputs if isinstance(example_inputs, tuple) else (example_inputs,)
+    torch.onnx.export(exported, inputs, path, training=torch.onnx.TrainingMode.TRAINING,
+                      do_constant_folding=False, opset_version=13)
+
+
+def _activation_peak_bytes(model_name, cost_args, db, progress):
+    # Any schedule's file carries the plain step's memory; checkpoint-all is the quickest to solve.
+    out = cli.run(["solve", "--model", model_name, *cost_args, "--activation-budget", "1TB", "--runtime-budget", "100x",
+                   "--strategy", "checkpoint-all", "--no-store", "--json"], db=db, progress=progress)
+    return int(json.loads(out)["memory"]["activationPeakBytes"])
+
+
+def plan(model, example_inputs, *, activation_budget=None, ram_budget=None, runtime_budget="1.5x", platform=None,
+         device="this", db=None, time_limit_s=30, progress=True, keep_files=None):
+    """Solves edgecost's schedule for one training step of `model` on `example_inputs`.
+
+    activation_budget: the saved activations' RAM ("4MB", "3MiB", or "50%" of the plain step's peak);
+    ram_budget: instead, the whole process's RAM. runtime_budget: "1.5x" the plain step, or "120ms".
+    platform: a board preset ("a72") whose estimated costs are used instead of measuring `device`
+    ("this": this machine, profiled first when its costs are missing). db: the cost database file
+    (default: edgecost's). keep_files: a directory to keep the ONNX model and schedule in."""
+    if (activation_budget is None) == (ram_budget is None):
+        raise ValueError("give one of activation_budget (saved activations) or ram_budget (the whole process)")
+    workdir = keep_files or tempfile.mkdtemp(prefix="edgecost-plan-")
+    os.makedirs(workdir, exist_ok=True)
+    onnx_path = os.path.join(workdir, "model.onnx")
+    _export_onnx(model, example_inputs, onnx_path)
+    with open(onnx_path, "rb") as f:
+        model_name = "torch-" + type(model).__name__ + "-" + hashlib.sha256(f.read()).hexdigest()[:16]
+    cli.run(["models", "add", onnx_path, "--name", model_name], db=db, progress=progress)
+    if platform:
+        cost_args = ["--platform", platform]
+    else:
+        cost_args = ["--device", device]
+        if device == "this":
+            try:
+                cli.run(["costs", model_name, "--device", "this"], db=db, progress=False)
+            except cli.EdgecostError:  # not measured yet here
+                cli.run(["profile", "--model", model_name], db=db, progress=progress)
+    if activation_budget is not None:
+        budget = str(activation_budget).strip()
+        if budget.endswith("%"):
+            peak = _activation_peak_bytes(model_name, cost_args, db, progress)
+            budget = f"{int(peak * float(budget[:-1]) / 100)}B"
+        budget_args = ["--activation-budget", budget]
+    else:
+        budget_args = ["--ram-budget", str(ram_budget)]
+    schedule_path = os.path.join(workdir, "schedule.json")
+    cli.run(["solve", "--model", model_name, *cost_args, *budget_args, "--runtime-budget", str(runtime_budget),
+             "--time-limit-s", str(time_limit_s), "--out", schedule_path], db=db, progress=progress)
+    schedule = Schedule.load(schedule_path)
+    if schedule.status not in ("STATUS_OPTIMAL", "STATUS_FEASIBLE"):
+        raise cli.EdgecostError(f"no schedule meets the budgets ({schedule.status}): {schedule.raw.get('message', '')}")
+    return Plan(schedule, model_name=model_name, schedule_path=schedule_path)
+
+
+def _storage_key(tensor):
+    return tensor.storage().data_ptr()
+
+
+def _storage_bytes(tensor):
+    return tensor.storage().nbytes()
+
+
+@dataclass
+class StepReport:
+    step: int
+    step_time_s: float            # forward start to backward end
+    saved_peak_bytes: int         # saved tensors resident at once, counted through the hooks
+    paged_bytes: int              # written to storage this step
+    peak_rss_bytes: int           # the process's peak so far
+    predicted_step_time_s: float
+    predicted_peak_bytes: int
+
+    def __str__(self):
+        return (f"step {self.step}: {self.step_time_s * 1e3:.1f} ms (predicted {self.predicted_step_time_s * 1e3:.1f} ms), "
+                f"saved tensors peak {self.saved_peak_bytes / 1e6:.2f} MB (planned {self.predicted_peak_bytes / 1e6:.2f} MB), "
+                f"paged {self.paged_bytes / 1e6:.2f} MB, peak RSS {self.peak_rss_bytes / 1e6:.0f} MB")
+
+
+class _Counter:
+    """Bytes of saved tensors resident now and at most this step, one count per storage."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.refs = {}   # storage key -> [handles, bytes]
+        self.extra = 0   # recomputed tensors, counted per checkpointed module
+        self.now = 0
+        self.peak = 0
+
+    def add(self, key, nbytes):
+        with self.lock:
+            entry = self.refs.setdefault(key, [0, nbytes])
+            entry[0] += 1
+            if entry[0] == 1:
+                self.now += nbytes
+                self.peak = max(self.peak, self.now)
+
+    def remove(self, key):
+        with self.lock:
+            entry = self.refs.get(key)
+            if entry is None:
+                return
+            entry[0] -= 1
+            if entry[0] == 0:
+                self.now -= entry[1]
+                del self.refs[key]
+
+    def add_extra(self, nbytes):
+        with self.lock:
+            self.extra += nbytes
+            self.now += nbytes
+            self.peak = max(self.peak, self.now)
+
+
+class _Kept:
+    """A saved tensor kept in RAM; counted until autograd drops it."""
+    __slots__ = ("tensor", "key", "counter", "__weakref__")
+
+    def __init__(self, tensor, counter):
+        self.tensor, self.key, self.counter = tensor, ("kept", _storage_key(tensor)), counter
+        counter.add(self.key, _storage_bytes(tensor))
+
+    def get(self):
+        return self.tensor
+
+    def __del__(self):
+        self.counter.remove(self.key)
+
+
+class _PageFile:
+    """One tensor on storage: written on the pager's thread, read back when autograd asks."""
+
+    def __init__(self, tensor, path, pager):
+        self.path, self.nbytes = path, _storage_bytes(tensor)
+        self.key = ("writing", path)
+        pager.counter.add(self.key, self.nbytes)  # resident until written
+        self.future = pager.executor.submit(self._write, tensor, pager.counter)
+
+    def _write(self, tensor, counter):
+        torch.save(tensor.detach(), self.path)
+        counter.remove(self.key)
+
+    def read(self):
+        self.future.result()
+        return torch.load(self.path)
+
+    def __del__(self):
+        with contextlib.suppress(Exception):
+            self.future.result()
+            os.unlink(self.path)
+
+
+class _Paged:
+    __slots__ = ("file",)
+
+    def __init__(self, file):
+        self.file = file
+
+    def get(self):
+        return self.file.read()
+
+
+class _Hold(torch.autograd.Function):
+    """Identity in front of a checkpointed module: counts the input the checkpoint holds, and the
+    module's recomputed tensors, until the gradient reaches the input (the module's backward is done)."""
+
+    @staticmethod
+    def forward(ctx, x, runtime, invocation):
+        ctx.kept = _Kept(x, runtime.counter)
+        ctx.invocation = invocation
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        ctx.kept = None
+        ctx.invocation.release()
+        return grad, None, None
+
+
+class _Invocation:
+    """One checkpointed module's call: the bytes its recomputation holds."""
+
+    def __init__(self, counter):
+        self.counter, self.nbytes = counter, 0
+
+    def release(self):
+        if self.nbytes:
+            self.counter.add_extra(-self.nbytes)
+            self.nbytes = 0
+
+
+class _Runtime:
+    """The hooks applying a realization to one model."""
+
+    def __init__(self, plan, model, realization, page_dir):
+        self.plan, self.model, self.realization = plan, model, realization
+        self.counter = _Counter()
+        self.page_dir = page_dir or tempfile.mkdtemp(prefix="edgecost-pages-")
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="edgecost-pager")
+        # Storage of a module output to page -> (weak ref to that output, {view: weak _PageFile}). While the
+        # output object lives its storage cannot be freed and its address reused by another tensor;
+        # the views let a tensor saved by two ops be written once.
+        self.paged_outputs = {}
+        self.paged_bytes = 0
+        self.file_number = 0
+        self.last_write = None
+        self.step = 0
+        self.step_start = None
+        self.invocations = []
+        self.handles = []
+        self.hooks_context = None
+        modules = dict(model.named_modules())
+        self.patched = set()  # modules whose forward is replaced (an instance attribute)
+        runs = {}
+        for segment in realization.segments:
+            if segment.first < 0:
+                module = modules[segment.module]
+                module.forward = self._checkpointed([module], module.forward)
+                self.patched.add(segment.module)
+            else:
+                runs.setdefault(segment.module, []).append((segment.first, segment.last))
+        for parent, spans in runs.items():
+            modules[parent].forward = self._sequential_with_runs(modules[parent], dict(spans))
+            self.patched.add(parent)
+        for name in realization.paged_modules:
+            self.handles.append(modules[name].register_forward_hook(self._note_output))
+        self.handles.append(model.register_forward_pre_hook(self._begin_forward))
+        self.handles.append(model.register_forward_hook(self._end_forward))
+
+    def remove(self):
+        modules = dict(self.model.named_modules())
+        for name in self.patched:
+            del modules[name].forward  # the instance attribute; the class's forward shows again
+        for handle in self.handles:
+            handle.remove()
+        self.executor.shutdown(wait=True)
+
+    # --- forward and step boundaries
+    def _begin_forward(self, module, inputs):
+        if not torch.is_grad_enabled():
+            return
+        for invocation in self.invocations:  # from a step whose backward did not run
+            invocation.release()
+        self.invocations = []
+        self.paged_outputs.clear()
+        self.counter.peak = self.counter.now
+        self.paged_bytes = 0
+        self.step += 1
+        self.step_start = time.perf_counter()
+        self.hooks_context = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+        self.hooks_context.__enter__()
+
+    def _end_forward(self, module, inputs, output):
+        if self.hooks_context is None:
+            return
+        self.hooks_context.__exit__(None, None, None)
+        self.hooks_context = None
+        first = next((t for t in (output if isinstance(output, (tuple, list)) else (output,))
+                      if torch.is_tensor(t) and t.requires_grad), None)
+        if first is not None:
+            step = self.step
+            first.register_hook(lambda grad: self._backward_started(step))
+
+    def _backward_started(self, step):
+        torch.autograd.Variable._execution_engine.queue_callback(lambda: self._end_step(step))
+
+    def _end_step(self, step):
+        schedule = self.plan.schedule
+        report = StepReport(
+            step=step, step_time_s=time.perf_counter() - self.step_start, saved_peak_bytes=self.counter.peak,
+            paged_bytes=self.paged_bytes, peak_rss_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+            predicted_step_time_s=self.plan.realized_step_time_s, predicted_peak_bytes=schedule.peak_bytes)
+        self.plan.reports.append(report)
+        if self.plan.report_steps:
+            print("edgecost:", report, flush=True)
+
+    # --- saved tensors
+    def _note_output(self, module, inputs, output):
+        if torch.is_grad_enabled():
+            for t in output if isinstance(output, (tuple, list)) else (output,):
+                if torch.is_tensor(t):
+                    self.paged_outputs[_storage_key(t)] = (weakref.ref(t), {})
+
+    def _pack(self, tensor):
+        if isinstance(tensor, torch.nn.Parameter) or (tensor.is_leaf and tensor.requires_grad):
+            return tensor  # weights are not activations
+        key = _storage_key(tensor)
+        output, files = self.paged_outputs.get(key, (None, None))
+        if output is None or output() is None:
+            self.paged_outputs.pop(key, None)
+            return _Kept(tensor, self.counter)
+        view = (tuple(tensor.shape), tuple(tensor.stride()), tensor.storage_offset(), tensor.dtype)
+        file = files.get(view)
+        file = file() if file else None
+        if file is None:
+            # One write in flight: a paged tensor leaves RAM about when the plan says, not when a
+            # queue of writes behind a fast forward reaches it.
+            if self.last_write is not None:
+                self.last_write.result()
+            self.file_number += 1
+            file = _PageFile(tensor, os.path.join(self.page_dir, f"{self.file_number}.pt"), self)
+            files[view] = weakref.ref(file)
+            self.last_write = file.future
+            self.paged_bytes += file.nbytes
+        return _Paged(file)
+
+    @staticmethod
+    def _unpack(packed):
+        return packed if torch.is_tensor(packed) else packed.get()
+
+    # --- recomputation
+    def _sequential_with_runs(self, sequential, last_of_run):
+        """nn.Sequential's forward with the runs of children first..last checkpointed as one."""
+        children = list(sequential)
+        checkpointed = {}
+        for first, last in last_of_run.items():
+            run = children[first:last + 1]
+
+            def run_children(x, run=run):
+                for child in run:
+                    x = child(x)
+                return x
+            checkpointed[first] = (last, self._checkpointed(run, run_children))
+
+        def forward(x):
+            i = 0
+            while i < len(children):
+                if i in checkpointed:
+                    last, run_forward = checkpointed[i]
+                    x, i = run_forward(x), last + 1
+                else:
+                    x, i = children[i](x), i + 1
+            return x
+        return forward
+
+    def _checkpointed(self, parts, forward):
+        """`forward` (computing the modules `parts`) under non-reentrant checkpointing."""
+        runtime = self
+
+        def checkpointed_forward(*args, **kwargs):
+            if not torch.is_grad_enabled():
+                return forward(*args, **kwargs)
+            invocation = _Invocation(runtime.counter)
+            runtime.invocations.append(invocation)
+            args = tuple(_Hold.apply(a, runtime, invocation) if torch.is_tensor(a) and a.requires_grad else a
+                         for a in args)
+            calls = [0]
+
+            def run(*run_args, **run_kwargs):
+                calls[0] += 1
+                if calls[0] == 1:
+                    return forward(*run_args, **run_kwargs)
+                with _buffers_restored(parts), _counting_outputs(parts, invocation):  # the recomputation
+                    return forward(*run_args, **run_kwargs)
+
+            return checkpoint(run, *args, use_reentrant=False, **kwargs)
+
+        return checkpointed_forward
+
+
+@contextlib.contextmanager
+def _buffers_restored(parts):
+    # Recomputing a batch norm in training mode would update its running statistics twice.
+    buffers = [b for part in parts for b in part.buffers()]
+    saved = [b.clone() for b in buffers]
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for buffer, value in zip(buffers, saved):
+                buffer.copy_(value)
+
+
+@contextlib.contextmanager
+def _counting_outputs(parts, invocation):
+    # The recomputed tensors live in the checkpoint's storage, out of our hooks' sight: count each
+    # submodule's output while the recomputation runs, until the module's backward is done.
+    inner = {m for part in parts for m in part.modules()}
+
+    def count(m, inputs, output):
+        if m in inner and not list(m.children()):
+            for t in output if isinstance(output, (tuple, list)) else (output,):
+                if torch.is_tensor(t):
+                    invocation.nbytes += _storage_bytes(t)
+                    invocation.counter.add_extra(_storage_bytes(t))
+
+    handle = torch.nn.modules.module.register_module_forward_hook(count)
+    try:
+        yield
+    finally:
+        handle.remove()
+
+
+@dataclass
+class VerifyResult:
+    identical: bool              # every gradient bit for bit
+    max_relative_error: float    # the largest |planned - plain| / max |plain| over parameters
+    saved_peak_bytes: int        # the planned step's, counted through the hooks
+    plain_saved_peak_bytes: int  # the plain step's, counted the same way
+    report: StepReport
+
+    @property
+    def ok(self):
+        return self.identical or self.max_relative_error <= 1e-6
+
+
+def _default_loss(output):
+    outputs = output if isinstance(output, (tuple, list)) else (output,)
+    return sum(o.float().sum() for o in outputs if torch.is_tensor(o) and o.is_floating_point())
+
+
+class Plan:
+    """A solved schedule and how it runs in PyTorch."""
+
+    def __init__(self, schedule, model_name="", schedule_path=""):
+        self.schedule, self.model_name, self.schedule_path = schedule, model_name, schedule_path
+        self.reports = []          # a StepReport per training step run under the plan
+        self.report_steps = False  # print each step's report
+        self.realization = None
+        self._runtimes = {}
+
+    # Predictions: the schedule's, and for what runs (checkpointed modules recompute more).
+    @property
+    def predicted_step_time_s(self):
+        return self.schedule.step_time_s
+
+    @property
+    def predicted_peak_bytes(self):
+        return self.schedule.peak_bytes
+
+    @property
+    def predicted_energy_j(self):
+        return self.schedule.energy_j
+
+    @property
+    def realized_step_time_s(self):
+        if self.realization is None:
+            return self.schedule.step_time_s
+        return (self.schedule.step_time_s - self.realization.planned_recomputed_runtime_s
+                + self.realization.recomputed_runtime_s)
+
+    def decisions(self):
+        """Per-node decisions, with module names."""
+        return self.schedule.decisions
+
+    def realize(self, model):
+        self.realization = realize(self.schedule, dict(model.named_modules()))
+        return self.realization
+
+    def describe(self):
+        s = self.schedule
+        lines = [f"plan {self.model_name}: {s.status}, step {s.step_time_s * 1e3:.2f} ms (budget "
+                 f"{s.runtime_budget_s * 1e3:.2f} ms), activations peak {s.peak_bytes / 1e6:.3f} MB (budget "
+                 f"{s.budget_bytes / 1e6:.3f} MB, plain {s.plain_activation_peak_bytes / 1e6:.3f} MB), "
+                 f"energy {s.energy_j:.4g} J ({s.energy_source})"]
+        lines += ["  " + d.describe() for d in s.changed()]
+        if self.realization is not None:
+            r = self.realization
+            lines.append(f"as run: checkpointed {', '.join(map(str, r.segments)) or 'nothing'}; paged outputs of "
+                         f"{', '.join(r.paged_modules) or 'nothing'}; step {self.realized_step_time_s * 1e3:.2f} ms")
+            lines += ["  moved: " + n for n in r.notes]
+        return "\n".join(lines)
+
+    def apply(self, model, page_dir=None, report_steps=None):
+        """Makes `model` run under the plan (in place) and returns it; `remove(model)` undoes it."""
+        if id(model) in self._runtimes:
+            return model
+        if report_steps is not None:
+            self.report_steps = report_steps
+        self._runtimes[id(model)] = _Runtime(self, model, self.realize(model), page_dir)
+        return model
+
+    def remove(self, model):
+        runtime = self._runtimes.pop(id(model), None)
+        if runtime:
+            runtime.remove()
+
+    @contextlib.contextmanager
+    def applied(self, model, page_dir=None):
+        self.apply(model, page_dir)
+        try:
+            yield model
+        finally:
+            self.remove(model)
+
+    def verify(self, model, example_inputs, loss_fn=_default_loss):
+        """One step on `example_inputs` in two copies of `model`, plain and under the plan;
+        compares every parameter's gradient. `model` itself is left as it was."""
+        inputs = example_inputs if isinstance(example_inputs, tuple) else (example_inputs,)
+        was_applied = id(model) in self._runtimes
+        self.remove(model)  # its hooks and patched forwards do not copy
+        try:
+            plain_copy, planned_copy = copy.deepcopy(model).train(), copy.deepcopy(model).train()
+        finally:
+            if was_applied:
+                self.apply(model)
+        rng = torch.get_rng_state()
+        results = []
+        for planned, copied in ((False, plain_copy), (True, planned_copy)):
+            if planned:
+                self.apply(copied)
+            else:  # the same counting hooks with nothing changed, for the plain peak
+                plain = Plan(self.schedule)
+                plain.realization = None
+                plain._runtimes[id(copied)] = _Runtime(plain, copied, _keep_everything(), None)
+            torch.set_rng_state(rng)
+            loss_fn(copied(*inputs)).backward()
+            owner = self if planned else plain
+            report = owner.reports[-1]
+            owner.remove(copied)
+            results.append(({n: p.grad.clone() for n, p in copied.named_parameters() if p.grad is not None}, report))
+        (plain_grads, plain_report), (planned_grads, planned_report) = results
+        identical, worst = plain_grads.keys() == planned_grads.keys(), 0.0
+        for name, reference in plain_grads.items():
+            got = planned_grads.get(name)
+            if got is None:
+                identical, worst = False, float("inf")
+                continue
+            identical = identical and torch.equal(reference, got)
+            scale = reference.abs().max().item() or 1.0
+            worst = max(worst, (reference - got).abs().max().item() / scale)
+        return VerifyResult(identical=identical, max_relative_error=worst, saved_peak_bytes=planned_report.saved_peak_bytes,
+                            plain_saved_peak_bytes=plain_report.saved_peak_bytes, report=planned_report)
+
+
+def _keep_everything():
+    from edgecost.realize import Realization
+    return Realization(segments=[], paged_modules=[], actions={})
+
+
+__all__ = ["plan", "Plan", "StepReport", "VerifyResult", "Schedule", "PAGE", "RECOMPUTE"]

@@ -1,0 +1,79 @@
+#!/usr/bin/env python3
+"""Per model: the saved-tensor peak under the plan against the planned peak, the step time
+against the prediction for what runs, and whether gradients equal plain PyTorch's. A benchmark
+that prints figures, not a test. Measures this machine's costs unless --platform is given.
+
+    EDGECOST_BIN=build/cli/edgecost /usr/bin/python3 python/examples/benchmark.py [--platform a72]
+"""
+
+import argparse
+import os
+import sys
+import warnings
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+import torch
+import torchvision
+
+import edgecost.torch
+
+
+def models():
+    layer = torch.nn.TransformerEncoderLayer(d_model=32, nhead=4, dim_feedforward=64, dropout=0.0, batch_first=True)
+
+    class Encoder(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed, self.encoder, self.head = torch.nn.Linear(16, 32), torch.nn.TransformerEncoder(layer, 2), \
+                torch.nn.Linear(32, 4)
+
+        def forward(self, x):
+            return self.head(self.encoder(self.embed(x)).mean(dim=1))
+
+    yield "resnet18", torchvision.models.resnet18(num_classes=10), torch.randn(2, 3, 32, 32)
+    yield "mobilenet_v2", torchvision.models.mobilenet_v2(num_classes=10), torch.randn(2, 3, 32, 32)
+    yield "efficientnet_b0", torchvision.models.efficientnet_b0(num_classes=10), torch.randn(2, 3, 32, 32)
+    yield "transformer_encoder", Encoder(), torch.randn(2, 8, 16)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--platform")
+    parser.add_argument("--activation-budget", default="50%")
+    parser.add_argument("--runtime-budget", default="1.5x")
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--db")
+    args = parser.parse_args()
+    warnings.filterwarnings("ignore")
+    rows = []
+    for name, model, batch in models():
+        torch.manual_seed(0)
+        try:
+            plan = edgecost.torch.plan(model, batch, activation_budget=args.activation_budget,
+                                       runtime_budget=args.runtime_budget, platform=args.platform, db=args.db,
+                                       time_limit_s=20, progress=False)
+        except Exception as error:  # e.g. an export PyTorch cannot do in training mode
+            print(f"{name}: not planned: {str(error).splitlines()[0][:200]}")
+            continue
+        check = plan.verify(model, batch)
+        plan.apply(model)
+        for _ in range(args.steps):
+            model.zero_grad()
+            model(batch).sum().backward()
+        plan.remove(model)
+        steps = plan.reports[-args.steps + 1:] or plan.reports[-1:]  # the first step warms up
+        step_s = sorted(r.step_time_s for r in steps)[len(steps) // 2]
+        rows.append((name, check.saved_peak_bytes, check.plain_saved_peak_bytes, plan.predicted_peak_bytes,
+                     step_s, plan.realized_step_time_s, plan.predicted_step_time_s,
+                     "identical" if check.identical else f"{check.max_relative_error:.1g}",
+                     len(plan.realization.moved(plan.schedule))))
+    print(f"{'model':20} {'saved peak':>11} {'plain':>11} {'planned':>11} {'step':>9} {'predicted':>9} "
+          f"{'(plan)':>9} {'gradients':>10} {'moved':>5}")
+    for name, peak, plain, planned, step_s, realized_s, planned_s, grads, moved in rows:
+        print(f"{name:20} {peak / 1e3:9.0f}kB {plain / 1e3:9.0f}kB {planned / 1e3:9.0f}kB {step_s * 1e3:7.1f}ms "
+              f"{realized_s * 1e3:7.1f}ms {planned_s * 1e3:7.1f}ms {grads:>10} {moved:5}")
+
+
+if __name__ == "__main__":
+    main()
