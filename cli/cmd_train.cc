@@ -3,12 +3,13 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <atomic>
 #include <cmath>
 #include <csignal>
+#include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
 
 #include "base/units.h"
@@ -44,6 +45,15 @@ struct TrainFlags {
   double time_limit_s = 60;
   int steps = 10;
   double lr = 0.01;
+  // The optimizer and the learning-rate schedule, as torch.optim names them; unset: PyTorch's defaults.
+  std::string optimizer = "sgd";
+  double momentum = 0, dampening = 0;
+  bool nesterov = false;
+  std::optional<double> weight_decay, eps, lr_gamma;
+  std::string betas;  // "B1,B2"
+  std::string lr_schedule = "none";
+  uint32_t lr_step_size = 0, lr_t_max = 0, warmup_steps = 0;
+  double lr_min = 0;
   int threads = 0;
   uint32_t seed = 1;
   std::string data_file;
@@ -64,6 +74,33 @@ struct TrainFlags {
   std::string probes_config;
   bool accept_noisy = false;
 };
+
+// The optimizer and schedule flags as the request's messages; the service checks their values.
+Status SetTrainingRule(const TrainFlags& flags, v1::TrainOptimizer& optimizer, v1::LrSchedule& schedule) {
+  optimizer.set_kind(flags.optimizer);
+  optimizer.set_momentum(flags.momentum);
+  optimizer.set_dampening(flags.dampening);
+  optimizer.set_nesterov(flags.nesterov);
+  if (flags.weight_decay) optimizer.set_weight_decay(*flags.weight_decay);
+  if (flags.eps) optimizer.set_eps(*flags.eps);
+  if (!flags.betas.empty()) {
+    std::istringstream in(flags.betas);
+    double beta1 = 0, beta2 = 0;
+    char comma = 0;
+    if (!(in >> beta1 >> comma >> beta2) || comma != ',' || !in.eof()) {
+      return InvalidArgument("--betas takes two numbers B1,B2 (0.9,0.999), not '" + flags.betas + "'");
+    }
+    optimizer.set_beta1(beta1);
+    optimizer.set_beta2(beta2);
+  }
+  schedule.set_kind(flags.lr_schedule);
+  schedule.set_step_size(flags.lr_step_size);
+  if (flags.lr_gamma) schedule.set_gamma(*flags.lr_gamma);
+  schedule.set_t_max(flags.lr_t_max);
+  schedule.set_eta_min(flags.lr_min);
+  schedule.set_warmup_steps(flags.warmup_steps);
+  return Status::Ok();
+}
 
 // "0.485,0.456,0.406" as numbers; empty: none.
 Result<std::vector<float>> ParseFloatList(const std::string& text, const std::string& flag) {
@@ -146,8 +183,9 @@ void PrintRun(const service::TrainJobResult& result, bool accepted_noisy) {
                       " - RSS " + bytes(run.unbuilt_rss_bytes()) + " before the executor was built, error " +
                       Percent(static_cast<double>(added), static_cast<double>(run.predicted_process_bytes()))});
     table.AddRow({"  tensors", bytes(tensors), "",
-                  "parameters and gradients, layer state " + bytes(run.layer_state_bytes()) + ", arena " +
-                      bytes(run.arena_bytes()) + " (the schedule's layout of its activations)"});
+                  "parameters and gradients, optimizer state " + bytes(run.optimizer_state_bytes()) + ", layer state " +
+                      bytes(run.layer_state_bytes()) + ", arena " + bytes(run.arena_bytes()) +
+                      " (the schedule's layout of its activations)"});
     table.AddRow({"  kernels, allocator", run.runtime_bytes_from_run() ? bytes(run.predicted_runtime_bytes()) : "-",
                   bytes(run.runtime_bytes()),
                   "oneDNN's JIT code and library pages, the heap's overhead" +
@@ -216,6 +254,9 @@ int RunRemoteTrain(const TrainFlags& flags, const Context& ctx) {
   }
   request.set_steps(static_cast<uint32_t>(flags.steps));
   request.set_lr(flags.lr);
+  if (Status s = SetTrainingRule(flags, *request.mutable_optimizer(), *request.mutable_lr_schedule()); !s.ok()) {
+    return UsageError(s);
+  }
   request.set_threads(static_cast<uint32_t>(std::max(0, flags.threads)));
   request.set_verify(flags.verify);
   request.set_cost_source(flags.cost_source);
@@ -300,6 +341,7 @@ int RunTrain(const TrainFlags& flags, const Context& ctx) {
   options.cost_source = flags.cost_source;
   options.steps = flags.steps;
   options.lr = flags.lr;
+  if (Status s = SetTrainingRule(flags, options.optimizer, options.lr_schedule); !s.ok()) return UsageError(s);
   options.threads = flags.threads;
   options.seed = flags.seed;
   options.data_file = flags.data_file;
@@ -359,8 +401,9 @@ int RunTrain(const TrainFlags& flags, const Context& ctx) {
   } else {
     const v1::TrainRun& run = result->run;
     std::cout << "trained        " << run.model() << ", batch " << run.batch_size() << ", " << run.steps()
-              << " steps of SGD (lr " << run.lr() << ") on " << run.device() << ", " << profiler::ThreadsText(run.threads()) << ", "
-              << run.data() << "\n"
+              << " steps on " << run.device() << ", " << profiler::ThreadsText(run.threads()) << ", " << run.data()
+              << "\n"
+              << "optimizer      " << service::DescribeTraining(run) << "\n"
               << "schedule       " << run.strategy()
               << (run.schedule_id() ? " (#" + std::to_string(run.schedule_id()) + ")" : std::string())
               << (run.cost_source().empty() ? "" : ", predictions from " + run.cost_source() + " costs") << "\n";
@@ -533,7 +576,7 @@ int RunRunNodes(int64_t run_id, int worst, const Context& ctx) {
 void RegisterTrainCommand(CLI::App& app, Context& ctx) {
   auto flags = std::make_shared<TrainFlags>();
   CLI::App* cmd = app.add_subcommand(
-      "train", "Run real SGD training steps under a schedule and hold its predictions against measurements");
+      "train", "Run real training steps under a schedule and hold its predictions against measurements");
   cmd->add_option("--model", flags->model, "Zoo model or ONNX file")->required();
   cmd->add_option("--batch-size", flags->batch_size, "Batch size")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--trainable", flags->trainable, "Trained parameters: all, last:K or bias")->capture_default_str();
@@ -564,7 +607,39 @@ void RegisterTrainCommand(CLI::App& app, Context& ctx) {
   cmd->add_option("--epochs", flags->epochs, "With --data: passes over its training records, instead of --steps")
       ->check(CLI::PositiveNumber)
       ->excludes(steps);
-  cmd->add_option("--lr", flags->lr, "SGD learning rate (on the batch-mean loss)")->capture_default_str();
+  cmd->add_option("--lr", flags->lr,
+                  "Learning rate (of the batch-mean loss's gradient, as PyTorch's mean-reduced "
+                  "CrossEntropyLoss)")
+      ->capture_default_str();
+  cmd->add_option("--optimizer", flags->optimizer,
+                  "sgd, adam or adamw, as torch.optim.SGD, Adam and AdamW (PyTorch 1.13): the same update rules "
+                  "and defaults")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"sgd", "adam", "adamw"}));
+  cmd->add_option("--momentum", flags->momentum, "SGD: momentum factor (0: none; one state tensor per parameter)")
+      ->capture_default_str();
+  cmd->add_option("--dampening", flags->dampening, "SGD: dampening of the momentum")->capture_default_str();
+  cmd->add_flag("--nesterov", flags->nesterov, "SGD: Nesterov momentum (needs --momentum and --dampening 0)");
+  cmd->add_option("--weight-decay", flags->weight_decay,
+                  "Weight decay: SGD and Adam add it times the weight to the gradient (L2), AdamW shrinks the weight "
+                  "by lr times it (decoupled); default 0, AdamW 0.01");
+  cmd->add_option("--betas", flags->betas, "Adam(W): B1,B2, the moments' decay (default 0.9,0.999)");
+  cmd->add_option("--eps", flags->eps, "Adam(W): added to the second moment's root (default 1e-8)");
+  cmd->add_option("--lr-schedule", flags->lr_schedule,
+                  "The learning rate per step: none, step (StepLR: x --lr-gamma every --lr-step-size steps) or cosine "
+                  "(CosineAnnealingLR: down to --lr-min over --lr-t-max steps)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"none", "step", "cosine"}));
+  cmd->add_option("--lr-step-size", flags->lr_step_size, "--lr-schedule step: steps between decays");
+  cmd->add_option("--lr-gamma", flags->lr_gamma, "--lr-schedule step: the decay factor (default 0.1)");
+  cmd->add_option("--lr-t-max", flags->lr_t_max,
+                  "--lr-schedule cosine: steps of the half cosine (default: the "
+                  "steps after warm-up)");
+  cmd->add_option("--lr-min", flags->lr_min, "--lr-schedule cosine: the lowest learning rate (eta_min)")
+      ->capture_default_str();
+  cmd->add_option("--warmup-steps", flags->warmup_steps,
+                  "Linear warm-up before the schedule: step t < N uses lr x (t+1)/(N+1); the schedule then starts")
+      ->capture_default_str();
   cmd->add_option("--threads", flags->threads, "oneDNN threads (default: all cores)");
   cmd->add_option("--seed", flags->seed, "Seed of the parameters and the synthetic data")->capture_default_str();
   cmd->add_option("--data", flags->data_file,
@@ -618,6 +693,9 @@ void RegisterTrainCommand(CLI::App& app, Context& ctx) {
       "      --val-split 0.1 --epochs 3 --out tuned.onnx\n"
       "  edgecost train --model resnet18_cifar --batch-size 8 --data cifar-10-batches-bin/data_batch_1.bin --lr 0.05\n"
       "  edgecost train --model mobilenet_v2.onnx --batch-size 2 --steps 50 --lr 0.05   # from torch.onnx.export\n"
+      "  edgecost train --model mobilenet_v2.onnx --optimizer adamw --lr 1e-3 --lr-schedule cosine --warmup-steps 5\n"
+      "  edgecost train --model resnet18_cifar --optimizer sgd --momentum 0.9 --weight-decay 5e-4 --lr-schedule step "
+      "--lr-step-size 30\n"
       "  edgecost --remote unix:/run/edgecost/edgecost.sock train --model resnet18_cifar --schedule-id 3 --verify");
   cmd->callback([flags, &ctx] { ctx.exit_code = RunTrain(*flags, ctx); });
 

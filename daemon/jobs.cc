@@ -246,6 +246,11 @@ Status CheckTrainRequest(const v1::StartTrainRequest& request, const std::string
                              " B of memory, more than half of " + "this machine's; use a smaller batch");
   }
   if (!(request.lr() >= 0) || request.lr() > 1e6) return InvalidArgument("lr must be a positive number");
+  EC_RETURN_IF_ERROR(service::OptimizerOptionsOf(request.optimizer()).status());
+  EC_RETURN_IF_ERROR(service::LrScheduleOptionsOf(request.lr_schedule(),
+                                                  request.steps() > 0 ? static_cast<int>(request.steps()) : 10,
+                                                  request.lr() > 0 ? request.lr() : 0.01)
+                         .status());
   if (!(request.runtime_budget_multiple() == 0 || request.runtime_budget_multiple() >= 1) ||
       request.runtime_budget_multiple() > 1e6) {
     return InvalidArgument("runtime_budget_multiple must be at least 1");
@@ -455,8 +460,9 @@ void JobManager::RunTrain(Entry& entry) {
   if (request.ram_budget_bytes() > 0 || request.device_ram_bytes() > 0) {
     options.solve.set_ram_budget_bytes(request.ram_budget_bytes());
     options.solve.set_device_ram_bytes(request.device_ram_bytes());
-    options.solve.set_runtime_budget_multiple(request.runtime_budget_multiple() > 0 ? request.runtime_budget_multiple()
-                                                                                    : solver::kDefaultRuntimeBudgetMultiple);
+    options.solve.set_runtime_budget_multiple(request.runtime_budget_multiple() > 0
+                                                  ? request.runtime_budget_multiple()
+                                                  : solver::kDefaultRuntimeBudgetMultiple);
     options.solve.set_strategy(request.strategy());
     options.solve.set_count_paging_time(true);  // as `edgecost train`: overlap does not hide paging
   }
@@ -464,6 +470,8 @@ void JobManager::RunTrain(Entry& entry) {
   if (!request.init().empty()) options.init = request.init();
   options.steps = request.steps() > 0 ? static_cast<int>(request.steps()) : 10;
   options.lr = request.lr() > 0 ? request.lr() : 0.01;
+  options.optimizer = request.optimizer();
+  options.lr_schedule = request.lr_schedule();
   options.threads = static_cast<int>(request.threads());
   options.verify = request.verify();
   options.accept_noisy = request.accept_noisy();

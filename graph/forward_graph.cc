@@ -363,10 +363,14 @@ int ForwardGraph::LinearRelu(int x, int64_t in_features, int64_t out_features) {
   return index;
 }
 
-int ForwardGraph::Dropout(int x) {
+int ForwardGraph::Dropout(int x, double ratio) {
   const Shape in = shape(x);
-  return Append(
-      {.kind = OpKind::kDropout, .inputs = {x}, .output_shape = in, .flops = static_cast<double>(NumElements(in))});
+  Layer layer{
+      .kind = OpKind::kDropout, .inputs = {x}, .output_shape = in, .flops = static_cast<double>(NumElements(in))};
+  // The default's signature stays what it was, so that existing cost tables keep matching.
+  if (std::fabs(ratio - kDefaultDropoutRatio) > 1e-12)
+    layer.attributes[kDropoutRatioAttribute] = std::llround(ratio * 1e6);
+  return Append(std::move(layer));
 }
 
 int ForwardGraph::Add(int a, int b) {

@@ -80,6 +80,9 @@ std::string_view PoetClassName(OpKind kind);
 
 // Batch and layer normalization's epsilon unless a model says otherwise (PyTorch's default).
 inline constexpr double kDefaultNormEpsilon = 1e-5;
+// Dropout's ratio unless a model says otherwise (the zoo's), and the attribute that says it, in millionths.
+inline constexpr double kDefaultDropoutRatio = 0.1;
+inline constexpr char kDropoutRatioAttribute[] = "ratio_ppm";
 
 struct Layer {
   OpKind kind = OpKind::kInput;
@@ -127,7 +130,7 @@ class ForwardGraph {
   // parity with POET needs; an imported model's layers count every row with LinearNd.
   int Linear(int x, int64_t in_features, int64_t out_features);
   int LinearRelu(int x, int64_t in_features, int64_t out_features);
-  int Dropout(int x);
+  int Dropout(int x, double ratio = kDefaultDropoutRatio);  // ratio in [0, 1)
   int Add(int a, int b);
   int QkvProjection(int x, int64_t seq_len, int64_t hidden, int64_t head_dim, int64_t heads);
   int AttentionScores(int qkv, int64_t seq_len, int64_t head_dim, int64_t heads);

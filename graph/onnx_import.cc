@@ -880,13 +880,23 @@ class Importer {
     } else if (op == "Dropout") {
       if (!x0) return NodeError(node, index, "expects an activation");
       const std::optional<double> training = ScalarInput(node, 2);
-      const std::optional<double> ratio = ScalarInput(node, 1);
+      // The ratio is an input from opset 12 (an attribute before), 0.5 when not given.
+      std::optional<double> ratio = 0.5;
+      if (opset_ >= 12 && node.input_size() > 1 && !node.input(1).empty()) {
+        ratio = ScalarInput(node, 1);
+      } else if (opset_ < 12) {
+        ratio = attrs.Float("ratio", 0.5f);
+      }
       // Dropout is the identity unless training mode is on (opset 12+), or before opset 12, and
       // always with a ratio of 0 (nn.Dropout(0.0)).
       if ((opset_ >= 12 && (!training || *training == 0)) || (ratio && *ratio == 0)) {
         SetOutput(node, 0, *x0);
+      } else if (!ratio) {
+        return Unsupported(node, index, "the ratio must be a constant");
+      } else if (!(*ratio > 0 && *ratio < 1)) {
+        return NodeError(node, index, "the ratio must be in [0, 1), not " + std::to_string(*ratio));
       } else {
-        set(graph_.Dropout(Act(x0)));
+        set(graph_.Dropout(Act(x0), *ratio));
       }
     } else if (op == "Conv") {
       if (!x0 || !in[1] || in[1]->kind != Value::Kind::kParameter) {

@@ -279,20 +279,46 @@ class Flatten : public StepLayer {
   }
 };
 
-// Inverted dropout with p = 0.1: Y = X * mask, mask in {0, 1/(1-p)}.
+// Inverted dropout: Y = X * mask, mask in {0, 1/(1-p)}, p the attribute ratio_ppm in millionths
+// (0.1 without it). The mask is drawn for each training step from (seed, step): the layer's seed
+// is the run's seed plus its node, so masks differ between nodes, steps and seeds, and every pass
+// of one step (a recomputed forward, the backward) multiplies by the same mask.
 class Dropout : public StepLayer {
  public:
-  Dropout(Backend& b, const LayerSpec& spec, uint32_t seed) : StepLayer(b, seed) {
+  Dropout(Backend& b, const LayerSpec& spec, uint32_t seed)
+      : StepLayer(b, seed), seed_(seed), ratio_(DropoutRatio(spec)), mask_(Own(spec.output_shape)) {
     InitInputs(spec.input_shapes);
     InitOutput(spec.output_shape);
-    Tensor& mask = Own(output_.dims);
-    std::bernoulli_distribution keep(0.9);
-    for (float& m : mask.data) m = keep(rng_) ? 1.0f / 0.9f : 0.0f;
-    AddBinary(forward_, algorithm::binary_mul, Mem(inputs_[0]), Mem(mask), Mem(output_));
-    AddBinary(backward_input_, algorithm::binary_mul, Mem(grad_output_), Mem(mask), Mem(grad_inputs_[0]));
+    DrawMask(0);
+    AddBinary(forward_, algorithm::binary_mul, Mem(inputs_[0]), Mem(mask_), Mem(output_));
+    AddBinary(backward_input_, algorithm::binary_mul, Mem(grad_output_), Mem(mask_), Mem(grad_inputs_[0]));
     const memory::desc flat = Plain({output_.size()});
     AddReorder(inference_, Mem(inputs_[0], flat), Mem(output_, flat));  // no dropout in inference
   }
+
+  void SetTrainingStep(uint64_t step) override {
+    if (step != drawn_for_step_) DrawMask(step);
+  }
+
+ private:
+  static double DropoutRatio(const LayerSpec& spec) {
+    auto it = spec.attributes.find(graph::kDropoutRatioAttribute);
+    return it == spec.attributes.end() ? graph::kDefaultDropoutRatio : static_cast<double>(it->second) * 1e-6;
+  }
+
+  void DrawMask(uint64_t step) {
+    std::seed_seq seq{seed_, static_cast<uint32_t>(step), static_cast<uint32_t>(step >> 32)};
+    std::mt19937 rng(seq);
+    std::bernoulli_distribution keep(1.0 - ratio_);
+    const auto kept = static_cast<float>(1.0 / (1.0 - ratio_));
+    for (float& m : mask_.data) m = keep(rng) ? kept : 0.0f;
+    drawn_for_step_ = step;
+  }
+
+  uint32_t seed_;
+  double ratio_;
+  Tensor& mask_;
+  uint64_t drawn_for_step_ = 0;
 };
 
 // Residual add. POET's ResNet-50 adds a smaller tensor into a larger one (zero padding):

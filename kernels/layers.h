@@ -87,6 +87,9 @@ class Layer {
   // (the executor's activations live in its arena, and a layer's own copies would
   // double the process's memory until the first step).
   virtual void Release(Tensor& t) = 0;
+  // The training step the next passes belong to: a layer with randomness (dropout) draws it anew
+  // for each step, and keeps it for every pass of the same step (recomputations included).
+  virtual void SetTrainingStep(uint64_t step) { (void)step; }
   // Class labels of a loss layer, one per row of its logits; other layers refuse.
   virtual Status SetLabels(const std::vector<int32_t>& labels);
 

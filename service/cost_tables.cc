@@ -284,7 +284,8 @@ Result<v1::ListDevicesResponse> ListDevices(costdb::CostDb& db) {
     *response.add_devices() = it != stored_presets.end() ? std::move(it->second) : PresetDevice(name);
     stored_presets.erase(name);
   }
-  for (auto& [name, device] : stored_presets) *response.add_devices() = std::move(device);  // presets no longer built in
+  for (auto& [name, device] : stored_presets)
+    *response.add_devices() = std::move(device);  // presets no longer built in
   return response;
 }
 
@@ -328,7 +329,8 @@ Result<SolvedRequest> SolveRequest(costdb::CostDb* db, const v1::ScheduleRequest
   }
   // The stored request names the table's thread count, so that it is solved again on that one.
   if (solved.table.threads() > 0) solved_request.set_compute_threads(solved.table.threads());
-  v1::StepMemory memory = StepMemoryOf(solved.table.graph(), /*build_large=*/request.device_ram_bytes() > 0);
+  v1::StepMemory memory = StepMemoryOf(solved.table.graph(), /*build_large=*/request.device_ram_bytes() > 0,
+                                       static_cast<int>(request.optimizer_state_tensors()));
   if (db && memory.executor_known() && solved.table.cost_source() != graph::kPoetFlopsSource) {  // a device's runs
     AddRuntimeBytes(*db, solved.table.graph().model(), solved.table.device(), solved.table.graph().batch_size(),
                     solved.table.threads(), memory);
@@ -422,8 +424,7 @@ std::string SchedulesCsv(const v1::ListSchedulesResponse& listed) {
         << (r.has_runtime_budget_multiple() ? CsvNumber(r.runtime_budget_multiple()) : "") << ','
         << (r.has_runtime_budget_s() ? CsvNumber(r.runtime_budget_s()) : "") << ',' << (r.count_paging_time() ? 1 : 0)
         << ',' << CsvField(std::string(ScheduleStatusText(s.status()))) << ',' << (has ? CsvNumber(s.energy_j()) : "")
-        << ',' << (s.energy_source() == v1::ENERGY_SOURCE_ESTIMATED ? 1 : 0) << ',' << (s.superseded() ? 1 : 0)
-        << '\n';
+        << ',' << (s.energy_source() == v1::ENERGY_SOURCE_ESTIMATED ? 1 : 0) << ',' << (s.superseded() ? 1 : 0) << '\n';
   }
   return out.str();
 }

@@ -1,5 +1,6 @@
 #include "service/step_memory.h"
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -20,25 +21,48 @@ std::string Bytes(uint64_t bytes) {
 }
 
 // Solves, --compare and the daemon ask again for the same graph: its layers are built once.
+// With each graph's memory (without optimizer state), the bytes of its trained parameters.
+struct BuiltGraph {
+  v1::StepMemory memory;
+  uint64_t trained_param_bytes = 0;
+};
 std::mutex built_mutex;
-std::map<std::string, v1::StepMemory> built;
+std::map<std::string, BuiltGraph> built;
+
+// The step's memory without optimizer state, and the bytes of the parameters that train.
+BuiltGraph StepMemoryWithoutOptimizer(const v1::TrainingGraph& graph, bool build_large);
 
 }  // namespace
 
 bool LayersBuiltBefore(const v1::TrainingGraph& graph) {
   std::lock_guard lock(built_mutex);
   auto it = built.find(graph::GraphHash(graph));
-  return it != built.end() && it->second.executor_known();
+  return it != built.end() && it->second.memory.executor_known();
 }
 
-v1::StepMemory StepMemoryOf(const v1::TrainingGraph& graph, bool build_large) {
+v1::StepMemory StepMemoryOf(const v1::TrainingGraph& graph, bool build_large, int optimizer_state_tensors) {
+  BuiltGraph base = StepMemoryWithoutOptimizer(graph, build_large);
+  v1::StepMemory& memory = base.memory;
+  memory.set_optimizer_bytes(static_cast<uint64_t>(std::max(0, optimizer_state_tensors)) * base.trained_param_bytes);
+  memory.set_fixed_bytes(memory.fixed_bytes() + memory.optimizer_bytes());
+  if (optimizer_state_tensors > 0 && !memory.executor_known()) {
+    memory.set_note(memory.note() + "; optimizer state counted for every parameter (which ones train is unknown)");
+  }
+  return memory;
+}
+
+namespace {
+
+BuiltGraph StepMemoryWithoutOptimizer(const v1::TrainingGraph& graph, bool build_large) {
   std::mutex& mutex = built_mutex;
   const std::string key = graph::GraphHash(graph);
   {
     std::lock_guard lock(mutex);
     if (auto it = built.find(key); it != built.end()) return it->second;
   }
-  v1::StepMemory memory;
+  BuiltGraph result;
+  result.trained_param_bytes = graph.param_bytes();  // all of them, unless the executor says otherwise
+  v1::StepMemory& memory = result.memory;
   memory.set_param_bytes(graph.param_bytes());
   memory.set_activation_total_bytes(graph::ActivationBytes(graph));
   // The node bytes and distinct inputs as the executor sees them, for the plain step's walk.
@@ -73,18 +97,19 @@ v1::StepMemory StepMemoryOf(const v1::TrainingGraph& graph, bool build_large) {
     memory.set_gradient_bytes((*executor)->grad_param_bytes());
     memory.set_workspace_bytes((*executor)->layer_state_bytes());
     memory.set_scratchpad_bytes((*executor)->scratchpad_bytes());
+    result.trained_param_bytes = (*executor)->trained_param_bytes();
   } else {
     memory.set_note("gradients and workspace unknown: " + executor.status().message());
   }
-  memory.set_optimizer_bytes(0);  // `train` runs SGD without momentum: no state per parameter
-  memory.set_fixed_bytes(memory.param_bytes() + memory.gradient_bytes() + memory.optimizer_bytes() +
-                         memory.workspace_bytes());
-  if (!memory.executor_known() && graph.derivation() == "exact" && !build_large) return memory;  // not built yet
+  memory.set_fixed_bytes(memory.param_bytes() + memory.gradient_bytes() + memory.workspace_bytes());
+  if (!memory.executor_known() && graph.derivation() == "exact" && !build_large) return result;  // not built yet
   std::lock_guard lock(mutex);
   if (built.size() >= 64) built.clear();  // a bound, not an LRU: graphs are few
-  built[key] = memory;
-  return memory;
+  built[key] = result;
+  return result;
 }
+
+}  // namespace
 
 std::optional<v1::TrainRun> LatestRuntimeRun(costdb::CostDb& db, const std::string& model, const std::string& device,
                                              uint32_t batch_size, uint32_t threads, bool warm) {

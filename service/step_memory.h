@@ -23,8 +23,9 @@ inline constexpr uint64_t kMaxLayersBuiltUnasked = uint64_t{32} << 20;
 
 // A graph the executor cannot build (POET's derivation, a graph file without
 // op kinds), or a large one not asked for, keeps its parameters and activations
-// and says what is unknown. Figures are kept per graph for the process.
-v1::StepMemory StepMemoryOf(const v1::TrainingGraph& graph, bool build_large = false);
+// and says what is unknown. Figures are kept per graph for the process. The optimizer keeps
+// `optimizer_state_tensors` tensors per trained parameter (train::OptimizerStateTensors).
+v1::StepMemory StepMemoryOf(const v1::TrainingGraph& graph, bool build_large = false, int optimizer_state_tensors = 0);
 
 // Whether this process built `graph`'s layers before (StepMemoryOf): their kernels' code is then
 // resident already, and a training step adds less to the process than in a fresh one.

@@ -264,6 +264,91 @@ double InStepOverheadS(double step_s, double paging_wait_s, const std::vector<v1
   return executions > 0 ? (step_s - paging_wait_s - nodes_s) / static_cast<double>(executions) : 0.0;
 }
 
+Result<train::OptimizerOptions> OptimizerOptionsOf(const v1::TrainOptimizer& optimizer) {
+  train::OptimizerOptions options;
+  EC_ASSIGN_OR_RETURN(options.kind, train::ParseOptimizerKind(optimizer.kind().empty() ? "sgd" : optimizer.kind()));
+  options.momentum = optimizer.momentum();
+  options.dampening = optimizer.dampening();
+  options.nesterov = optimizer.nesterov();
+  if (optimizer.has_weight_decay()) {
+    if (!(optimizer.weight_decay() >= 0)) return InvalidArgument("--weight-decay must be a number at least 0");
+    options.weight_decay = optimizer.weight_decay();
+  }
+  if (optimizer.has_beta1()) options.beta1 = optimizer.beta1();
+  if (optimizer.has_beta2()) options.beta2 = optimizer.beta2();
+  if (optimizer.has_eps()) options.eps = optimizer.eps();
+  EC_RETURN_IF_ERROR(train::ValidateOptimizer(options));
+  return options;
+}
+
+v1::TrainOptimizer ToProto(const train::OptimizerOptions& options) {
+  v1::TrainOptimizer proto;
+  proto.set_kind(train::OptimizerKindName(options.kind));
+  proto.set_weight_decay(train::WeightDecayOf(options));
+  if (options.kind == train::OptimizerKind::kSgd) {
+    proto.set_momentum(options.momentum);
+    proto.set_dampening(options.dampening);
+    proto.set_nesterov(options.nesterov);
+  } else {
+    proto.set_beta1(options.beta1);
+    proto.set_beta2(options.beta2);
+    proto.set_eps(options.eps);
+  }
+  return proto;
+}
+
+Result<train::LrScheduleOptions> LrScheduleOptionsOf(const v1::LrSchedule& schedule, int steps, double lr) {
+  train::LrScheduleOptions options;
+  EC_ASSIGN_OR_RETURN(options.kind, train::ParseLrScheduleKind(schedule.kind().empty() ? "none" : schedule.kind()));
+  const bool step = options.kind == train::LrScheduleKind::kStep;
+  const bool cosine = options.kind == train::LrScheduleKind::kCosine;
+  if ((schedule.step_size() > 0 || schedule.has_gamma()) && !step) {
+    return InvalidArgument("--lr-step-size and --lr-gamma belong to --lr-schedule step");
+  }
+  if ((schedule.t_max() > 0 || schedule.eta_min() != 0) && !cosine) {
+    return InvalidArgument("--lr-t-max and --lr-min belong to --lr-schedule cosine");
+  }
+  options.step_size = schedule.step_size();
+  if (schedule.has_gamma()) options.gamma = schedule.gamma();
+  options.warmup_steps = schedule.warmup_steps();
+  options.t_max = schedule.t_max() > 0 ? static_cast<int64_t>(schedule.t_max()) : steps - options.warmup_steps;
+  options.eta_min = schedule.eta_min();
+  if (cosine && schedule.t_max() == 0 && options.t_max < 1) {
+    return InvalidArgument("--warmup-steps " + std::to_string(options.warmup_steps) + " leaves no step of the " +
+                           std::to_string(steps) + " for the cosine; give --lr-t-max or more --steps");
+  }
+  EC_RETURN_IF_ERROR(train::ValidateLrSchedule(options, lr));
+  return options;
+}
+
+v1::LrSchedule ToProto(const train::LrScheduleOptions& options) {
+  v1::LrSchedule proto;
+  proto.set_kind(train::LrScheduleKindName(options.kind));
+  proto.set_warmup_steps(static_cast<uint32_t>(options.warmup_steps));
+  if (options.kind == train::LrScheduleKind::kStep) {
+    proto.set_step_size(static_cast<uint32_t>(options.step_size));
+    proto.set_gamma(options.gamma);
+  } else if (options.kind == train::LrScheduleKind::kCosine) {
+    proto.set_t_max(static_cast<uint32_t>(options.t_max));
+    proto.set_eta_min(options.eta_min);
+  }
+  return proto;
+}
+
+std::string DescribeTraining(const v1::TrainRun& run) {
+  Result<train::OptimizerOptions> optimizer = OptimizerOptionsOf(run.optimizer());
+  std::ostringstream text;
+  text << (optimizer.ok() ? train::DescribeOptimizer(*optimizer) : run.optimizer().kind()) << ", lr " << run.lr();
+  const v1::LrSchedule& schedule = run.lr_schedule();
+  if (schedule.kind() == "step") {
+    text << " x " << schedule.gamma() << " every " << schedule.step_size() << " steps";
+  } else if (schedule.kind() == "cosine") {
+    text << " cosine to " << schedule.eta_min() << " over " << schedule.t_max() << " steps";
+  }
+  if (schedule.warmup_steps() > 0) text << " after " << schedule.warmup_steps() << " linear warm-up steps";
+  return text.str();
+}
+
 Status EvaluateHeldOut(const train::DataSource& data, train::Executor& executor, v1::EpochStats& epoch) {
   train::EvalStats total;
   for (int64_t b = 0; b < data.held_out_batches(); ++b) {
@@ -310,6 +395,9 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
                                    const std::function<void(const std::string&)>& log) {
   if (options.steps < 1) return InvalidArgument("--steps must be at least 1");
   if (!(options.lr > 0) || !std::isfinite(options.lr)) return InvalidArgument("--lr must be a positive number");
+  EC_ASSIGN_OR_RETURN(const train::OptimizerOptions optimizer, OptimizerOptionsOf(options.optimizer));
+  // Checked now, before anything is built; again once --epochs give the steps (cosine's t_max).
+  EC_RETURN_IF_ERROR(LrScheduleOptionsOf(options.lr_schedule, options.steps, options.lr).status());
   const int sources =
       !options.schedule_file.empty() + (options.schedule_id != 0) +
       (options.solve.ram_budget_bytes() > 0 || options.solve.device_ram_bytes() > 0);
@@ -366,6 +454,7 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
   } else if (options.solve.ram_budget_bytes() > 0 || options.solve.device_ram_bytes() > 0) {
     v1::ScheduleRequest request = options.solve;
     request.set_model(spec.model_or_file);
+    request.set_optimizer_state_tensors(static_cast<uint32_t>(train::OptimizerStateTensors(optimizer)));
     if (request.device().empty()) request.set_device("this");
     if (request.cost_source().empty() || request.cost_source() == kAutoCostSource) {
       request.set_cost_source(cost_source);
@@ -398,10 +487,10 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
         hint = "; the smallest activation budget with a schedule is about " +
                FormatBytes(static_cast<double>(solved.schedule.min_feasible_ram_bytes()));
       }
-      return FailedPrecondition(
-          (solved.schedule.status() == v1::Schedule::STATUS_INFEASIBLE ? "no schedule meets the budgets: "
-                                                                        : "no schedule found for the budgets: ") +
-          solved.schedule.message() + hint);
+      return FailedPrecondition((solved.schedule.status() == v1::Schedule::STATUS_INFEASIBLE
+                                     ? "no schedule meets the budgets: "
+                                     : "no schedule found for the budgets: ") +
+                                solved.schedule.message() + hint);
     }
     schedule = solved.schedule;
     schedule_id = static_cast<uint64_t>(solved.schedule_id);
@@ -452,6 +541,7 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
   const int64_t unbuilt_rss = ProcStatusBytes("VmRSS");
   EC_ASSIGN_OR_RETURN(std::unique_ptr<train::Executor> executor, train::Executor::Create(graph, executor_options));
   if (onnx && options.init == "file") EC_RETURN_IF_ERROR(LoadOnnxWeights(*onnx, *executor, result.notes));
+  EC_RETURN_IF_ERROR(executor->SetOptimizer(optimizer));
   train::DataSource data = train::DataSource::Synthetic(executor->input_elements(), executor->label_rows(),
                                                         executor->classes(), options.seed, executor->input_id_limit());
   if (!options.data_file.empty()) {
@@ -481,6 +571,8 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
   const int64_t total_steps = options.epochs > 0 ? options.epochs * data.batches_per_epoch() : options.steps;
   if (total_steps > 10'000'000) return InvalidArgument("more than 10 million steps: lower --epochs");
   const int steps = static_cast<int>(total_steps);
+  EC_ASSIGN_OR_RETURN(const train::LrScheduleOptions lr_schedule,
+                      LrScheduleOptionsOf(options.lr_schedule, steps, options.lr));
   const solver::Plan* plan = checked ? &checked->plan : nullptr;
 
   v1::TrainRun& run = result.run;
@@ -499,6 +591,9 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
     run.set_held_out_records(static_cast<uint64_t>(data.held_out_records()));
   }
   run.set_layer_state_bytes(executor->layer_state_bytes());
+  *run.mutable_optimizer() = ToProto(optimizer);
+  *run.mutable_lr_schedule() = ToProto(lr_schedule);
+  run.set_optimizer_state_bytes(executor->optimizer_state_bytes());
   run.set_kernels_warm(kernels_warm);
   if (table) run.set_cost_source(table->cost_source());
   // A schedule's own table (a file, a stored schedule, a solve with compute_threads given) may
@@ -555,15 +650,15 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
   run.set_energy_source(meter->Source());
   run.set_energy_probe(meter->Name());
 
-  // The step memory model's whole step: what the executor holds outside the arena (SGD keeps no
-  // optimizer state), the arena's region under the schedule's layout, and what kernels and the
-  // allocator added in the latest earlier run like this one (measured, not modelled).
-  const uint64_t tensor_bytes =
-      executor->param_bytes() + executor->grad_param_bytes() + executor->layer_state_bytes() +
+  // The step memory model's whole step: what the executor holds outside the arena (parameters,
+  // gradients, optimizer state, layer state), the arena's region under the schedule's layout, and
+  // what kernels and the allocator added in the latest earlier run like this one (measured, not modelled).
+  const uint64_t outside_arena_bytes = executor->param_bytes() + executor->grad_param_bytes() +
+                                       executor->optimizer_state_bytes() + executor->layer_state_bytes();
+  run.set_arena_bytes(
       train::LayOut(executor->node_bytes(), executor->preds(), plan ? *plan : train::PlainPlan(executor->preds()))
-          .region_bytes;
-  run.set_arena_bytes(tensor_bytes - executor->param_bytes() - executor->grad_param_bytes() -
-                      executor->layer_state_bytes());
+          .region_bytes);
+  const uint64_t tensor_bytes = outside_arena_bytes + run.arena_bytes();
   if (std::optional<v1::TrainRun> earlier = LatestRuntimeRun(db, graph.model(), run.device(), run.batch_size(),
                                                              run.threads(), kernels_warm)) {
     run.set_predicted_runtime_bytes(earlier->runtime_bytes());
@@ -609,7 +704,7 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
     EC_RETURN_IF_ERROR(executor->SetBatch(batch));
     EC_ASSIGN_OR_RETURN(train::StepStats stats, executor->Step(plan));
     const double update_start = NowS();
-    executor->Update(options.lr);
+    executor->Update(train::LearningRateAt(lr_schedule, options.lr, s));
     const double update_s = NowS() - update_start;
     EC_RETURN_IF_ERROR(watch->WaitSinceLastS().status());  // brings the window's wait up to now
     const double window_s = NowS() - window_start_s;

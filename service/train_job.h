@@ -25,6 +25,7 @@
 #include "solver/problem.h"
 #include "solver/simulator.h"
 #include "train/data.h"
+#include "train/optimizer.h"
 
 namespace edgecost::service {
 
@@ -43,7 +44,9 @@ struct TrainJobOptions {
   std::string cost_source = "auto";
   int steps = 10;
   double lr = 0.01;
-  int threads = 0;  // 0: all cores
+  v1::TrainOptimizer optimizer;  // unset: SGD without momentum
+  v1::LrSchedule lr_schedule;    // unset: lr at every step
+  int threads = 0;               // 0: all cores
   uint32_t seed = 1;
   // Steps run epochs x batches per epoch of the data instead of `steps` when epochs > 0 (needs data_file).
   int epochs = 0;
@@ -82,14 +85,23 @@ struct TrainProgress {
 
 struct TrainJobResult {
   v1::TrainRun run;
-  int64_t run_id = 0;              // 0 when not stored
-  int64_t in_step_table_id = 0;    // the measured-in-step cost table, when stored
-  std::string trace_json;          // Chrome Trace Event JSON, with `trace`
-  std::vector<std::string> notes;  // what could not be predicted or measured, and why
-  double median_cpu_s = 0;         // the compute thread's CPU time per step, over the steps after the first
+  int64_t run_id = 0;                     // 0 when not stored
+  int64_t in_step_table_id = 0;           // the measured-in-step cost table, when stored
+  std::string trace_json;                 // Chrome Trace Event JSON, with `trace`
+  std::vector<std::string> notes;         // what could not be predicted or measured, and why
+  double median_cpu_s = 0;                // the compute thread's CPU time per step, over the steps after the first
   std::string written_onnx, written_npz;  // the trained model's files, with out_onnx
 };
 
+// The optimizer a request names, checked, with PyTorch's defaults for what it leaves unset.
+Result<train::OptimizerOptions> OptimizerOptionsOf(const v1::TrainOptimizer& optimizer);
+v1::TrainOptimizer ToProto(const train::OptimizerOptions& options);  // every default resolved
+// The learning-rate schedule a request names, checked against a run of `steps` steps at `lr`;
+// cosine's t_max defaults to the steps after warm-up.
+Result<train::LrScheduleOptions> LrScheduleOptionsOf(const v1::LrSchedule& schedule, int steps, double lr);
+v1::LrSchedule ToProto(const train::LrScheduleOptions& options);
+// "sgd, momentum 0.9 ..., lr 0.01 cosine to 0 over 90 steps after 10 warm-up steps", for logs and `train`.
+std::string DescribeTraining(const v1::TrainRun& run);
 // The held-out part's mean loss and accuracy after an epoch, in inference mode, into `epoch`.
 Status EvaluateHeldOut(const train::DataSource& data, train::Executor& executor, v1::EpochStats& epoch);
 // The line `train` prints after an epoch.
@@ -103,8 +115,8 @@ std::string NpzPathFor(const std::string& onnx_path);
 // limits.min_wait_s), the hypervisor stole more than limits.max_steal_fraction,
 // or (a team of several threads, over a window of at least min_shared_window_s:
 // /proc/stat counts 10 ms ticks) other tasks used limits.shared_cpu_cores.
-profiler::Verdict JudgeStep(const v1::Interference& interference, double runtime_s, double window_s,
-                            bool single_thread, const profiler::InterferenceLimits& limits = {});
+profiler::Verdict JudgeStep(const v1::Interference& interference, double runtime_s, double window_s, bool single_thread,
+                            const profiler::InterferenceLimits& limits = {});
 inline constexpr double kMinSharedWindowS = 0.1;
 
 // Which steps the run's median is over: of the `disturbed` flags of the steps

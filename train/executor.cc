@@ -171,6 +171,8 @@ struct Executor::State {
   int64_t input_id_limit = 0;
   double origin_s = 0;
   double loss = 0;
+  std::unique_ptr<Optimizer> optimizer;
+  int64_t updates = 0;  // training steps completed: the step number dropout masks are drawn for
   // Per node: whether this step has folded its batch statistics into the running ones yet.
   std::vector<bool> stats_updated;
 };
@@ -496,6 +498,7 @@ Result<std::unique_ptr<Executor>> Executor::Create(const v1::TrainingGraph& grap
   e->scratchpad_bytes_ = s.backend.scratchpad_bytes();
   e->layer_state_bytes_ += e->scratchpad_bytes_;
   s.trained.assign(trained.begin(), trained.end());
+  EC_RETURN_IF_ERROR(e->SetOptimizer({}));
   s.arena = std::make_unique<Arena>(n);
   s.plain = PlainPlan(e->preds_);
   s.origin_s = NowS();
@@ -657,6 +660,9 @@ Result<StepStats> Executor::Step(const solver::Plan* plan_or_null) {
   stats.node_s.assign(static_cast<size_t>(n), 0.0);
   stats.node_runs.assign(static_cast<size_t>(n), 0);
   s.loss = 0;
+  for (const std::unique_ptr<kernels::Layer>& layer : s.layers) {
+    if (layer) layer->SetTrainingStep(static_cast<uint64_t>(s.updates));
+  }
   s.stats_updated.assign(static_cast<size_t>(n), false);
   const double start = NowS();
   const double cpu_start = ThreadCpuS();
@@ -733,16 +739,41 @@ Result<StepStats> Executor::Step(const solver::Plan* plan_or_null) {
   return stats;
 }
 
+Status Executor::SetOptimizer(const OptimizerOptions& options) {
+  EC_RETURN_IF_ERROR(ValidateOptimizer(options));
+  State& s = *state_;
+  std::vector<size_t> elements;
+  for (const auto& [node, index] : s.trained) {
+    elements.push_back(s.layers[static_cast<size_t>(node)]->params()[static_cast<size_t>(index)]->data.size());
+  }
+  s.optimizer = std::make_unique<Optimizer>(options, elements);
+  return Status::Ok();
+}
+
 void Executor::Update(double lr) {
   State& s = *state_;
-  const float step = static_cast<float>(lr / static_cast<double>(std::max<int64_t>(1, s.label_rows)));
+  std::vector<ParamSlot> slots;
+  slots.reserve(s.trained.size());
   for (const auto& [node, index] : s.trained) {
     kernels::Layer& layer = *s.layers[static_cast<size_t>(node)];
-    std::vector<float>& p = layer.params()[static_cast<size_t>(index)]->data;
-    const std::vector<float>& g = layer.grad_params()[static_cast<size_t>(index)]->data;
-    for (size_t i = 0; i < p.size(); ++i) p[i] -= step * g[i];
+    slots.push_back(
+        {layer.params()[static_cast<size_t>(index)]->data, layer.grad_params()[static_cast<size_t>(index)]->data});
   }
+  s.optimizer->Step(slots, static_cast<float>(1.0 / static_cast<double>(std::max<int64_t>(1, s.label_rows))), lr);
+  ++s.updates;
 }
+
+int64_t Executor::updates() const { return state_->updates; }
+
+uint64_t Executor::trained_param_bytes() const {
+  uint64_t bytes = 0;
+  for (const auto& [node, index] : state_->trained) {
+    bytes += state_->layers[static_cast<size_t>(node)]->params()[static_cast<size_t>(index)]->bytes();
+  }
+  return bytes;
+}
+
+uint64_t Executor::optimizer_state_bytes() const { return state_->optimizer->state_bytes(); }
 
 std::vector<float>* Executor::Parameter(int node, int index) {
   const auto& trained = state_->trained;

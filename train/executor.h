@@ -1,6 +1,6 @@
 // The executor: real training steps on the oneDNN layers of kernels/, stage by
 // stage as a schedule says (compute, keep, free, recompute, page out, page in),
-// then an SGD update. Every activation lives in the arena, which counts every
+// then the optimizer's update (train/optimizer.h). Every activation lives in the arena, which counts every
 // live byte and refuses to hold more than the schedule planned; layers are bound
 // to the arena's buffers before each pass (kernels::Layer::Bind), so outputs are
 // shared between the layers that produce and read them, as in a framework.
@@ -11,10 +11,12 @@
 //
 // What stays outside the arena: parameters and their gradients (outside the RAM
 // budget, as in POET), and layer state: batch-norm statistics (the batch's and the running ones), max-pooling's
-// argmax workspace, dropout masks (fixed per layer, drawn from the seed), the oneDNN
+// argmax workspace, dropout masks (drawn per step from the seed, the step and the node, so that
+// a recomputation within a step uses the same mask), the oneDNN
 // scratchpad all layers share (the largest one need), the temporaries of some backward kernels (a product's dY * B
 // before its reduction over broadcast axes) and the tensors no node binds (the dX of an input that needs no gradient).
-// Layer state is reported as layer_state_bytes.
+// Layer state is reported as layer_state_bytes; the optimizer's state (momentum, Adam's moments,
+// for trained parameters only) as optimizer_state_bytes.
 //
 // Only graphs of the `exact` derivation can be run: POET's derivation has one
 // gradient node per layer whose output shape is not the gradient's.
@@ -29,6 +31,7 @@
 #include "proto/edgecost.pb.h"
 #include "solver/plan.h"
 #include "train/arena.h"
+#include "train/optimizer.h"
 
 namespace edgecost::kernels {
 struct Tensor;
@@ -103,6 +106,8 @@ class Executor {
   uint64_t scratchpad_bytes() const { return scratchpad_bytes_; }
   uint64_t param_bytes() const { return param_bytes_; }
   uint64_t grad_param_bytes() const { return grad_param_bytes_; }  // the parameters' gradient tensors
+  uint64_t trained_param_bytes() const;                            // of param_bytes: those that train
+  uint64_t optimizer_state_bytes() const;
   // Node bytes and distinct inputs, as the simulator sees the graph.
   const std::vector<int64_t>& node_bytes() const { return bytes_; }
   const std::vector<std::vector<int>>& preds() const { return preds_; }
@@ -112,8 +117,13 @@ class Executor {
   // leaving the parameter gradients; no update. A plan is checked for shape here;
   // its validity against budgets is the caller's (the solver's simulator).
   Result<StepStats> Step(const solver::Plan* plan);
-  // SGD on the last step's gradients: p -= lr / batch rows * dp (the loss is summed over rows).
+  // Replaces the optimizer (plain SGD until then) and its state; before the first update.
+  Status SetOptimizer(const OptimizerOptions& options);
+  // The optimizer's update from the last step's gradients with learning rate `lr`, on the batch-mean
+  // gradient (the loss is summed over rows). Ends the training step: the next Step draws new dropout
+  // masks, while Steps without an Update in between (the same step under other schedules) reuse them.
   void Update(double lr);
+  int64_t updates() const;
   std::vector<ParamGradient> Gradients() const;
   // The forward pass alone in inference mode (batch norm with its running statistics, no dropout),
   // on buffers of its own outside the arena: held-out loss and accuracy. `batch` is a full batch;

@@ -231,8 +231,21 @@ TEST_F(RpcTest, AModelAddedOverRpcIsSolvedProfiledAndTrainedByName) {
   train.set_model("rpc-mlp");
   train.set_steps(1);
   train.set_threads(1);
+  train.mutable_optimizer()->set_kind("adamw");
+  train.mutable_lr_schedule()->set_kind("cosine");
   const auto trained = WaitForJob(Remote<v1::Job>("JobService/StartTrain", train).id(), Finished);
   EXPECT_EQ(trained.state(), v1::Job::STATE_SUCCEEDED) << trained.message();
+  EXPECT_EQ(trained.train_run().optimizer().kind(), "adamw");
+  EXPECT_EQ(trained.train_run().optimizer().weight_decay(), 0.01);  // PyTorch's default
+  EXPECT_EQ(trained.train_run().lr_schedule().kind(), "cosine");
+  EXPECT_GT(trained.train_run().optimizer_state_bytes(), 0u);
+  // An optimizer's nonsense is refused before the job is queued, saying why.
+  Status refused;
+  train.mutable_optimizer()->set_kind("sgd");
+  train.mutable_optimizer()->set_nesterov(true);
+  Remote<v1::Job>("JobService/StartTrain", train, &refused);
+  EXPECT_EQ(refused.code(), ErrorCode::kInvalidArgument);
+  EXPECT_THAT(refused.message(), HasSubstr("--nesterov needs --momentum"));
   // Its run record, listed over RPC as `edgecost --remote ... runs` lists it.
   v1::ListTrainRunsRequest train_runs;
   train_runs.set_model("rpc-mlp");

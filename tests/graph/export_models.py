@@ -88,6 +88,25 @@ class SmallBert(nn.Module):
         return self.head(torch.tanh(x[:, 0]))
 
 
+class TinyResNet(nn.Module):
+    """A ResNet of torchvision's BasicBlocks at widths 8 and 16: a stem convolution, an identity block
+    and a strided block with its 1x1 downsampling convolution, global pooling and a Linear, for tests
+    that train many steps."""
+
+    def __init__(self, classes=10):
+        super().__init__()
+        from torchvision.models.resnet import BasicBlock
+
+        self.stem = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8), nn.ReLU())
+        downsample = nn.Sequential(nn.Conv2d(8, 16, 1, stride=2, bias=False), nn.BatchNorm2d(16))
+        self.blocks = nn.Sequential(BasicBlock(8, 8), BasicBlock(8, 16, stride=2, downsample=downsample))
+        self.head = nn.Linear(16, classes)
+
+    def forward(self, x):
+        x = self.blocks(self.stem(x))
+        return self.head(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1))
+
+
 def torchvision_model(name, **kwargs):
     import torchvision
 
@@ -113,6 +132,7 @@ TINY_MODELS = {
                           lambda: torch.randn(2, 3, 64, 64)),
     "mobilenet_v3_tiny": (lambda: torchvision_model("mobilenet_v3_small", width_mult=0.5, dropout=0.0),
                           lambda: torch.randn(2, 3, 64, 64)),
+    "resnet_tiny": (TinyResNet, lambda: torch.randn(2, 3, 16, 16)),
     "bert_tiny": (lambda: SmallBert(vocab=50, seq=8, d_model=16, heads=2, layers=1, classes=3, dropout=0.0),
                   lambda: torch.randint(0, 50, (2, 8))),
 }

@@ -96,6 +96,15 @@ TEST(OnnxImport, SigmoidIsAnOp) {
             (std::vector<OpKind>{OpKind::kInput, OpKind::kLinear, OpKind::kSigmoid, OpKind::kCrossEntropyLoss}));
 }
 
+// A training-mode Dropout keeps the model's ratio (in millionths: 0.25); one at 0 is the identity.
+TEST(OnnxImport, DropoutKeepsTheModelsRatio) {
+  auto g = ImportOnnx("tests/graph/data/dropout.onnx");
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  EXPECT_EQ(Kinds(*g), (std::vector<OpKind>{OpKind::kInput, OpKind::kLinear, OpKind::kRelu, OpKind::kDropout,
+                                            OpKind::kLinear, OpKind::kCrossEntropyLoss}));
+  EXPECT_EQ(g->layers()[3].attributes.at(kDropoutRatioAttribute), 250000);
+}
+
 // Every unsupported op kind at once, each with its first node, not one per attempt.
 TEST(OnnxImport, UnsupportedOpsAreListedAllAtOnce) {
   auto g = ImportOnnx("tests/graph/data/unsupported.onnx");

@@ -27,6 +27,7 @@
 #include "solver/simulator.h"
 #include "tests/shell.h"
 #include "tests/temp_dir.h"
+#include "tests/train/tensor_files.h"
 #include "train/data.h"
 #include "train/executor.h"
 
@@ -150,25 +151,8 @@ TEST_P(OnnxTrainTest, SchedulesGiveThePlainGradientsBitForBit) {
   }
 }
 
-void WriteTensors(const std::filesystem::path& path, const std::vector<std::vector<float>>& tensors) {
-  std::ofstream out(path, std::ios::binary);
-  for (const std::vector<float>& t : tensors) {
-    const uint32_t count = static_cast<uint32_t>(t.size());
-    out.write(reinterpret_cast<const char*>(&count), sizeof(count));
-    out.write(reinterpret_cast<const char*>(t.data()), static_cast<std::streamsize>(t.size() * sizeof(float)));
-  }
-}
-
-std::vector<std::vector<float>> ReadTensors(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::vector<std::vector<float>> tensors;
-  uint32_t count = 0;
-  while (in.read(reinterpret_cast<char*>(&count), sizeof(count))) {
-    std::vector<float>& t = tensors.emplace_back(count);
-    in.read(reinterpret_cast<char*>(t.data()), static_cast<std::streamsize>(count * sizeof(float)));
-  }
-  return tensors;
-}
+using testing::ReadTensors;
+using testing::WriteTensors;
 
 // float32 kernels against a float64 reference: the L2 norm of the difference, per gradient tensor,
 // at most 1e-3 of the reference's. What is left is float32 rounding (different summation orders),

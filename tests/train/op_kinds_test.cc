@@ -45,6 +45,16 @@ KindGraph UnaryGraph(OpKind kind, std::map<std::string, int64_t> attributes = {}
           }};
 }
 
+// x (2, 6) -> linear -> dropout at a ratio of one half -> linear -> loss.
+KindGraph DropoutGraph() {
+  return {"dropout", [] {
+            ForwardGraph g("dropout", 2);
+            const int h = g.Linear(g.Input({2, 6}), 6, 8);
+            g.CrossEntropyLoss(g.Linear(g.Dropout(h, 0.5), 8, 4), 4);
+            return g;
+          }};
+}
+
 // Two activations, each from a linear layer of its own, combined by `kind`. `b_features` 1
 // broadcasts the second operand over the first's last axis; `positive` keeps it in [1, 2] (a divisor).
 KindGraph BinaryGraph(OpKind kind, int64_t b_features, bool positive) {
@@ -79,6 +89,9 @@ std::vector<KindGraph> KindGraphs() {
     graphs.push_back(UnaryGraph(kind));
   }
   graphs.push_back(UnaryGraph(OpKind::kPow, {{"exponent", 3}}));
+  // Dropout at half: the mask of a step is drawn once, so a finite difference (plain steps without an
+  // update in between) and every recomputing schedule see the same one.
+  graphs.push_back(DropoutGraph());
   graphs.push_back(UnaryGraph(OpKind::kAffine, {{"alpha_e6", -1500000}, {"beta_e6", 250000}}));
   graphs.push_back({"sqrt", [] {  // of x^2 + 1: positive
                       ForwardGraph g("sqrt", 2);
@@ -335,6 +348,30 @@ TEST(OpKindsRefusal, AProductOfATensorWithItselfNamesTheNodeAndTheKind) {
   ASSERT_FALSE(e.ok());
   EXPECT_NE(e.status().message().find("'mul'"), std::string::npos) << e.status().message();
   EXPECT_NE(e.status().message().find("node 2"), std::string::npos) << e.status().message();
+}
+
+// A dropout mask belongs to a training step: plain steps without an update in between (the same
+// step under other schedules, a finite difference) see the same one, the next step a new one, and
+// an executor with the same seed draws the same masks.
+TEST(Dropout, DrawsANewMaskEachTrainingStepFromTheSeed) {
+  const v1::TrainingGraph graph = Exact(DropoutGraph().build());
+  const auto losses = [&](uint32_t seed) {
+    auto e = Executor::Create(graph, {.seed = seed});
+    EXPECT_TRUE(e.ok()) << e.status().message();
+    EXPECT_TRUE((*e)->SetBatch(MakeBatch(**e, 3)).ok());
+    std::vector<double> out;
+    for (int step = 0; step < 3; ++step) {
+      out.push_back(Loss(**e));
+      EXPECT_EQ(Loss(**e), out.back()) << "step " << step << " drew a second mask";
+      (*e)->Update(0.0);  // the parameters stay: only the mask can change the loss
+    }
+    return out;
+  };
+  const std::vector<double> first = losses(7);
+  EXPECT_NE(first[0], first[1]);
+  EXPECT_NE(first[1], first[2]);
+  EXPECT_EQ(losses(7), first);
+  EXPECT_NE(losses(8), first);
 }
 
 }  // namespace

@@ -7,8 +7,8 @@
 #include <fstream>
 #include <tuple>
 
-#include <google/protobuf/util/json_util.h>
 #include <gmock/gmock.h>
+#include <google/protobuf/util/json_util.h>
 #include <gtest/gtest.h>
 
 #include "costdb/costdb.h"
@@ -17,6 +17,7 @@
 #include "service/in_step.h"
 #include "service/onnx_weights.h"
 #include "service/profile_job.h"
+#include "service/step_memory.h"
 #include "service/trace.h"
 #include "tests/service/trace_format.h"
 #include "tests/temp_dir.h"
@@ -527,6 +528,55 @@ TEST_F(TrainJobTest, AWholeProcessBudgetTakesTheKernelsAnEarlierRunMeasuredOff) 
                                       memory.workspace_bytes() + memory.runtime_bytes());
   EXPECT_EQ(solved->schedule.request().ram_budget_bytes(), request.device_ram_bytes() - memory.fixed_bytes());
   EXPECT_LE(solved->schedule.peak_ram_bytes(), solved->schedule.request().ram_budget_bytes());
+}
+
+// Issue 29: the optimizer's state is one tensor per trained parameter with momentum and two with
+// Adam; it is in the run record, in the predicted process memory and in the step's fixed bytes a
+// whole-process budget takes off, and a frozen parameter keeps none.
+TEST_F(TrainJobTest, OptimizerStateCountsInTheRunAndInTheStepsMemory) {
+  auto sgd = Run(Options());
+  ASSERT_TRUE(sgd.ok()) << sgd.status().message();
+  EXPECT_EQ(sgd->run.optimizer_state_bytes(), 0u);
+  EXPECT_EQ(sgd->run.optimizer().kind(), "sgd");
+
+  TrainJobOptions options = Options();
+  options.optimizer.set_kind("adam");
+  options.lr_schedule.set_kind("cosine");
+  options.lr_schedule.set_warmup_steps(1);
+  auto adam = Run(options);
+  ASSERT_TRUE(adam.ok()) << adam.status().message();
+  auto graph = graph::LoadTrainingGraph({"linear", 2, graph::Derivation::kExact, {}});
+  ASSERT_TRUE(graph.ok()) << graph.status().message();
+  const v1::StepMemory memory = StepMemoryOf(*graph, false, 2);
+  ASSERT_TRUE(memory.executor_known()) << memory.note();
+  EXPECT_EQ(memory.optimizer_bytes(), 2 * memory.param_bytes());  // every parameter trains
+  EXPECT_EQ(memory.fixed_bytes(), StepMemoryOf(*graph).fixed_bytes() + memory.optimizer_bytes());
+  EXPECT_EQ(adam->run.optimizer_state_bytes(), memory.optimizer_bytes());
+  EXPECT_EQ(adam->run.predicted_process_bytes() - adam->run.predicted_runtime_bytes(),
+            sgd->run.predicted_process_bytes() - sgd->run.predicted_runtime_bytes() + memory.optimizer_bytes());
+  // The record says what ran, PyTorch's defaults resolved.
+  EXPECT_EQ(adam->run.optimizer().kind(), "adam");
+  EXPECT_EQ(adam->run.optimizer().beta2(), 0.999);
+  EXPECT_EQ(adam->run.optimizer().weight_decay(), 0.0);
+  EXPECT_EQ(adam->run.lr_schedule().t_max(), 2u);  // the steps after warm-up
+  EXPECT_THAT(DescribeTraining(adam->run), ::testing::HasSubstr("cosine to 0 over 2 steps after 1 linear warm-up"));
+
+  // Biases alone train: their state only.
+  auto bias = graph::LoadTrainingGraph({"linear", 2, graph::Derivation::kExact, *graph::Trainable::Parse("bias")});
+  ASSERT_TRUE(bias.ok()) << bias.status().message();
+  const v1::StepMemory bias_memory = StepMemoryOf(*bias, false, 1);
+  EXPECT_GT(bias_memory.optimizer_bytes(), 0u);
+  EXPECT_LT(bias_memory.optimizer_bytes(), memory.optimizer_bytes() / 2 / 10);
+
+  options.optimizer.set_kind("rmsprop");
+  auto refused = Run(options);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(refused.status().message(), ::testing::HasSubstr("--optimizer must be sgd, adam or adamw"));
+  options.optimizer.set_kind("sgd");
+  options.lr_schedule.set_kind("step");
+  refused = Run(options);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(refused.status().message(), ::testing::HasSubstr("--lr-step-size"));
 }
 
 // Issue 27: the step's time outside its nodes (binding, arena, dispatch) is spread over every node

@@ -37,6 +37,20 @@ class Mlp(nn.Module):
         return self.net(x)
 
 
+class WithDropout(nn.Module):
+    """Dropout at a quarter between two linear layers, and one at 0 (the identity)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(4, 8)
+        self.drop = nn.Dropout(0.25)
+        self.none = nn.Dropout(0.0)
+        self.fc2 = nn.Linear(8, 3)
+
+    def forward(self, x):
+        return self.fc2(self.none(self.drop(torch.relu(self.fc1(x)))))
+
+
 class WithSigmoid(nn.Module):
     """A sigmoid after a linear layer."""
 
@@ -102,6 +116,7 @@ if __name__ == "__main__":
     export(SmallResNet(), torch.randn(2, 3, 16, 16), "small_resnet.onnx")
     export(Mlp(), torch.randn(4, 20), "mlp.onnx")
     export(WithSigmoid(), torch.randn(1, 4), "sigmoid.onnx")
+    export(WithDropout(), torch.randn(2, 4), "dropout.onnx")
     export(Unsupported(), torch.randn(2, 4), "unsupported.onnx")
     export(ViewByShape(), torch.randn(2, 3, 4, 4), "view_by_shape.onnx")
     # Eval mode, as users export by mistake: the batch norm is folded into the convolution.
