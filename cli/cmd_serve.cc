@@ -79,6 +79,10 @@ void PrintWhereItServes(const daemon::DaemonConfig& config, const ServeFlags& fl
     const std::string missing = UnmakeableFolder(config.socket_path, "RuntimeDirectory=", "--socket PATH");
     if (!missing.empty()) std::cout << "socket         " << config.socket_path << ":" << missing.substr(1) << "\n";
   }
+  std::cout << "train data     ";
+  if (config.train_data_dirs.empty()) std::cout << "none over RPC (set [train] data_dirs to allow directories)";
+  for (size_t i = 0; i < config.train_data_dirs.size(); ++i) std::cout << (i ? ", " : "") << config.train_data_dirs[i];
+  std::cout << "\n";
 }
 
 int RunServe(const ServeFlags& flags, const Context& ctx) {

@@ -11,7 +11,9 @@
 #include <iostream>
 #include <optional>
 #include <sstream>
+#include <tuple>
 
+#include "base/files.h"
 #include "base/units.h"
 #include "cli/cli.h"
 #include "cli/table.h"
@@ -229,11 +231,17 @@ void PrintRun(const service::TrainJobResult& result, bool accepted_noisy) {
 }
 
 // Trained by a daemon as a job, followed through WatchEvents until it ends; Ctrl-C cancels it.
+// "step 3/10  loss 2.301  12.3 ms", over itself on a terminal.
+void PrintStepLine(uint32_t step, uint32_t steps, double loss, double step_s) {
+  static const bool tty = ::isatty(STDERR_FILENO);
+  std::cerr << (tty ? "\r" : "") << "step " << step << "/" << steps << "  loss " << Number(loss) << "  "
+            << FormatSeconds(step_s) << (tty ? "\033[K" : "") << ((!tty || step == steps) ? "\n" : "") << std::flush;
+}
+
 int RunRemoteTrain(const TrainFlags& flags, const Context& ctx) {
-  if (!flags.schedule_file.empty() || !flags.data_file.empty() || !flags.trace_path.empty() ||
-      !flags.svg_path.empty() || !flags.val_data.empty()) {
+  if (!flags.schedule_file.empty() || !flags.trace_path.empty() || !flags.svg_path.empty()) {
     return UsageError(
-        InvalidArgument("over --remote a schedule is --schedule-id or budgets; --schedule, --data, --trace and --svg "
+        InvalidArgument("over --remote a schedule is --schedule-id or budgets; --schedule, --trace and --svg "
                         "are files of this machine (the web view's training run page draws the plot)"));
   }
   v1::StartTrainRequest request;
@@ -262,6 +270,20 @@ int RunRemoteTrain(const TrainFlags& flags, const Context& ctx) {
   request.set_cost_source(flags.cost_source);
   request.set_accept_noisy(flags.accept_noisy);
   request.set_init(flags.init);
+  // The data sets are the agent's files, inside its [train] data_dirs; --out fetches the trained model.
+  request.set_data(flags.data_file);
+  request.set_val_data(flags.val_data);
+  request.set_val_split(flags.val_split);
+  request.set_epochs(static_cast<uint32_t>(std::max(0, flags.epochs)));
+  for (auto [text, values, flag] : {std::tuple{&flags.mean, request.mutable_mean(), "--mean"},
+                                    std::tuple{&flags.std_dev, request.mutable_std(), "--std"}}) {
+    auto parsed = ParseFloatList(*text, flag);
+    if (!parsed.ok()) return UsageError(parsed.status());
+    values->Add(parsed->begin(), parsed->end());
+  }
+  request.set_data_keys(flags.data_keys);
+  request.set_keep_model(!flags.out_onnx.empty());
+  request.set_seed(flags.seed);
   v1::Job job;
   if (Status s = daemon::CallRemote(ctx.remote, "JobService/StartTrain", request, job); !s.ok()) return Failure(s);
   std::cerr << "job " << job.id() << " on " << ctx.remote << ": " << job.message() << "\n";
@@ -286,9 +308,14 @@ int RunRemoteTrain(const TrainFlags& flags, const Context& ctx) {
     }
     for (const v1::Event& event : events.events()) {
       after = std::max(after, event.sequence());
+      const v1::TrainJobProgress& step = event.job().train_progress();
+      if (step.step() != job.train_progress().step()) {  // a new step: the line a local run prints
+        PrintStepLine(step.step(), step.steps(), step.loss(), step.step_runtime_s());
+      } else if (event.job().message() != job.message()) {  // an epoch's line, the schedule, the outcome
+        std::cerr << "job " << event.job().id() << " " << static_cast<int>(100 * event.job().progress())
+                  << "%: " << event.job().message() << "\n";
+      }
       job = event.job();
-      std::cerr << "job " << job.id() << " " << static_cast<int>(100 * job.progress()) << "%: " << job.message()
-                << "\n";
     }
   }
   std::signal(SIGINT, SIG_DFL);
@@ -307,6 +334,19 @@ int RunRemoteTrain(const TrainFlags& flags, const Context& ctx) {
   result.run_id = static_cast<int64_t>(result.run.id());
   std::cout << "trained        " << result.run.model() << " on " << ctx.remote << " (job " << job.id() << ")\n";
   PrintRun(result, flags.accept_noisy);
+  if (!flags.out_onnx.empty()) {
+    if (result.run.trained_onnx_path().empty()) {
+      return Failure(FailedPrecondition("the agent wrote no trained model: --out needs an ONNX model"));
+    }
+    const std::string npz = flags.out_npz.empty() ? service::NpzPathFor(flags.out_onnx) : flags.out_npz;
+    for (auto [extension, path] : {std::pair{".onnx", &flags.out_onnx}, {".npz", &npz}}) {
+      std::string bytes;
+      const std::string target = "/trained/" + std::to_string(result.run_id) + extension;
+      if (Status s = daemon::FetchRemote(ctx.remote, target, bytes); !s.ok()) return Failure(s);
+      if (Status s = WriteFileAtomically(*path, bytes); !s.ok()) return Failure(s);
+      std::cout << "written        " << *path << " (fetched from " << target << ")\n";
+    }
+  }
   return result.run.has_verify() && !result.run.verify().identical() ? kExitFailure : kExitOk;
 }
 
@@ -371,11 +411,8 @@ int RunTrain(const TrainFlags& flags, const Context& ctx) {
   options.probes_config = flags.probes_config;
   options.accept_noisy = flags.accept_noisy;
 
-  const bool tty = ::isatty(STDERR_FILENO);
   auto progress = [&](const service::TrainProgress& p) {
-    std::cerr << (tty ? "\r" : "") << "step " << p.step << "/" << p.steps << "  loss " << Number(p.loss) << "  "
-              << FormatSeconds(p.runtime_s) << (tty ? "\033[K" : "") << ((!tty || p.step == p.steps) ? "\n" : "")
-              << std::flush;
+    if (!p.epoch) PrintStepLine(p.step, p.steps, p.loss, p.runtime_s);  // the epoch's line comes by the log
   };
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
@@ -646,7 +683,8 @@ void RegisterTrainCommand(CLI::App& app, Context& ctx) {
                   "Train on a data set instead of a synthetic batch, its format from the path: a folder with one "
                   "subfolder of PNG/JPEG images per class (resized to the model's input), an .npz with arrays x "
                   "and y, x.npy with y.npy beside it (or INPUTS.npy,LABELS.npy), or a CIFAR-10 .bin file. Shuffled "
-                  "every epoch (from --seed); the last partial batch is dropped");
+                  "every epoch (from --seed); the last partial batch is dropped. With --remote: a path on the agent, "
+                  "inside a directory of its config's [train] data_dirs");
   cmd->add_option("--mean", flags->mean,
                   "With --data: per-channel mean subtracted, e.g. 0.485,0.456,0.406 (pixels are first x/255)");
   cmd->add_option("--std", flags->std_dev,
@@ -666,7 +704,7 @@ void RegisterTrainCommand(CLI::App& app, Context& ctx) {
       ->check(CLI::IsMember({"file", "random"}));
   cmd->add_option("--out", flags->out_onnx,
                   "ONNX models: write the model with its trained weights here (.onnx), and a NumPy .npz state dict "
-                  "beside it");
+                  "beside it. With --remote: fetched from the agent once the job ends");
   cmd->add_option("--out-npz", flags->out_npz, "With --out: where the .npz goes (default: --out's path with .npz)");
   cmd->add_flag("--verify", flags->verify,
                 "Also run the plain step on one batch and compare every parameter gradient bit for bit");

@@ -60,16 +60,38 @@ Status Exchange(Stream& stream, const std::string& host, const std::string& meth
   return Status::Ok();
 }
 
-}  // namespace
+template <typename Stream>
+Status Get(Stream& stream, const std::string& host, const std::string& target, std::string& body) {
+  http::request<http::empty_body> call(http::verb::get, target, 11);
+  call.set(http::field::host, host);
+  if (const char* token = std::getenv("EDGECOST_TOKEN"); token && *token) {
+    call.set(http::field::authorization, std::string("Bearer ") + token);
+  }
+  http::write(stream, call);
+  beast::flat_buffer buffer;
+  http::response_parser<http::string_body> parser;
+  parser.body_limit(4ull << 30);  // a trained model is as large as the model
+  http::read(stream, buffer, parser);
+  const auto& reply = parser.get();
+  const std::string said = reply.body().substr(0, reply.body().find('\n'));
+  if (reply.result() == http::status::not_found) return NotFound(target + ": " + said);
+  if (reply.result() == http::status::unauthorized || reply.result() == http::status::forbidden) {
+    return PermissionDenied(target + ": refused (set $EDGECOST_TOKEN to the daemon's token)");
+  }
+  if (reply.result() != http::status::ok) return Internal(target + ": HTTP " + std::to_string(reply.result_int()));
+  body = reply.body();
+  return Status::Ok();
+}
 
-Status CallRemote(const std::string& remote, const std::string& method, const google::protobuf::Message& request,
-                  google::protobuf::Message& response) {
+// Connects to unix:PATH or http://HOST:PORT and runs `exchange(stream, host)`.
+template <typename Talk>
+Status WithConnection(const std::string& remote, const Talk& exchange) {
   try {
     asio::io_context io;
     if (remote.rfind("unix:", 0) == 0) {
       asio::local::stream_protocol::socket socket(io);
       socket.connect(asio::local::stream_protocol::endpoint(remote.substr(5)));
-      return Exchange(socket, "localhost", method, request, response);
+      return exchange(socket, std::string("localhost"));
     }
     if (remote.rfind("http://", 0) == 0) {
       std::string address = remote.substr(7);
@@ -79,12 +101,24 @@ Status CallRemote(const std::string& remote, const std::string& method, const go
       asio::ip::tcp::resolver resolver(io);
       beast::tcp_stream stream(io);
       stream.connect(resolver.resolve(address.substr(0, colon), address.substr(colon + 1)));
-      return Exchange(stream, address, method, request, response);
+      return exchange(stream, address);
     }
     return InvalidArgument("--remote " + remote + ": use unix:PATH or http://HOST:PORT");
   } catch (const std::exception& e) {
     return Unavailable("cannot reach the daemon at " + remote + ": " + e.what());
   }
+}
+
+}  // namespace
+
+Status FetchRemote(const std::string& remote, const std::string& target, std::string& body) {
+  return WithConnection(remote, [&](auto& stream, const std::string& host) { return Get(stream, host, target, body); });
+}
+
+Status CallRemote(const std::string& remote, const std::string& method, const google::protobuf::Message& request,
+                  google::protobuf::Message& response) {
+  return WithConnection(
+      remote, [&](auto& stream, const std::string& host) { return Exchange(stream, host, method, request, response); });
 }
 
 }  // namespace edgecost::daemon

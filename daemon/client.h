@@ -15,4 +15,8 @@ namespace edgecost::daemon {
 Status CallRemote(const std::string& remote, const std::string& method, const google::protobuf::Message& request,
                   google::protobuf::Message& response);
 
+// GET of one of the daemon's files (e.g. "/trained/7.onnx") into `body`, with the same token.
+// NotFound on 404; PermissionDenied on 401 and 403.
+Status FetchRemote(const std::string& remote, const std::string& target, std::string& body);
+
 }  // namespace edgecost::daemon

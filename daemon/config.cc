@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -29,6 +30,17 @@ class Value {
   Result<std::string> Text() const {
     if (auto s = node_.value<std::string>()) return *s;
     return Error("must be a string");
+  }
+  Result<std::vector<std::string>> TextList() const {
+    const toml::array* items = node_.as_array();
+    if (!items) return Error("must be a list of strings");
+    std::vector<std::string> texts;
+    for (const toml::node& item : *items) {
+      const std::optional<std::string> text = item.value<std::string>();
+      if (!text || text->empty()) return Error("must be a list of non-empty strings");
+      texts.push_back(*text);
+    }
+    return texts;
   }
   Result<bool> Bool() const {
     if (auto b = node_.value<bool>()) return *b;
@@ -114,6 +126,8 @@ Status SetKey(const std::string& name, const Value& value, DaemonConfig& config)
   } else if (name == "limits.finished_jobs_in_memory") {
     EC_ASSIGN_OR_RETURN(int64_t v, value.Integer(0, kMaxCount));
     config.finished_jobs_in_memory = static_cast<size_t>(v);
+  } else if (name == "train.data_dirs") {
+    EC_ASSIGN_OR_RETURN(config.train_data_dirs, value.TextList());
   } else if (name == "limits.worker_threads") {
     EC_ASSIGN_OR_RETURN(int64_t v, value.Integer(1, kMaxCount));
     config.limits.worker_threads = static_cast<int>(v);
@@ -168,7 +182,7 @@ Status LoadConfigFile(const std::string& path, DaemonConfig& config) {
       config.probes_config = path;
       continue;
     }
-    if (section != "server" && section != "limits" && section != "database") {
+    if (section != "server" && section != "limits" && section != "database" && section != "train") {
       return InvalidArgument(path + ": unknown section [" + std::string(section.str()) + "]");
     }
     const toml::table* entries = node.as_table();
@@ -207,6 +221,12 @@ Status ValidateConfig(const DaemonConfig& config) {
     return InvalidArgument(
         "limits.max_connections, limits.worker_threads, limits.concurrent_solves, "
         "limits.max_unauthenticated_connections and limits.max_unauthenticated_per_address must be at least 1");
+  }
+  for (const std::string& dir : config.train_data_dirs) {
+    std::error_code error;
+    if (!std::filesystem::is_directory(dir, error)) {
+      return InvalidArgument("train.data_dirs: '" + dir + "' is not a directory");
+    }
   }
   return Status::Ok();
 }

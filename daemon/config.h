@@ -1,9 +1,10 @@
 // The daemon's configuration: defaults, the TOML file ([server], [limits],
-// [database]; [probes] is read by probes::LoadProbesConfig), and the checks
+// [database], [train]; [probes] is read by probes::LoadProbesConfig), and the checks
 // that fail a start early, each naming the key to fix.
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "base/status.h"
 #include "daemon/http_server.h"
@@ -28,6 +29,9 @@ struct DaemonConfig {
   int concurrent_solves = DefaultConcurrentSolves();  // Solve calls running at once; up to 4x as many wait
   size_t finished_jobs_in_memory = 256;  // kDefaultFinishedJobsInMemory; older finished jobs are read from the db
   ServerLimits limits;
+  // [train] data_dirs: the only directories a train job's data may come from (symlinks followed);
+  // none: train jobs over RPC take no data set, only synthetic batches.
+  std::vector<std::string> train_data_dirs;
 };
 
 // $XDG_RUNTIME_DIR/edgecost.sock, else /run/edgecost/edgecost.sock.
@@ -43,7 +47,8 @@ Result<unsigned> ParseSocketMode(const std::string& text);
 Status ParseTcpAddress(const std::string& text, DaemonConfig& config);
 
 // Checks what would fail at start: nothing to listen on, TCP without a token,
-// an unreadable or short token, a bad [probes] section, limits below one.
+// an unreadable or short token, a bad [probes] section, limits below one,
+// a [train] data directory that is not one.
 Status ValidateConfig(const DaemonConfig& config);
 
 // The bearer token in `path`: its first line, without trailing white space.

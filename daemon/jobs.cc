@@ -2,8 +2,11 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <thread>
+#include <tuple>
 
 #include <spdlog/spdlog.h>
 
@@ -28,11 +31,13 @@ constexpr size_t kMaxQueuedJobs = 64;  // beyond this, StartProfile is refused r
 
 }  // namespace
 
-JobManager::JobManager(std::string db_path, std::string probes_config, EventLog& events, size_t finished_in_memory)
+JobManager::JobManager(std::string db_path, std::string probes_config, EventLog& events, size_t finished_in_memory,
+                       std::vector<std::string> train_data_dirs)
     : db_path_(std::move(db_path)),
       probes_config_(std::move(probes_config)),
       events_(events),
-      finished_in_memory_(finished_in_memory) {}
+      finished_in_memory_(finished_in_memory),
+      train_data_dirs_(std::move(train_data_dirs)) {}
 
 JobManager::~JobManager() {
   Shutdown();
@@ -74,7 +79,7 @@ std::optional<v1::Event> JobManager::ResumeOrRefuseLocked(Entry& entry) {
   if (state != v1::Job::STATE_QUEUED && state != v1::Job::STATE_RUNNING) return std::nullopt;
   if (state == v1::Job::STATE_RUNNING) job.set_crashes(job.crashes() + 1);
   const Status valid = job.kind() == "profile" ? CheckProfileRequest(entry.request, db_path_)
-                       : job.kind() == "train" ? CheckTrainRequest(job.train_request(), db_path_)
+                       : job.kind() == "train" ? CheckTrainRequest(job.train_request(), db_path_, train_data_dirs_)
                                                : Status::Ok();
   if (!valid.ok()) {
     job.set_state(v1::Job::STATE_FAILED);
@@ -206,6 +211,13 @@ Result<graph::GraphSpec> JobModel(const std::string& model, uint32_t batch_size,
   return spec;
 }
 
+// "INPUTS,LABELS": the .npz's array names; empty names when the text is not that.
+std::pair<std::string, std::string> DataKeysOf(const std::string& text) {
+  const size_t comma = text.find(',');
+  if (comma == std::string::npos || comma == 0 || comma + 1 == text.size()) return {};
+  return {text.substr(0, comma), text.substr(comma + 1)};
+}
+
 }  // namespace
 
 Status CheckProfileRequest(const v1::StartProfileRequest& request, const std::string& db_path) {
@@ -225,7 +237,54 @@ Result<v1::Job> JobManager::StartProfile(const v1::StartProfileRequest& request)
   return Enqueue(std::move(entry), "profile", "queued: profile " + request.model());
 }
 
-Status CheckTrainRequest(const v1::StartTrainRequest& request, const std::string& db_path) {
+namespace {
+
+std::string JoinDirs(const std::vector<std::string>& dirs) {
+  std::string text;
+  for (const std::string& dir : dirs) text += (text.empty() ? "" : ", ") + dir;
+  return text;
+}
+
+// Whether `path` is `dir` or lies below it; both absolute and normal ("/data" holds not "/data2").
+bool Inside(const std::filesystem::path& path, const std::filesystem::path& dir) {
+  const std::string file = path.string(), folder = dir.string();
+  if (file == folder) return true;
+  const std::string prefix = folder.ends_with('/') ? folder : folder + "/";
+  return file.starts_with(prefix);
+}
+
+}  // namespace
+
+Result<std::string> ResolveTrainData(const std::string& path, const std::vector<std::string>& data_dirs) {
+  namespace fs = std::filesystem;
+  if (data_dirs.empty()) {
+    return PermissionDenied(
+        "this agent reads no data sets for train jobs: list the directories they may come from "
+        "in its config's [train] data_dirs (`edgecost serve --check-config` shows them)");
+  }
+  const fs::path given = fs::path(path).is_absolute() ? fs::path(path) : fs::path(data_dirs.front()) / path;
+  std::error_code error;
+  const fs::path resolved = fs::canonical(given, error);  // symlinks and `..` resolved, as open() would
+  // A path that does not resolve is judged by its text alone, so that the answer tells nothing
+  // about what exists outside the allowed directories.
+  const fs::path judged = error ? given.lexically_normal() : resolved;
+  for (const std::string& dir : data_dirs) {
+    std::error_code dir_error;
+    const fs::path allowed = fs::canonical(dir, dir_error);
+    if (dir_error || !Inside(judged, allowed)) continue;
+    if (error) return NotFound("no data set " + path + " in " + dir + ": " + error.message());
+    return resolved.string();
+  }
+  return PermissionDenied("data set " + path + " is outside the directories this agent reads data from (" +
+                          JoinDirs(data_dirs) + ", its config's [train] data_dirs)");
+}
+
+std::string TrainedModelDir(const std::string& db_path) {
+  return (std::filesystem::path(db_path).parent_path() / "trained").string();
+}
+
+Status CheckTrainRequest(const v1::StartTrainRequest& request, const std::string& db_path,
+                         const std::vector<std::string>& data_dirs) {
   v1::StartProfileRequest model;
   model.set_model(request.model());
   model.set_threads(request.threads());
@@ -268,11 +327,22 @@ Status CheckTrainRequest(const v1::StartTrainRequest& request, const std::string
       request.cost_source() != service::kMeasuredInStepSource && request.cost_source() != service::kAutoCostSource) {
     return InvalidArgument("cost_source is measured, measured-in-step or auto");
   }
+  for (const std::string* data : {&request.data(), &request.val_data()}) {
+    if (!data->empty()) EC_RETURN_IF_ERROR(ResolveTrainData(*data, data_dirs).status());
+  }
+  if (request.data().empty() && (request.epochs() > 0 || request.val_split() > 0 || !request.val_data().empty())) {
+    return InvalidArgument("epochs, val_split and val_data need a data set (data)");
+  }
+  if (!(request.val_split() >= 0 && request.val_split() < 1)) return InvalidArgument("val_split is from 0 to below 1");
+  if (request.epochs() > 100000) return InvalidArgument("epochs is at most 100000");
+  if (!request.data_keys().empty() && DataKeysOf(request.data_keys()).first.empty()) {
+    return InvalidArgument("data_keys is INPUTS,LABELS (the .npz's array names), not '" + request.data_keys() + "'");
+  }
   return Status::Ok();
 }
 
 Result<v1::Job> JobManager::StartTrain(const v1::StartTrainRequest& request) {
-  EC_RETURN_IF_ERROR(CheckTrainRequest(request, db_path_));
+  EC_RETURN_IF_ERROR(CheckTrainRequest(request, db_path_, train_data_dirs_));
   auto entry = std::make_unique<Entry>();
   *entry->job.mutable_train_request() = request;
   entry->job.set_model(request.model());
@@ -475,15 +545,50 @@ void JobManager::RunTrain(Entry& entry) {
   options.threads = static_cast<int>(request.threads());
   options.verify = request.verify();
   options.accept_noisy = request.accept_noisy();
+  if (request.seed() > 0) options.seed = request.seed();
+  // The data sets are resolved again: a symlink may have changed since the request was checked.
+  Status data_status = Status::Ok();
+  for (auto [given, resolved] :
+       {std::pair{&request.data(), &options.data_file}, {&request.val_data(), &options.val_data}}) {
+    if (given->empty()) continue;
+    Result<std::string> path = ResolveTrainData(*given, train_data_dirs_);
+    if (!path.ok()) data_status = path.status();
+    if (path.ok()) *resolved = *path;
+  }
+  options.epochs = static_cast<int>(request.epochs());
+  options.val_split = request.val_split();
+  options.mean.assign(request.mean().begin(), request.mean().end());
+  options.std.assign(request.std().begin(), request.std().end());
+  if (!request.data_keys().empty()) std::tie(options.input_key, options.label_key) = DataKeysOf(request.data_keys());
+  if (request.keep_model()) {  // only an ONNX model writes one; a zoo model's run says so in its notes
+    const std::filesystem::path dir = TrainedModelDir(db_path_);
+    std::error_code error;
+    std::filesystem::create_directories(dir, error);
+    options.out_onnx = (dir / ("job-" + std::to_string(entry.job.id()) + ".onnx")).string();
+  }
   auto progress = [&](const service::TrainProgress& p) {
     Update(entry, [&](v1::Job& job) {
       job.set_progress(static_cast<double>(p.step) / p.steps);
-      job.set_message("step " + std::to_string(p.step) + "/" + std::to_string(p.steps) + ", loss " +
-                      std::to_string(p.loss));
+      v1::TrainJobProgress& reported = *job.mutable_train_progress();
+      reported.set_step(static_cast<uint32_t>(p.step));
+      reported.set_steps(static_cast<uint32_t>(p.steps));
+      reported.set_loss(p.loss);
+      reported.set_step_runtime_s(p.runtime_s);
+      if (p.epoch) {  // the same step again, after its epoch's held-out evaluation
+        *reported.mutable_epoch() = *p.epoch;
+        reported.set_held_out_records(static_cast<uint64_t>(p.held_out_records));
+        reported.set_batches_per_epoch(static_cast<uint32_t>(p.batches_per_epoch));
+        job.set_message(service::EpochLine(*p.epoch, p.batches_per_epoch, p.held_out_records));
+      } else {
+        reported.clear_epoch();
+        job.set_message("step " + std::to_string(p.step) + "/" + std::to_string(p.steps) + ", loss " +
+                        std::to_string(p.loss));
+      }
     });
   };
   auto log = [&](const std::string& line) { Update(entry, [&](v1::Job& job) { job.set_message(line); }); };
-  Result<service::TrainJobResult> result = service::RunTrainJob(options, &entry.stop, progress, log);
+  Result<service::TrainJobResult> result = data_status.ok() ? service::RunTrainJob(options, &entry.stop, progress, log)
+                                                            : Result<service::TrainJobResult>(data_status);
   Update(entry, [&](v1::Job& job) {
     if (!result.ok() && result.status().code() == ErrorCode::kCancelled) {
       SetStopped(entry, job, "no run record stored");

@@ -26,8 +26,18 @@ namespace edgecost::daemon {
 // stored one is loaded: a zoo model or an ONNX model stored in the database at
 // `db_path`, by name (never a file), at most one thread per core.
 Status CheckProfileRequest(const v1::StartProfileRequest& request, const std::string& db_path);
-// A train job: such a model by name, a bounded number of steps, at most one thread per core.
-Status CheckTrainRequest(const v1::StartTrainRequest& request, const std::string& db_path);
+// A train job: such a model by name, a bounded number of steps, at most one thread per core,
+// and its data sets (if any) inside `data_dirs` (ResolveTrainData).
+Status CheckTrainRequest(const v1::StartTrainRequest& request, const std::string& db_path,
+                         const std::vector<std::string>& data_dirs);
+
+// A train job's data set on this machine: `path` (relative: from the first of `data_dirs`) with its
+// symlinks and `..` resolved, which must lie inside one of `data_dirs` (resolved alike).
+// PermissionDenied naming the allowed directories, or the [train] data_dirs key when there are none.
+Result<std::string> ResolveTrainData(const std::string& path, const std::vector<std::string>& data_dirs);
+
+// Where a train job with keep_model writes its trained model: <the database's folder>/trained/.
+std::string TrainedModelDir(const std::string& db_path);
 
 // Finished jobs kept in memory by default; older ones are read from the database when asked for.
 inline constexpr size_t kDefaultFinishedJobsInMemory = 256;
@@ -36,8 +46,9 @@ class JobManager {
  public:
   // `probes_config`: the TOML file whose [probes] section profiles measure with, or empty.
   // Queued and running jobs stay in memory, and the newest `finished_in_memory` finished ones.
+  // `train_data_dirs`: where train jobs may read data sets from (DaemonConfig::train_data_dirs).
   JobManager(std::string db_path, std::string probes_config, EventLog& events,
-             size_t finished_in_memory = kDefaultFinishedJobsInMemory);
+             size_t finished_in_memory = kDefaultFinishedJobsInMemory, std::vector<std::string> train_data_dirs = {});
   ~JobManager();  // stops the running job at a safe point and joins
 
   // Loads the jobs of earlier runs and queues again those that a crash or a
@@ -90,6 +101,7 @@ class JobManager {
   std::condition_variable work_ready_;
   std::optional<costdb::CostDb> db_;  // the jobs table; used under mutex_
   const size_t finished_in_memory_;
+  const std::vector<std::string> train_data_dirs_;
   std::map<uint64_t, std::unique_ptr<Entry>> jobs_;
   Entry* running_ = nullptr;     // the worker's job, which stays in memory while it holds it
   uint64_t max_dropped_id_ = 0;  // jobs at or below it may be in the database only

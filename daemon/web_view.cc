@@ -4,6 +4,9 @@
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <optional>
 #include <random>
@@ -13,6 +16,7 @@
 
 #include "base/units.h"
 #include "costdb/costdb.h"
+#include "daemon/jobs.h"
 #include "graph/cost_source.h"
 #include "profiler/profile.h"
 #include "service/cost_tables.h"
@@ -474,7 +478,7 @@ bool WebView::Serves(const HttpRequest& request) {
   if (request.method != "GET") return false;
   const std::string path = Path(request.target);
   return path == "/" || path == "/costs" || path == "/costs.csv" || path == "/schedules.csv" || path == "/schedule" ||
-         path == "/train_run" || path == "/trace" || IsAsset(request);
+         path == "/train_run" || path == "/trace" || path.starts_with("/trained/") || IsAsset(request);
 }
 
 bool WebView::IsAsset(const HttpRequest& request) {
@@ -508,6 +512,7 @@ HttpResponse WebView::Get(const HttpRequest& request) {
   const std::string path = Path(request.target);
   const std::string query = Query(request.target);
   if (path == "/trace") return TraceDownload(query);
+  if (path.starts_with("/trained/")) return TrainedModelDownload(path);
   if (path == "/costs.csv") return CostsCsv(query);
   if (path == "/schedules.csv") return SchedulesCsv();
   if (path == "/") return Html(200, Layout("Overview", Overview()));
@@ -864,12 +869,55 @@ Result<std::string> WebView::TrainRunPage(const std::string& query) {
     out << "<p><a class=\"button\" href=\"/trace?train_run=" << id
         << "\" download>Download the last step's trace</a> (Chrome Trace Event JSON: open it in Perfetto UI)</p>";
   }
+  if (!run.trained_onnx_path().empty() &&
+      std::filesystem::path(run.trained_onnx_path()).parent_path() == TrainedModelDir(sources_.db_path)) {
+    out << "<p><a class=\"button\" href=\"/trained/" << id << ".onnx\" download>Download the trained model</a> "
+        << "(ONNX) and <a href=\"/trained/" << id << ".npz\" download>its state dict</a> (NumPy .npz, for "
+        << "<code>load_state_dict</code>)</p>";
+  }
   out << "<section aria-labelledby=\"plot-h\"><h2 id=\"plot-h\">Loss and step time over the run</h2>"
          "<figure class=\"picture\" id=\"train-run-plot\">"
       << service::TrainRunSvg(run)
       << "<figcaption>Each step's loss and time; <code>edgecost train --svg FILE</code> draws the same."
          "</figcaption></figure></section>";
   return Layout("Training run #" + std::to_string(id), out.str());
+}
+
+// GET /trained/<run id>.onnx or .npz: a trained model a train job kept (keep_model). Only files in
+// this agent's own store are served, whatever path a local run recorded.
+HttpResponse WebView::TrainedModelDownload(const std::string& path) {
+  const std::string name = path.substr(std::string("/trained/").size());
+  const size_t dot = name.find('.');
+  const std::string id_text = name.substr(0, dot), extension = dot == std::string::npos ? "" : name.substr(dot);
+  if (id_text.empty() || id_text.size() > 18 || id_text.find_first_not_of("0123456789") != std::string::npos ||
+      (extension != ".onnx" && extension != ".npz")) {
+    return {400, "text/plain; charset=utf-8", "ask for /trained/N.onnx or /trained/N.npz, N a training run\n"};
+  }
+  const int64_t id = static_cast<int64_t>(std::stoull(id_text));
+  Result<costdb::CostDb> db = costdb::CostDb::Open(sources_.db_path, costdb::OpenMode::kReadOnly);
+  Result<v1::TrainRun> run = db.ok() ? db->GetTrainRun(id) : Result<v1::TrainRun>(db.status());
+  if (!run.ok()) {
+    return {run.status().code() == ErrorCode::kNotFound ? 404 : 500, "text/plain; charset=utf-8",
+            run.status().message() + "\n"};
+  }
+  const std::string& file = extension == ".onnx" ? run->trained_onnx_path() : run->trained_npz_path();
+  namespace fs = std::filesystem;
+  std::error_code error;
+  const fs::path store = fs::weakly_canonical(TrainedModelDir(sources_.db_path), error);
+  const fs::path resolved = file.empty() ? fs::path() : fs::weakly_canonical(file, error);
+  if (file.empty() || resolved.parent_path() != store) {
+    return {404, "text/plain; charset=utf-8",
+            "training run #" + id_text +
+                " kept no model here (a train job of an ONNX model keeps it with keep_model: "
+                "`edgecost --remote ... train --out FILE`)\n"};
+  }
+  std::ifstream in(resolved, std::ios::binary);
+  if (!in) return {404, "text/plain; charset=utf-8", "the trained model's file is gone\n"};
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  HttpResponse response{200, "application/octet-stream", std::move(bytes)};
+  response.headers = {{"Content-Disposition", "attachment; filename=\"train-run-" + id_text + extension + "\""},
+                      {"X-Content-Type-Options", "nosniff"}};
+  return response;
 }
 
 HttpResponse WebView::TraceDownload(const std::string& query) {

@@ -71,6 +71,7 @@ class WebView {
   Result<std::string> SchedulePage(const std::string& query);
   Result<std::string> TrainRunPage(const std::string& query);
   HttpResponse TraceDownload(const std::string& query);
+  HttpResponse TrainedModelDownload(const std::string& path);
   HttpResponse CostsCsv(const std::string& query);
   HttpResponse SchedulesCsv();
 

@@ -752,6 +752,7 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
       epoch.set_train_loss(loss_sum / epoch.steps());
       EC_RETURN_IF_ERROR(EvaluateHeldOut(data, *executor, epoch));
       log(EpochLine(epoch, per_epoch, data.held_out_records()));
+      if (on_step) on_step({s + 1, steps, stats.loss, stats.runtime_s, &epoch, data.held_out_records(), per_epoch});
     }
   }
   EC_ASSIGN_OR_RETURN(double energy_end_j, meter->EnergyJ());
@@ -766,6 +767,8 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
     EC_RETURN_IF_ERROR(WriteTrainedOnnx(*onnx, *executor, options.out_onnx, npz, result.notes));
     result.written_onnx = options.out_onnx;
     result.written_npz = npz;
+    run.set_trained_onnx_path(options.out_onnx);  // the daemon serves its own store's for download
+    run.set_trained_npz_path(npz);
   }
 
   // The first step warms caches and allocations: medians are over the others when there are, and over

@@ -81,6 +81,10 @@ struct TrainProgress {
   int steps = 0;
   double loss = 0;
   double runtime_s = 0;
+  // Set on a second report of an epoch's last step, once the held-out part is evaluated.
+  const v1::EpochStats* epoch = nullptr;
+  int64_t held_out_records = 0;
+  int64_t batches_per_epoch = 0;
 };
 
 struct TrainJobResult {
