@@ -231,6 +231,14 @@ void PrintRun(const service::TrainJobResult& result, bool accepted_noisy) {
 }
 
 // Trained by a daemon as a job, followed through WatchEvents until it ends; Ctrl-C cancels it.
+// The held-out part's loss and accuracy after the last epoch, when the run had one.
+void PrintHeldOut(const v1::TrainRun& run) {
+  if (run.epochs_size() == 0 || run.held_out_records() == 0) return;
+  const v1::EpochStats& last = run.epochs(run.epochs_size() - 1);
+  std::cout << "held out       " << run.held_out_records() << " records after epoch " << last.epoch() << ": loss "
+            << Number(last.held_out_loss()) << ", accuracy " << Number(100 * last.held_out_accuracy(), 1) << "%\n";
+}
+
 // "step 3/10  loss 2.301  12.3 ms", over itself on a terminal.
 void PrintStepLine(uint32_t step, uint32_t steps, double loss, double step_s) {
   static const bool tty = ::isatty(STDERR_FILENO);
@@ -333,6 +341,7 @@ int RunRemoteTrain(const TrainFlags& flags, const Context& ctx) {
   result.run = job.train_run();
   result.run_id = static_cast<int64_t>(result.run.id());
   std::cout << "trained        " << result.run.model() << " on " << ctx.remote << " (job " << job.id() << ")\n";
+  PrintHeldOut(result.run);
   PrintRun(result, flags.accept_noisy);
   if (!flags.out_onnx.empty()) {
     if (result.run.trained_onnx_path().empty()) {
@@ -444,11 +453,7 @@ int RunTrain(const TrainFlags& flags, const Context& ctx) {
               << "schedule       " << run.strategy()
               << (run.schedule_id() ? " (#" + std::to_string(run.schedule_id()) + ")" : std::string())
               << (run.cost_source().empty() ? "" : ", predictions from " + run.cost_source() + " costs") << "\n";
-    if (run.epochs_size() > 0 && run.held_out_records() > 0) {
-      const v1::EpochStats& last = run.epochs(run.epochs_size() - 1);
-      std::cout << "held out       " << run.held_out_records() << " records after epoch " << last.epoch() << ": loss "
-                << Number(last.held_out_loss()) << ", accuracy " << Number(100 * last.held_out_accuracy(), 1) << "%\n";
-    }
+    PrintHeldOut(run);
     PrintRun(*result, flags.accept_noisy);
     if (!flags.trace_path.empty()) std::cout << "written        " << flags.trace_path << " (Chrome Trace Event JSON)\n";
     if (!flags.svg_path.empty()) std::cout << "written        " << flags.svg_path << " (loss and step time)\n";

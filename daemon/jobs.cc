@@ -327,6 +327,13 @@ Status CheckTrainRequest(const v1::StartTrainRequest& request, const std::string
       request.cost_source() != service::kMeasuredInStepSource && request.cost_source() != service::kAutoCostSource) {
     return InvalidArgument("cost_source is measured, measured-in-step or auto");
   }
+  if (request.keep_model()) {
+    EC_ASSIGN_OR_RETURN(std::optional<graph::OnnxModel> onnx, graph::LoadOnnxModel(spec));
+    if (!onnx) {
+      return InvalidArgument("keep_model keeps an ONNX model's trained weights; '" + request.model() +
+                             "' is a zoo model, with no file to write them into");
+    }
+  }
   for (const std::string* data : {&request.data(), &request.val_data()}) {
     if (!data->empty()) EC_RETURN_IF_ERROR(ResolveTrainData(*data, data_dirs).status());
   }
@@ -560,7 +567,7 @@ void JobManager::RunTrain(Entry& entry) {
   options.mean.assign(request.mean().begin(), request.mean().end());
   options.std.assign(request.std().begin(), request.std().end());
   if (!request.data_keys().empty()) std::tie(options.input_key, options.label_key) = DataKeysOf(request.data_keys());
-  if (request.keep_model()) {  // only an ONNX model writes one; a zoo model's run says so in its notes
+  if (request.keep_model()) {
     const std::filesystem::path dir = TrainedModelDir(db_path_);
     std::error_code error;
     std::filesystem::create_directories(dir, error);

@@ -161,7 +161,7 @@ TEST_F(TrainRpcTest, TheCliTrainsRemotelyPrintsProgressAndFetchesTheModel) {
   ASSERT_EQ(trained.exit_code, 0) << trained.output;
   EXPECT_THAT(trained.output, HasSubstr("step 31/31  loss "));
   EXPECT_THAT(trained.output, HasSubstr("epoch 1: train loss "));
-  EXPECT_THAT(trained.output, HasSubstr("accuracy"));
+  EXPECT_THAT(trained.output, HasSubstr("held out       300 records after epoch 1"));
   EXPECT_GT(fs::file_size(out), 1000u);
   EXPECT_EQ(ReadAll(dir_ / "cli/model.npz").substr(0, 2), "PK");
 }
@@ -182,6 +182,14 @@ TEST_F(TrainRpcTest, DataOutsideTheAllowedDirectoriesIsRefused) {
   v1::Job job;
   EXPECT_EQ(daemon::CallRemote(Remote(), "JobService/StartTrain", held_out_outside, job).code(),
             ErrorCode::kPermissionDenied);
+  // A zoo model has no file to keep trained weights in: refused before it is queued.
+  v1::StartTrainRequest zoo;
+  zoo.set_model("linear");
+  zoo.set_steps(1);
+  zoo.set_keep_model(true);
+  const Status no_file = daemon::CallRemote(Remote(), "JobService/StartTrain", zoo, job);
+  EXPECT_EQ(no_file.code(), ErrorCode::kInvalidArgument) << no_file.message();
+  EXPECT_THAT(no_file.message(), HasSubstr("zoo model"));
   // Inside, but missing: said so.
   const Status missing = daemon::CallRemote(Remote(), "JobService/StartTrain", DigitsRequest("gone.npz"), job);
   EXPECT_EQ(missing.code(), ErrorCode::kNotFound) << missing.message();
