@@ -150,6 +150,7 @@ TEST_F(WebViewTest, OverTcpThePageAsksForTheTokenOnceAndKeepsASession) {
   EXPECT_THAT(refused.body, Not(HasSubstr("device-table")));
   EXPECT_EQ(Get("/costs?model=linear&device=a72", true).status, 401);
   EXPECT_EQ(Get("/trace?schedule=1", true).status, 401);
+  EXPECT_EQ(Get("/trained/1.onnx", true).status, 401);  // a trained model is the agent's data too
   EXPECT_EQ(Get("/metrics", true).status, 401);
 
   HttpRequest login{.method = "POST",
