@@ -255,13 +255,11 @@ bool Inside(const std::filesystem::path& path, const std::filesystem::path& dir)
 
 }  // namespace
 
-Result<std::string> ResolveTrainData(const std::string& path, const std::vector<std::string>& data_dirs) {
+namespace {
+
+// One file or folder of a data set, resolved and checked against the allowed directories.
+Result<std::filesystem::path> ResolveInside(const std::string& path, const std::vector<std::string>& data_dirs) {
   namespace fs = std::filesystem;
-  if (data_dirs.empty()) {
-    return PermissionDenied(
-        "this agent reads no data sets for train jobs: list the directories they may come from "
-        "in its config's [train] data_dirs (`edgecost serve --check-config` shows them)");
-  }
   const fs::path given = fs::path(path).is_absolute() ? fs::path(path) : fs::path(data_dirs.front()) / path;
   std::error_code error;
   const fs::path resolved = fs::canonical(given, error);  // symlinks and `..` resolved, as open() would
@@ -273,10 +271,56 @@ Result<std::string> ResolveTrainData(const std::string& path, const std::vector<
     const fs::path allowed = fs::canonical(dir, dir_error);
     if (dir_error || !Inside(judged, allowed)) continue;
     if (error) return NotFound("no data set " + path + " in " + dir + ": " + error.message());
-    return resolved.string();
+    return resolved;
   }
   return PermissionDenied("data set " + path + " is outside the directories this agent reads data from (" +
                           JoinDirs(data_dirs) + ", its config's [train] data_dirs)");
+}
+
+// What the loader reads beyond the path itself (train/data.cc): every file below an image folder
+// (directory symlinks followed), and the labels .npy beside an inputs .npy, whose name depends on
+// the keys: every .npy beside it is checked. Each must resolve inside the allowed directories too.
+Status CheckWhatItReads(const std::filesystem::path& resolved, const std::vector<std::string>& data_dirs) {
+  namespace fs = std::filesystem;
+  constexpr size_t kMaxEntries = 1'000'000;  // a bound on the walk of a folder that loops
+  std::error_code error;
+  size_t entries = 0;
+  auto check = [&](const fs::path& entry) -> Status {
+    if (++entries > kMaxEntries) return InvalidArgument(resolved.string() + " holds more than a million entries");
+    return ResolveInside(entry.string(), data_dirs).status();
+  };
+  if (fs::is_directory(resolved, error)) {
+    for (auto it = fs::recursive_directory_iterator(resolved, fs::directory_options::follow_directory_symlink, error);
+         !error && it != fs::recursive_directory_iterator(); it.increment(error)) {
+      EC_RETURN_IF_ERROR(check(it->path()));
+    }
+  } else if (resolved.extension() == ".npy") {
+    for (const fs::directory_entry& entry : fs::directory_iterator(resolved.parent_path(), error)) {
+      if (entry.path().extension() == ".npy") EC_RETURN_IF_ERROR(check(entry.path()));
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<std::string> ResolveTrainData(const std::string& path, const std::vector<std::string>& data_dirs) {
+  if (data_dirs.empty()) {
+    return PermissionDenied(
+        "this agent reads no data sets for train jobs: list the directories they may come from "
+        "in its config's [train] data_dirs (`edgecost serve --check-config` shows them)");
+  }
+  // INPUTS.npy,LABELS.npy names two files: each is resolved.
+  std::string resolved_paths;
+  for (size_t begin = 0; begin <= path.size();) {
+    const size_t comma = std::min(path.find(',', begin), path.size());
+    EC_ASSIGN_OR_RETURN(const std::filesystem::path resolved,
+                        ResolveInside(path.substr(begin, comma - begin), data_dirs));
+    EC_RETURN_IF_ERROR(CheckWhatItReads(resolved, data_dirs));
+    resolved_paths += (resolved_paths.empty() ? "" : ",") + resolved.string();
+    begin = comma + 1;
+  }
+  return resolved_paths;
 }
 
 std::string TrainedModelDir(const std::string& db_path) {

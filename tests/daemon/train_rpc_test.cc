@@ -212,6 +212,23 @@ TEST(TrainData, ADirectoryIsNotAPrefixOfItsSibling) {
   Result<std::string> inside = daemon::ResolveTrainData("y.npz", {(dir / "data").string()});
   ASSERT_TRUE(inside.ok()) << inside.status().message();
   EXPECT_EQ(*inside, fs::canonical(dir / "data/y.npz").string());
+  // What the loader reads besides the path: a folder's files, and the labels .npy beside an inputs .npy.
+  fs::create_directories(dir / "data/images/cat");
+  std::ofstream(dir / "data/images/cat/a.png") << "png";
+  EXPECT_TRUE(daemon::ResolveTrainData("images", {(dir / "data").string()}).ok());
+  fs::create_symlink(dir / "data2/x.npz", dir / "data/images/cat/b.png");
+  EXPECT_EQ(daemon::ResolveTrainData("images", {(dir / "data").string()}).status().code(),
+            ErrorCode::kPermissionDenied);
+  fs::create_directories(dir / "data/arrays");
+  std::ofstream(dir / "data/arrays/x.npy") << "x";
+  EXPECT_TRUE(daemon::ResolveTrainData("arrays/x.npy", {(dir / "data").string()}).ok());
+  fs::create_symlink(dir / "data2/x.npz", dir / "data/arrays/y.npy");
+  EXPECT_EQ(daemon::ResolveTrainData("arrays/x.npy", {(dir / "data").string()}).status().code(),
+            ErrorCode::kPermissionDenied);
+  EXPECT_EQ(daemon::ResolveTrainData("arrays/x.npy," + (dir / "data2/x.npz").string(), {(dir / "data").string()})
+                .status()
+                .code(),
+            ErrorCode::kPermissionDenied);
   // The config's list, checked at start.
   std::ofstream(dir / "serve.toml") << "[train]\ndata_dirs = [\"" << (dir / "data").string() << "\"]\n";
   daemon::DaemonConfig config;
