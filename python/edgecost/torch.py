@@ -94,7 +94,10 @@ def _storage_bytes(tensor):
 class StepReport:
     step: int
     step_time_s: float            # forward start to backward end
-    saved_peak_bytes: int         # saved tensors resident at once, counted through the hooks
+    saved_peak_bytes: int         # saved activations resident at once, counted through the hooks
+    state_peak_bytes: int         # what ops save for their own backward beyond their inputs and outputs
+                                  # (batch-norm statistics, max-pool indices): layer state to edgecost,
+                                  # outside its activation peak
     paged_bytes: int              # written to storage this step
     peak_rss_bytes: int           # the process's peak so far
     predicted_step_time_s: float
@@ -102,27 +105,36 @@ class StepReport:
 
     def __str__(self):
         return (f"step {self.step}: {self.step_time_s * 1e3:.1f} ms (predicted {self.predicted_step_time_s * 1e3:.1f} ms), "
-                f"saved tensors peak {self.saved_peak_bytes / 1e6:.2f} MB (planned {self.predicted_peak_bytes / 1e6:.2f} MB), "
-                f"paged {self.paged_bytes / 1e6:.2f} MB, peak RSS {self.peak_rss_bytes / 1e6:.0f} MB")
+                f"saved activations peak {self.saved_peak_bytes / 1e6:.3f} MB (planned {self.predicted_peak_bytes / 1e6:.3f} MB)"
+                f" + op state {self.state_peak_bytes / 1e6:.3f} MB, paged {self.paged_bytes / 1e6:.2f} MB, "
+                f"peak RSS {self.peak_rss_bytes / 1e6:.0f} MB")
 
 
 class _Counter:
-    """Bytes of saved tensors resident now and at most this step, one count per storage."""
+    """Bytes of saved tensors resident now and at most this step, one count per storage, in two
+    kinds: activations (what the plan counts) and op state (see StepReport.state_peak_bytes)."""
 
     def __init__(self):
         self.lock = threading.Lock()
-        self.refs = {}   # storage key -> [handles, bytes]
+        self.refs = {}   # storage key -> [handles, bytes, is state]
         self.extra = 0   # recomputed tensors, counted per checkpointed module
-        self.now = 0
-        self.peak = 0
+        self.now = self.peak = 0              # activations
+        self.state_now = self.state_peak = 0  # op state
 
-    def add(self, key, nbytes):
+    def _count(self, nbytes, state):
+        if state:
+            self.state_now += nbytes
+            self.state_peak = max(self.state_peak, self.state_now)
+        else:
+            self.now += nbytes
+            self.peak = max(self.peak, self.now)
+
+    def add(self, key, nbytes, state=False):
         with self.lock:
-            entry = self.refs.setdefault(key, [0, nbytes])
+            entry = self.refs.setdefault(key, [0, nbytes, state])
             entry[0] += 1
             if entry[0] == 1:
-                self.now += nbytes
-                self.peak = max(self.peak, self.now)
+                self._count(nbytes, state)
 
     def remove(self, key):
         with self.lock:
@@ -131,51 +143,74 @@ class _Counter:
                 return
             entry[0] -= 1
             if entry[0] == 0:
-                self.now -= entry[1]
+                self._count(-entry[1], entry[2])
                 del self.refs[key]
+
+    def reclassify(self, key, state):
+        with self.lock:
+            entry = self.refs.get(key)
+            if entry is not None and entry[2] != state:
+                self._count(-entry[1], entry[2])
+                entry[2] = state
+                self._count(entry[1], state)
 
     def add_extra(self, nbytes):
         with self.lock:
             self.extra += nbytes
-            self.now += nbytes
-            self.peak = max(self.peak, self.now)
+            self._count(nbytes, False)
+
+    def start_step(self):
+        self.peak, self.state_peak = self.now, self.state_now
 
 
 class _Kept:
-    """A saved tensor kept in RAM; counted until autograd drops it."""
-    __slots__ = ("tensor", "key", "counter", "__weakref__")
+    """A saved tensor: in RAM (counted until autograd drops it), or moved to a page file."""
+    __slots__ = ("tensor", "file", "key", "counter", "__weakref__")
 
-    def __init__(self, tensor, counter):
-        self.tensor, self.key, self.counter = tensor, ("kept", _storage_key(tensor)), counter
-        counter.add(self.key, _storage_bytes(tensor))
+    def __init__(self, tensor, counter, state=False):
+        self.tensor, self.file, self.key, self.counter = tensor, None, ("kept", _storage_key(tensor)), counter
+        counter.add(self.key, _storage_bytes(tensor), state)
+
+    def move_to(self, file):
+        """Drops the RAM copy for `file`: a tensor saved before we knew it was to be paged."""
+        self.file, self.tensor = file, None
+        self.counter.remove(self.key)
 
     def get(self):
-        return self.tensor
+        return self.tensor if self.file is None else self.file.read()
 
     def __del__(self):
-        self.counter.remove(self.key)
+        if self.file is None:
+            self.counter.remove(self.key)
 
 
 class _PageFile:
-    """One tensor on storage: written on the pager's thread, read back when autograd asks."""
+    """One tensor on storage: written on the pager's thread, read back when autograd asks. Counted
+    while it is being written and, once read back, until autograd drops it (after the backward op)."""
 
     def __init__(self, tensor, path, pager):
-        self.path, self.nbytes = path, _storage_bytes(tensor)
+        self.path, self.nbytes, self.counter = path, _storage_bytes(tensor), pager.counter
         self.key = ("writing", path)
-        pager.counter.add(self.key, self.nbytes)  # resident until written
-        self.future = pager.executor.submit(self._write, tensor, pager.counter)
+        self.read_key = None
+        self.counter.add(self.key, self.nbytes)  # resident until written
+        self.future = pager.executor.submit(self._write, tensor)
 
-    def _write(self, tensor, counter):
+    def _write(self, tensor):
         torch.save(tensor.detach(), self.path)
-        counter.remove(self.key)
+        self.counter.remove(self.key)
 
     def read(self):
         self.future.result()
+        if self.read_key is None:
+            self.read_key = ("read", self.path)
+            self.counter.add(self.read_key, self.nbytes)
         return torch.load(self.path)
 
     def __del__(self):
         with contextlib.suppress(Exception):
             self.future.result()
+            if self.read_key is not None:
+                self.counter.remove(self.read_key)
             os.unlink(self.path)
 
 
@@ -230,6 +265,12 @@ class _Runtime:
         # output object lives its storage cannot be freed and its address reused by another tensor;
         # the views let a tensor saved by two ops be written once.
         self.paged_outputs = {}
+        # The model's modules running their forward now, innermost last: what a module saves is known
+        # to be its output, its own state, or something else only when it returns.
+        self.calls = []
+        # Parameters and buffers (batch-norm statistics), saved as themselves or as views (a linear
+        # layer's transposed weight): the model's state, not activations.
+        self.uncounted_keys = set()
         self.paged_bytes = 0
         self.file_number = 0
         self.last_write = None
@@ -251,8 +292,10 @@ class _Runtime:
         for parent, spans in runs.items():
             modules[parent].forward = self._sequential_with_runs(modules[parent], dict(spans))
             self.patched.add(parent)
-        for name in realization.paged_modules:
-            self.handles.append(modules[name].register_forward_hook(self._note_output))
+        self.paged_modules = {modules[name] for name in realization.paged_modules}
+        self.own_modules = set(modules.values())
+        self.handles.append(torch.nn.modules.module.register_module_forward_pre_hook(self._enter_module))
+        self.handles.append(torch.nn.modules.module.register_module_forward_hook(self._leave_module))
         self.handles.append(model.register_forward_pre_hook(self._begin_forward))
         self.handles.append(model.register_forward_hook(self._end_forward))
 
@@ -272,7 +315,12 @@ class _Runtime:
             invocation.release()
         self.invocations = []
         self.paged_outputs.clear()
-        self.counter.peak = self.counter.now
+        self.calls = []
+        # The batch too: the caller holds it through the step, so autograd's reference costs nothing
+        # (the plan reads it again for backward).
+        self.uncounted_keys = {_storage_key(t) for t in (*self.model.parameters(), *self.model.buffers(), *inputs)
+                           if torch.is_tensor(t)}
+        self.counter.start_step()
         self.paged_bytes = 0
         self.step += 1
         self.step_start = time.perf_counter()
@@ -297,6 +345,7 @@ class _Runtime:
         schedule = self.plan.schedule
         report = StepReport(
             step=step, step_time_s=time.perf_counter() - self.step_start, saved_peak_bytes=self.counter.peak,
+            state_peak_bytes=self.counter.state_peak,
             paged_bytes=self.paged_bytes, peak_rss_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
             predicted_step_time_s=self.plan.realized_step_time_s, predicted_peak_bytes=schedule.peak_bytes)
         self.plan.reports.append(report)
@@ -304,20 +353,39 @@ class _Runtime:
             print("edgecost:", report, flush=True)
 
     # --- saved tensors
-    def _note_output(self, module, inputs, output):
-        if torch.is_grad_enabled():
-            for t in output if isinstance(output, (tuple, list)) else (output,):
-                if torch.is_tensor(t):
-                    self.paged_outputs[_storage_key(t)] = (weakref.ref(t), {})
+    def _enter_module(self, module, inputs):
+        if self.hooks_context is not None and module in self.own_modules:
+            leaf = not any(True for _ in module.children())
+            self.calls.append((module, leaf, {_storage_key(t) for t in inputs if torch.is_tensor(t)}, []))
 
-    def _pack(self, tensor):
-        if isinstance(tensor, torch.nn.Parameter) or (tensor.is_leaf and tensor.requires_grad):
-            return tensor  # weights are not activations
-        key = _storage_key(tensor)
-        output, files = self.paged_outputs.get(key, (None, None))
-        if output is None or output() is None:
-            self.paged_outputs.pop(key, None)
-            return _Kept(tensor, self.counter)
+    def _leave_module(self, module, inputs, output):
+        if self.hooks_context is None or not self.calls or self.calls[-1][0] is not module:
+            return
+        _, leaf, input_keys, pending = self.calls.pop()
+        outputs = [t for t in (output if isinstance(output, (tuple, list)) else (output,)) if torch.is_tensor(t)]
+        output_keys = {_storage_key(t) for t in outputs}
+        saved = [kept for kept in (ref() for ref in pending) if kept is not None and kept.file is None]
+        if leaf:  # what it saved that is its output (ReLU's result) is an activation after all
+            for kept in saved:
+                if kept.key[1] in output_keys:
+                    self.counter.reclassify(kept.key, state=False)
+        if module not in self.paged_modules:
+            return
+        for t in outputs:
+            known, _ = self.paged_outputs.get(_storage_key(t), (None, None))
+            if known is None or known() is None:  # not seen, or freed and its address reused
+                self.paged_outputs[_storage_key(t)] = (weakref.ref(t), {})
+        # What the module saved itself while it ran (ReLU's result, max-pool's indices, batch norm's
+        # statistics) goes with its output: its own output always, and for a leaf module all it
+        # made, since nothing outside the module can use it.
+        for kept in saved:
+            key = kept.key[1]
+            if key in output_keys or (leaf and key not in input_keys):
+                kept.move_to(self._page_file(kept.tensor))
+
+    def _page_file(self, tensor):
+        """The file `tensor` is written to: one per view of a paged output, one per other tensor."""
+        output, files = self.paged_outputs.get(_storage_key(tensor), (None, {}))
         view = (tuple(tensor.shape), tuple(tensor.stride()), tensor.storage_offset(), tensor.dtype)
         file = files.get(view)
         file = file() if file else None
@@ -331,7 +399,22 @@ class _Runtime:
             files[view] = weakref.ref(file)
             self.last_write = file.future
             self.paged_bytes += file.nbytes
-        return _Paged(file)
+        return file
+
+    def _pack(self, tensor):
+        key = _storage_key(tensor)
+        if key in self.uncounted_keys or isinstance(tensor, torch.nn.Parameter) or (tensor.is_leaf and tensor.requires_grad):
+            return tensor
+        output, _ = self.paged_outputs.get(key, (None, None))
+        if output is not None and output() is not None:
+            return _Paged(self._page_file(tensor))
+        self.paged_outputs.pop(key, None)  # freed, its address reused
+        # Made inside a leaf module and not its input: op state, unless it proves to be the output.
+        inner = self.calls[-1] if self.calls and self.calls[-1][1] else None
+        kept = _Kept(tensor, self.counter, state=inner is not None and key not in inner[2])
+        for call in self.calls:
+            call[3].append(weakref.ref(kept))
+        return kept
 
     @staticmethod
     def _unpack(packed):
@@ -424,8 +507,9 @@ def _counting_outputs(parts, invocation):
 class VerifyResult:
     identical: bool              # every gradient bit for bit
     max_relative_error: float    # the largest |planned - plain| / max |plain| over parameters
-    saved_peak_bytes: int        # the planned step's, counted through the hooks
+    saved_peak_bytes: int        # the planned step's activations, counted through the hooks
     plain_saved_peak_bytes: int  # the plain step's, counted the same way
+    state_peak_bytes: int        # the planned step's op state (StepReport.state_peak_bytes)
     report: StepReport
 
     @property
@@ -549,7 +633,8 @@ class Plan:
             scale = reference.abs().max().item() or 1.0
             worst = max(worst, (reference - got).abs().max().item() / scale)
         return VerifyResult(identical=identical, max_relative_error=worst, saved_peak_bytes=planned_report.saved_peak_bytes,
-                            plain_saved_peak_bytes=plain_report.saved_peak_bytes, report=planned_report)
+                            plain_saved_peak_bytes=plain_report.saved_peak_bytes,
+                            state_peak_bytes=planned_report.state_peak_bytes, report=planned_report)
 
 
 def _keep_everything():
