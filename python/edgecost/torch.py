@@ -19,7 +19,7 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 from edgecost import cli
-from edgecost.realize import realize
+from edgecost.realize import realize, realized_stages
 from edgecost.schedule import PAGE, RECOMPUTE, Schedule
 
 
@@ -100,12 +100,12 @@ class StepReport:
                                   # outside its activation peak
     paged_bytes: int              # written to storage this step
     peak_rss_bytes: int           # the process's peak so far
-    predicted_step_time_s: float
-    predicted_peak_bytes: int
+    predicted_step_time_s: float  # for what runs (the realized stages replayed by `edgecost check`)
+    predicted_peak_bytes: int     # the same replay's activation peak
 
     def __str__(self):
         return (f"step {self.step}: {self.step_time_s * 1e3:.1f} ms (predicted {self.predicted_step_time_s * 1e3:.1f} ms), "
-                f"saved activations peak {self.saved_peak_bytes / 1e6:.3f} MB (planned {self.predicted_peak_bytes / 1e6:.3f} MB)"
+                f"saved activations peak {self.saved_peak_bytes / 1e6:.3f} MB (predicted {self.predicted_peak_bytes / 1e6:.3f} MB)"
                 f" + op state {self.state_peak_bytes / 1e6:.3f} MB, paged {self.paged_bytes / 1e6:.2f} MB, "
                 f"peak RSS {self.peak_rss_bytes / 1e6:.0f} MB")
 
@@ -342,12 +342,12 @@ class _Runtime:
         torch.autograd.Variable._execution_engine.queue_callback(lambda: self._end_step(step))
 
     def _end_step(self, step):
-        schedule = self.plan.schedule
         report = StepReport(
             step=step, step_time_s=time.perf_counter() - self.step_start, saved_peak_bytes=self.counter.peak,
             state_peak_bytes=self.counter.state_peak,
             paged_bytes=self.paged_bytes, peak_rss_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-            predicted_step_time_s=self.plan.realized_step_time_s, predicted_peak_bytes=schedule.peak_bytes)
+            predicted_step_time_s=self.plan.realized_step_time_s,
+            predicted_peak_bytes=self.plan.realized_peak_bytes)
         self.plan.reports.append(report)
         if self.plan.report_steps:
             print("edgecost:", report, flush=True)
@@ -530,6 +530,8 @@ class Plan:
         self.reports = []          # a StepReport per training step run under the plan
         self.report_steps = False  # print each step's report
         self.realization = None
+        self.replay = None  # CheckResult (protobuf JSON) of the realized stages
+        self._realized_for = None
         self._runtimes = {}
 
     # Predictions: the schedule's, and for what runs (checkpointed modules recompute more).
@@ -545,19 +547,28 @@ class Plan:
     def predicted_energy_j(self):
         return self.schedule.energy_j
 
+    # Predictions for what runs: `edgecost check` replays the realized stages on the plan's costs.
     @property
     def realized_step_time_s(self):
-        if self.realization is None:
-            return self.schedule.step_time_s
-        return (self.schedule.step_time_s - self.realization.planned_recomputed_runtime_s
-                + self.realization.recomputed_runtime_s)
+        return self.replay["runtimeS"] if self.replay else self.schedule.step_time_s
+
+    @property
+    def realized_peak_bytes(self):
+        return int(self.replay["peakRamBytes"]) if self.replay else self.schedule.peak_bytes
+
+    @property
+    def realized_energy_j(self):
+        return self.replay["energy"]["totalJ"] if self.replay else self.schedule.energy_j
 
     def decisions(self):
         """Per-node decisions, with module names."""
         return self.schedule.decisions
 
     def realize(self, model):
-        self.realization = realize(self.schedule, dict(model.named_modules()))
+        if self.realization is None or self._realized_for is not model:
+            self.realization = realize(self.schedule, dict(model.named_modules()))
+            self.replay = _replay(self.schedule, realized_stages(self.schedule, self.realization))
+            self._realized_for = model
         return self.realization
 
     def describe(self):
@@ -635,6 +646,22 @@ class Plan:
         return VerifyResult(identical=identical, max_relative_error=worst, saved_peak_bytes=planned_report.saved_peak_bytes,
                             plain_saved_peak_bytes=plain_report.saved_peak_bytes,
                             state_peak_bytes=planned_report.state_peak_bytes, report=planned_report)
+
+
+def _replay(schedule, stages):
+    """`edgecost check` on `schedule` with `stages` instead of its own, budgets lifted so the replay
+    runs to the end and reports runtime, peak and energy whether or not they fit."""
+    message = dict(schedule.raw, stages=stages)
+    request = {k: v for k, v in (message.get("request") or {}).items() if k not in ("runtimeBudgetMultiple", "deviceRamBytes")}
+    message["request"] = dict(request, ramBudgetBytes=str(1 << 62), runtimeBudgetS=1e12)
+    with tempfile.TemporaryDirectory(prefix="edgecost-realized-") as workdir:
+        path = os.path.join(workdir, "realized.json")
+        with open(path, "w") as f:
+            json.dump(message, f)
+        result = json.loads(cli.run(["check", path, "--json"], progress=False))
+    if not result.get("valid"):
+        raise cli.EdgecostError(f"the realized schedule does not replay: {result.get('violation')}")
+    return result
 
 
 def _keep_everything():
