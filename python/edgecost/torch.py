@@ -26,6 +26,11 @@ from edgecost.schedule import PAGE, RECOMPUTE, Schedule
 def _export_onnx(model, example_inputs, path):
     # A copy: exporting in training mode runs the forward, which would move batch-norm statistics.
     exported = copy.deepcopy(model).train()
+    for module in exported.modules():
+        # Stochastic depth (torchvision's EfficientNet) draws a per-sample mask the exporter cannot
+        # trace in training mode; at p=0 it is the identity, and the mask is a few bytes per sample.
+        if type(module).__name__ == "StochasticDepth":
+            module.p = 0.0
     inputs = example_inputs if isinstance(example_inputs, tuple) else (example_inputs,)
     torch.onnx.export(exported, inputs, path, training=torch.onnx.TrainingMode.TRAINING,
                       do_constant_folding=False, opset_version=13)
@@ -39,14 +44,16 @@ def _activation_peak_bytes(model_name, cost_args, db, progress):
 
 
 def plan(model, example_inputs, *, activation_budget=None, ram_budget=None, runtime_budget="1.5x", platform=None,
-         device="this", db=None, time_limit_s=30, progress=True, keep_files=None):
+         device="this", db=None, time_limit_s=30, progress=True, keep_files=None, accept_noisy_costs=False):
     """Solves edgecost's schedule for one training step of `model` on `example_inputs`.
 
     activation_budget: the saved activations' RAM ("4MB", "3MiB", or "50%" of the plain step's peak);
     ram_budget: instead, the whole process's RAM. runtime_budget: "1.5x" the plain step, or "120ms".
     platform: a board preset ("a72") whose estimated costs are used instead of measuring `device`
     ("this": this machine, profiled first when its costs are missing). db: the cost database file
-    (default: edgecost's). keep_files: a directory to keep the ONNX model and schedule in."""
+    (default: edgecost's). keep_files: a directory to keep the ONNX model and schedule in.
+    accept_noisy_costs: build the cost table even when other work on the CPU disturbed some
+    measurements (`profile --accept-noisy`; they stay marked unreliable)."""
     if (activation_budget is None) == (ram_budget is None):
         raise ValueError("give one of activation_budget (saved activations) or ram_budget (the whole process)")
     workdir = keep_files or tempfile.mkdtemp(prefix="edgecost-plan-")
@@ -64,7 +71,8 @@ def plan(model, example_inputs, *, activation_budget=None, ram_budget=None, runt
             try:
                 cli.run(["costs", model_name, "--device", "this"], db=db, progress=False)
             except cli.EdgecostError:  # not measured yet here
-                cli.run(["profile", "--model", model_name], db=db, progress=progress)
+                cli.run(["profile", "--model", model_name, *(["--accept-noisy"] if accept_noisy_costs else [])],
+                        db=db, progress=progress)
     if activation_budget is not None:
         budget = str(activation_budget).strip()
         if budget.endswith("%"):
@@ -95,9 +103,9 @@ class StepReport:
     step: int
     step_time_s: float            # forward start to backward end
     saved_peak_bytes: int         # saved activations resident at once, counted through the hooks
-    state_peak_bytes: int         # what ops save for their own backward beyond their inputs and outputs
-                                  # (batch-norm statistics, max-pool indices): layer state to edgecost,
-                                  # outside its activation peak
+    state_peak_bytes: int         # what ops save for their own backward beyond their inputs, outputs and
+                                  # copies of them (batch-norm statistics, max-pool indices): layer state
+                                  # to edgecost, outside its activation peak
     paged_bytes: int              # written to storage this step
     peak_rss_bytes: int           # the process's peak so far
     predicted_step_time_s: float  # for what runs (the realized stages replayed by `edgecost check`)
@@ -365,9 +373,17 @@ class _Runtime:
         outputs = [t for t in (output if isinstance(output, (tuple, list)) else (output,)) if torch.is_tensor(t)]
         output_keys = {_storage_key(t) for t in outputs}
         saved = [kept for kept in (ref() for ref in pending) if kept is not None and kept.file is None]
-        if leaf:  # what it saved that is its output (ReLU's result) is an activation after all
+        if leaf:
+            # What it saved that is its output (ReLU's result) or a copy of an input or output (an
+            # in-place SiLU's input, kept before it was overwritten) is an activation after all.
+            like = {(tuple(t.shape), t.dtype) for t in (*inputs, *outputs) if torch.is_tensor(t)}
+            # A copy of an input that is to be paged is paged too (that is what the plan decided for it).
+            paged_inputs = {(tuple(t.shape), t.dtype) for t in inputs if torch.is_tensor(t) and self._to_page(t)}
             for kept in saved:
-                if kept.key[1] in output_keys:
+                shape = (tuple(kept.tensor.shape), kept.tensor.dtype)
+                if kept.key[1] not in input_keys and kept.key[1] not in output_keys and shape in paged_inputs:
+                    kept.move_to(self._page_file(kept.tensor))
+                elif kept.key[1] in output_keys or shape in like:
                     self.counter.reclassify(kept.key, state=False)
         if module not in self.paged_modules:
             return
@@ -380,12 +396,19 @@ class _Runtime:
         # made, since nothing outside the module can use it.
         for kept in saved:
             key = kept.key[1]
-            if key in output_keys or (leaf and key not in input_keys):
+            if kept.file is None and (key in output_keys or (leaf and key not in input_keys)):
                 kept.move_to(self._page_file(kept.tensor))
+
+    def _to_page(self, tensor):
+        """Whether `tensor` is (a view of) a module output the plan pages."""
+        output, _ = self.paged_outputs.get(_storage_key(tensor), (None, None))
+        return output is not None and output() is not None
 
     def _page_file(self, tensor):
         """The file `tensor` is written to: one per view of a paged output, one per other tensor."""
         output, files = self.paged_outputs.get(_storage_key(tensor), (None, {}))
+        if output is None or output() is None:
+            files = {}  # not a paged output, or an entry for a freed one whose address is reused
         view = (tuple(tensor.shape), tuple(tensor.stride()), tensor.storage_offset(), tensor.dtype)
         file = files.get(view)
         file = file() if file else None
@@ -405,10 +428,8 @@ class _Runtime:
         key = _storage_key(tensor)
         if key in self.uncounted_keys or isinstance(tensor, torch.nn.Parameter) or (tensor.is_leaf and tensor.requires_grad):
             return tensor
-        output, _ = self.paged_outputs.get(key, (None, None))
-        if output is not None and output() is not None:
+        if self._to_page(tensor):
             return _Paged(self._page_file(tensor))
-        self.paged_outputs.pop(key, None)  # freed, its address reused
         # Made inside a leaf module and not its input: op state, unless it proves to be the output.
         inner = self.calls[-1] if self.calls and self.calls[-1][1] else None
         kept = _Kept(tensor, self.counter, state=inner is not None and key not in inner[2])
