@@ -19,6 +19,7 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 from edgecost import cli
+from edgecost.agent import AGENT_ENV, Agent, parse_bytes, runtime_budget_fields
 from edgecost.realize import realize, realized_stages
 from edgecost.schedule import PAGE, RECOMPUTE, Schedule
 
@@ -36,55 +37,54 @@ def _export_onnx(model, example_inputs, path):
                       do_constant_folding=False, opset_version=13)
 
 
-def _activation_peak_bytes(model_name, cost_args, db, progress):
-    # Any schedule's file carries the plain step's memory; checkpoint-all is the quickest to solve.
-    out = cli.run(["solve", "--model", model_name, *cost_args, "--activation-budget", "1TB", "--runtime-budget", "100x",
-                   "--strategy", "checkpoint-all", "--no-store", "--json"], db=db, progress=progress)
-    return int(json.loads(out)["memory"]["activationPeakBytes"])
-
-
 def plan(model, example_inputs, *, activation_budget=None, ram_budget=None, runtime_budget="1.5x", platform=None,
-         device="this", db=None, time_limit_s=30, progress=True, keep_files=None, accept_noisy_costs=False):
+         device="this", db=None, agent=None, time_limit_s=30, progress=True, keep_files=None, accept_noisy_costs=False):
     """Solves edgecost's schedule for one training step of `model` on `example_inputs`.
 
     activation_budget: the saved activations' RAM ("4MB", "3MiB", or "50%" of the plain step's peak);
     ram_budget: instead, the whole process's RAM. runtime_budget: "1.5x" the plain step, or "120ms".
     platform: a board preset ("a72") whose estimated costs are used instead of measuring `device`
-    ("this": this machine, profiled first when its costs are missing). db: the cost database file
-    (default: edgecost's). keep_files: a directory to keep the ONNX model and schedule in.
+    ("this": this machine, profiled first when its costs are missing). agent: a running agent
+    (`edgecost serve`) to plan through, "unix:PATH" or "http://HOST:PORT" with the token in
+    $EDGECOST_TOKEN (default: $EDGECOST_AGENT; without either, the local edgecost binary on the
+    cost database `db`). keep_files: a directory to keep the ONNX model and schedule in.
     accept_noisy_costs: build the cost table even when other work on the CPU disturbed some
     measurements (`profile --accept-noisy`; they stay marked unreliable)."""
     if (activation_budget is None) == (ram_budget is None):
         raise ValueError("give one of activation_budget (saved activations) or ram_budget (the whole process)")
+    agent = agent or os.environ.get(AGENT_ENV)
+    backend = Agent(agent) if agent else cli.Local(db, progress)
     workdir = keep_files or tempfile.mkdtemp(prefix="edgecost-plan-")
     os.makedirs(workdir, exist_ok=True)
     onnx_path = os.path.join(workdir, "model.onnx")
     _export_onnx(model, example_inputs, onnx_path)
     with open(onnx_path, "rb") as f:
         model_name = "torch-" + type(model).__name__ + "-" + hashlib.sha256(f.read()).hexdigest()[:16]
-    cli.run(["models", "add", onnx_path, "--name", model_name], db=db, progress=progress)
+    backend.add_model(model_name, onnx_path)
+    # Paging time counts against the runtime budget on measured costs, as `edgecost solve` does.
+    request = {"model": model_name, "device": platform or device, "countPagingTime": not platform,
+               "timeLimitS": time_limit_s, **runtime_budget_fields(runtime_budget)}
     if platform:
-        cost_args = ["--platform", platform]
-    else:
-        cost_args = ["--device", device]
-        if device == "this":
-            try:
-                cli.run(["costs", model_name, "--device", "this"], db=db, progress=False)
-            except cli.EdgecostError:  # not measured yet here
-                cli.run(["profile", "--model", model_name, *(["--accept-noisy"] if accept_noisy_costs else [])],
-                        db=db, progress=progress)
+        request["costSource"] = "poet-flops"
+    elif device == "this" and not backend.has_measured_costs(model_name):
+        backend.profile(model_name, accept_noisy=accept_noisy_costs, progress=progress)
     if activation_budget is not None:
         budget = str(activation_budget).strip()
         if budget.endswith("%"):
-            peak = _activation_peak_bytes(model_name, cost_args, db, progress)
-            budget = f"{int(peak * float(budget[:-1]) / 100)}B"
-        budget_args = ["--activation-budget", budget]
+            # Any schedule carries the plain step's memory; checkpoint-all is the quickest to solve.
+            unbounded = {k: v for k, v in request.items() if k != "runtimeBudgetS"}
+            plain = backend.solve(dict(unbounded, ramBudgetBytes=str(1 << 50), strategy="checkpoint-all",
+                                       runtimeBudgetMultiple=100.0))
+            request["ramBudgetBytes"] = str(int(int(plain["memory"]["activationPeakBytes"]) * float(budget[:-1]) / 100))
+        else:
+            request["ramBudgetBytes"] = str(parse_bytes(budget))
     else:
-        budget_args = ["--ram-budget", str(ram_budget)]
+        request["deviceRamBytes"] = str(parse_bytes(ram_budget))
     schedule_path = os.path.join(workdir, "schedule.json")
-    cli.run(["solve", "--model", model_name, *cost_args, *budget_args, "--runtime-budget", str(runtime_budget),
-             "--time-limit-s", str(time_limit_s), "--out", schedule_path], db=db, progress=progress)
-    schedule = Schedule.load(schedule_path)
+    message = backend.solve(request)
+    with open(schedule_path, "w") as f:
+        json.dump(message, f)
+    schedule = Schedule(message)
     if schedule.status not in ("STATUS_OPTIMAL", "STATUS_FEASIBLE"):
         raise cli.EdgecostError(f"no schedule meets the budgets ({schedule.status}): {schedule.raw.get('message', '')}")
     return Plan(schedule, model_name=model_name, schedule_path=schedule_path)
