@@ -602,7 +602,9 @@ class Plan:
         if self.realization is not None:
             r = self.realization
             lines.append(f"as run: checkpointed {', '.join(map(str, r.segments)) or 'nothing'}; paged outputs of "
-                         f"{', '.join(r.paged_modules) or 'nothing'}; step {self.realized_step_time_s * 1e3:.2f} ms")
+                         f"{', '.join(r.paged_modules) or 'nothing'}; replayed by edgecost check: step "
+                         f"{self.realized_step_time_s * 1e3:.2f} ms, activations peak {self.realized_peak_bytes / 1e6:.3f} MB, "
+                         f"energy {self.realized_energy_j:.4g} J")
             lines += ["  moved: " + n for n in r.notes]
         return "\n".join(lines)
 

@@ -8,6 +8,7 @@ that prints figures, not a test. Measures this machine's costs unless --platform
 
 import argparse
 import os
+import time
 import sys
 import warnings
 
@@ -35,6 +36,18 @@ def models():
     yield "mobilenet_v2", torchvision.models.mobilenet_v2(num_classes=10), torch.randn(2, 3, 32, 32)
     yield "efficientnet_b0", torchvision.models.efficientnet_b0(num_classes=10), torch.randn(2, 3, 32, 32)
     yield "transformer_encoder", Encoder(), torch.randn(2, 8, 16)
+
+
+def _median_plain_step_s(model, batch, steps):
+    """Plain PyTorch's step, no hooks: PyTorch's kernels against the ones edgecost measured."""
+    times = []
+    for _ in range(steps):
+        model.zero_grad()
+        start = time.perf_counter()
+        model(batch).sum().backward()
+        times.append(time.perf_counter() - start)
+    times = sorted(times[1:] or times)
+    return times[len(times) // 2]
 
 
 def main():
@@ -66,19 +79,30 @@ def main():
         plan.remove(model)
         steps = plan.reports[-args.steps + 1:] or plan.reports[-1:]  # the first step warms up
         step_s = sorted(r.step_time_s for r in steps)[len(steps) // 2]
+        plain_s = _median_plain_step_s(model, batch, args.steps)
         rows.append((name, check.saved_peak_bytes, plan.realized_peak_bytes, plan.predicted_peak_bytes,
                      check.plain_saved_peak_bytes, check.state_peak_bytes, step_s, plan.realized_step_time_s,
-                     plan.predicted_step_time_s, "identical" if check.identical else f"{check.max_relative_error:.1g}",
+                     plan.predicted_step_time_s, plain_s, plan.schedule.plain_step_time_s,
+                     "identical" if check.identical else f"{check.max_relative_error:.1g}",
                      len(plan.realization.moved(plan.schedule))))
     # saved: activations autograd held (through the hooks); as run / plan: the peak `edgecost check`
     # replays for the realized stages, and the schedule's; op state: batch-norm statistics and the like,
-    # layer state to edgecost. step: the median measured step; predicted: for the realized stages.
+    # layer state to edgecost. step: the median measured step under the plan; predicted: the replay's
+    # for the realized stages; plain: PyTorch without the plan, and edgecost's plain step on its
+    # measured kernels; slowdown: the plan's step over the plain one, measured and predicted. PyTorch's
+    # kernels are not the oneDNN primitives edgecost measured, so the absolute prediction is off by
+    # their ratio; scaled: PyTorch's plain step times the predicted slowdown, and the measured step over it.
     print(f"{'model':20} {'saved':>8} {'as run':>8} {'plan':>8} {'plain':>8} {'op state':>8} {'step':>9} "
-          f"{'predicted':>9} {'ratio':>6} {'(plan)':>9} {'gradients':>10} {'moved':>5}")
-    for name, peak, realized, planned, plain, state, step_s, realized_s, planned_s, grads, moved in rows:
+          f"{'predicted':>9} {'ratio':>6} {'(plan)':>9} {'plain':>9} {'predicted':>9} {'slowdown':>8} {'predicted':>9} "
+          f"{'scaled':>9} {'ratio':>6} {'gradients':>10} {'moved':>5}")
+    for (name, peak, realized, planned, plain, state, step_s, realized_s, planned_s, plain_s, plain_predicted_s,
+         grads, moved) in rows:
         print(f"{name:20} {peak / 1e3:6.0f}kB {realized / 1e3:6.0f}kB {planned / 1e3:6.0f}kB {plain / 1e3:6.0f}kB "
               f"{state / 1e3:6.0f}kB {step_s * 1e3:7.1f}ms {realized_s * 1e3:7.1f}ms {step_s / realized_s:6.2f} "
-              f"{planned_s * 1e3:7.1f}ms {grads:>10} {moved:5}")
+              f"{planned_s * 1e3:7.1f}ms {plain_s * 1e3:7.1f}ms {plain_predicted_s * 1e3:7.1f}ms "
+              f"{step_s / plain_s:8.2f} {realized_s / plain_predicted_s:9.2f} "
+              f"{plain_s * realized_s / plain_predicted_s * 1e3:7.1f}ms {step_s / (plain_s * realized_s / plain_predicted_s):6.2f} "
+              f"{grads:>10} {moved:5}")
 
 if __name__ == "__main__":
     main()
