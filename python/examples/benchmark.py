@@ -3,7 +3,7 @@
 against the prediction for what runs, and whether gradients equal plain PyTorch's. A benchmark
 that prints figures, not a test. Measures this machine's costs unless --platform is given.
 
-    EDGECOST_BIN=build/cli/edgecost /usr/bin/python3 python/examples/benchmark.py [--platform a72]
+    EDGECOST_BIN=build/cli/edgecost /usr/bin/python3 python/examples/benchmark.py [--platform a72] [--accept-noisy]
 """
 
 import argparse
@@ -53,8 +53,10 @@ def _median_plain_step_s(model, batch, steps):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--platform")
-    parser.add_argument("--activation-budget", default="50%")
-    parser.add_argument("--runtime-budget", default="1.5x")
+    # On measured costs paging time counts against the runtime budget: at half the peak ResNet18 has no
+    # schedule within 2x on a VM whose storage is slow next to its compute.
+    parser.add_argument("--activation-budget", default="70%")
+    parser.add_argument("--runtime-budget", default="2x")
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--db")
     parser.add_argument("--accept-noisy", action="store_true",
