@@ -184,15 +184,17 @@ def realized_stages(schedule, realization):
     productions = defaultdict(list)  # node -> (stage, place in the stage's compute list); page-ins rank after all
     for t in range(n):
         productions[t].append((t, 0))
-    recompute_groups = [list(nodes) for nodes in realization.segment_nodes]
-    # The batch: read again where the plan reads it again (in PyTorch the caller holds it).
-    recompute_groups += [[d.node] for d in decisions if d.is_input and d.action != KEEP]
-    for nodes in recompute_groups:
+    # (nodes, whether readers outside use the recomputed output): a checkpointed part computes its
+    # output again too, but what its readers saved is the forward's copy; the batch is read again
+    # where the plan reads it again (in PyTorch the caller holds it).
+    recompute_groups = [(list(nodes), False) for nodes in realization.segment_nodes]
+    recompute_groups += [([d.node], True) for d in decisions if d.is_input and d.action != KEEP]
+    for nodes, output_used in recompute_groups:
         stage = first_backward_use(nodes)
         if stage is None:
             continue
         compute[stage][:0] = nodes
-        for place, v in enumerate(nodes):
+        for place, v in enumerate(nodes if output_used else nodes[:-1]):
             productions[v].append((stage, place))
     for d in decisions:
         if d.backward or d.is_input or realization.actions.get(d.node) != PAGE:

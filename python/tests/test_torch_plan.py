@@ -39,7 +39,7 @@ class PlanAppliedTest(unittest.TestCase):
     def tearDownClass(cls):
         cls.tmp.cleanup()
 
-    def plan_and_verify(self, model, batch, within_realized_peak=True):
+    def plan_and_verify(self, model, batch):
         torch.manual_seed(0)
         plan = ec.plan(model, batch, activation_budget="50%", runtime_budget="2x", platform="a72", db=self.db,
                        time_limit_s=2, progress=False)
@@ -54,8 +54,7 @@ class PlanAppliedTest(unittest.TestCase):
               f"{len(plan.realization.moved(plan.schedule))} forward choices moved")
         self.assertTrue(result.ok, f"max relative error {result.max_relative_error}")
         self.assertLessEqual(result.saved_peak_bytes, plan.predicted_peak_bytes)
-        if within_realized_peak:
-            self.assertLessEqual(result.saved_peak_bytes, plan.realized_peak_bytes)
+        self.assertLessEqual(result.saved_peak_bytes, plan.realized_peak_bytes)
         self.assertEqual(result.report.predicted_peak_bytes, plan.realized_peak_bytes)
         self.assertLess(result.saved_peak_bytes, result.plain_saved_peak_bytes)
         return plan
@@ -77,10 +76,8 @@ class PlanAppliedTest(unittest.TestCase):
         self.assertGreater(plan.realized_step_time_s, plan.predicted_step_time_s)
 
     def test_efficientnet_b0(self):
-        # Exported with stochastic depth at p=0. Within the plan's peak, not yet within the replay of
-        # what runs (1.65 MB against 1.59 MB): some tensor autograd holds is not matched to a node.
-        self.plan_and_verify(torchvision.models.efficientnet_b0(num_classes=10), torch.randn(2, 3, 32, 32),
-                             within_realized_peak=False)
+        # Exported with stochastic depth at p=0; in-place SiLU saves a copy of its input.
+        self.plan_and_verify(torchvision.models.efficientnet_b0(num_classes=10), torch.randn(2, 3, 32, 32))
 
     def test_transformer_encoder(self):
         self.plan_and_verify(Encoder(), torch.randn(2, 8, 16))
