@@ -103,6 +103,30 @@ class PlanAppliedTest(unittest.TestCase):
         self.assertEqual(model.features[0][1].num_batches_tracked.item(), 2)
 
 
+class RealizedStagesTest(unittest.TestCase):
+    def test_checkpoint_and_paging_as_stages(self):
+        from edgecost.realize import Realization, realized_stages
+        from edgecost.schedule import PAGE, RECOMPUTE, Schedule
+        node = lambda i, inputs=(), phase="PHASE_FORWARD": {"index": i, "name": f"n{i}", "phase": phase,
+                                                             "inputs": list(inputs), "outputBytes": "8"}
+        # 0 batch, 1..4 forward, 5 loss; backward 6..9 reading 4, 3, 2 and 1.
+        nodes = [node(0), node(1, [0]), node(2, [1]), node(3, [2]), node(4, [3]), node(5, [4]),
+                 node(6, [5, 4], "PHASE_BACKWARD"), node(7, [6, 3], "PHASE_BACKWARD"),
+                 node(8, [7, 2], "PHASE_BACKWARD"), node(9, [8, 1], "PHASE_BACKWARD")]
+        schedule = Schedule({"costTable": {"graph": {"nodes": nodes}, "costs": []}, "stages": []})
+        # Node 1 paged; nodes 2 and 3 one checkpointed part whose output is 3.
+        realization = Realization(segments=[], paged_modules=[], segment_nodes=[[2, 3]],
+                                  actions={0: "keep", 1: PAGE, 2: RECOMPUTE, 3: "keep", 4: "keep", 5: "keep"})
+        stages = realized_stages(schedule, realization)
+        self.assertEqual(stages[7]["compute"], [2, 3, 7])  # recomputed when backward first reads the part
+        self.assertEqual(stages[2]["pageOut"], [1])
+        self.assertEqual(stages[8]["pageIn"], [1])  # read back the stage before its backward reader, 9
+        self.assertIn(1, stages[8]["keep"])
+        self.assertNotIn(1, stages[5]["keep"])
+        self.assertNotIn(2, stages[5]["keep"])  # dropped after the forward
+        self.assertIn(3, stages[5]["keep"])     # the part's output, saved by its reader
+
+
 class ScheduleReadingTest(unittest.TestCase):
     def test_decisions_from_stages(self):
         from edgecost.schedule import PAGE, RECOMPUTE, Schedule
