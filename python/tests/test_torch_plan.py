@@ -114,17 +114,16 @@ class RealizedStagesTest(unittest.TestCase):
                  node(6, [5, 4], "PHASE_BACKWARD"), node(7, [6, 3], "PHASE_BACKWARD"),
                  node(8, [7, 2], "PHASE_BACKWARD"), node(9, [8, 1], "PHASE_BACKWARD")]
         schedule = Schedule({"costTable": {"graph": {"nodes": nodes}, "costs": []}, "stages": []})
-        # Node 1 paged; nodes 2 and 3 one checkpointed part whose output is 3.
-        realization = Realization(segments=[], paged_modules=[], segment_nodes=[[2, 3]],
-                                  actions={0: "keep", 1: PAGE, 2: RECOMPUTE, 3: "keep", 4: "keep", 5: "keep"})
+        # Node 1 paged; nodes 3 and 4 one checkpointed part whose output is 4 (its input, 2, the part holds).
+        realization = Realization(segments=[], paged_modules=[], segment_nodes=[[3, 4]],
+                                  actions={0: "keep", 1: PAGE, 2: "keep", 3: RECOMPUTE, 4: "keep", 5: "keep"})
         stages = realized_stages(schedule, realization)
-        self.assertEqual(stages[7]["compute"], [2, 3, 7])  # recomputed when backward first reads the part
+        self.assertEqual(stages[6]["compute"], [3, 4, 6])  # recomputed when backward first reads the part
         self.assertEqual(stages[2]["pageOut"], [1])
         self.assertEqual(stages[8]["pageIn"], [1])  # read back the stage before its backward reader, 9
         self.assertIn(1, stages[8]["keep"])
-        self.assertNotIn(1, stages[5]["keep"])
-        self.assertNotIn(2, stages[5]["keep"])  # dropped after the forward
-        self.assertIn(3, stages[5]["keep"])     # the part's output, saved by its reader
+        self.assertEqual(stages[5]["keep"], [2, 4, 5])  # 1 on storage, 3 dropped after the forward
+        self.assertEqual(stages[5]["onStorage"], [1])
 
 
 class ScheduleReadingTest(unittest.TestCase):
