@@ -10,6 +10,8 @@
 namespace edgecost {
 namespace {
 
+std::string TemporaryPrefix(const std::string& path) { return path + ".tmp."; }
+
 Status CannotWrite(const std::string& path, int error) {
   return InvalidArgument("cannot write " + path + ": " + std::strerror(error));
 }
@@ -17,7 +19,7 @@ Status CannotWrite(const std::string& path, int error) {
 }  // namespace
 
 Status WriteFileAtomically(const std::string& path, std::string_view bytes) {
-  const std::string temp = path + ".tmp." + std::to_string(::getpid());
+  const std::string temp = TemporaryPrefix(path) + std::to_string(::getpid());
   const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return CannotWrite(path, errno);
   size_t done = 0;
@@ -52,6 +54,23 @@ Status WriteFileAtomically(const std::string& path, std::string_view bytes) {
     ::close(dir_fd);
   }
   return Status::Ok();
+}
+
+int RemoveStaleTemporaries(const std::string& path) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(path).parent_path().empty() ? fs::path(".") : fs::path(path).parent_path();
+  const std::string prefix = fs::path(TemporaryPrefix(path)).filename().string();
+  std::error_code error;
+  int removed = 0;
+  for (const fs::directory_entry& entry : fs::directory_iterator(dir, error)) {
+    const std::string name = entry.path().filename().string();
+    if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) continue;
+    const std::string pid = name.substr(prefix.size());
+    if (pid.find_first_not_of("0123456789") != std::string::npos || pid.size() > 9) continue;
+    if (std::stol(pid) == ::getpid() || fs::exists("/proc/" + pid, error)) continue;
+    if (fs::remove(entry.path(), error)) ++removed;
+  }
+  return removed;
 }
 
 }  // namespace edgecost

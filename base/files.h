@@ -13,4 +13,8 @@ namespace edgecost {
 // renamed over `path`, then the directory flushed so that the rename itself survives a power cut.
 Status WriteFileAtomically(const std::string& path, std::string_view bytes);
 
+// Removes the temporaries of WriteFileAtomically(path, ...) left by processes that were killed while
+// writing (their pid no longer runs); returns how many.
+int RemoveStaleTemporaries(const std::string& path);
+
 }  // namespace edgecost

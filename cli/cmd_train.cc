@@ -38,8 +38,8 @@ struct TrainFlags {
   std::string trainable = "all";
   std::string schedule_file;
   uint64_t schedule_id = 0;
-  std::string ram_budget;         // the whole process's memory above its baseline
-  std::string activation_budget;  // the activations' alone
+  std::string ram_budget;               // the whole process's memory above its baseline
+  std::string activation_budget;        // the activations' alone
   std::string runtime_budget = "1.5x";  // solver::kDefaultRuntimeBudgetMultiple, as `solve`
   std::string strategy = "optimal";
   std::string cost_source = "auto";
@@ -67,6 +67,9 @@ struct TrainFlags {
   std::string init = "file";
   std::string out_onnx;
   std::string out_npz;
+  std::string checkpoint_path;
+  int checkpoint_every = 100;
+  bool resume = false;
   bool verify = false;
   std::string trace_path;
   std::string svg_path;  // loss and step time over the steps
@@ -125,11 +128,13 @@ Result<std::vector<float>> ParseFloatList(const std::string& text, const std::st
 // --ram-budget (the whole process) or --activation-budget, as a solve request's budget fields.
 Result<v1::ScheduleRequest> Budgets(const TrainFlags& flags) {
   if (!flags.ram_budget.empty() && !flags.activation_budget.empty()) {
-    return InvalidArgument("--ram-budget is the whole process's memory, --activation-budget the activations': give one");
+    return InvalidArgument(
+        "--ram-budget is the whole process's memory, --activation-budget the activations': give one");
   }
   const bool whole = !flags.ram_budget.empty();
   EC_ASSIGN_OR_RETURN(const int64_t bytes, ParseBytes(whole ? flags.ram_budget : flags.activation_budget));
-  if (bytes <= 0) return InvalidArgument(std::string(whole ? "--ram-budget" : "--activation-budget") + " must be positive");
+  if (bytes <= 0)
+    return InvalidArgument(std::string(whole ? "--ram-budget" : "--activation-budget") + " must be positive");
   v1::ScheduleRequest request;
   if (whole) {
     request.set_device_ram_bytes(static_cast<uint64_t>(bytes));
@@ -188,11 +193,12 @@ void PrintRun(const service::TrainJobResult& result, bool accepted_noisy) {
                   "parameters and gradients, optimizer state " + bytes(run.optimizer_state_bytes()) + ", layer state " +
                       bytes(run.layer_state_bytes()) + ", arena " + bytes(run.arena_bytes()) +
                       " (the schedule's layout of its activations)"});
-    table.AddRow({"  kernels, allocator", run.runtime_bytes_from_run() ? bytes(run.predicted_runtime_bytes()) : "-",
-                  bytes(run.runtime_bytes()),
-                  "oneDNN's JIT code and library pages, the heap's overhead" +
-                      (run.runtime_bytes_from_run() ? ", predicted from run #" + std::to_string(run.runtime_bytes_from_run())
-                                                    : std::string(", unknown before a first run"))});
+    table.AddRow(
+        {"  kernels, allocator", run.runtime_bytes_from_run() ? bytes(run.predicted_runtime_bytes()) : "-",
+         bytes(run.runtime_bytes()),
+         "oneDNN's JIT code and library pages, the heap's overhead" +
+             (run.runtime_bytes_from_run() ? ", predicted from run #" + std::to_string(run.runtime_bytes_from_run())
+                                           : std::string(", unknown before a first run"))});
   }
   if (run.page_outs() + run.page_ins() > 0) {
     table.AddRow({"paging", FormatSeconds(run.predicted_paging_s()),
@@ -230,7 +236,6 @@ void PrintRun(const service::TrainJobResult& result, bool accepted_noisy) {
   }
 }
 
-// Trained by a daemon as a job, followed through WatchEvents until it ends; Ctrl-C cancels it.
 // The held-out part's loss and accuracy after the last epoch, when the run had one.
 void PrintHeldOut(const v1::TrainRun& run) {
   if (run.epochs_size() == 0 || run.held_out_records() == 0) return;
@@ -246,11 +251,13 @@ void PrintStepLine(uint32_t step, uint32_t steps, double loss, double step_s) {
             << FormatSeconds(step_s) << (tty ? "\033[K" : "") << ((!tty || step == steps) ? "\n" : "") << std::flush;
 }
 
+// Trained by a daemon as a job, followed through WatchEvents until it ends; Ctrl-C cancels it.
 int RunRemoteTrain(const TrainFlags& flags, const Context& ctx) {
-  if (!flags.schedule_file.empty() || !flags.trace_path.empty() || !flags.svg_path.empty()) {
+  if (!flags.schedule_file.empty() || !flags.trace_path.empty() || !flags.svg_path.empty() ||
+      !flags.checkpoint_path.empty()) {
     return UsageError(
-        InvalidArgument("over --remote a schedule is --schedule-id or budgets; --schedule, --trace and --svg "
-                        "are files of this machine (the web view's training run page draws the plot)"));
+        InvalidArgument("over --remote a schedule is --schedule-id or budgets; --schedule, --trace, --svg and "
+                        "--checkpoint are files of this machine (the web view's training run page draws the plot)"));
   }
   v1::StartTrainRequest request;
   request.set_model(flags.model);
@@ -413,6 +420,9 @@ int RunTrain(const TrainFlags& flags, const Context& ctx) {
   options.init = flags.init;
   options.out_onnx = flags.out_onnx;
   options.out_npz = flags.out_npz;
+  options.checkpoint_path = flags.checkpoint_path;
+  options.checkpoint_every = flags.checkpoint_every;
+  options.resume = flags.resume;
   options.verify = flags.verify;
   options.trace = !flags.trace_path.empty();
   options.paging_dir = flags.paging_dir;
@@ -478,17 +488,15 @@ void PrintRunsCsv(const std::vector<v1::TrainRun>& runs) {
   for (const v1::TrainRun& run : runs) {
     const uint64_t added = run.peak_rss_bytes() - std::min(run.peak_rss_bytes(), run.unbuilt_rss_bytes());
     std::cout << run.id() << ',' << service::CsvField(run.model()) << ',' << run.batch_size() << ','
-              << service::CsvField(run.device()) << ',' << service::CsvField(run.strategy()) << ','
-              << run.schedule_id() << ',' << run.steps() << ',' << run.threads() << ','
-              << service::CsvField(run.cost_source()) << ',' << run.ram_budget_bytes() << ','
-              << number(run.predicted_runtime_s()) << ',' << number(run.runtime_s()) << ','
-              << run.predicted_peak_bytes() << ',' << run.peak_activation_bytes() << ','
-              << number(run.paging_wait_s()) << ',' << number(run.predicted_energy_j()) << ','
-              << number(run.energy_j()) << ',' << (run.energy_source() == v1::ENERGY_SOURCE_ESTIMATED ? 1 : 0)
-              << ',' << run.predicted_process_bytes() << ',' << (run.peak_rss_bytes() ? std::to_string(added) : "")
-              << ',' << number(run.first_loss()) << ',' << number(run.last_loss()) << ','
-              << (run.disturbed() ? 1 : 0) << ',' << run.disturbed_steps() << ','
-              << service::CsvField(run.created_at()) << '\n';
+              << service::CsvField(run.device()) << ',' << service::CsvField(run.strategy()) << ',' << run.schedule_id()
+              << ',' << run.steps() << ',' << run.threads() << ',' << service::CsvField(run.cost_source()) << ','
+              << run.ram_budget_bytes() << ',' << number(run.predicted_runtime_s()) << ',' << number(run.runtime_s())
+              << ',' << run.predicted_peak_bytes() << ',' << run.peak_activation_bytes() << ','
+              << number(run.paging_wait_s()) << ',' << number(run.predicted_energy_j()) << ',' << number(run.energy_j())
+              << ',' << (run.energy_source() == v1::ENERGY_SOURCE_ESTIMATED ? 1 : 0) << ','
+              << run.predicted_process_bytes() << ',' << (run.peak_rss_bytes() ? std::to_string(added) : "") << ','
+              << number(run.first_loss()) << ',' << number(run.last_loss()) << ',' << (run.disturbed() ? 1 : 0) << ','
+              << run.disturbed_steps() << ',' << service::CsvField(run.created_at()) << '\n';
   }
 }
 
@@ -557,7 +565,7 @@ int RunRuns(const std::string& model, int limit, bool json, bool csv, const Cont
          !run.has_verify()          ? "-"
          : run.verify().identical() ? "identical"
                                     : "DIFFER",
-         run.disturbed()             ? "DISTURBED " + std::to_string(run.disturbed_steps()) + "/" +
+         run.disturbed() ? "DISTURBED " + std::to_string(run.disturbed_steps()) + "/" +
                                std::to_string(run.steps() - (run.steps() > 1))
          : run.disturbed_steps() > 0 ? std::to_string(run.disturbed_steps()) + " steps"
                                      : "-",
@@ -598,13 +606,8 @@ int RunRunNodes(int64_t run_id, int worst, const Context& ctx) {
             << run->cost_source() << " costs; the nodes miss " << FormatSeconds(total_miss_s)
             << " per step together, and the step spends " << FormatSeconds(run->runtime_s() - in_nodes_s)
             << " outside them (arena, paging waits, dispatch); worst nodes first\n";
-  Table table({{"node"},
-               {"name", Table::Align::kLeft},
-               {"runs/step"},
-               {"predicted"},
-               {"in step"},
-               {"error"},
-               {"miss/step"}});
+  Table table(
+      {{"node"}, {"name", Table::Align::kLeft}, {"runs/step"}, {"predicted"}, {"in step"}, {"error"}, {"miss/step"}});
   for (const v1::NodeTime& n : nodes) {
     table.AddRow({std::to_string(n.node()), n.name(), std::to_string(n.executions()), FormatSeconds(n.predicted_s()),
                   FormatSeconds(n.runtime_s()), Percent(n.runtime_s(), n.predicted_s()), FormatSeconds(miss_s(n))});
@@ -632,8 +635,7 @@ void RegisterTrainCommand(CLI::App& app, Context& ctx) {
   cmd->add_option("--runtime-budget", flags->runtime_budget,
                   "With a budget: a multiple of a plain step or seconds; the default is solve's too")
       ->capture_default_str();
-  cmd->add_option("--strategy", flags->strategy, "With a budget: " + solver::StrategyNames())
-      ->capture_default_str();
+  cmd->add_option("--strategy", flags->strategy, "With a budget: " + solver::StrategyNames())->capture_default_str();
   cmd->add_option("--cost-source", flags->cost_source,
                   "Costs of the predictions and of a schedule solved here: measured (ops one at a time), "
                   "measured-in-step (node times inside real steps) or auto (measured-in-step where its table exists "
@@ -711,6 +713,18 @@ void RegisterTrainCommand(CLI::App& app, Context& ctx) {
                   "ONNX models: write the model with its trained weights here (.onnx), and a NumPy .npz state dict "
                   "beside it. With --remote: fetched from the agent once the job ends");
   cmd->add_option("--out-npz", flags->out_npz, "With --out: where the .npz goes (default: --out's path with .npz)");
+  CLI::Option* checkpoint =
+      cmd->add_option("--checkpoint", flags->checkpoint_path,
+                      "Keep the run's state (weights, optimizer state, step) in FILE, replaced atomically every "
+                      "--checkpoint-every steps and after the last");
+  cmd->add_option("--checkpoint-every", flags->checkpoint_every, "With --checkpoint: steps between checkpoints")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber)
+      ->needs(checkpoint);
+  cmd->add_flag("--resume", flags->resume,
+                "With --checkpoint: go on from the checkpoint in FILE (from step 1 while there is none) to the "
+                "weights a run that was never stopped ends at, bit for bit; the settings must be the same")
+      ->needs(checkpoint);
   cmd->add_flag("--verify", flags->verify,
                 "Also run the plain step on one batch and compare every parameter gradient bit for bit");
   cmd->add_option("--trace", flags->trace_path, "Write per-node timings as Chrome Trace Event JSON (Perfetto)");

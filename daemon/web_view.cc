@@ -242,11 +242,12 @@ std::string ModelsSection(costdb::CostDb& db, const WebViewSources& sources, con
     out << "<option>" << HtmlEscape(m.name()) << "</option>";
   }
   out << "</select></label><label>device <select name=\"device\">";
-  for (const graph::BoardPreset& preset : graph::BoardPresets()) {
-    out << "<option>" << HtmlEscape(std::string(preset.name)) << "</option>";
-  }
+  // Measured devices first, then the presets, as ListDevices orders them.
   for (const v1::Device& device : devices) {
     if (device.kind() == v1::Device::KIND_MEASURED) out << "<option>" << HtmlEscape(device.name()) << "</option>";
+  }
+  for (const graph::BoardPreset& preset : graph::BoardPresets()) {
+    out << "<option>" << HtmlEscape(std::string(preset.name)) << "</option>";
   }
   out << "</select></label><button type=\"submit\">Show cost table</button></form>";
   out << "<div class=\"scroll\"><table id=\"model-table\"><thead><tr><th scope=\"col\">model</th>"

@@ -366,6 +366,9 @@ Result<SolvedRequest> SolveRequest(costdb::CostDb* db, const v1::ScheduleRequest
     }
   }
   *solved.schedule.mutable_request() = solved_request;
+  // The graph it was solved for: a client that attaches the cost table (GetCostTable) to a
+  // Solve response has a schedule file `check` takes, and one for another graph refused.
+  solved.schedule.set_graph_hash(graph::GraphHash(solved.table.graph()));
   solved.schedule.set_energy_source(solved.table.energy_source());
   *solved.schedule.mutable_memory() = memory;
   if (db && store) {

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "base/files.h"
 #include "base/units.h"
 #include "probes/registry.h"
 #include "profiler/interference.h"
@@ -27,6 +28,7 @@
 #include "service/words.h"
 #include "solver/solve.h"
 #include "train/arena.h"
+#include "train/checkpoint.h"
 #include "train/data.h"
 #include "train/executor.h"
 #include "train/pager.h"
@@ -164,8 +166,8 @@ Result<uint64_t> StoredScheduleOf(costdb::CostDb& db, const v1::Schedule& file) 
 
 }  // namespace
 
-profiler::Verdict JudgeStep(const v1::Interference& interference, double runtime_s, double window_s,
-                            bool single_thread, const profiler::InterferenceLimits& limits) {
+profiler::Verdict JudgeStep(const v1::Interference& interference, double runtime_s, double window_s, bool single_thread,
+                            const profiler::InterferenceLimits& limits) {
   char text[256];
   if (interference.steal_fraction() > limits.max_steal_fraction) {
     std::snprintf(text, sizeof text, "the hypervisor took %.0f%% of the CPUs (steal time)",
@@ -174,7 +176,8 @@ profiler::Verdict JudgeStep(const v1::Interference& interference, double runtime
   }
   const double wait_s = interference.run_queue_wait_s();
   if (interference.watched() && wait_s > std::max(limits.min_wait_s, limits.wait_fraction * runtime_s)) {
-    std::snprintf(text, sizeof text, "its threads waited %s for a CPU (%.0f%% of the step): another task ran on its cores",
+    std::snprintf(text, sizeof text,
+                  "its threads waited %s for a CPU (%.0f%% of the step): another task ran on its cores",
                   FormatSeconds(wait_s).c_str(), runtime_s > 0 ? 100 * wait_s / runtime_s : 0.0);
     return {false, text};
   }
@@ -184,8 +187,7 @@ profiler::Verdict JudgeStep(const v1::Interference& interference, double runtime
                   static_cast<unsigned long long>(interference.involuntary_switches()));
     return {false, text};
   }
-  if (!single_thread && window_s >= kMinSharedWindowS &&
-      interference.other_cpu_cores() >= limits.shared_cpu_cores) {
+  if (!single_thread && window_s >= kMinSharedWindowS && interference.other_cpu_cores() >= limits.shared_cpu_cores) {
     std::snprintf(text, sizeof text, "other tasks used %.2f CPUs meanwhile (caches, memory bandwidth shared)",
                   interference.other_cpu_cores());
     return {false, text};
@@ -204,7 +206,8 @@ StepSelection SelectSteps(const std::vector<bool>& disturbed) {
     }
   }
   selection.run_disturbed = 2 * selection.disturbed_steps > disturbed.size();
-  if (selection.disturbed_steps > 0 && !clean.empty() && clean.size() >= std::min(kMinUndisturbedSteps, disturbed.size())) {
+  if (selection.disturbed_steps > 0 && !clean.empty() &&
+      clean.size() >= std::min(kMinUndisturbedSteps, disturbed.size())) {
     selection.median_of = std::move(clean);
     selection.undisturbed_only = true;
   } else {
@@ -262,6 +265,39 @@ double InStepOverheadS(double step_s, double paging_wait_s, const std::vector<v1
     executions += t.executions();
   }
   return executions > 0 ? (step_s - paging_wait_s - nodes_s) / static_cast<double>(executions) : 0.0;
+}
+
+// What a resumed run must share with the run that wrote its checkpoint to end at the same weights,
+// one "name: value" line each. The schedule is not among them: every schedule computes the same
+// gradients, so a run may resume under another budget.
+std::string ResumeKey(const v1::TrainingGraph& graph, const TrainJobOptions& options, int steps, int threads,
+                      const v1::TrainRun& run) {
+  std::error_code ignored;
+  auto file = [&ignored](const std::string& path) {
+    return path.empty() ? std::string("none")
+                        : path + " (" + std::to_string(std::filesystem::file_size(path, ignored)) + " B)";
+  };
+  std::ostringstream key;
+  key << "training graph: " << graph::GraphHash(graph) << "\n"
+      << "batch: " << graph.batch_size() << ", trainable: " << graph.trainable() << "\n"
+      << "seed: " << options.seed << "\n"
+      << "data: " << file(options.data_file) << ", held out: " << file(options.val_data) << " split "
+      << options.val_split << "\n"
+      << "steps: " << steps << "\n"
+      << "lr: " << options.lr << ", schedule: " << run.lr_schedule().ShortDebugString() << "\n"
+      << "optimizer: " << run.optimizer().ShortDebugString() << "\n"
+      << "threads: " << threads << "\n";
+  return key.str();
+}
+
+// The lines of two resume keys that differ, "name: theirs (the checkpoint) / ours".
+std::string KeyDifferences(const std::string& checkpoint, const std::string& ours) {
+  std::istringstream a(checkpoint), b(ours);
+  std::string differences;
+  for (std::string x, y; std::getline(a, x) && std::getline(b, y);) {
+    if (x != y) differences += "\n  checkpoint " + x + "\n  this run   " + y;
+  }
+  return differences;
 }
 
 Result<train::OptimizerOptions> OptimizerOptionsOf(const v1::TrainOptimizer& optimizer) {
@@ -398,9 +434,8 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
   EC_ASSIGN_OR_RETURN(const train::OptimizerOptions optimizer, OptimizerOptionsOf(options.optimizer));
   // Checked now, before anything is built; again once --epochs give the steps (cosine's t_max).
   EC_RETURN_IF_ERROR(LrScheduleOptionsOf(options.lr_schedule, options.steps, options.lr).status());
-  const int sources =
-      !options.schedule_file.empty() + (options.schedule_id != 0) +
-      (options.solve.ram_budget_bytes() > 0 || options.solve.device_ram_bytes() > 0);
+  const int sources = !options.schedule_file.empty() + (options.schedule_id != 0) +
+                      (options.solve.ram_budget_bytes() > 0 || options.solve.device_ram_bytes() > 0);
   if (sources > 1) return InvalidArgument("give one schedule: --schedule FILE, --schedule-id N, or budgets to solve");
   TrainJobResult result;
   EC_ASSIGN_OR_RETURN(costdb::CostDb db, costdb::CostDb::Open(options.db_path, costdb::OpenMode::kReadWrite));
@@ -432,8 +467,8 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
   std::string cost_source = options.cost_source;
   if (cost_source == kAutoCostSource) {
     std::string why;
-    EC_ASSIGN_OR_RETURN(cost_source, AutoCostSource(db, PredictionKey(graph, cost_source),
-                                                    static_cast<uint32_t>(threads), &why));
+    EC_ASSIGN_OR_RETURN(cost_source,
+                        AutoCostSource(db, PredictionKey(graph, cost_source), static_cast<uint32_t>(threads), &why));
     if (options.schedule_file.empty() && options.schedule_id == 0) result.notes.push_back(why);
   }
   const std::string paging_dir = options.paging_dir.empty() ? DefaultPagingDir(options.db_path) : options.paging_dir;
@@ -525,7 +560,8 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
   }
 
   if (!onnx && options.init == "file") {
-    result.notes.push_back("weights: " + graph.model() + " is a zoo model, with no file of weights: drawn from --seed " +
+    result.notes.push_back("weights: " + graph.model() +
+                           " is a zoo model, with no file of weights: drawn from --seed " +
                            std::to_string(options.seed));
   } else if (options.init == "random") {
     result.notes.push_back("weights: drawn from --seed " + std::to_string(options.seed) + " (--init random)");
@@ -659,8 +695,8 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
       train::LayOut(executor->node_bytes(), executor->preds(), plan ? *plan : train::PlainPlan(executor->preds()))
           .region_bytes);
   const uint64_t tensor_bytes = outside_arena_bytes + run.arena_bytes();
-  if (std::optional<v1::TrainRun> earlier = LatestRuntimeRun(db, graph.model(), run.device(), run.batch_size(),
-                                                             run.threads(), kernels_warm)) {
+  if (std::optional<v1::TrainRun> earlier =
+          LatestRuntimeRun(db, graph.model(), run.device(), run.batch_size(), run.threads(), kernels_warm)) {
     run.set_predicted_runtime_bytes(earlier->runtime_bytes());
     run.set_runtime_bytes_from_run(earlier->id());
   }
@@ -672,10 +708,58 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
   }
   run.set_predicted_process_bytes(tensor_bytes + run.predicted_runtime_bytes());
 
-  // The steps. The high-water mark restarts at the baseline, so the peak is theirs.
+  // A resumed run: the state and the record of the steps before, from the checkpoint.
   const int n = graph.nodes_size();
-  // Per step, each node's time per execution (-1: it did not run).
-  std::vector<std::vector<double>> node_per_execution_s;
+  const std::string resume_key = ResumeKey(graph, options, steps, threads, run);
+  int start = 0;
+  if (!options.checkpoint_path.empty()) {
+    if (const int removed = RemoveStaleTemporaries(options.checkpoint_path); removed > 0) {
+      log("checkpoint: removed " + std::to_string(removed) + " partial writes left by runs that were killed");
+    }
+  }
+  if (options.resume) {
+    if (options.checkpoint_path.empty()) return InvalidArgument("--resume needs --checkpoint FILE");
+    Result<v1::TrainCheckpoint> checkpoint = train::ReadCheckpoint(options.checkpoint_path);
+    if (checkpoint.status().code() == ErrorCode::kNotFound) {
+      result.notes.push_back("no checkpoint at " + options.checkpoint_path + " yet: trained from step 1");
+    } else if (!checkpoint.ok()) {
+      return checkpoint.status();
+    } else {
+      if (checkpoint->resume_key() != resume_key) {
+        return FailedPrecondition(options.checkpoint_path + " was written by a run with other settings; resuming " +
+                                  "would not give its weights:" + KeyDifferences(checkpoint->resume_key(), resume_key));
+      }
+      if (checkpoint->steps_done() >= static_cast<uint64_t>(steps)) {
+        return FailedPrecondition(options.checkpoint_path + " holds a finished run (" + std::to_string(steps) + " of " +
+                                  std::to_string(steps) + " steps): nothing to resume");
+      }
+      EC_RETURN_IF_ERROR(train::RestoreState(*checkpoint, *executor));
+      start = static_cast<int>(checkpoint->steps_done());
+      *run.mutable_step_stats() = checkpoint->run().step_stats();
+      *run.mutable_epochs() = checkpoint->run().epochs();
+      log("resuming at step " + std::to_string(start + 1) + " of " + std::to_string(steps) + " from " +
+          options.checkpoint_path);
+      result.notes.push_back("resumed from " + options.checkpoint_path + " after step " + std::to_string(start) +
+                             ": step times, energy and memory are of the steps after it");
+    }
+  }
+  auto write_checkpoint = [&](int steps_done) -> Status {
+    v1::TrainCheckpoint checkpoint;
+    checkpoint.set_resume_key(resume_key);
+    *checkpoint.mutable_run()->mutable_step_stats() = run.step_stats();
+    *checkpoint.mutable_run()->mutable_epochs() = run.epochs();
+    train::CaptureState(*executor, checkpoint);
+    if (checkpoint.steps_done() != static_cast<uint64_t>(steps_done)) {
+      return Internal("the executor completed " + std::to_string(checkpoint.steps_done()) + " steps, not " +
+                      std::to_string(steps_done));
+    }
+    return train::WriteCheckpoint(options.checkpoint_path, checkpoint);
+  };
+
+  // The steps. The high-water mark restarts at the baseline, so the peak is theirs.
+  // Per step, each node's time per execution (-1: it did not run; the steps before a resume did not here).
+  std::vector<std::vector<double>> node_per_execution_s(static_cast<size_t>(start),
+                                                        std::vector<double>(static_cast<size_t>(n), -1.0));
   std::vector<uint32_t> executions(static_cast<size_t>(n), 0);
   // What the scheduler and the hypervisor did to each step, as the profiler watches an op's window.
   profiler::SchedInterferenceWatch sched_watch;
@@ -688,15 +772,17 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
   EC_ASSIGN_OR_RETURN(double energy_start_j, meter->EnergyJ());
   double energy_start_s = NowS();
   uint64_t peak = 0;
-  std::vector<double> step_cpu_s;
-  for (int s = 0; s < steps; ++s) {
-    if (s == 1) {  // energy, like time, over the steps after the first (which warms caches and kernels)
+  std::vector<double> step_cpu_s(static_cast<size_t>(start), 0.0);
+  for (int s = start; s < steps; ++s) {
+    if (s == start + 1) {  // energy, like time, over the steps after the first (which warms caches and kernels)
       EC_ASSIGN_OR_RETURN(energy_start_j, meter->EnergyJ());
       energy_start_s = NowS();
     }
     if (stop && stop->load()) {
-      return Status(ErrorCode::kCancelled, "stopped after " + std::to_string(s) + " of " + std::to_string(steps) +
-                                               " steps; no run record is stored");
+      return Status(ErrorCode::kCancelled,
+                    "stopped after " + std::to_string(s) + " of " + std::to_string(steps) +
+                        " steps; no run record is stored" +
+                        (options.checkpoint_path.empty() ? "" : " (--resume goes on from the last checkpoint)"));
     }
     const double window_start_s = NowS();
     EC_RETURN_IF_ERROR(watch->BeginWindow());
@@ -754,6 +840,9 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
       log(EpochLine(epoch, per_epoch, data.held_out_records()));
       if (on_step) on_step({s + 1, steps, stats.loss, stats.runtime_s, &epoch, data.held_out_records(), per_epoch});
     }
+    if (!options.checkpoint_path.empty() && ((s + 1) % std::max(1, options.checkpoint_every) == 0 || s + 1 == steps)) {
+      EC_RETURN_IF_ERROR(write_checkpoint(s + 1));
+    }
   }
   EC_ASSIGN_OR_RETURN(double energy_end_j, meter->EnergyJ());
   const double energy_interval_s = NowS() - energy_start_s;
@@ -771,9 +860,9 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
     run.set_trained_npz_path(npz);
   }
 
-  // The first step warms caches and allocations: medians are over the others when there are, and over
-  // the undisturbed ones among them when enough are (SelectSteps).
-  const int first = steps > 1 ? 1 : 0;
+  // The first step (of this process) warms caches and allocations: medians are over the others when
+  // there are, and over the undisturbed ones among them when enough are (SelectSteps).
+  const int first = start + (steps - start > 1 ? 1 : 0);
   std::vector<bool> disturbed;
   for (int s = first; s < steps; ++s) disturbed.push_back(run.step_stats(s).disturbed());
   const StepSelection selection = SelectSteps(disturbed);

@@ -63,6 +63,12 @@ struct TrainJobOptions {
   // them (empty: out_onnx with .npz for its extension).
   std::string out_onnx;
   std::string out_npz;
+  // Checkpoints: the run's state goes to `checkpoint_path` every `checkpoint_every` steps and after
+  // the last one, replacing the file atomically. With `resume`, the run starts from the checkpoint
+  // there (from step 1 while there is none yet) and ends at the weights of an unstopped run.
+  std::string checkpoint_path;
+  int checkpoint_every = 100;
+  bool resume = false;
   bool verify = false;
   bool trace = false;
   std::string paging_dir;  // empty: "paging" beside the database

@@ -765,6 +765,13 @@ void Executor::Update(double lr) {
 
 int64_t Executor::updates() const { return state_->updates; }
 
+Optimizer& Executor::optimizer() { return *state_->optimizer; }
+
+void Executor::RestoreUpdates(int64_t updates) {
+  state_->updates = updates;
+  state_->optimizer->set_steps_taken(updates);
+}
+
 uint64_t Executor::trained_param_bytes() const {
   uint64_t bytes = 0;
   for (const auto& [node, index] : state_->trained) {

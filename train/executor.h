@@ -124,6 +124,11 @@ class Executor {
   // masks, while Steps without an Update in between (the same step under other schedules) reuse them.
   void Update(double lr);
   int64_t updates() const;
+  // Checkpoints: the optimizer, whose state is saved and restored with the parameters, and the
+  // steps completed (the optimizer's count too), set when a run resumes so that the next step
+  // draws the dropout masks and takes the update the uninterrupted run would have.
+  Optimizer& optimizer();
+  void RestoreUpdates(int64_t updates);
   std::vector<ParamGradient> Gradients() const;
   // The forward pass alone in inference mode (batch norm with its running statistics, no dropout),
   // on buffers of its own outside the arena: held-out loss and accuracy. `batch` is a full batch;

@@ -150,6 +150,14 @@ uint64_t Optimizer::state_bytes() const {
   return bytes;
 }
 
+std::vector<std::vector<float>*> Optimizer::state_tensors() {
+  std::vector<std::vector<float>*> tensors;
+  for (auto* state : {&first_, &second_}) {
+    for (std::vector<float>& t : *state) tensors.push_back(&t);
+  }
+  return tensors;
+}
+
 void Optimizer::Step(std::span<const ParamSlot> params, float grad_scale, double lr) {
   ++steps_taken_;
   const auto wd = static_cast<float>(weight_decay_);

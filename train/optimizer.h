@@ -60,6 +60,10 @@ class Optimizer {
   const OptimizerOptions& options() const { return options_; }
   uint64_t state_bytes() const;
   int64_t steps_taken() const { return steps_taken_; }
+  // Checkpoints: the state tensors (first moments, then second moments, per parameter), read or
+  // overwritten in place, and the step count Adam's bias correction and SGD's first step depend on.
+  std::vector<std::vector<float>*> state_tensors();
+  void set_steps_taken(int64_t steps) { steps_taken_ = steps; }
 
  private:
   OptimizerOptions options_;

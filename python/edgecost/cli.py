@@ -1,5 +1,6 @@
 """Runs the edgecost binary: finds it, streams its progress, returns its output."""
 
+import json
 import os
 import shutil
 import subprocess
@@ -47,3 +48,43 @@ def run(args, db=None, progress=True):
     if process.returncode != 0:
         raise EdgecostError(f"{' '.join(command)} failed (exit {process.returncode}):\n{''.join(stderr_lines)}{stdout}")
     return stdout
+
+
+class Local:
+    """The edgecost binary on this machine and its database `db` (default: edgecost's); the same
+    calls as edgecost.agent.Agent, so that plan() runs either way."""
+
+    def __init__(self, db=None, progress=True):
+        self.db, self.progress = db, progress
+
+    def add_model(self, name, onnx_path):
+        run(["models", "add", onnx_path, "--name", name], db=self.db, progress=self.progress)
+
+    def has_measured_costs(self, model):
+        try:
+            run(["costs", model, "--device", "this"], db=self.db, progress=False)
+            return True
+        except EdgecostError:
+            return False
+
+    def profile(self, model, accept_noisy=False, progress=True):
+        run(["profile", "--model", model, *(["--accept-noisy"] if accept_noisy else [])], db=self.db, progress=progress)
+
+    def solve(self, request):
+        """A ScheduleRequest (protobuf JSON) solved by `edgecost solve`; the Schedule it writes."""
+        r = request
+        costs = ["--platform", r["device"]] if r.get("costSource") == "poet-flops" else ["--device", r["device"]]
+        budget = (["--activation-budget", f"{r['ramBudgetBytes']}B"] if "ramBudgetBytes" in r
+                  else ["--ram-budget", f"{r['deviceRamBytes']}B"])
+        runtime = f"{r['runtimeBudgetMultiple']}x" if "runtimeBudgetMultiple" in r else f"{r['runtimeBudgetS']}s"
+        args = ["solve", "--model", r["model"], *costs, *budget, "--runtime-budget", runtime,
+                "--count-paging-time" if r.get("countPagingTime") else "--no-count-paging-time"]
+        if "timeLimitS" in r:
+            args += ["--time-limit-s", r["timeLimitS"]]
+        if r.get("strategy"):
+            args += ["--strategy", r["strategy"]]
+        with tempfile.TemporaryDirectory(prefix="edgecost-solve-") as workdir:
+            path = os.path.join(workdir, "schedule.json")
+            run(args + ["--out", path], db=self.db, progress=self.progress)
+            with open(path) as f:
+                return json.load(f)

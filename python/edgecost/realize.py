@@ -25,8 +25,7 @@ class Realization:
     paged_modules: list            # modules whose output is paged when autograd saves it
     actions: dict                  # forward node -> KEEP, RECOMPUTE or PAGE as it runs
     notes: list = field(default_factory=list)  # choices that moved, in words
-    recomputed_runtime_s: float = 0.0          # the segments' second forward, from the plan's cost table
-    planned_recomputed_runtime_s: float = 0.0
+    segment_nodes: list = field(default_factory=list)  # per segment, the forward nodes it computes, in order
 
     def moved(self, schedule):
         """Forward nodes whose realized action differs from the plan's (the batch left out)."""
@@ -159,6 +158,78 @@ def realize(schedule, modules):
                      "frees each gradient after its last use")
     return Realization(
         segments=segments, paged_modules=sorted(paged), actions=actions, notes=notes,
-        # Non-reentrant checkpointing runs a part's whole forward again, its output included.
-        recomputed_runtime_s=sum(by_node[n].runtime_s for s in segments for n in segment_members(s)),
-        planned_recomputed_runtime_s=sum(d.runtime_s * d.recomputations for d in schedule.decisions if not d.is_input))
+        segment_nodes=[segment_members(s) for s in segments])
+
+
+def realized_stages(schedule, realization):
+    """The stage schedule (Schedule.stages as protobuf JSON) of what runs in PyTorch, for
+    `edgecost check` to replay: every node computed in order; a checkpointed part's nodes dropped
+    after the forward and all computed again when backward first reads one of them (non-reentrant
+    checkpointing), its inputs held until then; a paged output written after it is computed and
+    read back the stage before its first backward use; gradients computed once and kept until
+    their last use (autograd's way, whatever the plan said for them)."""
+    decisions = schedule.decisions
+    n = len(decisions)
+    consumers = defaultdict(list)
+    for d in decisions:
+        for i in d.inputs:
+            consumers[i].append(d.node)
+
+    def first_backward_use(nodes):
+        uses = [u for v in nodes for u in consumers[v] if decisions[u].backward]
+        return min(uses) if uses else None
+
+    compute = [[t] for t in range(n)]
+    page_out, page_in = defaultdict(list), defaultdict(list)
+    productions = defaultdict(list)  # node -> (stage, place in the stage's compute list); page-ins rank after all
+    for t in range(n):
+        productions[t].append((t, 0))
+    # (nodes, whether readers outside use the recomputed output): a checkpointed part computes its
+    # output again too, but what its readers saved is the forward's copy; the batch is read again
+    # where the plan reads it again (in PyTorch the caller holds it).
+    recompute_groups = [(list(nodes), False) for nodes in realization.segment_nodes]
+    recompute_groups += [([d.node], True) for d in decisions if d.is_input and d.action != KEEP]
+    for nodes, output_used in recompute_groups:
+        stage = first_backward_use(nodes)
+        if stage is None:
+            continue
+        compute[stage][:0] = nodes
+        for place, v in enumerate(nodes if output_used else nodes[:-1]):
+            productions[v].append((stage, place))
+    for d in decisions:
+        if d.backward or d.is_input or realization.actions.get(d.node) != PAGE:
+            continue
+        stage = first_backward_use([d.node])
+        if stage is None or stage <= d.node + 2:
+            continue
+        page_out[d.node + 1].append(d.node)
+        page_in[stage - 1].append(d.node)
+        productions[d.node].append((stage - 1, n + 1))
+    for v in productions:
+        productions[v].sort()
+
+    keep = [set() for _ in range(n)]
+
+    def hold(v, stage, place):
+        """v must be there for a computation at (stage, place): resident since its latest production."""
+        earlier = [p for p in productions[v] if p < (stage, place)]
+        if not earlier:
+            raise ValueError(f"node {v} is read at stage {stage} before it is computed")
+        produced_stage, _ = earlier[-1]
+        # Computed or read back at an earlier stage: kept in between; earlier in this stage: nothing.
+        for s in range(produced_stage, stage):
+            keep[s].add(v)
+
+    for stage in range(n):
+        for place, node in enumerate(compute[stage]):
+            for v in decisions[node].inputs:
+                # A paged output's forward readers use the computed copy, its backward readers the one read back.
+                hold(v, stage, place)
+        for v in page_out[stage]:
+            hold(v, stage, -1)
+    on_storage, stages = set(), []
+    for t in range(n):
+        on_storage |= set(page_out[t])
+        stages.append({"compute": compute[t], "keep": sorted(keep[t]), "onStorage": sorted(on_storage),
+                       "pageOut": sorted(page_out[t]), "pageIn": sorted(page_in[t])})
+    return stages

@@ -19,64 +19,72 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 from edgecost import cli
-from edgecost.realize import realize
+from edgecost.agent import AGENT_ENV, Agent, parse_bytes, runtime_budget_fields
+from edgecost.realize import realize, realized_stages
 from edgecost.schedule import PAGE, RECOMPUTE, Schedule
 
 
 def _export_onnx(model, example_inputs, path):
     # A copy: exporting in training mode runs the forward, which would move batch-norm statistics.
     exported = copy.deepcopy(model).train()
+    for module in exported.modules():
+        # Stochastic depth (torchvision's EfficientNet) draws a per-sample mask the exporter cannot
+        # trace in training mode; at p=0 it is the identity, and the mask is a few bytes per sample.
+        if type(module).__name__ == "StochasticDepth":
+            module.p = 0.0
     inputs = example_inputs if isinstance(example_inputs, tuple) else (example_inputs,)
     torch.onnx.export(exported, inputs, path, training=torch.onnx.TrainingMode.TRAINING,
                       do_constant_folding=False, opset_version=13)
 
 
-def _activation_peak_bytes(model_name, cost_args, db, progress):
-    # Any schedule's file carries the plain step's memory; checkpoint-all is the quickest to solve.
-    out = cli.run(["solve", "--model", model_name, *cost_args, "--activation-budget", "1TB", "--runtime-budget", "100x",
-                   "--strategy", "checkpoint-all", "--no-store", "--json"], db=db, progress=progress)
-    return int(json.loads(out)["memory"]["activationPeakBytes"])
-
-
 def plan(model, example_inputs, *, activation_budget=None, ram_budget=None, runtime_budget="1.5x", platform=None,
-         device="this", db=None, time_limit_s=30, progress=True, keep_files=None):
+         device="this", db=None, agent=None, time_limit_s=30, progress=True, keep_files=None, accept_noisy_costs=False):
     """Solves edgecost's schedule for one training step of `model` on `example_inputs`.
 
     activation_budget: the saved activations' RAM ("4MB", "3MiB", or "50%" of the plain step's peak);
     ram_budget: instead, the whole process's RAM. runtime_budget: "1.5x" the plain step, or "120ms".
     platform: a board preset ("a72") whose estimated costs are used instead of measuring `device`
-    ("this": this machine, profiled first when its costs are missing). db: the cost database file
-    (default: edgecost's). keep_files: a directory to keep the ONNX model and schedule in."""
+    ("this": this machine, profiled first when its costs are missing). agent: a running agent
+    (`edgecost serve`) to plan through, "unix:PATH" or "http://HOST:PORT" with the token in
+    $EDGECOST_TOKEN (default: $EDGECOST_AGENT; without either, the local edgecost binary on the
+    cost database `db`). keep_files: a directory to keep the ONNX model and schedule in.
+    accept_noisy_costs: build the cost table even when other work on the CPU disturbed some
+    measurements (`profile --accept-noisy`; they stay marked unreliable)."""
     if (activation_budget is None) == (ram_budget is None):
         raise ValueError("give one of activation_budget (saved activations) or ram_budget (the whole process)")
+    agent = agent or os.environ.get(AGENT_ENV)
+    backend = Agent(agent) if agent else cli.Local(db, progress)
     workdir = keep_files or tempfile.mkdtemp(prefix="edgecost-plan-")
     os.makedirs(workdir, exist_ok=True)
     onnx_path = os.path.join(workdir, "model.onnx")
     _export_onnx(model, example_inputs, onnx_path)
     with open(onnx_path, "rb") as f:
         model_name = "torch-" + type(model).__name__ + "-" + hashlib.sha256(f.read()).hexdigest()[:16]
-    cli.run(["models", "add", onnx_path, "--name", model_name], db=db, progress=progress)
+    backend.add_model(model_name, onnx_path)
+    # Paging time counts against the runtime budget on measured costs, as `edgecost solve` does.
+    request = {"model": model_name, "device": platform or device, "countPagingTime": not platform,
+               "timeLimitS": time_limit_s, **runtime_budget_fields(runtime_budget)}
     if platform:
-        cost_args = ["--platform", platform]
-    else:
-        cost_args = ["--device", device]
-        if device == "this":
-            try:
-                cli.run(["costs", model_name, "--device", "this"], db=db, progress=False)
-            except cli.EdgecostError:  # not measured yet here
-                cli.run(["profile", "--model", model_name], db=db, progress=progress)
+        request["costSource"] = "poet-flops"
+    elif device == "this" and not backend.has_measured_costs(model_name):
+        backend.profile(model_name, accept_noisy=accept_noisy_costs, progress=progress)
     if activation_budget is not None:
         budget = str(activation_budget).strip()
         if budget.endswith("%"):
-            peak = _activation_peak_bytes(model_name, cost_args, db, progress)
-            budget = f"{int(peak * float(budget[:-1]) / 100)}B"
-        budget_args = ["--activation-budget", budget]
+            # Any schedule carries the plain step's memory; checkpoint-all is the quickest to solve.
+            unbounded = {k: v for k, v in request.items() if k != "runtimeBudgetS"}
+            plain = backend.solve(dict(unbounded, ramBudgetBytes=str(1 << 50), strategy="checkpoint-all",
+                                       runtimeBudgetMultiple=100.0))
+            request["ramBudgetBytes"] = str(int(int(plain["memory"]["activationPeakBytes"]) * float(budget[:-1]) / 100))
+        else:
+            request["ramBudgetBytes"] = str(parse_bytes(budget))
     else:
-        budget_args = ["--ram-budget", str(ram_budget)]
+        request["deviceRamBytes"] = str(parse_bytes(ram_budget))
     schedule_path = os.path.join(workdir, "schedule.json")
-    cli.run(["solve", "--model", model_name, *cost_args, *budget_args, "--runtime-budget", str(runtime_budget),
-             "--time-limit-s", str(time_limit_s), "--out", schedule_path], db=db, progress=progress)
-    schedule = Schedule.load(schedule_path)
+    message = backend.solve(request)
+    with open(schedule_path, "w") as f:
+        json.dump(message, f)
+    schedule = Schedule(message)
     if schedule.status not in ("STATUS_OPTIMAL", "STATUS_FEASIBLE"):
         raise cli.EdgecostError(f"no schedule meets the budgets ({schedule.status}): {schedule.raw.get('message', '')}")
     return Plan(schedule, model_name=model_name, schedule_path=schedule_path)
@@ -94,35 +102,47 @@ def _storage_bytes(tensor):
 class StepReport:
     step: int
     step_time_s: float            # forward start to backward end
-    saved_peak_bytes: int         # saved tensors resident at once, counted through the hooks
+    saved_peak_bytes: int         # saved activations resident at once, counted through the hooks
+    state_peak_bytes: int         # what ops save for their own backward beyond their inputs, outputs and
+                                  # copies of them (batch-norm statistics, max-pool indices): layer state
+                                  # to edgecost, outside its activation peak
     paged_bytes: int              # written to storage this step
     peak_rss_bytes: int           # the process's peak so far
-    predicted_step_time_s: float
-    predicted_peak_bytes: int
+    predicted_step_time_s: float  # for what runs (the realized stages replayed by `edgecost check`)
+    predicted_peak_bytes: int     # the same replay's activation peak
 
     def __str__(self):
         return (f"step {self.step}: {self.step_time_s * 1e3:.1f} ms (predicted {self.predicted_step_time_s * 1e3:.1f} ms), "
-                f"saved tensors peak {self.saved_peak_bytes / 1e6:.2f} MB (planned {self.predicted_peak_bytes / 1e6:.2f} MB), "
-                f"paged {self.paged_bytes / 1e6:.2f} MB, peak RSS {self.peak_rss_bytes / 1e6:.0f} MB")
+                f"saved activations peak {self.saved_peak_bytes / 1e6:.3f} MB (predicted {self.predicted_peak_bytes / 1e6:.3f} MB)"
+                f" + op state {self.state_peak_bytes / 1e6:.3f} MB, paged {self.paged_bytes / 1e6:.2f} MB, "
+                f"peak RSS {self.peak_rss_bytes / 1e6:.0f} MB")
 
 
 class _Counter:
-    """Bytes of saved tensors resident now and at most this step, one count per storage."""
+    """Bytes of saved tensors resident now and at most this step, one count per storage, in two
+    kinds: activations (what the plan counts) and op state (see StepReport.state_peak_bytes)."""
 
     def __init__(self):
         self.lock = threading.Lock()
-        self.refs = {}   # storage key -> [handles, bytes]
+        self.refs = {}   # storage key -> [handles, bytes, is state]
         self.extra = 0   # recomputed tensors, counted per checkpointed module
-        self.now = 0
-        self.peak = 0
+        self.now = self.peak = 0              # activations
+        self.state_now = self.state_peak = 0  # op state
 
-    def add(self, key, nbytes):
+    def _count(self, nbytes, state):
+        if state:
+            self.state_now += nbytes
+            self.state_peak = max(self.state_peak, self.state_now)
+        else:
+            self.now += nbytes
+            self.peak = max(self.peak, self.now)
+
+    def add(self, key, nbytes, state=False):
         with self.lock:
-            entry = self.refs.setdefault(key, [0, nbytes])
+            entry = self.refs.setdefault(key, [0, nbytes, state])
             entry[0] += 1
             if entry[0] == 1:
-                self.now += nbytes
-                self.peak = max(self.peak, self.now)
+                self._count(nbytes, state)
 
     def remove(self, key):
         with self.lock:
@@ -131,51 +151,74 @@ class _Counter:
                 return
             entry[0] -= 1
             if entry[0] == 0:
-                self.now -= entry[1]
+                self._count(-entry[1], entry[2])
                 del self.refs[key]
+
+    def reclassify(self, key, state):
+        with self.lock:
+            entry = self.refs.get(key)
+            if entry is not None and entry[2] != state:
+                self._count(-entry[1], entry[2])
+                entry[2] = state
+                self._count(entry[1], state)
 
     def add_extra(self, nbytes):
         with self.lock:
             self.extra += nbytes
-            self.now += nbytes
-            self.peak = max(self.peak, self.now)
+            self._count(nbytes, False)
+
+    def start_step(self):
+        self.peak, self.state_peak = self.now, self.state_now
 
 
 class _Kept:
-    """A saved tensor kept in RAM; counted until autograd drops it."""
-    __slots__ = ("tensor", "key", "counter", "__weakref__")
+    """A saved tensor: in RAM (counted until autograd drops it), or moved to a page file."""
+    __slots__ = ("tensor", "file", "key", "counter", "__weakref__")
 
-    def __init__(self, tensor, counter):
-        self.tensor, self.key, self.counter = tensor, ("kept", _storage_key(tensor)), counter
-        counter.add(self.key, _storage_bytes(tensor))
+    def __init__(self, tensor, counter, state=False):
+        self.tensor, self.file, self.key, self.counter = tensor, None, ("kept", _storage_key(tensor)), counter
+        counter.add(self.key, _storage_bytes(tensor), state)
+
+    def move_to(self, file):
+        """Drops the RAM copy for `file`: a tensor saved before we knew it was to be paged."""
+        self.file, self.tensor = file, None
+        self.counter.remove(self.key)
 
     def get(self):
-        return self.tensor
+        return self.tensor if self.file is None else self.file.read()
 
     def __del__(self):
-        self.counter.remove(self.key)
+        if self.file is None:
+            self.counter.remove(self.key)
 
 
 class _PageFile:
-    """One tensor on storage: written on the pager's thread, read back when autograd asks."""
+    """One tensor on storage: written on the pager's thread, read back when autograd asks. Counted
+    while it is being written and, once read back, until autograd drops it (after the backward op)."""
 
     def __init__(self, tensor, path, pager):
-        self.path, self.nbytes = path, _storage_bytes(tensor)
+        self.path, self.nbytes, self.counter = path, _storage_bytes(tensor), pager.counter
         self.key = ("writing", path)
-        pager.counter.add(self.key, self.nbytes)  # resident until written
-        self.future = pager.executor.submit(self._write, tensor, pager.counter)
+        self.read_key = None
+        self.counter.add(self.key, self.nbytes)  # resident until written
+        self.future = pager.executor.submit(self._write, tensor)
 
-    def _write(self, tensor, counter):
+    def _write(self, tensor):
         torch.save(tensor.detach(), self.path)
-        counter.remove(self.key)
+        self.counter.remove(self.key)
 
     def read(self):
         self.future.result()
+        if self.read_key is None:
+            self.read_key = ("read", self.path)
+            self.counter.add(self.read_key, self.nbytes)
         return torch.load(self.path)
 
     def __del__(self):
         with contextlib.suppress(Exception):
             self.future.result()
+            if self.read_key is not None:
+                self.counter.remove(self.read_key)
             os.unlink(self.path)
 
 
@@ -230,6 +273,12 @@ class _Runtime:
         # output object lives its storage cannot be freed and its address reused by another tensor;
         # the views let a tensor saved by two ops be written once.
         self.paged_outputs = {}
+        # The model's modules running their forward now, innermost last: what a module saves is known
+        # to be its output, its own state, or something else only when it returns.
+        self.calls = []
+        # Parameters and buffers (batch-norm statistics), saved as themselves or as views (a linear
+        # layer's transposed weight): the model's state, not activations.
+        self.uncounted_keys = set()
         self.paged_bytes = 0
         self.file_number = 0
         self.last_write = None
@@ -251,8 +300,10 @@ class _Runtime:
         for parent, spans in runs.items():
             modules[parent].forward = self._sequential_with_runs(modules[parent], dict(spans))
             self.patched.add(parent)
-        for name in realization.paged_modules:
-            self.handles.append(modules[name].register_forward_hook(self._note_output))
+        self.paged_modules = {modules[name] for name in realization.paged_modules}
+        self.own_modules = set(modules.values())
+        self.handles.append(torch.nn.modules.module.register_module_forward_pre_hook(self._enter_module))
+        self.handles.append(torch.nn.modules.module.register_module_forward_hook(self._leave_module))
         self.handles.append(model.register_forward_pre_hook(self._begin_forward))
         self.handles.append(model.register_forward_hook(self._end_forward))
 
@@ -272,7 +323,12 @@ class _Runtime:
             invocation.release()
         self.invocations = []
         self.paged_outputs.clear()
-        self.counter.peak = self.counter.now
+        self.calls = []
+        # The batch too: the caller holds it through the step, so autograd's reference costs nothing
+        # (the plan reads it again for backward).
+        self.uncounted_keys = {_storage_key(t) for t in (*self.model.parameters(), *self.model.buffers(), *inputs)
+                           if torch.is_tensor(t)}
+        self.counter.start_step()
         self.paged_bytes = 0
         self.step += 1
         self.step_start = time.perf_counter()
@@ -294,30 +350,65 @@ class _Runtime:
         torch.autograd.Variable._execution_engine.queue_callback(lambda: self._end_step(step))
 
     def _end_step(self, step):
-        schedule = self.plan.schedule
         report = StepReport(
             step=step, step_time_s=time.perf_counter() - self.step_start, saved_peak_bytes=self.counter.peak,
+            state_peak_bytes=self.counter.state_peak,
             paged_bytes=self.paged_bytes, peak_rss_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-            predicted_step_time_s=self.plan.realized_step_time_s, predicted_peak_bytes=schedule.peak_bytes)
+            predicted_step_time_s=self.plan.realized_step_time_s,
+            predicted_peak_bytes=self.plan.realized_peak_bytes)
         self.plan.reports.append(report)
         if self.plan.report_steps:
             print("edgecost:", report, flush=True)
 
     # --- saved tensors
-    def _note_output(self, module, inputs, output):
-        if torch.is_grad_enabled():
-            for t in output if isinstance(output, (tuple, list)) else (output,):
-                if torch.is_tensor(t):
-                    self.paged_outputs[_storage_key(t)] = (weakref.ref(t), {})
+    def _enter_module(self, module, inputs):
+        if self.hooks_context is not None and module in self.own_modules:
+            leaf = not any(True for _ in module.children())
+            self.calls.append((module, leaf, {_storage_key(t) for t in inputs if torch.is_tensor(t)}, []))
 
-    def _pack(self, tensor):
-        if isinstance(tensor, torch.nn.Parameter) or (tensor.is_leaf and tensor.requires_grad):
-            return tensor  # weights are not activations
-        key = _storage_key(tensor)
-        output, files = self.paged_outputs.get(key, (None, None))
+    def _leave_module(self, module, inputs, output):
+        if self.hooks_context is None or not self.calls or self.calls[-1][0] is not module:
+            return
+        _, leaf, input_keys, pending = self.calls.pop()
+        outputs = [t for t in (output if isinstance(output, (tuple, list)) else (output,)) if torch.is_tensor(t)]
+        output_keys = {_storage_key(t) for t in outputs}
+        saved = [kept for kept in (ref() for ref in pending) if kept is not None and kept.file is None]
+        if leaf:
+            # What it saved that is its output (ReLU's result) or a copy of an input or output (an
+            # in-place SiLU's input, kept before it was overwritten) is an activation after all.
+            like = {(tuple(t.shape), t.dtype) for t in (*inputs, *outputs) if torch.is_tensor(t)}
+            # A copy of an input that is to be paged is paged too (that is what the plan decided for it).
+            paged_inputs = {(tuple(t.shape), t.dtype) for t in inputs if torch.is_tensor(t) and self._to_page(t)}
+            for kept in saved:
+                shape = (tuple(kept.tensor.shape), kept.tensor.dtype)
+                if kept.key[1] not in input_keys and kept.key[1] not in output_keys and shape in paged_inputs:
+                    kept.move_to(self._page_file(kept.tensor))
+                elif kept.key[1] in output_keys or shape in like:
+                    self.counter.reclassify(kept.key, state=False)
+        if module not in self.paged_modules:
+            return
+        for t in outputs:
+            known, _ = self.paged_outputs.get(_storage_key(t), (None, None))
+            if known is None or known() is None:  # not seen, or freed and its address reused
+                self.paged_outputs[_storage_key(t)] = (weakref.ref(t), {})
+        # What the module saved itself while it ran (ReLU's result, max-pool's indices, batch norm's
+        # statistics) goes with its output: its own output always, and for a leaf module all it
+        # made, since nothing outside the module can use it.
+        for kept in saved:
+            key = kept.key[1]
+            if kept.file is None and (key in output_keys or (leaf and key not in input_keys)):
+                kept.move_to(self._page_file(kept.tensor))
+
+    def _to_page(self, tensor):
+        """Whether `tensor` is (a view of) a module output the plan pages."""
+        output, _ = self.paged_outputs.get(_storage_key(tensor), (None, None))
+        return output is not None and output() is not None
+
+    def _page_file(self, tensor):
+        """The file `tensor` is written to: one per view of a paged output, one per other tensor."""
+        output, files = self.paged_outputs.get(_storage_key(tensor), (None, {}))
         if output is None or output() is None:
-            self.paged_outputs.pop(key, None)
-            return _Kept(tensor, self.counter)
+            files = {}  # not a paged output, or an entry for a freed one whose address is reused
         view = (tuple(tensor.shape), tuple(tensor.stride()), tensor.storage_offset(), tensor.dtype)
         file = files.get(view)
         file = file() if file else None
@@ -331,7 +422,20 @@ class _Runtime:
             files[view] = weakref.ref(file)
             self.last_write = file.future
             self.paged_bytes += file.nbytes
-        return _Paged(file)
+        return file
+
+    def _pack(self, tensor):
+        key = _storage_key(tensor)
+        if key in self.uncounted_keys or isinstance(tensor, torch.nn.Parameter) or (tensor.is_leaf and tensor.requires_grad):
+            return tensor
+        if self._to_page(tensor):
+            return _Paged(self._page_file(tensor))
+        # Made inside a leaf module and not its input: op state, unless it proves to be the output.
+        inner = self.calls[-1] if self.calls and self.calls[-1][1] else None
+        kept = _Kept(tensor, self.counter, state=inner is not None and key not in inner[2])
+        for call in self.calls:
+            call[3].append(weakref.ref(kept))
+        return kept
 
     @staticmethod
     def _unpack(packed):
@@ -424,8 +528,9 @@ def _counting_outputs(parts, invocation):
 class VerifyResult:
     identical: bool              # every gradient bit for bit
     max_relative_error: float    # the largest |planned - plain| / max |plain| over parameters
-    saved_peak_bytes: int        # the planned step's, counted through the hooks
+    saved_peak_bytes: int        # the planned step's activations, counted through the hooks
     plain_saved_peak_bytes: int  # the plain step's, counted the same way
+    state_peak_bytes: int        # the planned step's op state (StepReport.state_peak_bytes)
     report: StepReport
 
     @property
@@ -446,6 +551,8 @@ class Plan:
         self.reports = []          # a StepReport per training step run under the plan
         self.report_steps = False  # print each step's report
         self.realization = None
+        self.replay = None  # CheckResult (protobuf JSON) of the realized stages
+        self._realized_for = None
         self._runtimes = {}
 
     # Predictions: the schedule's, and for what runs (checkpointed modules recompute more).
@@ -461,19 +568,28 @@ class Plan:
     def predicted_energy_j(self):
         return self.schedule.energy_j
 
+    # Predictions for what runs: `edgecost check` replays the realized stages on the plan's costs.
     @property
     def realized_step_time_s(self):
-        if self.realization is None:
-            return self.schedule.step_time_s
-        return (self.schedule.step_time_s - self.realization.planned_recomputed_runtime_s
-                + self.realization.recomputed_runtime_s)
+        return self.replay["runtimeS"] if self.replay else self.schedule.step_time_s
+
+    @property
+    def realized_peak_bytes(self):
+        return int(self.replay["peakRamBytes"]) if self.replay else self.schedule.peak_bytes
+
+    @property
+    def realized_energy_j(self):
+        return self.replay["energy"]["totalJ"] if self.replay else self.schedule.energy_j
 
     def decisions(self):
         """Per-node decisions, with module names."""
         return self.schedule.decisions
 
     def realize(self, model):
-        self.realization = realize(self.schedule, dict(model.named_modules()))
+        if self.realization is None or self._realized_for is not model:
+            self.realization = realize(self.schedule, dict(model.named_modules()))
+            self.replay = _replay(self.schedule, realized_stages(self.schedule, self.realization))
+            self._realized_for = model
         return self.realization
 
     def describe(self):
@@ -486,7 +602,9 @@ class Plan:
         if self.realization is not None:
             r = self.realization
             lines.append(f"as run: checkpointed {', '.join(map(str, r.segments)) or 'nothing'}; paged outputs of "
-                         f"{', '.join(r.paged_modules) or 'nothing'}; step {self.realized_step_time_s * 1e3:.2f} ms")
+                         f"{', '.join(r.paged_modules) or 'nothing'}; replayed by edgecost check: step "
+                         f"{self.realized_step_time_s * 1e3:.2f} ms, activations peak {self.realized_peak_bytes / 1e6:.3f} MB, "
+                         f"energy {self.realized_energy_j:.4g} J")
             lines += ["  moved: " + n for n in r.notes]
         return "\n".join(lines)
 
@@ -549,7 +667,24 @@ class Plan:
             scale = reference.abs().max().item() or 1.0
             worst = max(worst, (reference - got).abs().max().item() / scale)
         return VerifyResult(identical=identical, max_relative_error=worst, saved_peak_bytes=planned_report.saved_peak_bytes,
-                            plain_saved_peak_bytes=plain_report.saved_peak_bytes, report=planned_report)
+                            plain_saved_peak_bytes=plain_report.saved_peak_bytes,
+                            state_peak_bytes=planned_report.state_peak_bytes, report=planned_report)
+
+
+def _replay(schedule, stages):
+    """`edgecost check` on `schedule` with `stages` instead of its own, budgets lifted so the replay
+    runs to the end and reports runtime, peak and energy whether or not they fit."""
+    message = dict(schedule.raw, stages=stages)
+    request = {k: v for k, v in (message.get("request") or {}).items() if k not in ("runtimeBudgetMultiple", "deviceRamBytes")}
+    message["request"] = dict(request, ramBudgetBytes=str(1 << 62), runtimeBudgetS=1e12)
+    with tempfile.TemporaryDirectory(prefix="edgecost-realized-") as workdir:
+        path = os.path.join(workdir, "realized.json")
+        with open(path, "w") as f:
+            json.dump(message, f)
+        result = json.loads(cli.run(["check", path, "--json"], progress=False))
+    if not result.get("valid"):
+        raise cli.EdgecostError(f"the realized schedule does not replay: {result.get('violation')}")
+    return result
 
 
 def _keep_everything():

@@ -1,8 +1,12 @@
 #include "base/files.h"
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -40,6 +44,19 @@ TEST_F(FilesTest, AFailedWriteKeepsTheOldFileAndSaysWhy) {
   EXPECT_FALSE(WriteFileAtomically((dir_ / "a dir").string(), "new").ok());
   EXPECT_EQ(Read(path), "old");
   EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir_), std::filesystem::directory_iterator()), 2);
+}
+
+TEST_F(FilesTest, RemovesOnlyTheTemporariesOfProcessesThatAreGone) {
+  const std::string path = (dir_ / "run.ckpt").string();
+  for (const std::string& pid : std::vector<std::string>{"999999999", "1", std::to_string(::getpid())}) {
+    std::ofstream(path + ".tmp." + pid) << "partial";
+  }
+  std::ofstream(path + ".tmp.notapid") << "someone else's";
+  EXPECT_EQ(RemoveStaleTemporaries(path), 1);
+  EXPECT_FALSE(std::filesystem::exists(path + ".tmp.999999999"));
+  EXPECT_TRUE(std::filesystem::exists(path + ".tmp.1"));  // init runs
+  EXPECT_TRUE(std::filesystem::exists(path + ".tmp." + std::to_string(::getpid())));
+  EXPECT_TRUE(std::filesystem::exists(path + ".tmp.notapid"));
 }
 
 }  // namespace

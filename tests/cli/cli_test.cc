@@ -1089,4 +1089,57 @@ TEST_F(CliTest, FineTunesOnRealDigitsUnderHalfItsActivationPeak) {
       << "PyTorch and edgecost disagree on the held-out digits";
 }
 
+// A run killed with SIGKILL between or during checkpoints resumes with --resume and ends at the
+// weights of a run that was never stopped, bit for bit (the final checkpoints' tensors compared);
+// a checkpoint of other settings is refused, naming them.
+TEST_F(CliTest, TrainResumesAfterKillToTheSameWeights) {
+  const std::string args =
+      "train --model resnet18_cifar --batch-size 2 --threads 1 --steps 24 --optimizer sgd --momentum 0.9 "
+      "--lr-schedule cosine --no-store --checkpoint-every 3 --checkpoint ";
+  const std::string whole = (dir_ / "whole.ckpt").string(), cut = (dir_ / "cut.ckpt").string();
+  ASSERT_EQ(Edgecost(args + whole).exit_code, 0);
+
+  // Killed once the first checkpoint is there, wherever the run is then.
+  const CommandResult started = Run("EDGECOST_DB='" + (dir_ / "costs.db").string() + "' " + EDGECOST_BIN + " " + args +
+                                    cut + " >/dev/null 2>&1 & echo $!");
+  const pid_t pid = std::stoi(started.output);
+  for (int i = 0; i < 6000 && !std::filesystem::exists(cut); ++i) ::usleep(10'000);
+  ASSERT_TRUE(std::filesystem::exists(cut)) << "no checkpoint written";
+  ::kill(pid, SIGKILL);
+  while (::kill(pid, 0) == 0) ::usleep(10'000);
+  edgecost::v1::TrainCheckpoint at_kill;
+  {
+    std::ifstream in(cut, std::ios::binary);
+    ASSERT_TRUE(at_kill.ParseFromIstream(&in));
+  }
+  EXPECT_LT(at_kill.steps_done(), 24u) << "the run finished before it was killed";
+
+  const CommandResult resumed = Edgecost(args + cut + " --resume");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_THAT(resumed.output, HasSubstr("resuming at step " + std::to_string(at_kill.steps_done() + 1)));
+  edgecost::v1::TrainCheckpoint a, b;
+  std::ifstream in_a(whole, std::ios::binary), in_b(cut, std::ios::binary);
+  ASSERT_TRUE(a.ParseFromIstream(&in_a) && b.ParseFromIstream(&in_b));
+  EXPECT_EQ(a.steps_done(), 24u);
+  EXPECT_EQ(b.steps_done(), 24u);
+  ASSERT_EQ(a.tensors_size(), b.tensors_size());
+  ASSERT_GT(a.tensors_size(), 40);  // parameters, running statistics and batch counts, momentum buffers
+  for (int i = 0; i < a.tensors_size(); ++i) {
+    EXPECT_EQ(a.tensors(i).name(), b.tensors(i).name());
+    EXPECT_TRUE(a.tensors(i).float32_le() == b.tensors(i).float32_le() && a.tensors(i).count() == b.tensors(i).count())
+        << a.tensors(i).name() << " differs";
+  }
+  ASSERT_EQ(b.run().step_stats_size(), 24);  // the record of the steps before the kill came through
+
+  const CommandResult finished = Edgecost(args + cut + " --resume");
+  EXPECT_EQ(finished.exit_code, 1);
+  EXPECT_THAT(finished.output, HasSubstr("holds a finished run"));
+  const CommandResult other = Edgecost(
+      "train --model resnet18_cifar --batch-size 2 --threads 1 --steps 24 --optimizer adam --no-store --checkpoint " +
+      whole + " --resume");
+  EXPECT_EQ(other.exit_code, 1);
+  EXPECT_THAT(other.output, HasSubstr("other settings"));
+  EXPECT_THAT(other.output, HasSubstr("optimizer"));
+}
+
 }  // namespace
