@@ -35,14 +35,18 @@ Result<CommandOutput> RunCommand(const std::string& command) {
   return result;
 }
 
-Result<std::string> ModelArgument(const std::string& model, const std::string& python, const fs::path& dir) {
-  const auto& zoo = graph::ZooModels();
-  if (std::any_of(zoo.begin(), zoo.end(), [&](const graph::ZooModel& z) { return z.name == model; })) return model;
+Result<std::string> ExportModel(const std::string& model, const std::string& python, const fs::path& dir) {
   const std::string exported = (dir / (model + ".onnx")).string();
   Result<CommandOutput> run = RunCommand(python + " tests/graph/export_models.py " + dir.string() + " " + model);
   if (run.ok() && run->exit_status == 0 && fs::exists(exported)) return exported;
   return Unavailable("cannot export '" + model + "': run from the repository with " + python +
                      " and python3-torch installed (tests/graph/export_models.py --list names the models)");
+}
+
+Result<std::string> ModelArgument(const std::string& model, const std::string& python, const fs::path& dir) {
+  const auto& zoo = graph::ZooModels();
+  if (std::any_of(zoo.begin(), zoo.end(), [&](const graph::ZooModel& z) { return z.name == model; })) return model;
+  return ExportModel(model, python, dir);
 }
 
 double LoadAverage() {

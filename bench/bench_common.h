@@ -26,6 +26,9 @@ struct CommandOutput {
 // Runs `command` through the shell, stderr folded into stdout.
 Result<CommandOutput> RunCommand(const std::string& command);
 
+// The ONNX file tests/graph/export_models.py (run from the repository) exports `model` to in `dir`, with `python`.
+Result<std::string> ExportModel(const std::string& model, const std::string& python, const std::filesystem::path& dir);
+
 // `model` as `train` and `profile` name it: a zoo name as is, or an ONNX file exported into
 // `dir` by tests/graph/export_models.py (run from the repository) with `python`.
 Result<std::string> ModelArgument(const std::string& model, const std::string& python,

@@ -15,7 +15,7 @@ namespace edgecost::bench {
 namespace {
 
 constexpr double kF32Bytes = 4;
-constexpr int kRepeats = 5;  // fastest of: what the machine does when no other task interferes
+constexpr int kRepeats = 10;  // fastest of: what the machine does when no other task interferes
 
 double SecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -29,7 +29,7 @@ struct TrainBenchOptions {
   std::string python = "/usr/bin/python3";
   bool vs_pytorch = false;
   // vs_pytorch: models tests/graph/export_models.py exports (issue 32's table).
-  std::vector<std::string> models = {"resnet18", "mobilenet_v2", "mnasnet0_5", "efficientnet_b0",
+  std::vector<std::string> models = {"resnet18_tv", "mobilenet_v2", "mnasnet0_5", "efficientnet_b0",
                                      "transformer_encoder"};
 };
 

@@ -91,7 +91,7 @@ void RegisterBenchCommand(CLI::App& app, Context& ctx) {
       ->capture_default_str();
   train->footer(
       "Examples:\n  edgecost bench train\n  edgecost bench train --vs-pytorch\n"
-      "  edgecost bench train --vs-pytorch --threads 1,0 --models resnet18,mobilenet_v2");
+      "  edgecost bench train --vs-pytorch --threads 1,0 --models resnet18_tv,mobilenet_v2");
   train->callback([train_options, steps, &ctx] {
     if (train_options->vs_pytorch && steps->count() == 0) train_options->steps = 15;
     const Status status = service::RunTrainBenchmark(std::cout, *train_options);

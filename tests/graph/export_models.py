@@ -116,7 +116,8 @@ def torchvision_model(name, **kwargs):
 
 # name: (constructor, example input)
 MODELS = {
-    "resnet18": (lambda: torchvision_model("resnet18"), lambda: torch.randn(2, 3, 32, 32)),
+    # torchvision's resnet18 at CIFAR size; "resnet18" names the zoo's own (224x224).
+    "resnet18_tv": (lambda: torchvision_model("resnet18"), lambda: torch.randn(2, 3, 32, 32)),
     "mobilenet_v2": (lambda: torchvision_model("mobilenet_v2"), lambda: torch.randn(2, 3, 64, 64)),
     "mobilenet_v3_small": (lambda: torchvision_model("mobilenet_v3_small"), lambda: torch.randn(2, 3, 64, 64)),
     # PyTorch 1.13 cannot export stochastic depth's bernoulli_ in training mode: it is left out.
