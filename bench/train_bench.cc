@@ -190,6 +190,10 @@ Status RunVsPyTorch(std::ostream& out, const TrainBenchOptions& options) {
     models.push_back({name, *argument, bench::StepWorkOf(*graph)});
   }
 
+  if (models.empty()) {
+    out << "no model to compare: exporting needs PyTorch (apt-get install python3-torch python3-torchvision)\n";
+    return Status::Ok();
+  }
   for (const int requested : options.threads) {
     const int threads = requested > 0 ? requested : static_cast<int>(cores);
     const bench::Machine machine{bench::MeasurePeakFlopsPerS(threads), bench::MeasureBandwidthBytesPerS(threads)};
@@ -267,7 +271,9 @@ Status RunVsPyTorch(std::ostream& out, const TrainBenchOptions& options) {
          "PyTorch's\n(PyTorch's fastest step / edgecost's; above 1 edgecost is faster; issue 32 asks for 1.5). "
          "GFLOP and MB moved\nper step from edgecost's training graph (node FLOPs; bytes each node reads and "
          "writes, an upper bound on\nthe traffic); roof = min(peak, bandwidth x FLOP/B); ec roof, PyT roof = "
-         "achieved FLOP/s (fastest step) / roof.\n";
+         "achieved FLOP/s (fastest step) / roof.\nA share above 100% means the peak or bandwidth was measured while "
+         "other tasks held cores (compare the\n1-thread figures), or that the graph's FLOP count (POET's rules) "
+         "exceeds what the kernels execute.\n";
   return Status::Ok();
 }
 
