@@ -135,6 +135,7 @@ Status StoreMeasuredTable(const std::string& db_path, const std::string& model) 
   return db.PutCostTable(table).status();
 }
 
+
 // One request at a time, `calls` times: the median latency in seconds, or the error.
 Result<double> MedianLatency(int port, const std::string& token, http::verb verb, const std::string& target,
                              int calls) {

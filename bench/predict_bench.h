@@ -25,7 +25,7 @@ struct PredictBenchOptions {
   std::vector<std::string> models = {"resnet18_cifar", "mobilenet_v2_tiny", "transformer_encoder"};
   std::vector<int> threads = {1, 0};  // 0: all cores
   int batch_size = 2;
-  int steps = 12;              // per case, and for the in-step profile's run
+  int steps = 12;     // per case, and for the in-step profile's run
   double min_window_s = 0.02;  // profiling window per op
   std::string python = "/usr/bin/python3";
 };

@@ -198,9 +198,9 @@ Status RunSolverBenchmark(std::ostream& out, const SolverBenchOptions& options) 
     if (instance.with_poet) {
       solve.poet_formulation = true;
       solve.time_limit_s = options.poet_time_limit_s * options.time_scale;
-      EC_ASSIGN_OR_RETURN(
-          v1::Schedule poet,
-          SolveShowingProgress(problem, solve, std::string(name) + " (POET's formulation)", options.progress));
+      EC_ASSIGN_OR_RETURN(v1::Schedule poet,
+                          SolveShowingProgress(problem, solve, std::string(name) + " (POET's formulation)",
+                                               options.progress));
       PrintRow(out, name, "poet", poet, "", "");
     }
   }
