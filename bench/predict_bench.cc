@@ -1,7 +1,5 @@
 #include "bench/predict_bench.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -11,9 +9,9 @@
 #include <thread>
 
 #include "base/units.h"
-#include "graph/zoo.h"
-#include "profiler/measure.h"
+#include "bench/bench_common.h"
 #include "costdb/costdb.h"
+#include "profiler/measure.h"
 #include "service/cost_tables.h"
 #include "service/in_step.h"
 #include "service/profile_job.h"
@@ -24,30 +22,6 @@
 namespace edgecost::service {
 namespace {
 
-namespace fs = std::filesystem;
-
-struct Scratch {
-  fs::path dir = fs::temp_directory_path() / ("edgecost_predict_bench_" + std::to_string(::getpid()));
-  Scratch() {
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-  }
-  ~Scratch() { fs::remove_all(dir); }
-};
-
-// The model as `train` and `profile` name it: a zoo name, or an ONNX file
-// exported here by tests/graph/export_models.py (run from the repository).
-Result<std::string> ModelArgument(const std::string& model, const PredictBenchOptions& options, const fs::path& dir) {
-  const auto& zoo = graph::ZooModels();
-  if (std::any_of(zoo.begin(), zoo.end(), [&](const graph::ZooModel& z) { return z.name == model; })) return model;
-  const std::string exported = (dir / (model + ".onnx")).string();
-  const std::string command =
-      options.python + " tests/graph/export_models.py " + dir.string() + " " + model + " >/dev/null 2>&1";
-  if (std::system(command.c_str()) == 0 && fs::exists(exported)) return exported;
-  return Unavailable("cannot export '" + model + "': run from the repository with " + options.python +
-                     " and python3-torch installed (tests/graph/export_models.py --list names the models)");
-}
-
 // Signed error of `predicted` against `measured`, as "-12.3%" (the prediction 12.3% short).
 std::string Error(double measured, double predicted, std::vector<double>* errors = nullptr) {
   if (!(predicted > 0) || !(measured > 0)) return "-";
@@ -56,11 +30,6 @@ std::string Error(double measured, double predicted, std::vector<double>* errors
   std::ostringstream out;
   out << std::showpos << std::fixed << std::setprecision(1) << 100 * error << "%";
   return out.str();
-}
-
-double LoadAverage() {
-  double load[1] = {0};
-  return ::getloadavg(load, 1) == 1 ? load[0] : 0.0;
 }
 
 // A cost table of the bench's database at `threads`, of `source`.
@@ -95,10 +64,10 @@ double PredictedS(const v1::CostTable& table, const std::optional<v1::Schedule>&
 }  // namespace
 
 Status RunPredictBenchmark(std::ostream& out, const PredictBenchOptions& options) {
-  Scratch scratch;
+  bench::Scratch scratch("edgecost_predict_bench");
   const std::string db_path = (scratch.dir / "bench.db").string();
   auto quiet = [](const std::string&) {};
-  const double load_start = LoadAverage();
+  const double load_start = bench::LoadAverage();
   out << "predict benchmark: batch " << options.batch_size << ", " << options.steps
       << " steps per case (median of steps 2..N); " << std::thread::hardware_concurrency()
       << " cores; load average at start " << std::fixed << std::setprecision(2) << load_start
@@ -109,13 +78,14 @@ Status RunPredictBenchmark(std::ostream& out, const PredictBenchOptions& options
   out << std::left << std::setw(20) << "model" << std::setw(4) << "thr" << std::setw(10) << "schedule" << std::right
       << std::setw(10) << "measured" << std::setw(10) << "isolated" << std::setw(9) << "error" << std::setw(10)
       << "in-step" << std::setw(9) << "error" << std::setw(10) << "RSS pred" << std::setw(10) << "measured"
-      << std::setw(9) << "error" << std::setw(10) << "energy" << std::setw(10) << "measured" << std::setw(9)
-      << "error" << std::setw(6) << "load" << "\n";
+      << std::setw(9) << "error" << std::setw(10) << "energy" << std::setw(10) << "measured" << std::setw(9) << "error"
+      << std::setw(6) << "load"
+      << "\n";
   std::vector<double> isolated_errors, in_step_errors, rss_errors;
   // The same over the cases neither disturbed nor paging: what the compute model predicts.
   std::vector<double> isolated_quiet, in_step_quiet;
   for (const std::string& model : options.models) {
-    const Result<std::string> argument_or = ModelArgument(model, options, scratch.dir);
+    const Result<std::string> argument_or = bench::ModelArgument(model, options.python, scratch.dir);
     if (!argument_or.ok()) {
       out << std::left << std::setw(20) << model << argument_or.status().message() << "\n";
       continue;
@@ -193,7 +163,7 @@ Status RunPredictBenchmark(std::ostream& out, const PredictBenchOptions& options
           if (!db.ok()) return db.status();
           Result<SolvedRequest> solved = SolveRequest(&*db, request, /*store=*/true);
           const bool has_schedule = solved.ok() && (solved->schedule.status() == v1::Schedule::STATUS_OPTIMAL ||
-                                                     solved->schedule.status() == v1::Schedule::STATUS_FEASIBLE);
+                                                    solved->schedule.status() == v1::Schedule::STATUS_FEASIBLE);
           if (!has_schedule || solved->schedule_id == 0) {
             fail(which, solved.ok() ? "no schedule: " + solved->schedule.message() : solved.status().message());
             continue;
@@ -226,7 +196,7 @@ Status RunPredictBenchmark(std::ostream& out, const PredictBenchOptions& options
             << Error(rss_bytes, rss_predicted, &rss_errors) << std::setw(10) << FormatJoules(run.predicted_energy_j())
             << std::setw(10) << FormatJoules(run.energy_j()) << std::setw(9)
             << Error(run.energy_j(), run.predicted_energy_j()) << std::setw(6) << std::fixed << std::setprecision(2)
-            << LoadAverage() << "\n";
+            << bench::LoadAverage() << "\n";
       }
     }
   }
@@ -245,16 +215,17 @@ Status RunPredictBenchmark(std::ostream& out, const PredictBenchOptions& options
     const double median = profiler::Summarize(*errors).median_s;
     const double worst = *std::max_element(errors->begin(), errors->end());
     out << "step time, " << name << ": median |error| " << percent(median) << ", max " << percent(worst) << " over "
-        << errors->size() << " cases; target <= 5% median, <= 10% each: "
-        << (median <= 0.05 && worst <= 0.10 ? "reached" : "NOT reached") << "\n";
+        << errors->size()
+        << " cases; target <= 5% median, <= 10% each: " << (median <= 0.05 && worst <= 0.10 ? "reached" : "NOT reached")
+        << "\n";
   }
   if (!rss_errors.empty()) {
     const double rss_median = profiler::Summarize(rss_errors).median_s;
     out << "process memory: median |error| " << percent(rss_median)
         << "   target <= 5%: " << (rss_median <= 0.05 ? "reached" : "NOT reached") << "\n";
   }
-  out << "load average at start " << std::fixed << std::setprecision(2) << load_start << ", at end " << LoadAverage()
-      << "; * marks a run most of whose steps were disturbed (another task took the CPU)\n";
+  out << "load average at start " << std::fixed << std::setprecision(2) << load_start << ", at end "
+      << bench::LoadAverage() << "; * marks a run most of whose steps were disturbed (another task took the CPU)\n";
   out << "RSS = peak RSS over the steps minus RSS before the executor was built; predicted = parameters, gradients,\n"
          "layer state (with the shared scratchpad) and the schedule's activation peak. Energy (predicted from the\n"
          "in-step table) without a sensor is the power model's ESTIMATE on both sides.\n";

@@ -1,16 +1,21 @@
 #include "bench/train_bench.h"
 
-#include <unistd.h>
-
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
 #include <sstream>
+#include <thread>
 
 #include "base/units.h"
+#include "bench/bench_common.h"
+#include "bench/roofline.h"
 #include "costdb/costdb.h"
+#include "graph/resolve.h"
+#include "kernels/layers.h"
+#include "oneapi/dnnl/dnnl.hpp"
 #include "service/cost_tables.h"
 #include "service/profile_job.h"
 #include "service/train_job.h"
@@ -18,16 +23,6 @@
 
 namespace edgecost::service {
 namespace {
-
-struct Scratch {
-  std::filesystem::path dir;
-  Scratch() {
-    dir = std::filesystem::temp_directory_path() / ("edgecost_train_bench_" + std::to_string(::getpid()));
-    std::filesystem::remove_all(dir);
-    std::filesystem::create_directories(dir);
-  }
-  ~Scratch() { std::filesystem::remove_all(dir); }
-};
 
 // resnet18_cifar as the zoo builds it (every block has a 3x3 convolution shortcut), trained
 // with SGD on the summed cross entropy of one fixed batch; prints the median step time.
@@ -71,6 +66,12 @@ times, cpu = sorted(times[1:]), sorted(cpu[1:])
 print("torch", torch.__version__, "median_cpu_s", cpu[len(cpu) // 2], "median_step_s", times[len(times) // 2])
 )py";
 
+// The schedules' thread count: the first asked for (0: all cores).
+int ThreadsOf(const TrainBenchOptions& options) {
+  const int threads = options.threads.empty() ? 1 : options.threads.front();
+  return threads > 0 ? threads : static_cast<int>(std::thread::hardware_concurrency());
+}
+
 // PyTorch's median step time, or a reason it could not be measured.
 // `which`: resnet18_cifar, or torchvision's resnet18 (10 classes), exported to `onnx_path` when given.
 struct TorchFigures {
@@ -82,17 +83,13 @@ Result<TorchFigures> TorchStep(const TrainBenchOptions& options, const std::file
                                const std::string& which, const std::string& onnx_path = "") {
   const std::filesystem::path script = dir / "torch_step.py";
   std::ofstream(script) << kTorchScript;
-  const std::string command = options.python + " " + script.string() + " " + std::to_string(options.threads) + " " +
-                              std::to_string(options.batch_size) + " " + std::to_string(options.steps) + " " + which +
-                              " " + onnx_path + " 2>&1";
-  FILE* pipe = ::popen(command.c_str(), "r");
-  if (!pipe) return Unavailable("cannot run " + options.python);
-  std::string output;
-  char buffer[512];
-  while (std::fgets(buffer, sizeof buffer, pipe)) output += buffer;
-  const int status = ::pclose(pipe);
+  EC_ASSIGN_OR_RETURN(bench::CommandOutput run,
+                      bench::RunCommand(options.python + " " + script.string() + " " +
+                                        std::to_string(ThreadsOf(options)) + " " + std::to_string(options.batch_size) +
+                                        " " + std::to_string(options.steps) + " " + which + " " + onnx_path));
+  const std::string& output = run.output;
   const size_t at = output.find("median_step_s ");
-  if (status != 0 || at == std::string::npos) {
+  if (run.exit_status != 0 || at == std::string::npos) {
     return Unavailable("PyTorch did not run (" + options.python + "; install python3-torch): " + output.substr(0, 300));
   }
   const size_t cpu_at = output.find("median_cpu_s ");
@@ -112,12 +109,181 @@ std::string Pct(double measured, double predicted) {
   return out.str();
 }
 
+// The directory of Debian's libopenblas0-pthread, whose libblas.so.3 PyTorch loads when it comes
+// first on LD_LIBRARY_PATH; empty when the package is not installed.
+std::string OpenBlasDirectory() {
+  Result<bench::CommandOutput> listed = bench::RunCommand("dpkg -L libopenblas0-pthread");
+  if (!listed.ok() || listed->exit_status != 0) return "";
+  std::istringstream lines(listed->output);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.ends_with("/libblas.so.3")) return std::filesystem::path(line).parent_path().string();
+  }
+  return "";
+}
+
+struct StepTimes {
+  double fastest_s = 0, median_s = 0;
+};
+
+// edgecost's plain step: forward, loss, backward and the SGD update, as PyTorch's step is timed,
+// over the steps after `warmup_steps`.
+StepTimes StepTimesOf(const v1::TrainRun& run, int warmup_steps) {
+  std::vector<double> steps_s;
+  for (int s = warmup_steps; s < run.step_stats_size(); ++s) {
+    steps_s.push_back(run.step_stats(s).runtime_s() + run.step_stats(s).update_s());
+  }
+  if (steps_s.empty()) return {};
+  std::sort(steps_s.begin(), steps_s.end());
+  const size_t n = steps_s.size();
+  return {steps_s.front(), n % 2 ? steps_s[n / 2] : (steps_s[n / 2 - 1] + steps_s[n / 2]) / 2};
+}
+
+std::string Fixed(double value, int digits) {
+  std::ostringstream text;
+  text << std::fixed << std::setprecision(digits) << value;
+  return text.str();
+}
+
+std::string Share(double fraction) { return fraction > 0 ? Fixed(100 * fraction, 1) + "%" : "-"; }
+
+Status RunVsPyTorch(std::ostream& out, const TrainBenchOptions& options) {
+  constexpr int kWarmupSteps = 2;  // as export_models.py --time: the first steps build and warm up
+  bench::Scratch scratch("edgecost_vs_pytorch");
+  const int steps = options.steps;
+  const unsigned cores = std::thread::hardware_concurrency();
+  const dnnl::version_t* dnnl = dnnl::version();
+  out << "edgecost against PyTorch: plain training steps (forward, loss, backward, SGD update), batch "
+      << options.batch_size << ", fastest and median of " << steps << " steps after " << kWarmupSteps
+      << " warm-up steps\n"
+      << "FIGURES FROM A SHARED MACHINE (" << cores << " cores, load average " << Fixed(bench::LoadAverage(), 2)
+      << " at start): other tasks may slow either side; the fastest step is the least disturbed\n"
+      << "edgecost: oneDNN " << dnnl->major << "." << dnnl->minor << "." << dnnl->patch << ", ISA "
+      << kernels::Backend::Isa() << "\n";
+  const std::string openblas_dir = OpenBlasDirectory();
+  if (openblas_dir.empty()) {
+    out << "OpenBLAS MISSING: libopenblas0-pthread is not installed (scripts/deps installs it); PyTorch runs on "
+           "the system's default BLAS\n";
+  }
+
+  // Exported once, with the weights export_models.py --time seeds PyTorch's models with.
+  struct Model {
+    std::string name, argument;
+    bench::StepWork work;
+  };
+  std::vector<Model> models;
+  for (const std::string& name : options.models) {
+    // Always the export: a zoo model of the same name is not the module PyTorch times.
+    Result<std::string> argument = bench::ExportModel(name, options.python, scratch.dir);
+    if (!argument.ok()) {
+      out << name << ": not measured: " << argument.status().message() << "\n";
+      continue;
+    }
+    graph::GraphSpec spec;
+    spec.model_or_file = *argument;
+    spec.batch_size = options.batch_size;
+    spec.derivation = graph::Derivation::kExact;
+    Result<v1::TrainingGraph> graph = graph::LoadTrainingGraph(spec);
+    if (!graph.ok()) {
+      out << name << ": not imported: " << graph.status().message() << "\n";
+      continue;
+    }
+    models.push_back({name, *argument, bench::StepWorkOf(*graph)});
+  }
+
+  if (models.empty()) {
+    out << "no model to compare: exporting needs PyTorch (apt-get install python3-torch python3-torchvision)\n";
+    return Status::Ok();
+  }
+  for (const int requested : options.threads) {
+    const int threads = requested > 0 ? requested : static_cast<int>(cores);
+    const bench::Machine machine{bench::MeasurePeakFlopsPerS(threads), bench::MeasureBandwidthBytesPerS(threads)};
+    out << "\n"
+        << threads << " thread(s): peak " << Fixed(machine.peak_flops_per_s / 1e9, 1)
+        << " GFLOP/s (oneDNN f32 GEMM 1024^3, fastest of 10), memory bandwidth "
+        << Fixed(machine.bandwidth_bytes_per_s / 1e9, 1) << " GB/s (triad over 3 x 128 MiB, fastest of 10)\n";
+
+    // PyTorch: every model in one process, on OpenBLAS held to the threads compared.
+    std::string models_text;
+    for (const Model& model : models) models_text += " " + model.name;
+    std::string environment = "OPENBLAS_NUM_THREADS=" + std::to_string(threads) + " ";
+    if (!openblas_dir.empty()) environment += "LD_LIBRARY_PATH=" + openblas_dir + " ";
+    Result<bench::CommandOutput> torch_run =
+        bench::RunCommand(environment + options.python + " tests/graph/export_models.py --time" + models_text +
+                          " --threads " + std::to_string(threads) + " --steps " + std::to_string(steps));
+    bench::TorchTimes torch;
+    if (!torch_run.ok() || torch_run->exit_status != 0) {
+      out << "PyTorch MISSING or failed (" << options.python << "; apt-get install python3-torch "
+          << "python3-torchvision): " << (torch_run.ok() ? torch_run->output.substr(0, 300) : "") << "\n";
+    } else {
+      torch = bench::ParseTorchTimes(torch_run->output);
+      out << "PyTorch " << torch.version << " loaded " << bench::DescribeBlas(torch.blas)
+          << ", OPENBLAS_NUM_THREADS=" << threads << "\n";
+    }
+
+    out << std::left << std::setw(20) << "model" << std::right << std::setw(11) << "edgecost" << std::setw(10)
+        << "median" << std::setw(11) << "PyTorch" << std::setw(10) << "median" << std::setw(9) << "ec/PyT"
+        << std::setw(10) << "GFLOP" << std::setw(10) << "MB moved" << std::setw(8) << "FLOP/B" << std::setw(10)
+        << "roof GF/s" << std::setw(9) << "ec roof" << std::setw(9) << "PyT roof" << std::setw(6) << "load"
+        << "\n";
+    for (const Model& model : models) {
+      TrainJobOptions train;
+      train.db_path = (scratch.dir / "bench.db").string();
+      train.graph.model_or_file = model.argument;
+      train.graph.batch_size = options.batch_size;
+      train.graph.derivation = graph::Derivation::kExact;
+      train.steps = steps + kWarmupSteps;
+      train.threads = threads;
+      train.store = false;
+      train.accept_noisy = true;  // a shared machine: the fastest step is reported
+      Result<TrainJobResult> trained = RunTrainJob(train, nullptr, nullptr, [](const std::string&) {});
+      std::string weights_note;
+      if (!trained.ok()) {  // PyTorch's weights where the executor can read them from the file, else drawn
+        weights_note = "  " + model.name + ": edgecost's weights drawn at random, not PyTorch's (" +
+                       trained.status().message() + ")\n";
+        train.init = "random";
+        trained = RunTrainJob(train, nullptr, nullptr, [](const std::string&) {});
+      }
+      const StepTimes edgecost = trained.ok() ? StepTimesOf(trained->run, kWarmupSteps) : StepTimes{};
+      StepTimes pytorch;
+      for (const bench::TorchTime& time : torch.models) {
+        if (time.model == model.name) pytorch = {time.fastest_s, time.median_s};
+      }
+      const auto seconds = [](double s) { return s > 0 ? FormatSeconds(s) : std::string("-"); };
+      out << std::left << std::setw(20) << model.name << std::right << std::setw(11) << seconds(edgecost.fastest_s)
+          << std::setw(10) << seconds(edgecost.median_s) << std::setw(11) << seconds(pytorch.fastest_s) << std::setw(10)
+          << seconds(pytorch.median_s) << std::setw(9)
+          << (edgecost.fastest_s > 0 && pytorch.fastest_s > 0 ? Fixed(pytorch.fastest_s / edgecost.fastest_s, 2) + "x"
+                                                              : "-")
+          << std::setw(10) << Fixed(model.work.flops / 1e9, 3) << std::setw(10) << Fixed(model.work.bytes / 1e6, 1)
+          << std::setw(8) << Fixed(model.work.flops / model.work.bytes, 1) << std::setw(10)
+          << Fixed(bench::AttainableFlopsPerS(model.work, machine) / 1e9, 1) << std::setw(9)
+          << Share(bench::RooflineShare(model.work, machine, edgecost.fastest_s)) << std::setw(9)
+          << Share(bench::RooflineShare(model.work, machine, pytorch.fastest_s)) << std::setw(6)
+          << Fixed(bench::LoadAverage(), 2) << "\n";
+      if (!trained.ok()) {
+        out << "  edgecost did not train " << model.name << ": " << trained.status().message() << "\n";
+      } else {
+        out << weights_note;
+      }
+    }
+  }
+  out << "\nedgecost and PyTorch: the fastest of the steps (median beside it). ec/PyT = edgecost's speed over "
+         "PyTorch's\n(PyTorch's fastest step / edgecost's; above 1 edgecost is faster; issue 32 asks for 1.5). "
+         "GFLOP and MB moved\nper step from edgecost's training graph (node FLOPs; bytes each node reads and "
+         "writes, an upper bound on\nthe traffic); roof = min(peak, bandwidth x FLOP/B); ec roof, PyT roof = "
+         "achieved FLOP/s (fastest step) / roof.\nA share above 100% means the peak or bandwidth was measured while "
+         "other tasks held cores (compare the\n1-thread figures), or that the graph's FLOP count (POET's rules) "
+         "exceeds what the kernels execute.\n";
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status RunTrainBenchmark(std::ostream& out, const TrainBenchOptions& options) {
-  Scratch scratch;
+  if (options.vs_pytorch) return RunVsPyTorch(out, options);
+  bench::Scratch scratch("edgecost_train_bench");
   const std::string db_path = (scratch.dir / "bench.db").string();
-  out << "train benchmark: resnet18_cifar, batch " << options.batch_size << ", " << options.threads << " thread(s), "
+  out << "train benchmark: resnet18_cifar, batch " << options.batch_size << ", " << ThreadsOf(options) << " thread(s), "
       << options.steps << " steps per schedule (median of steps 2..N); the machine may be shared: timings are noisy\n";
 
   ProfileJobOptions profile;
@@ -125,7 +291,7 @@ Status RunTrainBenchmark(std::ostream& out, const TrainBenchOptions& options) {
   profile.graph.model_or_file = "resnet18_cifar";
   profile.graph.batch_size = options.batch_size;
   profile.graph.derivation = graph::Derivation::kExact;
-  profile.threads = options.threads;
+  profile.threads = ThreadsOf(options);
   profile.min_window_s = options.min_window_s;
   profile.accept_noisy = true;  // figures on a shared machine: what interference touched is counted below
   auto quiet = [](const std::string&) {};
@@ -159,7 +325,7 @@ Status RunTrainBenchmark(std::ostream& out, const TrainBenchOptions& options) {
     train.db_path = db_path;
     train.graph = profile.graph;
     train.steps = options.steps;
-    train.threads = options.threads;
+    train.threads = ThreadsOf(options);
     train.verify = config.ram_budget_bytes > 0;
     if (config.ram_budget_bytes > 0) {
       train.solve.set_ram_budget_bytes(config.ram_budget_bytes);
@@ -260,7 +426,7 @@ Status RunTrainBenchmark(std::ostream& out, const TrainBenchOptions& options) {
   tv_train.db_path = db_path;
   tv_train.graph = tv_profile.graph;
   tv_train.steps = options.steps;
-  tv_train.threads = options.threads;
+  tv_train.threads = ThreadsOf(options);
   Result<TrainJobResult> tv_run = RunTrainJob(tv_train, nullptr, nullptr, quiet);
   if (!tv_run.ok()) {
     out << "torchvision resnet18 through ONNX: not trained: " << tv_run.status().message() << "\n";

@@ -67,16 +67,33 @@ void RegisterBenchCommand(CLI::App& app, Context& ctx) {
   });
 
   auto train_options = std::make_shared<service::TrainBenchOptions>();
-  CLI::App* train = bench->add_subcommand("train",
-                                          "resnet18_cifar trained for real under three schedules: peak bytes against "
-                                          "the plan, step time against the predictions, against PyTorch");
-  train->add_option("--threads", train_options->threads, "oneDNN and PyTorch threads")->capture_default_str();
+  CLI::App* train =
+      bench->add_subcommand("train",
+                            "resnet18_cifar trained for real under three schedules: peak bytes against "
+                            "the plan, step time against the predictions, against PyTorch; with "
+                            "--vs-pytorch, edgecost against PyTorch + OpenBLAS per model, on the roofline");
+  train
+      ->add_option("--threads", train_options->threads,
+                   "oneDNN and PyTorch threads (0: all cores); --vs-pytorch measures each of a list, the schedules "
+                   "the first")
+      ->delimiter(',')
+      ->capture_default_str();
   train->add_option("--batch-size", train_options->batch_size, "Batch size")->capture_default_str();
-  train->add_option("--steps", train_options->steps, "Steps per schedule")
-      ->capture_default_str()
-      ->check(CLI::Range(2, 100000));
+  CLI::Option* steps = train->add_option("--steps", train_options->steps, "Steps per schedule (--vs-pytorch: 15)")
+                           ->capture_default_str()
+                           ->check(CLI::Range(2, 100000));
   train->add_option("--python", train_options->python, "Python with PyTorch")->capture_default_str();
-  train->callback([train_options, &ctx] {
+  train->add_flag("--vs-pytorch", train_options->vs_pytorch,
+                  "edgecost's plain step against PyTorch's on OpenBLAS, per model, with FLOPs, bytes and roofline "
+                  "share (run from the repository: it exports the models with tests/graph/export_models.py)");
+  train->add_option("--models", train_options->models, "--vs-pytorch: models tests/graph/export_models.py exports")
+      ->delimiter(',')
+      ->capture_default_str();
+  train->footer(
+      "Examples:\n  edgecost bench train\n  edgecost bench train --vs-pytorch\n"
+      "  edgecost bench train --vs-pytorch --threads 1,0 --models resnet18_tv,mobilenet_v2");
+  train->callback([train_options, steps, &ctx] {
+    if (train_options->vs_pytorch && steps->count() == 0) train_options->steps = 15;
     const Status status = service::RunTrainBenchmark(std::cout, *train_options);
     ctx.exit_code = status.ok() ? kExitOk : Failure(status);
   });

@@ -13,7 +13,8 @@ the transformers at opset 17 into OUT_DIR/opset17 and mobilenet_v2 in eval mode 
 Exit status 3: PyTorch is not installed.
 `--list` prints the model names. `--eval` exports in eval mode (batch norm folded), as users do by
 mistake. `--time` measures a PyTorch training step (forward, loss, backward, SGD update) per model
-and prints `model median_s min_s` lines, for scripts/compare_models.
+and prints `model median_s min_s` lines, for scripts/compare_models and `edgecost bench train
+--vs-pytorch`, after a `# blas PATH ...` line naming the BLAS libraries the process mapped.
 """
 import argparse
 import os
@@ -115,10 +116,13 @@ def torchvision_model(name, **kwargs):
 
 # name: (constructor, example input)
 MODELS = {
+    # torchvision's resnet18 at CIFAR size; "resnet18" names the zoo's own (224x224).
+    "resnet18_tv": (lambda: torchvision_model("resnet18"), lambda: torch.randn(2, 3, 32, 32)),
     "mobilenet_v2": (lambda: torchvision_model("mobilenet_v2"), lambda: torch.randn(2, 3, 64, 64)),
     "mobilenet_v3_small": (lambda: torchvision_model("mobilenet_v3_small"), lambda: torch.randn(2, 3, 64, 64)),
     # PyTorch 1.13 cannot export stochastic depth's bernoulli_ in training mode: it is left out.
     "efficientnet_b0": (lambda: torchvision_model("efficientnet_b0", stochastic_depth_prob=0.0), lambda: torch.randn(2, 3, 64, 64)),
+    "mnasnet0_5": (lambda: torchvision_model("mnasnet0_5"), lambda: torch.randn(2, 3, 64, 64)),
     "shufflenet_v2_x0_5": (lambda: torchvision_model("shufflenet_v2_x0_5"), lambda: torch.randn(2, 3, 64, 64)),
     "squeezenet1_1": (lambda: torchvision_model("squeezenet1_1"), lambda: torch.randn(2, 3, 64, 64)),
     "transformer_encoder": (TransformerClassifier, lambda: torch.randn(2, 64, 128)),
@@ -155,6 +159,14 @@ def export(name, out_dir, opset, eval_mode):
     with open(os.path.join(out_dir, name + ".modules"), "w") as f:
         f.write("\n".join(n for n, _ in model.named_modules() if n) + "\n")
     print(path)
+
+
+def loaded_blas():
+    """The BLAS and LAPACK libraries this process mapped: which one PyTorch runs on, whatever
+    LD_LIBRARY_PATH and the system's alternatives chose."""
+    with open("/proc/self/maps") as maps:
+        paths = {line.split()[-1] for line in maps if re.search(r"lib(open)?blas|liblapack", line)}
+    return sorted(os.path.realpath(p) for p in paths) or ["none"]
 
 
 def time_step(name, steps):
@@ -200,6 +212,11 @@ def main():
         blas = re.search(r"BLAS_INFO=(\w+)", torch.__config__.show())
         print(f"# torch {torch.__version__}, BLAS {blas.group(1) if blas else 'unknown'}, {args.threads} thread(s)")
         names = ([args.out_dir] if args.out_dir else []) + args.models
+        for name in names:
+            if name not in MODELS:
+                parser.error(f"unknown model '{name}'; --list prints the names")
+        torch.randn(64, 64) @ torch.randn(64, 64)  # loads the BLAS before it is looked for
+        print("# blas " + " ".join(loaded_blas()), flush=True)
         for name in names or MODELS:
             median_s, min_s = time_step(name, args.steps)
             print(f"{name} {median_s:.6f} {min_s:.6f}", flush=True)
