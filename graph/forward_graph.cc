@@ -326,14 +326,17 @@ int ForwardGraph::MaxPool2d(int x, int64_t kernel, int64_t stride, int64_t paddi
   return Append(std::move(layer));
 }
 
-int ForwardGraph::AvgPool2d(int x, int64_t kernel, int64_t stride, int64_t padding) {
+int ForwardGraph::AvgPool2d(int x, int64_t kernel, int64_t stride, int64_t padding, bool count_include_pad) {
   Shape out = PoolShape(shape(x), kernel, stride, padding);
   const double flops = 2.0 * static_cast<double>(kernel * kernel * NumElements(out));
-  return Append({.kind = OpKind::kAvgPool2d,
-                 .inputs = {x},
-                 .output_shape = out,
-                 .flops = flops,
-                 .attributes = {{"kernel", kernel}, {"stride", stride}, {"padding", padding}}});
+  Layer layer{.kind = OpKind::kAvgPool2d,
+              .inputs = {x},
+              .output_shape = out,
+              .flops = flops,
+              .attributes = {{"kernel", kernel}, {"stride", stride}, {"padding", padding}}};
+  // Without padding both means are the same: one attribute set, one cost measured.
+  if (count_include_pad && padding > 0) layer.attributes["count_include_pad"] = 1;
+  return Append(std::move(layer));
 }
 
 int ForwardGraph::Flatten(int x) {
@@ -513,7 +516,16 @@ int ForwardGraph::BinaryParam(OpKind kind, int a, const Shape& param) {
   Shape p = param;
   while (!p.empty() && p.front() == 1) p.erase(p.begin());
   const Shape& in = shape(a);
-  if (p.size() > in.size() || !std::equal(p.begin(), p.end(), in.end() - static_cast<std::ptrdiff_t>(p.size()))) {
+  // Axes of p that are 1 where `a` is not: broadcast inside the parameter's trailing axes too
+  // (ConvNeXt's layer scale, C x 1 x 1 over N x C x H x W), bit i for axis i of p.
+  int64_t broadcast_axes = 0;
+  const size_t offset = in.size() - std::min(p.size(), in.size());
+  for (size_t i = 0; i < p.size() && p.size() <= in.size(); ++i) {
+    if (p[i] == 1 && in[offset + i] != 1) broadcast_axes |= int64_t{1} << i;
+  }
+  bool fits = p.size() <= in.size() && p.size() < 63;
+  for (size_t i = 0; fits && i < p.size(); ++i) fits = p[i] == in[offset + i] || p[i] == 1;
+  if (!fits) {
     Fail("parameter of shape " + ShapeToString(param) + " does not broadcast over the trailing axes of " +
          ShapeToString(in));
   }
@@ -521,6 +533,7 @@ int ForwardGraph::BinaryParam(OpKind kind, int a, const Shape& param) {
   layer.param_count = NumElements(p);
   if (kind == OpKind::kAddBroadcast || kind == OpKind::kSub) layer.bias_count = layer.param_count;
   layer.attributes = {{"param_rank", static_cast<int64_t>(p.size())}};
+  if (broadcast_axes != 0) layer.attributes["param_broadcast_axes"] = broadcast_axes;
   return Append(std::move(layer));
 }
 

@@ -124,7 +124,9 @@ class ForwardGraph {
   int BatchNorm2d(int x, double epsilon = kDefaultNormEpsilon);
   int Relu(int x);
   int MaxPool2d(int x, int64_t kernel, int64_t stride, int64_t padding = 0, bool ceil_mode = false);
-  int AvgPool2d(int x, int64_t kernel, int64_t stride, int64_t padding = 0);
+  // `count_include_pad`: the padding's zeros count in every window's mean (PyTorch's default), so each
+  // output is its window's sum over kernel^2; otherwise the mean is over the window's real elements.
+  int AvgPool2d(int x, int64_t kernel, int64_t stride, int64_t padding = 0, bool count_include_pad = false);
   int Flatten(int x);
   // POET's LinearLayer: FLOPs 2 x params + out_features whatever the batch, as the zoo's
   // parity with POET needs; an imported model's layers count every row with LinearNd.
@@ -144,7 +146,8 @@ class ForwardGraph {
   // kMul, kSub, kDiv, kAddBroadcast of two activations, NumPy broadcasting.
   int Binary(OpKind kind, int a, int b);
   // The same with a trainable parameter as the second operand, broadcast over the leading axes
-  // of `a` (its shape a suffix of a's shape, after dropping leading ones).
+  // of `a` and over its own axes of size 1 (after dropping leading ones, NumPy broadcasting against
+  // a's trailing axes): attributes param_rank and, for axes of 1, the bitmask param_broadcast_axes.
   int BinaryParam(OpKind kind, int a, const Shape& param);
   // A linear layer over the last axis of an input of any rank (MatMul by a weight, Gemm).
   int LinearNd(int x, int64_t in_features, int64_t out_features, bool bias);

@@ -245,7 +245,10 @@ class Pool2d : public StepLayer {
     // The output size is floored; the right padding absorbs what the last window leaves out.
     const memory::dims strides = {s, s}, kernel = {k, k}, pad_l = {p, p};
     const memory::dims pad_r = {(output_.dims[2] - 1) * s + k - x[2] - p, (output_.dims[3] - 1) * s + k - x[3] - p};
-    const algorithm alg = max ? algorithm::pooling_max : algorithm::pooling_avg_exclude_padding;
+    const bool include_padding = spec.attributes.count("count_include_pad") && spec.attributes.at("count_include_pad");
+    const algorithm alg = max               ? algorithm::pooling_max
+                          : include_padding ? algorithm::pooling_avg_include_padding
+                                            : algorithm::pooling_avg_exclude_padding;
     dnnl::pooling_forward::primitive_desc fwd(
         dnnl::pooling_forward::desc(prop_kind::forward_training, alg, Plain(x), Plain(output_.dims), strides, kernel,
                                     pad_l, pad_r),
