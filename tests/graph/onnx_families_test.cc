@@ -25,16 +25,17 @@
 namespace edgecost {
 namespace {
 
-// The families that do not import yet, and the reason each gives (Reason below).
-const std::map<std::string, std::string> kKnownFailures = {
+// The families that do not import yet, and the reasons their builders give (Reason below).
+const std::map<std::string, std::vector<std::string>> kKnownFailures = {
     // Its factorized 1x7 and 7x1 convolutions: only square kernels are supported.
-    {"inception", "unsupported: Conv"},
+    {"inception", {"unsupported: Conv"}},
     // The class token: an Expand of a weight to the batch.
-    {"vision_transformer", "unsupported: Expand"},
-    // Relative position bias: Mod on index arithmetic, ScatterND for the shifted windows' masks.
-    {"swin_transformer", "unsupported: Mod, ScatterND"},
+    {"vision_transformer", {"unsupported: Expand"}},
+    // Relative position bias: Mod on index arithmetic, ScatterND for the shifted windows' masks. Swin V2
+    // (in the full sweep) does not export: PyTorch 1.13 has no ONNX symbolic for aten::zero.
+    {"swin_transformer", {"unsupported: Mod, ScatterND", "export: Exporting the operator 'aten::zero'"}},
     // Its relative attention (and, downstream of it, padding and gathers not listed).
-    {"maxvit", "unsupported: Einsum"},
+    {"maxvit", {"unsupported: Einsum"}},
 };
 
 // A row of export_families.py's manifest.tsv.
@@ -145,10 +146,9 @@ TEST(OnnxFamiliesTest, EveryFamilyImportsOrFailsForItsKnownReason) {
       EXPECT_TRUE(ok) << b.name << " (" << b.family << ") no longer imports: " << outcome.status;
     } else {
       EXPECT_FALSE(ok) << b.name << " (" << b.family << ") imports now: remove it from kKnownFailures";
-      if (!ok) {
-        EXPECT_EQ(outcome.status.substr(0, known->second.size()), known->second)
-            << b.name << " fails for a new reason: " << outcome.status << " (expected " << known->second << ")";
-      }
+      bool known_reason = false;
+      for (const std::string& reason : known->second) known_reason |= outcome.status.rfind(reason, 0) == 0;
+      EXPECT_TRUE(ok || known_reason) << b.name << " fails for a new reason: " << outcome.status;
     }
   }
   std::printf("%d of %zu builders import\n", passed, builders.size());
