@@ -244,30 +244,38 @@ int ForwardGraph::Input(Shape shape) { return Append({.kind = OpKind::kInput, .o
 
 int ForwardGraph::Conv2d(int x, int64_t in_channels, int64_t out_channels, int64_t kernel, int64_t stride,
                          int64_t padding, int64_t groups, bool bias) {
+  return Conv2d(x, in_channels, out_channels, Hw{kernel, kernel}, stride, Hw{padding, padding}, groups, bias);
+}
+
+int ForwardGraph::Conv2d(int x, int64_t in_channels, int64_t out_channels, Hw kernel, int64_t stride, Hw padding,
+                         int64_t groups, bool bias) {
   const Shape& in = shape(x);
   if (in.size() != 4 || in[1] != in_channels) throw std::logic_error("conv2d input shape mismatch in " + model_);
   if (groups < 1 || in_channels % groups != 0 || out_channels % groups != 0) {
     throw std::logic_error("conv2d groups do not divide the channels in " + model_);
   }
-  const int64_t h = (in[2] - kernel + 2 * padding) / stride + 1;
-  const int64_t w = (in[3] - kernel + 2 * padding) / stride + 1;
+  const int64_t h = (in[2] - kernel[0] + 2 * padding[0]) / stride + 1;
+  const int64_t w = (in[3] - kernel[1] + 2 * padding[1]) / stride + 1;
   Shape out = {in[0], out_channels, h, w};
   Layer layer{.kind = OpKind::kConv2d, .inputs = {x}, .output_shape = out};
+  const double window = static_cast<double>(kernel[0]) * static_cast<double>(kernel[1]);
   layer.bias_count = bias ? out_channels : 0;
-  layer.param_count = SaturatingCount(static_cast<double>(out_channels) * static_cast<double>(in_channels / groups) *
-                                      static_cast<double>(kernel) * static_cast<double>(kernel)) +
-                      layer.bias_count;
+  layer.param_count =
+      SaturatingCount(static_cast<double>(out_channels) * static_cast<double>(in_channels / groups) * window) +
+      layer.bias_count;
   // POET counts 2 * k^2 * |input| * C_out (input size, not output size) + |output|; a group
   // sees 1/groups of the input channels.
-  layer.flops = 2.0 * static_cast<double>(kernel) * static_cast<double>(kernel) * static_cast<double>(NumElements(in)) *
-                    static_cast<double>(out_channels) / static_cast<double>(groups) +
+  layer.flops = 2.0 * window * static_cast<double>(NumElements(in)) * static_cast<double>(out_channels) /
+                    static_cast<double>(groups) +
                 static_cast<double>(NumElements(out));
   layer.attributes = {{"in_channels", in_channels},
                       {"out_channels", out_channels},
-                      {"kernel", kernel},
+                      {"kernel", kernel[0]},
                       {"stride", stride},
-                      {"padding", padding}};
+                      {"padding", padding[0]}};
   // Only set where they differ from POET's convolutions, so that existing op signatures stay.
+  if (kernel[1] != kernel[0]) layer.attributes["kernel_w"] = kernel[1];
+  if (padding[1] != padding[0]) layer.attributes["padding_w"] = padding[1];
   if (groups != 1) layer.attributes["groups"] = groups;
   if (!bias) layer.attributes["no_bias"] = 1;
   return Append(std::move(layer));

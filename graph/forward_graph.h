@@ -5,6 +5,7 @@
 // and noted where they appear.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -16,6 +17,8 @@
 namespace edgecost::graph {
 
 using Shape = std::vector<int64_t>;
+// A size along the height and the width axes of NCHW.
+using Hw = std::array<int64_t, 2>;
 // Elements of a shape; saturates at the int64 maximum instead of overflowing.
 int64_t NumElements(const Shape& shape);
 // The largest tensor (elements) or parameter count a graph may hold: 2^40, far
@@ -118,6 +121,11 @@ class ForwardGraph {
   // groups > 1 is a grouped convolution (groups == channels: depthwise); PyTorch's convolutions
   // before a batch norm have no bias.
   int Conv2d(int x, int64_t in_channels, int64_t out_channels, int64_t kernel, int64_t stride, int64_t padding,
+             int64_t groups = 1, bool bias = true);
+  // The same with a kernel_h x kernel_w window and per-axis padding (Inception's 1x7 and 7x1): the
+  // attributes "kernel" and "padding" are the height's; "kernel_w" and "padding_w" are set only
+  // where the width's differ, so that square convolutions keep their op signatures.
+  int Conv2d(int x, int64_t in_channels, int64_t out_channels, Hw kernel, int64_t stride, Hw padding,
              int64_t groups = 1, bool bias = true);
   // `epsilon` other than PyTorch's default 1e-5 (MobileNet V3's 1e-3) is the attribute
   // "epsilon_e9", epsilon times 10^9.

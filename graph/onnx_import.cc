@@ -961,12 +961,15 @@ class Importer {
       if (!AllEqual(attrs.Ints("dilations", {1, 1})) || attrs.Ints("dilations", {1, 1})[0] != 1) {
         return Unsupported(node, index, "dilated convolution is not supported");
       }
-      if (!AllEqual(kernel) || !AllEqual(strides) || !AllEqual(pads)) {
-        return Unsupported(node, index, "only square kernels, equal strides and symmetric padding are supported");
+      // Pads are (top, left, bottom, right): symmetric per axis; kernels may be rectangular (1x7).
+      if (kernel.size() != 2 || !AllEqual(strides) || pads.size() != 4 || pads[0] != pads[2] || pads[1] != pads[3]) {
+        return Unsupported(node, index,
+                           "only equal strides and the same padding on both sides of an axis are supported");
       }
       weight_names_.push_back(node.input(1));
       const bool has_bias = in.size() > 2 && in[2];
-      const int conv = graph_.Conv2d(Act(x0), w[1] * groups, w[0], kernel[0], strides[0], pads[0], groups, has_bias);
+      const int conv = graph_.Conv2d(Act(x0), w[1] * groups, w[0], graph::Hw{kernel[0], kernel[1]}, strides[0],
+                                     graph::Hw{pads[0], pads[1]}, groups, has_bias);
       graph_.SetParamNames(conv, {node.input(1), has_bias ? node.input(2) : ""});
       set(conv);
     } else if (op == "BatchNormalization") {

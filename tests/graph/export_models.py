@@ -127,6 +127,8 @@ MODELS = {
     # builds them (no stochastic depth, which PyTorch 1.13 cannot export in training mode).
     "densenet121": (lambda: export_families.build("densenet121"), lambda: torch.randn(2, 3, 64, 64)),
     "convnext_tiny": (lambda: export_families.build("convnext_tiny"), lambda: torch.randn(2, 3, 64, 64)),
+    "inception_v3": (lambda: export_families.build("inception_v3"),
+                     lambda: torch.randn(2, 3, export_families.SIDE_PX["inception"], export_families.SIDE_PX["inception"])),
     "transformer_encoder": (TransformerClassifier, lambda: torch.randn(2, 64, 128)),
     "small_bert": (SmallBert, lambda: torch.randint(0, 1000, (2, 64))),
 }

@@ -27,8 +27,6 @@ namespace {
 
 // The families that do not import yet, and the reasons their builders give (Reason below).
 const std::map<std::string, std::vector<std::string>> kKnownFailures = {
-    // Its factorized 1x7 and 7x1 convolutions: only square kernels are supported.
-    {"inception", {"unsupported: Conv"}},
     // The class token: an Expand of a weight to the batch.
     {"vision_transformer", {"unsupported: Expand"}},
     // Relative position bias: Mod on index arithmetic, ScatterND for the shifted windows' masks. Swin V2

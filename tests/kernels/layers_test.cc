@@ -70,6 +70,18 @@ TEST(LayerGradients, Conv2d) {
   CheckLayer({"conv2d", {{"kernel", 3}, {"stride", 2}, {"padding", 1}}, {{2, 3, 5, 5}}, {2, 4, 3, 3}});
 }
 
+// Inception's factorized convolutions: a 1x3 window padded on the width alone, and a 3x1 one.
+TEST(LayerGradients, Conv2dRectangular) {
+  CheckLayer({"conv2d",
+              {{"kernel", 1}, {"kernel_w", 3}, {"stride", 1}, {"padding", 0}, {"padding_w", 1}},
+              {{2, 3, 4, 5}},
+              {2, 4, 4, 5}});
+  CheckLayer({"conv2d",
+              {{"kernel", 3}, {"kernel_w", 1}, {"stride", 2}, {"padding", 1}, {"padding_w", 0}},
+              {{2, 3, 5, 4}},
+              {2, 4, 3, 2}});
+}
+
 TEST(LayerGradients, Linear) { CheckLayer({"linear", {}, {{3, 6}}, {3, 4}}); }
 
 TEST(LayerGradients, LinearRelu) { CheckLayer({"linear_relu", {}, {{3, 6}}, {3, 5}}); }

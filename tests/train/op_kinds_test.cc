@@ -172,6 +172,15 @@ std::vector<KindGraph> KindGraphs() {
                       g.CrossEntropyLoss(g.Linear(g.Flatten(s), 64, 4), 4);
                       return g;
                     }});
+  // Inception's factorized 1x3 then 3x1 convolutions, each padded along its window's long axis.
+  graphs.push_back({"conv2d_rectangular", [] {
+                      ForwardGraph g("conv2d_rectangular", 2);
+                      const int x = g.Input({2, 3, 5, 4});
+                      const int a = g.Conv2d(x, 3, 4, graph::Hw{1, 3}, 1, graph::Hw{0, 1});
+                      const int b = g.Conv2d(g.Relu(a), 4, 4, graph::Hw{3, 1}, 1, graph::Hw{1, 0});
+                      g.CrossEntropyLoss(g.Linear(g.Flatten(b), 80, 4), 4);
+                      return g;
+                    }});
   graphs.push_back({"avgpool2d_count_include_pad", [] {
                       ForwardGraph g("avgpool_include_pad", 2);
                       const int c = g.Conv2d(g.Input({2, 3, 6, 6}), 3, 4, 3, 1, 1);
