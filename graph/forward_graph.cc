@@ -244,30 +244,38 @@ int ForwardGraph::Input(Shape shape) { return Append({.kind = OpKind::kInput, .o
 
 int ForwardGraph::Conv2d(int x, int64_t in_channels, int64_t out_channels, int64_t kernel, int64_t stride,
                          int64_t padding, int64_t groups, bool bias) {
+  return Conv2d(x, in_channels, out_channels, Hw{kernel, kernel}, stride, Hw{padding, padding}, groups, bias);
+}
+
+int ForwardGraph::Conv2d(int x, int64_t in_channels, int64_t out_channels, Hw kernel, int64_t stride, Hw padding,
+                         int64_t groups, bool bias) {
   const Shape& in = shape(x);
   if (in.size() != 4 || in[1] != in_channels) throw std::logic_error("conv2d input shape mismatch in " + model_);
   if (groups < 1 || in_channels % groups != 0 || out_channels % groups != 0) {
     throw std::logic_error("conv2d groups do not divide the channels in " + model_);
   }
-  const int64_t h = (in[2] - kernel + 2 * padding) / stride + 1;
-  const int64_t w = (in[3] - kernel + 2 * padding) / stride + 1;
+  const int64_t h = (in[2] - kernel[0] + 2 * padding[0]) / stride + 1;
+  const int64_t w = (in[3] - kernel[1] + 2 * padding[1]) / stride + 1;
   Shape out = {in[0], out_channels, h, w};
   Layer layer{.kind = OpKind::kConv2d, .inputs = {x}, .output_shape = out};
+  const double window = static_cast<double>(kernel[0]) * static_cast<double>(kernel[1]);
   layer.bias_count = bias ? out_channels : 0;
-  layer.param_count = SaturatingCount(static_cast<double>(out_channels) * static_cast<double>(in_channels / groups) *
-                                      static_cast<double>(kernel) * static_cast<double>(kernel)) +
-                      layer.bias_count;
+  layer.param_count =
+      SaturatingCount(static_cast<double>(out_channels) * static_cast<double>(in_channels / groups) * window) +
+      layer.bias_count;
   // POET counts 2 * k^2 * |input| * C_out (input size, not output size) + |output|; a group
   // sees 1/groups of the input channels.
-  layer.flops = 2.0 * static_cast<double>(kernel) * static_cast<double>(kernel) * static_cast<double>(NumElements(in)) *
-                    static_cast<double>(out_channels) / static_cast<double>(groups) +
+  layer.flops = 2.0 * window * static_cast<double>(NumElements(in)) * static_cast<double>(out_channels) /
+                    static_cast<double>(groups) +
                 static_cast<double>(NumElements(out));
   layer.attributes = {{"in_channels", in_channels},
                       {"out_channels", out_channels},
-                      {"kernel", kernel},
+                      {"kernel", kernel[0]},
                       {"stride", stride},
-                      {"padding", padding}};
+                      {"padding", padding[0]}};
   // Only set where they differ from POET's convolutions, so that existing op signatures stay.
+  if (kernel[1] != kernel[0]) layer.attributes["kernel_w"] = kernel[1];
+  if (padding[1] != padding[0]) layer.attributes["padding_w"] = padding[1];
   if (groups != 1) layer.attributes["groups"] = groups;
   if (!bias) layer.attributes["no_bias"] = 1;
   return Append(std::move(layer));
@@ -326,14 +334,17 @@ int ForwardGraph::MaxPool2d(int x, int64_t kernel, int64_t stride, int64_t paddi
   return Append(std::move(layer));
 }
 
-int ForwardGraph::AvgPool2d(int x, int64_t kernel, int64_t stride, int64_t padding) {
+int ForwardGraph::AvgPool2d(int x, int64_t kernel, int64_t stride, int64_t padding, bool count_include_pad) {
   Shape out = PoolShape(shape(x), kernel, stride, padding);
   const double flops = 2.0 * static_cast<double>(kernel * kernel * NumElements(out));
-  return Append({.kind = OpKind::kAvgPool2d,
-                 .inputs = {x},
-                 .output_shape = out,
-                 .flops = flops,
-                 .attributes = {{"kernel", kernel}, {"stride", stride}, {"padding", padding}}});
+  Layer layer{.kind = OpKind::kAvgPool2d,
+              .inputs = {x},
+              .output_shape = out,
+              .flops = flops,
+              .attributes = {{"kernel", kernel}, {"stride", stride}, {"padding", padding}}};
+  // Without padding both means are the same: one attribute set, one cost measured.
+  if (count_include_pad && padding > 0) layer.attributes["count_include_pad"] = 1;
+  return Append(std::move(layer));
 }
 
 int ForwardGraph::Flatten(int x) {
@@ -513,7 +524,16 @@ int ForwardGraph::BinaryParam(OpKind kind, int a, const Shape& param) {
   Shape p = param;
   while (!p.empty() && p.front() == 1) p.erase(p.begin());
   const Shape& in = shape(a);
-  if (p.size() > in.size() || !std::equal(p.begin(), p.end(), in.end() - static_cast<std::ptrdiff_t>(p.size()))) {
+  // Axes of p that are 1 where `a` is not: broadcast inside the parameter's trailing axes too
+  // (ConvNeXt's layer scale, C x 1 x 1 over N x C x H x W), bit i for axis i of p.
+  int64_t broadcast_axes = 0;
+  const size_t offset = in.size() - std::min(p.size(), in.size());
+  for (size_t i = 0; i < p.size() && p.size() <= in.size(); ++i) {
+    if (p[i] == 1 && in[offset + i] != 1) broadcast_axes |= int64_t{1} << i;
+  }
+  bool fits = p.size() <= in.size() && p.size() < 63;
+  for (size_t i = 0; fits && i < p.size(); ++i) fits = p[i] == in[offset + i] || p[i] == 1;
+  if (!fits) {
     Fail("parameter of shape " + ShapeToString(param) + " does not broadcast over the trailing axes of " +
          ShapeToString(in));
   }
@@ -521,6 +541,7 @@ int ForwardGraph::BinaryParam(OpKind kind, int a, const Shape& param) {
   layer.param_count = NumElements(p);
   if (kind == OpKind::kAddBroadcast || kind == OpKind::kSub) layer.bias_count = layer.param_count;
   layer.attributes = {{"param_rank", static_cast<int64_t>(p.size())}};
+  if (broadcast_axes != 0) layer.attributes["param_broadcast_axes"] = broadcast_axes;
   return Append(std::move(layer));
 }
 

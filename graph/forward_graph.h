@@ -5,6 +5,7 @@
 // and noted where they appear.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -16,6 +17,8 @@
 namespace edgecost::graph {
 
 using Shape = std::vector<int64_t>;
+// A size along the height and the width axes of NCHW.
+using Hw = std::array<int64_t, 2>;
 // Elements of a shape; saturates at the int64 maximum instead of overflowing.
 int64_t NumElements(const Shape& shape);
 // The largest tensor (elements) or parameter count a graph may hold: 2^40, far
@@ -119,12 +122,19 @@ class ForwardGraph {
   // before a batch norm have no bias.
   int Conv2d(int x, int64_t in_channels, int64_t out_channels, int64_t kernel, int64_t stride, int64_t padding,
              int64_t groups = 1, bool bias = true);
+  // The same with a kernel_h x kernel_w window and per-axis padding (Inception's 1x7 and 7x1): the
+  // attributes "kernel" and "padding" are the height's; "kernel_w" and "padding_w" are set only
+  // where the width's differ, so that square convolutions keep their op signatures.
+  int Conv2d(int x, int64_t in_channels, int64_t out_channels, Hw kernel, int64_t stride, Hw padding,
+             int64_t groups = 1, bool bias = true);
   // `epsilon` other than PyTorch's default 1e-5 (MobileNet V3's 1e-3) is the attribute
   // "epsilon_e9", epsilon times 10^9.
   int BatchNorm2d(int x, double epsilon = kDefaultNormEpsilon);
   int Relu(int x);
   int MaxPool2d(int x, int64_t kernel, int64_t stride, int64_t padding = 0, bool ceil_mode = false);
-  int AvgPool2d(int x, int64_t kernel, int64_t stride, int64_t padding = 0);
+  // `count_include_pad`: the padding's zeros count in every window's mean (PyTorch's default), so each
+  // output is its window's sum over kernel^2; otherwise the mean is over the window's real elements.
+  int AvgPool2d(int x, int64_t kernel, int64_t stride, int64_t padding = 0, bool count_include_pad = false);
   int Flatten(int x);
   // POET's LinearLayer: FLOPs 2 x params + out_features whatever the batch, as the zoo's
   // parity with POET needs; an imported model's layers count every row with LinearNd.
@@ -144,7 +154,8 @@ class ForwardGraph {
   // kMul, kSub, kDiv, kAddBroadcast of two activations, NumPy broadcasting.
   int Binary(OpKind kind, int a, int b);
   // The same with a trainable parameter as the second operand, broadcast over the leading axes
-  // of `a` (its shape a suffix of a's shape, after dropping leading ones).
+  // of `a` and over its own axes of size 1 (after dropping leading ones, NumPy broadcasting against
+  // a's trailing axes): attributes param_rank and, for axes of 1, the bitmask param_broadcast_axes.
   int BinaryParam(OpKind kind, int a, const Shape& param);
   // A linear layer over the last axis of an input of any rank (MatMul by a weight, Gemm).
   int LinearNd(int x, int64_t in_features, int64_t out_features, bool bias);

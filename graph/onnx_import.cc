@@ -31,6 +31,7 @@ class Attributes {
       if (a.type() == onnx::AttributeProto::INTS) ints_[a.name()] = {a.ints().begin(), a.ints().end()};
       if (a.type() == onnx::AttributeProto::FLOAT) floats_[a.name()] = a.f();
       if (a.type() == onnx::AttributeProto::TENSOR) tensors_[a.name()] = &a.t();
+      if (a.type() == onnx::AttributeProto::STRING) strings_[a.name()] = a.s();
     }
   }
   std::vector<int64_t> Ints(const std::string& name, std::vector<int64_t> fallback) const {
@@ -47,11 +48,16 @@ class Attributes {
     auto it = tensors_.find(name);
     return it == tensors_.end() ? nullptr : it->second;
   }
+  std::string String(const std::string& name, const std::string& fallback) const {
+    auto it = strings_.find(name);
+    return it == strings_.end() ? fallback : it->second;
+  }
 
  private:
   std::map<std::string, std::vector<int64_t>> ints_;
   std::map<std::string, float> floats_;
   std::map<std::string, const onnx::TensorProto*> tensors_;
+  std::map<std::string, std::string> strings_;
 };
 
 bool AllEqual(const std::vector<int64_t>& v) {
@@ -547,7 +553,7 @@ const std::set<std::string>& NodeOps() {
                                             "Concat",      "Split",
                                             "Slice",       "Gather",
                                             "Softmax",     "LayerNormalization",
-                                            "Cast"};
+                                            "Cast",        "Pad"};
   return ops;
 }
 
@@ -858,6 +864,50 @@ class Importer {
 
   int Act(const Value* v) const { return v->node; }
 
+  // Pad: the identity when it pads nothing (PyTorch's export of an unpadded average pooling); zeros
+  // around the spatial axes before an unpadded AveragePool are that pooling's padding counted in the
+  // mean (PyTorch's avg_pool2d with padding, count_include_pad). Other padding is not supported.
+  Status ImportPad(const onnx::NodeProto& node, int index, const std::vector<const Value*>& in) {
+    const Attributes attrs(node);
+    const Value* x = in.empty() || !in[0] || in[0]->kind != Value::Kind::kActivation ? nullptr : in[0];
+    if (!x) return Unsupported(node, index, "only padding an activation is supported");
+    const Value* pads = in.size() > 1 ? in[1] : nullptr;
+    const std::optional<double> value = node.input_size() > 2 && !node.input(2).empty() ? ScalarInput(node, 2) : 0.0;
+    const bool axes_given = node.input_size() > 3 && !node.input(3).empty();
+    if (opset_ < 11 || attrs.String("mode", "constant") != "constant" || !pads || !pads->has_data || value != 0.0 ||
+        axes_given) {
+      return Unsupported(node, index, "only constant zero padding with constant pads (opset 11+) is supported");
+    }
+    const size_t rank = graph_.shape(Act(x)).size();
+    if (pads->data.size() != 2 * rank) return NodeError(node, index, "pads must have two entries per axis");
+    if (std::all_of(pads->data.begin(), pads->data.end(), [](double p) { return p == 0; })) {
+      SetOutput(node, 0, *x);
+      return Status::Ok();
+    }
+    // The spatial padding of NCHW, the same on every side; none on the batch and channel axes.
+    const double spatial = pads->data[2];
+    const bool square = rank == 4 && pads->data[0] == 0 && pads->data[1] == 0 && pads->data[4] == 0 &&
+                        pads->data[5] == 0 && pads->data[3] == spatial && pads->data[6] == spatial &&
+                        pads->data[7] == spatial && spatial > 0;
+    int pool_index = -1;
+    const onnx::NodeProto* pool = SoleConsumer(node.output(0), &pool_index);
+    if (square && pool && pool->op_type() == "AveragePool") {
+      const Attributes pool_attrs(*pool);
+      const auto kernel = pool_attrs.Ints("kernel_shape", {1, 1});
+      const auto strides = pool_attrs.Ints("strides", {1, 1});
+      const auto pool_pads = pool_attrs.Ints("pads", {0, 0, 0, 0});
+      const bool unpadded = std::all_of(pool_pads.begin(), pool_pads.end(), [](int64_t p) { return p == 0; });
+      if (AllEqual(kernel) && AllEqual(strides) && unpadded && pool_attrs.Int("ceil_mode", 0) == 0) {
+        consumed_.insert(pool_index);
+        SetOutput(*pool, 0,
+                  Value::Activation(graph_.AvgPool2d(Act(x), kernel[0], strides[0], static_cast<int64_t>(spatial),
+                                                     /*count_include_pad=*/true)));
+        return Status::Ok();
+      }
+    }
+    return Unsupported(node, index, "only zero padding of the spatial axes before an average pooling is supported");
+  }
+
   Status ImportActivationOp(const onnx::NodeProto& node, int index, const std::vector<const Value*>& in) {
     const std::string& op = node.op_type();
     const Attributes attrs(node);
@@ -911,12 +961,15 @@ class Importer {
       if (!AllEqual(attrs.Ints("dilations", {1, 1})) || attrs.Ints("dilations", {1, 1})[0] != 1) {
         return Unsupported(node, index, "dilated convolution is not supported");
       }
-      if (!AllEqual(kernel) || !AllEqual(strides) || !AllEqual(pads)) {
-        return Unsupported(node, index, "only square kernels, equal strides and symmetric padding are supported");
+      // Pads are (top, left, bottom, right): symmetric per axis; kernels may be rectangular (1x7).
+      if (kernel.size() != 2 || !AllEqual(strides) || pads.size() != 4 || pads[0] != pads[2] || pads[1] != pads[3]) {
+        return Unsupported(node, index,
+                           "only equal strides and the same padding on both sides of an axis are supported");
       }
       weight_names_.push_back(node.input(1));
       const bool has_bias = in.size() > 2 && in[2];
-      const int conv = graph_.Conv2d(Act(x0), w[1] * groups, w[0], kernel[0], strides[0], pads[0], groups, has_bias);
+      const int conv = graph_.Conv2d(Act(x0), w[1] * groups, w[0], graph::Hw{kernel[0], kernel[1]}, strides[0],
+                                     graph::Hw{pads[0], pads[1]}, groups, has_bias);
       graph_.SetParamNames(conv, {node.input(1), has_bias ? node.input(2) : ""});
       set(conv);
     } else if (op == "BatchNormalization") {
@@ -1010,8 +1063,11 @@ class Importer {
                            "only square windows, equal strides, symmetric padding (and floor mode for average "
                            "pooling) are supported");
       }
-      set(op == "MaxPool" ? graph_.MaxPool2d(Act(x0), kernel[0], strides[0], pads[0], ceil_mode)
-                          : graph_.AvgPool2d(Act(x0), kernel[0], strides[0], pads[0]));
+      set(op == "MaxPool"
+              ? graph_.MaxPool2d(Act(x0), kernel[0], strides[0], pads[0], ceil_mode)
+              : graph_.AvgPool2d(Act(x0), kernel[0], strides[0], pads[0], attrs.Int("count_include_pad", 0) != 0));
+    } else if (op == "Pad") {
+      return ImportPad(node, index, in);
     } else if (op == "GlobalAveragePool") {
       if (!x0) return NodeError(node, index, "expects an activation");
       const Shape& s = graph_.shape(Act(x0));

@@ -14,25 +14,29 @@ class Conv2d : public StepLayer {
   Conv2d(Backend& b, const LayerSpec& spec, uint32_t seed) : StepLayer(b, seed) {
     InitInputs(spec.input_shapes);
     InitOutput(spec.output_shape);
-    const int64_t k = spec.attributes.at("kernel"), s = spec.attributes.at("stride"), p = spec.attributes.at("padding");
     const auto attribute = [&](const char* name, int64_t fallback) {
       auto it = spec.attributes.find(name);
       return it == spec.attributes.end() ? fallback : it->second;
     };
+    // A kh x kw window (kernel_w and padding_w only where the width's differ from the height's).
+    const int64_t kh = spec.attributes.at("kernel"), s = spec.attributes.at("stride");
+    const int64_t ph = spec.attributes.at("padding");
+    const int64_t kw = attribute("kernel_w", kh), pw = attribute("padding_w", ph);
     const int64_t groups = attribute("groups", 1);
     const bool bias = attribute("no_bias", 0) == 0;
     const int64_t in_channels = spec.input_shapes[0][1], out_channels = spec.output_shape[1];
-    Tensor& w = Param({out_channels, in_channels / groups, k, k},
-                      std::sqrt(2.0f / static_cast<float>(in_channels / groups * k * k)));
+    Tensor& w = Param({out_channels, in_channels / groups, kh, kw},
+                      std::sqrt(2.0f / static_cast<float>(in_channels / groups * kh * kw)));
     Tensor* bias_t = bias ? &Param({out_channels}, 0.01f) : nullptr;
     // Grouped weights are (groups, out/groups, in/groups, k, k): the same memory as PyTorch's.
     const memory::desc w_md =
-        groups == 1 ? Plain(w.dims) : Plain({groups, out_channels / groups, in_channels / groups, k, k});
+        groups == 1 ? Plain(w.dims) : Plain({groups, out_channels / groups, in_channels / groups, kh, kw});
     const memory::desc b_md = bias ? Plain(bias_t->dims) : memory::desc();
     Tensor& x = inputs_[0];
     // Same padding on both sides when it fits, else as much on the right as the output size needs.
-    const int64_t pad_r = (spec.output_shape[2] - 1) * s + k - x.dims[2] - p;
-    const memory::dims strides = {s, s}, pad_l = {p, p}, pad_rr = {pad_r, pad_r};
+    const memory::dims strides = {s, s}, pad_l = {ph, pw};
+    const memory::dims pad_rr = {(spec.output_shape[2] - 1) * s + kh - x.dims[2] - ph,
+                                 (spec.output_shape[3] - 1) * s + kw - x.dims[3] - pw};
     dnnl::convolution_forward::primitive_desc fwd(
         dnnl::convolution_forward::desc(prop_kind::forward_training, algorithm::convolution_direct, Plain(x.dims), w_md,
                                         b_md, Plain(output_.dims), strides, pad_l, pad_rr),
@@ -245,7 +249,10 @@ class Pool2d : public StepLayer {
     // The output size is floored; the right padding absorbs what the last window leaves out.
     const memory::dims strides = {s, s}, kernel = {k, k}, pad_l = {p, p};
     const memory::dims pad_r = {(output_.dims[2] - 1) * s + k - x[2] - p, (output_.dims[3] - 1) * s + k - x[3] - p};
-    const algorithm alg = max ? algorithm::pooling_max : algorithm::pooling_avg_exclude_padding;
+    const bool include_padding = spec.attributes.count("count_include_pad") && spec.attributes.at("count_include_pad");
+    const algorithm alg = max               ? algorithm::pooling_max
+                          : include_padding ? algorithm::pooling_avg_include_padding
+                                            : algorithm::pooling_avg_exclude_padding;
     dnnl::pooling_forward::primitive_desc fwd(
         dnnl::pooling_forward::desc(prop_kind::forward_training, alg, Plain(x), Plain(output_.dims), strides, kernel,
                                     pad_l, pad_r),

@@ -70,7 +70,12 @@ class Binary : public OpLayer {
     Tensor* dbt = nullptr;
     if (with_param) {
       const int64_t rank = spec.attributes.at("param_rank");
-      bt = &Param(Dims(full.end() - rank, full.end()), 0.5f);
+      const auto broadcast = spec.attributes.find("param_broadcast_axes");
+      Dims param_dims(full.end() - rank, full.end());
+      for (int64_t i = 0; i < rank && broadcast != spec.attributes.end(); ++i) {
+        if (broadcast->second >> i & 1) param_dims[i] = 1;
+      }
+      bt = &Param(param_dims, 0.5f);
       dbt = grad_params_[0];
     } else {
       bt = &inputs_[1];

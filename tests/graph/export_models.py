@@ -32,6 +32,8 @@ except ImportError as e:  # the tests skip, saying so
           file=sys.stderr)
     sys.exit(3)
 
+import export_families  # noqa: E402 (after the check that PyTorch is there)
+
 
 class TransformerClassifier(nn.Module):
     """A 2-layer nn.TransformerEncoder (d_model 128, 4 heads) over a sequence of 64 feature vectors,
@@ -125,6 +127,12 @@ MODELS = {
     "mnasnet0_5": (lambda: torchvision_model("mnasnet0_5"), lambda: torch.randn(2, 3, 64, 64)),
     "shufflenet_v2_x0_5": (lambda: torchvision_model("shufflenet_v2_x0_5"), lambda: torch.randn(2, 3, 64, 64)),
     "squeezenet1_1": (lambda: torchvision_model("squeezenet1_1"), lambda: torch.randn(2, 3, 64, 64)),
+    # The smallest builders of families that import since issue 31, built as tests/graph/export_families.py
+    # builds them (no stochastic depth, which PyTorch 1.13 cannot export in training mode).
+    "densenet121": (lambda: export_families.build("densenet121"), lambda: torch.randn(2, 3, 64, 64)),
+    "convnext_tiny": (lambda: export_families.build("convnext_tiny"), lambda: torch.randn(2, 3, 64, 64)),
+    "inception_v3": (lambda: export_families.build("inception_v3"),
+                     lambda: torch.randn(2, 3, export_families.SIDE_PX["inception"], export_families.SIDE_PX["inception"])),
     "transformer_encoder": (TransformerClassifier, lambda: torch.randn(2, 64, 128)),
     "small_bert": (SmallBert, lambda: torch.randint(0, 1000, (2, 64))),
 }

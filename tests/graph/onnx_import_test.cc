@@ -135,6 +135,25 @@ TEST(OnnxImport, ShapeArithmeticIsFolded) {
   ASSERT_TRUE(graph.ok()) << graph.status().message();
 }
 
+// PyTorch's average pooling: a Pad of zeros before an unpadded AveragePool is padding counted in the
+// mean, a Pad of nothing is the identity, and the AveragePool's own padding is left out of the mean.
+TEST(OnnxImport, PaddedAveragePoolingKeepsWhetherThePaddingCounts) {
+  auto g = ImportOnnx("tests/graph/data/padded_pools.onnx");
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  EXPECT_EQ(Kinds(*g),
+            (std::vector<OpKind>{OpKind::kInput, OpKind::kConv2d, OpKind::kAvgPool2d, OpKind::kAvgPool2d,
+                                 OpKind::kAvgPool2d, OpKind::kFlatten, OpKind::kLinear, OpKind::kCrossEntropyLoss}));
+  const Layer& included = g->layers()[2];
+  EXPECT_EQ(included.attributes.at("padding"), 1);
+  EXPECT_EQ(included.attributes.at("count_include_pad"), 1);
+  EXPECT_EQ(g->shape(2), (Shape{2, 4, 8, 8}));
+  EXPECT_EQ(g->layers()[3].attributes.at("padding"), 0);
+  EXPECT_EQ(g->shape(3), (Shape{2, 4, 4, 4}));
+  EXPECT_EQ(g->layers()[4].attributes.at("padding"), 1);
+  EXPECT_FALSE(g->layers()[4].attributes.count("count_include_pad"));
+  EXPECT_EQ(g->shape(4), (Shape{2, 4, 2, 2}));
+}
+
 // An eval-mode export has its batch norm folded into the convolution (weights renamed
 // onnx::Conv_N, used through Identity): refused with the fix, not imported wrong.
 TEST(OnnxImport, EvalModeExportIsRefusedWithTheFix) {

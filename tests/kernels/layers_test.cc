@@ -70,6 +70,18 @@ TEST(LayerGradients, Conv2d) {
   CheckLayer({"conv2d", {{"kernel", 3}, {"stride", 2}, {"padding", 1}}, {{2, 3, 5, 5}}, {2, 4, 3, 3}});
 }
 
+// Inception's factorized convolutions: a 1x3 window padded on the width alone, and a 3x1 one.
+TEST(LayerGradients, Conv2dRectangular) {
+  CheckLayer({"conv2d",
+              {{"kernel", 1}, {"kernel_w", 3}, {"stride", 1}, {"padding", 0}, {"padding_w", 1}},
+              {{2, 3, 4, 5}},
+              {2, 4, 4, 5}});
+  CheckLayer({"conv2d",
+              {{"kernel", 3}, {"kernel_w", 1}, {"stride", 2}, {"padding", 1}, {"padding_w", 0}},
+              {{2, 3, 5, 4}},
+              {2, 4, 3, 2}});
+}
+
 TEST(LayerGradients, Linear) { CheckLayer({"linear", {}, {{3, 6}}, {3, 4}}); }
 
 TEST(LayerGradients, LinearRelu) { CheckLayer({"linear_relu", {}, {{3, 6}}, {3, 5}}); }
@@ -86,6 +98,34 @@ TEST(LayerGradients, MaxPool2d) {
 
 TEST(LayerGradients, AvgPool2d) {
   CheckLayer({"avgpool2d", {{"kernel", 2}, {"stride", 1}}, {{1, 2, 3, 3}}, {1, 2, 2, 2}});
+}
+
+TEST(LayerGradients, AvgPool2dPadded) {
+  CheckLayer({"avgpool2d", {{"kernel", 3}, {"stride", 2}, {"padding", 1}}, {{1, 2, 5, 5}}, {1, 2, 3, 3}});
+}
+
+TEST(LayerGradients, AvgPool2dPaddingCountedInTheMean) {
+  CheckLayer({"avgpool2d",
+              {{"kernel", 3}, {"stride", 2}, {"padding", 1}, {"count_include_pad", 1}},
+              {{1, 2, 5, 5}},
+              {1, 2, 3, 3}});
+}
+
+// A corner window of 3x3 at padding 1 holds 4 real elements: their sum over 9 when the padding counts
+// (PyTorch's avg_pool2d default), over 4 when it does not.
+TEST(AvgPool2d, CountIncludePadDividesByTheWholeWindow) {
+  for (const bool include : {false, true}) {
+    LayerSpec spec{"avgpool2d", {{"kernel", 3}, {"stride", 2}, {"padding", 1}}, {{1, 1, 4, 4}}, {1, 1, 2, 2}};
+    if (include) spec.attributes["count_include_pad"] = 1;
+    Backend backend;
+    auto made = MakeLayer(backend, spec, 3);
+    ASSERT_TRUE(made.ok()) << made.status().message();
+    Layer& layer = **made;
+    for (int64_t i = 0; i < 16; ++i) layer.inputs()[0].data[i] = static_cast<float>(i);
+    layer.Forward();
+    const float corner_sum = 0 + 1 + 4 + 5;
+    EXPECT_FLOAT_EQ(layer.output().data[0], corner_sum / (include ? 9 : 4)) << "include " << include;
+  }
 }
 
 TEST(LayerGradients, Flatten) { CheckLayer({"flatten", {}, {{2, 2, 2, 2}}, {2, 8}}); }
@@ -151,6 +191,8 @@ TEST(LayerGradients, BinaryWithAParameter) {
   for (const char* kind : {"mul", "sub", "div", "add_broadcast"}) {
     CheckLayer({kind, {{"param_rank", 1}}, {{2, 3, 4}}, {2, 3, 4}});
     CheckLayer({kind, {{"param_rank", 2}}, {{2, 3, 4}}, {2, 3, 4}});  // position embeddings
+    // A 3x1x1 parameter over 2x3x2x2 (ConvNeXt's layer scale): bits 1 and 2 are broadcast.
+    CheckLayer({kind, {{"param_rank", 3}, {"param_broadcast_axes", 0b110}}, {{2, 3, 2, 2}}, {2, 3, 2, 2}});
   }
 }
 

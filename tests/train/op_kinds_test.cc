@@ -161,6 +161,33 @@ std::vector<KindGraph> KindGraphs() {
                       g.CrossEntropyLoss(g.Linear(g.Flatten(g.ReduceMean(p, {2, 3}, true)), 6, 4), 4);
                       return g;
                     }});
+  // Average pooling whose padding counts in the mean (Inception, DenseNet's exports), below a
+  // convolution so that its gradient trains something.
+  // A per-channel scale (ConvNeXt's layer scale, C x 1 x 1) on a convolution: the parameter is
+  // broadcast over the spatial axes inside its own shape, its gradient summed over them.
+  graphs.push_back({"layer_scale", [] {
+                      ForwardGraph g("layer_scale", 2);
+                      const int c = g.Conv2d(g.Input({2, 3, 4, 4}), 3, 4, 3, 1, 1);
+                      const int s = g.BinaryParam(OpKind::kMul, c, {4, 1, 1});
+                      g.CrossEntropyLoss(g.Linear(g.Flatten(s), 64, 4), 4);
+                      return g;
+                    }});
+  // Inception's factorized 1x3 then 3x1 convolutions, each padded along its window's long axis.
+  graphs.push_back({"conv2d_rectangular", [] {
+                      ForwardGraph g("conv2d_rectangular", 2);
+                      const int x = g.Input({2, 3, 5, 4});
+                      const int a = g.Conv2d(x, 3, 4, graph::Hw{1, 3}, 1, graph::Hw{0, 1});
+                      const int b = g.Conv2d(g.Relu(a), 4, 4, graph::Hw{3, 1}, 1, graph::Hw{1, 0});
+                      g.CrossEntropyLoss(g.Linear(g.Flatten(b), 80, 4), 4);
+                      return g;
+                    }});
+  graphs.push_back({"avgpool2d_count_include_pad", [] {
+                      ForwardGraph g("avgpool_include_pad", 2);
+                      const int c = g.Conv2d(g.Input({2, 3, 6, 6}), 3, 4, 3, 1, 1);
+                      const int p = g.AvgPool2d(c, 3, 2, 1, /*count_include_pad=*/true);  // (2, 4, 3, 3)
+                      g.CrossEntropyLoss(g.Linear(g.Flatten(p), 36, 4), 4);
+                      return g;
+                    }});
   graphs.push_back({"embedding", [] {
                       ForwardGraph g("embedding", 2);
                       const int e = g.Embedding(g.Input({2, 5}), 11, 6);  // (2, 5, 6)

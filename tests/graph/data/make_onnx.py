@@ -105,6 +105,22 @@ class TinyBnNet(nn.Module):
         return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1))
 
 
+class PaddedPools(nn.Module):
+    """Average pooling as PyTorch exports it: padding counted in the mean is a Pad before the
+    AveragePool, no padding a Pad of zeros, and padding left out of the mean the AveragePool's own."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.fc = nn.Linear(4 * 2 * 2, 3)
+
+    def forward(self, x):
+        x = nn.functional.avg_pool2d(self.conv(x), 3, stride=1, padding=1)  # 8x8
+        x = nn.functional.avg_pool2d(x, 2, stride=2)  # 4x4
+        x = nn.functional.avg_pool2d(x, 3, stride=2, padding=1, count_include_pad=False)  # 2x2
+        return self.fc(torch.flatten(x, 1))
+
+
 def export(model, example, path):
     # Training mode keeps batch normalisation as its own op instead of folding it into the convolution.
     torch.onnx.export(model, example, path, input_names=["input"], output_names=["logits"], opset_version=13,
@@ -119,6 +135,7 @@ if __name__ == "__main__":
     export(WithDropout(), torch.randn(2, 4), "dropout.onnx")
     export(Unsupported(), torch.randn(2, 4), "unsupported.onnx")
     export(ViewByShape(), torch.randn(2, 3, 4, 4), "view_by_shape.onnx")
+    export(PaddedPools(), torch.randn(2, 3, 8, 8), "padded_pools.onnx")
     # Eval mode, as users export by mistake: the batch norm is folded into the convolution.
     model = TinyBnNet().eval()
     torch.onnx.export(model, torch.randn(2, 3, 8, 8), "tiny_bn_eval.onnx", input_names=["input"],

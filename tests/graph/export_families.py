@@ -1,0 +1,121 @@
+#!/usr/bin/python3
+"""Exports every torchvision classification builder under 100 M parameters as an ONNX training graph.
+
+The builders are what `torchvision.models.list_models(module=torchvision.models)` returns for Debian's
+python3-torchvision, so a family added later is tried without editing this file. Each is built with
+random weights (nothing is downloaded), 10 classes and batch 2, at the smallest input its family accepts,
+and exported in training mode at opset 13, or 17 where it has a LayerNorm (the transformers, ConvNeXt).
+Usage:
+
+  /usr/bin/python3 tests/graph/export_families.py OUT_DIR [--smallest] [BUILDER ...]
+
+`--smallest` exports only the smallest builder of each family (tests/graph/onnx_families_test.cc);
+without it, every builder (scripts/onnx_families). OUT_DIR/manifest.tsv gets a row per builder:
+builder, family, input side in pixels, parameters (millions, at 1000 classes), opset, and "ok" or why the
+export failed. Exit status 3: PyTorch is not installed.
+"""
+import argparse
+import os
+import sys
+import warnings
+
+try:
+    import torch
+    import torchvision
+    from torch import nn
+except ImportError as e:  # the tests skip, saying so
+    print(f"PyTorch is not installed ({e}): apt-get install python3-torch python3-torchvision python3-onnx",
+          file=sys.stderr)
+    sys.exit(3)
+
+MAX_PARAMS_M = 100
+BATCH = 2
+DEFAULT_SIDE_PX = 64
+
+# The families whose smallest accepted input is not DEFAULT_SIDE_PX, and why.
+SIDE_PX = {
+    # Adaptive average pooling to 6x6 exports only from 6x6 features (not factors otherwise).
+    "alexnet": 224,
+    # Its stem reduces by 8 with unpadded convolutions before the 3x3 grid blocks: 75 is the minimum.
+    "inception": 80,
+    # Its block and grid partitions of 7 need every stage's side to be a multiple of 7: 224 = 7 x 32.
+    "maxvit": 224,
+}
+
+# Keyword arguments a family's builder needs to export at a small input in training mode.
+BUILDER_KWARGS = {
+    # The auxiliary classifiers make the training-mode output a tuple; their init needs scipy.
+    "googlenet": {"aux_logits": False, "init_weights": False},
+    "inception": {"aux_logits": False, "init_weights": False},
+    # The position embeddings are sized for the input.
+    "vision_transformer": {"image_size": DEFAULT_SIDE_PX},
+    "maxvit": {"input_size": (SIDE_PX["maxvit"], SIDE_PX["maxvit"])},
+}
+
+
+
+def family(builder):
+    """The torchvision module that defines the builder: resnet (ResNet, ResNeXt, Wide ResNet), vgg, ..."""
+    return torchvision.models.get_model_builder(builder).__module__.rsplit(".", 1)[-1]
+
+
+def params_m(builder):
+    """Parameters in millions at 1000 classes, from the weights' metadata (no weights are downloaded)."""
+    return torchvision.models.get_model_weights(builder).DEFAULT.meta["num_params"] / 1e6
+
+
+def build(builder):
+    kwargs = dict(num_classes=10, **BUILDER_KWARGS.get(family(builder), {}))
+    model = torchvision.models.get_model_builder(builder)(**kwargs)
+    # PyTorch 1.13 cannot export stochastic depth's bernoulli_ in training mode: probability 0 makes it
+    # the identity (issue 31 lists stochastic depth as an op still to support).
+    for module in model.modules():
+        if isinstance(module, torchvision.ops.StochasticDepth):
+            module.p = 0.0
+    return model
+
+
+def export(builder, out_dir):
+    """The opset used and "ok", or the reason the export failed."""
+    torch.manual_seed(0)
+    model = build(builder)
+    opset = 17 if any(isinstance(m, nn.LayerNorm) for m in model.modules()) else 13
+    side_px = SIDE_PX.get(family(builder), DEFAULT_SIDE_PX)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(model, torch.randn(BATCH, 3, side_px, side_px), os.path.join(out_dir, builder + ".onnx"),
+                              input_names=["input"], output_names=["logits"], opset_version=opset,
+                              training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False)
+    except Exception as e:  # reported in the table, not fatal: the sweep goes on
+        return opset, "export: " + " ".join(str(e).split())[:200]
+    return opset, "ok"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("out_dir")
+    parser.add_argument("builders", nargs="*")
+    parser.add_argument("--smallest", action="store_true")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    builders = args.builders or [b for b in torchvision.models.list_models(module=torchvision.models)
+                                 if params_m(b) < MAX_PARAMS_M]
+    if args.smallest:
+        smallest = {}
+        for b in sorted(builders, key=params_m):
+            smallest.setdefault(family(b), b)
+        builders = sorted(smallest.values())
+    os.makedirs(args.out_dir, exist_ok=True)
+    with open(os.path.join(args.out_dir, "manifest.tsv"), "w") as manifest:
+        for b in builders:
+            opset, status = export(b, args.out_dir)
+            side_px = SIDE_PX.get(family(b), DEFAULT_SIDE_PX)
+            manifest.write(f"{b}\t{family(b)}\t{side_px}\t{params_m(b):.1f}\t{opset}\t{status}\n")
+            manifest.flush()
+            print(b, status, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
