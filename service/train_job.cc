@@ -274,8 +274,9 @@ std::string ResumeKey(const v1::TrainingGraph& graph, const TrainJobOptions& opt
                       const v1::TrainRun& run) {
   std::error_code ignored;
   auto file = [&ignored](const std::string& path) {
-    return path.empty() ? std::string("none")
-                        : path + " (" + std::to_string(std::filesystem::file_size(path, ignored)) + " B)";
+    if (path.empty()) return std::string("none");
+    if (std::filesystem::is_directory(path, ignored)) return path + " (a folder)";
+    return path + " (" + std::to_string(std::filesystem::file_size(path, ignored)) + " B)";
   };
   std::ostringstream key;
   key << "training graph: " << graph::GraphHash(graph) << "\n"
