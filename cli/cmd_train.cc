@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
@@ -244,9 +245,14 @@ void PrintHeldOut(const v1::TrainRun& run) {
             << Number(last.held_out_loss()) << ", accuracy " << Number(100 * last.held_out_accuracy(), 1) << "%\n";
 }
 
-// "step 3/10  loss 2.301  12.3 ms", over itself on a terminal.
+// "step 3/10  loss 2.301  12.3 ms", over itself on a terminal. Into a file or a pipe, a line for the
+// first and last steps and one every 2 s between: a log a person reads, not one line per step.
 void PrintStepLine(uint32_t step, uint32_t steps, double loss, double step_s) {
   static const bool tty = ::isatty(STDERR_FILENO);
+  static auto last_line = std::chrono::steady_clock::time_point();
+  const auto now = std::chrono::steady_clock::now();
+  if (!tty && step != 1 && step != steps && now - last_line < std::chrono::seconds(2)) return;
+  last_line = now;
   std::cerr << (tty ? "\r" : "") << "step " << step << "/" << steps << "  loss " << Number(loss) << "  "
             << FormatSeconds(step_s) << (tty ? "\033[K" : "") << ((!tty || step == steps) ? "\n" : "") << std::flush;
 }
