@@ -1,3 +1,5 @@
+#include <unistd.h>
+
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -11,6 +13,7 @@
 #include "costdb/costdb.h"
 #include "proto/json.h"
 #include "service/cost_export.h"
+#include "service/sync.h"
 #include "service/profile_job.h"  // ThisDevice
 
 namespace edgecost::cli {
@@ -150,30 +153,49 @@ int RunDbInfo(const Context& ctx, bool json) {
   return kExitOk;
 }
 
-bool IsProtobufFile(const std::string& path) { return path.ends_with(".pb") || path.ends_with(".binpb"); }
+// .json: JSON; .pb or .binpb: plain protobuf; anything else (and stdout): gzip-compressed protobuf.
+service::ExportFormat FormatOf(const std::string& path, bool json) {
+  if (json || path.ends_with(".json")) return service::ExportFormat::kJson;
+  if (path.ends_with(".pb") || path.ends_with(".binpb")) return service::ExportFormat::kProtobuf;
+  return service::ExportFormat::kBinary;
+}
 
-int RunDbExport(const Context& ctx, const std::string& device, const std::string& out_path) {
+std::string ExportCounts(const v1::CostExport& exported) {
+  std::string models;
+  for (const v1::ExportedModel& m : exported.models()) models += (models.empty() ? "" : ", ") + m.name();
+  return std::to_string(exported.op_costs_size() + exported.earlier_op_costs_size()) + " op costs, " +
+         std::to_string(exported.cost_tables_size()) + " cost tables, " + std::to_string(exported.runs_size()) +
+         " runs, " + std::to_string(exported.schedules_size()) + " schedules, " +
+         std::to_string(exported.train_runs_size()) + " training runs and " +
+         (models.empty() ? std::string("no stored models") : "the models " + models);
+}
+
+int RunDbExport(const Context& ctx, const std::string& device, const std::string& out_path, bool json) {
+  const bool to_stdout = out_path.empty() || out_path == "-";
+  const service::ExportFormat format = FormatOf(out_path, json);
+  if (to_stdout && format != service::ExportFormat::kJson && ::isatty(STDOUT_FILENO)) {
+    return Failure(InvalidArgument("the export is binary (gzip-compressed protobuf): give --out FILE, redirect "
+                                   "stdout, or pass --json"));
+  }
   auto db = costdb::CostDb::Open(DbPath(ctx), costdb::OpenMode::kReadOnly);
   if (!db.ok()) return Failure(db.status());
   auto exported = service::ExportDevice(*db, device);
   if (!exported.ok()) return Failure(exported.status());
-  std::string bytes;
-  if (IsProtobufFile(out_path)) {
-    exported->SerializeToString(&bytes);
-  } else {
-    auto json = proto::ToJson(*exported, {.indent = true});
-    if (!json.ok()) return Failure(json.status());
-    bytes = *json + "\n";
-  }
-  if (out_path.empty() || out_path == "-") {
-    std::cout << bytes;
+  auto bytes = service::EncodeExport(*exported, format);
+  if (!bytes.ok()) return Failure(bytes.status());
+  if (to_stdout) {
+    std::cout << *bytes;
     return kExitOk;
   }
   // A failed export leaves no half file.
-  if (Status written = WriteFileAtomically(out_path, bytes); !written.ok()) return Failure(written);
-  std::cerr << "exported " << exported->op_costs_size() << " op costs and " << exported->cost_tables_size()
-            << " cost tables of " << device << " (fingerprint " << exported->device().fingerprint().hash() << ") to "
-            << out_path << "\n";
+  if (Status written = WriteFileAtomically(out_path, *bytes); !written.ok()) return Failure(written);
+  std::cerr << "exported " << ExportCounts(*exported) << " of " << device << " (fingerprint "
+            << exported->device().fingerprint().hash() << ") to " << out_path << " ("
+            << FormatBytes(static_cast<double>(bytes->size())) << ", "
+            << (format == service::ExportFormat::kJson       ? "JSON"
+                : format == service::ExportFormat::kProtobuf ? "protobuf"
+                                                             : "gzip-compressed protobuf")
+            << ")\n";
   return kExitOk;
 }
 
@@ -182,26 +204,49 @@ int RunDbImport(const Context& ctx, const std::string& path, bool replace) {
   if (!in) return Failure(NotFound("cannot read " + path));
   std::stringstream text;
   text << in.rdbuf();
-  v1::CostExport exported;
-  if (IsProtobufFile(path)) {
-    if (!exported.ParseFromString(text.str())) {
-      return Failure(InvalidArgument(path + " is not an edgecost.v1.CostExport in protobuf"));
-    }
-  } else if (Status s = proto::FromJson(text.str(), &exported); !s.ok()) {
-    return Failure(InvalidArgument(path + " is not an edgecost.v1.CostExport in JSON: " + s.message()));
-  }
+  auto exported = service::DecodeExport(text.str(), path);
+  if (!exported.ok()) return Failure(exported.status());
   auto db = costdb::CostDb::Open(DbPath(ctx), costdb::OpenMode::kReadWrite);
   if (!db.ok()) return Failure(db.status());
   const service::ImportOptions options{.host = service::ThisDevice(service::DefaultPagingDir(db->path())),
                                        .replace = replace};
-  auto summary = service::ImportDevice(*db, exported, options);
+  auto summary = service::ImportDevice(*db, *exported, options);
   if (!summary.ok()) return Failure(summary.status());
-  std::cout << "imported       device " << summary->device << ": " << summary->op_costs << " op costs, "
-            << summary->cost_tables << " cost tables"
-            << (summary->calibrations ? ", " + std::to_string(summary->calibrations) + " energy calibrations" : "")
-            << (summary->paging ? ", paging costs" : "") << " into " << db->path() << "\n"
+  std::cout << "imported       device " << summary->device << ": " << service::DescribeImport(*summary) << " into "
+            << db->path() << "\n"
             << "next           edgecost solve --model MODEL --device " << summary->device
             << " --ram-budget ... (plans with the costs measured there)\n";
+  return kExitOk;
+}
+
+int RunDbPush(const Context& ctx, const std::string& central, bool create) {
+  auto db = costdb::CostDb::Open(DbPath(ctx), costdb::OpenMode::kReadWrite);  // the marks of what was sent
+  if (!db.ok()) return Failure(db.status());
+  service::SyncOptions options{.create = create,
+                               .progress = [](const std::string& line) { std::cout << "pushed         " << line << "\n"; }};
+  std::cerr << "pushing        " << db->path() << " -> " << central << "\n";
+  auto pushed = service::PushToStore(*db, central, options);
+  if (!pushed.ok()) {
+    if (pushed.status().code() == ErrorCode::kUnavailable) {
+      std::cerr << "unreachable    nothing was lost: what is not acknowledged is sent at the next push\n";
+    }
+    return Failure(pushed.status());
+  }
+  if (pushed->sent.empty()) {
+    std::cout << "up to date     " << pushed->up_to_date << " measured devices, nothing new since the last push\n";
+  }
+  return kExitOk;
+}
+
+int RunDbPull(const Context& ctx, const std::string& central, const std::string& device, bool replace) {
+  auto db = costdb::CostDb::Open(DbPath(ctx), costdb::OpenMode::kReadWrite);
+  if (!db.ok()) return Failure(db.status());
+  const service::ImportOptions import{.host = service::ThisDevice(service::DefaultPagingDir(db->path())),
+                                      .replace = replace};
+  auto pulled = service::PullFromStore(*db, central, device, import, {});
+  if (!pulled.ok()) return Failure(pulled.status());
+  std::cout << "pulled         device " << device << " from " << central << ": " << service::DescribeImport(*pulled)
+            << "\n";
   return kExitOk;
 }
 
@@ -213,8 +258,9 @@ void RegisterDbCommand(CLI::App& app, Context& ctx) {
   db->footer(
       "Examples:\n"
       "  edgecost db info\n"
-      "  edgecost db export pi4 --out pi4-costs.json     # on the board\n"
-      "  edgecost db import pi4-costs.json               # on the host; then solve --device pi4");
+      "  edgecost db export pi4 --out pi4.costs          # on the board\n"
+      "  edgecost db import pi4.costs                    # on the host; then solve --device pi4\n"
+      "  edgecost db push /mnt/fleet/costs.db            # what this board measured, to a central store");
 
   auto json = std::make_shared<bool>(false);
   CLI::App* info = db->add_subcommand("info", "What the database holds: devices, cost tables, schedules, runs");
@@ -224,22 +270,55 @@ void RegisterDbCommand(CLI::App& app, Context& ctx) {
 
   auto device = std::make_shared<std::string>();
   auto out = std::make_shared<std::string>();
-  CLI::App* exporter = db->add_subcommand("export", "Write a measured device's costs to a file (JSON, or .pb)");
+  auto export_json = std::make_shared<bool>(false);
+  CLI::App* exporter = db->add_subcommand(
+      "export", "Write a measured device's costs, runs, schedules and the models they need to a file");
   exporter->add_option("device", *device, "Device name (see `edgecost db info`)")->required();
-  exporter->add_option("--out", *out, "File to write; .pb writes protobuf (default: JSON on stdout)");
-  exporter->footer("Examples:\n  edgecost db export pi4 --out pi4-costs.json\n  edgecost db export pi4 --out pi4.pb");
-  exporter->callback(
-      [device, out, &ctx] { ctx.exit_code = LocalOnly(ctx, [&] { return RunDbExport(ctx, *device, *out); }); });
+  exporter->add_option("--out", *out,
+                       "File to write: gzip-compressed protobuf, or JSON for a .json name, or plain protobuf for .pb "
+                       "(default: stdout)");
+  exporter->add_flag("--json", *export_json, "Write JSON whatever the file's name");
+  exporter->footer(
+      "Examples:\n  edgecost db export pi4 --out pi4.costs\n  edgecost db export pi4 --out pi4-costs.json");
+  exporter->callback([device, out, export_json, &ctx] {
+    ctx.exit_code = LocalOnly(ctx, [&] { return RunDbExport(ctx, *device, *out, *export_json); });
+  });
 
   auto path = std::make_shared<std::string>();
   auto replace = std::make_shared<bool>(false);
-  CLI::App* importer = db->add_subcommand("import", "Read a device's costs written by `db export`, all or nothing");
-  importer->add_option("file", *path, "The exported file (JSON, or .pb for protobuf)")->required();
+  CLI::App* importer = db->add_subcommand(
+      "import", "Read a device's records written by `db export`, all or nothing; what is here already is skipped");
+  importer->add_option("file", *path, "The exported file (any of its forms)")->required();
   importer->add_flag("--replace", *replace,
                      "Import a device named like this host or with its fingerprint (it replaces what was measured here)");
-  importer->footer("Example:\n  edgecost db import pi4-costs.json");
+  importer->footer("Example:\n  edgecost db import pi4.costs");
   importer->callback(
       [path, replace, &ctx] { ctx.exit_code = LocalOnly(ctx, [&] { return RunDbImport(ctx, *path, *replace); }); });
+
+  auto central = std::make_shared<std::string>();
+  auto create = std::make_shared<bool>(false);
+  CLI::App* pusher = db->add_subcommand(
+      "push", "Send what this database measured and the central store has not acknowledged (the agent does this itself "
+              "with [store] central)");
+  pusher->add_option("store", *central, "The central store: a postgresql:// URL or a SQLite file")->required();
+  pusher->add_flag("--create", *create, "Create a SQLite central store that does not exist yet");
+  pusher->footer("Examples:\n  edgecost db push /mnt/fleet/costs.db\n  edgecost --db central.db solve --model mbv2 "
+                 "--device pi4 --ram-budget 64MiB");
+  pusher->callback(
+      [central, create, &ctx] { ctx.exit_code = LocalOnly(ctx, [&] { return RunDbPush(ctx, *central, *create); }); });
+
+  auto pull_central = std::make_shared<std::string>();
+  auto pull_device = std::make_shared<std::string>();
+  auto pull_replace = std::make_shared<bool>(false);
+  CLI::App* puller = db->add_subcommand("pull", "Copy a device's records from a central store into this database");
+  puller->add_option("store", *pull_central, "The central store: a postgresql:// URL or a SQLite file")->required();
+  puller->add_option("--device", *pull_device, "The device to copy")->required();
+  puller->add_flag("--replace", *pull_replace, "Copy a device named like this host or with its fingerprint");
+  puller->footer("Example:\n  edgecost db pull /mnt/fleet/costs.db --device pi4");
+  puller->callback([pull_central, pull_device, pull_replace, &ctx] {
+    ctx.exit_code =
+        LocalOnly(ctx, [&] { return RunDbPull(ctx, *pull_central, *pull_device, *pull_replace); });
+  });
 }
 
 }  // namespace edgecost::cli

@@ -245,6 +245,20 @@ class CostDb {
 
   Result<DbInfo> Info();
 
+  // Records copied from another database (db import, a push to a central store), identified
+  // by their content so that copying them again adds nothing (costdb/sync_state.cc).
+  struct Copied {
+    int64_t id = 0;      // of the stored record, new or already there
+    bool added = false;  // false: an equal record was stored before
+  };
+  // A finished run with its own times, identified by fingerprint, cost source, model and started_at.
+  Result<Copied> CopyRun(const StoredRun& run);
+  // A training run with its own created_at, identified by model, device and created_at.
+  Result<Copied> CopyTrainRun(const v1::TrainRun& run);
+  // Named numbers a sync keeps of what a central store acknowledged; 0 when never set.
+  Result<int64_t> GetSyncMark(const std::string& name);
+  Status SetSyncMark(const std::string& name, int64_t value);
+
   // One transaction around several calls (an import): the calls join it, and
   // nothing they wrote stays unless Commit() succeeds, even under kill -9.
   Result<Transaction> BeginWrite() { return Write(); }

@@ -128,6 +128,12 @@ Status SetKey(const std::string& name, const Value& value, DaemonConfig& config)
     config.finished_jobs_in_memory = static_cast<size_t>(v);
   } else if (name == "train.data_dirs") {
     EC_ASSIGN_OR_RETURN(config.train_data_dirs, value.TextList());
+  } else if (name == "store.central") {
+    EC_ASSIGN_OR_RETURN(config.central_store, value.Text());
+  } else if (name == "store.push_interval_s") {
+    EC_ASSIGN_OR_RETURN(config.push_interval_s, value.Number(0.01));
+  } else if (name == "store.retry_max_s") {
+    EC_ASSIGN_OR_RETURN(config.retry_max_s, value.Number(0.01));
   } else if (name == "limits.worker_threads") {
     EC_ASSIGN_OR_RETURN(int64_t v, value.Integer(1, kMaxCount));
     config.limits.worker_threads = static_cast<int>(v);
@@ -182,7 +188,8 @@ Status LoadConfigFile(const std::string& path, DaemonConfig& config) {
       config.probes_config = path;
       continue;
     }
-    if (section != "server" && section != "limits" && section != "database" && section != "train") {
+    if (section != "server" && section != "limits" && section != "database" && section != "train" &&
+        section != "store") {
       return InvalidArgument(path + ": unknown section [" + std::string(section.str()) + "]");
     }
     const toml::table* entries = node.as_table();

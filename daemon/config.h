@@ -1,5 +1,5 @@
 // The daemon's configuration: defaults, the TOML file ([server], [limits],
-// [database], [train]; [probes] is read by probes::LoadProbesConfig), and the checks
+// [database], [train], [store]; [probes] is read by probes::LoadProbesConfig), and the checks
 // that fail a start early, each naming the key to fix.
 #pragma once
 
@@ -32,6 +32,11 @@ struct DaemonConfig {
   // [train] data_dirs: the only directories a train job's data may come from (symlinks followed);
   // none: train jobs over RPC take no data set, only synthetic batches.
   std::vector<std::string> train_data_dirs;
+  // [store] central: a central store (postgresql:// URL or SQLite path) this agent pushes what it
+  // measures to, in the background; empty: none. The agent works on db_path whatever the store does.
+  std::string central_store;
+  double push_interval_s = 30;  // [store] push_interval_s: how often to look for something new to send
+  double retry_max_s = 300;     // [store] retry_max_s: the longest wait between attempts while the store is unreachable
 };
 
 // $XDG_RUNTIME_DIR/edgecost.sock, else /run/edgecost/edgecost.sock.

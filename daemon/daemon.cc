@@ -1,6 +1,7 @@
 #include "daemon/daemon.h"
 
 #include <chrono>
+#include <cmath>
 #include <sstream>
 
 #include <boost/asio/post.hpp>
@@ -10,6 +11,7 @@
 #include "daemon/log.h"
 #include "profiler/profile.h"
 #include "service/profile_job.h"
+#include "service/sync.h"
 
 namespace edgecost::daemon {
 namespace {
@@ -64,6 +66,50 @@ Daemon::~Daemon() {
   Stop();
   solve_pool_.join();
   if (watcher_.joinable()) watcher_.join();
+  if (syncer_.joinable()) syncer_.join();
+}
+
+Status Daemon::PushToCentral() {
+  EC_ASSIGN_OR_RETURN(costdb::CostDb db, costdb::CostDb::Open(config_.db_path, costdb::OpenMode::kReadWrite));
+  service::SyncOptions options{.progress = [this](const std::string& line) {
+    spdlog::info("event=store_pushed central={} sent={}", Quoted(config_.central_store), Quoted(line));
+  }};
+  return service::PushToStore(db, config_.central_store, options).status();
+}
+
+void Daemon::SyncLoop() {
+  int failures = 0;
+  double wait_s = 0;  // the first push at start: what was measured while the agent was down
+  std::unique_lock lock(watcher_mutex_);
+  while (!watcher_wake_.wait_for(lock, std::chrono::duration<double>(wait_s), [this] { return stopping_; })) {
+    lock.unlock();
+    const Status pushed = PushToCentral();
+    if (pushed.ok()) {
+      if (failures > 0) {
+        spdlog::info("event=store_reachable central={} after_attempts={}", Quoted(config_.central_store), failures);
+        v1::Event event;
+        event.set_kind("store");
+        event.set_message("the central store " + config_.central_store + " is reachable again; what was measured "
+                          "meanwhile was sent");
+        events_.Emit(std::move(event));
+      }
+      failures = 0;
+      wait_s = config_.push_interval_s;
+    } else {
+      // Backoff: 1 s, 2 s, 4 s ... up to retry_max_s; the local database keeps everything meanwhile.
+      wait_s = std::min(config_.retry_max_s, std::ldexp(1.0, std::min(failures, 30)));
+      if (failures == 0) {
+        v1::Event event;
+        event.set_kind("store");
+        event.set_message("cannot push to the central store: " + pushed.message() + "; retrying, nothing is lost");
+        events_.Emit(std::move(event));
+      }
+      ++failures;
+      spdlog::warn("event=store_unreachable central={} attempt={} retry_in_s={:.1f} message={}",
+                   Quoted(config_.central_store), failures, wait_s, Quoted(pushed.message()));
+    }
+    lock.lock();
+  }
 }
 
 Status Daemon::CheckHardware(const std::string& why) {
@@ -294,6 +340,7 @@ Result<int> Daemon::Start() {
       }
     });
   }
+  if (!config_.central_store.empty()) syncer_ = std::thread([this] { SyncLoop(); });
   return port;
 }
 

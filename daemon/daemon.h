@@ -44,6 +44,10 @@ class Daemon {
   // schedule request, and emits a "fingerprint" event. `why`: "start", "SIGHUP", "periodic".
   Status CheckHardware(const std::string& why);
 
+  // Sends what this agent measured and the central store ([store] central) has not
+  // acknowledged; logs what it sent. Unavailable while the store is unreachable.
+  Status PushToCentral();
+
   // Binds the Unix socket again if its file has vanished (on SIGHUP); logs one
   // line saying what it did, or why it could not.
   void CheckSocket(const std::string& why);
@@ -82,6 +86,8 @@ class Daemon {
   probes::Detected probes_;  // read at each scrape of /metrics
   std::unique_ptr<HttpServer> server_;
   std::thread watcher_;
+  std::thread syncer_;  // pushes to the central store: every push_interval_s, with backoff while it fails
+  void SyncLoop();
   std::mutex watcher_mutex_;
   std::condition_variable watcher_wake_;
   bool stopping_ = false;

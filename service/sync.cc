@@ -1,0 +1,139 @@
+#include "service/sync.h"
+
+#include <filesystem>
+
+#include "base/hash.h"
+
+namespace edgecost::service {
+namespace {
+
+bool IsUrl(const std::string& central) { return central.find("://") != std::string::npos; }
+
+// The marks of one device towards one central store.
+struct Marks {
+  std::string prefix;
+  ExportOptions after;
+  int64_t costs_version = -1;
+  int64_t calibrations = -1;
+};
+
+Result<Marks> ReadMarks(costdb::CostDb& local, const std::string& central, const std::string& device) {
+  Marks marks{.prefix = Fnv1aHex(central) + ":" + device + ":"};
+  EC_ASSIGN_OR_RETURN(marks.after.after_run_id, local.GetSyncMark(marks.prefix + "runs"));
+  EC_ASSIGN_OR_RETURN(marks.after.after_cost_table_id, local.GetSyncMark(marks.prefix + "cost_tables"));
+  EC_ASSIGN_OR_RETURN(marks.after.after_schedule_id, local.GetSyncMark(marks.prefix + "schedules"));
+  EC_ASSIGN_OR_RETURN(marks.after.after_train_run_id, local.GetSyncMark(marks.prefix + "train_runs"));
+  // Stored plus one, so that a mark never set (0) differs from every real value.
+  EC_ASSIGN_OR_RETURN(int64_t version, local.GetSyncMark(marks.prefix + "costs_version"));
+  EC_ASSIGN_OR_RETURN(int64_t calibrations, local.GetSyncMark(marks.prefix + "calibrations"));
+  marks.costs_version = version - 1;
+  marks.calibrations = calibrations - 1;
+  return marks;
+}
+
+Status WriteMarks(costdb::CostDb& local, const Marks& marks, const ExportMarks& covered, int64_t costs_version,
+                  int64_t calibrations) {
+  EC_ASSIGN_OR_RETURN(costdb::Transaction tx, local.BeginWrite());
+  EC_RETURN_IF_ERROR(local.SetSyncMark(marks.prefix + "runs", covered.run_id));
+  EC_RETURN_IF_ERROR(local.SetSyncMark(marks.prefix + "cost_tables", covered.cost_table_id));
+  EC_RETURN_IF_ERROR(local.SetSyncMark(marks.prefix + "schedules", covered.schedule_id));
+  EC_RETURN_IF_ERROR(local.SetSyncMark(marks.prefix + "train_runs", covered.train_run_id));
+  EC_RETURN_IF_ERROR(local.SetSyncMark(marks.prefix + "costs_version", costs_version + 1));
+  EC_RETURN_IF_ERROR(local.SetSyncMark(marks.prefix + "calibrations", calibrations + 1));
+  return tx.Commit();
+}
+
+}  // namespace
+
+std::string DescribeImport(const ImportSummary& s) {
+  std::string line;
+  auto add = [&](int n, const std::string& what) {
+    if (n > 0) line += (line.empty() ? "" : ", ") + std::to_string(n) + " " + what;
+  };
+  add(s.fingerprints, "earlier fingerprints");
+  add(s.op_costs, "op costs");
+  add(s.runs, "runs");
+  add(s.cost_tables, "cost tables");
+  add(s.calibrations, "energy calibrations");
+  if (s.paging) line += std::string(line.empty() ? "" : ", ") + "paging costs";
+  add(s.schedules, "schedules");
+  add(s.train_runs, "training runs");
+  add(s.models, "models");
+  if (line.empty()) line = "nothing new";
+  if (s.unchanged > 0) line += " (" + std::to_string(s.unchanged) + " already there)";
+  return line;
+}
+
+Result<costdb::CostDb> OpenCentralStore(const std::string& central, const SyncOptions& options) {
+  if (central.empty()) return InvalidArgument("no central store given");
+  if (!IsUrl(central) && !options.create) {
+    std::error_code error;
+    if (!std::filesystem::exists(central, error)) {
+      return Unavailable("the central store " + central +
+                         " does not exist (an unmounted share, or a path to create with `edgecost db push " + central +
+                         " --create`)");
+    }
+  }
+  Result<costdb::CostDb> db = costdb::CostDb::Open(
+      central, costdb::OpenOptions{.mode = costdb::OpenMode::kReadWrite, .busy_timeout_ms = options.busy_timeout_ms});
+  if (!db.ok()) return Unavailable("the central store " + central + " is unreachable: " + db.status().message());
+  return db;
+}
+
+Result<PushSummary> PushToStore(costdb::CostDb& local, const std::string& central, const SyncOptions& options) {
+  if (central == local.path()) return InvalidArgument("the central store is this database itself: " + central);
+  EC_ASSIGN_OR_RETURN(std::vector<v1::Device> devices, local.ListDevices());
+  std::optional<costdb::CostDb> store;  // opened at the first device with something to send
+  PushSummary summary;
+  for (const v1::Device& device : devices) {
+    if (device.kind() != v1::Device::KIND_MEASURED) continue;  // a preset's costs are computed anywhere
+    // Read before the export: a write meanwhile is sent next time.
+    EC_ASSIGN_OR_RETURN(int64_t costs_version, local.CostsVersion());
+    EC_ASSIGN_OR_RETURN(std::vector<v1::EnergyCalibration> calibrations,
+                        local.ListCalibrations(device.fingerprint().hash()));
+    EC_ASSIGN_OR_RETURN(Marks marks, ReadMarks(local, central, device.name()));
+    ExportMarks covered;
+    EC_ASSIGN_OR_RETURN(v1::CostExport bundle, ExportDevice(local, device.name(), marks.after, &covered));
+    const auto calibration_count = static_cast<int64_t>(calibrations.size());
+    const bool nothing_new = bundle.runs_size() == 0 && bundle.cost_tables_size() == 0 &&
+                             bundle.schedules_size() == 0 && bundle.train_runs_size() == 0 &&
+                             costs_version == marks.costs_version && calibration_count == marks.calibrations;
+    if (nothing_new) {
+      ++summary.up_to_date;
+      continue;
+    }
+    if (!store) {
+      EC_ASSIGN_OR_RETURN(costdb::CostDb opened, OpenCentralStore(central, options));
+      store.emplace(std::move(opened));
+    }
+    // The central store is not this host: whatever device the export names is stored as it is.
+    Result<ImportSummary> sent = ImportDevice(*store, bundle, ImportOptions{.replace = true});
+    if (!sent.ok()) {
+      const Status& s = sent.status();
+      const std::string message = "pushing " + device.name() + " to " + central + ": " + s.message();
+      // A store that went away or is held by another writer is retried; a conflict needs a person.
+      return s.code() == ErrorCode::kInvalidArgument || s.code() == ErrorCode::kFailedPrecondition
+                 ? Status(s.code(), message)
+                 : Unavailable(message);
+    }
+    EC_RETURN_IF_ERROR(WriteMarks(local, marks, covered, costs_version, calibration_count)
+                           .WithContext("the central store has " + device.name() +
+                                        "'s records; marking them sent in " + local.path() +
+                                        " failed, so they are compared again at the next push"));
+    if (options.progress) options.progress(device.name() + ": " + DescribeImport(*sent));
+    summary.sent.push_back(std::move(*sent));
+  }
+  return summary;
+}
+
+Result<ImportSummary> PullFromStore(costdb::CostDb& local, const std::string& central, const std::string& device,
+                                    const ImportOptions& import, const SyncOptions& options) {
+  if (central == local.path()) return InvalidArgument("the central store is this database itself: " + central);
+  SyncOptions no_create = options;
+  no_create.create = false;
+  EC_ASSIGN_OR_RETURN(costdb::CostDb store, OpenCentralStore(central, no_create));
+  EC_ASSIGN_OR_RETURN(v1::CostExport exported, ExportDevice(store, device));
+  return ImportDevice(local, exported, import);
+}
+
+}  // namespace edgecost::service
