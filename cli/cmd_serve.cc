@@ -83,6 +83,13 @@ void PrintWhereItServes(const daemon::DaemonConfig& config, const ServeFlags& fl
   if (config.train_data_dirs.empty()) std::cout << "none over RPC (set [train] data_dirs to allow directories)";
   for (size_t i = 0; i < config.train_data_dirs.size(); ++i) std::cout << (i ? ", " : "") << config.train_data_dirs[i];
   std::cout << "\n";
+  std::cout << "central store  ";
+  if (config.central_store.empty()) {
+    std::cout << "none (set [store] central to push what this agent measures to a fleet's store)\n";
+  } else {
+    std::cout << config.central_store << " (pushed every " << config.push_interval_s << " s; retried up to every "
+              << config.retry_max_s << " s while unreachable)\n";
+  }
 }
 
 int RunServe(const ServeFlags& flags, const Context& ctx) {
