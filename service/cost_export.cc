@@ -85,8 +85,18 @@ Result<v1::CostExport> ExportDevice(costdb::CostDb& db, const std::string& devic
     *exported.add_earlier_fingerprints() = it->fingerprint;
   }
 
+  // The op costs of a run still running go with the run once it finished, not now without it.
+  EC_ASSIGN_OR_RETURN(std::vector<costdb::StoredRun> runs, db.ListRuns());
+  std::set<std::string> unfinished;
+  for (const costdb::StoredRun& run : runs) {
+    if (run.status != costdb::RunStatus::kRunning || run.fingerprint_hash != hash) continue;
+    EC_ASSIGN_OR_RETURN(std::vector<v1::OpCost> measuring, db.ListRunOpCosts(run.id));
+    for (const v1::OpCost& op : measuring) unfinished.insert(op.signature().key());
+  }
   EC_ASSIGN_OR_RETURN(std::vector<v1::OpCost> ops, db.ListOpCosts(hash));
-  for (v1::OpCost& op : ops) *exported.add_op_costs() = std::move(op);
+  for (v1::OpCost& op : ops) {
+    if (!unfinished.contains(op.signature().key())) *exported.add_op_costs() = std::move(op);
+  }
   EC_ASSIGN_OR_RETURN(std::optional<v1::PagingCost> paging, db.GetPagingCost(hash));
   if (paging) *exported.mutable_paging() = *paging;
   EC_ASSIGN_OR_RETURN(std::vector<costdb::StoredCostTable> tables, db.ListCostTables(device));
@@ -101,7 +111,6 @@ Result<v1::CostExport> ExportDevice(costdb::CostDb& db, const std::string& devic
   for (v1::EnergyCalibration& c : calibrations) *exported.add_calibrations() = std::move(c);
 
   // Finished runs on this device's fingerprints, up to the first one still running.
-  EC_ASSIGN_OR_RETURN(std::vector<costdb::StoredRun> runs, db.ListRuns());
   bool running_seen = false;
   for (const costdb::StoredRun& run : runs) {
     if (run.id <= options.after_run_id) continue;

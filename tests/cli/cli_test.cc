@@ -549,6 +549,30 @@ TEST_F(CliTest, ConsistencyAUserNotices) {
   EXPECT_THAT(info.output, HasSubstr("cost tables (current)"));
   EXPECT_THAT(info.output, HasSubstr(host));
   EXPECT_EQ(Edgecost("db export a72").exit_code, 1);  // a preset has nothing measured
+
+  // The compressed binary form by default; imported twice, the second time adds nothing.
+  const std::string binary = (dir_ / "export.costs").string();
+  ASSERT_EQ(Edgecost(std::string("db export ") + host + " --out " + binary).exit_code, 0);
+  EXPECT_LT(std::filesystem::file_size(binary), std::filesystem::file_size(exported));
+  const std::string third = "--db " + (dir_ / "third.db").string() + " ";
+  ASSERT_EQ(Edgecost(third + "db import --replace " + binary).exit_code, 0);
+  const CommandResult twice = Edgecost(third + "db import --replace " + binary);
+  ASSERT_EQ(twice.exit_code, 0) << twice.output;
+  EXPECT_THAT(twice.output, HasSubstr("nothing new ("));
+  // Pushed to a central store that is not there, then made; any planner solves for this host there.
+  const std::string central = (dir_ / "fleet" / "central.db").string();
+  const CommandResult unreachable = Edgecost("db push " + central);
+  EXPECT_EQ(unreachable.exit_code, 1) << unreachable.output;
+  EXPECT_THAT(unreachable.output, HasSubstr("does not exist"));
+  EXPECT_THAT(unreachable.output, HasSubstr("nothing was lost"));
+  const CommandResult pushed = Edgecost("db push --create " + central);
+  ASSERT_EQ(pushed.exit_code, 0) << pushed.output;
+  EXPECT_THAT(pushed.output, HasSubstr(std::string("pushed         ") + host + ": "));
+  EXPECT_THAT(Edgecost("db push " + central).output, HasSubstr("up to date"));
+  EXPECT_EQ(Edgecost("--db " + central + " solve --model linear --device " + host +
+                     " --activation-budget 10kB --runtime-budget 2x")
+                .exit_code,
+            0);
 }
 
 // A cost table profiled at one thread count predicts a run at another only with a word of it.

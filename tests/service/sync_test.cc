@@ -13,6 +13,7 @@
 
 #include "costdb/costdb.h"
 #include "graph/cost_source.h"
+#include "bench/daemon_bench.h"
 #include "graph/resolve.h"
 #include "profiler/profile.h"
 #include "proto/json.h"
@@ -27,7 +28,7 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
-constexpr char kModel[] = "mylinear";  // a stored model, not a zoo one: solving needs its record
+constexpr char kModel[] = "mychain";  // a stored model, not a zoo one: solving needs its record
 
 v1::OpCost Cost(const std::string& key, double median_s) {
   v1::OpCost cost;
@@ -51,16 +52,8 @@ class Sync : public edgecost::testing::TempDirTest {
     device.set_kind(v1::Device::KIND_MEASURED);
     device.mutable_fingerprint()->set_hash("fp-board");
     ASSERT_TRUE(board_->UpsertDevice(device).ok());
-    // The zoo's linear graph stored as a model of its own, as `models add` would.
-    graph::GraphSpec spec;
-    spec.model_or_file = "linear";
-    auto table = graph::LoadCostTable(spec, "a72", graph::kPoetFlopsSource);
-    ASSERT_TRUE(table.ok()) << table.status().message();
-    v1::TrainingGraph graph = table->graph();
-    graph.set_model(kModel);
-    auto json = proto::ToJson(graph);
-    ASSERT_TRUE(json.ok());
-    auto added = AddModel(*board_, kModel, *json, /*replace=*/false);
+    // An ONNX model stored under a name, as `models add` would: solving needs its record.
+    auto added = AddModel(*board_, kModel, daemon::OnnxChain(6), /*replace=*/false);
     ASSERT_TRUE(added.ok()) << added.status().message();
   }
 
@@ -131,7 +124,8 @@ TEST_F(Sync, AnExportCarriesItsModelRunsSchedulesInEveryForm) {
   EXPECT_EQ(exported->models(0).name(), kModel);
   EXPECT_EQ(exported->runs_size(), 1);
   EXPECT_EQ(exported->runs(0).op_keys_size(), 2);
-  EXPECT_EQ(exported->schedules_size(), 1);
+  ASSERT_EQ(exported->schedules_size(), 1);
+  EXPECT_TRUE(exported->schedules(0).has_cost_table());
   EXPECT_EQ(exported->train_runs_size(), 1);
 
   // Without its model the importing side cannot solve: what `db import` said before.
@@ -182,6 +176,7 @@ TEST_F(Sync, AnExportCarriesItsModelRunsSchedulesInEveryForm) {
     ASSERT_TRUE(schedules.ok());
     ASSERT_EQ(schedules->size(), 1u);
     EXPECT_NE((*schedules)[0].cost_table_id, 0);
+    EXPECT_NE((*board_->ListSchedules())[0].cost_table_id, 0);
     auto train_runs = host->ListTrainRuns();
     ASSERT_TRUE(train_runs.ok());
     ASSERT_EQ(train_runs->size(), 1u);
@@ -249,7 +244,7 @@ TEST_F(Sync, ImportingTwiceOrAnOverlappingExportAddsNothingTwice) {
   ASSERT_TRUE(other->PutModelRecord(clash).ok());
   auto refused = ImportDevice(*other, *first, {});
   ASSERT_FALSE(refused.ok());
-  EXPECT_THAT(refused.status().message(), HasSubstr("another model named 'mylinear'"));
+  EXPECT_THAT(refused.status().message(), HasSubstr("another model named 'mychain'"));
   EXPECT_FALSE(other->GetDevice("board").ok());  // all or nothing
 }
 
@@ -316,7 +311,12 @@ TEST_F(Sync, ALockedStoreIsRetriedAndAPushWhoseAcknowledgementWasLostAddsNothing
   sqlite3_close(writer);
 
   // A copy of the agent's database as it was before the push: the push's marks never got there.
-  fs::copy_file(board_path_, dir_ / "before.db");
+  sqlite3* copier = nullptr;
+  ASSERT_EQ(sqlite3_open(board_path_.c_str(), &copier), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(copier, ("VACUUM INTO '" + (dir_ / "before.db").string() + "'").c_str(), nullptr, nullptr,
+                         nullptr),
+            SQLITE_OK);
+  sqlite3_close(copier);
   auto pushed = PushToStore(*board_, central, {});
   ASSERT_TRUE(pushed.ok()) << pushed.status().message();
   ASSERT_EQ(pushed->sent.size(), 1u);
