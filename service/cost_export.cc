@@ -1,5 +1,7 @@
 #include "service/cost_export.h"
 
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -22,9 +24,15 @@ costdb::RunStatus RunStatusOf(const std::string& text) {
   return costdb::RunStatus::kRunning;
 }
 
+// Deterministic: a message's maps (op attributes) in one order, so that equal records compare equal.
 std::string Bytes(const google::protobuf::MessageLite& message) {
   std::string bytes;
-  message.SerializeToString(&bytes);
+  {
+    google::protobuf::io::StringOutputStream stream(&bytes);
+    google::protobuf::io::CodedOutputStream coded(&stream);
+    coded.SetSerializationDeterministic(true);
+    message.SerializeToCodedStream(&coded);
+  }
   return bytes;
 }
 

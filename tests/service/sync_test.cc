@@ -33,6 +33,10 @@ constexpr char kModel[] = "mychain";  // a stored model, not a zoo one: solving 
 v1::OpCost Cost(const std::string& key, double median_s) {
   v1::OpCost cost;
   cost.mutable_signature()->set_key(key);
+  // Several attributes: a map, whose order on the wire is not its content (a real profile has them).
+  for (const char* attribute : {"kernel", "stride", "padding", "groups", "dilation", "out_features"}) {
+    (*cost.mutable_signature()->mutable_attributes())[attribute] = static_cast<int64_t>(key.size());
+  }
   cost.mutable_runtime()->set_median_s(median_s);
   cost.set_energy_source(v1::ENERGY_SOURCE_ESTIMATED);
   cost.set_energy_j(median_s * 2);
