@@ -233,7 +233,8 @@ int RunDbPush(const Context& ctx, const std::string& central, bool create) {
     return Failure(pushed.status());
   }
   if (pushed->sent.empty()) {
-    std::cout << "up to date     " << pushed->up_to_date << " measured devices, nothing new since the last push\n";
+    std::cout << "up to date     " << pushed->up_to_date << " measured device" << (pushed->up_to_date == 1 ? "" : "s")
+              << ", nothing new since the last push\n";
   }
   return kExitOk;
 }

@@ -105,7 +105,7 @@ void Daemon::SyncLoop() {
         events_.Emit(std::move(event));
       }
       ++failures;
-      spdlog::warn("event=store_unreachable central={} attempt={} retry_in_s={:.1f} message={}",
+      spdlog::warn("event=store_unreachable central={} attempt={} retry_in_s={:.3g} message={}",
                    Quoted(config_.central_store), failures, wait_s, Quoted(pushed.message()));
     }
     lock.lock();

@@ -47,18 +47,18 @@ Status WriteMarks(costdb::CostDb& local, const Marks& marks, const ExportMarks& 
 
 std::string DescribeImport(const ImportSummary& s) {
   std::string line;
-  auto add = [&](int n, const std::string& what) {
-    if (n > 0) line += (line.empty() ? "" : ", ") + std::to_string(n) + " " + what;
+  auto add = [&](int n, const std::string& what) {  // `what` in the singular; each takes an s
+    if (n > 0) line += (line.empty() ? "" : ", ") + std::to_string(n) + " " + what + (n == 1 ? "" : "s");
   };
-  add(s.fingerprints, "earlier fingerprints");
-  add(s.op_costs, "op costs");
-  add(s.runs, "runs");
-  add(s.cost_tables, "cost tables");
-  add(s.calibrations, "energy calibrations");
+  add(s.fingerprints, "earlier fingerprint");
+  add(s.op_costs, "op cost");
+  add(s.runs, "run");
+  add(s.cost_tables, "cost table");
+  add(s.calibrations, "energy calibration");
   if (s.paging) line += std::string(line.empty() ? "" : ", ") + "paging costs";
-  add(s.schedules, "schedules");
-  add(s.train_runs, "training runs");
-  add(s.models, "models");
+  add(s.schedules, "schedule");
+  add(s.train_runs, "training run");
+  add(s.models, "model");
   if (line.empty()) line = "nothing new";
   if (s.unchanged > 0) line += " (" + std::to_string(s.unchanged) + " already there)";
   return line;
