@@ -255,6 +255,10 @@ class CostDb {
   Result<Copied> CopyRun(const StoredRun& run);
   // A training run with its own created_at, identified by model, device and created_at.
   Result<Copied> CopyTrainRun(const v1::TrainRun& run);
+  // The ids of every stored table, current or superseded, of the table's graph (model, derivation,
+  // trainable, batch size), fingerprint, cost source and thread count, newest first: an import
+  // compares against each, so that a table stored before and superseded since is not stored again.
+  Result<std::vector<int64_t>> ListCostTableVersions(const v1::CostTable& table);
   // Named numbers a sync keeps of what a central store acknowledged; 0 when never set.
   Result<int64_t> GetSyncMark(const std::string& name);
   Status SetSyncMark(const std::string& name, int64_t value);

@@ -65,6 +65,28 @@ Result<CostDb::Copied> CostDb::CopyTrainRun(const v1::TrainRun& run) {
   return Copied{.id = id, .added = true};
 }
 
+Result<std::vector<int64_t>> CostDb::ListCostTableVersions(const v1::CostTable& table) {
+  EC_ASSIGN_OR_RETURN(
+      Statement stmt,
+      db_.Prepare("SELECT t.id FROM cost_tables t JOIN models m ON m.id = t.model_id "
+                  "JOIN fingerprints f ON f.id = t.fingerprint_id JOIN cost_sources s ON s.id = t.cost_source_id "
+                  "WHERE m.name = ? AND m.derivation = ? AND m.trainable = ? AND m.batch_size = ? AND f.hash = ? "
+                  "AND s.name = ? AND t.threads = ? ORDER BY t.id DESC"));
+  stmt.Bind(1, table.graph().model())
+      .Bind(2, table.graph().derivation())
+      .Bind(3, table.graph().trainable())
+      .Bind(4, table.graph().batch_size())
+      .Bind(5, table.fingerprint_hash())
+      .Bind(6, table.cost_source())
+      .Bind(7, table.threads());
+  std::vector<int64_t> ids;
+  EC_RETURN_IF_ERROR(ForEachRow(stmt, [&]() -> Status {
+    ids.push_back(stmt.Int(0));
+    return Status::Ok();
+  }));
+  return ids;
+}
+
 // Kept beside the 'costs' counter, under a prefix no counter uses.
 Result<int64_t> CostDb::GetSyncMark(const std::string& name) {
   EC_ASSIGN_OR_RETURN(Statement stmt, db_.Prepare("SELECT value FROM change_counters WHERE name = ?"));

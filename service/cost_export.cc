@@ -57,15 +57,6 @@ costdb::CostTableKey KeyOf(const v1::CostTableRef& ref, const std::string& devic
           .threads = ref.threads()};
 }
 
-costdb::CostTableKey KeyOf(const v1::CostTable& table) {
-  return {.model = table.graph().model(),
-          .device = table.device(),
-          .cost_source = table.cost_source(),
-          .batch_size = table.graph().batch_size(),
-          .derivation = table.graph().derivation(),
-          .trainable = table.graph().trainable(),
-          .threads = table.threads()};
-}
 
 }  // namespace
 
@@ -334,6 +325,7 @@ Result<ImportSummary> ImportDevice(costdb::CostDb& db, const v1::CostExport& exp
 
   // Runs, identified by fingerprint, source, model and start; then the op costs they measured.
   std::map<std::pair<std::string, std::string>, int64_t> run_of;  // (fingerprint, op key) -> run id here
+  std::set<int64_t> new_runs;                                     // stored by this import
   for (const v1::ExportedRun& run : exported.runs()) {
     const std::string& run_hash = run.fingerprint_hash().empty() ? hash : run.fingerprint_hash();
     costdb::StoredRun stored{.fingerprint_hash = run_hash,
@@ -345,20 +337,33 @@ Result<ImportSummary> ImportDevice(costdb::CostDb& db, const v1::CostExport& exp
                                                                   : std::nullopt,
                              .model = run.model()};
     EC_ASSIGN_OR_RETURN(costdb::CostDb::Copied copied, db.CopyRun(stored));
+    if (copied.added) new_runs.insert(copied.id);
     copied.added ? ++summary.runs : ++summary.unchanged;
     for (const std::string& key : run.op_keys()) run_of[{run_hash, key}] = copied.id;
   }
-  auto run_id = [&](const std::string& fingerprint, const std::string& key) -> int64_t {
+  // An op cost of a run this database had already, which that run no longer provides here, was
+  // measured again since: the export's older figure does not replace it.
+  std::map<int64_t, std::set<std::string>> provided;  // by runs stored before this import
+  auto import_op = [&](const std::string& fingerprint, const v1::OpCost& op) -> Status {
+    const std::string& key = op.signature().key();
     auto it = run_of.find({fingerprint, key});
-    return it == run_of.end() ? 0 : it->second;
+    const int64_t run = it == run_of.end() ? 0 : it->second;
+    if (run != 0 && !new_runs.contains(run)) {
+      if (!provided.contains(run)) {
+        EC_ASSIGN_OR_RETURN(std::vector<v1::OpCost> still, db.ListRunOpCosts(run));
+        for (const v1::OpCost& c : still) provided[run].insert(c.signature().key());
+      }
+      if (!provided[run].contains(key)) {
+        ++summary.unchanged;
+        return Status::Ok();
+      }
+    }
+    return ImportOpCost(db, fingerprint, run, op, summary);
   };
   for (const v1::ExportedOpCost& op : exported.earlier_op_costs()) {
-    EC_RETURN_IF_ERROR(ImportOpCost(db, op.fingerprint_hash(), run_id(op.fingerprint_hash(), op.cost().signature().key()),
-                                    op.cost(), summary));
+    EC_RETURN_IF_ERROR(import_op(op.fingerprint_hash(), op.cost()));
   }
-  for (const v1::OpCost& op : exported.op_costs()) {
-    EC_RETURN_IF_ERROR(ImportOpCost(db, hash, run_id(hash, op.signature().key()), op, summary));
-  }
+  for (const v1::OpCost& op : exported.op_costs()) EC_RETURN_IF_ERROR(import_op(hash, op));
 
   // A device of the same fingerprint elsewhere estimates energy with the same model.
   EC_ASSIGN_OR_RETURN(std::vector<v1::EnergyCalibration> known_calibrations, db.ListCalibrations(hash));
@@ -384,13 +389,22 @@ Result<ImportSummary> ImportDevice(costdb::CostDb& db, const v1::CostExport& exp
     }
   }
 
-  // A cost table equal to the current one of its key is that table; another supersedes it.
+  // A cost table equal to one stored for its key is that table, current or superseded since (by a
+  // newer profile, or a solve here that stored the table it solved with); another supersedes them.
   for (v1::CostTable table : exported.cost_tables()) {
     // An export from before tables carried their thread count: its op keys still say it.
     if (table.threads() == 0) table.set_threads(static_cast<uint32_t>(profiler::CostTableOpKeyThreads(table)));
-    Result<v1::CostTable> current = db.GetCostTable(KeyOf(table));
-    if (!current.ok() && current.status().code() != ErrorCode::kNotFound) return current.status();
-    if (current.ok() && Bytes(*current) == Bytes(table)) {
+    EC_ASSIGN_OR_RETURN(std::vector<int64_t> versions, db.ListCostTableVersions(table));
+    const std::string bytes = Bytes(table);
+    bool stored = false;
+    for (int64_t id : versions) {
+      EC_ASSIGN_OR_RETURN(v1::CostTable version, db.GetCostTableById(id));
+      if (Bytes(version) == bytes) {
+        stored = true;
+        break;
+      }
+    }
+    if (stored) {
       ++summary.unchanged;
       continue;
     }

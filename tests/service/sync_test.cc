@@ -241,6 +241,24 @@ TEST_F(Sync, ImportingTwiceOrAnOverlappingExportAddsNothingTwice) {
   }
   EXPECT_EQ(Rows(*host), after);
 
+  // A newer table of the same key supersedes the first's there; the first export again does not
+  // bring the old one back.
+  Profile(1, 0.03);
+  auto third = ExportDevice(*board_, "board");
+  ASSERT_TRUE(third.ok());
+  auto newer = ImportDevice(*host, *third, {});
+  ASSERT_TRUE(newer.ok()) << newer.status().message();
+  EXPECT_EQ(newer->cost_tables, 1);
+  const auto now = Rows(*host);
+  auto old = ImportDevice(*host, *first, {});
+  ASSERT_TRUE(old.ok()) << old.status().message();
+  EXPECT_EQ(old->Added(), 0) << DescribeImport(*old);
+  EXPECT_EQ(Rows(*host), now);
+  auto current = host->ListCostTables("board");
+  ASSERT_TRUE(current.ok());
+  ASSERT_EQ(current->size(), 2u);  // one per thread count
+  EXPECT_THAT(host->GetCostTableById((*current)[1].id)->note(), HasSubstr("0.03"));
+
   // A model of the same name with other bytes is not overwritten: the costs were measured on the export's.
   auto other = costdb::CostDb::Open((dir_ / "other.db").string());
   ASSERT_TRUE(other.ok());
