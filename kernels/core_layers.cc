@@ -13,6 +13,51 @@ namespace {
 // the JIT kernels gain (the whole step 5% slower), so they stay on NCHW.
 bool PrefersBlocked(int64_t groups) { return groups > 1; }
 
+float* Data(const memory& m) { return static_cast<float*>(m.get_data_handle()); }
+
+struct DepthwiseShape {
+  int64_t n, c, h, w, oh, ow, kh, kw, stride, ph, pw;
+};
+
+// A depthwise convolution's weight (and bias) gradient, channels innermost: X and dY in NHWC, dW
+// as (kh, kw, c). dW[i, j, c] = sum over n, oh, ow of dY[n, oh, ow, c] X[n, oh s - ph + i, ow s - pw + j, c],
+// each sum vectorized across channels, which stays efficient on the 2x2 maps of late blocks where a
+// loop over a map's width would run two iterations. Blocks of channels go to threads; each sum runs
+// in a fixed order whatever the thread count, so gradients are reproducible.
+void DepthwiseBackwardWeights(const DepthwiseShape& d, const float* x, const float* dy, float* dw, float* db) {
+  constexpr int64_t kBlock = 64;
+  const int64_t blocks = (d.c + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static)
+  for (int64_t block = 0; block < blocks; ++block) {
+    const int64_t c0 = block * kBlock, c1 = std::min(d.c, c0 + kBlock);
+    for (int64_t k = 0; k < d.kh * d.kw; ++k) std::fill(dw + k * d.c + c0, dw + k * d.c + c1, 0.0f);
+    if (db) std::fill(db + c0, db + c1, 0.0f);
+    for (int64_t n = 0; n < d.n; ++n) {
+      for (int64_t oh = 0; oh < d.oh; ++oh) {
+        for (int64_t ow = 0; ow < d.ow; ++ow) {
+          const float* g = dy + ((n * d.oh + oh) * d.ow + ow) * d.c;
+          if (db) {
+#pragma omp simd
+            for (int64_t c = c0; c < c1; ++c) db[c] += g[c];
+          }
+          for (int64_t i = 0; i < d.kh; ++i) {
+            const int64_t ih = oh * d.stride - d.ph + i;
+            if (ih < 0 || ih >= d.h) continue;
+            for (int64_t j = 0; j < d.kw; ++j) {
+              const int64_t iw = ow * d.stride - d.pw + j;
+              if (iw < 0 || iw >= d.w) continue;
+              const float* xp = x + ((n * d.h + ih) * d.w + iw) * d.c;
+              float* acc = dw + (i * d.kw + j) * d.c;
+#pragma omp simd
+              for (int64_t c = c0; c < c1; ++c) acc[c] += g[c] * xp[c];
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 // Convolution, grouped when the "groups" attribute says so (groups == channels: depthwise), with a
 // bias unless "no_bias" (PyTorch's convolutions before a batch norm have none).
 class Conv2d : public StepLayer {
@@ -82,6 +127,34 @@ class Conv2d : public StepLayer {
     CopyOut(backward_input_, data_args[DNNL_ARG_DIFF_SRC], grad_inputs_[0], x_md);
 
     StartStaging(0);
+    // oneDNN's JIT depthwise weight gradient takes only some windows and sizes (not 5x5, nor maps
+    // smaller than the window: EfficientNet's late blocks); elsewhere it falls back to a GEMM per
+    // channel, ~50x slower than the direct loop below.
+    const bool depthwise = groups == in_channels && groups == out_channels;
+    if (depthwise && std::string(weights.impl_info_str()).find("gemm") != std::string::npos) {
+      const DepthwiseShape shape{x.dims[0], in_channels, x.dims[2], x.dims[3], output_.dims[2], output_.dims[3],
+                                 kh, kw, s, ph, pw};
+      const memory::desc nhwc_x(x_md.dims(), memory::data_type::f32, memory::format_tag::nhwc);
+      const memory::desc nhwc_y(y_md.dims(), memory::data_type::f32, memory::format_tag::nhwc);
+      const int64_t taps = kh * kw;  // (groups, 1, 1, kh, kw) with the groups innermost
+      const memory::desc hwc_w(w_md.dims(), memory::data_type::f32, {1, taps * groups, taps * groups, kw * groups, groups});
+      std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, StagedIn(backward_weights_, x, x_md, nhwc_x)},
+                                              {DNNL_ARG_DIFF_DST, StagedIn(backward_weights_, grad_output_, y_md, nhwc_y)},
+                                              {DNNL_ARG_DIFF_WEIGHTS, Staged(hwc_w)}};
+      if (bias) args[DNNL_ARG_DIFF_BIAS] = Mem(*grad_params_[1]);
+      memory staged_dw = args[DNNL_ARG_DIFF_WEIGHTS];
+      backward_weights_.push_back({dnnl::primitive(), std::move(args), nullptr,
+                                   [shape, bias](const std::unordered_map<int, memory>& a) {
+                                     DepthwiseBackwardWeights(
+                                         shape, Data(a.at(DNNL_ARG_SRC)), Data(a.at(DNNL_ARG_DIFF_DST)),
+                                         Data(a.at(DNNL_ARG_DIFF_WEIGHTS)),
+                                         bias ? Data(a.at(DNNL_ARG_DIFF_BIAS)) : nullptr);
+                                   }});
+      CopyOut(backward_weights_, staged_dw, *grad_params_[0], w_md);
+      const Dims& y = output_.dims;
+      if (bias) AddReduceSum(backward_bias_, Mem(grad_output_), Mem(*grad_params_[1], Plain({1, y[1], 1, 1})));
+      return;
+    }
     std::unordered_map<int, memory> weight_args = {
         {DNNL_ARG_SRC, StagedIn(backward_weights_, x, x_md, weights.src_desc())},
         {DNNL_ARG_DIFF_DST, StagedIn(backward_weights_, grad_output_, y_md, weights.diff_dst_desc())},

@@ -45,6 +45,9 @@ struct Step {
   dnnl::primitive primitive;
   std::unordered_map<int, memory> args;
   void* scratchpad = nullptr;  // the Backend's buffer the step's DNNL_ARG_SCRATCHPAD points at; null: none
+  // A kernel of our own instead of the primitive, where oneDNN has only a slow one: it reads its
+  // tensors from `args` (so that Bind rebinds them as any step's).
+  std::function<void(const std::unordered_map<int, memory>&)> run;
 };
 
 // Common machinery: owned tensors with stable addresses, the Backend's shared
@@ -109,7 +112,12 @@ class StepLayer : public Layer {
         step.scratchpad = backend_.scratchpad();
         step.args.at(DNNL_ARG_SCRATCHPAD).set_data_handle(step.scratchpad);
       }
-      step.primitive.execute(backend_.stream(), step.args);
+      if (step.run) {
+        backend_.stream().wait();  // what the primitives before it write
+        step.run(step.args);
+      } else {
+        step.primitive.execute(backend_.stream(), step.args);
+      }
     }
     backend_.stream().wait();
   }
