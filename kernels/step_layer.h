@@ -3,6 +3,7 @@
 // oneDNN primitives. Internal to kernels/.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -44,6 +45,9 @@ struct Step {
   dnnl::primitive primitive;
   std::unordered_map<int, memory> args;
   void* scratchpad = nullptr;  // the Backend's buffer the step's DNNL_ARG_SCRATCHPAD points at; null: none
+  // A kernel of our own instead of the primitive, where oneDNN has only a slow one: it reads its
+  // tensors from `args` (so that Bind rebinds them as any step's).
+  std::function<void(const std::unordered_map<int, memory>&)> run;
 };
 
 // Common machinery: owned tensors with stable addresses, the Backend's shared
@@ -82,6 +86,9 @@ class StepLayer : public Layer {
     for (auto* pass : {&forward_, &backward_input_, &backward_weights_, &backward_bias_, &inference_}) {
       for (Step& step : *pass) {
         for (auto& [arg, mem] : step.args) {
+          // The scratchpad and staged copies are the Backend's buffer, never a tensor's (a stale
+          // address of a buffer since grown could lie in a tensor allocated later).
+          if (arg == DNNL_ARG_SCRATCHPAD || IsStaged(mem)) continue;
           const auto* handle = static_cast<const float*>(mem.get_data_handle());
           for (Tensor* t : tensors) {
             if (!t->data.empty() && handle >= t->data.data() && handle < t->data.data() + t->data.size()) {
@@ -94,13 +101,23 @@ class StepLayer : public Layer {
   }
 
   void Run(std::vector<Step>& steps) {
+    // Staged copies live in the shared scratchpad too, and move with it.
+    if (!staged_.empty() && staged_base_ != backend_.scratchpad()) {
+      staged_base_ = backend_.scratchpad();
+      for (auto& [mem, offset] : staged_) mem.set_data_handle(static_cast<char*>(staged_base_) + offset);
+    }
     for (Step& step : steps) {
       // The shared scratchpad may have grown (and moved) since the step was built.
       if (step.scratchpad && step.scratchpad != backend_.scratchpad()) {
         step.scratchpad = backend_.scratchpad();
         step.args.at(DNNL_ARG_SCRATCHPAD).set_data_handle(step.scratchpad);
       }
-      step.primitive.execute(backend_.stream(), step.args);
+      if (step.run) {
+        backend_.stream().wait();  // what the primitives before it write
+        step.run(step.args);
+      } else {
+        step.primitive.execute(backend_.stream(), step.args);
+      }
     }
     backend_.stream().wait();
   }
@@ -148,6 +165,9 @@ class StepLayer : public Layer {
   void Add(std::vector<Step>& pass, const PrimitiveDesc& pd, std::unordered_map<int, memory> args) {
     const memory::desc scratch = pd.scratchpad_desc();
     void* scratchpad = nullptr;
+    if (!staged_.empty() && scratch.get_size() > staging_offset_) {
+      throw std::logic_error("a primitive's scratchpad overlaps the layer's staged copies");
+    }
     if (scratch.get_size() > 0) {
       backend_.ReserveScratchpad(scratch.get_size());
       scratchpad = backend_.scratchpad();
@@ -155,6 +175,48 @@ class StepLayer : public Layer {
       scratchpad_bytes_ = std::max<uint64_t>(scratchpad_bytes_, scratch.get_size());
     }
     pass.push_back({dnnl::primitive(pd.get()), std::move(args), scratchpad});
+  }
+
+  // Staging: copies of tensors in the layout a primitive prefers (oneDNN's blocked layouts, where
+  // its JIT kernels run; plain NCHW falls back to GEMM-based convolution), made by reorders at the
+  // edges of a pass and read only inside it. They live in the Backend's shared scratchpad after
+  // every primitive scratchpad of the layer (StartStaging's `after_bytes`), so they cost no memory
+  // of their own beyond the scratchpad the memory model already counts. Each pass starts at the
+  // same offset: passes run one at a time.
+  void StartStaging(uint64_t after_bytes) {
+    staging_offset_ = std::max(staging_offset_, (after_bytes + kStagingAlign - 1) / kStagingAlign * kStagingAlign);
+    staging_used_ = 0;
+  }
+  memory Staged(const memory::desc& md) {
+    const uint64_t offset = staging_offset_ + staging_used_;
+    staging_used_ += (md.get_size() + kStagingAlign - 1) / kStagingAlign * kStagingAlign;
+    backend_.ReserveScratchpad(staging_offset_ + staging_used_);
+    scratchpad_bytes_ = std::max<uint64_t>(scratchpad_bytes_, staging_offset_ + staging_used_);
+    staged_base_ = backend_.scratchpad();
+    for (auto& [mem, at] : staged_) mem.set_data_handle(static_cast<char*>(staged_base_) + at);
+    memory m(md, backend_.engine(), static_cast<char*>(staged_base_) + offset);
+    staged_.push_back({m, offset});
+    return m;
+  }
+  bool IsStaged(const memory& m) const {
+    for (const auto& [mem, offset] : staged_) {
+      if (mem.get() == m.get()) return true;
+    }
+    return false;
+  }
+  // `t` (plain) as a primitive wants it: itself, or a staged copy a reorder in `pass` fills.
+  memory StagedIn(std::vector<Step>& pass, Tensor& t, const memory::desc& plain, const memory::desc& wanted) {
+    if (wanted == plain) return Mem(t, plain);
+    memory staged = Staged(wanted);
+    AddReorder(pass, Mem(t, plain), staged);
+    return staged;
+  }
+  // Where a primitive writes `t`: itself, or a staged copy; then CopyOut adds the reorder back.
+  memory StagedOut(Tensor& t, const memory::desc& plain, const memory::desc& wanted) {
+    return wanted == plain ? Mem(t, plain) : Staged(wanted);
+  }
+  void CopyOut(std::vector<Step>& pass, memory staged, Tensor& t, const memory::desc& plain) {
+    if (IsStaged(staged)) AddReorder(pass, staged, Mem(t, plain));
   }
 
   // A workspace the forward pass fills and the backward pass reads (max pooling).
@@ -201,6 +263,12 @@ class StepLayer : public Layer {
   std::vector<Step> forward_, backward_input_, backward_weights_, backward_bias_;
   std::vector<Step> inference_;  // empty: inference runs forward_
   std::unordered_map<const Tensor*, std::vector<std::pair<memory*, ptrdiff_t>>> bindings_;
+
+ private:
+  static constexpr uint64_t kStagingAlign = 64;  // a cache line, as oneDNN aligns its buffers
+  std::vector<std::pair<memory, uint64_t>> staged_;  // staged copies and their byte offsets in the scratchpad
+  void* staged_base_ = nullptr;                      // the scratchpad address they point into
+  uint64_t staging_offset_ = 0, staging_used_ = 0;
 };
 
 // ---- Kernels of the op set of imported models -------------------------------------------------

@@ -87,6 +87,16 @@ void Arena::Free(int node) {
   live_nodes_.erase(std::find(live_nodes_.begin(), live_nodes_.end(), node));
 }
 
+std::vector<int> Arena::LiveNodes() const {
+  std::vector<int> nodes;
+  {
+    std::lock_guard lock(mutex_);
+    nodes = live_nodes_;
+  }
+  std::sort(nodes.begin(), nodes.end());
+  return nodes;
+}
+
 float* Arena::Get(int node) const {
   std::lock_guard lock(mutex_);
   return buffers_.at(static_cast<size_t>(node)).data;

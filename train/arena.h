@@ -61,6 +61,8 @@ class Arena {
   float* Get(int node) const;  // nullptr when not live
   uint64_t Bytes(int node) const;
   bool Live(int node) const { return Get(node) != nullptr; }
+  // The nodes with a buffer now, in increasing order.
+  std::vector<int> LiveNodes() const;
 
   uint64_t live_bytes() const;
   uint64_t peak_bytes() const;

@@ -13,6 +13,11 @@ std::string Number(double value) {
   return out.str();
 }
 
+// Elementwise updates: vectorized, and split between the run's threads for tensors large enough to
+// pay for waking them. Each element's arithmetic is the same either way (no sum across elements),
+// so the weights do not depend on the thread count.
+constexpr size_t kParallelElements = size_t{1} << 15;
+
 // SGD, PyTorch 1.13's _single_tensor_sgd: d = g + wd p; the buffer starts as d (no dampening on
 // the first step), then b = momentum b + (1 - dampening) d; Nesterov steps along d + momentum b.
 void SgdStep(std::span<float> p, std::span<const float> g_sum, float* buffer, bool first, float scale, float lr,
@@ -21,10 +26,12 @@ void SgdStep(std::span<float> p, std::span<const float> g_sum, float* buffer, bo
   float* __restrict values = p.data();
   const float* __restrict grad = g_sum.data();
   if (!buffer) {
+#pragma omp parallel for simd schedule(static) if (n >= kParallelElements)
     for (size_t i = 0; i < n; ++i) values[i] -= lr * (grad[i] * scale + wd * values[i]);
     return;
   }
   float* __restrict b = buffer;
+#pragma omp parallel for simd schedule(static) if (n >= kParallelElements)
   for (size_t i = 0; i < n; ++i) {
     const float d = grad[i] * scale + wd * values[i];
     b[i] = first ? d : momentum * b[i] + keep_of_new * d;
@@ -43,6 +50,7 @@ void AdamStep(std::span<float> p, std::span<const float> g_sum, float* m_state, 
   const float* __restrict grad = g_sum.data();
   float* __restrict m = m_state;
   float* __restrict v = v_state;
+#pragma omp parallel for simd schedule(static) if (n >= kParallelElements)
   for (size_t i = 0; i < n; ++i) {
     const float value = values[i] * decoupled_keep;
     const float g = grad[i] * scale + l2_decay * value;

@@ -161,6 +161,19 @@ TEST(LayerGradients, DepthwiseConv2dWithoutBias) {
               {2, 4, 4, 4}});
 }
 
+// Depthwise convolutions run on the blocked layouts oneDNN chooses, through staged copies: 18
+// channels fill one block of 16 and part of a second, and stride 2 over an even size pads unevenly.
+TEST(LayerGradients, DepthwiseConv2dStagedInBlockedLayouts) {
+  CheckLayer({"conv2d", {{"kernel", 3}, {"stride", 2}, {"padding", 1}, {"groups", 18}}, {{2, 18, 6, 6}}, {2, 18, 3, 3}});
+}
+
+// Where oneDNN's JIT depthwise weight gradient does not apply (5x5 windows, maps smaller than the
+// window: EfficientNet-B0's late blocks), the layer's own loop computes dW and db.
+TEST(LayerGradients, DepthwiseConv2dOwnWeightGradient) {
+  CheckLayer({"conv2d", {{"kernel", 5}, {"stride", 1}, {"padding", 2}, {"groups", 6}}, {{2, 6, 2, 2}}, {2, 6, 2, 2}});
+  CheckLayer({"conv2d", {{"kernel", 5}, {"stride", 2}, {"padding", 2}, {"groups", 5}}, {{2, 5, 7, 6}}, {2, 5, 4, 3}});
+}
+
 TEST(LayerGradients, LinearOverTheLastAxis) {
   CheckLayer({"linear", {{"in_features", 6}, {"out_features", 4}}, {{2, 3, 6}}, {2, 3, 4}});
   CheckLayer({"linear", {{"in_features", 6}, {"out_features", 4}, {"no_bias", 1}}, {{2, 3, 6}}, {2, 3, 4}});
