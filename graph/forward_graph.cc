@@ -115,6 +115,10 @@ std::string_view OpKindName(OpKind kind) {
       return "slice";
     case OpKind::kEmbedding:
       return "embedding";
+    case OpKind::kLstm:
+      return "lstm";
+    case OpKind::kGru:
+      return "gru";
   }
   return "unknown";
 }
@@ -204,6 +208,10 @@ std::string_view PoetClassName(OpKind kind) {
       return "SliceLayer";
     case OpKind::kEmbedding:
       return "EmbeddingLayer";
+    case OpKind::kLstm:
+      return "LstmLayer";
+    case OpKind::kGru:
+      return "GruLayer";
   }
   return "Unknown";
 }
@@ -482,6 +490,8 @@ double UnaryFlopsPerElement(OpKind kind) {
     case OpKind::kReshape:
     case OpKind::kSlice:
     case OpKind::kEmbedding:
+    case OpKind::kLstm:
+    case OpKind::kGru:
       break;
   }
   Fail(std::string(OpKindName(kind)) + " is not an elementwise op of one input");
@@ -701,6 +711,24 @@ int ForwardGraph::Embedding(int ids, int64_t vocabulary, int64_t dim) {
   layer.param_count = vocabulary * dim;
   layer.flops = static_cast<double>(NumElements(out));  // a copy per element
   layer.attributes = {{"vocabulary", vocabulary}, {"dim", dim}};
+  return Append(std::move(layer));
+}
+
+int ForwardGraph::Recurrent(OpKind kind, int x, int64_t hidden) {
+  if (kind != OpKind::kLstm && kind != OpKind::kGru) Fail("not a recurrent op kind");
+  const Shape in = shape(x);
+  if (in.size() != 3 || hidden <= 0) {
+    Fail("a recurrent layer reads (time, batch, features), not " + ShapeToString(in) + ", in " + model_);
+  }
+  const int64_t time = in[0], batch = in[1], features = in[2];
+  const int64_t gates = kind == OpKind::kLstm ? 4 : 3;
+  Layer layer{.kind = kind, .inputs = {x}, .output_shape = {time, 1, batch, hidden}};
+  layer.bias_count = 2 * gates * hidden;
+  layer.param_count = gates * hidden * (features + hidden) + layer.bias_count;
+  // Per step and row: the two products with the weights, then about 10 elementwise ops per unit.
+  layer.flops = static_cast<double>(time) * static_cast<double>(batch) *
+                (2.0 * static_cast<double>(gates * hidden * (features + hidden)) + 10.0 * static_cast<double>(hidden));
+  layer.attributes = {{"hidden", hidden}};
   return Append(std::move(layer));
 }
 

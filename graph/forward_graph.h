@@ -70,9 +70,13 @@ enum class OpKind {
   kReshape,    // a view: the same elements in another shape
   kSlice,      // a range of one axis (Slice, Split, Gather of one index)
   kEmbedding,  // rows of a parameter table picked by integer ids (Gather)
+  // Recurrent layers over a time-major sequence (ONNX LSTM and GRU, one direction), with torch.nn's
+  // parameters: weight_ih, weight_hh, bias_ih, bias_hh, gates in PyTorch's order.
+  kLstm,
+  kGru,  // linear before reset, as torch.nn.GRU
 };
 
-inline constexpr OpKind kLastOpKind = OpKind::kEmbedding;
+inline constexpr OpKind kLastOpKind = OpKind::kGru;
 
 // Stable lower-case name used in graphs, op signatures and the database.
 std::string_view OpKindName(OpKind kind);
@@ -169,6 +173,9 @@ class ForwardGraph {
   // Elements [start, end) of `axis`; `squeeze` drops the axis (Gather of one index).
   int Slice(int x, int64_t axis, int64_t start, int64_t end, bool squeeze = false);
   int Embedding(int ids, int64_t vocabulary, int64_t dim);
+  // kLstm or kGru over x of shape (time, batch, features), `hidden` units: output (time, 1, batch,
+  // hidden), ONNX's Y with its one direction; attribute "hidden".
+  int Recurrent(OpKind kind, int x, int64_t hidden);
 
   const std::string& model() const { return model_; }
   int batch_size() const { return batch_size_; }

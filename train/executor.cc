@@ -129,6 +129,9 @@ std::optional<Reads> KernelReads(graph::OpKind kind, Pass pass, int activation_i
       return activation_inputs == 2 || pass != Pass::kBackwardInput ? x_dy : dy_only;
     case OpKind::kMatMul:
       return forward ? Reads{true, false, false} : x_dy;
+    case OpKind::kLstm:  // backward through time reads the sequence, the hidden states and dY
+    case OpKind::kGru:
+      return forward ? Reads{true, false, false} : Reads{true, true, true};
     case OpKind::kEmbedding:  // the table's gradient adds dY's rows at the ids; ids have no gradient
       return forward ? Reads{true, false, false} : (pass == Pass::kBackwardInput ? Reads{} : x_dy);
   }
@@ -449,11 +452,13 @@ Result<std::unique_ptr<Executor>> Executor::Create(const v1::TrainingGraph& grap
     const int params = static_cast<int>(layer->params().size());
     if (params > 0 && layer_trains[static_cast<size_t>(f)]) {
       const bool normalization = kind == graph::OpKind::kBatchNorm2d || kind == graph::OpKind::kLayerNorm;
+      // A recurrent layer's one backward pass gives every parameter's gradient; its biases are the last two.
+      const bool recurrent = kind == graph::OpKind::kLstm || kind == graph::OpKind::kGru;
       const bool gives_weights =
-          role == graph::GradRole::kGradWeight || (normalization && role == graph::GradRole::kGrad);
+          role == graph::GradRole::kGradWeight || ((normalization || recurrent) && role == graph::GradRole::kGrad);
       const bool gives_bias = gives_weights || role == graph::GradRole::kGradBias;
       for (int i = 0; i < params; ++i) {
-        const bool is_bias = params == 1 ? role == graph::GradRole::kGradBias : i == 1;
+        const bool is_bias = params == 1 ? role == graph::GradRole::kGradBias : recurrent ? i >= 2 : i == 1;
         if (is_bias ? gives_bias : (gives_weights && !bias_only)) trained.insert({f, i});
       }
     }
