@@ -80,6 +80,15 @@ struct Value {
   std::vector<double> data;  // constants, and parameters small enough to be read as constants
   bool integer = false;      // an integer or boolean constant (for Div and Cast)
   bool has_data = false;
+  // Parameters that feed an LSTM or GRU: which initializer rows (along axis 0, after `lead_ones`
+  // leading axes of one) they are, as PyTorch's export slices and concatenates torch.nn's weights
+  // into ONNX's gate order. Empty elsewhere.
+  struct RowBlock {
+    std::string initializer;
+    int64_t start = 0, end = 0;
+  };
+  std::vector<RowBlock> rows;
+  int lead_ones = 0;
 
   static Value Activation(int node) { return {.kind = Kind::kActivation, .node = node}; }
   static Value Constant(Shape shape, std::vector<double> data, bool integer) {
@@ -362,16 +371,20 @@ class ConstantFolder {
     }
     if (op == "Slice") {
       EC_RETURN_IF_ERROR(need(3));
-      if (in[0]->shape.size() != 1) return InvalidArgument("only slices of vectors are folded");
+      // Vectors, and rows (the first axis) of tensors: an LSTM's initial states, one layer's each.
+      if (in[0]->shape.empty()) return InvalidArgument("only slices of vectors and of rows are folded");
       const int64_t n = in[0]->shape[0];
-      if (in.size() > 3 && in[3] && in[3]->has_data && NormalizeAxis(ToInt(in[3]->data.at(0)), 1) != 0) {
-        return InvalidArgument("bad axis");
+      if (in.size() > 3 && in[3] && in[3]->has_data &&
+          NormalizeAxis(ToInt(in[3]->data.at(0)), in[0]->shape.size()) != 0) {
+        return InvalidArgument("only slices of vectors and of rows are folded");
       }
       const int64_t step = in.size() > 4 && in[4] && in[4]->has_data ? ToInt(in[4]->data.at(0)) : 1;
       if (step != 1) return InvalidArgument("only unit steps are folded");
       const auto [start, end] = SliceRange(ToInt(in[1]->data.at(0)), ToInt(in[2]->data.at(0)), n);
-      std::vector<double> values(in[0]->data.begin() + start, in[0]->data.begin() + std::max(start, end));
-      const Shape dims = {static_cast<int64_t>(values.size())};
+      const int64_t row = n == 0 ? 0 : static_cast<int64_t>(in[0]->data.size()) / n;
+      std::vector<double> values(in[0]->data.begin() + start * row, in[0]->data.begin() + std::max(start, end) * row);
+      Shape dims = in[0]->shape;
+      dims[0] = std::max(start, end) - start;
       return std::vector<Value>{Value::Constant(dims, std::move(values), in[0]->integer)};
     }
     if (op == "Transpose") {
@@ -553,7 +566,8 @@ const std::set<std::string>& NodeOps() {
                                             "Concat",      "Split",
                                             "Slice",       "Gather",
                                             "Softmax",     "LayerNormalization",
-                                            "Cast",        "Pad"};
+                                            "Cast",        "Pad",
+                                            "LSTM",        "GRU"};
   return ops;
 }
 
@@ -667,6 +681,7 @@ class Importer {
           if (v.integer) v.kind = Value::Kind::kConstant;  // integers are never weights
         }
       }
+      if (!v.shape.empty()) v.rows = {{t.name(), 0, v.shape[0]}};
       values_[t.name()] = std::move(v);
     }
     for (const auto* list : {&g.value_info(), &g.output()}) {
@@ -691,6 +706,7 @@ class Importer {
     for (int i = 0; i < g.node_size(); ++i) {
       for (const std::string& input : g.node(i).input()) consumers_[input].push_back(i);
     }
+    MarkRecurrentWeights();
     // Constants first: the fusions look ahead at nodes whose constant inputs come later in the file.
     for (int i = 0; i < g.node_size(); ++i) {
       if (g.node(i).op_type() != "Constant") continue;
@@ -718,6 +734,11 @@ class Importer {
       return Error("the output has shape " + ShapeToString(graph_.shape(logits)) +
                    "; a cross-entropy loss needs logits of shape (batch, classes)");
     }
+    // A time-major sequence's first axis is time: a recurrent model's batch is its logits' rows.
+    const bool recurrent = std::any_of(graph_.layers().begin(), graph_.layers().end(), [](const graph::Layer& l) {
+      return l.kind == OpKind::kLstm || l.kind == OpKind::kGru;
+    });
+    if (recurrent) graph_.set_batch_size(static_cast<int>(graph_.shape(logits)[0]));
     graph_.CrossEntropyLoss(logits, graph_.shape(logits).back());
     return std::move(graph_);
   }
@@ -839,6 +860,7 @@ class Importer {
     const std::string& op = node.op_type();
     const Attributes attrs(node);
     const Value& p = *in[0];
+    if (recurrent_weight_nodes_.count(index)) return ImportRecurrentWeightOp(node, index, in);
     if (op == "Identity" || op == "Cast") {
       SetOutput(node, 0, p);
     } else if (op == "Transpose" && p.kind == Value::Kind::kParameter) {
@@ -1187,6 +1209,8 @@ class Importer {
         return Unsupported(node, index, "only a normalization over the last axis is supported");
       }
       set(graph_.LayerNorm(Act(x0), attrs.Float("epsilon", graph::kDefaultNormEpsilon)));
+    } else if (op == "LSTM" || op == "GRU") {
+      return ImportRecurrent(node, index, in);
     } else {
       return Unsupported(node, index, "");
     }
@@ -1386,6 +1410,183 @@ class Importer {
     return true;
   }
 
+  // The nodes between torch.nn's recurrent weights and an LSTM or GRU (Identity, Slice, Concat,
+  // Unsqueeze on axis 0: the exporter's reordering of the gates), found before import so that only
+  // these, and no other op on weights, follow initializer rows.
+  void MarkRecurrentWeights() {
+    const onnx::GraphProto& g = model_.graph();
+    std::map<std::string, int> producer;
+    for (int i = 0; i < g.node_size(); ++i) {
+      for (const std::string& out : g.node(i).output()) producer[out] = i;
+    }
+    static const std::set<std::string> plumbing = {"Identity", "Slice", "Concat", "Unsqueeze"};
+    std::vector<std::string> pending;
+    for (const onnx::NodeProto& node : g.node()) {
+      if (node.op_type() != "LSTM" && node.op_type() != "GRU") continue;
+      for (int i = 1; i <= 3 && i < node.input_size(); ++i) pending.push_back(node.input(i));
+    }
+    while (!pending.empty()) {
+      const std::string tensor = pending.back();
+      pending.pop_back();
+      auto it = producer.find(tensor);
+      if (it == producer.end() || !plumbing.count(g.node(it->second).op_type())) continue;
+      if (!recurrent_weight_nodes_.insert(it->second).second) continue;
+      const onnx::NodeProto& node = g.node(it->second);
+      // Slice's and Unsqueeze's other inputs are constants; Concat's are all parts.
+      const int parts = node.op_type() == "Concat" ? node.input_size() : 1;
+      for (int i = 0; i < parts; ++i) pending.push_back(node.input(i));
+    }
+  }
+
+  // Rows of an initializer (axis 0) through Identity, Slice, Concat and Unsqueeze(0).
+  Status ImportRecurrentWeightOp(const onnx::NodeProto& node, int index, const std::vector<const Value*>& in) {
+    const std::string& op = node.op_type();
+    const Attributes attrs(node);
+    auto rows_of = [&](int i) -> const Value* {
+      const Value* v = i < static_cast<int>(in.size()) ? in[i] : nullptr;
+      return v && v->kind == Value::Kind::kParameter && !v->rows.empty() ? v : nullptr;
+    };
+    const Value* p = rows_of(0);
+    const std::string unsupported = "only slices, concatenations and unsqueezes of weights along their first axis";
+    if (!p) return Unsupported(node, index, unsupported);
+    Value out = *p;
+    if (op == "Identity") {
+    } else if (op == "Unsqueeze") {
+      std::vector<int64_t> axes = attrs.Ints("axes", {});
+      if (in.size() > 1 && in[1] && in[1]->has_data) {
+        axes.clear();
+        for (double d : in[1]->data) axes.push_back(ToInt(d));
+      }
+      if (axes != std::vector<int64_t>{0}) return Unsupported(node, index, unsupported);
+      out.shape.insert(out.shape.begin(), 1);
+      ++out.lead_ones;
+    } else if (op == "Slice") {
+      const bool constant = in.size() >= 3 && in[1] && in[2] && in[1]->has_data && in[2]->has_data &&
+                            in[1]->data.size() == 1 && in[2]->data.size() == 1;
+      const bool axis0 = in.size() < 4 || !in[3] || (in[3]->has_data && in[3]->data.size() == 1 && in[3]->data[0] == 0);
+      const bool unit = in.size() < 5 || !in[4] || (in[4]->has_data && in[4]->data.size() == 1 && in[4]->data[0] == 1);
+      if (!constant || !axis0 || !unit || p->lead_ones != 0) return Unsupported(node, index, unsupported);
+      const auto [start, end] =
+          ConstantFolder::SliceRange(ToInt(in[1]->data[0]), ToInt(in[2]->data[0]), p->shape.at(0));
+      out.rows.clear();
+      int64_t at = 0;  // row of p where the current block starts
+      for (const Value::RowBlock& b : p->rows) {
+        const int64_t lo = std::max(start, at), hi = std::min(end, at + (b.end - b.start));
+        if (lo < hi) out.rows.push_back({b.initializer, b.start + (lo - at), b.start + (hi - at)});
+        at += b.end - b.start;
+      }
+      out.shape[0] = std::max<int64_t>(end - start, 0);
+      if (out.rows.empty()) return Unsupported(node, index, "an empty slice of a weight");
+    } else if (op == "Concat") {
+      if (attrs.Int("axis", 0) != 0 || p->lead_ones != 0) return Unsupported(node, index, unsupported);
+      for (int i = 1; i < node.input_size(); ++i) {
+        const Value* q = rows_of(i);
+        if (!q || q->lead_ones != 0 || q->shape.size() != p->shape.size() ||
+            !std::equal(q->shape.begin() + 1, q->shape.end(), p->shape.begin() + 1)) {
+          return Unsupported(node, index, unsupported);
+        }
+        out.rows.insert(out.rows.end(), q->rows.begin(), q->rows.end());
+        out.shape[0] += q->shape[0];
+      }
+    } else {
+      return Unsupported(node, index, unsupported);
+    }
+    out.has_data = false;  // a trained weight, never a constant
+    out.data.clear();
+    SetOutput(node, 0, std::move(out));
+    return Status::Ok();
+  }
+
+  // ONNX LSTM and GRU as torch.nn.LSTM and torch.nn.GRU export them (one direction, one layer per
+  // node, zero initial state, linear before reset): one layer whose parameters are torch.nn's own
+  // weight_ih, weight_hh, bias_ih and bias_hh, found behind the exporter's gate reordering.
+  Status ImportRecurrent(const onnx::NodeProto& node, int index, const std::vector<const Value*>& in) {
+    const std::string& op = node.op_type();
+    const bool lstm = op == "LSTM";
+    const Attributes attrs(node);
+    const Value* x = !in.empty() && in[0] && in[0]->kind == Value::Kind::kActivation ? in[0] : nullptr;
+    if (!x || graph_.shape(Act(x)).size() != 3) {
+      return Unsupported(node, index, "the input must be an activation of shape (time, batch, features)");
+    }
+    const int64_t hidden = attrs.Int("hidden_size", 0);
+    if (hidden <= 0) return NodeError(node, index, "needs hidden_size");
+    if (attrs.String("direction", "forward") != "forward") {
+      return Unsupported(node, index, "only one direction (forward) is supported, not bidirectional or reverse");
+    }
+    if (attrs.Int("layout", 0) != 0 || attrs.Has("clip") || attrs.Int("input_forget", 0) != 0) {
+      return Unsupported(node, index, "layout, clip and input_forget are not supported");
+    }
+    if (!lstm && attrs.Int("linear_before_reset", 0) != 1) {
+      return Unsupported(node, index, "only linear_before_reset=1 (torch.nn.GRU's equations) is supported");
+    }
+    const std::vector<std::string> defaults =
+        lstm ? std::vector<std::string>{"Sigmoid", "Tanh", "Tanh"} : std::vector<std::string>{"Sigmoid", "Tanh"};
+    for (const onnx::AttributeProto& a : node.attribute()) {
+      if (a.name() == "activations" && std::vector<std::string>(a.strings().begin(), a.strings().end()) != defaults) {
+        return Unsupported(node, index, "only the default activations are supported");
+      }
+      if (a.name() == "activation_alpha" || a.name() == "activation_beta") {
+        return Unsupported(node, index, "activation_alpha and activation_beta are not supported");
+      }
+    }
+    auto given = [&](int i) { return i < node.input_size() && !node.input(i).empty(); };
+    if (given(4)) return Unsupported(node, index, "sequence_lens is not supported (every sequence is whole)");
+    if (lstm && given(7)) return Unsupported(node, index, "peepholes are not supported");
+    for (int i : lstm ? std::vector<int>{5, 6} : std::vector<int>{5}) {
+      if (!given(i)) continue;
+      const Value* state = in[i];
+      const bool zero = state->has_data && std::all_of(state->data.begin(), state->data.end(), [](double d) {
+        return d == 0;
+      });
+      if (!zero) return Unsupported(node, index, "only a zero initial state is supported");
+    }
+    if (lstm && node.output_size() > 2 && !node.output(2).empty() && consumers_.count(node.output(2))) {
+      return Unsupported(node, index, "the last cell state (Y_c) is not supported; use the outputs Y");
+    }
+    // ONNX's gate k is torch.nn's gate kTorchGate[k]: ONNX orders i o f c and z r h, PyTorch i f g o and r z n.
+    const std::vector<int64_t> torch_gate = lstm ? std::vector<int64_t>{0, 3, 1, 2} : std::vector<int64_t>{1, 0, 2};
+    const int64_t gates = static_cast<int64_t>(torch_gate.size()), gh = gates * hidden;
+    const std::string fix =
+        "its weights must be torch.nn's parameters as PyTorch's training-mode export reorders them "
+        "(torch.onnx.export(..., training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False))";
+    // The initializer behind `rows` [first, first + count) of weight input i, each torch.nn's row
+    // `row_of(r)`; empty when they are anything else.
+    auto source = [&](int i, int64_t first, int64_t count, int64_t cols) -> std::string {
+      const Value* w = given(i) ? in[i] : nullptr;
+      if (!w || w->kind != Value::Kind::kParameter || w->lead_ones != 1 || w->rows.empty()) return "";
+      std::string name;
+      int64_t r = 0;
+      for (const Value::RowBlock& b : w->rows) {
+        for (int64_t row = b.start; row < b.end; ++row, ++r) {
+          if (r < first || r >= first + count) continue;
+          const int64_t k = (r - first) / hidden, unit = (r - first) % hidden;
+          if (!name.empty() && b.initializer != name) return "";
+          name = b.initializer;
+          if (row != torch_gate[k] * hidden + unit) return "";
+        }
+      }
+      auto v = values_.find(name);
+      if (r != w->shape.at(1) || v == values_.end()) return "";
+      const Shape expected = cols > 0 ? Shape{gh, cols} : Shape{gh};
+      return v->second.shape == expected ? name : "";
+    };
+    const int64_t features = graph_.shape(Act(x))[2];
+    const std::string w_ih = source(1, 0, gh, features), w_hh = source(2, 0, gh, hidden);
+    if (!given(3)) return Unsupported(node, index, "a recurrent layer without biases is not supported");
+    const std::string b_ih = source(3, 0, gh, 0), b_hh = source(3, gh, gh, 0);
+    if (w_ih.empty() || w_hh.empty() || b_ih.empty() || b_hh.empty()) return Unsupported(node, index, fix);
+    const int layer = graph_.Recurrent(lstm ? OpKind::kLstm : OpKind::kGru, Act(x), hidden);
+    graph_.SetParamNames(layer, {w_ih, w_hh, b_ih, b_hh});
+    SetOutput(node, 0, Value::Activation(layer));
+    // Y_h, the last step's hidden state, when something reads it: a slice of Y.
+    if (node.output_size() > 1 && !node.output(1).empty() && consumers_.count(node.output(1))) {
+      const Shape y = graph_.shape(layer);  // a copy: Slice appends to the layers
+      const int last = graph_.Slice(layer, 0, y[0] - 1, y[0]);
+      SetOutput(node, 1, Value::Activation(graph_.Reshape(last, {1, y[2], y[3]})));
+    }
+    return Status::Ok();
+  }
+
   // An eval-mode export has its batch norms folded into the convolutions (their weights renamed
   // onnx::Conv_N by the exporter) or running statistics in place of batch statistics: its
   // training graph would be wrong without a word.
@@ -1418,6 +1619,7 @@ class Importer {
   std::map<std::string, Shape> inferred_;
   std::map<std::string, std::vector<int>> consumers_;
   std::set<int> consumed_;  // nodes fused into an earlier one
+  std::set<int> recurrent_weight_nodes_;  // MarkRecurrentWeights
   std::map<std::string, std::string> unsupported_;
   std::vector<std::string> weight_names_;
   int batch_norms_ = 0;

@@ -110,6 +110,27 @@ class TinyResNet(nn.Module):
         return self.head(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1))
 
 
+class SequenceClassifier(nn.Module):
+    """A recurrent classifier of feature sequences: keyword spotting over MFCC frames or activity
+    recognition over sensor readings. An nn.LSTM or nn.GRU, then a Linear on the last step's
+    output (`last="output"`, batch-first or time-major) or on the last layer's final state
+    (`last="state"`, h_n[-1])."""
+
+    def __init__(self, rnn, features, hidden, layers, classes, batch_first, last="output"):
+        super().__init__()
+        self.rnn = {"lstm": nn.LSTM, "gru": nn.GRU}[rnn](features, hidden, num_layers=layers, batch_first=batch_first)
+        self.head = nn.Linear(hidden, classes)
+        self.batch_first = batch_first
+        self.last = last
+
+    def forward(self, x):
+        y, state = self.rnn(x)
+        if self.last == "state":
+            h = state[0] if isinstance(state, tuple) else state
+            return self.head(h[-1])
+        return self.head(y[:, -1] if self.batch_first else y[-1])
+
+
 def torchvision_model(name, **kwargs):
     import torchvision
 
@@ -133,6 +154,11 @@ MODELS = {
     "convnext_tiny": (lambda: export_families.build("convnext_tiny"), lambda: torch.randn(2, 3, 64, 64)),
     "inception_v3": (lambda: export_families.build("inception_v3"),
                      lambda: torch.randn(2, 3, export_families.SIDE_PX["inception"], export_families.SIDE_PX["inception"])),
+    # Keyword spotting: 2 x 49 frames of 10 MFCCs (a second of audio at 20 ms hops), a 2-layer LSTM, 12 words.
+    "kws_lstm": (lambda: SequenceClassifier("lstm", 10, 64, 2, 12, batch_first=True), lambda: torch.randn(2, 49, 10)),
+    # Activity recognition: 64 time-major steps of 6 IMU channels, a 2-layer GRU, its final state, 6 activities.
+    "sensor_gru": (lambda: SequenceClassifier("gru", 6, 48, 2, 6, batch_first=False, last="state"),
+                   lambda: torch.randn(64, 2, 6)),
     "transformer_encoder": (TransformerClassifier, lambda: torch.randn(2, 64, 128)),
     "small_bert": (SmallBert, lambda: torch.randint(0, 1000, (2, 64))),
 }
@@ -145,6 +171,11 @@ TINY_MODELS = {
     "mobilenet_v3_tiny": (lambda: torchvision_model("mobilenet_v3_small", width_mult=0.5, dropout=0.0),
                           lambda: torch.randn(2, 3, 64, 64)),
     "resnet_tiny": (TinyResNet, lambda: torch.randn(2, 3, 16, 16)),
+    "lstm_tiny": (lambda: SequenceClassifier("lstm", 5, 8, 1, 3, batch_first=False), lambda: torch.randn(6, 2, 5)),
+    "gru_tiny": (lambda: SequenceClassifier("gru", 5, 8, 2, 3, batch_first=True, last="state"),
+                 lambda: torch.randn(2, 6, 5)),
+    "lstm2_tiny": (lambda: SequenceClassifier("lstm", 5, 8, 2, 3, batch_first=True, last="state"),
+                   lambda: torch.randn(2, 6, 5)),
     "bert_tiny": (lambda: SmallBert(vocab=50, seq=8, d_model=16, heads=2, layers=1, classes=3, dropout=0.0),
                   lambda: torch.randint(0, 50, (2, 8))),
 }
