@@ -1651,6 +1651,7 @@ int64_t Rebatch(onnx::ModelProto& model, int batch_size) {
     auto* shape = input.mutable_type()->mutable_tensor_type()->mutable_shape();
     if (shape->dim_size() < 1 || !shape->dim(0).has_dim_value()) return 0;
     const int64_t exported = shape->dim(0).dim_value();
+    if (exported == batch_size) return 0;
     // Logits whose rows are not the input's first axis (a time-major sequence, time first): that
     // axis is not the batch, so it is not changed; the model runs at its exported batch, or not at all.
     if (g.output_size() == 1 && g.output(0).type().tensor_type().shape().dim_size() >= 1 &&
@@ -1658,7 +1659,6 @@ int64_t Rebatch(onnx::ModelProto& model, int batch_size) {
       const int64_t rows = g.output(0).type().tensor_type().shape().dim(0).dim_value();
       if (rows != exported) return rows == batch_size ? 0 : -rows;
     }
-    if (exported == batch_size) return 0;
     shape->mutable_dim(0)->set_dim_value(batch_size);
     g.clear_value_info();
     for (onnx::ValueInfoProto& output : *g.mutable_output())
@@ -1680,8 +1680,8 @@ Result<ForwardGraph> ImportInProcess(const std::string& bytes, const std::string
   const int64_t exported_batch = batch_size > 0 ? Rebatch(model, batch_size) : 0;
   if (exported_batch < 0) {
     return InvalidArgument(origin + " was exported at batch size " + std::to_string(-exported_batch) +
-                           " with an input whose first axis is not the batch (a time-major sequence) and does not "
-                           "import at batch size " + std::to_string(batch_size) + "; export it at batch size " +
+                           " with logits whose rows are not the input's first axis (a time-major sequence, or "
+                           "a token per row) and does not import at batch size " + std::to_string(batch_size) + "; export it at batch size " +
                            std::to_string(batch_size));
   }
   const auto fixed_batch = [&](const std::string& why) {

@@ -131,6 +131,43 @@ class SequenceClassifier(nn.Module):
         return self.head(y[:, -1] if self.batch_first else y[-1])
 
 
+class KeywordCrnn(nn.Module):
+    """Keyword spotting as a convolutional recurrent network (Arik et al., 2017): two 3x3 convolutions
+    with batch norm over the (time, MFCC) plane, 2x2 max pooling, then the channels of each frame as
+    one feature vector into a 2-layer batch-first LSTM, and a Linear on the last frame's output."""
+
+    def __init__(self, mfcc=10, channels=16, hidden=64, classes=12):
+        super().__init__()
+        self.conv = nn.Sequential(
+            nn.Conv2d(1, channels, 3, padding=1, bias=False), nn.BatchNorm2d(channels), nn.ReLU(),
+            nn.Conv2d(channels, channels, 3, padding=1, bias=False), nn.BatchNorm2d(channels), nn.ReLU(),
+            nn.MaxPool2d(2))
+        self.rnn = nn.LSTM(channels * (mfcc // 2), hidden, num_layers=2, batch_first=True)
+        self.head = nn.Linear(hidden, classes)
+
+    def forward(self, x):  # x: (batch, 1, frames, mfcc)
+        f = self.conv(x)  # (batch, channels, frames / 2, mfcc / 2)
+        f = f.permute(0, 2, 1, 3).flatten(2)  # (batch, frames / 2, channels * mfcc / 2)
+        y, _ = self.rnn(f)
+        return self.head(y[:, -1])
+
+
+class SensorGru(nn.Module):
+    """Activity recognition over time-major IMU readings: a per-step MLP encoder (three Linear + ReLU),
+    a 2-layer GRU, and a Linear on the last layer's final state (h_n[-1])."""
+
+    def __init__(self, channels=6, width=32, hidden=32, classes=6):
+        super().__init__()
+        self.encoder = nn.Sequential(nn.Linear(channels, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(),
+                                     nn.Linear(width, width), nn.ReLU())
+        self.rnn = nn.GRU(width, hidden, num_layers=2)
+        self.head = nn.Linear(hidden, classes)
+
+    def forward(self, x):  # x: (time, batch, channels)
+        _, h = self.rnn(self.encoder(x))
+        return self.head(h[-1])
+
+
 def torchvision_model(name, **kwargs):
     import torchvision
 
@@ -154,11 +191,10 @@ MODELS = {
     "convnext_tiny": (lambda: export_families.build("convnext_tiny"), lambda: torch.randn(2, 3, 64, 64)),
     "inception_v3": (lambda: export_families.build("inception_v3"),
                      lambda: torch.randn(2, 3, export_families.SIDE_PX["inception"], export_families.SIDE_PX["inception"])),
-    # Keyword spotting: 2 x 49 frames of 10 MFCCs (a second of audio at 20 ms hops), a 2-layer LSTM, 12 words.
-    "kws_lstm": (lambda: SequenceClassifier("lstm", 10, 64, 2, 12, batch_first=True), lambda: torch.randn(2, 49, 10)),
-    # Activity recognition: 64 time-major steps of 6 IMU channels, a 2-layer GRU, its final state, 6 activities.
-    "sensor_gru": (lambda: SequenceClassifier("gru", 6, 48, 2, 6, batch_first=False, last="state"),
-                   lambda: torch.randn(64, 2, 6)),
+    # Keyword spotting: 50 frames of 10 MFCCs (a second of audio at 20 ms hops), conv front end, 2-layer LSTM, 12 words.
+    "kws_lstm": (KeywordCrnn, lambda: torch.randn(2, 1, 50, 10)),
+    # Activity recognition: 64 time-major steps of 6 IMU channels, an MLP encoder, a 2-layer GRU, 6 activities.
+    "sensor_gru": (SensorGru, lambda: torch.randn(64, 2, 6)),
     "transformer_encoder": (TransformerClassifier, lambda: torch.randn(2, 64, 128)),
     "small_bert": (SmallBert, lambda: torch.randint(0, 1000, (2, 64))),
 }

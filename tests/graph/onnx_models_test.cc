@@ -106,8 +106,8 @@ const std::map<std::string, std::set<std::string>> kSignatureKinds = {
     {"convnext_tiny", {"conv2d", "layernorm", "gelu", "mul", "transpose"}},
     {"inception_v3", {"conv2d", "concat", "avgpool2d", "maxpool2d"}},
     {"transformer_encoder", {"matmul", "softmax", "layernorm", "transpose", "dropout", "reduce_mean"}},
-    {"kws_lstm", {"lstm", "transpose", "slice", "linear"}},
-    {"sensor_gru", {"gru", "slice", "concat", "linear"}},
+    {"kws_lstm", {"conv2d", "batchnorm2d", "maxpool2d", "transpose", "lstm", "slice"}},
+    {"sensor_gru", {"relu", "gru", "slice", "concat"}},
     {"small_bert", {"embedding", "add_broadcast", "layernorm", "gelu", "matmul", "softmax", "tanh", "slice"}},
 };
 
