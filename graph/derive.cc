@@ -294,6 +294,9 @@ void AddExactBackward(const ForwardGraph& forward, const std::vector<bool>& trai
         }
         break;
       }
+      case OpKind::kCausalMask:  // dX = dY where the mask keeps X, else 0
+        grad_input(GradRole::kGrad, {dy}, layer.flops);
+        break;
       case OpKind::kLstm:
       case OpKind::kGru:
         // Backward through time: one primitive gives dX and every weight's gradient; it reads the

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cassert>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <sstream>
 #include <stdexcept>
@@ -119,6 +120,8 @@ std::string_view OpKindName(OpKind kind) {
       return "lstm";
     case OpKind::kGru:
       return "gru";
+    case OpKind::kCausalMask:
+      return "causal_mask";
   }
   return "unknown";
 }
@@ -212,6 +215,8 @@ std::string_view PoetClassName(OpKind kind) {
       return "LstmLayer";
     case OpKind::kGru:
       return "GruLayer";
+    case OpKind::kCausalMask:
+      return "CausalMaskLayer";
   }
   return "Unknown";
 }
@@ -492,6 +497,7 @@ double UnaryFlopsPerElement(OpKind kind) {
     case OpKind::kEmbedding:
     case OpKind::kLstm:
     case OpKind::kGru:
+    case OpKind::kCausalMask:
       break;
   }
   Fail(std::string(OpKindName(kind)) + " is not an elementwise op of one input");
@@ -730,6 +736,18 @@ int ForwardGraph::Recurrent(OpKind kind, int x, int64_t hidden) {
                 (2.0 * static_cast<double>(gates * hidden * (features + hidden)) + 10.0 * static_cast<double>(hidden));
   layer.attributes = {{"hidden", hidden}};
   return Append(std::move(layer));
+}
+
+int ForwardGraph::CausalMask(int x, float fill) {
+  const Shape in = shape(x);
+  if (in.size() < 2) Fail("a causal mask needs (..., rows, columns), not " + ShapeToString(in) + ", in " + model_);
+  uint32_t bits = 0;
+  std::memcpy(&bits, &fill, sizeof bits);
+  return Append({.kind = OpKind::kCausalMask,
+                 .inputs = {x},
+                 .output_shape = in,
+                 .flops = static_cast<double>(NumElements(in)),
+                 .attributes = {{"fill_bits", static_cast<int64_t>(bits)}}});
 }
 
 }  // namespace edgecost::graph

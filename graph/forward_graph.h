@@ -74,9 +74,12 @@ enum class OpKind {
   // parameters: weight_ih, weight_hh, bias_ih, bias_hh, gates in PyTorch's order.
   kLstm,
   kGru,  // linear before reset, as torch.nn.GRU
+  // A causal (autoregressive) mask over the last two axes: y = fill where column > row, else x
+  // (masked_fill by a constant upper-triangular mask, ONNX Where); attribute fill_bits, float32 bits.
+  kCausalMask,
 };
 
-inline constexpr OpKind kLastOpKind = OpKind::kGru;
+inline constexpr OpKind kLastOpKind = OpKind::kCausalMask;
 
 // Stable lower-case name used in graphs, op signatures and the database.
 std::string_view OpKindName(OpKind kind);
@@ -176,6 +179,7 @@ class ForwardGraph {
   // kLstm or kGru over x of shape (time, batch, features), `hidden` units: output (time, 1, batch,
   // hidden), ONNX's Y with its one direction; attribute "hidden".
   int Recurrent(OpKind kind, int x, int64_t hidden);
+  int CausalMask(int x, float fill);
 
   const std::string& model() const { return model_; }
   int batch_size() const { return batch_size_; }
@@ -185,6 +189,10 @@ class ForwardGraph {
   void SetParamNames(int layer, std::vector<std::string> names, bool transposed = false) {
     layers_.at(static_cast<size_t>(layer)).param_names = std::move(names);
     layers_.at(static_cast<size_t>(layer)).param_transposed = transposed;
+  }
+  // Replaces a layer's attributes (the importer's tied weights: tied_node, tied_param).
+  void SetAttributes(int layer, std::map<std::string, int64_t> attributes) {
+    layers_.at(static_cast<size_t>(layer)).attributes = std::move(attributes);
   }
   void SetModule(int layer, std::string module) { layers_.at(static_cast<size_t>(layer)).module = std::move(module); }
   int size() const { return static_cast<int>(layers_.size()); }

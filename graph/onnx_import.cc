@@ -567,7 +567,8 @@ const std::set<std::string>& NodeOps() {
                                             "Slice",       "Gather",
                                             "Softmax",     "LayerNormalization",
                                             "Cast",        "Pad",
-                                            "LSTM",        "GRU"};
+                                            "LSTM",        "GRU",
+                                            "Where"};
   return ops;
 }
 
@@ -739,6 +740,7 @@ class Importer {
       return l.kind == OpKind::kLstm || l.kind == OpKind::kGru;
     });
     if (recurrent) graph_.set_batch_size(static_cast<int>(graph_.shape(logits)[0]));
+    EC_RETURN_IF_ERROR(TieSharedWeights());
     graph_.CrossEntropyLoss(logits, graph_.shape(logits).back());
     return std::move(graph_);
   }
@@ -1181,7 +1183,9 @@ class Importer {
     } else if (op == "Gather") {
       const int64_t axis = attrs.Int("axis", 0);
       if (in[0]->kind == Value::Kind::kParameter && activation(1) && axis == 0 && in[0]->shape.size() == 2) {
-        set(graph_.Embedding(Act(in[1]), in[0]->shape[0], in[0]->shape[1]));
+        const int embedding = graph_.Embedding(Act(in[1]), in[0]->shape[0], in[0]->shape[1]);
+        graph_.SetParamNames(embedding, {node.input(0)});
+        set(embedding);
       } else if (x0 && in[1] && in[1]->has_data && in[1]->data.size() == 1) {
         const Shape& s = graph_.shape(Act(x0));
         const int64_t a = NormalizeAxis(axis, s.size());
@@ -1211,6 +1215,8 @@ class Importer {
       set(graph_.LayerNorm(Act(x0), attrs.Float("epsilon", graph::kDefaultNormEpsilon)));
     } else if (op == "LSTM" || op == "GRU") {
       return ImportRecurrent(node, index, in);
+    } else if (op == "Where") {
+      return ImportWhere(node, index, in);
     } else {
       return Unsupported(node, index, "");
     }
@@ -1494,6 +1500,81 @@ class Importer {
     out.has_data = false;  // a trained weight, never a constant
     out.data.clear();
     SetOutput(node, 0, std::move(out));
+    return Status::Ok();
+  }
+
+  // Where(mask, fill, x) or Where(keep, x, fill) with a constant causal mask over the last two axes
+  // (masked_fill of attention scores by the future positions): a causal_mask layer.
+  Status ImportWhere(const onnx::NodeProto& node, int index, const std::vector<const Value*>& in) {
+    const std::string only = "only a constant causal mask over an activation's last two axes (masked_fill of the "
+                             "future positions by a constant) is supported";
+    if (in.size() != 3 || !in[0] || !in[1] || !in[2] || !in[0]->has_data) return Unsupported(node, index, only);
+    const bool fill_first = in[2]->kind == Value::Kind::kActivation;
+    const Value* x = fill_first ? in[2] : in[1];
+    const Value* fill = fill_first ? in[1] : in[2];
+    if (x->kind != Value::Kind::kActivation || !fill->scalar()) return Unsupported(node, index, only);
+    const Shape xs = graph_.shape(Act(x));
+    const Shape& ms = in[0]->shape;
+    if (xs.size() < 2 || ms.size() < 2 || ms.size() > xs.size()) return Unsupported(node, index, only);
+    const int64_t rows = xs[xs.size() - 2], cols = xs.back();
+    if (ms[ms.size() - 2] != rows || ms.back() != cols ||
+        !std::all_of(ms.begin(), ms.end() - 2, [](int64_t d) { return d == 1; })) {
+      return Unsupported(node, index, only);
+    }
+    // Where(mask, fill, x) fills where the condition holds (column > row); Where(keep, x, fill) keeps there.
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) {
+        const bool condition = in[0]->data[static_cast<size_t>(r * cols + c)] != 0;
+        if (condition != (fill_first ? c > r : c <= r)) return Unsupported(node, index, only);
+      }
+    }
+    SetOutput(node, 0, Value::Activation(graph_.CausalMask(Act(x), static_cast<float>(fill->data[0]))));
+    return Status::Ok();
+  }
+
+  // Tied weights (a language model's LM head that reuses its token embedding): an initializer that
+  // two layers read, as it is or through Transpose, in the same layout. The later layer's weight is
+  // marked tied_node (the earlier layer) and tied_param (that layer's parameter index); the
+  // executor keeps the two copies equal and gives both the sum of their gradients.
+  Status TieSharedWeights() {
+    std::map<std::string, std::pair<std::string, bool>> through;  // Transpose/Identity output -> (input, flips)
+    for (const onnx::NodeProto& n : model_.graph().node()) {
+      if ((n.op_type() == "Transpose" || n.op_type() == "Identity") && n.input_size() == 1 && n.output_size() == 1) {
+        through[n.output(0)] = {n.input(0), n.op_type() == "Transpose"};
+      }
+    }
+    struct Use {
+      int layer, param;
+      bool transposed;
+    };
+    std::map<std::string, Use> first;
+    for (int l = 0; l < graph_.size(); ++l) {
+      const Layer& layer = graph_.layers()[static_cast<size_t>(l)];
+      for (int k = 0; k < static_cast<int>(layer.param_names.size()); ++k) {
+        std::string name = layer.param_names[static_cast<size_t>(k)];
+        if (name.empty()) continue;
+        bool transposed = k == 0 && layer.param_transposed;
+        for (int hops = 0; hops < 4 && through.count(name); ++hops) {
+          transposed = transposed != through[name].second;
+          name = through[name].first;
+        }
+        auto v = values_.find(name);
+        if (v == values_.end() || v->second.kind != Value::Kind::kParameter || v->second.shape.size() != 2) continue;
+        auto [it, added] = first.insert({name, {l, k, transposed}});
+        if (added || it->second.layer == l) continue;
+        if (k != 0 || it->second.transposed != transposed || layer.attributes.count("tied_node")) {
+          return Error("weight '" + name + "' is shared by two layers in a way the importer does not support (only a "
+                       "layer's weight tied to an earlier layer's parameter in the same layout, as an LM head tied "
+                       "to the token embedding)");
+        }
+        Layer tied = layer;
+        tied.attributes["tied_node"] = it->second.layer;
+        tied.attributes["tied_param"] = it->second.param;
+        graph_.SetAttributes(l, tied.attributes);
+        graph_.SetParamNames(l, {name, k + 1 < static_cast<int>(layer.param_names.size()) ? layer.param_names[1] : ""},
+                             transposed);
+      }
+    }
     return Status::Ok();
   }
 

@@ -13,6 +13,7 @@ namespace edgecost::kernels::detail {
 std::unique_ptr<Layer> MakeCoreLayer(graph::OpKind kind, Backend& backend, const LayerSpec& spec, uint32_t seed);
 std::unique_ptr<Layer> MakeOnnxLayer(graph::OpKind kind, Backend& backend, const LayerSpec& spec, uint32_t seed);
 std::unique_ptr<Layer> MakeRecurrentLayer(graph::OpKind kind, Backend& backend, const LayerSpec& spec, uint32_t seed);
+std::unique_ptr<Layer> MakeMaskLayer(graph::OpKind kind, Backend& backend, const LayerSpec& spec, uint32_t seed);
 std::unique_ptr<Layer> MakeGradSumLayer(Backend& backend, const Dims& shape, int parts, uint32_t seed);
 
 }  // namespace edgecost::kernels::detail

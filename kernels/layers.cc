@@ -104,6 +104,8 @@ Result<std::unique_ptr<Layer>> MakeLayer(Backend& backend, const LayerSpec& spec
       case OpKind::kLstm:
       case OpKind::kGru:
         return detail::MakeRecurrentLayer(*kind, backend, spec, seed);
+      case OpKind::kCausalMask:
+        return detail::MakeMaskLayer(*kind, backend, spec, seed);
       case OpKind::kInput:
         break;
     }

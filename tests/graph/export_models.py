@@ -91,6 +91,54 @@ class SmallBert(nn.Module):
         return self.head(torch.tanh(x[:, 0]))
 
 
+class GptBlock(nn.Module):
+    """One pre-norm GPT-2 block in plain torch.nn: causal self-attention, then a GELU MLP."""
+
+    def __init__(self, d_model, heads, dropout):
+        super().__init__()
+        self.heads = heads
+        self.norm1 = nn.LayerNorm(d_model)
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.out = nn.Linear(d_model, d_model)
+        self.norm2 = nn.LayerNorm(d_model)
+        self.mlp = nn.Sequential(nn.Linear(d_model, 4 * d_model), nn.GELU(), nn.Linear(4 * d_model, d_model))
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x):
+        n, s, d = x.shape
+        q, k, v = self.qkv(self.norm1(x)).split(d, dim=-1)
+        q, k, v = (t.reshape(n, s, self.heads, d // self.heads).transpose(1, 2) for t in (q, k, v))
+        scores = q @ k.transpose(-2, -1) / (d // self.heads) ** 0.5
+        positions = torch.arange(s, device=x.device)
+        future = positions[None, :] > positions[:, None]  # token i sees tokens 0..i
+        scores = scores.masked_fill(future, float("-inf"))
+        context = (self.drop(scores.softmax(dim=-1)) @ v).transpose(1, 2).reshape(n, s, d)
+        x = x + self.drop(self.out(context))
+        return x + self.drop(self.mlp(self.norm2(x)))
+
+
+class SmallGpt(nn.Module):
+    """A small GPT-2-style causal language model: token and position embeddings, pre-norm blocks, a final
+    LayerNorm and an LM head tied to the token embedding (one parameter, two uses). Returns the next-token
+    logits of every position as rows, (batch * sequence, vocabulary), for a per-token cross-entropy."""
+
+    def __init__(self, vocab=256, seq=32, d_model=64, heads=4, layers=2, dropout=0.1):
+        super().__init__()
+        self.tokens = nn.Embedding(vocab, d_model)
+        self.positions = nn.Embedding(seq, d_model)
+        self.blocks = nn.ModuleList(GptBlock(d_model, heads, dropout) for _ in range(layers))
+        self.norm = nn.LayerNorm(d_model)
+        self.head = nn.Linear(d_model, vocab, bias=False)
+        self.head.weight = self.tokens.weight  # tied
+
+    def forward(self, ids):
+        positions = torch.arange(ids.shape[1], device=ids.device)
+        x = self.tokens(ids) + self.positions(positions)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.norm(x)).reshape(-1, self.head.out_features)
+
+
 class TinyResNet(nn.Module):
     """A ResNet of torchvision's BasicBlocks at widths 8 and 16: a stem convolution, an identity block
     and a strided block with its 1x1 downsampling convolution, global pooling and a Linear, for tests
@@ -197,6 +245,7 @@ MODELS = {
     "sensor_gru": (SensorGru, lambda: torch.randn(64, 2, 6)),
     "transformer_encoder": (TransformerClassifier, lambda: torch.randn(2, 64, 128)),
     "small_bert": (SmallBert, lambda: torch.randint(0, 1000, (2, 64))),
+    "small_gpt": (SmallGpt, lambda: torch.randint(0, 256, (2, 32))),
 }
 
 # Tiny variants without dropout for the training tests (tests/train/onnx_train_test.cc): seconds for 50
@@ -212,6 +261,8 @@ TINY_MODELS = {
                  lambda: torch.randn(2, 6, 5)),
     "lstm2_tiny": (lambda: SequenceClassifier("lstm", 5, 8, 2, 3, batch_first=True, last="state"),
                    lambda: torch.randn(2, 6, 5)),
+    "gpt_tiny": (lambda: SmallGpt(vocab=40, seq=6, d_model=16, heads=2, layers=1, dropout=0.0),
+                 lambda: torch.randint(0, 40, (2, 6))),
     "bert_tiny": (lambda: SmallBert(vocab=50, seq=8, d_model=16, heads=2, layers=1, classes=3, dropout=0.0),
                   lambda: torch.randint(0, 50, (2, 8))),
 }

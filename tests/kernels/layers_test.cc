@@ -229,6 +229,29 @@ TEST(LayerGradients, Embedding) { CheckLayer({"embedding", {{"vocabulary", 7}, {
 
 // Backward through time: (time 4, batch 2, features 3) into 5 hidden units; every parameter of
 // torch.nn's layout (weight_ih, weight_hh, bias_ih, bias_hh) against central differences.
+// fill_bits 3323740160: -10000.0f (a finite fill, so that the objective stays finite).
+TEST(LayerGradients, CausalMask) {
+  CheckLayer({"causal_mask", {{"fill_bits", 3323740160}}, {{2, 2, 4, 4}}, {2, 2, 4, 4}});
+}
+
+TEST(CausalMask, KeepsThePastAndFillsTheFuture) {
+  Backend backend;
+  auto made = MakeLayer(backend, {"causal_mask", {{"fill_bits", 0xff800000}}, {{1, 3, 3}}, {1, 3, 3}}, 3);  // -inf
+  ASSERT_TRUE(made.ok()) << made.status().message();
+  Layer& layer = **made;
+  layer.Forward();
+  for (int r = 0; r < 3; ++r) {
+    for (int c = 0; c < 3; ++c) {
+      const float y = layer.output().data[r * 3 + c];
+      if (c > r) {
+        EXPECT_TRUE(std::isinf(y) && y < 0) << r << "," << c;
+      } else {
+        EXPECT_EQ(y, layer.inputs()[0].data[r * 3 + c]) << r << "," << c;
+      }
+    }
+  }
+}
+
 TEST(LayerGradients, Lstm) { CheckLayer({"lstm", {{"hidden", 5}}, {{4, 2, 3}}, {4, 1, 2, 5}}); }
 TEST(LayerGradients, Gru) { CheckLayer({"gru", {{"hidden", 5}}, {{4, 2, 3}}, {4, 1, 2, 5}}); }
 
