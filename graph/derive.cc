@@ -294,6 +294,7 @@ void AddExactBackward(const ForwardGraph& forward, const std::vector<bool>& trai
         }
         break;
       }
+      case OpKind::kResize:  // dX sums dY over the outputs each input reaches, with their weights
       case OpKind::kCausalMask:  // dX = dY where the mask keeps X, else 0
         grad_input(GradRole::kGrad, {dy}, layer.flops);
         break;

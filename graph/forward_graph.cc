@@ -122,6 +122,8 @@ std::string_view OpKindName(OpKind kind) {
       return "gru";
     case OpKind::kCausalMask:
       return "causal_mask";
+    case OpKind::kResize:
+      return "resize";
   }
   return "unknown";
 }
@@ -217,6 +219,8 @@ std::string_view PoetClassName(OpKind kind) {
       return "GruLayer";
     case OpKind::kCausalMask:
       return "CausalMaskLayer";
+    case OpKind::kResize:
+      return "ResizeLayer";
   }
   return "Unknown";
 }
@@ -498,6 +502,7 @@ double UnaryFlopsPerElement(OpKind kind) {
     case OpKind::kLstm:
     case OpKind::kGru:
     case OpKind::kCausalMask:
+    case OpKind::kResize:
       break;
   }
   Fail(std::string(OpKindName(kind)) + " is not an elementwise op of one input");
@@ -748,6 +753,21 @@ int ForwardGraph::CausalMask(int x, float fill) {
                  .output_shape = in,
                  .flops = static_cast<double>(NumElements(in)),
                  .attributes = {{"fill_bits", static_cast<int64_t>(bits)}}});
+}
+
+int ForwardGraph::Resize(int x, Hw size, bool linear) {
+  const Shape in = shape(x);
+  if (in.size() != 4 || size[0] <= 0 || size[1] <= 0) {
+    Fail("a resize reads NCHW to a positive size, not " + ShapeToString(in) + ", in " + model_);
+  }
+  Shape out = {in[0], in[1], size[0], size[1]};
+  // Per output element: 4 products and 3 sums for bilinear, a copy for nearest.
+  const double flops = static_cast<double>(NumElements(out)) * (linear ? 7.0 : 1.0);
+  return Append({.kind = OpKind::kResize,
+                 .inputs = {x},
+                 .output_shape = std::move(out),
+                 .flops = flops,
+                 .attributes = {{"linear", linear ? 1 : 0}}});
 }
 
 }  // namespace edgecost::graph

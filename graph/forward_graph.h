@@ -77,9 +77,13 @@ enum class OpKind {
   // A causal (autoregressive) mask over the last two axes: y = fill where column > row, else x
   // (masked_fill by a constant upper-triangular mask, ONNX Where); attribute fill_bits, float32 bits.
   kCausalMask,
+  // Upsampling of NCHW's spatial axes (ONNX Resize, as F.interpolate and nn.Upsample export it):
+  // attribute "linear" 0 for nearest (integer factors, PyTorch's floor), 1 for bilinear (half-pixel
+  // centres, align_corners=False).
+  kResize,
 };
 
-inline constexpr OpKind kLastOpKind = OpKind::kCausalMask;
+inline constexpr OpKind kLastOpKind = OpKind::kResize;
 
 // Stable lower-case name used in graphs, op signatures and the database.
 std::string_view OpKindName(OpKind kind);
@@ -180,6 +184,7 @@ class ForwardGraph {
   // hidden), ONNX's Y with its one direction; attribute "hidden".
   int Recurrent(OpKind kind, int x, int64_t hidden);
   int CausalMask(int x, float fill);
+  int Resize(int x, Hw size, bool linear);
 
   const std::string& model() const { return model_; }
   int batch_size() const { return batch_size_; }

@@ -568,7 +568,7 @@ const std::set<std::string>& NodeOps() {
                                             "Softmax",     "LayerNormalization",
                                             "Cast",        "Pad",
                                             "LSTM",        "GRU",
-                                            "Where"};
+                                            "Where",       "Resize"};
   return ops;
 }
 
@@ -1217,6 +1217,8 @@ class Importer {
       return ImportRecurrent(node, index, in);
     } else if (op == "Where") {
       return ImportWhere(node, index, in);
+    } else if (op == "Resize") {
+      return ImportResize(node, index, in);
     } else {
       return Unsupported(node, index, "");
     }
@@ -1500,6 +1502,47 @@ class Importer {
     out.has_data = false;  // a trained weight, never a constant
     out.data.clear();
     SetOutput(node, 0, std::move(out));
+    return Status::Ok();
+  }
+
+  // Resize of NCHW's spatial axes by integer factors, as F.interpolate and nn.Upsample export it:
+  // nearest (asymmetric coordinates, floor) or bilinear (half-pixel centres: align_corners=False).
+  Status ImportResize(const onnx::NodeProto& node, int index, const std::vector<const Value*>& in) {
+    const Attributes attrs(node);
+    const Value* x = !in.empty() && in[0] && in[0]->kind == Value::Kind::kActivation ? in[0] : nullptr;
+    if (!x || graph_.shape(Act(x)).size() != 4) return Unsupported(node, index, "only a resize of an NCHW activation");
+    const Shape xs = graph_.shape(Act(x));
+    // Opset 10: (X, scales); 11+: (X, roi, scales, sizes), one of scales and sizes given.
+    const int scales_at = opset_ >= 11 ? 2 : 1, sizes_at = 3;
+    Shape out;
+    const Value* scales = scales_at < static_cast<int>(in.size()) ? in[scales_at] : nullptr;
+    const Value* sizes = sizes_at < static_cast<int>(in.size()) ? in[sizes_at] : nullptr;
+    if (sizes && sizes->has_data && sizes->data.size() == 4) {
+      for (double d : sizes->data) out.push_back(ToInt(d));
+    } else if (scales && scales->has_data && scales->data.size() == 4) {
+      for (size_t a = 0; a < 4; ++a) {
+        const double extent = static_cast<double>(xs[a]) * scales->data[a];
+        if (extent != std::floor(extent)) return Unsupported(node, index, "only integer upsampling factors");
+        out.push_back(static_cast<int64_t>(extent));
+      }
+    } else {
+      return Unsupported(node, index, "scales or sizes must be constants of the four NCHW axes");
+    }
+    if (out[0] != xs[0] || out[1] != xs[1] || out[2] % xs[2] != 0 || out[3] % xs[3] != 0 || out[2] < xs[2] ||
+        out[3] < xs[3]) {
+      return Unsupported(node, index, "only upsampling of the spatial axes by integer factors is supported");
+    }
+    const std::string mode = attrs.String("mode", "nearest");
+    const std::string coordinates = attrs.String("coordinate_transformation_mode", "half_pixel");
+    const bool nearest =
+        mode == "nearest" && coordinates == "asymmetric" && attrs.String("nearest_mode", "round_prefer_floor") == "floor";
+    const bool linear = mode == "linear" && (coordinates == "half_pixel" || coordinates == "pytorch_half_pixel");
+    if (!nearest && !linear) {
+      return Unsupported(node, index,
+                         "supported: nearest with asymmetric coordinates and floor (F.interpolate's 'nearest'), "
+                         "linear with half-pixel coordinates ('bilinear', align_corners=False)");
+    }
+    SetOutput(node, 0, Value::Activation(graph_.Resize(Act(x), {out[2], out[3]}, linear)));
     return Status::Ok();
   }
 

@@ -106,6 +106,8 @@ Result<std::unique_ptr<Layer>> MakeLayer(Backend& backend, const LayerSpec& spec
         return detail::MakeRecurrentLayer(*kind, backend, spec, seed);
       case OpKind::kCausalMask:
         return detail::MakeMaskLayer(*kind, backend, spec, seed);
+      case OpKind::kResize:
+        return detail::MakeResizeLayer(*kind, backend, spec, seed);
       case OpKind::kInput:
         break;
     }

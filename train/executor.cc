@@ -130,6 +130,7 @@ std::optional<Reads> KernelReads(graph::OpKind kind, Pass pass, int activation_i
     case OpKind::kMatMul:
       return forward ? Reads{true, false, false} : x_dy;
     case OpKind::kCausalMask:
+    case OpKind::kResize:
       return forward ? Reads{true, false, false} : dy_only;
     case OpKind::kLstm:  // backward through time reads the sequence, the hidden states and dY
     case OpKind::kGru:

@@ -139,6 +139,37 @@ class SmallGpt(nn.Module):
         return self.head(self.norm(x)).reshape(-1, self.head.out_features)
 
 
+def conv_block(cin, cout):
+    """Two 3x3 convolutions, each with batch norm and ReLU: U-Net's unit."""
+    return nn.Sequential(nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(),
+                         nn.Conv2d(cout, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU())
+
+
+class SmallUNet(nn.Module):
+    """A small U-Net for segmentation: two encoder levels (conv block, 2x2 max pooling), a bottleneck, two
+    decoder levels that upsample (bilinear, then nearest: F.interpolate's two common modes), concatenate the
+    encoder's skip and convolve, and a 1x1 convolution to per-pixel class logits. Returns one row of logits
+    per pixel, (batch * height * width, classes), for a per-pixel cross-entropy."""
+
+    def __init__(self, classes=3, width=8):
+        super().__init__()
+        self.enc1, self.enc2 = conv_block(3, width), conv_block(width, 2 * width)
+        self.bottleneck = conv_block(2 * width, 4 * width)
+        self.dec2, self.dec1 = conv_block(6 * width, 2 * width), conv_block(3 * width, width)
+        self.head = nn.Conv2d(width, classes, 1)
+        self.up_bilinear = nn.Upsample(scale_factor=2, mode="bilinear", align_corners=False)
+        self.up_nearest = nn.Upsample(scale_factor=2, mode="nearest")
+
+    def forward(self, x):
+        e1 = self.enc1(x)
+        e2 = self.enc2(nn.functional.max_pool2d(e1, 2))
+        b = self.bottleneck(nn.functional.max_pool2d(e2, 2))
+        d2 = self.dec2(torch.cat([self.up_bilinear(b), e2], dim=1))
+        d1 = self.dec1(torch.cat([self.up_nearest(d2), e1], dim=1))
+        logits = self.head(d1)
+        return logits.permute(0, 2, 3, 1).reshape(-1, logits.shape[1])
+
+
 class TinyResNet(nn.Module):
     """A ResNet of torchvision's BasicBlocks at widths 8 and 16: a stem convolution, an identity block
     and a strided block with its 1x1 downsampling convolution, global pooling and a Linear, for tests
@@ -246,6 +277,7 @@ MODELS = {
     "transformer_encoder": (TransformerClassifier, lambda: torch.randn(2, 64, 128)),
     "small_bert": (SmallBert, lambda: torch.randint(0, 1000, (2, 64))),
     "small_gpt": (SmallGpt, lambda: torch.randint(0, 256, (2, 32))),
+    "small_unet": (SmallUNet, lambda: torch.randn(2, 3, 32, 32)),
 }
 
 # Tiny variants without dropout for the training tests (tests/train/onnx_train_test.cc): seconds for 50
@@ -261,6 +293,7 @@ TINY_MODELS = {
                  lambda: torch.randn(2, 6, 5)),
     "lstm2_tiny": (lambda: SequenceClassifier("lstm", 5, 8, 2, 3, batch_first=True, last="state"),
                    lambda: torch.randn(2, 6, 5)),
+    "unet_tiny": (lambda: SmallUNet(classes=3, width=8), lambda: torch.randn(2, 3, 8, 4)),
     "gpt_tiny": (lambda: SmallGpt(vocab=40, seq=6, d_model=16, heads=2, layers=1, dropout=0.0),
                  lambda: torch.randint(0, 40, (2, 6))),
     "bert_tiny": (lambda: SmallBert(vocab=50, seq=8, d_model=16, heads=2, layers=1, classes=3, dropout=0.0),

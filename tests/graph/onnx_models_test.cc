@@ -109,6 +109,7 @@ const std::map<std::string, std::set<std::string>> kSignatureKinds = {
     {"kws_lstm", {"conv2d", "batchnorm2d", "maxpool2d", "transpose", "lstm", "slice"}},
     {"sensor_gru", {"relu", "gru", "slice", "concat"}},
     {"small_gpt", {"embedding", "causal_mask", "softmax", "layernorm", "gelu", "matmul", "dropout"}},
+    {"small_unet", {"conv2d", "maxpool2d", "resize", "concat", "transpose"}},
     {"small_bert", {"embedding", "add_broadcast", "layernorm", "gelu", "matmul", "softmax", "tanh", "slice"}},
 };
 
@@ -242,7 +243,7 @@ INSTANTIATE_TEST_SUITE_P(Models, OnnxModelsTest,
                          ::testing::Values("mobilenet_v2", "mobilenet_v3_small", "efficientnet_b0",
                                            "shufflenet_v2_x0_5", "squeezenet1_1", "densenet121", "convnext_tiny",
                                            "inception_v3", "transformer_encoder", "small_bert", "kws_lstm",
-                                           "sensor_gru", "small_gpt"),
+                                           "sensor_gru", "small_gpt", "small_unet"),
                          [](const auto& info) { return std::string(info.param); });
 
 // LayerNormalization and the other opset-17 spellings import too.

@@ -252,6 +252,26 @@ TEST(CausalMask, KeepsThePastAndFillsTheFuture) {
   }
 }
 
+TEST(LayerGradients, ResizeNearest) { CheckLayer({"resize", {{"linear", 0}}, {{2, 3, 3, 4}}, {2, 3, 6, 8}}); }
+TEST(LayerGradients, ResizeBilinear) { CheckLayer({"resize", {{"linear", 1}}, {{2, 3, 3, 4}}, {2, 3, 6, 8}}); }
+
+// F.interpolate(scale_factor=2) of one 2x2 plane: nearest repeats each value (floor(dst / 2)); bilinear
+// with half-pixel centres gives the corners as they are and 3/4-1/4 blends between them.
+TEST(Resize, MatchesPyTorchsInterpolation) {
+  Backend backend;
+  for (int linear : {0, 1}) {
+    auto made = MakeLayer(backend, {"resize", {{"linear", linear}}, {{1, 1, 2, 2}}, {1, 1, 4, 4}}, 3);
+    ASSERT_TRUE(made.ok()) << made.status().message();
+    Layer& layer = **made;
+    layer.inputs()[0].data = {1, 2, 3, 4};
+    layer.Forward();
+    const std::vector<float> expected =
+        linear ? std::vector<float>{1, 1.25, 1.75, 2, 1.5, 1.75, 2.25, 2.5, 2.5, 2.75, 3.25, 3.5, 3, 3.25, 3.75, 4}
+               : std::vector<float>{1, 1, 2, 2, 1, 1, 2, 2, 3, 3, 4, 4, 3, 3, 4, 4};
+    for (size_t i = 0; i < expected.size(); ++i) EXPECT_FLOAT_EQ(layer.output().data[i], expected[i]) << linear << " " << i;
+  }
+}
+
 TEST(LayerGradients, Lstm) { CheckLayer({"lstm", {{"hidden", 5}}, {{4, 2, 3}}, {4, 1, 2, 5}}); }
 TEST(LayerGradients, Gru) { CheckLayer({"gru", {{"hidden", 5}}, {{4, 2, 3}}, {4, 1, 2, 5}}); }
 
