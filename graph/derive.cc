@@ -294,6 +294,21 @@ void AddExactBackward(const ForwardGraph& forward, const std::vector<bool>& trai
         }
         break;
       }
+      case OpKind::kResize:  // dX sums dY over the outputs each input reaches, with their weights
+      case OpKind::kCausalMask:  // dX = dY where the mask keeps X, else 0
+        grad_input(GradRole::kGrad, {dy}, layer.flops);
+        break;
+      case OpKind::kLstm:
+      case OpKind::kGru:
+        // Backward through time: one primitive gives dX and every weight's gradient; it reads the
+        // sequence X, the hidden states Y and the gates the forward pass left in its workspace.
+        if (x_needs_grad) {
+          grad_input(GradRole::kGrad, {x, v, dy}, 2.0 * layer.flops);
+        } else if (trains[v]) {
+          out.AddGrad(name + ".grad_weight", kind, GradRole::kGradWeight, {layer.param_count}, 0, {x, v, dy}, v,
+                      2.0 * layer.flops);
+        }
+        break;
       case OpKind::kEmbedding:
         // Integer ids have no gradient; the table's gradient adds dY's rows at the ids.
         if (trains[v]) {

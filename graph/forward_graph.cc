@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cassert>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <sstream>
 #include <stdexcept>
@@ -115,6 +116,14 @@ std::string_view OpKindName(OpKind kind) {
       return "slice";
     case OpKind::kEmbedding:
       return "embedding";
+    case OpKind::kLstm:
+      return "lstm";
+    case OpKind::kGru:
+      return "gru";
+    case OpKind::kCausalMask:
+      return "causal_mask";
+    case OpKind::kResize:
+      return "resize";
   }
   return "unknown";
 }
@@ -204,6 +213,14 @@ std::string_view PoetClassName(OpKind kind) {
       return "SliceLayer";
     case OpKind::kEmbedding:
       return "EmbeddingLayer";
+    case OpKind::kLstm:
+      return "LstmLayer";
+    case OpKind::kGru:
+      return "GruLayer";
+    case OpKind::kCausalMask:
+      return "CausalMaskLayer";
+    case OpKind::kResize:
+      return "ResizeLayer";
   }
   return "Unknown";
 }
@@ -482,6 +499,10 @@ double UnaryFlopsPerElement(OpKind kind) {
     case OpKind::kReshape:
     case OpKind::kSlice:
     case OpKind::kEmbedding:
+    case OpKind::kLstm:
+    case OpKind::kGru:
+    case OpKind::kCausalMask:
+    case OpKind::kResize:
       break;
   }
   Fail(std::string(OpKindName(kind)) + " is not an elementwise op of one input");
@@ -702,6 +723,51 @@ int ForwardGraph::Embedding(int ids, int64_t vocabulary, int64_t dim) {
   layer.flops = static_cast<double>(NumElements(out));  // a copy per element
   layer.attributes = {{"vocabulary", vocabulary}, {"dim", dim}};
   return Append(std::move(layer));
+}
+
+int ForwardGraph::Recurrent(OpKind kind, int x, int64_t hidden) {
+  if (kind != OpKind::kLstm && kind != OpKind::kGru) Fail("not a recurrent op kind");
+  const Shape in = shape(x);
+  if (in.size() != 3 || hidden <= 0) {
+    Fail("a recurrent layer reads (time, batch, features), not " + ShapeToString(in) + ", in " + model_);
+  }
+  const int64_t time = in[0], batch = in[1], features = in[2];
+  const int64_t gates = kind == OpKind::kLstm ? 4 : 3;
+  Layer layer{.kind = kind, .inputs = {x}, .output_shape = {time, 1, batch, hidden}};
+  layer.bias_count = 2 * gates * hidden;
+  layer.param_count = gates * hidden * (features + hidden) + layer.bias_count;
+  // Per step and row: the two products with the weights, then about 10 elementwise ops per unit.
+  layer.flops = static_cast<double>(time) * static_cast<double>(batch) *
+                (2.0 * static_cast<double>(gates * hidden * (features + hidden)) + 10.0 * static_cast<double>(hidden));
+  layer.attributes = {{"hidden", hidden}};
+  return Append(std::move(layer));
+}
+
+int ForwardGraph::CausalMask(int x, float fill) {
+  const Shape in = shape(x);
+  if (in.size() < 2) Fail("a causal mask needs (..., rows, columns), not " + ShapeToString(in) + ", in " + model_);
+  uint32_t bits = 0;
+  std::memcpy(&bits, &fill, sizeof bits);
+  return Append({.kind = OpKind::kCausalMask,
+                 .inputs = {x},
+                 .output_shape = in,
+                 .flops = static_cast<double>(NumElements(in)),
+                 .attributes = {{"fill_bits", static_cast<int64_t>(bits)}}});
+}
+
+int ForwardGraph::Resize(int x, Hw size, bool linear) {
+  const Shape in = shape(x);
+  if (in.size() != 4 || size[0] <= 0 || size[1] <= 0) {
+    Fail("a resize reads NCHW to a positive size, not " + ShapeToString(in) + ", in " + model_);
+  }
+  Shape out = {in[0], in[1], size[0], size[1]};
+  // Per output element: 4 products and 3 sums for bilinear, a copy for nearest.
+  const double flops = static_cast<double>(NumElements(out)) * (linear ? 7.0 : 1.0);
+  return Append({.kind = OpKind::kResize,
+                 .inputs = {x},
+                 .output_shape = std::move(out),
+                 .flops = flops,
+                 .attributes = {{"linear", linear ? 1 : 0}}});
 }
 
 }  // namespace edgecost::graph

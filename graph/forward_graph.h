@@ -70,9 +70,20 @@ enum class OpKind {
   kReshape,    // a view: the same elements in another shape
   kSlice,      // a range of one axis (Slice, Split, Gather of one index)
   kEmbedding,  // rows of a parameter table picked by integer ids (Gather)
+  // Recurrent layers over a time-major sequence (ONNX LSTM and GRU, one direction), with torch.nn's
+  // parameters: weight_ih, weight_hh, bias_ih, bias_hh, gates in PyTorch's order.
+  kLstm,
+  kGru,  // linear before reset, as torch.nn.GRU
+  // A causal (autoregressive) mask over the last two axes: y = fill where column > row, else x
+  // (masked_fill by a constant upper-triangular mask, ONNX Where); attribute fill_bits, float32 bits.
+  kCausalMask,
+  // Upsampling of NCHW's spatial axes (ONNX Resize, as F.interpolate and nn.Upsample export it):
+  // attribute "linear" 0 for nearest (integer factors, PyTorch's floor), 1 for bilinear (half-pixel
+  // centres, align_corners=False).
+  kResize,
 };
 
-inline constexpr OpKind kLastOpKind = OpKind::kEmbedding;
+inline constexpr OpKind kLastOpKind = OpKind::kResize;
 
 // Stable lower-case name used in graphs, op signatures and the database.
 std::string_view OpKindName(OpKind kind);
@@ -169,6 +180,11 @@ class ForwardGraph {
   // Elements [start, end) of `axis`; `squeeze` drops the axis (Gather of one index).
   int Slice(int x, int64_t axis, int64_t start, int64_t end, bool squeeze = false);
   int Embedding(int ids, int64_t vocabulary, int64_t dim);
+  // kLstm or kGru over x of shape (time, batch, features), `hidden` units: output (time, 1, batch,
+  // hidden), ONNX's Y with its one direction; attribute "hidden".
+  int Recurrent(OpKind kind, int x, int64_t hidden);
+  int CausalMask(int x, float fill);
+  int Resize(int x, Hw size, bool linear);
 
   const std::string& model() const { return model_; }
   int batch_size() const { return batch_size_; }
@@ -178,6 +194,10 @@ class ForwardGraph {
   void SetParamNames(int layer, std::vector<std::string> names, bool transposed = false) {
     layers_.at(static_cast<size_t>(layer)).param_names = std::move(names);
     layers_.at(static_cast<size_t>(layer)).param_transposed = transposed;
+  }
+  // Replaces a layer's attributes (the importer's tied weights: tied_node, tied_param).
+  void SetAttributes(int layer, std::map<std::string, int64_t> attributes) {
+    layers_.at(static_cast<size_t>(layer)).attributes = std::move(attributes);
   }
   void SetModule(int layer, std::string module) { layers_.at(static_cast<size_t>(layer)).module = std::move(module); }
   int size() const { return static_cast<int>(layers_.size()); }

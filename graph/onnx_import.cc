@@ -80,6 +80,15 @@ struct Value {
   std::vector<double> data;  // constants, and parameters small enough to be read as constants
   bool integer = false;      // an integer or boolean constant (for Div and Cast)
   bool has_data = false;
+  // Parameters that feed an LSTM or GRU: which initializer rows (along axis 0, after `lead_ones`
+  // leading axes of one) they are, as PyTorch's export slices and concatenates torch.nn's weights
+  // into ONNX's gate order. Empty elsewhere.
+  struct RowBlock {
+    std::string initializer;
+    int64_t start = 0, end = 0;
+  };
+  std::vector<RowBlock> rows;
+  int lead_ones = 0;
 
   static Value Activation(int node) { return {.kind = Kind::kActivation, .node = node}; }
   static Value Constant(Shape shape, std::vector<double> data, bool integer) {
@@ -362,16 +371,20 @@ class ConstantFolder {
     }
     if (op == "Slice") {
       EC_RETURN_IF_ERROR(need(3));
-      if (in[0]->shape.size() != 1) return InvalidArgument("only slices of vectors are folded");
+      // Vectors, and rows (the first axis) of tensors: an LSTM's initial states, one layer's each.
+      if (in[0]->shape.empty()) return InvalidArgument("only slices of vectors and of rows are folded");
       const int64_t n = in[0]->shape[0];
-      if (in.size() > 3 && in[3] && in[3]->has_data && NormalizeAxis(ToInt(in[3]->data.at(0)), 1) != 0) {
-        return InvalidArgument("bad axis");
+      if (in.size() > 3 && in[3] && in[3]->has_data &&
+          NormalizeAxis(ToInt(in[3]->data.at(0)), in[0]->shape.size()) != 0) {
+        return InvalidArgument("only slices of vectors and of rows are folded");
       }
       const int64_t step = in.size() > 4 && in[4] && in[4]->has_data ? ToInt(in[4]->data.at(0)) : 1;
       if (step != 1) return InvalidArgument("only unit steps are folded");
       const auto [start, end] = SliceRange(ToInt(in[1]->data.at(0)), ToInt(in[2]->data.at(0)), n);
-      std::vector<double> values(in[0]->data.begin() + start, in[0]->data.begin() + std::max(start, end));
-      const Shape dims = {static_cast<int64_t>(values.size())};
+      const int64_t row = n == 0 ? 0 : static_cast<int64_t>(in[0]->data.size()) / n;
+      std::vector<double> values(in[0]->data.begin() + start * row, in[0]->data.begin() + std::max(start, end) * row);
+      Shape dims = in[0]->shape;
+      dims[0] = std::max(start, end) - start;
       return std::vector<Value>{Value::Constant(dims, std::move(values), in[0]->integer)};
     }
     if (op == "Transpose") {
@@ -553,7 +566,9 @@ const std::set<std::string>& NodeOps() {
                                             "Concat",      "Split",
                                             "Slice",       "Gather",
                                             "Softmax",     "LayerNormalization",
-                                            "Cast",        "Pad"};
+                                            "Cast",        "Pad",
+                                            "LSTM",        "GRU",
+                                            "Where",       "Resize"};
   return ops;
 }
 
@@ -667,6 +682,7 @@ class Importer {
           if (v.integer) v.kind = Value::Kind::kConstant;  // integers are never weights
         }
       }
+      if (!v.shape.empty()) v.rows = {{t.name(), 0, v.shape[0]}};
       values_[t.name()] = std::move(v);
     }
     for (const auto* list : {&g.value_info(), &g.output()}) {
@@ -691,6 +707,7 @@ class Importer {
     for (int i = 0; i < g.node_size(); ++i) {
       for (const std::string& input : g.node(i).input()) consumers_[input].push_back(i);
     }
+    MarkRecurrentWeights();
     // Constants first: the fusions look ahead at nodes whose constant inputs come later in the file.
     for (int i = 0; i < g.node_size(); ++i) {
       if (g.node(i).op_type() != "Constant") continue;
@@ -718,6 +735,12 @@ class Importer {
       return Error("the output has shape " + ShapeToString(graph_.shape(logits)) +
                    "; a cross-entropy loss needs logits of shape (batch, classes)");
     }
+    // A time-major sequence's first axis is time: a recurrent model's batch is its logits' rows.
+    const bool recurrent = std::any_of(graph_.layers().begin(), graph_.layers().end(), [](const graph::Layer& l) {
+      return l.kind == OpKind::kLstm || l.kind == OpKind::kGru;
+    });
+    if (recurrent) graph_.set_batch_size(static_cast<int>(graph_.shape(logits)[0]));
+    EC_RETURN_IF_ERROR(TieSharedWeights());
     graph_.CrossEntropyLoss(logits, graph_.shape(logits).back());
     return std::move(graph_);
   }
@@ -839,6 +862,7 @@ class Importer {
     const std::string& op = node.op_type();
     const Attributes attrs(node);
     const Value& p = *in[0];
+    if (recurrent_weight_nodes_.count(index)) return ImportRecurrentWeightOp(node, index, in);
     if (op == "Identity" || op == "Cast") {
       SetOutput(node, 0, p);
     } else if (op == "Transpose" && p.kind == Value::Kind::kParameter) {
@@ -1159,7 +1183,9 @@ class Importer {
     } else if (op == "Gather") {
       const int64_t axis = attrs.Int("axis", 0);
       if (in[0]->kind == Value::Kind::kParameter && activation(1) && axis == 0 && in[0]->shape.size() == 2) {
-        set(graph_.Embedding(Act(in[1]), in[0]->shape[0], in[0]->shape[1]));
+        const int embedding = graph_.Embedding(Act(in[1]), in[0]->shape[0], in[0]->shape[1]);
+        graph_.SetParamNames(embedding, {node.input(0)});
+        set(embedding);
       } else if (x0 && in[1] && in[1]->has_data && in[1]->data.size() == 1) {
         const Shape& s = graph_.shape(Act(x0));
         const int64_t a = NormalizeAxis(axis, s.size());
@@ -1187,6 +1213,12 @@ class Importer {
         return Unsupported(node, index, "only a normalization over the last axis is supported");
       }
       set(graph_.LayerNorm(Act(x0), attrs.Float("epsilon", graph::kDefaultNormEpsilon)));
+    } else if (op == "LSTM" || op == "GRU") {
+      return ImportRecurrent(node, index, in);
+    } else if (op == "Where") {
+      return ImportWhere(node, index, in);
+    } else if (op == "Resize") {
+      return ImportResize(node, index, in);
     } else {
       return Unsupported(node, index, "");
     }
@@ -1386,6 +1418,299 @@ class Importer {
     return true;
   }
 
+  // The nodes between torch.nn's recurrent weights and an LSTM or GRU (Identity, Slice, Concat,
+  // Unsqueeze on axis 0: the exporter's reordering of the gates), found before import so that only
+  // these, and no other op on weights, follow initializer rows.
+  void MarkRecurrentWeights() {
+    const onnx::GraphProto& g = model_.graph();
+    std::map<std::string, int> producer;
+    for (int i = 0; i < g.node_size(); ++i) {
+      for (const std::string& out : g.node(i).output()) producer[out] = i;
+    }
+    static const std::set<std::string> plumbing = {"Identity", "Slice", "Concat", "Unsqueeze"};
+    std::vector<std::string> pending;
+    for (const onnx::NodeProto& node : g.node()) {
+      if (node.op_type() != "LSTM" && node.op_type() != "GRU") continue;
+      for (int i = 1; i <= 3 && i < node.input_size(); ++i) pending.push_back(node.input(i));
+    }
+    while (!pending.empty()) {
+      const std::string tensor = pending.back();
+      pending.pop_back();
+      auto it = producer.find(tensor);
+      if (it == producer.end() || !plumbing.count(g.node(it->second).op_type())) continue;
+      if (!recurrent_weight_nodes_.insert(it->second).second) continue;
+      const onnx::NodeProto& node = g.node(it->second);
+      // Slice's and Unsqueeze's other inputs are constants; Concat's are all parts.
+      const int parts = node.op_type() == "Concat" ? node.input_size() : 1;
+      for (int i = 0; i < parts; ++i) pending.push_back(node.input(i));
+    }
+  }
+
+  // Rows of an initializer (axis 0) through Identity, Slice, Concat and Unsqueeze(0).
+  Status ImportRecurrentWeightOp(const onnx::NodeProto& node, int index, const std::vector<const Value*>& in) {
+    const std::string& op = node.op_type();
+    const Attributes attrs(node);
+    auto rows_of = [&](int i) -> const Value* {
+      const Value* v = i < static_cast<int>(in.size()) ? in[i] : nullptr;
+      return v && v->kind == Value::Kind::kParameter && !v->rows.empty() ? v : nullptr;
+    };
+    const Value* p = rows_of(0);
+    const std::string unsupported = "only slices, concatenations and unsqueezes of weights along their first axis";
+    if (!p) return Unsupported(node, index, unsupported);
+    Value out = *p;
+    if (op == "Identity") {
+    } else if (op == "Unsqueeze") {
+      std::vector<int64_t> axes = attrs.Ints("axes", {});
+      if (in.size() > 1 && in[1] && in[1]->has_data) {
+        axes.clear();
+        for (double d : in[1]->data) axes.push_back(ToInt(d));
+      }
+      if (axes != std::vector<int64_t>{0}) return Unsupported(node, index, unsupported);
+      out.shape.insert(out.shape.begin(), 1);
+      ++out.lead_ones;
+    } else if (op == "Slice") {
+      const bool constant = in.size() >= 3 && in[1] && in[2] && in[1]->has_data && in[2]->has_data &&
+                            in[1]->data.size() == 1 && in[2]->data.size() == 1;
+      const bool axis0 = in.size() < 4 || !in[3] || (in[3]->has_data && in[3]->data.size() == 1 && in[3]->data[0] == 0);
+      const bool unit = in.size() < 5 || !in[4] || (in[4]->has_data && in[4]->data.size() == 1 && in[4]->data[0] == 1);
+      if (!constant || !axis0 || !unit || p->lead_ones != 0) return Unsupported(node, index, unsupported);
+      const auto [start, end] =
+          ConstantFolder::SliceRange(ToInt(in[1]->data[0]), ToInt(in[2]->data[0]), p->shape.at(0));
+      out.rows.clear();
+      int64_t at = 0;  // row of p where the current block starts
+      for (const Value::RowBlock& b : p->rows) {
+        const int64_t lo = std::max(start, at), hi = std::min(end, at + (b.end - b.start));
+        if (lo < hi) out.rows.push_back({b.initializer, b.start + (lo - at), b.start + (hi - at)});
+        at += b.end - b.start;
+      }
+      out.shape[0] = std::max<int64_t>(end - start, 0);
+      if (out.rows.empty()) return Unsupported(node, index, "an empty slice of a weight");
+    } else if (op == "Concat") {
+      if (attrs.Int("axis", 0) != 0 || p->lead_ones != 0) return Unsupported(node, index, unsupported);
+      for (int i = 1; i < node.input_size(); ++i) {
+        const Value* q = rows_of(i);
+        if (!q || q->lead_ones != 0 || q->shape.size() != p->shape.size() ||
+            !std::equal(q->shape.begin() + 1, q->shape.end(), p->shape.begin() + 1)) {
+          return Unsupported(node, index, unsupported);
+        }
+        out.rows.insert(out.rows.end(), q->rows.begin(), q->rows.end());
+        out.shape[0] += q->shape[0];
+      }
+    } else {
+      return Unsupported(node, index, unsupported);
+    }
+    out.has_data = false;  // a trained weight, never a constant
+    out.data.clear();
+    SetOutput(node, 0, std::move(out));
+    return Status::Ok();
+  }
+
+  // Resize of NCHW's spatial axes by integer factors, as F.interpolate and nn.Upsample export it:
+  // nearest (asymmetric coordinates, floor) or bilinear (half-pixel centres: align_corners=False).
+  Status ImportResize(const onnx::NodeProto& node, int index, const std::vector<const Value*>& in) {
+    const Attributes attrs(node);
+    const Value* x = !in.empty() && in[0] && in[0]->kind == Value::Kind::kActivation ? in[0] : nullptr;
+    if (!x || graph_.shape(Act(x)).size() != 4) return Unsupported(node, index, "only a resize of an NCHW activation");
+    const Shape xs = graph_.shape(Act(x));
+    // Opset 10: (X, scales); 11+: (X, roi, scales, sizes), one of scales and sizes given.
+    const int scales_at = opset_ >= 11 ? 2 : 1, sizes_at = 3;
+    Shape out;
+    const Value* scales = scales_at < static_cast<int>(in.size()) ? in[scales_at] : nullptr;
+    const Value* sizes = sizes_at < static_cast<int>(in.size()) ? in[sizes_at] : nullptr;
+    if (sizes && sizes->has_data && sizes->data.size() == 4) {
+      for (double d : sizes->data) out.push_back(ToInt(d));
+    } else if (scales && scales->has_data && scales->data.size() == 4) {
+      for (size_t a = 0; a < 4; ++a) {
+        const double extent = static_cast<double>(xs[a]) * scales->data[a];
+        if (extent != std::floor(extent)) return Unsupported(node, index, "only integer upsampling factors");
+        out.push_back(static_cast<int64_t>(extent));
+      }
+    } else {
+      return Unsupported(node, index, "scales or sizes must be constants of the four NCHW axes");
+    }
+    if (out[0] != xs[0] || out[1] != xs[1] || out[2] % xs[2] != 0 || out[3] % xs[3] != 0 || out[2] < xs[2] ||
+        out[3] < xs[3]) {
+      return Unsupported(node, index, "only upsampling of the spatial axes by integer factors is supported");
+    }
+    const std::string mode = attrs.String("mode", "nearest");
+    const std::string coordinates = attrs.String("coordinate_transformation_mode", "half_pixel");
+    const bool nearest =
+        mode == "nearest" && coordinates == "asymmetric" && attrs.String("nearest_mode", "round_prefer_floor") == "floor";
+    const bool linear = mode == "linear" && (coordinates == "half_pixel" || coordinates == "pytorch_half_pixel");
+    if (!nearest && !linear) {
+      return Unsupported(node, index,
+                         "supported: nearest with asymmetric coordinates and floor (F.interpolate's 'nearest'), "
+                         "linear with half-pixel coordinates ('bilinear', align_corners=False)");
+    }
+    SetOutput(node, 0, Value::Activation(graph_.Resize(Act(x), {out[2], out[3]}, linear)));
+    return Status::Ok();
+  }
+
+  // Where(mask, fill, x) or Where(keep, x, fill) with a constant causal mask over the last two axes
+  // (masked_fill of attention scores by the future positions): a causal_mask layer.
+  Status ImportWhere(const onnx::NodeProto& node, int index, const std::vector<const Value*>& in) {
+    const std::string only = "only a constant causal mask over an activation's last two axes (masked_fill of the "
+                             "future positions by a constant) is supported";
+    if (in.size() != 3 || !in[0] || !in[1] || !in[2] || !in[0]->has_data) return Unsupported(node, index, only);
+    const bool fill_first = in[2]->kind == Value::Kind::kActivation;
+    const Value* x = fill_first ? in[2] : in[1];
+    const Value* fill = fill_first ? in[1] : in[2];
+    if (x->kind != Value::Kind::kActivation || !fill->scalar()) return Unsupported(node, index, only);
+    const Shape xs = graph_.shape(Act(x));
+    const Shape& ms = in[0]->shape;
+    if (xs.size() < 2 || ms.size() < 2 || ms.size() > xs.size()) return Unsupported(node, index, only);
+    const int64_t rows = xs[xs.size() - 2], cols = xs.back();
+    if (ms[ms.size() - 2] != rows || ms.back() != cols ||
+        !std::all_of(ms.begin(), ms.end() - 2, [](int64_t d) { return d == 1; })) {
+      return Unsupported(node, index, only);
+    }
+    // Where(mask, fill, x) fills where the condition holds (column > row); Where(keep, x, fill) keeps there.
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) {
+        const bool condition = in[0]->data[static_cast<size_t>(r * cols + c)] != 0;
+        if (condition != (fill_first ? c > r : c <= r)) return Unsupported(node, index, only);
+      }
+    }
+    SetOutput(node, 0, Value::Activation(graph_.CausalMask(Act(x), static_cast<float>(fill->data[0]))));
+    return Status::Ok();
+  }
+
+  // Tied weights (a language model's LM head that reuses its token embedding): an initializer that
+  // two layers read, as it is or through Transpose, in the same layout. The later layer's weight is
+  // marked tied_node (the earlier layer) and tied_param (that layer's parameter index); the
+  // executor keeps the two copies equal and gives both the sum of their gradients.
+  Status TieSharedWeights() {
+    std::map<std::string, std::pair<std::string, bool>> through;  // Transpose/Identity output -> (input, flips)
+    for (const onnx::NodeProto& n : model_.graph().node()) {
+      if ((n.op_type() == "Transpose" || n.op_type() == "Identity") && n.input_size() == 1 && n.output_size() == 1) {
+        through[n.output(0)] = {n.input(0), n.op_type() == "Transpose"};
+      }
+    }
+    struct Use {
+      int layer, param;
+      bool transposed;
+    };
+    std::map<std::string, Use> first;
+    for (int l = 0; l < graph_.size(); ++l) {
+      const Layer& layer = graph_.layers()[static_cast<size_t>(l)];
+      for (int k = 0; k < static_cast<int>(layer.param_names.size()); ++k) {
+        std::string name = layer.param_names[static_cast<size_t>(k)];
+        if (name.empty()) continue;
+        bool transposed = k == 0 && layer.param_transposed;
+        for (int hops = 0; hops < 4 && through.count(name); ++hops) {
+          transposed = transposed != through[name].second;
+          name = through[name].first;
+        }
+        auto v = values_.find(name);
+        if (v == values_.end() || v->second.kind != Value::Kind::kParameter || v->second.shape.size() != 2) continue;
+        auto [it, added] = first.insert({name, {l, k, transposed}});
+        if (added || it->second.layer == l) continue;
+        if (k != 0 || it->second.transposed != transposed || layer.attributes.count("tied_node")) {
+          return Error("weight '" + name + "' is shared by two layers in a way the importer does not support (only a "
+                       "layer's weight tied to an earlier layer's parameter in the same layout, as an LM head tied "
+                       "to the token embedding)");
+        }
+        Layer tied = layer;
+        tied.attributes["tied_node"] = it->second.layer;
+        tied.attributes["tied_param"] = it->second.param;
+        graph_.SetAttributes(l, tied.attributes);
+        graph_.SetParamNames(l, {name, k + 1 < static_cast<int>(layer.param_names.size()) ? layer.param_names[1] : ""},
+                             transposed);
+      }
+    }
+    return Status::Ok();
+  }
+
+  // ONNX LSTM and GRU as torch.nn.LSTM and torch.nn.GRU export them (one direction, one layer per
+  // node, zero initial state, linear before reset): one layer whose parameters are torch.nn's own
+  // weight_ih, weight_hh, bias_ih and bias_hh, found behind the exporter's gate reordering.
+  Status ImportRecurrent(const onnx::NodeProto& node, int index, const std::vector<const Value*>& in) {
+    const std::string& op = node.op_type();
+    const bool lstm = op == "LSTM";
+    const Attributes attrs(node);
+    const Value* x = !in.empty() && in[0] && in[0]->kind == Value::Kind::kActivation ? in[0] : nullptr;
+    if (!x || graph_.shape(Act(x)).size() != 3) {
+      return Unsupported(node, index, "the input must be an activation of shape (time, batch, features)");
+    }
+    const int64_t hidden = attrs.Int("hidden_size", 0);
+    if (hidden <= 0) return NodeError(node, index, "needs hidden_size");
+    if (attrs.String("direction", "forward") != "forward") {
+      return Unsupported(node, index, "only one direction (forward) is supported, not bidirectional or reverse");
+    }
+    if (attrs.Int("layout", 0) != 0 || attrs.Has("clip") || attrs.Int("input_forget", 0) != 0) {
+      return Unsupported(node, index, "layout, clip and input_forget are not supported");
+    }
+    if (!lstm && attrs.Int("linear_before_reset", 0) != 1) {
+      return Unsupported(node, index, "only linear_before_reset=1 (torch.nn.GRU's equations) is supported");
+    }
+    const std::vector<std::string> defaults =
+        lstm ? std::vector<std::string>{"Sigmoid", "Tanh", "Tanh"} : std::vector<std::string>{"Sigmoid", "Tanh"};
+    for (const onnx::AttributeProto& a : node.attribute()) {
+      if (a.name() == "activations" && std::vector<std::string>(a.strings().begin(), a.strings().end()) != defaults) {
+        return Unsupported(node, index, "only the default activations are supported");
+      }
+      if (a.name() == "activation_alpha" || a.name() == "activation_beta") {
+        return Unsupported(node, index, "activation_alpha and activation_beta are not supported");
+      }
+    }
+    auto given = [&](int i) { return i < node.input_size() && !node.input(i).empty(); };
+    if (given(4)) return Unsupported(node, index, "sequence_lens is not supported (every sequence is whole)");
+    if (lstm && given(7)) return Unsupported(node, index, "peepholes are not supported");
+    for (int i : lstm ? std::vector<int>{5, 6} : std::vector<int>{5}) {
+      if (!given(i)) continue;
+      const Value* state = in[i];
+      const bool zero = state->has_data && std::all_of(state->data.begin(), state->data.end(), [](double d) {
+        return d == 0;
+      });
+      if (!zero) return Unsupported(node, index, "only a zero initial state is supported");
+    }
+    if (lstm && node.output_size() > 2 && !node.output(2).empty() && consumers_.count(node.output(2))) {
+      return Unsupported(node, index, "the last cell state (Y_c) is not supported; use the outputs Y");
+    }
+    // ONNX's gate k is torch.nn's gate kTorchGate[k]: ONNX orders i o f c and z r h, PyTorch i f g o and r z n.
+    const std::vector<int64_t> torch_gate = lstm ? std::vector<int64_t>{0, 3, 1, 2} : std::vector<int64_t>{1, 0, 2};
+    const int64_t gates = static_cast<int64_t>(torch_gate.size()), gh = gates * hidden;
+    const std::string fix =
+        "its weights must be torch.nn's parameters as PyTorch's training-mode export reorders them "
+        "(torch.onnx.export(..., training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False))";
+    // The initializer behind `rows` [first, first + count) of weight input i, each torch.nn's row
+    // `row_of(r)`; empty when they are anything else.
+    auto source = [&](int i, int64_t first, int64_t count, int64_t cols) -> std::string {
+      const Value* w = given(i) ? in[i] : nullptr;
+      if (!w || w->kind != Value::Kind::kParameter || w->lead_ones != 1 || w->rows.empty()) return "";
+      std::string name;
+      int64_t r = 0;
+      for (const Value::RowBlock& b : w->rows) {
+        for (int64_t row = b.start; row < b.end; ++row, ++r) {
+          if (r < first || r >= first + count) continue;
+          const int64_t k = (r - first) / hidden, unit = (r - first) % hidden;
+          if (!name.empty() && b.initializer != name) return "";
+          name = b.initializer;
+          if (row != torch_gate[k] * hidden + unit) return "";
+        }
+      }
+      auto v = values_.find(name);
+      if (r != w->shape.at(1) || v == values_.end()) return "";
+      const Shape expected = cols > 0 ? Shape{gh, cols} : Shape{gh};
+      return v->second.shape == expected ? name : "";
+    };
+    const int64_t features = graph_.shape(Act(x))[2];
+    const std::string w_ih = source(1, 0, gh, features), w_hh = source(2, 0, gh, hidden);
+    if (!given(3)) return Unsupported(node, index, "a recurrent layer without biases is not supported");
+    const std::string b_ih = source(3, 0, gh, 0), b_hh = source(3, gh, gh, 0);
+    if (w_ih.empty() || w_hh.empty() || b_ih.empty() || b_hh.empty()) return Unsupported(node, index, fix);
+    const int layer = graph_.Recurrent(lstm ? OpKind::kLstm : OpKind::kGru, Act(x), hidden);
+    graph_.SetParamNames(layer, {w_ih, w_hh, b_ih, b_hh});
+    SetOutput(node, 0, Value::Activation(layer));
+    // Y_h, the last step's hidden state, when something reads it: a slice of Y.
+    if (node.output_size() > 1 && !node.output(1).empty() && consumers_.count(node.output(1))) {
+      const Shape y = graph_.shape(layer);  // a copy: Slice appends to the layers
+      const int last = graph_.Slice(layer, 0, y[0] - 1, y[0]);
+      SetOutput(node, 1, Value::Activation(graph_.Reshape(last, {1, y[2], y[3]})));
+    }
+    return Status::Ok();
+  }
+
   // An eval-mode export has its batch norms folded into the convolutions (their weights renamed
   // onnx::Conv_N by the exporter) or running statistics in place of batch statistics: its
   // training graph would be wrong without a word.
@@ -1418,6 +1743,7 @@ class Importer {
   std::map<std::string, Shape> inferred_;
   std::map<std::string, std::vector<int>> consumers_;
   std::set<int> consumed_;  // nodes fused into an earlier one
+  std::set<int> recurrent_weight_nodes_;  // MarkRecurrentWeights
   std::map<std::string, std::string> unsupported_;
   std::vector<std::string> weight_names_;
   int batch_norms_ = 0;
@@ -1438,7 +1764,8 @@ namespace {
 
 // Sets the data input's batch and forgets the exporter's shapes, which were
 // inferred at its batch: shape inference computes them again. Returns the
-// export's batch, or 0 when nothing was changed.
+// export's batch, 0 when nothing was changed, or minus the logits' rows when
+// the input's first axis is not the batch (and the logits' rows are not `batch_size`).
 int64_t Rebatch(onnx::ModelProto& model, int batch_size) {
   onnx::GraphProto& g = *model.mutable_graph();
   std::set<std::string> weights;
@@ -1449,6 +1776,13 @@ int64_t Rebatch(onnx::ModelProto& model, int batch_size) {
     if (shape->dim_size() < 1 || !shape->dim(0).has_dim_value()) return 0;
     const int64_t exported = shape->dim(0).dim_value();
     if (exported == batch_size) return 0;
+    // Logits whose rows are not the input's first axis (a time-major sequence, time first): that
+    // axis is not the batch, so it is not changed; the model runs at its exported batch, or not at all.
+    if (g.output_size() == 1 && g.output(0).type().tensor_type().shape().dim_size() >= 1 &&
+        g.output(0).type().tensor_type().shape().dim(0).has_dim_value()) {
+      const int64_t rows = g.output(0).type().tensor_type().shape().dim(0).dim_value();
+      if (rows != exported) return rows == batch_size ? 0 : -rows;
+    }
     shape->mutable_dim(0)->set_dim_value(batch_size);
     g.clear_value_info();
     for (onnx::ValueInfoProto& output : *g.mutable_output())
@@ -1468,6 +1802,12 @@ Result<ForwardGraph> ImportInProcess(const std::string& bytes, const std::string
   if (model.graph().node_size() == 0) return InvalidArgument(origin + " is not an ONNX model: its graph has no nodes");
   EC_RETURN_IF_ERROR(CheckOpsAndOpset(model, origin));
   const int64_t exported_batch = batch_size > 0 ? Rebatch(model, batch_size) : 0;
+  if (exported_batch < 0) {
+    return InvalidArgument(origin + " was exported at batch size " + std::to_string(-exported_batch) +
+                           " with logits whose rows are not the input's first axis (a time-major sequence, or "
+                           "a token per row) and does not import at batch size " + std::to_string(batch_size) + "; export it at batch size " +
+                           std::to_string(batch_size));
+  }
   const auto fixed_batch = [&](const std::string& why) {
     return InvalidArgument(origin + " was exported at batch size " + std::to_string(exported_batch) +
                            " and does not import at batch size " + std::to_string(batch_size) + " (" + why +

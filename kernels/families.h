@@ -12,6 +12,9 @@ namespace edgecost::kernels::detail {
 // Null when `kind` is not the family's.
 std::unique_ptr<Layer> MakeCoreLayer(graph::OpKind kind, Backend& backend, const LayerSpec& spec, uint32_t seed);
 std::unique_ptr<Layer> MakeOnnxLayer(graph::OpKind kind, Backend& backend, const LayerSpec& spec, uint32_t seed);
+std::unique_ptr<Layer> MakeRecurrentLayer(graph::OpKind kind, Backend& backend, const LayerSpec& spec, uint32_t seed);
+std::unique_ptr<Layer> MakeMaskLayer(graph::OpKind kind, Backend& backend, const LayerSpec& spec, uint32_t seed);
+std::unique_ptr<Layer> MakeResizeLayer(graph::OpKind kind, Backend& backend, const LayerSpec& spec, uint32_t seed);
 std::unique_ptr<Layer> MakeGradSumLayer(Backend& backend, const Dims& shape, int parts, uint32_t seed);
 
 }  // namespace edgecost::kernels::detail

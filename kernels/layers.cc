@@ -101,6 +101,13 @@ Result<std::unique_ptr<Layer>> MakeLayer(Backend& backend, const LayerSpec& spec
       case OpKind::kSlice:
       case OpKind::kEmbedding:
         return detail::MakeOnnxLayer(*kind, backend, spec, seed);
+      case OpKind::kLstm:
+      case OpKind::kGru:
+        return detail::MakeRecurrentLayer(*kind, backend, spec, seed);
+      case OpKind::kCausalMask:
+        return detail::MakeMaskLayer(*kind, backend, spec, seed);
+      case OpKind::kResize:
+        return detail::MakeResizeLayer(*kind, backend, spec, seed);
       case OpKind::kInput:
         break;
     }

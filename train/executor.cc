@@ -129,6 +129,12 @@ std::optional<Reads> KernelReads(graph::OpKind kind, Pass pass, int activation_i
       return activation_inputs == 2 || pass != Pass::kBackwardInput ? x_dy : dy_only;
     case OpKind::kMatMul:
       return forward ? Reads{true, false, false} : x_dy;
+    case OpKind::kCausalMask:
+    case OpKind::kResize:
+      return forward ? Reads{true, false, false} : dy_only;
+    case OpKind::kLstm:  // backward through time reads the sequence, the hidden states and dY
+    case OpKind::kGru:
+      return forward ? Reads{true, false, false} : Reads{true, true, true};
     case OpKind::kEmbedding:  // the table's gradient adds dY's rows at the ids; ids have no gradient
       return forward ? Reads{true, false, false} : (pass == Pass::kBackwardInput ? Reads{} : x_dy);
   }
@@ -168,6 +174,12 @@ struct Executor::State {
   ArenaLayout layout;
   Batch batch;
   std::vector<std::pair<int, int>> trained;  // (forward node, parameter index)
+  // Tied weights (graph/onnx_import.cc): `node`'s weight is a copy of `owner`'s parameter
+  // `owner_param`; both start equal and get the sum of their gradients, so they stay equal.
+  struct Tie {
+    int node = 0, owner = 0, owner_param = 0;
+  };
+  std::vector<Tie> ties;
   int input_node = -1, loss_node = -1;
   int64_t label_rows = 0, classes = 0;
   int64_t input_id_limit = 0;
@@ -451,11 +463,13 @@ Result<std::unique_ptr<Executor>> Executor::Create(const v1::TrainingGraph& grap
     const int params = static_cast<int>(layer->params().size());
     if (params > 0 && layer_trains[static_cast<size_t>(f)]) {
       const bool normalization = kind == graph::OpKind::kBatchNorm2d || kind == graph::OpKind::kLayerNorm;
+      // A recurrent layer's one backward pass gives every parameter's gradient; its biases are the last two.
+      const bool recurrent = kind == graph::OpKind::kLstm || kind == graph::OpKind::kGru;
       const bool gives_weights =
-          role == graph::GradRole::kGradWeight || (normalization && role == graph::GradRole::kGrad);
+          role == graph::GradRole::kGradWeight || ((normalization || recurrent) && role == graph::GradRole::kGrad);
       const bool gives_bias = gives_weights || role == graph::GradRole::kGradBias;
       for (int i = 0; i < params; ++i) {
-        const bool is_bias = params == 1 ? role == graph::GradRole::kGradBias : i == 1;
+        const bool is_bias = params == 1 ? role == graph::GradRole::kGradBias : recurrent ? i >= 2 : i == 1;
         if (is_bias ? gives_bias : (gives_weights && !bias_only)) trained.insert({f, i});
       }
     }
@@ -500,6 +514,31 @@ Result<std::unique_ptr<Executor>> Executor::Create(const v1::TrainingGraph& grap
   e->scratchpad_bytes_ = s.backend.scratchpad_bytes();
   e->layer_state_bytes_ += e->scratchpad_bytes_;
   s.trained.assign(trained.begin(), trained.end());
+  for (int v = 0; v < n; ++v) {
+    const auto& attrs = graph.nodes(v).attributes();
+    const auto tied = attrs.find("tied_node"), param = attrs.find("tied_param");
+    if (tied == attrs.end() || graph.nodes(v).phase() == v1::PHASE_BACKWARD) continue;
+    const std::string label = "node " + std::to_string(v) + " ('" + graph.nodes(v).name() + "')";
+    const int64_t owner = tied->second, owner_param = param == attrs.end() ? 0 : param->second;
+    kernels::Layer* layer = s.layers[static_cast<size_t>(v)].get();
+    kernels::Layer* owner_layer =
+        owner >= 0 && owner < v ? s.layers[static_cast<size_t>(owner)].get() : nullptr;
+    if (!layer || !owner_layer || layer->params().empty() || owner_param < 0 ||
+        owner_param >= static_cast<int64_t>(owner_layer->params().size()) ||
+        layer->params()[0]->size() != owner_layer->params()[static_cast<size_t>(owner_param)]->size()) {
+      return InvalidArgument(label + " ties its weight to a parameter of node " + std::to_string(owner) +
+                             " that it cannot share (no such layer or parameter, or another size)");
+    }
+    const bool trains = std::count(s.trained.begin(), s.trained.end(), std::pair<int, int>{v, 0}) > 0;
+    const bool owner_trains = std::count(s.trained.begin(), s.trained.end(),
+                                         std::pair<int, int>{static_cast<int>(owner), static_cast<int>(owner_param)}) > 0;
+    if (trains != owner_trains) {
+      return InvalidArgument(label + " shares its weight with node " + std::to_string(owner) +
+                             ", and only one of them trains; train both (or neither)");
+    }
+    layer->params()[0]->data = owner_layer->params()[static_cast<size_t>(owner_param)]->data;
+    if (trains) s.ties.push_back({v, static_cast<int>(owner), static_cast<int>(owner_param)});
+  }
   EC_RETURN_IF_ERROR(e->SetOptimizer({}));
   s.arena = std::make_unique<Arena>(n);
   s.plain = PlainPlan(e->preds_);
@@ -733,6 +772,12 @@ Result<StepStats> Executor::Step(const solver::Plan* plan_or_null) {
   // Nothing stays between steps, not even after a failure.
   for (int i = 0; i < n; ++i) s.arena->Free(i);
   if (!status.ok()) return status;
+  // A tied weight's gradient is the sum over its uses, in both copies.
+  for (const State::Tie& tie : s.ties) {
+    std::vector<float>& a = s.layers[static_cast<size_t>(tie.owner)]->grad_params()[static_cast<size_t>(tie.owner_param)]->data;
+    std::vector<float>& b = s.layers[static_cast<size_t>(tie.node)]->grad_params()[0]->data;
+    for (size_t i = 0; i < a.size(); ++i) a[i] = b[i] = a[i] + b[i];
+  }
   stats.runtime_s = NowS() - start;
   stats.cpu_s = ThreadCpuS() - cpu_start;
   stats.loss = s.loss / static_cast<double>(std::max<int64_t>(1, s.label_rows));

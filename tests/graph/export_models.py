@@ -91,6 +91,85 @@ class SmallBert(nn.Module):
         return self.head(torch.tanh(x[:, 0]))
 
 
+class GptBlock(nn.Module):
+    """One pre-norm GPT-2 block in plain torch.nn: causal self-attention, then a GELU MLP."""
+
+    def __init__(self, d_model, heads, dropout):
+        super().__init__()
+        self.heads = heads
+        self.norm1 = nn.LayerNorm(d_model)
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.out = nn.Linear(d_model, d_model)
+        self.norm2 = nn.LayerNorm(d_model)
+        self.mlp = nn.Sequential(nn.Linear(d_model, 4 * d_model), nn.GELU(), nn.Linear(4 * d_model, d_model))
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x):
+        n, s, d = x.shape
+        q, k, v = self.qkv(self.norm1(x)).split(d, dim=-1)
+        q, k, v = (t.reshape(n, s, self.heads, d // self.heads).transpose(1, 2) for t in (q, k, v))
+        scores = q @ k.transpose(-2, -1) / (d // self.heads) ** 0.5
+        positions = torch.arange(s, device=x.device)
+        future = positions[None, :] > positions[:, None]  # token i sees tokens 0..i
+        scores = scores.masked_fill(future, float("-inf"))
+        context = (self.drop(scores.softmax(dim=-1)) @ v).transpose(1, 2).reshape(n, s, d)
+        x = x + self.drop(self.out(context))
+        return x + self.drop(self.mlp(self.norm2(x)))
+
+
+class SmallGpt(nn.Module):
+    """A small GPT-2-style causal language model: token and position embeddings, pre-norm blocks, a final
+    LayerNorm and an LM head tied to the token embedding (one parameter, two uses). Returns the next-token
+    logits of every position as rows, (batch * sequence, vocabulary), for a per-token cross-entropy."""
+
+    def __init__(self, vocab=256, seq=32, d_model=64, heads=4, layers=2, dropout=0.1):
+        super().__init__()
+        self.tokens = nn.Embedding(vocab, d_model)
+        self.positions = nn.Embedding(seq, d_model)
+        self.blocks = nn.ModuleList(GptBlock(d_model, heads, dropout) for _ in range(layers))
+        self.norm = nn.LayerNorm(d_model)
+        self.head = nn.Linear(d_model, vocab, bias=False)
+        self.head.weight = self.tokens.weight  # tied
+
+    def forward(self, ids):
+        positions = torch.arange(ids.shape[1], device=ids.device)
+        x = self.tokens(ids) + self.positions(positions)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.norm(x)).reshape(-1, self.head.out_features)
+
+
+def conv_block(cin, cout):
+    """Two 3x3 convolutions, each with batch norm and ReLU: U-Net's unit."""
+    return nn.Sequential(nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(),
+                         nn.Conv2d(cout, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU())
+
+
+class SmallUNet(nn.Module):
+    """A small U-Net for segmentation: two encoder levels (conv block, 2x2 max pooling), a bottleneck, two
+    decoder levels that upsample (bilinear, then nearest: F.interpolate's two common modes), concatenate the
+    encoder's skip and convolve, and a 1x1 convolution to per-pixel class logits. Returns one row of logits
+    per pixel, (batch * height * width, classes), for a per-pixel cross-entropy."""
+
+    def __init__(self, classes=3, width=8):
+        super().__init__()
+        self.enc1, self.enc2 = conv_block(3, width), conv_block(width, 2 * width)
+        self.bottleneck = conv_block(2 * width, 4 * width)
+        self.dec2, self.dec1 = conv_block(6 * width, 2 * width), conv_block(3 * width, width)
+        self.head = nn.Conv2d(width, classes, 1)
+        self.up_bilinear = nn.Upsample(scale_factor=2, mode="bilinear", align_corners=False)
+        self.up_nearest = nn.Upsample(scale_factor=2, mode="nearest")
+
+    def forward(self, x):
+        e1 = self.enc1(x)
+        e2 = self.enc2(nn.functional.max_pool2d(e1, 2))
+        b = self.bottleneck(nn.functional.max_pool2d(e2, 2))
+        d2 = self.dec2(torch.cat([self.up_bilinear(b), e2], dim=1))
+        d1 = self.dec1(torch.cat([self.up_nearest(d2), e1], dim=1))
+        logits = self.head(d1)
+        return logits.permute(0, 2, 3, 1).reshape(-1, logits.shape[1])
+
+
 class TinyResNet(nn.Module):
     """A ResNet of torchvision's BasicBlocks at widths 8 and 16: a stem convolution, an identity block
     and a strided block with its 1x1 downsampling convolution, global pooling and a Linear, for tests
@@ -108,6 +187,64 @@ class TinyResNet(nn.Module):
     def forward(self, x):
         x = self.blocks(self.stem(x))
         return self.head(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1))
+
+
+class SequenceClassifier(nn.Module):
+    """A recurrent classifier of feature sequences: keyword spotting over MFCC frames or activity
+    recognition over sensor readings. An nn.LSTM or nn.GRU, then a Linear on the last step's
+    output (`last="output"`, batch-first or time-major) or on the last layer's final state
+    (`last="state"`, h_n[-1])."""
+
+    def __init__(self, rnn, features, hidden, layers, classes, batch_first, last="output"):
+        super().__init__()
+        self.rnn = {"lstm": nn.LSTM, "gru": nn.GRU}[rnn](features, hidden, num_layers=layers, batch_first=batch_first)
+        self.head = nn.Linear(hidden, classes)
+        self.batch_first = batch_first
+        self.last = last
+
+    def forward(self, x):
+        y, state = self.rnn(x)
+        if self.last == "state":
+            h = state[0] if isinstance(state, tuple) else state
+            return self.head(h[-1])
+        return self.head(y[:, -1] if self.batch_first else y[-1])
+
+
+class KeywordCrnn(nn.Module):
+    """Keyword spotting as a convolutional recurrent network (Arik et al., 2017): two 3x3 convolutions
+    with batch norm over the (time, MFCC) plane, 2x2 max pooling, then the channels of each frame as
+    one feature vector into a 2-layer batch-first LSTM, and a Linear on the last frame's output."""
+
+    def __init__(self, mfcc=10, channels=16, hidden=64, classes=12):
+        super().__init__()
+        self.conv = nn.Sequential(
+            nn.Conv2d(1, channels, 3, padding=1, bias=False), nn.BatchNorm2d(channels), nn.ReLU(),
+            nn.Conv2d(channels, channels, 3, padding=1, bias=False), nn.BatchNorm2d(channels), nn.ReLU(),
+            nn.MaxPool2d(2))
+        self.rnn = nn.LSTM(channels * (mfcc // 2), hidden, num_layers=2, batch_first=True)
+        self.head = nn.Linear(hidden, classes)
+
+    def forward(self, x):  # x: (batch, 1, frames, mfcc)
+        f = self.conv(x)  # (batch, channels, frames / 2, mfcc / 2)
+        f = f.permute(0, 2, 1, 3).flatten(2)  # (batch, frames / 2, channels * mfcc / 2)
+        y, _ = self.rnn(f)
+        return self.head(y[:, -1])
+
+
+class SensorGru(nn.Module):
+    """Activity recognition over time-major IMU readings: a per-step MLP encoder (three Linear + ReLU),
+    a 2-layer GRU, and a Linear on the last layer's final state (h_n[-1])."""
+
+    def __init__(self, channels=6, width=32, hidden=32, classes=6):
+        super().__init__()
+        self.encoder = nn.Sequential(nn.Linear(channels, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(),
+                                     nn.Linear(width, width), nn.ReLU())
+        self.rnn = nn.GRU(width, hidden, num_layers=2)
+        self.head = nn.Linear(hidden, classes)
+
+    def forward(self, x):  # x: (time, batch, channels)
+        _, h = self.rnn(self.encoder(x))
+        return self.head(h[-1])
 
 
 def torchvision_model(name, **kwargs):
@@ -133,8 +270,14 @@ MODELS = {
     "convnext_tiny": (lambda: export_families.build("convnext_tiny"), lambda: torch.randn(2, 3, 64, 64)),
     "inception_v3": (lambda: export_families.build("inception_v3"),
                      lambda: torch.randn(2, 3, export_families.SIDE_PX["inception"], export_families.SIDE_PX["inception"])),
+    # Keyword spotting: 50 frames of 10 MFCCs (a second of audio at 20 ms hops), conv front end, 2-layer LSTM, 12 words.
+    "kws_lstm": (KeywordCrnn, lambda: torch.randn(2, 1, 50, 10)),
+    # Activity recognition: 64 time-major steps of 6 IMU channels, an MLP encoder, a 2-layer GRU, 6 activities.
+    "sensor_gru": (SensorGru, lambda: torch.randn(64, 2, 6)),
     "transformer_encoder": (TransformerClassifier, lambda: torch.randn(2, 64, 128)),
     "small_bert": (SmallBert, lambda: torch.randint(0, 1000, (2, 64))),
+    "small_gpt": (SmallGpt, lambda: torch.randint(0, 256, (2, 32))),
+    "small_unet": (SmallUNet, lambda: torch.randn(2, 3, 32, 32)),
 }
 
 # Tiny variants without dropout for the training tests (tests/train/onnx_train_test.cc): seconds for 50
@@ -145,6 +288,14 @@ TINY_MODELS = {
     "mobilenet_v3_tiny": (lambda: torchvision_model("mobilenet_v3_small", width_mult=0.5, dropout=0.0),
                           lambda: torch.randn(2, 3, 64, 64)),
     "resnet_tiny": (TinyResNet, lambda: torch.randn(2, 3, 16, 16)),
+    "lstm_tiny": (lambda: SequenceClassifier("lstm", 5, 8, 1, 3, batch_first=False), lambda: torch.randn(6, 2, 5)),
+    "gru_tiny": (lambda: SequenceClassifier("gru", 5, 8, 2, 3, batch_first=True, last="state"),
+                 lambda: torch.randn(2, 6, 5)),
+    "lstm2_tiny": (lambda: SequenceClassifier("lstm", 5, 8, 2, 3, batch_first=True, last="state"),
+                   lambda: torch.randn(2, 6, 5)),
+    "unet_tiny": (lambda: SmallUNet(classes=3, width=8), lambda: torch.randn(2, 3, 8, 4)),
+    "gpt_tiny": (lambda: SmallGpt(vocab=40, seq=6, d_model=16, heads=2, layers=1, dropout=0.0),
+                 lambda: torch.randint(0, 40, (2, 6))),
     "bert_tiny": (lambda: SmallBert(vocab=50, seq=8, d_model=16, heads=2, layers=1, classes=3, dropout=0.0),
                   lambda: torch.randint(0, 50, (2, 8))),
 }

@@ -106,12 +106,18 @@ const std::map<std::string, std::set<std::string>> kSignatureKinds = {
     {"convnext_tiny", {"conv2d", "layernorm", "gelu", "mul", "transpose"}},
     {"inception_v3", {"conv2d", "concat", "avgpool2d", "maxpool2d"}},
     {"transformer_encoder", {"matmul", "softmax", "layernorm", "transpose", "dropout", "reduce_mean"}},
+    {"kws_lstm", {"conv2d", "batchnorm2d", "maxpool2d", "transpose", "lstm", "slice"}},
+    {"sensor_gru", {"relu", "gru", "slice", "concat"}},
+    {"small_gpt", {"embedding", "causal_mask", "softmax", "layernorm", "gelu", "matmul", "dropout"}},
+    {"small_unet", {"conv2d", "maxpool2d", "resize", "concat", "transpose"}},
     {"small_bert", {"embedding", "add_broadcast", "layernorm", "gelu", "matmul", "softmax", "tanh", "slice"}},
 };
 
 TEST_P(OnnxModelsTest, ImportsDerivesProfilesAndSolvesAtHalfItsPeak) {
   const std::string model = GetParam();
+  const auto import_start = std::chrono::steady_clock::now();
   auto forward = graph::ImportOnnx(Exported::Get().Path(model));
+  const double import_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - import_start).count();
   ASSERT_TRUE(forward.ok()) << forward.status().message();
   EXPECT_EQ(forward->batch_size(), 2);
   const auto kinds = KindCounts(*forward);
@@ -164,8 +170,8 @@ TEST_P(OnnxModelsTest, ImportsDerivesProfilesAndSolvesAtHalfItsPeak) {
   const double profile_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   ASSERT_TRUE(summary.ok()) << summary.status().message();
   EXPECT_EQ(summary->measured, summary->distinct_ops);
-  std::printf("%s: %d forward ops, %d training nodes, %d distinct ops profiled in %.1f s\n", model.c_str(),
-              forward->size(), graph->nodes_size(), summary->distinct_ops, profile_s);
+  std::printf("%s: imported in %.3f s, %d forward ops, %d training nodes, %d distinct ops profiled in %.1f s\n",
+              model.c_str(), import_s, forward->size(), graph->nodes_size(), summary->distinct_ops, profile_s);
 
   profiler::PagingOptions paging_options;
   paging_options.dir = dir_.string();
@@ -236,7 +242,8 @@ TEST_P(OnnxModelsTest, ImportsDerivesProfilesAndSolvesAtHalfItsPeak) {
 INSTANTIATE_TEST_SUITE_P(Models, OnnxModelsTest,
                          ::testing::Values("mobilenet_v2", "mobilenet_v3_small", "efficientnet_b0",
                                            "shufflenet_v2_x0_5", "squeezenet1_1", "densenet121", "convnext_tiny",
-                                           "inception_v3", "transformer_encoder", "small_bert"),
+                                           "inception_v3", "transformer_encoder", "small_bert", "kws_lstm",
+                                           "sensor_gru", "small_gpt", "small_unet"),
                          [](const auto& info) { return std::string(info.param); });
 
 // LayerNormalization and the other opset-17 spellings import too.

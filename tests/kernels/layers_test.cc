@@ -240,6 +240,80 @@ TEST(LayerGradients, Slice) {
 
 TEST(LayerGradients, Embedding) { CheckLayer({"embedding", {{"vocabulary", 7}, {"dim", 3}}, {{2, 4}}, {2, 4, 3}}); }
 
+// Backward through time: (time 4, batch 2, features 3) into 5 hidden units; every parameter of
+// torch.nn's layout (weight_ih, weight_hh, bias_ih, bias_hh) against central differences.
+// fill_bits 3323740160: -10000.0f (a finite fill, so that the objective stays finite).
+TEST(LayerGradients, CausalMask) {
+  CheckLayer({"causal_mask", {{"fill_bits", 3323740160}}, {{2, 2, 4, 4}}, {2, 2, 4, 4}});
+}
+
+TEST(CausalMask, KeepsThePastAndFillsTheFuture) {
+  Backend backend;
+  auto made = MakeLayer(backend, {"causal_mask", {{"fill_bits", 0xff800000}}, {{1, 3, 3}}, {1, 3, 3}}, 3);  // -inf
+  ASSERT_TRUE(made.ok()) << made.status().message();
+  Layer& layer = **made;
+  layer.Forward();
+  for (int r = 0; r < 3; ++r) {
+    for (int c = 0; c < 3; ++c) {
+      const float y = layer.output().data[r * 3 + c];
+      if (c > r) {
+        EXPECT_TRUE(std::isinf(y) && y < 0) << r << "," << c;
+      } else {
+        EXPECT_EQ(y, layer.inputs()[0].data[r * 3 + c]) << r << "," << c;
+      }
+    }
+  }
+}
+
+TEST(LayerGradients, ResizeNearest) { CheckLayer({"resize", {{"linear", 0}}, {{2, 3, 3, 4}}, {2, 3, 6, 8}}); }
+TEST(LayerGradients, ResizeBilinear) { CheckLayer({"resize", {{"linear", 1}}, {{2, 3, 3, 4}}, {2, 3, 6, 8}}); }
+
+// F.interpolate(scale_factor=2) of one 2x2 plane: nearest repeats each value (floor(dst / 2)); bilinear
+// with half-pixel centres gives the corners as they are and 3/4-1/4 blends between them.
+TEST(Resize, MatchesPyTorchsInterpolation) {
+  Backend backend;
+  for (int linear : {0, 1}) {
+    auto made = MakeLayer(backend, {"resize", {{"linear", linear}}, {{1, 1, 2, 2}}, {1, 1, 4, 4}}, 3);
+    ASSERT_TRUE(made.ok()) << made.status().message();
+    Layer& layer = **made;
+    layer.inputs()[0].data = {1, 2, 3, 4};
+    layer.Forward();
+    const std::vector<float> expected =
+        linear ? std::vector<float>{1, 1.25, 1.75, 2, 1.5, 1.75, 2.25, 2.5, 2.5, 2.75, 3.25, 3.5, 3, 3.25, 3.75, 4}
+               : std::vector<float>{1, 1, 2, 2, 1, 1, 2, 2, 3, 3, 4, 4, 3, 3, 4, 4};
+    for (size_t i = 0; i < expected.size(); ++i) EXPECT_FLOAT_EQ(layer.output().data[i], expected[i]) << linear << " " << i;
+  }
+}
+
+TEST(LayerGradients, Lstm) { CheckLayer({"lstm", {{"hidden", 5}}, {{4, 2, 3}}, {4, 1, 2, 5}}); }
+TEST(LayerGradients, Gru) { CheckLayer({"gru", {{"hidden", 5}}, {{4, 2, 3}}, {4, 1, 2, 5}}); }
+
+// PyTorch's GRU, written out for one step from a zero state (h' = (1 - z) n, n = tanh(W_n x + b_in +
+// r (b_hn))): the reset gate multiplies the recurrent bias (linear before reset), gates r z n.
+TEST(Recurrent, GruFollowsPyTorchsEquations) {
+  Backend backend;
+  auto made = MakeLayer(backend, {"gru", {{"hidden", 2}}, {{1, 1, 3}}, {1, 1, 1, 2}}, 3);
+  ASSERT_TRUE(made.ok()) << made.status().message();
+  Layer& layer = **made;
+  layer.Forward();
+  const std::vector<float>& x = layer.inputs()[0].data;
+  const std::vector<float>& w = layer.params()[0]->data;  // (3 * 2, 3): r, z, n
+  const std::vector<float>& b_ih = layer.params()[2]->data;
+  const std::vector<float>& b_hh = layer.params()[3]->data;
+  auto gate = [&](int g, int h) {
+    double s = b_ih[g * 2 + h];
+    for (int i = 0; i < 3; ++i) s += w[(g * 2 + h) * 3 + i] * x[i];
+    return s;
+  };
+  auto sigmoid = [](double v) { return 1 / (1 + std::exp(-v)); };
+  for (int h = 0; h < 2; ++h) {
+    const double r = sigmoid(gate(0, h) + b_hh[h]);
+    const double z = sigmoid(gate(1, h) + b_hh[2 + h]);
+    const double n = std::tanh(gate(2, h) + r * b_hh[4 + h]);
+    EXPECT_NEAR(layer.output().data[h], (1 - z) * n, 1e-5) << "unit " << h;
+  }
+}
+
 // Forward and backward of the new kernels give the same bits run to run (fixed thread count).
 TEST(Layers, NewKernelsAreDeterministic) {
   const std::vector<LayerSpec> specs = {
@@ -251,6 +325,8 @@ TEST(Layers, NewKernelsAreDeterministic) {
       {"layernorm", {}, {{2, 8, 16}}, {2, 8, 16}},
       {"reduce_mean", {{"axes", 0b1100}, {"keepdims", 0}}, {{2, 8, 4, 4}}, {2, 8}},
       {"embedding", {{"vocabulary", 50}, {"dim", 8}}, {{2, 6}}, {2, 6, 8}},
+      {"lstm", {{"hidden", 8}}, {{5, 2, 4}}, {5, 1, 2, 8}},
+      {"gru", {{"hidden", 8}}, {{5, 2, 4}}, {5, 1, 2, 8}},
   };
   for (const LayerSpec& spec : specs) {
     SCOPED_TRACE(spec.kind);
@@ -284,6 +360,8 @@ TEST(Layers, NewKernelsFollowBind) {
       {"matmul", {}, {{2, 3, 4}, {2, 4, 5}}, {2, 3, 5}},
       {"mul", {}, {{2, 3, 4, 4}, {2, 3, 1, 1}}, {2, 3, 4, 4}},
       {"layernorm", {}, {{2, 3, 8}}, {2, 3, 8}},
+      {"lstm", {{"hidden", 4}}, {{3, 2, 3}}, {3, 1, 2, 4}},
+      {"gru", {{"hidden", 4}}, {{3, 2, 3}}, {3, 1, 2, 4}},
   };
   for (const LayerSpec& spec : specs) {
     SCOPED_TRACE(spec.kind);
@@ -333,10 +411,10 @@ TEST(Layers, GradSumAddsItsParts) {
 
 TEST(Layers, UnknownKindIsNamed) {
   Backend backend;
-  auto layer = MakeLayer(backend, {"lstm", {}, {{1, 2}}, {1, 2}});
+  auto layer = MakeLayer(backend, {"ctc_loss", {}, {{1, 2}}, {1, 2}});
   ASSERT_FALSE(layer.ok());
   EXPECT_EQ(layer.status().code(), ErrorCode::kUnimplemented);
-  EXPECT_NE(layer.status().message().find("lstm"), std::string::npos);
+  EXPECT_NE(layer.status().message().find("ctc_loss"), std::string::npos);
 }
 
 TEST(Layers, MaxPoolingHasAWorkspace) {
