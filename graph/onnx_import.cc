@@ -80,6 +80,8 @@ struct Value {
   std::vector<double> data;  // constants, and parameters small enough to be read as constants
   bool integer = false;      // an integer or boolean constant (for Div and Cast)
   bool has_data = false;
+  // A parameter Expand-ed to `shape` (ViT's class token to the batch): the parameter's own shape.
+  std::optional<Shape> expanded_param;
 
   static Value Activation(int node) { return {.kind = Kind::kActivation, .node = node}; }
   static Value Constant(Shape shape, std::vector<double> data, bool integer) {
@@ -849,6 +851,18 @@ class Importer {
       Shape out;
       for (int64_t a : perm) out.push_back(p.shape.at(a));
       SetOutput(node, 0, Value::Parameter(out));
+    } else if (op == "Expand" && p.kind == Value::Kind::kParameter && in.size() > 1 && in[1] && in[1]->has_data) {
+      // Kept symbolic: a consumer that has an activation to take the batch from lowers it (Concat).
+      Shape target;
+      for (double d : in[1]->data) target.push_back(ToInt(d));
+      Value v = Value::Parameter(p.shape);
+      try {
+        v.shape = BroadcastShapes(p.shape, target);
+      } catch (const std::logic_error& e) {
+        return NodeError(node, index, e.what());
+      }
+      v.expanded_param = p.expanded_param.value_or(p.shape);
+      SetOutput(node, 0, std::move(v));
     } else if (op == "Gather" && p.kind == Value::Kind::kParameter && in.size() > 1 && in[1] && in[1]->has_data &&
                attrs.Int("axis", 0) == 0 && p.shape.size() == 2) {
       Shape out = in[1]->shape;
@@ -1117,6 +1131,14 @@ class Importer {
     } else if (op == "Concat") {
       std::vector<int> inputs;
       for (size_t i = 0; i < in.size(); ++i) {
+        if (in[i] && in[i]->expanded_param) {
+          const std::optional<int> lowered = ExpandedParamAsActivation(node, in, i);
+          if (!lowered) {
+            return Unsupported(node, index, "an expanded weight needs an activation input of its shape off the axis");
+          }
+          inputs.push_back(*lowered);
+          continue;
+        }
         if (!activation(static_cast<int>(i))) return Unsupported(node, index, "every input must be an activation");
         inputs.push_back(Act(in[i]));
       }
@@ -1193,6 +1215,31 @@ class Importer {
     return Status::Ok();
   }
 
+  // A parameter Expand-ed to the batch as a Concat input (ViT's class token, torch.cat([token.expand(n, -1, -1),
+  // x], 1)): zeros taken from the leading rows of an activation input of the Concat, then the parameter added
+  // with broadcasting. Slice, Affine(0) and AddBroadcast are kinds with kernels, gradients and costs already;
+  // the parameter's gradient is dY summed over the batch, as Expand's backward is.
+  std::optional<int> ExpandedParamAsActivation(const onnx::NodeProto& node, const std::vector<const Value*>& in,
+                                               size_t param_input) {
+    const Value& p = *in[param_input];
+    const int64_t axis = NormalizeAxis(Attributes(node).Int("axis", 0), p.shape.size());
+    for (const Value* v : in) {
+      if (!v || v->kind != Value::Kind::kActivation) continue;
+      const Shape& s = graph_.shape(v->node);
+      if (s.size() != p.shape.size() || axis < 0 || axis >= static_cast<int64_t>(s.size()) ||
+          s[axis] < p.shape[axis]) {
+        continue;
+      }
+      bool fits = true;
+      for (size_t d = 0; d < s.size(); ++d) fits &= static_cast<int64_t>(d) == axis || s[d] == p.shape[d];
+      if (!fits) continue;
+      const int rows = s[axis] == p.shape[axis] ? v->node : graph_.Slice(v->node, axis, 0, p.shape[axis]);
+      const int zeros = graph_.Unary(OpKind::kAffine, rows, {{"alpha_e6", 0}, {"beta_e6", 0}});
+      return graph_.BinaryParam(OpKind::kAddBroadcast, zeros, *p.expanded_param);
+    }
+    return std::nullopt;
+  }
+
   // Add, Sub, Mul, Div: of two activations, an activation and a scalar constant (an affine map),
   // or an activation and a weight. x * 0.5 * (1 + erf(x / sqrt 2)) is GELU.
   Status ImportArithmetic(const onnx::NodeProto& node, int index, const std::vector<const Value*>& in) {
@@ -1236,7 +1283,7 @@ class Importer {
       return Status::Ok();
     }
     if (c.kind == Value::Kind::kParameter && (a_act || op == "Add" || op == "Mul")) {
-      set(graph_.BinaryParam(kind, x.node, c.shape));
+      set(graph_.BinaryParam(kind, x.node, c.expanded_param.value_or(c.shape)));
       return Status::Ok();
     }
     return Unsupported(node, index, "only an activation with another, a scalar constant or a weight is supported");

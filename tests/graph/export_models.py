@@ -110,6 +110,13 @@ class TinyResNet(nn.Module):
         return self.head(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1))
 
 
+def vit_tiny():
+    from torchvision.models.vision_transformer import VisionTransformer
+
+    return VisionTransformer(image_size=16, patch_size=4, num_layers=1, num_heads=2, hidden_dim=16, mlp_dim=32,
+                             num_classes=3)
+
+
 def torchvision_model(name, **kwargs):
     import torchvision
 
@@ -133,6 +140,7 @@ MODELS = {
     "convnext_tiny": (lambda: export_families.build("convnext_tiny"), lambda: torch.randn(2, 3, 64, 64)),
     "inception_v3": (lambda: export_families.build("inception_v3"),
                      lambda: torch.randn(2, 3, export_families.SIDE_PX["inception"], export_families.SIDE_PX["inception"])),
+    "vit_b_16": (lambda: export_families.build("vit_b_16"), lambda: torch.randn(2, 3, 64, 64)),
     "transformer_encoder": (TransformerClassifier, lambda: torch.randn(2, 64, 128)),
     "small_bert": (SmallBert, lambda: torch.randint(0, 1000, (2, 64))),
 }
@@ -147,8 +155,22 @@ TINY_MODELS = {
     "resnet_tiny": (TinyResNet, lambda: torch.randn(2, 3, 16, 16)),
     "bert_tiny": (lambda: SmallBert(vocab=50, seq=8, d_model=16, heads=2, layers=1, classes=3, dropout=0.0),
                   lambda: torch.randint(0, 50, (2, 8))),
+    # torchvision's VisionTransformer (class token expanded to the batch, position embeddings, its
+    # nn.MultiheadAttention) at 16x16 in 4x4 patches, one layer of width 16.
+    "vit_tiny": (lambda: vit_tiny(), lambda: torch.randn(2, 3, 16, 16)),
 }
 MODELS.update(TINY_MODELS)
+
+
+def forward_order(name, model):
+    """The model's parameters in the order edgecost's executor lists them: the order of first use in the
+    forward pass. model.parameters() is that order for the models here, except where a module registers
+    its own parameters before its children that run first (ViT's class token, used after conv_proj)."""
+    params = list(model.parameters())
+    if name == "vit_tiny":
+        first = [model.conv_proj.weight, model.conv_proj.bias, model.class_token]
+        params = first + [p for p in params if all(p is not f for f in first)]
+    return params
 
 
 def export(name, out_dir, opset, eval_mode):

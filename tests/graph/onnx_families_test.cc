@@ -27,8 +27,6 @@ namespace {
 
 // The families that do not import yet, and the reasons their builders give (Reason below).
 const std::map<std::string, std::vector<std::string>> kKnownFailures = {
-    // The class token: an Expand of a weight to the batch.
-    {"vision_transformer", {"unsupported: Expand"}},
     // Relative position bias: Mod on index arithmetic, ScatterND for the shifted windows' masks. Swin V2
     // (in the full sweep) does not export: PyTorch 1.13 has no ONNX symbolic for aten::zero.
     {"swin_transformer", {"unsupported: Mod, ScatterND", "export: Exporting the operator 'aten::zero'"}},
