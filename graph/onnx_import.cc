@@ -396,6 +396,32 @@ class ConstantFolder {
       }
       return std::vector<Value>{Value::Constant(out, std::move(data), v.integer)};
     }
+    if (op == "ScatterND") {  // data with slices replaced at indices (Swin's shifted-window mask)
+      EC_RETURN_IF_ERROR(need(3));
+      if (attrs.String("reduction", "none") != "none") return InvalidArgument("only ScatterND without reduction");
+      const Value& data = *in[0];
+      const Value& indices = *in[1];
+      const Value& updates = *in[2];
+      if (indices.shape.empty()) return InvalidArgument("indices without an index axis");
+      const size_t k = static_cast<size_t>(indices.shape.back());
+      if (k == 0 || k > data.shape.size()) return InvalidArgument("index tuples longer than the data's rank");
+      const std::vector<int64_t> strides = Strides(data.shape);
+      const int64_t slice = k == data.shape.size() ? 1 : strides[k - 1];
+      const int64_t tuples = static_cast<int64_t>(indices.data.size() / k);
+      if (static_cast<int64_t>(updates.data.size()) != tuples * slice) return InvalidArgument("updates do not fit");
+      Value out = data;
+      for (int64_t t = 0; t < tuples; ++t) {
+        int64_t flat = 0;
+        for (size_t d = 0; d < k; ++d) {
+          int64_t i = ToInt(indices.data[t * k + d]);
+          if (i < 0) i += data.shape[d];
+          if (i < 0 || i >= data.shape[d]) return InvalidArgument("scatter index out of range");
+          flat += i * strides[d];
+        }
+        std::copy_n(updates.data.begin() + t * slice, slice, out.data.begin() + flat);
+      }
+      return std::vector<Value>{std::move(out)};
+    }
     if (op == "Expand") {
       EC_RETURN_IF_ERROR(need(2));
       Shape target;
@@ -412,6 +438,12 @@ class ConstantFolder {
         {"Mul", {2, [](auto& x) { return x[0] * x[1]; }}},
         {"Div", {2, [integer](auto& x) { return integer ? std::trunc(x[0] / x[1]) : x[0] / x[1]; }}},
         {"Pow", {2, [](auto& x) { return std::pow(x[0], x[1]); }}},
+        // fmod=0 (integers): the remainder takes the divisor's sign, as Python's % (Swin's window shifts).
+        {"Mod", {2, [fmod = attrs.Int("fmod", 0) != 0](auto& x) {
+           if (x[1] == 0) return std::numeric_limits<double>::quiet_NaN();
+           const double r = std::fmod(x[0], x[1]);
+           return fmod || r == 0 || (r < 0) == (x[1] < 0) ? r : r + x[1];
+         }}},
         {"Equal", {2, [](auto& x) { return x[0] == x[1] ? 1.0 : 0.0; }}},
         {"Less", {2, [](auto& x) { return x[0] < x[1] ? 1.0 : 0.0; }}},
         {"Greater", {2, [](auto& x) { return x[0] > x[1] ? 1.0 : 0.0; }}},
@@ -509,7 +541,8 @@ class ConstantFolder {
                                               "Add",      "Sub",      "Mul",       "Div",       "Pow",
                                               "Equal",    "Less",     "Greater",   "And",       "Or",
                                               "Min",      "Max",      "Where",     "Not",       "Neg",
-                                              "Abs",      "Sqrt",     "Floor",     "Ceil",      "Reciprocal"};
+                                              "Abs",      "Sqrt",     "Floor",     "Ceil",      "Reciprocal",
+                                              "Mod",      "ScatterND"};
     return ops.count(op) > 0;
   }
 
