@@ -1,6 +1,7 @@
 #include "graph/onnx_import.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -82,6 +83,10 @@ struct Value {
   bool has_data = false;
   // A parameter Expand-ed to `shape` (ViT's class token to the batch): the parameter's own shape.
   std::optional<Shape> expanded_param;
+  // Rows of a 2-D parameter table gathered by Swin's relative position index for this window (0: not
+  // such a gather); relative_heads_first: reshaped to (N, N, heads) and transposed to (heads, N, N).
+  int64_t relative_window = 0;
+  bool relative_heads_first = false;
 
   static Value Activation(int node) { return {.kind = Kind::kActivation, .node = node}; }
   static Value Constant(Shape shape, std::vector<double> data, bool integer) {
@@ -362,19 +367,53 @@ class ConstantFolder {
       }
       return std::vector<Value>{Value::Constant(out, std::move(values), data.integer)};
     }
-    if (op == "Slice") {
+    if (op == "Slice") {  // any rank, any steps (Swin computes its Pad's pads by slicing backwards)
       EC_RETURN_IF_ERROR(need(3));
-      if (in[0]->shape.size() != 1) return InvalidArgument("only slices of vectors are folded");
-      const int64_t n = in[0]->shape[0];
-      if (in.size() > 3 && in[3] && in[3]->has_data && NormalizeAxis(ToInt(in[3]->data.at(0)), 1) != 0) {
-        return InvalidArgument("bad axis");
+      const Value& v = *in[0];
+      const size_t rank = v.shape.size();
+      if (rank == 0) return InvalidArgument("slice of a scalar");
+      const std::vector<double>& starts = in[1]->data;
+      const std::vector<double>& ends = in[2]->data;
+      const bool has_axes = in.size() > 3 && in[3], has_steps = in.size() > 4 && in[4];
+      if ((has_axes && !in[3]->has_data) || (has_steps && !in[4]->has_data)) {
+        return InvalidArgument("axes or steps are not constants");
       }
-      const int64_t step = in.size() > 4 && in[4] && in[4]->has_data ? ToInt(in[4]->data.at(0)) : 1;
-      if (step != 1) return InvalidArgument("only unit steps are folded");
-      const auto [start, end] = SliceRange(ToInt(in[1]->data.at(0)), ToInt(in[2]->data.at(0)), n);
-      std::vector<double> values(in[0]->data.begin() + start, in[0]->data.begin() + std::max(start, end));
-      const Shape dims = {static_cast<int64_t>(values.size())};
-      return std::vector<Value>{Value::Constant(dims, std::move(values), in[0]->integer)};
+      if (ends.size() != starts.size() || (has_axes && in[3]->data.size() != starts.size()) ||
+          (has_steps && in[4]->data.size() != starts.size())) {
+        return InvalidArgument("starts, ends, axes and steps differ in length");
+      }
+      // Per axis: the first index and the step, and the count taken (ONNX's clamping rules).
+      std::vector<int64_t> first(rank, 0), step(rank, 1);
+      Shape out = v.shape;
+      for (size_t k = 0; k < starts.size(); ++k) {
+        const int64_t axis = NormalizeAxis(has_axes ? ToInt(in[3]->data[k]) : static_cast<int64_t>(k), rank);
+        if (axis < 0 || axis >= static_cast<int64_t>(rank)) return InvalidArgument("bad axis");
+        const int64_t n = v.shape[axis], st = has_steps ? ToInt(in[4]->data[k]) : 1;
+        if (st == 0) return InvalidArgument("a zero step");
+        int64_t b = ToInt(starts[k]), e = ToInt(ends[k]);
+        if (b < 0) b += n;
+        if (e < 0) e += n;
+        if (st > 0) {
+          b = std::clamp<int64_t>(b, 0, n);
+          e = std::clamp<int64_t>(e, 0, n);
+          out[axis] = e > b ? (e - b + st - 1) / st : 0;
+        } else {
+          b = std::clamp<int64_t>(b, -1, n - 1);
+          e = std::clamp<int64_t>(e, -1, n - 1);
+          out[axis] = b > e ? (b - e - st - 1) / -st : 0;
+        }
+        first[axis] = b;
+        step[axis] = st;
+      }
+      const std::vector<int64_t> in_strides = Strides(v.shape);
+      const std::vector<int64_t> out_strides = Strides(out);
+      std::vector<double> values(static_cast<size_t>(NumElements(out)));
+      for (int64_t i = 0; i < static_cast<int64_t>(values.size()); ++i) {
+        int64_t from = 0;
+        for (size_t d = 0; d < rank; ++d) from += (first[d] + (i / out_strides[d] % out[d]) * step[d]) * in_strides[d];
+        values[static_cast<size_t>(i)] = v.data[static_cast<size_t>(from)];
+      }
+      return std::vector<Value>{Value::Constant(out, std::move(values), v.integer)};
     }
     if (op == "Transpose") {
       EC_RETURN_IF_ERROR(need(1));
@@ -693,7 +732,9 @@ class Importer {
     for (const onnx::TensorProto& t : g.initializer()) {
       Value v = Value::Parameter(Shape(t.dims().begin(), t.dims().end()));
       if (!ValidShape(v.shape)) return Error("initializer '" + t.name() + "' has shape " + ShapeToString(v.shape));
-      if (NumElements(v.shape) <= 64) {  // small ones may be constants (eps, shape targets)
+      // Small ones may be constants (eps, shape targets); integers are never weights (Swin's index tables).
+      if (NumElements(v.shape) <= 64 ||
+          (IsIntegerType(t.data_type()) && NumElements(v.shape) <= ConstantFolder::kMaxElements)) {
         auto data = TensorValues(t);
         if (data.ok()) {
           v.data = std::move(*data);
@@ -874,6 +915,7 @@ class Importer {
     const std::string& op = node.op_type();
     const Attributes attrs(node);
     const Value& p = *in[0];
+    if (p.kind == Value::Kind::kParameter && p.relative_window > 0) return ImportRelativeBiasOp(node, index, in);
     if (op == "Identity" || op == "Cast") {
       SetOutput(node, 0, p);
     } else if (op == "Transpose" && p.kind == Value::Kind::kParameter) {
@@ -897,6 +939,12 @@ class Importer {
       v.expanded_param = p.expanded_param.value_or(p.shape);
       SetOutput(node, 0, std::move(v));
     } else if (op == "Gather" && p.kind == Value::Kind::kParameter && in.size() > 1 && in[1] && in[1]->has_data &&
+               attrs.Int("axis", 0) == 0 && p.shape.size() == 2 && RelativeWindow(p.shape, *in[1]) > 0) {
+      Value v = Value::Parameter({in[1]->shape.empty() ? 1 : NumElements(in[1]->shape), p.shape[1]});
+      v.relative_window = RelativeWindow(p.shape, *in[1]);
+      v.expanded_param = p.shape;  // the table: what is trained
+      SetOutput(node, 0, std::move(v));
+    } else if (op == "Gather" && p.kind == Value::Kind::kParameter && in.size() > 1 && in[1] && in[1]->has_data &&
                attrs.Int("axis", 0) == 0 && p.shape.size() == 2) {
       Shape out = in[1]->shape;
       out.push_back(p.shape[1]);
@@ -910,6 +958,64 @@ class Importer {
   }
 
   int Act(const Value* v) const { return v->node; }
+
+  // The window whose relative position index (graph::RelativePositionIndex) `indices` is, over a table of
+  // (2 window - 1)^2 rows; 0 if it is not one.
+  static int64_t RelativeWindow(const Shape& table, const Value& indices) {
+    const auto n = static_cast<int64_t>(indices.data.size());
+    const auto window = static_cast<int64_t>(std::llround(std::sqrt(std::sqrt(static_cast<double>(n)))));
+    if (window < 1 || window > 64 || window * window * window * window != n ||
+        table[0] != (2 * window - 1) * (2 * window - 1)) {
+      return 0;
+    }
+    const std::vector<int64_t> expected = RelativePositionIndex(window);
+    for (int64_t i = 0; i < n; ++i) {
+      if (indices.data[static_cast<size_t>(i)] != static_cast<double>(expected[static_cast<size_t>(i)])) return 0;
+    }
+    return window;
+  }
+
+  // Swin's bias table gathered by the relative position index, on its way to the attention logits:
+  // table[index] (N^2 x heads) -> Reshape (N, N, heads) -> Transpose (heads, N, N) -> Unsqueeze (1, heads, N, N).
+  // Added to the logits it is graph::RelativePositionBias; other ops on it are not supported.
+  Status ImportRelativeBiasOp(const onnx::NodeProto& node, int index, const std::vector<const Value*>& in) {
+    const std::string& op = node.op_type();
+    const Value& p = *in[0];
+    const int64_t n = p.relative_window * p.relative_window, heads = p.expanded_param->at(1);
+    Shape target;
+    if (op == "Reshape" && in.size() > 1 && in[1] && in[1]->has_data) {
+      auto reshaped = ConstantFolder::ReshapeTarget(p.shape, in[1]->data, false);
+      if (reshaped.ok()) target = *reshaped;
+    } else if (op == "Unsqueeze" || op == "Squeeze") {
+      std::vector<int64_t> axes = Attributes(node).Ints("axes", {});
+      if (in.size() > 1 && in[1] && in[1]->has_data) {
+        axes.clear();
+        for (double d : in[1]->data) axes.push_back(ToInt(d));
+      }
+      auto squeezed = ConstantFolder::SqueezeShape(op == "Unsqueeze", p.shape, axes);
+      if (squeezed.ok()) target = *squeezed;
+    }
+    Value v = p;
+    Shape core = target;  // without leading ones
+    while (!core.empty() && core.front() == 1) core.erase(core.begin());
+    if (op == "Identity" || op == "Cast") {
+      SetOutput(node, 0, v);
+      return Status::Ok();
+    }
+    if (!p.relative_heads_first && !target.empty() && core == Shape{n, n, heads}) {
+      v.shape = target;
+    } else if (p.relative_heads_first && !target.empty() && core == Shape{heads, n, n}) {
+      v.shape = target;
+    } else if (op == "Transpose" && !p.relative_heads_first && p.shape == Shape{n, n, heads} &&
+               Attributes(node).Ints("perm", {}) == std::vector<int64_t>{2, 0, 1}) {
+      v.shape = {heads, n, n};
+      v.relative_heads_first = true;
+    } else {
+      return Unsupported(node, index, "a relative position bias table gathered, then only laid out as (heads, N, N)");
+    }
+    SetOutput(node, 0, std::move(v));
+    return Status::Ok();
+  }
 
   // Pad: the identity when it pads nothing (PyTorch's export of an unpadded average pooling); zeros
   // around the spatial axes before an unpadded AveragePool are that pooling's padding counted in the
@@ -1205,10 +1311,14 @@ class Importer {
         const int64_t axis =
             NormalizeAxis(in.size() > 3 && in[3] ? ToInt(in[3]->data.at(k)) : static_cast<int64_t>(k), s.size());
         const int64_t step = in.size() > 4 && in[4] ? ToInt(in[4]->data.at(k)) : 1;
-        if (step != 1) return Unsupported(node, index, "only unit steps are supported");
+        if (step < 1) return Unsupported(node, index, "only positive steps are supported");
         const double start_d = in[1]->data[k], end_d = in[2]->data.at(k);
         const auto [start, end] = ConstantFolder::SliceRange(ToInt(start_d), ToInt(end_d), s.at(axis));
-        if (start != 0 || end != s[axis]) x = graph_.Slice(x, axis, start, end);
+        if (step > 1 && end > start) {
+          x = graph_.StridedSlice(x, axis, start, end, step);
+        } else if (start != 0 || end != s[axis]) {
+          x = graph_.Slice(x, axis, start, end);
+        }
       }
       set(x);
     } else if (op == "Gather") {
@@ -1315,11 +1425,44 @@ class Importer {
                        {{"alpha_e6", std::llround(alpha * 1e6)}, {"beta_e6", std::llround(beta * 1e6)}}));
       return Status::Ok();
     }
+    if (c.kind == Value::Kind::kParameter && c.relative_window > 0) {
+      if (op != "Add" || !c.relative_heads_first) {
+        return Unsupported(node, index, "a relative position bias is only added, laid out as (heads, N, N)");
+      }
+      set(graph_.RelativePositionBias(x.node, c.relative_window));
+      return Status::Ok();
+    }
+    if (op == "Add" && c.kind == Value::Kind::kConstant && c.has_data) {
+      if (const std::optional<std::array<int64_t, 3>> mask = ShiftedWindowMaskOf(c)) {
+        set(graph_.ShiftedWindowMask(x.node, (*mask)[0], (*mask)[1], (*mask)[2]));
+        return Status::Ok();
+      }
+      return Unsupported(node, index, "adding a constant tensor is supported for Swin's shifted-window mask only");
+    }
     if (c.kind == Value::Kind::kParameter && (a_act || op == "Add" || op == "Mul")) {
       set(graph_.BinaryParam(kind, x.node, c.expanded_param.value_or(c.shape)));
       return Status::Ok();
     }
     return Unsupported(node, index, "only an activation with another, a scalar constant or a weight is supported");
+  }
+
+  // The side, window and shift of a constant that is Swin's shifted-window mask (graph::ShiftedWindowMask)
+  // shaped (1, windows, 1, N, N) as it is added to the logits: found by comparing, not assumed.
+  static std::optional<std::array<int64_t, 3>> ShiftedWindowMaskOf(const Value& c) {
+    Shape s = c.shape;
+    if (s.size() != 5 || s[0] != 1 || s[2] != 1 || s[3] != s[4]) return std::nullopt;
+    const int64_t n = s[3], windows = s[1];
+    const auto window = static_cast<int64_t>(std::llround(std::sqrt(static_cast<double>(n))));
+    const auto per_side = static_cast<int64_t>(std::llround(std::sqrt(static_cast<double>(windows))));
+    if (window * window != n || per_side * per_side != windows) return std::nullopt;
+    for (int64_t shift = 1; shift < window; ++shift) {
+      const std::vector<float> mask = ShiftedWindowMask(per_side * window, window, shift);
+      if (mask.size() == c.data.size() && std::equal(mask.begin(), mask.end(), c.data.begin(),
+                                                     [](float m, double d) { return static_cast<double>(m) == d; })) {
+        return std::array<int64_t, 3>{per_side * window, window, shift};
+      }
+    }
+    return std::nullopt;
   }
 
   // MatMul or Gemm by a weight: a linear layer (with the bias of a following Add); of two activations: matmul.

@@ -117,6 +117,13 @@ def vit_tiny():
                              num_classes=3)
 
 
+def swin_tiny():
+    from torchvision.models.swin_transformer import SwinTransformer
+
+    return SwinTransformer(patch_size=[4, 4], embed_dim=16, depths=[2, 1], num_heads=[2, 2], window_size=[4, 4],
+                           stochastic_depth_prob=0.0, num_classes=3)
+
+
 def torchvision_model(name, **kwargs):
     import torchvision
 
@@ -158,6 +165,9 @@ TINY_MODELS = {
     # torchvision's VisionTransformer (class token expanded to the batch, position embeddings, its
     # nn.MultiheadAttention) at 16x16 in 4x4 patches, one layer of width 16.
     "vit_tiny": (lambda: vit_tiny(), lambda: torch.randn(2, 3, 16, 16)),
+    # torchvision's SwinTransformer at 32x32: 8x8 patches in windows of 4 (a relative position bias per
+    # block, the second block's windows shifted by 2 with their mask), then patch merging (strided slices).
+    "swin_tiny": (lambda: swin_tiny(), lambda: torch.randn(2, 3, 32, 32)),
 }
 MODELS.update(TINY_MODELS)
 
@@ -170,6 +180,22 @@ def forward_order(name, model):
     if name == "vit_tiny":
         first = [model.conv_proj.weight, model.conv_proj.bias, model.class_token]
         params = first + [p for p in params if all(p is not f for f in first)]
+    if name == "swin_tiny":
+        # Each attention's bias table is added to the logits after its qkv projection; patch merging
+        # normalizes before its reduction.
+        params, table, reduction = [], None, None
+        for n, p in model.named_parameters():
+            if n.endswith("relative_position_bias_table"):
+                table = p
+            elif n.endswith("reduction.weight"):
+                reduction = p
+            else:
+                params.append(p)
+            if n.endswith("qkv.bias"):
+                params.append(table)
+            if reduction is not None and n.endswith("norm.bias"):
+                params.append(reduction)
+                reduction = None
     return params
 
 

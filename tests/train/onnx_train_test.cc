@@ -57,7 +57,7 @@ class Exported {
     dir_ = std::filesystem::temp_directory_path() / ("edgecost_onnx_train_" + std::to_string(::getpid()));
     std::filesystem::create_directories(dir_);
     const Command exported = RunCommand(std::string(kPython) + " tests/graph/export_models.py " + dir_.string() +
-                                        " mobilenet_v2_tiny mobilenet_v3_tiny bert_tiny vit_tiny");
+                                        " mobilenet_v2_tiny mobilenet_v3_tiny bert_tiny vit_tiny swin_tiny");
     if (exported.exit_code == 3 || exported.exit_code == 127) {
       skip_reason_ =
           "Debian's PyTorch is not installed (apt-get install python3-torch python3-torchvision "
@@ -211,7 +211,7 @@ TEST_P(OnnxTrainTest, GradientsMatchPyTorchsWithTheSameWeightsAndBatch) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, OnnxTrainTest,
-                         ::testing::Values("mobilenet_v2_tiny", "mobilenet_v3_tiny", "bert_tiny", "vit_tiny"));
+                         ::testing::Values("mobilenet_v2_tiny", "mobilenet_v3_tiny", "bert_tiny", "vit_tiny", "swin_tiny"));
 
 }  // namespace
 }  // namespace edgecost::train
