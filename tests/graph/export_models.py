@@ -148,6 +148,9 @@ MODELS = {
     "inception_v3": (lambda: export_families.build("inception_v3"),
                      lambda: torch.randn(2, 3, export_families.SIDE_PX["inception"], export_families.SIDE_PX["inception"])),
     "vit_b_16": (lambda: export_families.build("vit_b_16"), lambda: torch.randn(2, 3, 64, 64)),
+    "swin_t": (lambda: export_families.build("swin_t"),
+               lambda: torch.randn(2, 3, export_families.SIDE_PX["swin_transformer"],
+                                   export_families.SIDE_PX["swin_transformer"])),
     "transformer_encoder": (TransformerClassifier, lambda: torch.randn(2, 64, 128)),
     "small_bert": (SmallBert, lambda: torch.randint(0, 1000, (2, 64))),
 }

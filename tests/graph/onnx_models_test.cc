@@ -106,6 +106,7 @@ const std::map<std::string, std::set<std::string>> kSignatureKinds = {
     {"convnext_tiny", {"conv2d", "layernorm", "gelu", "mul", "transpose"}},
     {"inception_v3", {"conv2d", "concat", "avgpool2d", "maxpool2d"}},
     {"vit_b_16", {"conv2d", "concat", "add_broadcast", "layernorm", "gelu", "matmul", "softmax"}},
+    {"swin_t", {"conv2d", "slice", "concat", "add_broadcast", "layernorm", "gelu", "matmul", "softmax"}},
     {"transformer_encoder", {"matmul", "softmax", "layernorm", "transpose", "dropout", "reduce_mean"}},
     {"small_bert", {"embedding", "add_broadcast", "layernorm", "gelu", "matmul", "softmax", "tanh", "slice"}},
 };
@@ -237,7 +238,7 @@ TEST_P(OnnxModelsTest, ImportsDerivesProfilesAndSolvesAtHalfItsPeak) {
 INSTANTIATE_TEST_SUITE_P(Models, OnnxModelsTest,
                          ::testing::Values("mobilenet_v2", "mobilenet_v3_small", "efficientnet_b0",
                                            "shufflenet_v2_x0_5", "squeezenet1_1", "densenet121", "convnext_tiny",
-                                           "inception_v3", "vit_b_16", "transformer_encoder", "small_bert"),
+                                           "inception_v3", "vit_b_16", "swin_t", "transformer_encoder", "small_bert"),
                          [](const auto& info) { return std::string(info.param); });
 
 // LayerNormalization and the other opset-17 spellings import too.
