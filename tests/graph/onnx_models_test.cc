@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -40,6 +41,12 @@ constexpr char kPython[] = "/usr/bin/python3";
 using Command = testing::CommandResult;
 Command Run(const std::string& command) { return testing::RunShell(command); }
 
+// The full sweep (scripts/onnx_families) also runs the models that take tens of CPU seconds.
+bool Heavy() {
+  const char* families = std::getenv("EDGECOST_FAMILIES");
+  return families && std::string(families) == "all";
+}
+
 // Exports every model once for the suite (one Python run: importing torch is most of its time);
 // empty with the reason when PyTorch is missing.
 class Exported {
@@ -60,7 +67,8 @@ class Exported {
   Exported() {
     dir_ = std::filesystem::temp_directory_path() / ("edgecost_onnx_models_" + std::to_string(::getpid()));
     std::filesystem::create_directories(dir_);
-    const Command exported = Run(std::string(kPython) + " tests/graph/export_models.py " + dir_.string() + " --suite");
+    const Command exported = Run(std::string(kPython) + " tests/graph/export_models.py " + dir_.string() + " --suite" +
+                                 (Heavy() ? " --heavy" : ""));
     if (exported.exit_code == 3 || exported.exit_code == 127) {  // no PyTorch, or no Debian Python
       skip_reason_ =
           "Debian's PyTorch is not installed (apt-get install python3-torch python3-torchvision "
@@ -113,6 +121,7 @@ const std::map<std::string, std::set<std::string>> kSignatureKinds = {
 
 TEST_P(OnnxModelsTest, ImportsDerivesProfilesAndSolvesAtHalfItsPeak) {
   const std::string model = GetParam();
+  if (model == "swin_t" && !Heavy()) GTEST_SKIP() << "swin_t (224x224) runs in scripts/onnx_families only";
   auto forward = graph::ImportOnnx(Exported::Get().Path(model));
   ASSERT_TRUE(forward.ok()) << forward.status().message();
   EXPECT_EQ(forward->batch_size(), 2);
