@@ -384,6 +384,14 @@ int ForwardGraph::Dropout(int x, double ratio) {
   return Append(std::move(layer));
 }
 
+int ForwardGraph::RowDropout(int x, double ratio) {
+  if (!(ratio > 0 && ratio < 1)) Fail("a row dropout's ratio must be in (0, 1), not " + std::to_string(ratio));
+  const int layer = Dropout(x, ratio);
+  layers_.at(static_cast<size_t>(layer)).attributes[kDropoutRatioAttribute] = std::llround(ratio * 1e6);
+  layers_.at(static_cast<size_t>(layer)).attributes["rows"] = 1;
+  return layer;
+}
+
 int ForwardGraph::Add(int a, int b) {
   // POET takes the first input's shape; ResNet-50 adds tensors of different sizes (zero padding, He et al. 3.3).
   const Shape out = shape(a);

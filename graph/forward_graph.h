@@ -141,6 +141,9 @@ class ForwardGraph {
   int Linear(int x, int64_t in_features, int64_t out_features);
   int LinearRelu(int x, int64_t in_features, int64_t out_features);
   int Dropout(int x, double ratio = kDefaultDropoutRatio);  // ratio in [0, 1)
+  // Stochastic depth (torchvision's StochasticDepth, mode "row"): a dropout that keeps or zeroes each
+  // sample (each index of the first axis) whole; attribute "rows" = 1.
+  int RowDropout(int x, double ratio);
   int Add(int a, int b);
   int QkvProjection(int x, int64_t seq_len, int64_t hidden, int64_t head_dim, int64_t heads);
   int AttentionScores(int qkv, int64_t seq_len, int64_t head_dim, int64_t heads);

@@ -87,6 +87,12 @@ struct Value {
   // such a gather); relative_heads_first: reshaped to (N, N, heads) and transposed to (heads, N, N).
   int64_t relative_window = 0;
   bool relative_heads_first = false;
+  // Stochastic depth's per-sample noise as PyTorch exports torch.bernoulli (RandomUniformLike of shape
+  // (batch, 1, ...), Less than the survival rate, Cast, Div by it): kUniform, kKeep (the 0/1 draw, survival
+  // in `survival`), kScaled (divided by the survival rate). Multiplied into an activation: a row dropout.
+  enum class Random { kNone, kUniform, kKeep, kScaled };
+  Random random = Random::kNone;
+  double survival = 0;
 
   static Value Activation(int node) { return {.kind = Kind::kActivation, .node = node}; }
   static Value Constant(Shape shape, std::vector<double> data, bool integer) {
@@ -627,7 +633,8 @@ const std::set<std::string>& NodeOps() {
                                             "Concat",      "Split",
                                             "Slice",       "Gather",
                                             "Softmax",     "LayerNormalization",
-                                            "Cast",        "Pad"};
+                                            "Cast",        "Pad",
+                                            "RandomUniformLike"};
   return ops;
 }
 
@@ -867,6 +874,11 @@ class Importer {
       if (!NodeOps().count(op) && !ConstantFolder::CanFold(op)) (void)Unsupported(node, index, "");
       return Status::Ok();
     }
+    if (op == "RandomUniformLike" || std::any_of(in.begin(), in.end(), [](const Value* v) {
+          return v && v->random != Value::Random::kNone;
+        })) {
+      return ImportRandomOp(node, index, in);
+    }
     if ((op == "Shape" || op == "Size") && !in.empty() && in[0]) {  // of anything with a known shape
       Value shape_only = Value::Parameter(ShapeOfValue(*in[0]));
       auto folded = ConstantFolder::Fold(node, {&shape_only}, opset_);
@@ -906,6 +918,65 @@ class Importer {
             "computed shape " + ShapeToString(ours) + " but ONNX infers " + ShapeToString(inferred->second));
       }
     }
+    return Status::Ok();
+  }
+
+  // Stochastic depth (torchvision's StochasticDepth, mode "row"), exported from torch.bernoulli as
+  // x * (Cast(RandomUniformLike(batch, 1, ...) < s) / s): a row dropout of ratio 1 - s, whose mask the
+  // executor draws per step like any dropout's. Any other use of random numbers is not supported.
+  Status ImportRandomOp(const onnx::NodeProto& node, int index, const std::vector<const Value*>& in) {
+    const std::string& op = node.op_type();
+    const Attributes attrs(node);
+    const Value* r = nullptr;
+    for (const Value* v : in) {
+      if (v && v->random != Value::Random::kNone) r = v;
+    }
+    auto other_scalar = [&]() -> std::optional<double> {  // the other input, a constant of one repeated value
+      for (const Value* v : in) {
+        if (v == r || !v || !v->has_data || v->data.empty()) continue;
+        if (std::all_of(v->data.begin(), v->data.end(), [&](double d) { return d == v->data[0]; })) return v->data[0];
+      }
+      return std::nullopt;
+    };
+    const char* kWhy = "random numbers are supported as stochastic depth's row mask only";
+    if (op == "RandomUniformLike") {
+      const Value* like = in.empty() ? nullptr : in[0];
+      if (!like || attrs.Float("low", 0) != 0 || attrs.Float("high", 1) != 1) return Unsupported(node, index, kWhy);
+      const Shape shape = ShapeOfValue(*like);
+      if (shape.size() < 2 || std::any_of(shape.begin() + 1, shape.end(), [](int64_t d) { return d != 1; })) {
+        return Unsupported(node, index, kWhy);
+      }
+      Value v = Value::Parameter(shape);
+      v.kind = Value::Kind::kConstant;  // no data: nothing folds it
+      v.random = Value::Random::kUniform;
+      SetOutput(node, 0, std::move(v));
+      return Status::Ok();
+    }
+    Value v = *r;
+    if (op == "Less" && r == in[0] && r->random == Value::Random::kUniform) {
+      const std::optional<double> s = other_scalar();
+      if (!s || !(*s > 0 && *s <= 1)) return Unsupported(node, index, kWhy);
+      v.random = Value::Random::kKeep;
+      v.survival = *s;
+    } else if ((op == "Cast" || op == "Identity") && r->random == Value::Random::kKeep) {
+    } else if (op == "Div" && r == in[0] && r->random == Value::Random::kKeep && other_scalar() &&
+               Near(*other_scalar(), r->survival)) {
+      v.random = Value::Random::kScaled;
+    } else if (op == "Mul" && r->random == Value::Random::kScaled && in.size() == 2) {
+      const Value* x = in[0] == r ? in[1] : in[0];
+      if (!x || x->kind != Value::Kind::kActivation || graph_.shape(x->node).size() != r->shape.size() ||
+          graph_.shape(x->node)[0] != r->shape[0]) {
+        return Unsupported(node, index, kWhy);
+      }
+      const size_t before = graph_.layers().size();
+      SetOutput(node, 0,
+                Value::Activation(r->survival == 1 ? x->node : graph_.RowDropout(x->node, 1 - r->survival)));
+      for (int layer = static_cast<int>(before); layer < graph_.size(); ++layer) graph_.SetModule(layer, ModuleOf(node));
+      return Status::Ok();
+    } else {
+      return Unsupported(node, index, kWhy);
+    }
+    SetOutput(node, 0, std::move(v));
     return Status::Ok();
   }
 

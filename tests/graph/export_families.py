@@ -67,14 +67,26 @@ def params_m(builder):
     return torchvision.models.get_model_weights(builder).DEFAULT.meta["num_params"] / 1e6
 
 
+def exportable_stochastic_depth(module):
+    """torchvision's StochasticDepth as PyTorch 1.13 exports it in training mode: its in-place bernoulli_
+    has no ONNX symbolic, torch.bernoulli has (RandomUniformLike, Less, Cast), which edgecost imports as
+    a row dropout. The same arithmetic: noise divided by the survival rate, then the product."""
+    def forward(x):
+        if not module.training or module.p == 0.0:
+            return x
+        survival = 1.0 - module.p
+        size = [x.shape[0]] + [1] * (x.dim() - 1) if module.mode == "row" else [1] * x.dim()
+        noise = torch.bernoulli(torch.full(size, survival, dtype=x.dtype, device=x.device))
+        return x * (noise / survival)
+    return forward
+
+
 def build(builder):
     kwargs = dict(num_classes=10, **BUILDER_KWARGS.get(family(builder), {}))
     model = torchvision.models.get_model_builder(builder)(**kwargs)
-    # PyTorch 1.13 cannot export stochastic depth's bernoulli_ in training mode: probability 0 makes it
-    # the identity (issue 31 lists stochastic depth as an op still to support).
     for module in model.modules():
         if isinstance(module, torchvision.ops.StochasticDepth):
-            module.p = 0.0
+            module.forward = exportable_stochastic_depth(module)
     return model
 
 

@@ -134,6 +134,35 @@ TEST(LayerGradients, Flatten) { CheckLayer({"flatten", {}, {{2, 2, 2, 2}}, {2, 8
 
 TEST(LayerGradients, Dropout) { CheckLayer({"dropout", {}, {{4, 8}}, {4, 8}}); }
 
+TEST(LayerGradients, RowDropout) { CheckLayer({"dropout", {{"ratio_ppm", 300000}, {"rows", 1}}, {{4, 2, 3}}, {4, 2, 3}}); }
+
+// Stochastic depth: each sample is kept whole (scaled by 1 / (1 - ratio)) or zeroed whole, drawn anew
+// for each training step, and the same again for a step already drawn (a recomputation).
+TEST(Dropout, RowsKeepOrDropEachSampleWhole) {
+  Backend backend;
+  auto made = MakeLayer(backend, {"dropout", {{"ratio_ppm", 500000}, {"rows", 1}}, {{64, 3, 2}}, {64, 3, 2}}, 5);
+  ASSERT_TRUE(made.ok()) << made.status().message();
+  Layer& layer = **made;
+  std::fill(layer.inputs()[0].data.begin(), layer.inputs()[0].data.end(), 1.0f);
+  std::vector<std::vector<float>> outputs;
+  for (const uint64_t step : {1, 2, 1}) {
+    layer.SetTrainingStep(step);
+    layer.Forward();
+    outputs.push_back(layer.output().data);
+  }
+  int kept = 0;
+  for (int64_t r = 0; r < 64; ++r) {
+    const float first = outputs[0][r * 6];
+    EXPECT_TRUE(first == 0.0f || first == 2.0f) << first;
+    for (int64_t k = 1; k < 6; ++k) EXPECT_EQ(outputs[0][r * 6 + k], first) << "row " << r;
+    kept += first != 0.0f;
+  }
+  EXPECT_GT(kept, 16);
+  EXPECT_LT(kept, 48);
+  EXPECT_NE(outputs[0], outputs[1]) << "each step draws its own rows";
+  EXPECT_EQ(outputs[0], outputs[2]) << "a step drawn again gives the same rows";
+}
+
 TEST(LayerGradients, AddSameShapes) { CheckLayer({"add", {}, {{2, 6}, {2, 6}}, {2, 6}}); }
 
 TEST(LayerGradients, AddSmallerIntoLarger) { CheckLayer({"add", {}, {{1, 8, 2, 2}, {1, 2, 2, 2}}, {1, 8, 2, 2}}); }
