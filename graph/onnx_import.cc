@@ -404,7 +404,7 @@ class ConstantFolder {
           e = std::clamp<int64_t>(e, 0, n);
           out[axis] = e > b ? (e - b + st - 1) / st : 0;
         } else {
-          b = std::clamp<int64_t>(b, -1, n - 1);
+          b = n == 0 ? -1 : std::clamp<int64_t>(b, 0, n - 1);  // an empty axis: nothing taken
           e = std::clamp<int64_t>(e, -1, n - 1);
           out[axis] = b > e ? (b - e - st - 1) / -st : 0;
         }
