@@ -143,7 +143,7 @@ MODELS = {
     "shufflenet_v2_x0_5": (lambda: torchvision_model("shufflenet_v2_x0_5"), lambda: torch.randn(2, 3, 64, 64)),
     "squeezenet1_1": (lambda: torchvision_model("squeezenet1_1"), lambda: torch.randn(2, 3, 64, 64)),
     # The smallest builders of families that import since issue 31, built as tests/graph/export_families.py
-    # builds them (no stochastic depth, which PyTorch 1.13 cannot export in training mode).
+    # builds them (stochastic depth through torch.bernoulli, imported as a row dropout).
     "densenet121": (lambda: export_families.build("densenet121"), lambda: torch.randn(2, 3, 64, 64)),
     "convnext_tiny": (lambda: export_families.build("convnext_tiny"), lambda: torch.randn(2, 3, 64, 64)),
     "inception_v3": (lambda: export_families.build("inception_v3"),
