@@ -634,7 +634,7 @@ const std::set<std::string>& NodeOps() {
                                             "Slice",       "Gather",
                                             "Softmax",     "LayerNormalization",
                                             "Cast",        "Pad",
-                                            "RandomUniformLike"};
+                                            "RandomUniformLike", "Einsum"};
   return ops;
 }
 
@@ -1088,6 +1088,49 @@ class Importer {
     return Status::Ok();
   }
 
+  // Einsum of two activations that is a batched matrix product (MaxViT's attention): the same leading
+  // letters on both inputs and the output, then "i k, k j -> i j" (MatMul) or "i k, j k -> i j" (MatMul by
+  // the second transposed). Other equations are not supported.
+  Status ImportEinsum(const onnx::NodeProto& node, int index, const std::vector<const Value*>& in) {
+    std::string equation;
+    for (char c : Attributes(node).String("equation", "")) {
+      if (c != ' ') equation += c;
+    }
+    const size_t comma = equation.find(','), arrow = equation.find("->");
+    const char* kWhy = "only batched matrix products (\"...ik,...kj->...ij\" or \"...ik,...jk->...ij\") are supported";
+    if (in.size() != 2 || !in[0] || !in[1] || in[0]->kind != Value::Kind::kActivation ||
+        in[1]->kind != Value::Kind::kActivation || comma == std::string::npos || arrow == std::string::npos ||
+        arrow < comma) {
+      return Unsupported(node, index, kWhy);
+    }
+    const std::string a = equation.substr(0, comma), b = equation.substr(comma + 1, arrow - comma - 1),
+                      out = equation.substr(arrow + 2);
+    const size_t rank = a.size();
+    if (rank < 2 || b.size() != rank || out.size() != rank || a.find('.') != std::string::npos ||
+        graph_.shape(in[0]->node).size() != rank || graph_.shape(in[1]->node).size() != rank) {
+      return Unsupported(node, index, kWhy);
+    }
+    const std::string prefix = a.substr(0, rank - 2);
+    const char i = a[rank - 2], k = a[rank - 1];
+    const std::set<char> letters(a.begin(), a.end());
+    if (letters.size() != rank || b.compare(0, rank - 2, prefix) != 0 || out.compare(0, rank - 2, prefix) != 0 ||
+        out[rank - 2] != i || i == k) {
+      return Unsupported(node, index, kWhy);
+    }
+    const char j = out[rank - 1];
+    int second = in[1]->node;
+    if (b[rank - 2] == j && b[rank - 1] == k && j != k && !letters.count(j)) {
+      std::vector<int64_t> perm;
+      for (size_t d = 0; d < rank; ++d) perm.push_back(static_cast<int64_t>(d));
+      std::swap(perm[rank - 2], perm[rank - 1]);
+      second = graph_.Transpose(second, perm);
+    } else if (!(b[rank - 2] == k && b[rank - 1] == j && j != k && !letters.count(j))) {
+      return Unsupported(node, index, kWhy);
+    }
+    SetOutput(node, 0, Value::Activation(graph_.MatMul(in[0]->node, second)));
+    return Status::Ok();
+  }
+
   // Pad: the identity when it pads nothing (PyTorch's export of an unpadded average pooling); zeros
   // around the spatial axes before an unpadded AveragePool are that pooling's padding counted in the
   // mean (PyTorch's avg_pool2d with padding, count_include_pad). Other padding is not supported.
@@ -1292,6 +1335,8 @@ class Importer {
               : graph_.AvgPool2d(Act(x0), kernel[0], strides[0], pads[0], attrs.Int("count_include_pad", 0) != 0));
     } else if (op == "Pad") {
       return ImportPad(node, index, in);
+    } else if (op == "Einsum") {
+      return ImportEinsum(node, index, in);
     } else if (op == "GlobalAveragePool") {
       if (!x0) return NodeError(node, index, "expects an activation");
       const Shape& s = graph_.shape(Act(x0));

@@ -125,6 +125,13 @@ def swin_tiny():
                            stochastic_depth_prob=0.0, num_classes=3)
 
 
+def maxvit_tiny():
+    from torchvision.models.maxvit import MaxVit
+
+    return MaxVit(input_size=(28, 28), stem_channels=8, partition_size=7, block_channels=[16], block_layers=[1],
+                  head_dim=8, stochastic_depth_prob=0.0, mlp_dropout=0.0, attention_dropout=0.0, num_classes=3)
+
+
 def torchvision_model(name, **kwargs):
     import torchvision
 
@@ -149,6 +156,8 @@ MODELS = {
     "inception_v3": (lambda: export_families.build("inception_v3"),
                      lambda: torch.randn(2, 3, export_families.SIDE_PX["inception"], export_families.SIDE_PX["inception"])),
     "vit_b_16": (lambda: export_families.build("vit_b_16"), lambda: torch.randn(2, 3, 64, 64)),
+    "maxvit_t": (lambda: export_families.build("maxvit_t"),
+                 lambda: torch.randn(2, 3, export_families.SIDE_PX["maxvit"], export_families.SIDE_PX["maxvit"])),
     "swin_t": (lambda: export_families.build("swin_t"),
                lambda: torch.randn(2, 3, export_families.SIDE_PX["swin_transformer"],
                                    export_families.SIDE_PX["swin_transformer"])),
@@ -172,12 +181,16 @@ TINY_MODELS = {
     # torchvision's SwinTransformer at 32x32: 8x8 patches in windows of 4 (a relative position bias per
     # block, the second block's windows shifted by 2 with their mask), then patch merging (strided slices).
     "swin_tiny": (lambda: swin_tiny(), lambda: torch.randn(2, 3, 32, 32)),
+    # torchvision's MaxVit at 28x28: one block (MBConv, then window and grid attention over partitions of 7,
+    # its attention written as Einsum, a relative position bias per attention).
+    "maxvit_tiny": (lambda: maxvit_tiny(), lambda: torch.randn(2, 3, 28, 28)),
 }
 MODELS.update(TINY_MODELS)
 
-# Models whose profile and training step take tens of CPU seconds (swin_t runs at 224x224, the smallest
-# side its windows of 7 take without padding): exported for onnx_models_test only in the full sweep.
-HEAVY = {"swin_t"}
+# Models whose profile and training step take tens of CPU seconds (swin_t and maxvit_t run at 224x224,
+# the smallest side their windows of 7 take without padding): exported for onnx_models_test only in the
+# full sweep.
+HEAVY = {"swin_t", "maxvit_t"}
 
 
 def forward_order(name, model):
@@ -188,9 +201,9 @@ def forward_order(name, model):
     if name == "vit_tiny":
         first = [model.conv_proj.weight, model.conv_proj.bias, model.class_token]
         params = first + [p for p in params if all(p is not f for f in first)]
-    if name == "swin_tiny":
-        # Each attention's bias table is added to the logits after its qkv projection; patch merging
-        # normalizes before its reduction.
+    if name in ("swin_tiny", "maxvit_tiny"):
+        # Each attention's bias table is added to the logits after its qkv projection; Swin's patch
+        # merging normalizes before its reduction.
         params, table, reduction = [], None, None
         for n, p in model.named_parameters():
             if n.endswith("relative_position_bias_table"):
@@ -199,7 +212,7 @@ def forward_order(name, model):
                 reduction = p
             else:
                 params.append(p)
-            if n.endswith("qkv.bias"):
+            if n.endswith("qkv.bias") or n.endswith("to_qkv.bias"):
                 params.append(table)
             if reduction is not None and n.endswith("norm.bias"):
                 params.append(reduction)

@@ -30,8 +30,6 @@ namespace {
 const std::map<std::string, std::vector<std::string>> kKnownFailures = {
     // Swin V2 (in the full sweep; V1 imports) does not export: PyTorch 1.13 has no ONNX symbolic for aten::zero.
     {"swin_v2_", {"export: Exporting the operator 'aten::zero'"}},
-    // Its relative attention (and, downstream of it, padding and gathers not listed).
-    {"maxvit", {"unsupported: Einsum"}},
 };
 
 // A row of export_families.py's manifest.tsv.

@@ -115,13 +115,16 @@ const std::map<std::string, std::set<std::string>> kSignatureKinds = {
     {"inception_v3", {"conv2d", "concat", "avgpool2d", "maxpool2d"}},
     {"vit_b_16", {"conv2d", "concat", "add_broadcast", "layernorm", "gelu", "matmul", "softmax"}},
     {"swin_t", {"conv2d", "slice", "concat", "add_broadcast", "layernorm", "gelu", "matmul", "softmax"}},
+    {"maxvit_t", {"conv2d", "batchnorm2d", "add_broadcast", "layernorm", "gelu", "matmul", "softmax", "dropout"}},
     {"transformer_encoder", {"matmul", "softmax", "layernorm", "transpose", "dropout", "reduce_mean"}},
     {"small_bert", {"embedding", "add_broadcast", "layernorm", "gelu", "matmul", "softmax", "tanh", "slice"}},
 };
 
 TEST_P(OnnxModelsTest, ImportsDerivesProfilesAndSolvesAtHalfItsPeak) {
   const std::string model = GetParam();
-  if (model == "swin_t" && !Heavy()) GTEST_SKIP() << "swin_t (224x224) runs in scripts/onnx_families only";
+  if ((model == "swin_t" || model == "maxvit_t") && !Heavy()) {
+    GTEST_SKIP() << model << " (224x224) runs in scripts/onnx_families only";
+  }
   auto forward = graph::ImportOnnx(Exported::Get().Path(model));
   ASSERT_TRUE(forward.ok()) << forward.status().message();
   EXPECT_EQ(forward->batch_size(), 2);
@@ -247,7 +250,8 @@ TEST_P(OnnxModelsTest, ImportsDerivesProfilesAndSolvesAtHalfItsPeak) {
 INSTANTIATE_TEST_SUITE_P(Models, OnnxModelsTest,
                          ::testing::Values("mobilenet_v2", "mobilenet_v3_small", "efficientnet_b0",
                                            "shufflenet_v2_x0_5", "squeezenet1_1", "densenet121", "convnext_tiny",
-                                           "inception_v3", "vit_b_16", "swin_t", "transformer_encoder", "small_bert"),
+                                           "inception_v3", "vit_b_16", "swin_t", "maxvit_t", "transformer_encoder",
+                                           "small_bert"),
                          [](const auto& info) { return std::string(info.param); });
 
 // LayerNormalization and the other opset-17 spellings import too.
