@@ -404,7 +404,15 @@ class WindowBias : public OpLayer {
     const int64_t n = full[rank - 1];
     const auto window = spec.attributes.find("relative_position_window");
     Dims bias_dims;
+    // Attributes as graph::ForwardGraph sets them; a graph file could say anything.
+    if (rank < 3 || full[rank - 2] != n) {
+      throw std::logic_error("window attention bias over " + graph::ShapeToString(full));
+    }
     if (window != spec.attributes.end()) {
+      if (window->second < 1 || window->second > 64 || window->second * window->second != n) {
+        throw std::logic_error("relative position bias of window " + std::to_string(window->second) + " over " +
+                               graph::ShapeToString(full));
+      }
       heads_ = full[rank - 3];
       bias_dims = {heads_, n, n};
       index_ = graph::RelativePositionIndex(window->second);
@@ -413,8 +421,13 @@ class WindowBias : public OpLayer {
       dtable_ = grad_params_[0];
     } else {
       const int64_t side = spec.attributes.at("shifted_window_side"), size = spec.attributes.at("shifted_window_size");
+      const int64_t shift = spec.attributes.at("shifted_window_shift");
+      if (rank < 4 || size < 1 || size > 64 || size * size != n || side < size || side > 64 * size ||
+          side % size != 0 || (side / size) * (side / size) != full[rank - 4] || shift < 1 || shift >= size) {
+        throw std::logic_error("shifted window mask over " + graph::ShapeToString(full));
+      }
       bias_dims = {full[rank - 4], 1, n, n};
-      const std::vector<float> mask = graph::ShiftedWindowMask(side, size, spec.attributes.at("shifted_window_shift"));
+      const std::vector<float> mask = graph::ShiftedWindowMask(side, size, shift);
       bias_ = &Own(bias_dims);
       if (mask.size() != bias_->data.size()) throw std::logic_error("shifted window mask does not fit its logits");
       bias_->data = mask;
