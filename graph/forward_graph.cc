@@ -401,6 +401,14 @@ int ForwardGraph::Dropout(int x, double ratio) {
   return Append(std::move(layer));
 }
 
+int ForwardGraph::RowDropout(int x, double ratio) {
+  if (!(ratio > 0 && ratio < 1)) Fail("a row dropout's ratio must be in (0, 1), not " + std::to_string(ratio));
+  const int layer = Dropout(x, ratio);
+  layers_.at(static_cast<size_t>(layer)).attributes[kDropoutRatioAttribute] = std::llround(ratio * 1e6);
+  layers_.at(static_cast<size_t>(layer)).attributes["rows"] = 1;
+  return layer;
+}
+
 int ForwardGraph::Add(int a, int b) {
   // POET takes the first input's shape; ResNet-50 adds tensors of different sizes (zero padding, He et al. 3.3).
   const Shape out = shape(a);
@@ -713,6 +721,89 @@ int ForwardGraph::Slice(int x, int64_t axis, int64_t start, int64_t end, bool sq
                  .output_shape = std::move(out),
                  .flops = flops,
                  .attributes = {{"axis", a}, {"start", start}, {"end", end}}});
+}
+
+std::vector<int64_t> RelativePositionIndex(int64_t window) {
+  const int64_t n = window * window, span = 2 * window - 1;
+  std::vector<int64_t> index(static_cast<size_t>(n * n));
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      const int64_t dy = i / window - j / window + window - 1, dx = i % window - j % window + window - 1;
+      index[static_cast<size_t>(i * n + j)] = dy * span + dx;
+    }
+  }
+  return index;
+}
+
+std::vector<float> ShiftedWindowMask(int64_t side, int64_t window, int64_t shift) {
+  // Regions as torchvision numbers them: [0, side - window), [side - window, side - shift), [side - shift, side)
+  // on each axis; a token's region is 3 x its row region + its column region.
+  auto region = [&](int64_t p) { return p < side - window ? 0 : p < side - shift ? 1 : 2; };
+  const int64_t per_side = side / window, n = window * window;
+  std::vector<float> mask(static_cast<size_t>(per_side * per_side * n * n));
+  for (int64_t w = 0; w < per_side * per_side; ++w) {
+    auto token_region = [&](int64_t t) {
+      const int64_t y = (w / per_side) * window + t / window, x = (w % per_side) * window + t % window;
+      return 3 * region(y) + region(x);
+    };
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        mask[static_cast<size_t>((w * n + i) * n + j)] = token_region(i) == token_region(j) ? 0.0f : -100.0f;
+      }
+    }
+  }
+  return mask;
+}
+
+int ForwardGraph::RelativePositionBias(int x, int64_t window) {
+  const Shape& in = shape(x);
+  const int64_t n = window * window;
+  if (window < 1 || window > 64 || in.size() < 3 || in[in.size() - 1] != n || in[in.size() - 2] != n) {
+    Fail("a relative position bias of window " + std::to_string(window) + " over " + ShapeToString(in));
+  }
+  const int64_t heads = in[in.size() - 3];
+  Layer layer{.kind = OpKind::kAddBroadcast, .inputs = {x}, .output_shape = in};
+  layer.param_count = (2 * window - 1) * (2 * window - 1) * heads;
+  layer.bias_count = layer.param_count;
+  layer.flops = 2.0 * static_cast<double>(NumElements(in));  // the gather and the add
+  layer.attributes = {{"relative_position_window", window}};
+  return Append(std::move(layer));
+}
+
+int ForwardGraph::ShiftedWindowMask(int x, int64_t side, int64_t window, int64_t shift) {
+  const Shape& in = shape(x);
+  const int64_t n = window * window;
+  if (window < 1 || window > 64 || side % window != 0 || shift <= 0 || shift >= window || in.size() < 4 ||
+      in[in.size() - 1] != n || in[in.size() - 2] != n || in[in.size() - 4] != (side / window) * (side / window)) {
+    Fail("a shifted window mask of side " + std::to_string(side) + ", window " + std::to_string(window) +
+         " over " + ShapeToString(in));
+  }
+  return Append({.kind = OpKind::kAddBroadcast,
+                 .inputs = {x},
+                 .output_shape = in,
+                 .flops = static_cast<double>(NumElements(in)),
+                 .attributes = {{"shifted_window_side", side},
+                                {"shifted_window_size", window},
+                                {"shifted_window_shift", shift}}});
+}
+
+int ForwardGraph::StridedSlice(int x, int64_t axis, int64_t start, int64_t end, int64_t step) {
+  if (step == 1) return Slice(x, axis, start, end);
+  const Shape in = shape(x);
+  const int64_t a = Axis(axis, in.size());
+  if (step < 1 || start < 0 || end > in[a] || start >= end) {
+    Fail("slice [" + std::to_string(start) + ", " + std::to_string(end) + ") step " + std::to_string(step) +
+         " of axis " + std::to_string(a) + " of " + ShapeToString(in));
+  }
+  Shape out = in;
+  out[a] = (end - start + step - 1) / step;
+  end = start + (out[a] - 1) * step + 1;  // the same elements, one end for them (one op signature)
+  const double flops = static_cast<double>(NumElements(out));
+  return Append({.kind = OpKind::kSlice,
+                 .inputs = {x},
+                 .output_shape = std::move(out),
+                 .flops = flops,
+                 .attributes = {{"axis", a}, {"start", start}, {"end", end}, {"step", step}}});
 }
 
 int ForwardGraph::Embedding(int ids, int64_t vocabulary, int64_t dim) {

@@ -152,6 +152,9 @@ class ForwardGraph {
   int Linear(int x, int64_t in_features, int64_t out_features);
   int LinearRelu(int x, int64_t in_features, int64_t out_features);
   int Dropout(int x, double ratio = kDefaultDropoutRatio);  // ratio in [0, 1)
+  // Stochastic depth (torchvision's StochasticDepth, mode "row"): a dropout that keeps or zeroes each
+  // sample (each index of the first axis) whole; attribute "rows" = 1.
+  int RowDropout(int x, double ratio);
   int Add(int a, int b);
   int QkvProjection(int x, int64_t seq_len, int64_t hidden, int64_t head_dim, int64_t heads);
   int AttentionScores(int qkv, int64_t seq_len, int64_t head_dim, int64_t heads);
@@ -179,12 +182,22 @@ class ForwardGraph {
   int Reshape(int x, const Shape& shape);
   // Elements [start, end) of `axis`; `squeeze` drops the axis (Gather of one index).
   int Slice(int x, int64_t axis, int64_t start, int64_t end, bool squeeze = false);
+  // Every step-th element of [start, end) of `axis` (Swin's patch merging, x[:, 0::2, 1::2]): attribute
+  // "step", set only for steps above 1.
+  int StridedSlice(int x, int64_t axis, int64_t start, int64_t end, int64_t step);
   int Embedding(int ids, int64_t vocabulary, int64_t dim);
   // kLstm or kGru over x of shape (time, batch, features), `hidden` units: output (time, 1, batch,
   // hidden), ONNX's Y with its one direction; attribute "hidden".
   int Recurrent(OpKind kind, int x, int64_t hidden);
   int CausalMask(int x, float fill);
   int Resize(int x, Hw size, bool linear);
+  // Swin's window attention biases, both a kAddBroadcast over attention logits (..., heads, N, N) with
+  // N = window^2 tokens per window. The relative position bias adds table[RelativePositionIndex(window)]
+  // (a trainable table of (2 window - 1)^2 x heads, attribute relative_position_window); the shifted
+  // window mask adds ShiftedWindowMask(side, window, shift) over (..., windows, heads, N, N), a constant
+  // the kernel builds from its attributes (shifted_window_side, _size, _shift), with no parameter.
+  int RelativePositionBias(int x, int64_t window);
+  int ShiftedWindowMask(int x, int64_t side, int64_t window, int64_t shift);
 
   const std::string& model() const { return model_; }
   int batch_size() const { return batch_size_; }
@@ -211,6 +224,13 @@ class ForwardGraph {
   int batch_size_;
   std::vector<Layer> layers_;
 };
+
+// Swin's relative position index (torchvision's relative_position_index): for tokens i, j of a window
+// of window x window, the row of the bias table for their offset, window^4 entries, row-major (i, j).
+std::vector<int64_t> RelativePositionIndex(int64_t window);
+// Swin's shifted-window attention mask over a side x side map (a multiple of window) rolled by `shift`:
+// windows x N x N (N = window^2), -100 between tokens that came from different regions, 0 otherwise.
+std::vector<float> ShiftedWindowMask(int64_t side, int64_t window, int64_t shift);
 
 // NumPy broadcasting of two shapes; std::logic_error when they do not broadcast.
 Shape BroadcastShapes(const Shape& a, const Shape& b);

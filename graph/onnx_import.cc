@@ -1,6 +1,7 @@
 #include "graph/onnx_import.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -89,6 +90,18 @@ struct Value {
   };
   std::vector<RowBlock> rows;
   int lead_ones = 0;
+  // A parameter Expand-ed to `shape` (ViT's class token to the batch): the parameter's own shape.
+  std::optional<Shape> expanded_param;
+  // Rows of a 2-D parameter table gathered by Swin's relative position index for this window (0: not
+  // such a gather); relative_heads_first: reshaped to (N, N, heads) and transposed to (heads, N, N).
+  int64_t relative_window = 0;
+  bool relative_heads_first = false;
+  // Stochastic depth's per-sample noise as PyTorch exports torch.bernoulli (RandomUniformLike of shape
+  // (batch, 1, ...), Less than the survival rate, Cast, Div by it): kUniform, kKeep (the 0/1 draw, survival
+  // in `survival`), kScaled (divided by the survival rate). Multiplied into an activation: a row dropout.
+  enum class Random { kNone, kUniform, kKeep, kScaled };
+  Random random = Random::kNone;
+  double survival = 0;
 
   static Value Activation(int node) { return {.kind = Kind::kActivation, .node = node}; }
   static Value Constant(Shape shape, std::vector<double> data, bool integer) {
@@ -369,23 +382,53 @@ class ConstantFolder {
       }
       return std::vector<Value>{Value::Constant(out, std::move(values), data.integer)};
     }
-    if (op == "Slice") {
+    if (op == "Slice") {  // any rank, any steps (Swin computes its Pad's pads by slicing backwards)
       EC_RETURN_IF_ERROR(need(3));
-      // Vectors, and rows (the first axis) of tensors: an LSTM's initial states, one layer's each.
-      if (in[0]->shape.empty()) return InvalidArgument("only slices of vectors and of rows are folded");
-      const int64_t n = in[0]->shape[0];
-      if (in.size() > 3 && in[3] && in[3]->has_data &&
-          NormalizeAxis(ToInt(in[3]->data.at(0)), in[0]->shape.size()) != 0) {
-        return InvalidArgument("only slices of vectors and of rows are folded");
+      const Value& v = *in[0];
+      const size_t rank = v.shape.size();
+      if (rank == 0) return InvalidArgument("slice of a scalar");
+      const std::vector<double>& starts = in[1]->data;
+      const std::vector<double>& ends = in[2]->data;
+      const bool has_axes = in.size() > 3 && in[3], has_steps = in.size() > 4 && in[4];
+      if ((has_axes && !in[3]->has_data) || (has_steps && !in[4]->has_data)) {
+        return InvalidArgument("axes or steps are not constants");
       }
-      const int64_t step = in.size() > 4 && in[4] && in[4]->has_data ? ToInt(in[4]->data.at(0)) : 1;
-      if (step != 1) return InvalidArgument("only unit steps are folded");
-      const auto [start, end] = SliceRange(ToInt(in[1]->data.at(0)), ToInt(in[2]->data.at(0)), n);
-      const int64_t row = n == 0 ? 0 : static_cast<int64_t>(in[0]->data.size()) / n;
-      std::vector<double> values(in[0]->data.begin() + start * row, in[0]->data.begin() + std::max(start, end) * row);
-      Shape dims = in[0]->shape;
-      dims[0] = std::max(start, end) - start;
-      return std::vector<Value>{Value::Constant(dims, std::move(values), in[0]->integer)};
+      if (ends.size() != starts.size() || (has_axes && in[3]->data.size() != starts.size()) ||
+          (has_steps && in[4]->data.size() != starts.size())) {
+        return InvalidArgument("starts, ends, axes and steps differ in length");
+      }
+      // Per axis: the first index and the step, and the count taken (ONNX's clamping rules).
+      std::vector<int64_t> first(rank, 0), step(rank, 1);
+      Shape out = v.shape;
+      for (size_t k = 0; k < starts.size(); ++k) {
+        const int64_t axis = NormalizeAxis(has_axes ? ToInt(in[3]->data[k]) : static_cast<int64_t>(k), rank);
+        if (axis < 0 || axis >= static_cast<int64_t>(rank)) return InvalidArgument("bad axis");
+        const int64_t n = v.shape[axis], st = has_steps ? ToInt(in[4]->data[k]) : 1;
+        if (st == 0) return InvalidArgument("a zero step");
+        int64_t b = ToInt(starts[k]), e = ToInt(ends[k]);
+        if (b < 0) b += n;
+        if (e < 0) e += n;
+        if (st > 0) {
+          b = std::clamp<int64_t>(b, 0, n);
+          e = std::clamp<int64_t>(e, 0, n);
+          out[axis] = e > b ? (e - b + st - 1) / st : 0;
+        } else {
+          b = n == 0 ? -1 : std::clamp<int64_t>(b, 0, n - 1);  // an empty axis: nothing taken
+          e = std::clamp<int64_t>(e, -1, n - 1);
+          out[axis] = b > e ? (b - e - st - 1) / -st : 0;
+        }
+        first[axis] = b;
+        step[axis] = st;
+      }
+      const std::vector<int64_t> in_strides = Strides(v.shape);
+      const std::vector<int64_t> out_strides = Strides(out);
+      std::vector<double> values(static_cast<size_t>(NumElements(out)));
+      for (int64_t i = 0; i < static_cast<int64_t>(values.size()); ++i) {
+        int64_t from = 0;
+        for (size_t d = 0; d < rank; ++d) from += (first[d] + (i / out_strides[d] % out[d]) * step[d]) * in_strides[d];
+        values[static_cast<size_t>(i)] = v.data[static_cast<size_t>(from)];
+      }
+      return std::vector<Value>{Value::Constant(out, std::move(values), v.integer)};
     }
     if (op == "Transpose") {
       EC_RETURN_IF_ERROR(need(1));
@@ -407,6 +450,32 @@ class ConstantFolder {
       }
       return std::vector<Value>{Value::Constant(out, std::move(data), v.integer)};
     }
+    if (op == "ScatterND") {  // data with slices replaced at indices (Swin's shifted-window mask)
+      EC_RETURN_IF_ERROR(need(3));
+      if (attrs.String("reduction", "none") != "none") return InvalidArgument("only ScatterND without reduction");
+      const Value& data = *in[0];
+      const Value& indices = *in[1];
+      const Value& updates = *in[2];
+      if (indices.shape.empty()) return InvalidArgument("indices without an index axis");
+      const size_t k = static_cast<size_t>(indices.shape.back());
+      if (k == 0 || k > data.shape.size()) return InvalidArgument("index tuples longer than the data's rank");
+      const std::vector<int64_t> strides = Strides(data.shape);
+      const int64_t slice = k == data.shape.size() ? 1 : strides[k - 1];
+      const int64_t tuples = static_cast<int64_t>(indices.data.size() / k);
+      if (static_cast<int64_t>(updates.data.size()) != tuples * slice) return InvalidArgument("updates do not fit");
+      Value out = data;
+      for (int64_t t = 0; t < tuples; ++t) {
+        int64_t flat = 0;
+        for (size_t d = 0; d < k; ++d) {
+          int64_t i = ToInt(indices.data[t * k + d]);
+          if (i < 0) i += data.shape[d];
+          if (i < 0 || i >= data.shape[d]) return InvalidArgument("scatter index out of range");
+          flat += i * strides[d];
+        }
+        std::copy_n(updates.data.begin() + t * slice, slice, out.data.begin() + flat);
+      }
+      return std::vector<Value>{std::move(out)};
+    }
     if (op == "Expand") {
       EC_RETURN_IF_ERROR(need(2));
       Shape target;
@@ -423,6 +492,12 @@ class ConstantFolder {
         {"Mul", {2, [](auto& x) { return x[0] * x[1]; }}},
         {"Div", {2, [integer](auto& x) { return integer ? std::trunc(x[0] / x[1]) : x[0] / x[1]; }}},
         {"Pow", {2, [](auto& x) { return std::pow(x[0], x[1]); }}},
+        // fmod=0 (integers): the remainder takes the divisor's sign, as Python's % (Swin's window shifts).
+        {"Mod", {2, [fmod = attrs.Int("fmod", 0) != 0](auto& x) {
+           if (x[1] == 0) return std::numeric_limits<double>::quiet_NaN();
+           const double r = std::fmod(x[0], x[1]);
+           return fmod || r == 0 || (r < 0) == (x[1] < 0) ? r : r + x[1];
+         }}},
         {"Equal", {2, [](auto& x) { return x[0] == x[1] ? 1.0 : 0.0; }}},
         {"Less", {2, [](auto& x) { return x[0] < x[1] ? 1.0 : 0.0; }}},
         {"Greater", {2, [](auto& x) { return x[0] > x[1] ? 1.0 : 0.0; }}},
@@ -520,7 +595,8 @@ class ConstantFolder {
                                               "Add",      "Sub",      "Mul",       "Div",       "Pow",
                                               "Equal",    "Less",     "Greater",   "And",       "Or",
                                               "Min",      "Max",      "Where",     "Not",       "Neg",
-                                              "Abs",      "Sqrt",     "Floor",     "Ceil",      "Reciprocal"};
+                                              "Abs",      "Sqrt",     "Floor",     "Ceil",      "Reciprocal",
+                                              "Mod",      "ScatterND"};
     return ops.count(op) > 0;
   }
 
@@ -568,7 +644,8 @@ const std::set<std::string>& NodeOps() {
                                             "Softmax",     "LayerNormalization",
                                             "Cast",        "Pad",
                                             "LSTM",        "GRU",
-                                            "Where",       "Resize"};
+                                            "Where",       "Resize",
+                                            "RandomUniformLike", "Einsum"};
   return ops;
 }
 
@@ -673,7 +750,9 @@ class Importer {
     for (const onnx::TensorProto& t : g.initializer()) {
       Value v = Value::Parameter(Shape(t.dims().begin(), t.dims().end()));
       if (!ValidShape(v.shape)) return Error("initializer '" + t.name() + "' has shape " + ShapeToString(v.shape));
-      if (NumElements(v.shape) <= 64) {  // small ones may be constants (eps, shape targets)
+      // Small ones may be constants (eps, shape targets); integers are never weights (Swin's index tables).
+      if (NumElements(v.shape) <= 64 ||
+          (IsIntegerType(t.data_type()) && NumElements(v.shape) <= ConstantFolder::kMaxElements)) {
         auto data = TensorValues(t);
         if (data.ok()) {
           v.data = std::move(*data);
@@ -814,6 +893,11 @@ class Importer {
       if (!NodeOps().count(op) && !ConstantFolder::CanFold(op)) (void)Unsupported(node, index, "");
       return Status::Ok();
     }
+    if (op == "RandomUniformLike" || std::any_of(in.begin(), in.end(), [](const Value* v) {
+          return v && v->random != Value::Random::kNone;
+        })) {
+      return ImportRandomOp(node, index, in);
+    }
     if ((op == "Shape" || op == "Size") && !in.empty() && in[0]) {  // of anything with a known shape
       Value shape_only = Value::Parameter(ShapeOfValue(*in[0]));
       auto folded = ConstantFolder::Fold(node, {&shape_only}, opset_);
@@ -856,6 +940,65 @@ class Importer {
     return Status::Ok();
   }
 
+  // Stochastic depth (torchvision's StochasticDepth, mode "row"), exported from torch.bernoulli as
+  // x * (Cast(RandomUniformLike(batch, 1, ...) < s) / s): a row dropout of ratio 1 - s, whose mask the
+  // executor draws per step like any dropout's. Any other use of random numbers is not supported.
+  Status ImportRandomOp(const onnx::NodeProto& node, int index, const std::vector<const Value*>& in) {
+    const std::string& op = node.op_type();
+    const Attributes attrs(node);
+    const Value* r = nullptr;
+    for (const Value* v : in) {
+      if (v && v->random != Value::Random::kNone) r = v;
+    }
+    auto other_scalar = [&]() -> std::optional<double> {  // the other input, a constant of one repeated value
+      for (const Value* v : in) {
+        if (v == r || !v || !v->has_data || v->data.empty()) continue;
+        if (std::all_of(v->data.begin(), v->data.end(), [&](double d) { return d == v->data[0]; })) return v->data[0];
+      }
+      return std::nullopt;
+    };
+    const char* kWhy = "random numbers are supported as stochastic depth's row mask only";
+    if (op == "RandomUniformLike") {
+      const Value* like = in.empty() ? nullptr : in[0];
+      if (!like || attrs.Float("low", 0) != 0 || attrs.Float("high", 1) != 1) return Unsupported(node, index, kWhy);
+      const Shape shape = ShapeOfValue(*like);
+      if (shape.size() < 2 || std::any_of(shape.begin() + 1, shape.end(), [](int64_t d) { return d != 1; })) {
+        return Unsupported(node, index, kWhy);
+      }
+      Value v = Value::Parameter(shape);
+      v.kind = Value::Kind::kConstant;  // no data: nothing folds it
+      v.random = Value::Random::kUniform;
+      SetOutput(node, 0, std::move(v));
+      return Status::Ok();
+    }
+    Value v = *r;
+    if (op == "Less" && r == in[0] && r->random == Value::Random::kUniform) {
+      const std::optional<double> s = other_scalar();
+      if (!s || !(*s > 0 && *s <= 1)) return Unsupported(node, index, kWhy);
+      v.random = Value::Random::kKeep;
+      v.survival = *s;
+    } else if ((op == "Cast" || op == "Identity") && r->random == Value::Random::kKeep) {
+    } else if (op == "Div" && r == in[0] && r->random == Value::Random::kKeep && other_scalar() &&
+               Near(*other_scalar(), r->survival)) {
+      v.random = Value::Random::kScaled;
+    } else if (op == "Mul" && r->random == Value::Random::kScaled && in.size() == 2) {
+      const Value* x = in[0] == r ? in[1] : in[0];
+      if (!x || x->kind != Value::Kind::kActivation || graph_.shape(x->node).size() != r->shape.size() ||
+          graph_.shape(x->node)[0] != r->shape[0]) {
+        return Unsupported(node, index, kWhy);
+      }
+      const size_t before = graph_.layers().size();
+      SetOutput(node, 0,
+                Value::Activation(r->survival == 1 ? x->node : graph_.RowDropout(x->node, 1 - r->survival)));
+      for (int layer = static_cast<int>(before); layer < graph_.size(); ++layer) graph_.SetModule(layer, ModuleOf(node));
+      return Status::Ok();
+    } else {
+      return Unsupported(node, index, kWhy);
+    }
+    SetOutput(node, 0, std::move(v));
+    return Status::Ok();
+  }
+
   // Ops on weights alone: a weight seen through Identity, transposed for MatMul, or rows of it picked by
   // constant ids (position embeddings).
   Status ImportParameterOp(const onnx::NodeProto& node, int index, const std::vector<const Value*>& in) {
@@ -863,6 +1006,7 @@ class Importer {
     const Attributes attrs(node);
     const Value& p = *in[0];
     if (recurrent_weight_nodes_.count(index)) return ImportRecurrentWeightOp(node, index, in);
+    if (p.kind == Value::Kind::kParameter && p.relative_window > 0) return ImportRelativeBiasOp(node, index, in);
     if (op == "Identity" || op == "Cast") {
       SetOutput(node, 0, p);
     } else if (op == "Transpose" && p.kind == Value::Kind::kParameter) {
@@ -873,6 +1017,24 @@ class Importer {
       Shape out;
       for (int64_t a : perm) out.push_back(p.shape.at(a));
       SetOutput(node, 0, Value::Parameter(out));
+    } else if (op == "Expand" && p.kind == Value::Kind::kParameter && in.size() > 1 && in[1] && in[1]->has_data) {
+      // Kept symbolic: a consumer that has an activation to take the batch from lowers it (Concat).
+      Shape target;
+      for (double d : in[1]->data) target.push_back(ToInt(d));
+      Value v = Value::Parameter(p.shape);
+      try {
+        v.shape = BroadcastShapes(p.shape, target);
+      } catch (const std::logic_error& e) {
+        return NodeError(node, index, e.what());
+      }
+      v.expanded_param = p.expanded_param.value_or(p.shape);
+      SetOutput(node, 0, std::move(v));
+    } else if (op == "Gather" && p.kind == Value::Kind::kParameter && in.size() > 1 && in[1] && in[1]->has_data &&
+               attrs.Int("axis", 0) == 0 && p.shape.size() == 2 && RelativeWindow(p.shape, *in[1]) > 0) {
+      Value v = Value::Parameter({in[1]->shape.empty() ? 1 : NumElements(in[1]->shape), p.shape[1]});
+      v.relative_window = RelativeWindow(p.shape, *in[1]);
+      v.expanded_param = p.shape;  // the table: what is trained
+      SetOutput(node, 0, std::move(v));
     } else if (op == "Gather" && p.kind == Value::Kind::kParameter && in.size() > 1 && in[1] && in[1]->has_data &&
                attrs.Int("axis", 0) == 0 && p.shape.size() == 2) {
       Shape out = in[1]->shape;
@@ -887,6 +1049,107 @@ class Importer {
   }
 
   int Act(const Value* v) const { return v->node; }
+
+  // The window whose relative position index (graph::RelativePositionIndex) `indices` is, over a table of
+  // (2 window - 1)^2 rows; 0 if it is not one.
+  static int64_t RelativeWindow(const Shape& table, const Value& indices) {
+    const auto n = static_cast<int64_t>(indices.data.size());
+    const auto window = static_cast<int64_t>(std::llround(std::sqrt(std::sqrt(static_cast<double>(n)))));
+    if (window < 1 || window > 64 || window * window * window * window != n ||
+        table[0] != (2 * window - 1) * (2 * window - 1)) {
+      return 0;
+    }
+    const std::vector<int64_t> expected = RelativePositionIndex(window);
+    for (int64_t i = 0; i < n; ++i) {
+      if (indices.data[static_cast<size_t>(i)] != static_cast<double>(expected[static_cast<size_t>(i)])) return 0;
+    }
+    return window;
+  }
+
+  // Swin's bias table gathered by the relative position index, on its way to the attention logits:
+  // table[index] (N^2 x heads) -> Reshape (N, N, heads) -> Transpose (heads, N, N) -> Unsqueeze (1, heads, N, N).
+  // Added to the logits it is graph::RelativePositionBias; other ops on it are not supported.
+  Status ImportRelativeBiasOp(const onnx::NodeProto& node, int index, const std::vector<const Value*>& in) {
+    const std::string& op = node.op_type();
+    const Value& p = *in[0];
+    const int64_t n = p.relative_window * p.relative_window, heads = p.expanded_param->at(1);
+    Shape target;
+    if (op == "Reshape" && in.size() > 1 && in[1] && in[1]->has_data) {
+      auto reshaped = ConstantFolder::ReshapeTarget(p.shape, in[1]->data, false);
+      if (reshaped.ok()) target = *reshaped;
+    } else if (op == "Unsqueeze" || op == "Squeeze") {
+      std::vector<int64_t> axes = Attributes(node).Ints("axes", {});
+      if (in.size() > 1 && in[1] && in[1]->has_data) {
+        axes.clear();
+        for (double d : in[1]->data) axes.push_back(ToInt(d));
+      }
+      auto squeezed = ConstantFolder::SqueezeShape(op == "Unsqueeze", p.shape, axes);
+      if (squeezed.ok()) target = *squeezed;
+    }
+    Value v = p;
+    Shape core = target;  // without leading ones
+    while (!core.empty() && core.front() == 1) core.erase(core.begin());
+    if (op == "Identity" || op == "Cast") {
+      SetOutput(node, 0, v);
+      return Status::Ok();
+    }
+    if (!p.relative_heads_first && !target.empty() && core == Shape{n, n, heads}) {
+      v.shape = target;
+    } else if (p.relative_heads_first && !target.empty() && core == Shape{heads, n, n}) {
+      v.shape = target;
+    } else if (op == "Transpose" && !p.relative_heads_first && p.shape == Shape{n, n, heads} &&
+               Attributes(node).Ints("perm", {}) == std::vector<int64_t>{2, 0, 1}) {
+      v.shape = {heads, n, n};
+      v.relative_heads_first = true;
+    } else {
+      return Unsupported(node, index, "a relative position bias table gathered, then only laid out as (heads, N, N)");
+    }
+    SetOutput(node, 0, std::move(v));
+    return Status::Ok();
+  }
+
+  // Einsum of two activations that is a batched matrix product (MaxViT's attention): the same leading
+  // letters on both inputs and the output, then "i k, k j -> i j" (MatMul) or "i k, j k -> i j" (MatMul by
+  // the second transposed). Other equations are not supported.
+  Status ImportEinsum(const onnx::NodeProto& node, int index, const std::vector<const Value*>& in) {
+    std::string equation;
+    for (char c : Attributes(node).String("equation", "")) {
+      if (c != ' ') equation += c;
+    }
+    const size_t comma = equation.find(','), arrow = equation.find("->");
+    const char* kWhy = "only batched matrix products (\"...ik,...kj->...ij\" or \"...ik,...jk->...ij\") are supported";
+    if (in.size() != 2 || !in[0] || !in[1] || in[0]->kind != Value::Kind::kActivation ||
+        in[1]->kind != Value::Kind::kActivation || comma == std::string::npos || arrow == std::string::npos ||
+        arrow < comma) {
+      return Unsupported(node, index, kWhy);
+    }
+    const std::string a = equation.substr(0, comma), b = equation.substr(comma + 1, arrow - comma - 1),
+                      out = equation.substr(arrow + 2);
+    const size_t rank = a.size();
+    if (rank < 2 || b.size() != rank || out.size() != rank || a.find('.') != std::string::npos ||
+        graph_.shape(in[0]->node).size() != rank || graph_.shape(in[1]->node).size() != rank) {
+      return Unsupported(node, index, kWhy);
+    }
+    const std::string prefix = a.substr(0, rank - 2);
+    const char i = a[rank - 2], k = a[rank - 1];
+    const std::set<char> letters(a.begin(), a.end());
+    if (letters.size() != rank || b.compare(0, rank - 2, prefix) != 0 || out.compare(0, rank - 2, prefix) != 0 ||
+        out[rank - 2] != i || i == k) {
+      return Unsupported(node, index, kWhy);
+    }
+    const char j = out[rank - 1];
+    int second = in[1]->node;
+    if (b[rank - 2] == j && b[rank - 1] == k && j != k && !letters.count(j)) {
+      std::vector<int64_t> perm;
+      for (size_t d = 0; d < rank; ++d) perm.push_back(static_cast<int64_t>(d));
+      std::swap(perm[rank - 2], perm[rank - 1]);
+      second = graph_.Transpose(second, perm);
+    } else if (!(b[rank - 2] == k && b[rank - 1] == j && j != k && !letters.count(j))) {
+      return Unsupported(node, index, kWhy);
+    }
+    SetOutput(node, 0, Value::Activation(graph_.MatMul(in[0]->node, second)));
+    return Status::Ok();
+  }
 
   // Pad: the identity when it pads nothing (PyTorch's export of an unpadded average pooling); zeros
   // around the spatial axes before an unpadded AveragePool are that pooling's padding counted in the
@@ -1092,6 +1355,8 @@ class Importer {
               : graph_.AvgPool2d(Act(x0), kernel[0], strides[0], pads[0], attrs.Int("count_include_pad", 0) != 0));
     } else if (op == "Pad") {
       return ImportPad(node, index, in);
+    } else if (op == "Einsum") {
+      return ImportEinsum(node, index, in);
     } else if (op == "GlobalAveragePool") {
       if (!x0) return NodeError(node, index, "expects an activation");
       const Shape& s = graph_.shape(Act(x0));
@@ -1141,6 +1406,14 @@ class Importer {
     } else if (op == "Concat") {
       std::vector<int> inputs;
       for (size_t i = 0; i < in.size(); ++i) {
+        if (in[i] && in[i]->expanded_param) {
+          const std::optional<int> lowered = ExpandedParamAsActivation(node, in, i);
+          if (!lowered) {
+            return Unsupported(node, index, "an expanded weight needs an activation input of its shape off the axis");
+          }
+          inputs.push_back(*lowered);
+          continue;
+        }
         if (!activation(static_cast<int>(i))) return Unsupported(node, index, "every input must be an activation");
         inputs.push_back(Act(in[i]));
       }
@@ -1174,10 +1447,14 @@ class Importer {
         const int64_t axis =
             NormalizeAxis(in.size() > 3 && in[3] ? ToInt(in[3]->data.at(k)) : static_cast<int64_t>(k), s.size());
         const int64_t step = in.size() > 4 && in[4] ? ToInt(in[4]->data.at(k)) : 1;
-        if (step != 1) return Unsupported(node, index, "only unit steps are supported");
+        if (step < 1) return Unsupported(node, index, "only positive steps are supported");
         const double start_d = in[1]->data[k], end_d = in[2]->data.at(k);
         const auto [start, end] = ConstantFolder::SliceRange(ToInt(start_d), ToInt(end_d), s.at(axis));
-        if (start != 0 || end != s[axis]) x = graph_.Slice(x, axis, start, end);
+        if (step > 1 && end > start) {
+          x = graph_.StridedSlice(x, axis, start, end, step);
+        } else if (start != 0 || end != s[axis]) {
+          x = graph_.Slice(x, axis, start, end);
+        }
       }
       set(x);
     } else if (op == "Gather") {
@@ -1225,6 +1502,31 @@ class Importer {
     return Status::Ok();
   }
 
+  // A parameter Expand-ed to the batch as a Concat input (ViT's class token, torch.cat([token.expand(n, -1, -1),
+  // x], 1)): zeros taken from the leading rows of an activation input of the Concat, then the parameter added
+  // with broadcasting. Slice, Affine(0) and AddBroadcast are kinds with kernels, gradients and costs already;
+  // the parameter's gradient is dY summed over the batch, as Expand's backward is.
+  std::optional<int> ExpandedParamAsActivation(const onnx::NodeProto& node, const std::vector<const Value*>& in,
+                                               size_t param_input) {
+    const Value& p = *in[param_input];
+    const int64_t axis = NormalizeAxis(Attributes(node).Int("axis", 0), p.shape.size());
+    for (const Value* v : in) {
+      if (!v || v->kind != Value::Kind::kActivation) continue;
+      const Shape& s = graph_.shape(v->node);
+      if (s.size() != p.shape.size() || axis < 0 || axis >= static_cast<int64_t>(s.size()) ||
+          s[axis] < p.shape[axis]) {
+        continue;
+      }
+      bool fits = true;
+      for (size_t d = 0; d < s.size(); ++d) fits &= static_cast<int64_t>(d) == axis || s[d] == p.shape[d];
+      if (!fits) continue;
+      const int rows = s[axis] == p.shape[axis] ? v->node : graph_.Slice(v->node, axis, 0, p.shape[axis]);
+      const int zeros = graph_.Unary(OpKind::kAffine, rows, {{"alpha_e6", 0}, {"beta_e6", 0}});
+      return graph_.BinaryParam(OpKind::kAddBroadcast, zeros, *p.expanded_param);
+    }
+    return std::nullopt;
+  }
+
   // Add, Sub, Mul, Div: of two activations, an activation and a scalar constant (an affine map),
   // or an activation and a weight. x * 0.5 * (1 + erf(x / sqrt 2)) is GELU.
   Status ImportArithmetic(const onnx::NodeProto& node, int index, const std::vector<const Value*>& in) {
@@ -1267,11 +1569,44 @@ class Importer {
                        {{"alpha_e6", std::llround(alpha * 1e6)}, {"beta_e6", std::llround(beta * 1e6)}}));
       return Status::Ok();
     }
+    if (c.kind == Value::Kind::kParameter && c.relative_window > 0) {
+      if (op != "Add" || !c.relative_heads_first) {
+        return Unsupported(node, index, "a relative position bias is only added, laid out as (heads, N, N)");
+      }
+      set(graph_.RelativePositionBias(x.node, c.relative_window));
+      return Status::Ok();
+    }
+    if (op == "Add" && c.kind == Value::Kind::kConstant && c.has_data) {
+      if (const std::optional<std::array<int64_t, 3>> mask = ShiftedWindowMaskOf(c)) {
+        set(graph_.ShiftedWindowMask(x.node, (*mask)[0], (*mask)[1], (*mask)[2]));
+        return Status::Ok();
+      }
+      return Unsupported(node, index, "adding a constant tensor is supported for Swin's shifted-window mask only");
+    }
     if (c.kind == Value::Kind::kParameter && (a_act || op == "Add" || op == "Mul")) {
-      set(graph_.BinaryParam(kind, x.node, c.shape));
+      set(graph_.BinaryParam(kind, x.node, c.expanded_param.value_or(c.shape)));
       return Status::Ok();
     }
     return Unsupported(node, index, "only an activation with another, a scalar constant or a weight is supported");
+  }
+
+  // The side, window and shift of a constant that is Swin's shifted-window mask (graph::ShiftedWindowMask)
+  // shaped (1, windows, 1, N, N) as it is added to the logits: found by comparing, not assumed.
+  static std::optional<std::array<int64_t, 3>> ShiftedWindowMaskOf(const Value& c) {
+    Shape s = c.shape;
+    if (s.size() != 5 || s[0] != 1 || s[2] != 1 || s[3] != s[4]) return std::nullopt;
+    const int64_t n = s[3], windows = s[1];
+    const auto window = static_cast<int64_t>(std::llround(std::sqrt(static_cast<double>(n))));
+    const auto per_side = static_cast<int64_t>(std::llround(std::sqrt(static_cast<double>(windows))));
+    if (window * window != n || per_side * per_side != windows) return std::nullopt;
+    for (int64_t shift = 1; shift < window; ++shift) {
+      const std::vector<float> mask = ShiftedWindowMask(per_side * window, window, shift);
+      if (mask.size() == c.data.size() && std::equal(mask.begin(), mask.end(), c.data.begin(),
+                                                     [](float m, double d) { return static_cast<double>(m) == d; })) {
+        return std::array<int64_t, 3>{per_side * window, window, shift};
+      }
+    }
+    return std::nullopt;
   }
 
   // MatMul or Gemm by a weight: a linear layer (with the bias of a following Add); of two activations: matmul.
@@ -1755,9 +2090,24 @@ class Importer {
 Result<ForwardGraph> ImportOnnx(const std::string& path, int batch_size) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return NotFound("cannot read ONNX model '" + path + "'");
-  std::stringstream bytes;
-  bytes << in.rdbuf();
-  return ImportOnnxBytes(bytes.str(), path, std::filesystem::path(path).stem().string(), batch_size);
+  // One read into a string of the file's size: a stringstream grows by copies and str() copies again,
+  // which for a 323 MB model (RegNetY-16GF) was most of the import's time.
+  std::error_code size_error;
+  const uintmax_t size = std::filesystem::file_size(path, size_error);
+  std::string bytes;
+  if (!size_error) {
+    bytes.resize(static_cast<size_t>(size));
+    in.read(bytes.data(), static_cast<std::streamsize>(size));
+    bytes.resize(static_cast<size_t>(in.gcount()));
+  }
+  if (size_error || in.bad()) {  // not a regular file (a pipe): read what it gives
+    in.clear();
+    in.seekg(0);
+    std::stringstream stream;
+    stream << in.rdbuf();
+    bytes = stream.str();
+  }
+  return ImportOnnxBytes(bytes, path, std::filesystem::path(path).stem().string(), batch_size);
 }
 
 namespace {

@@ -481,7 +481,11 @@ class Flatten : public StepLayer {
 class Dropout : public StepLayer {
  public:
   Dropout(Backend& b, const LayerSpec& spec, uint32_t seed)
-      : StepLayer(b, seed), seed_(seed), ratio_(DropoutRatio(spec)), mask_(Own(spec.output_shape)) {
+      : StepLayer(b, seed),
+        seed_(seed),
+        ratio_(DropoutRatio(spec)),
+        rows_(spec.attributes.count("rows") && spec.attributes.at("rows") != 0),
+        mask_(Own(spec.output_shape)) {
     InitInputs(spec.input_shapes);
     InitOutput(spec.output_shape);
     DrawMask(0);
@@ -506,12 +510,19 @@ class Dropout : public StepLayer {
     std::mt19937 rng(seq);
     std::bernoulli_distribution keep(1.0 - ratio_);
     const auto kept = static_cast<float>(1.0 / (1.0 - ratio_));
-    for (float& m : mask_.data) m = keep(rng) ? kept : 0.0f;
+    if (rows_) {  // stochastic depth: one draw per sample, for all of its elements
+      const int64_t rows = mask_.dims.empty() ? 1 : mask_.dims[0];
+      const int64_t per_row = rows == 0 ? 0 : static_cast<int64_t>(mask_.data.size()) / rows;
+      for (int64_t r = 0; r < rows; ++r) std::fill_n(mask_.data.begin() + r * per_row, per_row, keep(rng) ? kept : 0.0f);
+    } else {
+      for (float& m : mask_.data) m = keep(rng) ? kept : 0.0f;
+    }
     drawn_for_step_ = step;
   }
 
   uint32_t seed_;
   double ratio_;
+  bool rows_;  // stochastic depth (graph::ForwardGraph::RowDropout)
   Tensor& mask_;
   uint64_t drawn_for_step_ = 0;
 };

@@ -318,6 +318,18 @@ class Slice : public OpLayer {
     const int64_t start = spec.attributes.at("start"), end = spec.attributes.at("end");
     Dims part = x;
     part[axis] = end - start;
+    const auto step = spec.attributes.find("step");
+    if (step != spec.attributes.end() && step->second > 1) {  // every step-th: strides of X times the step
+      part[axis] = (end - start + step->second - 1) / step->second;
+      memory::dims strides(x.size(), 1);
+      for (int i = static_cast<int>(x.size()) - 2; i >= 0; --i) strides[i] = strides[i + 1] * x[i + 1];
+      const int64_t offset = start * strides[axis];
+      strides[axis] *= step->second;
+      const memory::desc strided(memory::dims(part.begin(), part.end()), memory::data_type::f32, strides);
+      AddReorder(forward_, Mem(inputs_[0], strided, offset), Mem(output_, Plain(part)));
+      AddReorder(backward_input_, Mem(grad_output_, Plain(part)), Mem(grad_inputs_[0], strided, offset));
+      return;
+    }
     memory::dims offsets(x.size(), 0);
     offsets[axis] = start;
     const memory::desc sub = Plain(x).submemory_desc(memory::dims(part.begin(), part.end()), offsets);
@@ -378,6 +390,88 @@ class Embedding : public OpLayer {
   memory ids_, table_, out_, dy_, dtable_;
 };
 
+// Swin's biases of the window attention logits X (..., heads, N, N), N = window^2 tokens: the relative
+// position bias table[index] (heads, N, N) from a trainable (2 window - 1)^2 x heads table, or the constant
+// shifted-window mask (windows, 1, N, N) (graph::ForwardGraph::RelativePositionBias, ShiftedWindowMask).
+// The add and its reductions are oneDNN steps; the table's gather and scatter are loops around them.
+class WindowBias : public OpLayer {
+ public:
+  WindowBias(Backend& b, const LayerSpec& spec, uint32_t seed) : OpLayer(b, seed) {
+    InitInputs({spec.input_shapes[0]});
+    const Dims& full = spec.output_shape;
+    InitOutput(full);
+    const size_t rank = full.size();
+    const int64_t n = full[rank - 1];
+    const auto window = spec.attributes.find("relative_position_window");
+    Dims bias_dims;
+    // Attributes as graph::ForwardGraph sets them; a graph file could say anything.
+    if (rank < 3 || full[rank - 2] != n) {
+      throw std::logic_error("window attention bias over " + graph::ShapeToString(full));
+    }
+    if (window != spec.attributes.end()) {
+      if (window->second < 1 || window->second > 64 || window->second * window->second != n) {
+        throw std::logic_error("relative position bias of window " + std::to_string(window->second) + " over " +
+                               graph::ShapeToString(full));
+      }
+      heads_ = full[rank - 3];
+      bias_dims = {heads_, n, n};
+      index_ = graph::RelativePositionIndex(window->second);
+      const int64_t span = 2 * window->second - 1;
+      table_ = &Param({span * span, heads_}, 0.02f);
+      dtable_ = grad_params_[0];
+    } else {
+      const int64_t side = spec.attributes.at("shifted_window_side"), size = spec.attributes.at("shifted_window_size");
+      const int64_t shift = spec.attributes.at("shifted_window_shift");
+      if (rank < 4 || size < 1 || size > 64 || size * size != n || side < size || side > 64 * size ||
+          side % size != 0 || (side / size) * (side / size) != full[rank - 4] || shift < 1 || shift >= size) {
+        throw std::logic_error("shifted window mask over " + graph::ShapeToString(full));
+      }
+      bias_dims = {full[rank - 4], 1, n, n};
+      const std::vector<float> mask = graph::ShiftedWindowMask(side, size, shift);
+      bias_ = &Own(bias_dims);
+      if (mask.size() != bias_->data.size()) throw std::logic_error("shifted window mask does not fit its logits");
+      bias_->data = mask;
+    }
+    if (!bias_) bias_ = &Own(bias_dims);
+    auto bcast = [&](Tensor& t) { return Mem(t, Plain(Padded(t.dims, full.size()))); };
+    AddBinary(forward_, algorithm::binary_add, Mem(inputs_[0]), bcast(*bias_), Mem(output_));
+    AddReduceTo(backward_input_, Mem(grad_output_), full, grad_inputs_[0], inputs_[0].dims);
+    if (table_) {
+      dbias_ = &Own(bias_dims);
+      AddReduceTo(backward_weights_, Mem(grad_output_), full, *dbias_, bias_dims);
+    }
+  }
+
+  void Forward() override {
+    if (table_) {  // bias[h, i, j] = table[index[i, j], h]
+      const int64_t pairs = static_cast<int64_t>(index_.size());
+      for (int64_t h = 0; h < heads_; ++h) {
+        for (int64_t p = 0; p < pairs; ++p) bias_->data[h * pairs + p] = table_->data[index_[p] * heads_ + h];
+      }
+    }
+    Run(forward_);
+  }
+  void BackwardWeights() override {
+    if (!table_) return;
+    Run(backward_weights_);  // dbias: dY summed over the windows and the batch
+    std::fill(dtable_->data.begin(), dtable_->data.end(), 0.0f);
+    const int64_t pairs = static_cast<int64_t>(index_.size());
+    for (int64_t h = 0; h < heads_; ++h) {
+      for (int64_t p = 0; p < pairs; ++p) dtable_->data[index_[p] * heads_ + h] += dbias_->data[h * pairs + p];
+    }
+  }
+  // The table is all bias: its gradient is the same in bias-only training.
+  void BackwardBias() override { BackwardWeights(); }
+
+ private:
+  int64_t heads_ = 0;
+  std::vector<int64_t> index_;
+  Tensor* table_ = nullptr;
+  Tensor* dtable_ = nullptr;
+  Tensor* bias_ = nullptr;
+  Tensor* dbias_ = nullptr;
+};
+
 }  // namespace
 
 std::unique_ptr<Layer> MakeOnnxLayer(graph::OpKind kind, Backend& backend, const LayerSpec& spec, uint32_t seed) {
@@ -420,6 +514,9 @@ std::unique_ptr<Layer> MakeOnnxLayer(graph::OpKind kind, Backend& backend, const
     case OpKind::kDiv:
       return std::make_unique<Binary>(backend, spec, seed, algorithm::binary_div);
     case OpKind::kAddBroadcast:
+      if (spec.attributes.count("relative_position_window") || spec.attributes.count("shifted_window_side")) {
+        return std::make_unique<WindowBias>(backend, spec, seed);
+      }
       return std::make_unique<Binary>(backend, spec, seed, algorithm::binary_add);
     case OpKind::kMatMul:
       return std::make_unique<MatMul>(backend, spec, seed);

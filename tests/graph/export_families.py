@@ -34,12 +34,13 @@ DEFAULT_SIDE_PX = 64
 
 # The families whose smallest accepted input is not DEFAULT_SIDE_PX, and why.
 SIDE_PX = {
-    # Adaptive average pooling to 6x6 exports only from 6x6 features (not factors otherwise).
-    "alexnet": 224,
     # Its stem reduces by 8 with unpadded convolutions before the 3x3 grid blocks: 75 is the minimum.
     "inception": 80,
     # Its block and grid partitions of 7 need every stage's side to be a multiple of 7: 224 = 7 x 32.
     "maxvit": 224,
+    # Its windows of 7: below 224 a stage's side is not a multiple of 7 and the windows are zero-padded,
+    # a Pad of the activations the importer does not take.
+    "swin_transformer": 224,
 }
 
 # Keyword arguments a family's builder needs to export at a small input in training mode.
@@ -64,14 +65,54 @@ def params_m(builder):
     return torchvision.models.get_model_weights(builder).DEFAULT.meta["num_params"] / 1e6
 
 
+def exportable_stochastic_depth(module):
+    """torchvision's StochasticDepth as PyTorch 1.13 exports it in training mode: its in-place bernoulli_
+    has no ONNX symbolic, torch.bernoulli has (RandomUniformLike, Less, Cast), which edgecost imports as
+    a row dropout. The same arithmetic: noise divided by the survival rate, then the product."""
+    def forward(x):
+        if not module.training or module.p == 0.0:
+            return x
+        survival = 1.0 - module.p
+        size = [x.shape[0]] + [1] * (x.dim() - 1) if module.mode == "row" else [1] * x.dim()
+        noise = torch.bernoulli(torch.full(size, survival, dtype=x.dtype, device=x.device))
+        return x * (noise / survival)
+    return forward
+
+
+class ExportableAdaptiveAvgPool2d(nn.Module):
+    """nn.AdaptiveAvgPool2d to any size, as ops PyTorch 1.13 exports (it refuses sizes that are not factors
+    of the input's): output cell i of an axis of n -> m averages [floor(i n / m), ceil((i + 1) n / m)), as
+    PyTorch computes it; rows first, then columns (a rectangle's mean is the mean of its rows' means)."""
+
+    def __init__(self, output_size):
+        super().__init__()
+        size = output_size if isinstance(output_size, (tuple, list)) else (output_size, output_size)
+        self.output_size = tuple(size)
+
+    def forward(self, x):
+        for axis, m in ((2, self.output_size[0]), (3, self.output_size[1])):
+            n = int(x.shape[axis])  # a constant of the export: the cells' bounds are fixed
+            if m is None or n == m:
+                continue
+            if n % m == 0:
+                x = nn.functional.adaptive_avg_pool2d(x, (m, x.shape[3]) if axis == 2 else (x.shape[2], m))
+                continue
+            cells = [x.narrow(axis, (i * n) // m, -((-(i + 1) * n) // m) - (i * n) // m).mean(axis, keepdim=True)
+                     for i in range(m)]
+            x = torch.cat(cells, axis)
+        return x
+
+
 def build(builder):
     kwargs = dict(num_classes=10, **BUILDER_KWARGS.get(family(builder), {}))
     model = torchvision.models.get_model_builder(builder)(**kwargs)
-    # PyTorch 1.13 cannot export stochastic depth's bernoulli_ in training mode: probability 0 makes it
-    # the identity (issue 31 lists stochastic depth as an op still to support).
     for module in model.modules():
         if isinstance(module, torchvision.ops.StochasticDepth):
-            module.p = 0.0
+            module.forward = exportable_stochastic_depth(module)
+    for parent in list(model.modules()):
+        for name, child in parent.named_children():
+            if isinstance(child, nn.AdaptiveAvgPool2d) and child.output_size not in (1, (1, 1)):
+                setattr(parent, name, ExportableAdaptiveAvgPool2d(child.output_size))
     return model
 
 

@@ -8,8 +8,9 @@ python3-torch and python3-torchvision: nothing is downloaded. Usage:
   /usr/bin/python3 tests/graph/export_models.py --time [MODEL ...] [--threads N] [--steps N]
   /usr/bin/python3 tests/graph/export_models.py OUT_DIR --suite
 
-`--suite` exports what tests/graph/onnx_models_test.cc reads in one run: every model (opset 13),
-the transformers at opset 17 into OUT_DIR/opset17 and mobilenet_v2 in eval mode into OUT_DIR/eval.
+`--suite` exports what tests/graph/onnx_models_test.cc reads in one run: every model (opset 13) but
+the HEAVY ones, the transformers at opset 17 into OUT_DIR/opset17 and mobilenet_v2 in eval mode into
+OUT_DIR/eval; `--suite --heavy` adds the HEAVY ones (scripts/onnx_families).
 Exit status 3: PyTorch is not installed.
 `--list` prints the model names. `--eval` exports in eval mode (batch norm folded), as users do by
 mistake. `--time` measures a PyTorch training step (forward, loss, backward, SGD update) per model
@@ -247,6 +248,27 @@ class SensorGru(nn.Module):
         return self.head(h[-1])
 
 
+def vit_tiny():
+    from torchvision.models.vision_transformer import VisionTransformer
+
+    return VisionTransformer(image_size=16, patch_size=4, num_layers=1, num_heads=2, hidden_dim=16, mlp_dim=32,
+                             num_classes=3)
+
+
+def swin_tiny():
+    from torchvision.models.swin_transformer import SwinTransformer
+
+    return SwinTransformer(patch_size=[4, 4], embed_dim=16, depths=[2, 1], num_heads=[2, 2], window_size=[4, 4],
+                           stochastic_depth_prob=0.0, num_classes=3)
+
+
+def maxvit_tiny():
+    from torchvision.models.maxvit import MaxVit
+
+    return MaxVit(input_size=(28, 28), stem_channels=8, partition_size=7, block_channels=[16], block_layers=[1],
+                  head_dim=8, stochastic_depth_prob=0.0, mlp_dropout=0.0, attention_dropout=0.0, num_classes=3)
+
+
 def torchvision_model(name, **kwargs):
     import torchvision
 
@@ -265,7 +287,7 @@ MODELS = {
     "shufflenet_v2_x0_5": (lambda: torchvision_model("shufflenet_v2_x0_5"), lambda: torch.randn(2, 3, 64, 64)),
     "squeezenet1_1": (lambda: torchvision_model("squeezenet1_1"), lambda: torch.randn(2, 3, 64, 64)),
     # The smallest builders of families that import since issue 31, built as tests/graph/export_families.py
-    # builds them (no stochastic depth, which PyTorch 1.13 cannot export in training mode).
+    # builds them (stochastic depth through torch.bernoulli, imported as a row dropout).
     "densenet121": (lambda: export_families.build("densenet121"), lambda: torch.randn(2, 3, 64, 64)),
     "convnext_tiny": (lambda: export_families.build("convnext_tiny"), lambda: torch.randn(2, 3, 64, 64)),
     "inception_v3": (lambda: export_families.build("inception_v3"),
@@ -274,6 +296,12 @@ MODELS = {
     "kws_lstm": (KeywordCrnn, lambda: torch.randn(2, 1, 50, 10)),
     # Activity recognition: 64 time-major steps of 6 IMU channels, an MLP encoder, a 2-layer GRU, 6 activities.
     "sensor_gru": (SensorGru, lambda: torch.randn(64, 2, 6)),
+    "vit_b_16": (lambda: export_families.build("vit_b_16"), lambda: torch.randn(2, 3, 64, 64)),
+    "maxvit_t": (lambda: export_families.build("maxvit_t"),
+                 lambda: torch.randn(2, 3, export_families.SIDE_PX["maxvit"], export_families.SIDE_PX["maxvit"])),
+    "swin_t": (lambda: export_families.build("swin_t"),
+               lambda: torch.randn(2, 3, export_families.SIDE_PX["swin_transformer"],
+                                   export_families.SIDE_PX["swin_transformer"])),
     "transformer_encoder": (TransformerClassifier, lambda: torch.randn(2, 64, 128)),
     "small_bert": (SmallBert, lambda: torch.randint(0, 1000, (2, 64))),
     "small_gpt": (SmallGpt, lambda: torch.randint(0, 256, (2, 32))),
@@ -298,8 +326,49 @@ TINY_MODELS = {
                  lambda: torch.randint(0, 40, (2, 6))),
     "bert_tiny": (lambda: SmallBert(vocab=50, seq=8, d_model=16, heads=2, layers=1, classes=3, dropout=0.0),
                   lambda: torch.randint(0, 50, (2, 8))),
+    # torchvision's VisionTransformer (class token expanded to the batch, position embeddings, its
+    # nn.MultiheadAttention) at 16x16 in 4x4 patches, one layer of width 16.
+    "vit_tiny": (lambda: vit_tiny(), lambda: torch.randn(2, 3, 16, 16)),
+    # torchvision's SwinTransformer at 32x32: 8x8 patches in windows of 4 (a relative position bias per
+    # block, the second block's windows shifted by 2 with their mask), then patch merging (strided slices).
+    "swin_tiny": (lambda: swin_tiny(), lambda: torch.randn(2, 3, 32, 32)),
+    # torchvision's MaxVit at 28x28: one block (MBConv, then window and grid attention over partitions of 7,
+    # its attention written as Einsum, a relative position bias per attention).
+    "maxvit_tiny": (lambda: maxvit_tiny(), lambda: torch.randn(2, 3, 28, 28)),
 }
 MODELS.update(TINY_MODELS)
+
+# Models whose profile and training step take tens of CPU seconds (swin_t and maxvit_t run at 224x224,
+# the smallest side their windows of 7 take without padding): exported for onnx_models_test only in the
+# full sweep.
+HEAVY = {"swin_t", "maxvit_t"}
+
+
+def forward_order(name, model):
+    """The model's parameters in the order edgecost's executor lists them: the order of first use in the
+    forward pass. model.parameters() is that order for the models here, except where a module registers
+    its own parameters before its children that run first (ViT's class token, used after conv_proj)."""
+    params = list(model.parameters())
+    if name == "vit_tiny":
+        first = [model.conv_proj.weight, model.conv_proj.bias, model.class_token]
+        params = first + [p for p in params if all(p is not f for f in first)]
+    if name in ("swin_tiny", "maxvit_tiny"):
+        # Each attention's bias table is added to the logits after its qkv projection; Swin's patch
+        # merging normalizes before its reduction.
+        params, table, reduction = [], None, None
+        for n, p in model.named_parameters():
+            if n.endswith("relative_position_bias_table"):
+                table = p
+            elif n.endswith("reduction.weight"):
+                reduction = p
+            else:
+                params.append(p)
+            if n.endswith("qkv.bias") or n.endswith("to_qkv.bias"):
+                params.append(table)
+            if reduction is not None and n.endswith("norm.bias"):
+                params.append(reduction)
+                reduction = None
+    return params
 
 
 def export(name, out_dir, opset, eval_mode):
@@ -360,6 +429,7 @@ def main():
     parser.add_argument("--list", action="store_true")
     parser.add_argument("--time", action="store_true")
     parser.add_argument("--suite", action="store_true")
+    parser.add_argument("--heavy", action="store_true")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--steps", type=int, default=10)
     args = parser.parse_args()
@@ -384,7 +454,7 @@ def main():
         parser.error("OUT_DIR is required")
     if args.suite:
         for name in MODELS:
-            if name not in TINY_MODELS:
+            if name not in TINY_MODELS and (args.heavy or name not in HEAVY):
                 export(name, args.out_dir, 13, False)
         for sub, names, opset, eval_mode in (("opset17", ["transformer_encoder", "small_bert"], 17, False),
                                              ("eval", ["mobilenet_v2"], 13, True)):

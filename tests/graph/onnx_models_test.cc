@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -40,6 +41,12 @@ constexpr char kPython[] = "/usr/bin/python3";
 using Command = testing::CommandResult;
 Command Run(const std::string& command) { return testing::RunShell(command); }
 
+// The full sweep (scripts/onnx_families) also runs the models that take tens of CPU seconds.
+bool Heavy() {
+  const char* families = std::getenv("EDGECOST_FAMILIES");
+  return families && std::string(families) == "all";
+}
+
 // Exports every model once for the suite (one Python run: importing torch is most of its time);
 // empty with the reason when PyTorch is missing.
 class Exported {
@@ -60,7 +67,8 @@ class Exported {
   Exported() {
     dir_ = std::filesystem::temp_directory_path() / ("edgecost_onnx_models_" + std::to_string(::getpid()));
     std::filesystem::create_directories(dir_);
-    const Command exported = Run(std::string(kPython) + " tests/graph/export_models.py " + dir_.string() + " --suite");
+    const Command exported = Run(std::string(kPython) + " tests/graph/export_models.py " + dir_.string() + " --suite" +
+                                 (Heavy() ? " --heavy" : ""));
     if (exported.exit_code == 3 || exported.exit_code == 127) {  // no PyTorch, or no Debian Python
       skip_reason_ =
           "Debian's PyTorch is not installed (apt-get install python3-torch python3-torchvision "
@@ -105,6 +113,9 @@ const std::map<std::string, std::set<std::string>> kSignatureKinds = {
     {"densenet121", {"concat", "batchnorm2d", "avgpool2d", "maxpool2d"}},
     {"convnext_tiny", {"conv2d", "layernorm", "gelu", "mul", "transpose"}},
     {"inception_v3", {"conv2d", "concat", "avgpool2d", "maxpool2d"}},
+    {"vit_b_16", {"conv2d", "concat", "add_broadcast", "layernorm", "gelu", "matmul", "softmax"}},
+    {"swin_t", {"conv2d", "slice", "concat", "add_broadcast", "layernorm", "gelu", "matmul", "softmax"}},
+    {"maxvit_t", {"conv2d", "batchnorm2d", "add_broadcast", "layernorm", "gelu", "matmul", "softmax", "dropout"}},
     {"transformer_encoder", {"matmul", "softmax", "layernorm", "transpose", "dropout", "reduce_mean"}},
     {"kws_lstm", {"conv2d", "batchnorm2d", "maxpool2d", "transpose", "lstm", "slice"}},
     {"sensor_gru", {"relu", "gru", "slice", "concat"}},
@@ -115,6 +126,9 @@ const std::map<std::string, std::set<std::string>> kSignatureKinds = {
 
 TEST_P(OnnxModelsTest, ImportsDerivesProfilesAndSolvesAtHalfItsPeak) {
   const std::string model = GetParam();
+  if ((model == "swin_t" || model == "maxvit_t") && !Heavy()) {
+    GTEST_SKIP() << model << " (224x224) runs in scripts/onnx_families only";
+  }
   const auto import_start = std::chrono::steady_clock::now();
   auto forward = graph::ImportOnnx(Exported::Get().Path(model));
   const double import_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - import_start).count();
@@ -242,8 +256,8 @@ TEST_P(OnnxModelsTest, ImportsDerivesProfilesAndSolvesAtHalfItsPeak) {
 INSTANTIATE_TEST_SUITE_P(Models, OnnxModelsTest,
                          ::testing::Values("mobilenet_v2", "mobilenet_v3_small", "efficientnet_b0",
                                            "shufflenet_v2_x0_5", "squeezenet1_1", "densenet121", "convnext_tiny",
-                                           "inception_v3", "transformer_encoder", "small_bert", "kws_lstm",
-                                           "sensor_gru", "small_gpt", "small_unet"),
+                                           "inception_v3", "vit_b_16", "swin_t", "maxvit_t", "transformer_encoder",
+                                           "small_bert", "kws_lstm", "sensor_gru", "small_gpt", "small_unet"),
                          [](const auto& info) { return std::string(info.param); });
 
 // LayerNormalization and the other opset-17 spellings import too.

@@ -9,6 +9,8 @@
 
 #include <gtest/gtest.h>
 
+#include "graph/forward_graph.h"
+
 namespace edgecost::kernels {
 namespace {
 
@@ -132,6 +134,35 @@ TEST(LayerGradients, Flatten) { CheckLayer({"flatten", {}, {{2, 2, 2, 2}}, {2, 8
 
 TEST(LayerGradients, Dropout) { CheckLayer({"dropout", {}, {{4, 8}}, {4, 8}}); }
 
+TEST(LayerGradients, RowDropout) { CheckLayer({"dropout", {{"ratio_ppm", 300000}, {"rows", 1}}, {{4, 2, 3}}, {4, 2, 3}}); }
+
+// Stochastic depth: each sample is kept whole (scaled by 1 / (1 - ratio)) or zeroed whole, drawn anew
+// for each training step, and the same again for a step already drawn (a recomputation).
+TEST(Dropout, RowsKeepOrDropEachSampleWhole) {
+  Backend backend;
+  auto made = MakeLayer(backend, {"dropout", {{"ratio_ppm", 500000}, {"rows", 1}}, {{64, 3, 2}}, {64, 3, 2}}, 5);
+  ASSERT_TRUE(made.ok()) << made.status().message();
+  Layer& layer = **made;
+  std::fill(layer.inputs()[0].data.begin(), layer.inputs()[0].data.end(), 1.0f);
+  std::vector<std::vector<float>> outputs;
+  for (const uint64_t step : {1, 2, 1}) {
+    layer.SetTrainingStep(step);
+    layer.Forward();
+    outputs.push_back(layer.output().data);
+  }
+  int kept = 0;
+  for (int64_t r = 0; r < 64; ++r) {
+    const float first = outputs[0][r * 6];
+    EXPECT_TRUE(first == 0.0f || first == 2.0f) << first;
+    for (int64_t k = 1; k < 6; ++k) EXPECT_EQ(outputs[0][r * 6 + k], first) << "row " << r;
+    kept += first != 0.0f;
+  }
+  EXPECT_GT(kept, 16);
+  EXPECT_LT(kept, 48);
+  EXPECT_NE(outputs[0], outputs[1]) << "each step draws its own rows";
+  EXPECT_EQ(outputs[0], outputs[2]) << "a step drawn again gives the same rows";
+}
+
 TEST(LayerGradients, AddSameShapes) { CheckLayer({"add", {}, {{2, 6}, {2, 6}}, {2, 6}}); }
 
 TEST(LayerGradients, AddSmallerIntoLarger) { CheckLayer({"add", {}, {{1, 8, 2, 2}, {1, 2, 2, 2}}, {1, 8, 2, 2}}); }
@@ -232,6 +263,57 @@ TEST(LayerGradients, Transpose) {
 }
 
 TEST(LayerGradients, Reshape) { CheckLayer({"reshape", {}, {{2, 3, 4}}, {6, 4}}); }
+
+// Swin's patch merging: every other row from 1 (x[:, 1::2]), the rest of dX zero.
+TEST(LayerGradients, StridedSlice) {
+  CheckLayer({"slice", {{"axis", 1}, {"start", 1}, {"end", 4}, {"step", 2}}, {{2, 5, 3}}, {2, 2, 3}});
+  CheckLayer({"slice", {{"axis", 2}, {"start", 0}, {"end", 3}, {"step", 2}}, {{2, 3, 4, 2}}, {2, 3, 2, 2}});
+}
+
+// Swin's relative position bias over logits (windows x batch, heads, N, N) with N = 2 x 2 tokens: a
+// 9 x 2 table gathered by the relative position index; several (i, j) share a row, so its gradient sums.
+TEST(LayerGradients, RelativePositionBias) {
+  CheckLayer({"add_broadcast", {{"relative_position_window", 2}}, {{3, 2, 4, 4}}, {3, 2, 4, 4}});
+}
+
+// The shifted-window mask is a constant: dX is dY, nothing is trained.
+TEST(LayerGradients, ShiftedWindowMask) {
+  CheckLayer({"add_broadcast",
+              {{"shifted_window_side", 4}, {"shifted_window_size", 2}, {"shifted_window_shift", 1}},
+              {{2, 4, 2, 4, 4}},
+              {2, 4, 2, 4, 4}});
+}
+
+// The bias is the table's row for each token pair's offset, as torchvision gathers it.
+TEST(WindowBias, RelativePositionBiasGathersTheTableByOffset) {
+  Backend backend;
+  auto made = MakeLayer(backend, {"add_broadcast", {{"relative_position_window", 2}}, {{1, 2, 4, 4}}, {1, 2, 4, 4}}, 3);
+  ASSERT_TRUE(made.ok()) << made.status().message();
+  Layer& layer = **made;
+  ASSERT_EQ(layer.params().size(), 1u);
+  Tensor& table = *layer.params()[0];
+  ASSERT_EQ(table.dims, (Dims{9, 2}));
+  for (int64_t i = 0; i < 18; ++i) table.data[i] = static_cast<float>(i);
+  std::fill(layer.inputs()[0].data.begin(), layer.inputs()[0].data.end(), 0.0f);
+  layer.Forward();
+  // Token 0 is (0, 0), token 3 is (1, 1): offset (-1, -1) -> row (0 * 3 + 0); (3, 0): (1, 1) -> row 8.
+  EXPECT_EQ(layer.output().data[0 * 4 + 3], table.data[0 * 2 + 0]);       // head 0, i 0, j 3
+  EXPECT_EQ(layer.output().data[16 + 3 * 4 + 0], table.data[8 * 2 + 1]);  // head 1, i 3, j 0
+  EXPECT_EQ(layer.output().data[5], table.data[4 * 2 + 0]);               // head 0, i 1, j 1: no offset
+}
+
+TEST(WindowBias, ShiftedWindowMaskSeparatesTheRolledRegions) {
+  // A 4 x 4 map in windows of 2 rolled by 1: the last window holds tokens from four regions.
+  const std::vector<float> mask = graph::ShiftedWindowMask(4, 2, 1);
+  ASSERT_EQ(mask.size(), 4u * 4 * 4);
+  for (int64_t i = 0; i < 4; ++i) {
+    for (int64_t j = 0; j < 4; ++j) EXPECT_EQ(mask[i * 4 + j], 0.0f) << "window 0 is one region";
+  }
+  const float* last = mask.data() + 3 * 16;
+  for (int64_t i = 0; i < 4; ++i) {
+    for (int64_t j = 0; j < 4; ++j) EXPECT_EQ(last[i * 4 + j], i == j ? 0.0f : -100.0f);
+  }
+}
 
 TEST(LayerGradients, Slice) {
   CheckLayer({"slice", {{"axis", 1}, {"start", 1}, {"end", 3}}, {{2, 4, 3}}, {2, 2, 3}});

@@ -1,6 +1,8 @@
 // Models PyTorch exported to ONNX, trained by the executor: a MobileNet V2 (width 0.25, 64x64), a
 // MobileNet V3 small (width 0.5: hardswish, squeeze-and-excitation's hardsigmoid and broadcast
-// product) and a one-block BERT (embeddings, attention, GELU, LayerNorm), both tiny and without dropout
+// product), a one-block BERT (embeddings, attention, GELU, LayerNorm), a one-layer ViT (its class
+// token expanded to the batch, nn.MultiheadAttention), a two-stage Swin and a one-block MaxViT (relative
+// position biases, shifted-window masks, patch merging, Einsum attention), all tiny and without dropout
 // (tests/graph/export_models.py). The loss falls over 50 steps on a fixed batch; schedules give
 // the plain step's gradients bit for bit; and one step's gradients match PyTorch's own, computed
 // in float64 with the same weights and batch (tests/train/torch_gradients.py). Skipped, with the
@@ -56,7 +58,8 @@ class Exported {
     dir_ = std::filesystem::temp_directory_path() / ("edgecost_onnx_train_" + std::to_string(::getpid()));
     std::filesystem::create_directories(dir_);
     const Command exported = RunCommand(std::string(kPython) + " tests/graph/export_models.py " + dir_.string() +
-                                        " mobilenet_v2_tiny mobilenet_v3_tiny bert_tiny lstm_tiny gru_tiny lstm2_tiny gpt_tiny unet_tiny");
+                                        " mobilenet_v2_tiny mobilenet_v3_tiny bert_tiny lstm_tiny gru_tiny lstm2_tiny gpt_tiny"
+                                        " unet_tiny vit_tiny swin_tiny maxvit_tiny");
     if (exported.exit_code == 3 || exported.exit_code == 127) {
       skip_reason_ =
           "Debian's PyTorch is not installed (apt-get install python3-torch python3-torchvision "
@@ -233,8 +236,8 @@ TEST_P(OnnxTrainTest, GradientsMatchPyTorchsWithTheSameWeightsAndBatch) {
 
 INSTANTIATE_TEST_SUITE_P(Models, OnnxTrainTest,
                          ::testing::Values("mobilenet_v2_tiny", "mobilenet_v3_tiny", "bert_tiny", "lstm_tiny",
-                                           "gru_tiny", "lstm2_tiny", "gpt_tiny",
-                                           "unet_tiny"));
+                                           "gru_tiny", "lstm2_tiny", "gpt_tiny", "unet_tiny", "vit_tiny", "swin_tiny",
+                                           "maxvit_tiny"));
 
 }  // namespace
 }  // namespace edgecost::train

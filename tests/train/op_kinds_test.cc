@@ -188,6 +188,18 @@ std::vector<KindGraph> KindGraphs() {
                       g.CrossEntropyLoss(g.Linear(g.Flatten(p), 36, 4), 4);
                       return g;
                     }});
+  // Swin's window attention: logits (batch x windows, heads, N, N) from a linear layer, the relative
+  // position bias (a gathered table), the shifted-window mask, softmax; then patch merging's strided slice.
+  graphs.push_back({"window_attention", [] {
+                      ForwardGraph g("window_attention", 2);
+                      const int x = g.LinearNd(g.Input({2, 4, 2, 4, 3}), 3, 4, true);  // (batch, windows, heads, N, N)
+                      const int masked = g.ShiftedWindowMask(x, 4, 2, 1);
+                      const int logits = g.Reshape(masked, {8, 2, 4, 4});
+                      const int biased = g.RelativePositionBias(logits, 2);
+                      const int s = g.StridedSlice(g.Softmax(biased, 3), 2, 1, 4, 2);  // (8, 2, 2, 4)
+                      g.CrossEntropyLoss(g.Linear(g.Reshape(s, {2, 64}), 64, 3), 3);
+                      return g;
+                    }});
   graphs.push_back({"embedding", [] {
                       ForwardGraph g("embedding", 2);
                       const int e = g.Embedding(g.Input({2, 5}), 11, 6);  // (2, 5, 6)

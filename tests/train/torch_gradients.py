@@ -4,8 +4,8 @@
 Usage: /usr/bin/python3 tests/train/torch_gradients.py MODEL IN_FILE OUT_FILE
 
 MODEL is a name from tests/graph/export_models.py. IN_FILE holds the model's parameters in the
-order model.parameters() lists them (which, for the models used here, is the order edgecost's
-executor lists its trained parameters: forward order, weight before bias), then the input, then
+order edgecost's executor lists its trained parameters (forward order, weight before bias:
+export_models.forward_order, model.parameters() but for ViT's class token), then the input, then
 the labels; OUT_FILE gets the gradient of the summed cross-entropy loss for each parameter, in the
 same order, then the loss. Both files are sequences of tensors, each a little-endian uint32
 element count followed by that many float32 values. The step runs in float64, so that the
@@ -48,7 +48,7 @@ def main():
     torch.manual_seed(0)
     model = make().double()
     model.train()
-    params = list(model.parameters())
+    params = export_models.forward_order(name, model)
     tensors = read_tensors(in_path)
     if len(tensors) != len(params) + 2:
         sys.exit(f"{in_path} has {len(tensors)} tensors; {name} has {len(params)} parameters, then input and labels")
