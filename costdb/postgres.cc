@@ -1,5 +1,6 @@
 #include "costdb/postgres.h"
 
+#include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <cmath>
@@ -54,8 +55,9 @@ std::string OneLine(std::string text) {
   return text;
 }
 
-// `?` and `?NNN` placeholders (outside quotes) to PostgreSQL's $1, $2, ...
-std::string Placeholders(std::string_view sql) {
+// `?` and `?NNN` placeholders (outside quotes) to PostgreSQL's $1, $2, ...; `count` gets how many
+// parameters the statement has.
+std::string Placeholders(std::string_view sql, size_t& count) {
   std::string out;
   out.reserve(sql.size() + 16);
   int next = 1;
@@ -70,7 +72,9 @@ std::string Placeholders(std::string_view sql) {
       out += c;
     } else if (c == '?' && i + 1 < sql.size() && sql[i + 1] >= '0' && sql[i + 1] <= '9') {
       out += '$';  // ?NNN, numbered: the same in both
+      count = std::max(count, static_cast<size_t>(std::atoi(sql.data() + i + 1)));
     } else if (c == '?') {
+      count = std::max(count, static_cast<size_t>(next));
       out += "$" + std::to_string(next++);
     } else {
       out += c;
@@ -101,7 +105,10 @@ class PgConnection;
 
 class PgStatement final : public StatementImpl {
  public:
-  PgStatement(PgConnection* connection, std::string_view sql) : connection_(connection), sql_(Placeholders(sql)) {}
+  PgStatement(PgConnection* connection, std::string_view sql)
+      : connection_(connection), sql_(Placeholders(sql, parameters_)) {
+    params_.resize(parameters_);
+  }
 
   void BindInt(int index, int64_t value) override { Set(index, std::to_string(value)); }
   void BindDouble(int index, double value) override {
@@ -117,7 +124,7 @@ class PgStatement final : public StatementImpl {
   Result<bool> Step() override;
   void Reset() override {
     result_.reset();
-    params_.clear();
+    params_.assign(parameters_, std::nullopt);
   }
   int64_t Int(int column) const override {
     const pqxx::field field = Field(column);
@@ -161,6 +168,7 @@ class PgStatement final : public StatementImpl {
   pqxx::field Field(int column) const { return (*result_)[static_cast<pqxx::result::size_type>(row_)][column]; }
 
   PgConnection* connection_;
+  size_t parameters_ = 0;  // before sql_: counted while sql_ is made
   std::string sql_;
   std::vector<std::optional<std::string>> params_;  // unset ones are NULL, as in SQLite
   std::optional<pqxx::result> result_;              // set while the rows of one execution are read

@@ -11,6 +11,8 @@
 #include <filesystem>
 #include <string>
 
+#include "costdb/postgres.h"
+
 namespace edgecost::daemon {
 namespace {
 
@@ -49,6 +51,8 @@ std::string ResolvedDbPath(const std::string& db_path) {
 }
 
 Result<DbLock> DbLock::Acquire(const std::string& db_path, std::string_view holder_name) {
+  // A PostgreSQL store has no file to lock, and its writers exclude each other inside it.
+  if (costdb::IsPostgresUrl(db_path)) return DbLock(-1);
   std::error_code ec;
   const std::string path = LockPath(db_path);
   fs::create_directories(fs::path(path).parent_path(), ec);
@@ -75,6 +79,7 @@ Result<DbLock> DbLock::Acquire(const std::string& db_path, std::string_view hold
 }
 
 int DbLock::Holder(const std::string& db_path, std::string* holder_name) {
+  if (costdb::IsPostgresUrl(db_path)) return 0;
   const int fd = ::open(LockPath(db_path).c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return 0;
   int holder = 0;

@@ -1110,3 +1110,28 @@ TEST_P(StoreTest, KilledWriterLeavesNothingHalfWritten) {
 
 }  // namespace
 }  // namespace edgecost::costdb
+
+namespace edgecost::costdb {
+namespace {
+
+// A store's URL may carry a password: it never reaches a message, a log line or `db info`.
+TEST(PostgresUrl, PasswordsAreNeverShown) {
+  EXPECT_TRUE(IsPostgresUrl("postgresql://h/db"));
+  EXPECT_TRUE(IsPostgresUrl("postgres://h/db"));
+  EXPECT_FALSE(IsPostgresUrl("/var/lib/edgecost/postgresql://x.db"));
+  EXPECT_EQ(RedactUrl("postgresql://u:s3cret@h:5432/db?sslmode=require"), "postgresql://u:***@h:5432/db?sslmode=require");
+  EXPECT_EQ(RedactUrl("postgresql://h/db?user=u&password=s3cret&sslmode=require"),
+            "postgresql://h/db?user=u&password=***&sslmode=require");
+  EXPECT_EQ(RedactUrl("postgresql://u@h/db"), "postgresql://u@h/db");
+  for (const std::string url : {"postgresql://u:s3cret@/db?host=/nonexistent-edgecost-dir",
+                                "postgresql:///db?host=/nonexistent-edgecost-dir&password=s3cret"}) {
+    const auto db = CostDb::Open(url, OpenOptions{.mode = OpenMode::kReadWrite, .busy_timeout_ms = 0});
+    ASSERT_FALSE(db.ok());
+    EXPECT_EQ(db.status().code(), ErrorCode::kUnavailable) << db.status().message();
+    EXPECT_THAT(db.status().message(), HasSubstr("is unreachable"));
+    EXPECT_THAT(db.status().message(), ::testing::Not(HasSubstr("s3cret")));
+  }
+}
+
+}  // namespace
+}  // namespace edgecost::costdb
