@@ -151,7 +151,7 @@ Result<Db> OpenPostgresStore(const std::string& url, OpenOptions options) {
   if (read_only && version < kSchemaVersion) {
     return FailedPrecondition(db.path() + " has schema " + std::to_string(version) + " < " +
                               std::to_string(kSchemaVersion) +
-                              ": open it read-write once (e.g. `edgecost db info --db URL` after a write) to migrate");
+                              ": store something there first (e.g. `edgecost --db URL costs MODEL --store`) to create or migrate its tables");
   }
   return db;
 }

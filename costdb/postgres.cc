@@ -199,10 +199,10 @@ class PgConnection final : public Connection {
   Status Begin(bool write) override {
     EC_RETURN_IF_ERROR(Connect());
     failed_in_tx_ = false;
-    // A write waits for the schema's other writers (at most the busy timeout), then reads what
+    // A write waits for the schema's other writers (at most the busy timeout; 0 would wait forever), then reads what
     // they committed: READ COMMITTED takes a new snapshot per statement, after the lock.
     const std::string sql =
-        write ? "BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL lock_timeout = " + std::to_string(busy_timeout_ms_) +
+        write ? "BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL lock_timeout = " + std::to_string(std::max(1, busy_timeout_ms_)) +
                     "; SELECT pg_advisory_xact_lock(hashtext(current_schema()))"
               : std::string("BEGIN ISOLATION LEVEL REPEATABLE READ");
     in_tx_ = true;
