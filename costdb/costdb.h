@@ -1,11 +1,12 @@
-// The cost database: one SQLite file (or one PostgreSQL schema, for a fleet) holding devices and their fingerprints,
-// profiling runs, measured op costs with provenance, paging costs, training
-// graphs, cost tables and schedules. The typed API below is the only way in;
-// no SQL lives outside costdb/.
+// The cost database: one SQLite file (or one PostgreSQL schema, a fleet's shared
+// store) holding devices and their fingerprints, profiling runs, measured op
+// costs with provenance, paging costs, training graphs, cost tables and
+// schedules. The typed API below is the only way in; no SQL lives outside costdb/.
 //
 // Safety: WAL journal, foreign keys, every write in one transaction, schema
-// versioned by PRAGMA user_version with forward migrations. A file that is not
-// an edgecost database, or comes from a newer edgecost, is refused untouched.
+// versioned (PRAGMA user_version; on PostgreSQL a one-row table) with forward
+// migrations. A file that is not an edgecost database, or comes from a newer
+// edgecost, is refused untouched.
 //
 // A CostDb is one connection: use it from one thread at a time and do not carry
 // it across fork(). Other processes may read while one writes. Open() takes a

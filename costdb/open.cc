@@ -149,9 +149,9 @@ Result<Db> OpenPostgresStore(const std::string& url, OpenOptions options) {
   EC_ASSIGN_OR_RETURN(Db db, OpenPostgres(url, read_only, options.busy_timeout_ms));
   EC_ASSIGN_OR_RETURN(int version, CheckPostgresIsOurs(db));
   if (read_only && version < kSchemaVersion) {
-    return FailedPrecondition(db.path() + " has schema " + std::to_string(version) + " < " +
-                              std::to_string(kSchemaVersion) +
-                              ": store something there first (e.g. `edgecost --db URL costs MODEL --store`) to create or migrate its tables");
+    return FailedPrecondition(
+        db.path() + " has schema " + std::to_string(version) + " < " + std::to_string(kSchemaVersion) +
+        ": store something there first (e.g. `edgecost --db URL costs MODEL --store`) to create or migrate its tables");
   }
   return db;
 }

@@ -201,10 +201,10 @@ class PgConnection final : public Connection {
     failed_in_tx_ = false;
     // A write waits for the schema's other writers (at most the busy timeout; 0 would wait forever), then reads what
     // they committed: READ COMMITTED takes a new snapshot per statement, after the lock.
-    const std::string sql =
-        write ? "BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL lock_timeout = " + std::to_string(std::max(1, busy_timeout_ms_)) +
-                    "; SELECT pg_advisory_xact_lock(hashtext(current_schema()))"
-              : std::string("BEGIN ISOLATION LEVEL REPEATABLE READ");
+    const std::string sql = write ? "BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL lock_timeout = " +
+                                        std::to_string(std::max(1, busy_timeout_ms_)) +
+                                        "; SELECT pg_advisory_xact_lock(hashtext(current_schema()))"
+                                  : std::string("BEGIN ISOLATION LEVEL REPEATABLE READ");
     in_tx_ = true;
     Status begun = Execute(sql, {}).status();
     if (!begun.ok()) Rollback();
@@ -230,16 +230,17 @@ class PgConnection final : public Connection {
     if (!broken_ && conn_) (void)Execute("ROLLBACK", {});
   }
   Result<int64_t> SchemaVersion() override {
-    EC_ASSIGN_OR_RETURN(pqxx::result exists,
-                        Execute("SELECT to_regclass('edgecost_schema_version') IS NOT NULL", {}));
+    EC_ASSIGN_OR_RETURN(pqxx::result exists, Execute("SELECT to_regclass('edgecost_schema_version') IS NOT NULL", {}));
     if (std::string_view(exists[0][0].c_str()) != "t") return int64_t{0};
-    EC_ASSIGN_OR_RETURN(pqxx::result version, Execute("SELECT coalesce(max(version), 0) FROM edgecost_schema_version", {}));
+    EC_ASSIGN_OR_RETURN(pqxx::result version,
+                        Execute("SELECT coalesce(max(version), 0) FROM edgecost_schema_version", {}));
     return version[0][0].as<int64_t>();
   }
   Status SetSchemaVersion(int64_t version) override {
-    return Exec("CREATE TABLE IF NOT EXISTS edgecost_schema_version (version BIGINT NOT NULL); "
-                "DELETE FROM edgecost_schema_version; INSERT INTO edgecost_schema_version (version) VALUES (" +
-                std::to_string(version) + ")");
+    return Exec(
+        "CREATE TABLE IF NOT EXISTS edgecost_schema_version (version BIGINT NOT NULL); "
+        "DELETE FROM edgecost_schema_version; INSERT INTO edgecost_schema_version (version) VALUES (" +
+        std::to_string(version) + ")");
   }
 
   // Opens the connection if there is none or it broke, retrying for the busy timeout while the
@@ -305,7 +306,8 @@ Result<pqxx::result> PgConnection::Execute(const std::string& sql,
   }
   try {
     pqxx::nontransaction work(*conn_);  // BEGIN/COMMIT are ours: work only carries statements
-    pqxx::result rows = params.empty() ? work.exec(sql) : work.exec_params(sql, pqxx::prepare::make_dynamic_params(params));
+    pqxx::result rows =
+        params.empty() ? work.exec(sql) : work.exec_params(sql, pqxx::prepare::make_dynamic_params(params));
     changes_ = static_cast<int>(rows.affected_rows());
     return rows;
   } catch (const std::exception& e) {

@@ -13,9 +13,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
-#include <optional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -310,7 +310,8 @@ TEST(StoreFaultTest, PostgresStoppedMidWriteFailsClearlyResumesAndHalfWritesNoth
         }
         db.emplace(std::move(*opened));
       }
-      Status status = db->PutCostTable(Table("g" + std::to_string(generation), "pi4", kNodes, generation, "fp1")).status();
+      Status status =
+          db->PutCostTable(Table("g" + std::to_string(generation), "pi4", kNodes, generation, "fp1")).status();
       if (status.ok()) status = db->PutOpCost("fp1", 0, Op("op/" + std::to_string(generation), 1e-3));
       if (!status.ok()) {
         std::lock_guard lock(mutex);
@@ -328,7 +329,8 @@ TEST(StoreFaultTest, PostgresStoppedMidWriteFailsClearlyResumesAndHalfWritesNoth
   });
   const auto wait_for = [&](int count) {
     const auto deadline = Clock::now() + std::chrono::seconds(20);
-    while (acknowledged.load() < count && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    while (acknowledged.load() < count && Clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
   };
   wait_for(5);
   ASSERT_GE(acknowledged.load(), 5) << "the writer made no progress";
@@ -372,9 +374,10 @@ TEST(StoreFaultTest, PostgresStoppedMidWriteFailsClearlyResumesAndHalfWritesNoth
   }
   // At most the one write in flight when the server stopped may be stored without its acknowledgement.
   EXPECT_LE(current.size(), stored.size() + 1);
-  std::printf("store fault: %d writes acknowledged, %zu failed clearly during the outage, then resumed; "
-              "%zu tables, none half-written or doubled\n",
-              acknowledged.load(), errors.size(), current.size());
+  std::printf(
+      "store fault: %d writes acknowledged, %zu failed clearly during the outage, then resumed; "
+      "%zu tables, none half-written or doubled\n",
+      acknowledged.load(), errors.size(), current.size());
 }
 
 }  // namespace
