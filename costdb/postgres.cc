@@ -407,4 +407,16 @@ Result<Db> OpenPostgres(const std::string& url, bool read_only, int busy_timeout
   return Db(std::move(connection));
 }
 
+Result<Db> LockPostgresStore(const std::string& url, const std::string& name) {
+  EC_ASSIGN_OR_RETURN(Db db, OpenPostgres(url, false, 5000));
+  EC_ASSIGN_OR_RETURN(Statement lock,
+                      db.Prepare("SELECT pg_try_advisory_lock(hashtext(current_schema() || ':' || CAST(? AS TEXT)))"));
+  EC_ASSIGN_OR_RETURN(bool row, lock.Bind(1, name).Step());
+  if (!row || lock.Int(0) == 0) {
+    return FailedPrecondition("another edgecost " + name + " (or `edgecost jobs`) serves " + db.path() +
+                              " (a session holds its lock); stop it, or give this one another store");
+  }
+  return db;
+}
+
 }  // namespace edgecost::costdb

@@ -27,4 +27,10 @@ std::string RedactUrl(std::string_view url);
 // `read_only` makes every transaction of the session read-only on the server too.
 Result<Db> OpenPostgres(const std::string& url, bool read_only, int busy_timeout_ms);
 
+// Takes the session-level advisory lock `name` of the store's schema, held as long as the returned
+// connection lives (and released by the server when it ends, so a crash leaves no stale lock):
+// one edgecost daemon per store, as the lock file beside an SQLite file makes it. FailedPrecondition
+// when another session holds it.
+Result<Db> LockPostgresStore(const std::string& url, const std::string& name);
+
 }  // namespace edgecost::costdb

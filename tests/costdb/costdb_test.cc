@@ -1076,6 +1076,22 @@ TEST_P(StoreTest, ConcurrentReaderSeesOnlyCompleteTables) {
 }
 
 // A writer killed mid-transaction leaves only whole tables behind.
+// One daemon per PostgreSQL store, as the lock file makes it for SQLite: the lock lives as long as
+// the connection holding it, and another store (schema) is not affected.
+TEST_P(StoreTest, APostgresStoreLockIsHeldWhileItsConnectionLives) {
+  if (!Postgres()) GTEST_SKIP() << "an SQLite file's lock is daemon/db_lock's lock file, tested in the daemon suite";
+  {
+    auto first = LockPostgresStore(path_, "daemon");
+    ASSERT_TRUE(first.ok()) << first.status().message();
+    const auto second = LockPostgresStore(path_, "daemon");
+    ASSERT_FALSE(second.ok());
+    EXPECT_EQ(second.status().code(), ErrorCode::kFailedPrecondition);
+    EXPECT_THAT(second.status().message(), HasSubstr("another edgecost daemon"));
+    EXPECT_TRUE(OpenOrDie().UpsertDevice(PresetDevice("a72")).ok()) << "the lock must not stop writers";
+  }
+  EXPECT_TRUE(LockPostgresStore(path_, "daemon").ok()) << "released with its connection";
+}
+
 TEST_P(StoreTest, KilledWriterLeavesNothingHalfWritten) {
   constexpr int kNodes = 500;
   { ASSERT_TRUE(OpenOrDie().PutModelGraph(Graph("net", kNodes)).ok()); }
