@@ -12,6 +12,7 @@
 #include "cli/graph_flags.h"
 #include "cli/table.h"
 #include "costdb/costdb.h"
+#include "costdb/postgres.h"
 #include "daemon/client.h"
 #include "graph/cost_source.h"
 #include "graph/derive.h"
@@ -527,7 +528,7 @@ int RunCosts(const CostsFlags& flags, const Context& ctx) {
   const Totals totals = Sum(*table);
   if (!flags.summary) PrintNodeTable(*table, totals);
   PrintSummary(*table, totals);
-  if (flags.store) std::cout << "stored         cost table #" << stored_id << " in " << db_path << "\n";
+  if (flags.store) std::cout << "stored         cost table #" << stored_id << " in " << costdb::RedactUrl(db_path) << "\n";
   if (!flags.out_path.empty()) std::cout << "written        " << flags.out_path << " (training-graph/v1)\n";
   return kExitOk;
 }

@@ -33,7 +33,8 @@ int RunDbInfo(const Context& ctx, bool json) {
     if (!s.ok()) return Failure(s);
   }
   if (json) {
-    nlohmann::json doc = {{"path", info->path},
+    nlohmann::json doc = {{"backend", info->backend},
+                          {"path", info->path},
                           {"schemaVersion", info->schema_version},
                           {"fileBytes", info->file_size_bytes},
                           {"journalMode", info->journal_mode},
@@ -76,10 +77,15 @@ int RunDbInfo(const Context& ctx, bool json) {
     std::cout << doc.dump(2) << "\n";
     return kExitOk;
   }
-  std::cout << "path           " << info->path << "\n"
+  std::cout << "backend        " << info->backend << "\n"
+            << "path           " << info->path << "\n"
             << "schema         version " << info->schema_version << "\n"
-            << "size           " << FormatBytes(static_cast<double>(info->file_size_bytes)) << ", journal "
-            << info->journal_mode << "\n";
+            << "size           " << FormatBytes(static_cast<double>(info->file_size_bytes));
+  if (info->journal_mode.empty()) {
+    std::cout << " (tables with their indexes)\n";
+  } else {
+    std::cout << ", journal " << info->journal_mode << "\n";
+  }
 
   std::cout << "\ndevices\n";
   Table device_table({{"name", Table::Align::kLeft},

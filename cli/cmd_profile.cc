@@ -11,6 +11,7 @@
 #include "cli/cli.h"
 #include "cli/graph_flags.h"
 #include "costdb/costdb.h"
+#include "costdb/postgres.h"
 #include "daemon/client.h"
 #include "profiler/energy_model.h"
 #include "profiler/power_model.h"
@@ -218,7 +219,7 @@ int RunProfile(const ProfileFlags& flags, const Context& ctx) {
                 : !result->energy_label.empty() ? " (ESTIMATED energy: " + result->energy_label + ")"
                                                 : std::string(" (ESTIMATED energy)"))
             << "\nstored         cost table #" << result->cost_table_id << " (device " << result->device.name()
-            << ", source measured) in " << options.db_path << "\n";
+            << ", source measured) in " << costdb::RedactUrl(options.db_path) << "\n";
   if (result->calibration) {
     std::cout << "calibrated     " << profiler::CalibrationLabel(*result->calibration) << " from "
               << result->calibration->samples() << " windows\n";

@@ -11,6 +11,7 @@
 
 #include "cli/cli.h"
 #include "costdb/costdb.h"
+#include "costdb/postgres.h"
 #include "daemon/daemon.h"
 #include "daemon/fatal_signal.h"
 #include "daemon/log.h"
@@ -28,6 +29,7 @@ struct ServeFlags {
   int concurrent_solves = 0;  // 0: the config's, else the default
   bool restrict_mutations = false;
   bool check_config = false;
+  std::string store;  // --store: a postgresql:// URL (or a file), as --db
 };
 
 Result<daemon::DaemonConfig> BuildConfig(const ServeFlags& flags, const Context& ctx) {
@@ -36,6 +38,12 @@ Result<daemon::DaemonConfig> BuildConfig(const ServeFlags& flags, const Context&
   if (!flags.config_path.empty()) EC_RETURN_IF_ERROR(daemon::LoadConfigFile(flags.config_path, config));
   // Flags win over the file.
   if (!ctx.db_path.empty()) config.db_path = ctx.db_path;
+  if (!flags.store.empty()) {
+    if (!ctx.db_path.empty() && ctx.db_path != flags.store) {
+      return InvalidArgument("--store and --db name different stores: give one");
+    }
+    config.db_path = flags.store;
+  }
   if (!flags.socket.empty()) config.socket_path = flags.socket == "none" ? "" : flags.socket;
   if (!flags.tcp.empty()) EC_RETURN_IF_ERROR(daemon::ParseTcpAddress(flags.tcp, config));
   if (!flags.token_file.empty()) config.token_file = flags.token_file;
@@ -65,16 +73,22 @@ std::string UnmakeableFolder(const std::string& file, const char* unit_setting, 
 void PrintWhereItServes(const daemon::DaemonConfig& config, const ServeFlags& flags, const Context& ctx) {
   const std::string db = config.db_path.empty() ? costdb::DefaultDbPath() : config.db_path;
   const char* env_db = std::getenv("EDGECOST_DB");
-  const std::string why = !ctx.db_path.empty()       ? "from --db"
+  const std::string why = !flags.store.empty()       ? "from --store"
+                          : !ctx.db_path.empty()     ? "from --db"
                           : !config.db_path.empty()  ? "from [database] path in " + flags.config_path
                           : env_db && *env_db        ? "from $EDGECOST_DB"
                           : std::getenv("XDG_DATA_HOME") ? "from $XDG_DATA_HOME"
                                                          : "the default";
   std::error_code ec;
-  const bool exists = std::filesystem::exists(db, ec);
-  const std::string unmakeable = UnmakeableFolder(db, "StateDirectory=", "--db FILE");
-  std::cout << "database       " << db << " (" << why
-            << (exists ? ", exists" : unmakeable.empty() ? ", made at start" : unmakeable) << ")\n";
+  if (costdb::IsPostgresUrl(db)) {
+    std::cout << "database       " << costdb::RedactUrl(db) << " (PostgreSQL, " << why
+              << "; its schema is made or migrated at start)\n";
+  } else {
+    const bool exists = std::filesystem::exists(db, ec);
+    const std::string unmakeable = UnmakeableFolder(db, "StateDirectory=", "--db FILE");
+    std::cout << "database       " << db << " (" << why
+              << (exists ? ", exists" : unmakeable.empty() ? ", made at start" : unmakeable) << ")\n";
+  }
   if (!config.socket_path.empty()) {
     const std::string missing = UnmakeableFolder(config.socket_path, "RuntimeDirectory=", "--socket PATH");
     if (!missing.empty()) std::cout << "socket         " << config.socket_path << ":" << missing.substr(1) << "\n";
@@ -118,7 +132,7 @@ int RunServe(const ServeFlags& flags, const Context& ctx) {
   spdlog::info("event=serving socket={} tcp={} db={} concurrent_solves={}",
                config->socket_path.empty() ? "none" : "unix:" + config->socket_path,
                config->tcp_port >= 0 ? "http://" + config->tcp_host + ":" + std::to_string(*port) : "off",
-               daemon::Quoted(config->db_path.empty() ? costdb::DefaultDbPath() : config->db_path),
+               daemon::Quoted(costdb::RedactUrl(config->db_path.empty() ? costdb::DefaultDbPath() : config->db_path)),
                config->concurrent_solves);
   std::thread waiter([&agent, signals] {
     for (;;) {
@@ -149,6 +163,8 @@ void RegisterServeCommand(CLI::App& app, Context& ctx) {
   auto flags = std::make_shared<ServeFlags>();
   CLI::App* cmd = app.add_subcommand("serve", "Run the agent: serve costs, schedules and jobs over Twirp (HTTP/1.1)");
   cmd->add_option("--config", flags->config_path, "TOML config file ([server], [limits], [database], [probes])");
+  cmd->add_option("--store", flags->store,
+                  "The cost store: a postgresql://USER@HOST/DB URL shared by many agents (or a file, as --db)");
   cmd->add_option("--socket", flags->socket, "Unix socket (default $XDG_RUNTIME_DIR/edgecost.sock; none to disable)");
   cmd->add_option("--tcp", flags->tcp, "Also listen on TCP, HOST:PORT (loopback unless a host is given)");
   cmd->add_option("--token-file", flags->token_file, "Bearer token for TCP and restricted calls");

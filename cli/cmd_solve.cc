@@ -11,6 +11,7 @@
 #include "cli/cli.h"
 #include "cli/table.h"
 #include "costdb/costdb.h"
+#include "costdb/postgres.h"
 #include "daemon/client.h"
 #include "graph/cost_source.h"
 #include "profiler/profile.h"
@@ -343,7 +344,7 @@ int RunSolve(const SolveFlags& flags, const Context& ctx) {
   }
   // Measured costs, and models stored by `edgecost models add`, are read from the database.
   const bool needs_db = !flags.device.empty() || (flags.graph_file.empty() && !service::IsZooModel(flags.model));
-  if (!db && needs_db && (!flags.device.empty() || std::filesystem::exists(db_path))) {
+  if (!db && needs_db && (!flags.device.empty() || costdb::IsPostgresUrl(db_path) || std::filesystem::exists(db_path))) {
     auto opened = costdb::CostDb::Open(db_path, costdb::OpenMode::kReadOnly);
     if (!opened.ok()) return Failure(opened.status());
     db.emplace(std::move(opened).value());

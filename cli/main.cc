@@ -18,7 +18,8 @@ int main(int argc, char** argv) {
       "--remote", ctx.remote,
       "Run costs, solve and profile against a daemon: unix:PATH or http://HOST:PORT (token from $EDGECOST_TOKEN)");
   app.add_option("--db", ctx.db_path,
-                 "Cost database file (default: $EDGECOST_DB, else $XDG_DATA_HOME/edgecost/edgecost.db)");
+                 "Cost database: a file (default: $EDGECOST_DB, else $XDG_DATA_HOME/edgecost/edgecost.db), or a "
+                 "postgresql://USER@HOST/DB URL of a store shared by many devices");
   app.add_flag("--verbose,-v", ctx.verbose,
                "Print every detail (each op as it is measured, each unreliable op with its reason), not a summary");
   app.footer(

@@ -54,7 +54,7 @@ Result<int64_t> CostDb::PutModelGraph(const v1::TrainingGraph& graph) {
                          .BindBlob(7, blob)
                          .Bind(8, now)
                          .Run());
-  const int64_t id = db_.LastInsertId();
+  EC_ASSIGN_OR_RETURN(const int64_t id, db_.LastInsertId());
   EC_RETURN_IF_ERROR(tx.Commit());
   return id;
 }
@@ -116,7 +116,7 @@ Result<int64_t> CostDb::PutCostTable(const v1::CostTable& table) {
     insert.Bind(5, nullptr);
   }
   EC_RETURN_IF_ERROR(insert.Run());
-  const int64_t table_id = db_.LastInsertId();
+  EC_ASSIGN_OR_RETURN(const int64_t table_id, db_.LastInsertId());
   EC_ASSIGN_OR_RETURN(Statement node, db_.Prepare("INSERT INTO node_costs (cost_table_id, node, runtime_s, compute_j, "
                                                   "ram_bytes, page_in_j, page_out_j, op_key) "
                                                   "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"));

@@ -1,14 +1,16 @@
-// The cost database: one SQLite file holding devices and their fingerprints,
-// profiling runs, measured op costs with provenance, paging costs, training
-// graphs, cost tables and schedules. The typed API below is the only way in;
-// no SQL lives outside costdb/.
+// The cost database: one SQLite file (or one PostgreSQL schema, a fleet's shared
+// store) holding devices and their fingerprints, profiling runs, measured op
+// costs with provenance, paging costs, training graphs, cost tables and
+// schedules. The typed API below is the only way in; no SQL lives outside costdb/.
 //
 // Safety: WAL journal, foreign keys, every write in one transaction, schema
-// versioned by PRAGMA user_version with forward migrations. A file that is not
-// an edgecost database, or comes from a newer edgecost, is refused untouched.
+// versioned (PRAGMA user_version; on PostgreSQL a one-row table) with forward
+// migrations. A file that is not an edgecost database, or comes from a newer
+// edgecost, is refused untouched.
 //
-// A CostDb is one SQLite connection: use it from one thread at a time and do
-// not carry it across fork(). Other processes may read while one writes.
+// A CostDb is one connection: use it from one thread at a time and do not carry
+// it across fork(). Other processes may read while one writes. Open() takes a
+// file path (SQLite) or a postgresql:// URL; the API and its answers are the same.
 #pragma once
 
 #include <cstdint>
@@ -19,7 +21,7 @@
 #include <vector>
 
 #include "base/status.h"
-#include "costdb/sqlite.h"
+#include "costdb/sql.h"
 #include "proto/edgecost.pb.h"
 
 namespace edgecost::costdb {
@@ -115,15 +117,18 @@ struct ModelRecord {
 };
 
 struct DbInfo {
-  std::string path;
+  std::string backend;  // "sqlite" or "postgresql"
+  std::string path;     // a file, or a URL without its password
   int schema_version = 0;
-  int64_t file_size_bytes = 0;  // the main file, without the -wal beside it
+  int64_t file_size_bytes = 0;  // the main file without the -wal beside it; PostgreSQL: tables with indexes
   std::string journal_mode;
   std::map<std::string, int64_t> row_counts;  // per table, from one snapshot
 };
 
 class CostDb {
  public:
+  // `path` is a file (SQLite) or a postgresql:// URL (one schema of that database, from the
+  // URL's search_path; every table of it is edgecost's).
   static Result<CostDb> Open(const std::string& path, OpenOptions options);
   static Result<CostDb> Open(const std::string& path, OpenMode mode = OpenMode::kReadWrite) {
     return Open(path, OpenOptions{.mode = mode});
@@ -134,7 +139,9 @@ class CostDb {
   CostDb(const CostDb&) = delete;
   CostDb& operator=(const CostDb&) = delete;
 
+  // The file path, or the PostgreSQL URL without its password: safe to print.
   const std::string& path() const { return db_.path(); }
+  Backend backend() const { return db_.backend(); }
   OpenMode mode() const { return mode_; }
 
   // Records the device and makes its fingerprint current. A changed fingerprint

@@ -73,7 +73,7 @@ Result<int64_t> CostDb::UpsertDevice(const v1::Device& device) {
 Result<std::vector<v1::Device>> CostDb::ReadDevices(const std::optional<std::string>& name) {
   EC_ASSIGN_OR_RETURN(Statement stmt,
                       db_.Prepare("SELECT d.name, d.kind, f.fingerprint, f.superseded_at IS NOT NULL FROM devices d "
-                                  "JOIN fingerprints f ON f.device_id = d.id WHERE ?1 IS NULL OR d.name = ?1 "
+                                  "JOIN fingerprints f ON f.device_id = d.id WHERE CAST(?1 AS TEXT) IS NULL OR d.name = ?1 "
                                   "ORDER BY d.name, f.superseded_at IS NOT NULL, f.superseded_at DESC, f.id DESC"));
   stmt.Bind(1, name);
   std::vector<v1::Device> devices;

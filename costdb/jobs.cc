@@ -51,7 +51,7 @@ Result<std::vector<StoredJob>> CostDb::ListJobs(uint64_t max_id, size_t limit) {
   EC_ASSIGN_OR_RETURN(
       Statement stmt,
       db_.Prepare("SELECT job, profile_request FROM (SELECT id, job, profile_request FROM jobs WHERE id <= ? "
-                  "ORDER BY id DESC LIMIT ?) ORDER BY id"));
+                  "ORDER BY id DESC LIMIT ?) AS newest ORDER BY id"));
   const uint64_t clamped_id = std::min<uint64_t>(max_id, static_cast<uint64_t>(INT64_MAX));
   stmt.Bind(1, clamped_id).Bind(2, static_cast<int64_t>(std::min<size_t>(limit, static_cast<size_t>(INT64_MAX))));
   return ReadJobs(stmt, path());

@@ -23,7 +23,7 @@ Result<int64_t> CostDb::BeginRun(const std::string& fingerprint_hash, const std:
                          .Bind(4, RunStatusText(RunStatus::kRunning))
                          .Bind(5, model)
                          .Run());
-  const int64_t id = db_.LastInsertId();
+  EC_ASSIGN_OR_RETURN(const int64_t id, db_.LastInsertId());
   EC_RETURN_IF_ERROR(tx.Commit());
   return id;
 }
@@ -160,8 +160,8 @@ Status CostDb::PutOpCost(const std::string& fingerprint_hash, int64_t run_id, co
   EC_RETURN_IF_ERROR(clear.Bind(1, fingerprint.id).Bind(2, cost.signature().key()).Run());
   if (cost.counters_size() > 0) {
     EC_ASSIGN_OR_RETURN(Statement counter,
-                        db_.Prepare("INSERT OR REPLACE INTO op_counters (fingerprint_id, op_key, event, per_execution, "
-                                    "running_fraction) VALUES (?, ?, ?, ?, ?)"));
+                        db_.Prepare(UpsertSql("op_counters", {"fingerprint_id", "op_key", "event"},
+                                              {"fingerprint_id", "op_key", "event", "per_execution", "running_fraction"})));
     for (const v1::OpCounter& c : cost.counters()) {
       EC_RETURN_IF_ERROR(counter.Bind(1, fingerprint.id)
                              .Bind(2, cost.signature().key())
@@ -177,8 +177,9 @@ Status CostDb::PutOpCost(const std::string& fingerprint_hash, int64_t run_id, co
   EC_RETURN_IF_ERROR(clear_domains.Bind(1, fingerprint.id).Bind(2, cost.signature().key()).Run());
   if (cost.domains_size() > 0) {
     EC_ASSIGN_OR_RETURN(Statement domain,
-                        db_.Prepare("INSERT OR REPLACE INTO op_domain_energy (fingerprint_id, op_key, domain, inside, "
-                                    "energy_j, idle_power_w, dynamic_energy_j) VALUES (?, ?, ?, ?, ?, ?, ?)"));
+                        db_.Prepare(UpsertSql("op_domain_energy", {"fingerprint_id", "op_key", "domain"},
+                                              {"fingerprint_id", "op_key", "domain", "inside", "energy_j", "idle_power_w",
+                                               "dynamic_energy_j"})));
     for (const v1::DomainEnergy& d : cost.domains()) {
       EC_RETURN_IF_ERROR(domain.Bind(1, fingerprint.id)
                              .Bind(2, cost.signature().key())
@@ -241,7 +242,7 @@ Result<int64_t> CostDb::PutCalibration(const v1::EnergyCalibration& calibration)
                          .Bind(4, calibration.relative_error())
                          .BindBlob(5, Serialize(calibration))
                          .Run());
-  const int64_t id = db_.LastInsertId();
+  EC_ASSIGN_OR_RETURN(const int64_t id, db_.LastInsertId());
   EC_RETURN_IF_ERROR(tx.Commit());
   return id;
 }

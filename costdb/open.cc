@@ -10,6 +10,8 @@
 
 #include "costdb/costdb.h"
 #include "costdb/internal.h"
+#include "costdb/postgres.h"
+#include "costdb/sqlite.h"
 
 namespace edgecost::costdb {
 using namespace internal;
@@ -122,6 +124,38 @@ Result<int> CheckIsOurs(Db& db) {
   return static_cast<int>(version);
 }
 
+// A PostgreSQL schema: empty (created on a read-write open), or edgecost's at a schema this
+// build reads. Returns the schema version.
+Result<int> CheckPostgresIsOurs(Db& db) {
+  EC_ASSIGN_OR_RETURN(int64_t version, db.connection().SchemaVersion());
+  if (version > kSchemaVersion) {
+    return FailedPrecondition(db.path() + " was written by a newer edgecost (schema " + std::to_string(version) +
+                              " > " + std::to_string(kSchemaVersion) + "): upgrade edgecost");
+  }
+  if (version == 0) {
+    EC_ASSIGN_OR_RETURN(int64_t tables, db.QueryInt("SELECT count(*) FROM information_schema.tables "
+                                                    "WHERE table_schema = current_schema()"));
+    if (tables > 0) {
+      return InvalidArgument(db.path() +
+                             " holds tables of another program in its schema, not edgecost's: pass another "
+                             "database, or a schema of its own (options=-csearch_path%3DNAME in the URL)");
+    }
+  }
+  return static_cast<int>(version);
+}
+
+Result<Db> OpenPostgresStore(const std::string& url, OpenOptions options) {
+  const bool read_only = options.mode == OpenMode::kReadOnly;
+  EC_ASSIGN_OR_RETURN(Db db, OpenPostgres(url, read_only, options.busy_timeout_ms));
+  EC_ASSIGN_OR_RETURN(int version, CheckPostgresIsOurs(db));
+  if (read_only && version < kSchemaVersion) {
+    return FailedPrecondition(
+        db.path() + " has schema " + std::to_string(version) + " < " + std::to_string(kSchemaVersion) +
+        ": store something there first (e.g. `edgecost --db URL costs MODEL --store`) to create or migrate its tables");
+  }
+  return db;
+}
+
 }  // namespace
 
 std::string DefaultDbPath() {
@@ -132,6 +166,12 @@ std::string DefaultDbPath() {
 
 Result<CostDb> CostDb::Open(const std::string& path, OpenOptions options) {
   if (path.empty()) return InvalidArgument("no cost database path: pass --db or set EDGECOST_DB");
+  if (IsPostgresUrl(path)) {
+    EC_ASSIGN_OR_RETURN(Db db, OpenPostgresStore(path, options));
+    CostDb cost_db(std::move(db), options.mode);
+    if (options.mode == OpenMode::kReadWrite) EC_RETURN_IF_ERROR(cost_db.Migrate());
+    return cost_db;
+  }
   std::error_code ec;
   const bool exists = fs::exists(path, ec);
   if (exists && !fs::is_regular_file(path, ec)) {
@@ -185,15 +225,24 @@ Result<Transaction> CostDb::Write() {
 Result<DbInfo> CostDb::Info() {
   EC_ASSIGN_OR_RETURN(Transaction tx, Read());  // counts from one snapshot agree with each other
   DbInfo info;
+  info.backend = BackendName(db_.backend());
   info.path = path();
-  EC_ASSIGN_OR_RETURN(int64_t version, db_.QueryInt("PRAGMA user_version"));
+  EC_ASSIGN_OR_RETURN(int64_t version, db_.connection().SchemaVersion());
   info.schema_version = static_cast<int>(version);
-  std::error_code ec;
-  const auto size = fs::file_size(path(), ec);
-  info.file_size_bytes = ec ? 0 : static_cast<int64_t>(size);
-  EC_ASSIGN_OR_RETURN(Statement mode, db_.Prepare("PRAGMA journal_mode"));
-  EC_ASSIGN_OR_RETURN(bool found, mode.Step());
-  if (found) info.journal_mode = mode.Text(0);
+  if (db_.backend() == Backend::kPostgres) {
+    // Every table of the schema with its indexes and TOAST: what the store takes on disk.
+    EC_ASSIGN_OR_RETURN(info.file_size_bytes,
+                        db_.QueryInt("SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint FROM pg_class c "
+                                     "JOIN pg_namespace n ON n.oid = c.relnamespace "
+                                     "WHERE n.nspname = current_schema() AND c.relkind = 'r'"));
+  } else {
+    std::error_code ec;
+    const auto size = fs::file_size(path(), ec);
+    info.file_size_bytes = ec ? 0 : static_cast<int64_t>(size);
+    EC_ASSIGN_OR_RETURN(Statement mode, db_.Prepare("PRAGMA journal_mode"));
+    EC_ASSIGN_OR_RETURN(bool found, mode.Step());
+    if (found) info.journal_mode = mode.Text(0);
+  }
   for (const char* table : kTables) {
     EC_ASSIGN_OR_RETURN(info.row_counts[table], db_.QueryInt(std::string("SELECT count(*) FROM ") + table));
   }

@@ -86,7 +86,7 @@ Result<int64_t> CostDb::PutSchedule(int64_t request_id, int64_t cost_table_id, c
                          .BindBlob(5, Serialize(schedule))
                          .Bind(6, now)
                          .Run());
-  const int64_t id = db_.LastInsertId();
+  EC_ASSIGN_OR_RETURN(const int64_t id, db_.LastInsertId());
   EC_RETURN_IF_ERROR(tx.Commit());
   return id;
 }

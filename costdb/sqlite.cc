@@ -70,117 +70,142 @@ std::optional<pid_t> LockHolder(const std::string& path) {
   return HolderOf(path, kPendingByte, kReservedByte);
 }
 
-Statement& Statement::operator=(Statement&& other) noexcept {
-  std::swap(stmt_, other.stmt_);
-  std::swap(db_, other.db_);
-  std::swap(bind_rc_, other.bind_rc_);
-  return *this;
-}
 
-Statement& Statement::Bind(int index, double value) {
-  Check(sqlite3_bind_double(stmt_, index, value));
-  return *this;
-}
+namespace {
 
-Statement& Statement::Bind(int index, std::string_view text) {
-  Check(sqlite3_bind_text64(stmt_, index, text.data(), text.size(), SQLITE_TRANSIENT, SQLITE_UTF8));
-  return *this;
-}
+class SqliteConnection;
 
-Statement& Statement::Bind(int index, std::nullptr_t) {
-  Check(sqlite3_bind_null(stmt_, index));
-  return *this;
-}
+class SqliteStatement final : public StatementImpl {
+ public:
+  SqliteStatement(sqlite3_stmt* stmt, SqliteConnection* connection) : stmt_(stmt), connection_(connection) {}
+  ~SqliteStatement() override { sqlite3_finalize(stmt_); }
 
-Statement& Statement::BindBlob(int index, std::string_view bytes) {
-  Check(sqlite3_bind_blob64(stmt_, index, bytes.data(), bytes.size(), SQLITE_TRANSIENT));
-  return *this;
-}
-
-Result<bool> Statement::Step() {
-  if (bind_rc_ != SQLITE_OK) {
+  void BindInt(int index, int64_t value) override { Check(sqlite3_bind_int64(stmt_, index, value)); }
+  void BindDouble(int index, double value) override { Check(sqlite3_bind_double(stmt_, index, value)); }
+  void BindText(int index, std::string_view text) override {
+    Check(sqlite3_bind_text64(stmt_, index, text.data(), text.size(), SQLITE_TRANSIENT, SQLITE_UTF8));
+  }
+  void BindBlob(int index, std::string_view bytes) override {
+    Check(sqlite3_bind_blob64(stmt_, index, bytes.data(), bytes.size(), SQLITE_TRANSIENT));
+  }
+  void BindNull(int index) override { Check(sqlite3_bind_null(stmt_, index)); }
+  Result<bool> Step() override;
+  void Reset() override {
+    sqlite3_reset(stmt_);
+    sqlite3_clear_bindings(stmt_);
+    bind_rc_ = SQLITE_OK;
+  }
+  int64_t Int(int column) const override { return sqlite3_column_int64(stmt_, column); }
+  double Double(int column) const override { return sqlite3_column_double(stmt_, column); }
+  std::string Text(int column) const override {
+    const auto* text = reinterpret_cast<const char*>(sqlite3_column_text(stmt_, column));
+    return text ? std::string(text, static_cast<size_t>(sqlite3_column_bytes(stmt_, column))) : std::string();
+  }
+  std::string Blob(int column) const override {
+    const auto* bytes = static_cast<const char*>(sqlite3_column_blob(stmt_, column));
+    return bytes ? std::string(bytes, static_cast<size_t>(sqlite3_column_bytes(stmt_, column))) : std::string();
+  }
+  bool IsNull(int column) const override { return sqlite3_column_type(stmt_, column) == SQLITE_NULL; }
+  std::string Sql() const override {
     const char* sql = sqlite3_sql(stmt_);
-    return Internal(db_->path() + ": binding a parameter of " + std::string(sql ? sql : "").substr(0, 80) + ": " +
+    return sql ? sql : "";
+  }
+
+ private:
+  void Check(int rc) {
+    if (rc != SQLITE_OK && bind_rc_ == SQLITE_OK) bind_rc_ = rc;
+  }
+
+  sqlite3_stmt* stmt_ = nullptr;
+  SqliteConnection* connection_ = nullptr;
+  int bind_rc_ = SQLITE_OK;
+};
+
+class SqliteConnection final : public Connection {
+ public:
+  explicit SqliteConnection(std::string path) : path_(std::move(path)) {}
+  ~SqliteConnection() override { sqlite3_close_v2(db_); }
+
+  Backend backend() const override { return Backend::kSqlite; }
+  const std::string& name() const override { return path_; }
+  Status Exec(std::string_view sql) override {
+    char* message = nullptr;
+    const int rc = sqlite3_exec(db_, std::string(sql).c_str(), nullptr, nullptr, &message);
+    sqlite3_free(message);  // Error() reads the same text from sqlite3_errmsg
+    if (rc == SQLITE_OK) return Status::Ok();
+    return Error(rc, std::string(sql.substr(0, 80)));
+  }
+  Result<std::unique_ptr<StatementImpl>> Prepare(std::string_view sql) override {
+    sqlite3_stmt* stmt = nullptr;
+    const int rc = sqlite3_prepare_v2(db_, sql.data(), static_cast<int>(sql.size()), &stmt, nullptr);
+    if (rc != SQLITE_OK) return Error(rc, "preparing " + std::string(sql.substr(0, 80)));
+    return std::unique_ptr<StatementImpl>(std::make_unique<SqliteStatement>(stmt, this));
+  }
+  Result<int64_t> LastInsertId() override { return sqlite3_last_insert_rowid(db_); }
+  int Changes() const override { return sqlite3_changes(db_); }
+  bool InTransaction() const override { return db_ && !sqlite3_get_autocommit(db_); }
+  Status Begin(bool write) override { return Exec(write ? "BEGIN IMMEDIATE" : "BEGIN DEFERRED"); }
+  Status Commit() override { return Exec("COMMIT"); }
+  // Fails harmlessly when SQLite already rolled back (after an I/O error, say).
+  void Rollback() override { (void)Exec("ROLLBACK"); }
+  Result<int64_t> SchemaVersion() override {
+    sqlite3_stmt* stmt = nullptr;
+    if (const int rc = sqlite3_prepare_v2(db_, "PRAGMA user_version", -1, &stmt, nullptr); rc != SQLITE_OK) {
+      return Error(rc, "reading the schema version");
+    }
+    const int rc = sqlite3_step(stmt);
+    const int64_t version = rc == SQLITE_ROW ? sqlite3_column_int64(stmt, 0) : 0;
+    sqlite3_finalize(stmt);
+    if (rc != SQLITE_ROW) return Error(rc, "reading the schema version");
+    return version;
+  }
+  Status SetSchemaVersion(int64_t version) override {
+    return Exec("PRAGMA user_version = " + std::to_string(version));
+  }
+
+  Status Open(Db::Access access, int busy_timeout_ms);
+  Result<std::string> ReadFileHeader(int size);
+  // A Status for SQLite result `code` while doing `what`.
+  Status Error(int code, std::string_view what) const;
+
+ private:
+  sqlite3* db_ = nullptr;
+  std::string path_;
+};
+
+Result<bool> SqliteStatement::Step() {
+  if (bind_rc_ != SQLITE_OK) {
+    return Internal(connection_->name() + ": binding a parameter of " + Sql().substr(0, 80) + ": " +
                     sqlite3_errstr(bind_rc_));
   }
   const int rc = sqlite3_step(stmt_);
   if (rc == SQLITE_ROW) return true;
   if (rc == SQLITE_DONE) return false;
-  const char* sql = sqlite3_sql(stmt_);
-  return db_->Error(rc, std::string(sql ? sql : "").substr(0, 80));
+  return connection_->Error(rc, Sql().substr(0, 80));
 }
 
-Status Statement::Run() {
-  Result<bool> row = Step();
-  sqlite3_reset(stmt_);
-  sqlite3_clear_bindings(stmt_);
-  bind_rc_ = SQLITE_OK;
-  return row.status();
-}
-
-std::string Statement::Text(int column) const {
-  const auto* text = reinterpret_cast<const char*>(sqlite3_column_text(stmt_, column));
-  return text ? std::string(text, static_cast<size_t>(sqlite3_column_bytes(stmt_, column))) : std::string();
-}
-
-std::string Statement::Blob(int column) const {
-  const auto* bytes = static_cast<const char*>(sqlite3_column_blob(stmt_, column));
-  return bytes ? std::string(bytes, static_cast<size_t>(sqlite3_column_bytes(stmt_, column))) : std::string();
-}
-
-Db& Db::operator=(Db&& other) noexcept {
-  std::swap(db_, other.db_);
-  std::swap(path_, other.path_);
-  std::swap(tx_, other.tx_);
-  return *this;
-}
-
-Result<Db> Db::Open(const std::string& path, Access access, int busy_timeout_ms) {
-  Db db;
-  db.path_ = path;
-  std::string name = path;
-  int flags = SQLITE_OPEN_NOMUTEX;  // one connection per thread; see the header
+Status SqliteConnection::Open(Db::Access access, int busy_timeout_ms) {
+  std::string uri = path_;
+  int flags = SQLITE_OPEN_NOMUTEX;  // one connection per thread; see sql.h
   switch (access) {
-    case Access::kReadOnly:
+    case Db::Access::kReadOnly:
       flags |= SQLITE_OPEN_READONLY;
       break;
-    case Access::kReadWrite:
+    case Db::Access::kReadWrite:
       flags |= SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
       break;
-    case Access::kImmutable:
+    case Db::Access::kImmutable:
       flags |= SQLITE_OPEN_READONLY | SQLITE_OPEN_URI;
-      name = "file:" + UriPath(path) + "?immutable=1";
+      uri = "file:" + UriPath(path_) + "?immutable=1";
       break;
   }
-  const int rc = sqlite3_open_v2(name.c_str(), &db.db_, flags, nullptr);
-  if (rc != SQLITE_OK) return db.Error(rc, "opening");
-  sqlite3_busy_timeout(db.db_, busy_timeout_ms);
-  return db;
+  const int rc = sqlite3_open_v2(uri.c_str(), &db_, flags, nullptr);
+  if (rc != SQLITE_OK) return Error(rc, "opening");
+  sqlite3_busy_timeout(db_, busy_timeout_ms);
+  return Status::Ok();
 }
 
-Status Db::Exec(std::string_view sql) {
-  char* message = nullptr;
-  const int rc = sqlite3_exec(db_, std::string(sql).c_str(), nullptr, nullptr, &message);
-  sqlite3_free(message);  // Error() reads the same text from sqlite3_errmsg
-  if (rc == SQLITE_OK) return Status::Ok();
-  return Error(rc, std::string(sql.substr(0, 80)));
-}
-
-Result<Statement> Db::Prepare(std::string_view sql) {
-  sqlite3_stmt* stmt = nullptr;
-  const int rc = sqlite3_prepare_v2(db_, sql.data(), static_cast<int>(sql.size()), &stmt, nullptr);
-  if (rc != SQLITE_OK) return Error(rc, "preparing " + std::string(sql.substr(0, 80)));
-  return Statement(stmt, this);
-}
-
-Result<int64_t> Db::QueryInt(std::string_view sql) {
-  EC_ASSIGN_OR_RETURN(Statement stmt, Prepare(sql));
-  EC_ASSIGN_OR_RETURN(bool row, stmt.Step());
-  if (!row) return Internal(path_ + ": no result from " + std::string(sql));
-  return stmt.Int(0);
-}
-
-Result<std::string> Db::ReadFileHeader(int size) {
+Result<std::string> SqliteConnection::ReadFileHeader(int size) {
   sqlite3_file* file = nullptr;
   if (sqlite3_file_control(db_, "main", SQLITE_FCNTL_FILE_POINTER, &file) != SQLITE_OK || !file || !file->pMethods) {
     return std::string();
@@ -197,6 +222,20 @@ Result<std::string> Db::ReadFileHeader(int size) {
   return header;
 }
 
+}  // namespace
+
+Result<Db> Db::Open(const std::string& path, Access access, int busy_timeout_ms) {
+  auto connection = std::make_unique<SqliteConnection>(path);
+  EC_RETURN_IF_ERROR(connection->Open(access, busy_timeout_ms));
+  return Db(std::move(connection));
+}
+
+Result<std::string> Db::ReadFileHeader(int size) {
+  auto* sqlite = dynamic_cast<SqliteConnection*>(connection_.get());
+  if (!sqlite) return Internal("bug: reading the file header of " + path() + ", which is not an SQLite file");
+  return sqlite->ReadFileHeader(size);
+}
+
 Status Damaged(const std::string& path, const std::string& detail) {
   std::string line = detail;  // quick_check's report spans lines and opens with a banner
   if (const std::string banner = "*** in database main ***"; line.starts_with(banner)) line.erase(0, banner.size());
@@ -205,7 +244,7 @@ Status Damaged(const std::string& path, const std::string& detail) {
   return DataLoss(path + " is damaged (" + line + "): restore it from a backup, or move it away and profile again");
 }
 
-Status Db::Error(int code, std::string_view what) const {
+Status SqliteConnection::Error(int code, std::string_view what) const {
   const std::string detail = std::string(what) + ": " + (db_ ? sqlite3_errmsg(db_) : sqlite3_errstr(code));
   switch (code & 0xFF) {  // the primary code of an extended one
     case SQLITE_BUSY:
@@ -238,33 +277,6 @@ Status Db::Error(int code, std::string_view what) const {
     default:
       return Internal(path_ + ": " + detail);
   }
-}
-
-Result<Transaction> Transaction::Begin(Db& db, Kind kind) {
-  if (db.tx_ != Db::TxKind::kNone || db.InTransaction()) {
-    if (kind == Kind::kWrite && db.tx_ == Db::TxKind::kRead) {
-      return Internal("bug: a write inside a read transaction on " + db.path());
-    }
-    return Transaction(nullptr);  // joined: the outer transaction decides
-  }
-  EC_RETURN_IF_ERROR(db.Exec(kind == Kind::kWrite ? "BEGIN IMMEDIATE" : "BEGIN DEFERRED"));
-  db.tx_ = kind == Kind::kWrite ? Db::TxKind::kWrite : Db::TxKind::kRead;
-  return Transaction(&db);
-}
-
-Transaction::~Transaction() {
-  if (!db_) return;
-  // Fails harmlessly when SQLite already rolled back (after an I/O error, say).
-  (void)db_->Exec("ROLLBACK");
-  db_->tx_ = Db::TxKind::kNone;
-}
-
-Status Transaction::Commit() {
-  if (!db_) return Status::Ok();
-  EC_RETURN_IF_ERROR(db_->Exec("COMMIT"));  // on failure the destructor rolls back
-  db_->tx_ = Db::TxKind::kNone;
-  db_ = nullptr;
-  return Status::Ok();
 }
 
 }  // namespace edgecost::costdb

@@ -23,7 +23,7 @@ Result<int64_t> CostDb::PutTrainRun(const v1::TrainRun& run) {
                          .BindBlob(4, Serialize(stored))
                          .Bind(5, stored.created_at())
                          .Run());
-  const int64_t id = db_.LastInsertId();
+  EC_ASSIGN_OR_RETURN(const int64_t id, db_.LastInsertId());
   EC_RETURN_IF_ERROR(tx.Commit());
   return id;
 }
@@ -31,7 +31,7 @@ Result<int64_t> CostDb::PutTrainRun(const v1::TrainRun& run) {
 Result<std::vector<v1::TrainRun>> CostDb::ListTrainRuns(const std::string& model, int limit) {
   EC_ASSIGN_OR_RETURN(Statement stmt,
                       db_.Prepare("SELECT id, run FROM (SELECT id, run FROM train_runs WHERE ? = '' OR model = ? "
-                                  "ORDER BY id DESC LIMIT ?) ORDER BY id"));
+                                  "ORDER BY id DESC LIMIT ?) AS newest ORDER BY id"));
   stmt.Bind(1, model).Bind(2, model).Bind(3, static_cast<int64_t>(limit > 0 ? limit : 100));
   std::vector<v1::TrainRun> runs;
   EC_RETURN_IF_ERROR(ForEachRow(stmt, [&]() -> Status {

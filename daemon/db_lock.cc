@@ -11,6 +11,8 @@
 #include <filesystem>
 #include <string>
 
+#include "costdb/postgres.h"
+
 namespace edgecost::daemon {
 namespace {
 
@@ -49,6 +51,13 @@ std::string ResolvedDbPath(const std::string& db_path) {
 }
 
 Result<DbLock> DbLock::Acquire(const std::string& db_path, std::string_view holder_name) {
+  // A PostgreSQL store has no file to lock: the lock is the server's, held by a connection.
+  if (costdb::IsPostgresUrl(db_path)) {  // one key for the daemon and `edgecost jobs`, as one lock file
+    EC_ASSIGN_OR_RETURN(costdb::Db connection, costdb::LockPostgresStore(db_path, "daemon"));
+    DbLock lock(-1);
+    lock.store_ = std::make_shared<costdb::Db>(std::move(connection));
+    return lock;
+  }
   std::error_code ec;
   const std::string path = LockPath(db_path);
   fs::create_directories(fs::path(path).parent_path(), ec);
@@ -75,6 +84,7 @@ Result<DbLock> DbLock::Acquire(const std::string& db_path, std::string_view hold
 }
 
 int DbLock::Holder(const std::string& db_path, std::string* holder_name) {
+  if (costdb::IsPostgresUrl(db_path)) return 0;
   const int fd = ::open(LockPath(db_path).c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return 0;
   int holder = 0;
@@ -92,6 +102,7 @@ DbLock& DbLock::operator=(DbLock&& other) noexcept {
     if (fd_ >= 0) ::close(fd_);
     fd_ = other.fd_;
     other.fd_ = -1;
+    store_ = std::move(other.store_);
   }
   return *this;
 }

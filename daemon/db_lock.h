@@ -4,8 +4,11 @@
 // and released by the kernel when the process dies, so a crash leaves no stale lock.
 // The lock belongs to the file, not to the name it was given: symlinks, "." and
 // ".." are resolved first, so every such name of one database finds one lock.
+// A PostgreSQL store is locked inside it instead: a session-level advisory lock of its schema,
+// held by a connection the lock keeps open.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -27,7 +30,7 @@ class DbLock {
   // `holder`, if given, gets who it is ("daemon", "jobs").
   static int Holder(const std::string& db_path, std::string* holder = nullptr);
 
-  DbLock(DbLock&& other) noexcept : fd_(other.fd_) { other.fd_ = -1; }
+  DbLock(DbLock&& other) noexcept : fd_(other.fd_), store_(std::move(other.store_)) { other.fd_ = -1; }
   DbLock& operator=(DbLock&& other) noexcept;
   DbLock(const DbLock&) = delete;
   DbLock& operator=(const DbLock&) = delete;
@@ -36,6 +39,7 @@ class DbLock {
  private:
   explicit DbLock(int fd) : fd_(fd) {}
   int fd_ = -1;
+  std::shared_ptr<void> store_;  // a PostgreSQL store's connection holding its lock
 };
 
 }  // namespace edgecost::daemon

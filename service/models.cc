@@ -4,6 +4,7 @@
 
 #include "base/hash.h"
 #include "base/units.h"
+#include "costdb/postgres.h"
 #include "graph/derive.h"
 #include "graph/zoo.h"
 #include "service/cost_tables.h"
@@ -109,7 +110,7 @@ Result<graph::GraphSpec> ResolveModel(costdb::CostDb* db, graph::GraphSpec spec)
 Result<graph::GraphSpec> ResolveModel(const std::string& db_path, graph::GraphSpec spec) {
   const std::string& name = spec.model_or_file;
   if (spec.stored || graph::IsGraphFile(name) || graph::IsOnnxModel(name) || IsZooModel(name)) return spec;
-  if (!std::filesystem::exists(db_path)) return ResolveModel(nullptr, std::move(spec));
+  if (!costdb::IsPostgresUrl(db_path) && !std::filesystem::exists(db_path)) return ResolveModel(nullptr, std::move(spec));
   EC_ASSIGN_OR_RETURN(costdb::CostDb db, costdb::CostDb::Open(db_path, costdb::OpenMode::kReadOnly));
   return ResolveModel(&db, std::move(spec));
 }

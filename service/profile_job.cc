@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -10,6 +11,7 @@
 
 #include "base/units.h"
 #include "costdb/costdb.h"
+#include "costdb/postgres.h"
 #include "probes/registry.h"
 #include "profiler/energy_model.h"
 #include "profiler/fingerprint.h"
@@ -22,6 +24,12 @@
 namespace edgecost::service {
 
 std::string DefaultPagingDir(const std::string& db_path) {
+  if (costdb::IsPostgresUrl(db_path)) {  // a shared store: the paging folder stays on this machine
+    const char* xdg = std::getenv("XDG_DATA_HOME");
+    const char* home = std::getenv("HOME");
+    const std::string data = xdg && *xdg ? xdg : std::string(home && *home ? home : ".") + "/.local/share";
+    return data + "/edgecost/paging";
+  }
   return (std::filesystem::path(db_path).parent_path() / "paging").string();
 }
 

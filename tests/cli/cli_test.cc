@@ -21,6 +21,7 @@
 
 #include "base/units.h"
 #include "costdb/costdb.h"
+#include "costdb/postgres.h"
 #include "tests/shell.h"
 #include "tests/temp_dir.h"
 
@@ -74,6 +75,57 @@ TEST_F(CliTest, CostsPrintsTotalsAndStoresTheTable) {
   ASSERT_EQ(info.exit_code, 0) << info.output;
   EXPECT_THAT(info.output, HasSubstr("node_costs"));
   EXPECT_THAT(info.output, HasSubstr("133"));
+}
+
+// The same commands on a PostgreSQL store (--db URL) give the same answers as on the file; `db info`
+// names the backend, and a password in the URL is never printed.
+TEST_F(CliTest, APostgresStoreGivesTheSameAnswers) {
+  const char* base = std::getenv("EDGECOST_TEST_PG_URL");
+  if (!base || !*base) GTEST_SKIP() << "EDGECOST_TEST_PG_URL is not set: no PostgreSQL (scripts/test starts one)";
+  const std::string schema = "cli" + std::to_string(::getpid());
+  {
+    auto admin = edgecost::costdb::OpenPostgres(base, false, 5000);
+    ASSERT_TRUE(admin.ok()) << admin.status().message();
+    ASSERT_TRUE(admin->Exec("DROP SCHEMA IF EXISTS " + schema + " CASCADE; CREATE SCHEMA " + schema).ok());
+  }
+  const std::string url = std::string(base) + (std::string(base).find('?') == std::string::npos ? "?" : "&") +
+                          "options=-csearch_path%3D" + schema;
+  const std::string on_store = "--db '" + url + "' ";
+  const std::string costs = "costs resnet18_cifar --platform a72 --derivation poet --store --summary";
+  const CommandResult stored = Edgecost(on_store + costs);
+  ASSERT_EQ(stored.exit_code, 0) << stored.output;
+  EXPECT_THAT(stored.output, HasSubstr("7.89 J"));
+  const CommandResult info = Edgecost(on_store + "db info");
+  ASSERT_EQ(info.exit_code, 0) << info.output;
+  EXPECT_THAT(info.output, HasSubstr("backend        postgresql"));
+  EXPECT_THAT(info.output, ::testing::ContainsRegex("node_costs +133\n"));
+  const std::string solve =
+      "solve --model resnet18_cifar --platform a72 --derivation poet --activation-budget 3MB --runtime-budget 7.6x";
+  const CommandResult on_pg = Edgecost(on_store + solve);
+  const CommandResult on_file = Edgecost(solve);
+  ASSERT_EQ(on_pg.exit_code, 0) << on_pg.output;
+  ASSERT_EQ(on_file.exit_code, 0) << on_file.output;
+  const auto energy_line = [](const std::string& out) {
+    const std::string from = out.substr(std::min(out.find("energy "), out.size()));
+    return from.substr(0, from.find('\n'));
+  };
+  EXPECT_EQ(energy_line(on_pg.output), energy_line(on_file.output));
+  EXPECT_THAT(Edgecost(on_store + "db info").output, ::testing::ContainsRegex("schedules +1\n"));
+
+  const std::string secret = "--db 'postgresql://fleet:s3cret@/edgecost?host=/nonexistent-edgecost' ";
+  const CommandResult unreachable = Edgecost(secret + "db info");
+  EXPECT_NE(unreachable.exit_code, 0);
+  EXPECT_THAT(unreachable.output, HasSubstr("fleet:***@"));
+  EXPECT_THAT(unreachable.output, HasSubstr("unreachable"));
+  EXPECT_THAT(unreachable.output, Not(HasSubstr("s3cret")));
+  const CommandResult serve = Edgecost("serve --store 'postgresql://fleet:s3cret@/edgecost?host=/x' --socket " +
+                                       (dir_ / "s.sock").string() + " --check-config");
+  EXPECT_EQ(serve.exit_code, 0) << serve.output;
+  EXPECT_THAT(serve.output, HasSubstr("fleet:***@"));
+  EXPECT_THAT(serve.output, Not(HasSubstr("s3cret")));
+
+  auto admin = edgecost::costdb::OpenPostgres(base, false, 5000);
+  if (admin.ok()) (void)admin->Exec("DROP SCHEMA IF EXISTS " + schema + " CASCADE");
 }
 
 TEST_F(CliTest, CostsWritesAGraphFileThatReadsBack) {
