@@ -115,12 +115,17 @@ Result<std::vector<double>> EnergyMonitor::ReadCounters() {
 Result<std::vector<double>> EnergyMonitor::EnergyJ() {
   if (!started_) return FailedPrecondition("the energy monitor was not started");
   if (probe_->info().kind == ReadingKind::kEnergyCounter) {
-    if (stop_s_ >= 0) return total_j_;
+    if (stop_s_ >= 0) {
+      last_read_s_ = stop_s_;
+      return total_j_;
+    }
+    last_read_s_ = clock_();  // a counter read right after: the closest stamp it has
     return ReadCounters();
   }
   std::lock_guard lock(mutex_);
   if (!sampler_status_.ok()) return sampler_status_;
   const double end = stop_s_ >= 0 ? stop_s_ : clock_();
+  last_read_s_ = end;
   std::vector<double> energy;
   for (const auto& trace : traces_) energy.push_back(IntegratePowerJ(trace, start_s_, end));
   return energy;

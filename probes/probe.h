@@ -81,6 +81,8 @@ class EnergyMonitor {
   void Stop();
   // Joules per domain from Start() to now (or to Stop()).
   Result<std::vector<double>> EnergyJ();
+  // The time (on the monitor's clock) the last EnergyJ() covered up to.
+  double LastReadS() const { return last_read_s_; }
   // Sensor updates since Start(): fewer than needed means an imprecise window.
   double UpdatesSinceStart() const;
   const ProbeInfo& info() const { return probe_->info(); }
@@ -97,6 +99,7 @@ class EnergyMonitor {
   bool started_ = false;
   double start_s_ = 0;
   double stop_s_ = -1;
+  double last_read_s_ = 0;
   // Counters: last raw value and accumulated energy per domain.
   std::vector<double> last_raw_, total_j_;
   // Power: the trace per domain.

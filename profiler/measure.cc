@@ -67,6 +67,17 @@ Clock& ThreadCpuClock() {
   return clock;
 }
 
+Result<EnergyMark> MarkEnergy(EnergyMeter& meter, Clock& clock) {
+  EC_ASSIGN_OR_RETURN(double j, meter.EnergyJ());
+  const std::optional<double> at_s = meter.LastReadS();
+  return EnergyMark{.j = j, .s = at_s ? *at_s : clock.NowS()};
+}
+
+double MeanPowerW(const EnergyMeter& meter, const EnergyMark& start, const EnergyMark& end) {
+  const double interval_s = end.s - start.s;
+  return interval_s > 0 ? std::min(meter.MaxPowerW(), (end.j - start.j) / interval_s) : 0;
+}
+
 RuntimeSummary SummarizeWindows(const std::vector<double>& samples_s) {
   RuntimeSummary s = Summarize(samples_s);  // the spread over every repetition
   const size_t n = samples_s.size();
@@ -180,12 +191,10 @@ Result<Measurement> Measure(const std::function<void()>& op, Clock& clock, Energ
   std::vector<double> disturbed_s, disturbed_wall_s;  // kept only for a window with no clean repetition at all
   std::vector<Repetition> repetitions;
   uint32_t disturbed = 0;
-  double energy_start_j = 0;
-  double energy_start_s = 0;  // when energy_start_j was read: power is over the meter's own interval
+  EnergyMark energy_start;  // power is over the interval the meter itself covered
   std::vector<double> domain_start_j;
   if (meter) {
-    EC_ASSIGN_OR_RETURN(energy_start_j, meter->EnergyJ());
-    energy_start_s = clock.NowS();
+    EC_ASSIGN_OR_RETURN(energy_start, MarkEnergy(*meter, clock));
     domain_start_j = meter->LastDomainEnergyJ();
   }
   if (watch) EC_RETURN_IF_ERROR(watch->BeginWindow());
@@ -260,16 +269,13 @@ Result<Measurement> Measure(const std::function<void()>& op, Clock& clock, Energ
     m.shared = m.interference.other_cpu_cores() >= options.interference.shared_cpu_cores;
   }
   if (meter) {
-    EC_ASSIGN_OR_RETURN(double energy_end_j, meter->EnergyJ());
+    EC_ASSIGN_OR_RETURN(const EnergyMark energy_end, MarkEnergy(*meter, clock));
     // The mean power over the interval the meter itself covered, times the
     // runtime stored for the op: energy / runtime is then a power the device
     // drew, never above what its power model allows. (The mean execution,
     // with disturbed ones, can be many times the median: 1,789 W once.)
-    const double interval_s = clock.NowS() - energy_start_s;
-    // A power model's reads and this clock's differ by microseconds, which in a
-    // millisecond window could put it a little above its own ceiling.
-    const double power_w =
-        interval_s > 0 ? std::min(meter->MaxPowerW(), (energy_end_j - energy_start_j) / interval_s) : 0;
+    const double interval_s = energy_end.s - energy_start.s;
+    const double power_w = MeanPowerW(*meter, energy_start, energy_end);
     const double runtime_s = m.runtime.median_s;
     m.energy_j = power_w * runtime_s;
     m.dynamic_energy_j = m.energy_j - meter->IdlePowerW() * runtime_s;

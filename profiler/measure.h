@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -50,7 +51,22 @@ class EnergyMeter {
   virtual std::vector<MeterDomain> Domains() const { return {}; }
   // Cumulative joules of each domain as read by the last EnergyJ() call.
   virtual std::vector<double> LastDomainEnergyJ() const { return {}; }
+  // The time (steady clock, seconds) the last EnergyJ() covers up to, for a
+  // meter that integrates on its own clock; none for one that does not say.
+  virtual std::optional<double> LastReadS() const { return std::nullopt; }
 };
+
+// A meter reading and the time it covers up to. Mean power between two marks
+// is over the span their energies cover: the meter's own stamps where it keeps
+// them, so a read that took long or a preemption right after it (a loaded
+// machine, a millisecond window) does not dilute the power.
+struct EnergyMark {
+  double j = 0;
+  double s = 0;
+};
+Result<EnergyMark> MarkEnergy(EnergyMeter& meter, Clock& clock);
+// Mean power between two marks (0 over no time), at most the meter's ceiling.
+double MeanPowerW(const EnergyMeter& meter, const EnergyMark& start, const EnergyMark& end);
 
 // What the scheduler and the hypervisor did to the op's threads while it was
 // timed; tests substitute a fake.

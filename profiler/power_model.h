@@ -26,6 +26,11 @@ class EstimatedMeter : public EnergyMeter {
   double IdlePowerW() const override { return model_.idle_w; }
   v1::EnergySource Source() const override { return v1::ENERGY_SOURCE_ESTIMATED; }
   std::string Name() const override;
+  // The wall-clock time the last EnergyJ() covered: the idle part is exact over it.
+  std::optional<double> LastReadS() const override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return last_wall_s_;
+  }
   const probes::EstimateModel& model() const { return model_; }
 
  private:
@@ -33,7 +38,7 @@ class EstimatedMeter : public EnergyMeter {
 
   probes::EstimateModel model_;  // [probes.estimate]
   long cores_;
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   std::map<pid_t, double> thread_cpu_s_;  // at the last read
   double busy_core_s_ = 0;
   double last_wall_s_ = 0;

@@ -33,6 +33,7 @@ class ProbeMeter : public EnergyMeter {
   std::string Name() const override { return monitor_.info().source + " " + monitor_.info().name; }
   std::vector<MeterDomain> Domains() const override { return domains_; }
   std::vector<double> LastDomainEnergyJ() const override { return last_domain_j_; }
+  std::optional<double> LastReadS() const override { return monitor_.LastReadS(); }
 
  private:
   ProbeMeter(std::unique_ptr<probes::Probe> probe, probes::MonotonicClock clock)

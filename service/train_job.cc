@@ -770,14 +770,12 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
   malloc_trim(0);  // what building the layers freed (their own copies of activations) goes back too
   run.set_peak_since_baseline(ResetHighWater());
   run.set_baseline_rss_bytes(static_cast<uint64_t>(std::max<int64_t>(0, ProcStatusBytes("VmRSS"))));
-  EC_ASSIGN_OR_RETURN(double energy_start_j, meter->EnergyJ());
-  double energy_start_s = NowS();
+  EC_ASSIGN_OR_RETURN(profiler::EnergyMark energy_start, profiler::MarkEnergy(*meter, profiler::SteadyClock()));
   uint64_t peak = 0;
   std::vector<double> step_cpu_s(static_cast<size_t>(start), 0.0);
   for (int s = start; s < steps; ++s) {
     if (s == start + 1) {  // energy, like time, over the steps after the first (which warms caches and kernels)
-      EC_ASSIGN_OR_RETURN(energy_start_j, meter->EnergyJ());
-      energy_start_s = NowS();
+      EC_ASSIGN_OR_RETURN(energy_start, profiler::MarkEnergy(*meter, profiler::SteadyClock()));
     }
     if (stop && stop->load()) {
       return Status(ErrorCode::kCancelled,
@@ -845,8 +843,7 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
       EC_RETURN_IF_ERROR(write_checkpoint(s + 1));
     }
   }
-  EC_ASSIGN_OR_RETURN(double energy_end_j, meter->EnergyJ());
-  const double energy_interval_s = NowS() - energy_start_s;
+  EC_ASSIGN_OR_RETURN(const profiler::EnergyMark energy_end, profiler::MarkEnergy(*meter, profiler::SteadyClock()));
   run.set_peak_rss_bytes(static_cast<uint64_t>(std::max<int64_t>(0, ProcStatusBytes("VmHWM"))));
   if (run.peak_rss_bytes() > run.unbuilt_rss_bytes() + tensor_bytes && run.peak_since_baseline()) {
     run.set_runtime_bytes(run.peak_rss_bytes() - run.unbuilt_rss_bytes() - tensor_bytes);
@@ -904,8 +901,7 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
   run.set_runtime_s(Median(runtimes));
   // A step's energy: the steps' mean power times the step time reported, so
   // that energy / time is a power the device drew (never above a power model's ceiling).
-  const double power_w =
-      energy_interval_s > 0 ? std::min(meter->MaxPowerW(), (energy_end_j - energy_start_j) / energy_interval_s) : 0;
+  const double power_w = profiler::MeanPowerW(*meter, energy_start, energy_end);
   run.set_energy_j(power_w * run.runtime_s());
   result.median_cpu_s = Median(cpus);
   run.set_paging_wait_s(Median(waits));
