@@ -153,6 +153,9 @@ class CostDb {
   Result<std::vector<v1::Device>> ListDevices();
   // Every fingerprint of a device, newest first seen first.
   Result<std::vector<FingerprintRecord>> ListFingerprintHistory(const std::string& device);
+  // The device a fingerprint is recorded for (current or earlier), if any: in a fleet's
+  // store, the board whose records every board of that hardware joins.
+  Result<std::optional<std::string>> DeviceWithFingerprint(const std::string& fingerprint_hash);
 
   // Idempotent on model, derivation, trainable and batch size. A graph that
   // differs from the stored one (a newer derivation) supersedes it, so cost

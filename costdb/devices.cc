@@ -98,6 +98,13 @@ Result<v1::Device> CostDb::GetDevice(const std::string& name) {
 
 Result<std::vector<v1::Device>> CostDb::ListDevices() { return ReadDevices(std::nullopt); }
 
+Result<std::optional<std::string>> CostDb::DeviceWithFingerprint(const std::string& fingerprint_hash) {
+  EC_ASSIGN_OR_RETURN(Statement stmt, db_.Prepare("SELECT d.name FROM fingerprints f JOIN devices d ON d.id = "
+                                                  "f.device_id WHERE f.hash = ?"));
+  EC_ASSIGN_OR_RETURN(bool found, stmt.Bind(1, fingerprint_hash).Step());
+  return found ? std::optional<std::string>(stmt.Text(0)) : std::nullopt;
+}
+
 Result<std::vector<FingerprintRecord>> CostDb::ListFingerprintHistory(const std::string& device) {
   EC_ASSIGN_OR_RETURN(Statement stmt,
                       db_.Prepare("SELECT f.fingerprint, f.first_seen_at, coalesce(f.superseded_at, '') FROM "

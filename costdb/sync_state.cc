@@ -34,7 +34,7 @@ Result<CostDb::Copied> CostDb::CopyRun(const StoredRun& run) {
                          .Bind(6, run.idle_power_w)
                          .Bind(7, run.model)
                          .Run());
-  const int64_t id = db_.LastInsertId();
+  EC_ASSIGN_OR_RETURN(const int64_t id, db_.LastInsertId());
   EC_RETURN_IF_ERROR(tx.Commit());
   return Copied{.id = id, .added = true};
 }
@@ -60,7 +60,7 @@ Result<CostDb::Copied> CostDb::CopyTrainRun(const v1::TrainRun& run) {
                          .BindBlob(4, Serialize(stored))
                          .Bind(5, run.created_at())
                          .Run());
-  const int64_t id = db_.LastInsertId();
+  EC_ASSIGN_OR_RETURN(const int64_t id, db_.LastInsertId());
   EC_RETURN_IF_ERROR(tx.Commit());
   return Copied{.id = id, .added = true};
 }

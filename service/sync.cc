@@ -9,6 +9,17 @@ namespace {
 
 bool IsUrl(const std::string& central) { return central.find("://") != std::string::npos; }
 
+// Records measured on one board, named as another board of the same hardware.
+void RenameDevice(v1::CostExport& bundle, const std::string& name) {
+  bundle.mutable_device()->set_name(name);
+  for (v1::CostTable& table : *bundle.mutable_cost_tables()) table.set_device(name);
+  for (v1::ExportedSchedule& s : *bundle.mutable_schedules()) {
+    s.mutable_request()->set_device(name);
+    if (s.schedule().has_request()) s.mutable_schedule()->mutable_request()->set_device(name);
+  }
+  for (v1::TrainRun& run : *bundle.mutable_train_runs()) run.set_device(name);
+}
+
 // The marks of one device towards one central store.
 struct Marks {
   std::string prefix;
@@ -105,6 +116,17 @@ Result<PushSummary> PushToStore(costdb::CostDb& local, const std::string& centra
     if (!store) {
       EC_ASSIGN_OR_RETURN(costdb::CostDb opened, OpenCentralStore(central, options));
       store.emplace(std::move(opened));
+    }
+    // A board of hardware the store already knows under another name joins that device's
+    // records: costs are per fingerprint, so one board profiled serves all of its kind.
+    EC_ASSIGN_OR_RETURN(std::optional<std::string> owner,
+                        store->DeviceWithFingerprint(device.fingerprint().hash()));
+    if (owner && *owner != device.name()) {
+      RenameDevice(bundle, *owner);
+      if (options.progress) {
+        options.progress(device.name() + " has the hardware of " + *owner + " (fingerprint " +
+                         device.fingerprint().hash() + "): its records join " + *owner + "'s");
+      }
     }
     // The central store is not this host: whatever device the export names is stored as it is.
     Result<ImportSummary> sent = ImportDevice(*store, bundle, ImportOptions{.replace = true});

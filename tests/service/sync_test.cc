@@ -385,5 +385,52 @@ TEST_F(Sync, ARunStillRunningIsSentOnceItFinished) {
   EXPECT_EQ(store->ListRunOpCosts((*runs)[1].id)->size(), 1u);  // conv, with its run
 }
 
+// Forty boards of one kind: a second board with the first one's hardware (fingerprint) pushes
+// into the first one's device in the store, so its measurements serve both and nothing is refused.
+TEST_F(Sync, ABoardOfHardwareTheStoreKnowsJoinsThatDevice) {
+  Profile(1, 0.01);
+  const std::string central = (dir_ / "central.db").string();
+  ASSERT_TRUE(PushToStore(*board_, central, {.create = true}).ok());
+
+  auto twin = costdb::CostDb::Open((dir_ / "twin.db").string());
+  ASSERT_TRUE(twin.ok()) << twin.status().message();
+  v1::Device device;
+  device.set_name("board-2");
+  device.set_kind(v1::Device::KIND_MEASURED);
+  device.mutable_fingerprint()->set_hash("fp-board");
+  ASSERT_TRUE(twin->UpsertDevice(device).ok());
+  ASSERT_TRUE(AddModel(*twin, kModel, daemon::OnnxChain(6), /*replace=*/false).ok());
+  auto run = twin->BeginRun("fp-board", profiler::kMeasuredSource, kModel);
+  ASSERT_TRUE(run.ok()) << run.status().message();
+  ASSERT_TRUE(twin->PutOpCost("fp-board", *run, Cost("conv/t4", 0.03)).ok());
+  ASSERT_TRUE(twin->FinishRun(*run, costdb::RunStatus::kComplete, 1.5).ok());
+  v1::TrainRun trained;
+  trained.set_model(kModel);
+  trained.set_device("board-2");
+  trained.set_steps(3);
+  ASSERT_TRUE(twin->PutTrainRun(trained).ok());
+
+  std::vector<std::string> progress;
+  auto pushed = PushToStore(*twin, central, {.progress = [&](const std::string& l) { progress.push_back(l); }});
+  ASSERT_TRUE(pushed.ok()) << pushed.status().message();
+  ASSERT_FALSE(progress.empty());
+  EXPECT_THAT(progress[0], HasSubstr("board-2 has the hardware of board"));
+  auto again = PushToStore(*twin, central, {});
+  ASSERT_TRUE(again.ok()) << again.status().message();
+  EXPECT_EQ(again->up_to_date, 1);
+
+  auto store = costdb::CostDb::Open(central);
+  ASSERT_TRUE(store.ok());
+  const auto rows = Rows(*store);
+  EXPECT_EQ(rows.at("devices"), 1);
+  EXPECT_EQ(rows.at("runs"), 2);
+  EXPECT_EQ(rows.at("op_costs"), 3);  // the first board's two and the twin's one, once each
+  EXPECT_EQ(rows.at("train_runs"), 1);
+  auto runs = store->ListTrainRuns(kModel);
+  ASSERT_TRUE(runs.ok()) << runs.status().message();
+  ASSERT_EQ(runs->size(), 1u);
+  EXPECT_EQ(runs->front().device(), "board");
+}
+
 }  // namespace
 }  // namespace edgecost::service
