@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "base/hash.h"
+#include "kernels/layers.h"
 
 namespace edgecost::profiler {
 namespace {
@@ -91,6 +92,7 @@ v1::Fingerprint ReadFingerprint(const SystemRoots& roots, const std::string& dnn
   f.set_kernel_release(release);
   f.set_dnnl_isa(dnnl_isa);
   f.set_storage_device(StorageDevice(roots, paging_dir));
+  f.set_kernels_revision(kernels::kKernelsRevision);
   f.set_hash(FingerprintHash(f));
   return f;
 }

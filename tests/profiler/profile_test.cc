@@ -18,6 +18,7 @@
 #include <gtest/gtest.h>
 
 #include "graph/derive.h"
+#include "kernels/layers.h"
 #include "probes/cpu_load.h"
 #include "profiler/cpu_speed.h"
 #include "profiler/fingerprint.h"
@@ -755,6 +756,11 @@ TEST(Fingerprint, EveryFieldChangesTheHash) {
   v1::Fingerprint other_disk = base;
   other_disk.set_storage_device("mmcblk1 (179:0)");
   EXPECT_NE(FingerprintHash(other_disk), base.hash());
+  // Other kernels: costs measured on them are stale.
+  EXPECT_EQ(base.kernels_revision(), kernels::kKernelsRevision);
+  v1::Fingerprint other_kernels = base;
+  other_kernels.set_kernels_revision(base.kernels_revision() + 1);
+  EXPECT_NE(FingerprintHash(other_kernels), base.hash());
   std::filesystem::remove_all(root);
 }
 
