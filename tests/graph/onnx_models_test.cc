@@ -116,6 +116,11 @@ const std::map<std::string, std::set<std::string>> kSignatureKinds = {
     {"vit_b_16", {"conv2d", "concat", "add_broadcast", "layernorm", "gelu", "matmul", "softmax"}},
     {"swin_t", {"conv2d", "slice", "concat", "add_broadcast", "layernorm", "gelu", "matmul", "softmax"}},
     {"maxvit_t", {"conv2d", "batchnorm2d", "add_broadcast", "layernorm", "gelu", "matmul", "softmax", "dropout"}},
+    {"alexnet", {"conv2d", "relu", "maxpool2d", "concat", "dropout", "linear"}},
+    {"googlenet", {"conv2d", "batchnorm2d", "concat", "maxpool2d", "dropout", "linear"}},
+    {"mnasnet0_5", {"conv2d", "batchnorm2d", "relu", "add", "dropout"}},
+    {"regnet_y_400mf", {"conv2d", "batchnorm2d", "sigmoid", "mul", "add"}},
+    {"resnet18_tv", {"conv2d", "batchnorm2d", "maxpool2d", "add", "linear"}},
     {"transformer_encoder", {"matmul", "softmax", "layernorm", "transpose", "dropout", "reduce_mean"}},
     {"kws_lstm", {"conv2d", "batchnorm2d", "maxpool2d", "transpose", "lstm", "slice"}},
     {"sensor_gru", {"relu", "gru", "slice", "concat"}},
@@ -128,6 +133,9 @@ TEST_P(OnnxModelsTest, ImportsDerivesProfilesAndSolvesAtHalfItsPeak) {
   const std::string model = GetParam();
   if ((model == "swin_t" || model == "maxvit_t") && !Heavy()) {
     GTEST_SKIP() << model << " (224x224) runs in scripts/onnx_families only";
+  }
+  if (model == "alexnet" && !Heavy()) {  // 58 M parameters: half a minute of profiling and training
+    GTEST_SKIP() << model << " runs in scripts/onnx_families only";
   }
   const auto import_start = std::chrono::steady_clock::now();
   auto forward = graph::ImportOnnx(Exported::Get().Path(model));
@@ -256,7 +264,8 @@ TEST_P(OnnxModelsTest, ImportsDerivesProfilesAndSolvesAtHalfItsPeak) {
 INSTANTIATE_TEST_SUITE_P(Models, OnnxModelsTest,
                          ::testing::Values("mobilenet_v2", "mobilenet_v3_small", "efficientnet_b0",
                                            "shufflenet_v2_x0_5", "squeezenet1_1", "densenet121", "convnext_tiny",
-                                           "inception_v3", "vit_b_16", "swin_t", "maxvit_t", "transformer_encoder",
+                                           "inception_v3", "vit_b_16", "swin_t", "maxvit_t", "alexnet", "googlenet",
+                                           "mnasnet0_5", "regnet_y_400mf", "resnet18_tv", "transformer_encoder",
                                            "small_bert", "kws_lstm", "sensor_gru", "small_gpt", "small_unet"),
                          [](const auto& info) { return std::string(info.param); });
 
