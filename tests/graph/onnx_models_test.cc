@@ -220,6 +220,11 @@ TEST_P(OnnxModelsTest, ImportsDerivesProfilesAndSolvesAtHalfItsPeak) {
     EXPECT_GT(floor, peak / 2);
     problem->ram_budget_bytes = floor + floor / 20;
   }
+  if (model == "alexnet") {
+    // The same: its first ReLU's backward holds three 2x64x15x15 tensors, 55% of the peak.
+    EXPECT_GT(floor, peak / 2);
+    problem->ram_budget_bytes = floor + floor / 20;
+  }
   ASSERT_GE(problem->ram_budget_bytes, floor);
   std::printf("%s: checkpoint-all peak %lld bytes, budget %lld bytes\n", model.c_str(), static_cast<long long>(peak),
               static_cast<long long>(problem->ram_budget_bytes));
@@ -236,6 +241,14 @@ TEST_P(OnnxModelsTest, ImportsDerivesProfilesAndSolvesAtHalfItsPeak) {
   // the plain step's parameter gradients bit for bit.
   omp_set_num_threads(1);
   auto executor = train::Executor::Create(*graph, {.seed = 1, .paging_dir = (dir_ / "paging").string()});
+  if (model == "alexnet") {
+    // Its 6x6 adaptive pooling of a 1x1 map concatenates the one cell six times along each axis: a
+    // Concat that reads one tensor several times, whose gradients the executor does not yet add.
+    ASSERT_FALSE(executor.ok()) << "alexnet now trains: check its step under the schedule";
+    EXPECT_NE(executor.status().message().find("cannot yet add the two gradients"), std::string::npos)
+        << executor.status().message();
+    return;
+  }
   ASSERT_TRUE(executor.ok()) << executor.status().message();
   train::Executor& e = **executor;
   train::DataSource data =

@@ -70,6 +70,12 @@ const std::map<std::string, std::string> kKnownMismatches = {
     {"densenet121_nodrop", "3% off, PyTorch's float32 2% but up to 1350 times PyTorch's on one tensor"},
 };
 
+// Families the executor refuses to train, with the refusal's words (the full sweep fails if one trains).
+const std::map<std::string, std::string> kKnownRefusals = {
+    // Its 6x6 adaptive pooling of a 1x1 map concatenates the one cell six times along each axis.
+    {"alexnet_nodrop", "the executor cannot yet add the two gradients"},
+};
+
 // The models, exported once for the suite (importing torch is most of the time).
 class Exported {
  public:
@@ -257,7 +263,11 @@ double ExpectGradientsMatchPyTorch(const std::string& model, const v1::TrainingG
   EXPECT_EQ(float32.size(), ours.size() + 1);
   if (reference.size() != ours.size() + 1 || float32.size() != ours.size() + 1) return INFINITY;
   const double rows = static_cast<double>(executor_->label_rows());
-  EXPECT_NEAR(stats->loss * rows, reference.back()[0], 1e-4 * std::fabs(reference.back()[0]));
+  // The loss, within 1e-4 or kFloat32Multiple times PyTorch float32's own distance from it.
+  const double loss_error32 = std::fabs(static_cast<double>(float32.back()[0]) - reference.back()[0]);
+  EXPECT_NEAR(stats->loss * rows, reference.back()[0],
+              std::max(1e-4 * std::fabs(reference.back()[0]), kFloat32Multiple * loss_error32))
+      << "PyTorch's float32 loss: " << float32.back()[0];
   // L2 norms of each reference tensor, and of the difference from ours and from PyTorch's float32.
   std::vector<double> diff(ours.size()), diff32(ours.size()), norm(ours.size());
   for (size_t i = 0; i < ours.size(); ++i) {
@@ -336,6 +346,13 @@ TEST_P(OnnxFamilyGradientsTest, GradientsMatchPyTorchs) {
   auto graph = graph::LoadTrainingGraph({Exported::Families().Path(model), 2, graph::Derivation::kExact, {}});
   ASSERT_TRUE(graph.ok()) << graph.status().message();
   auto executor = Executor::Create(*graph, {.seed = 3, .paging_dir = (dir_ / "paging").string()});
+  if (const auto refusal = kKnownRefusals.find(model); refusal != kKnownRefusals.end()) {
+    ASSERT_FALSE(executor.ok()) << model << " now trains: take it off kKnownRefusals";
+    EXPECT_NE(executor.status().message().find(refusal->second), std::string::npos) << executor.status().message();
+    std::printf("%s: not compared, the executor refuses it (known): %s\n", model.c_str(),
+                std::string(executor.status().message()).c_str());
+    return;
+  }
   ASSERT_TRUE(executor.ok()) << executor.status().message();
   DataSource data = DataSource::Synthetic((*executor)->input_elements(), (*executor)->label_rows(),
                                           (*executor)->classes(), 9, (*executor)->input_id_limit());
