@@ -65,6 +65,19 @@ def params_m(builder):
     return torchvision.models.get_model_weights(builder).DEFAULT.meta["num_params"] / 1e6
 
 
+def smallest_builders(builders=None):
+    """The builder with the fewest parameters of each family, sorted by name."""
+    smallest = {}
+    for b in sorted(builders or all_builders(), key=params_m):
+        smallest.setdefault(family(b), b)
+    return sorted(smallest.values())
+
+
+def all_builders():
+    """Every classification builder of this torchvision under MAX_PARAMS_M million parameters."""
+    return [b for b in torchvision.models.list_models(module=torchvision.models) if params_m(b) < MAX_PARAMS_M]
+
+
 def exportable_stochastic_depth(module):
     """torchvision's StochasticDepth as PyTorch 1.13 exports it in training mode: its in-place bernoulli_
     has no ONNX symbolic, torch.bernoulli has (RandomUniformLike, Less, Cast), which edgecost imports as
@@ -140,13 +153,9 @@ def main():
     parser.add_argument("--smallest", action="store_true")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    builders = args.builders or [b for b in torchvision.models.list_models(module=torchvision.models)
-                                 if params_m(b) < MAX_PARAMS_M]
+    builders = args.builders or all_builders()
     if args.smallest:
-        smallest = {}
-        for b in sorted(builders, key=params_m):
-            smallest.setdefault(family(b), b)
-        builders = sorted(smallest.values())
+        builders = smallest_builders(builders)
     os.makedirs(args.out_dir, exist_ok=True)
     with open(os.path.join(args.out_dir, "manifest.tsv"), "w") as manifest:
         for b in builders:

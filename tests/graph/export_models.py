@@ -293,6 +293,11 @@ MODELS = {
     "inception_v3": (lambda: export_families.build("inception_v3"),
                      lambda: torch.randn(2, 3, export_families.SIDE_PX["inception"], export_families.SIDE_PX["inception"])),
     # Keyword spotting: 50 frames of 10 MFCCs (a second of audio at 20 ms hops), conv front end, 2-layer LSTM, 12 words.
+    # The smallest builders of the other families (issue 31), at the inputs tests/graph/export_families.py
+    # exports them at (AlexNet's 6x6 adaptive pooling of a 1x1 map as slices and a concat).
+    "alexnet": (lambda: export_families.build("alexnet"), lambda: torch.randn(2, 3, 64, 64)),
+    "googlenet": (lambda: export_families.build("googlenet"), lambda: torch.randn(2, 3, 64, 64)),
+    "regnet_y_400mf": (lambda: export_families.build("regnet_y_400mf"), lambda: torch.randn(2, 3, 64, 64)),
     "kws_lstm": (KeywordCrnn, lambda: torch.randn(2, 1, 50, 10)),
     # Activity recognition: 64 time-major steps of 6 IMU channels, an MLP encoder, a 2-layer GRU, 6 activities.
     "sensor_gru": (SensorGru, lambda: torch.randn(64, 2, 6)),
@@ -338,10 +343,38 @@ TINY_MODELS = {
 }
 MODELS.update(TINY_MODELS)
 
+
+def without_dropout(model):
+    """Dropout and stochastic depth off (p = 0), as PyTorch exports them at p = 0: edgecost draws its own
+    masks, so only a model without them has PyTorch's gradients to compare with."""
+    import torchvision
+
+    for module in model.modules():
+        if isinstance(module, (nn.Dropout, torchvision.ops.StochasticDepth)):
+            module.p = 0.0
+    return model
+
+
+def family_example(builder):
+    side_px = export_families.SIDE_PX.get(export_families.family(builder), export_families.DEFAULT_SIDE_PX)
+    return lambda: torch.randn(export_families.BATCH, 3, side_px, side_px)
+
+
+# The smallest builder of every torchvision family (tests/graph/export_families.py: its list, its input and
+# its build), without dropout or stochastic depth, for the gradient comparison with PyTorch
+# (tests/train/onnx_train_test.cc): BUILDER_nodrop. Not in --list, --time or --suite: they are the
+# families' builders again.
+FAMILY_MODELS = {
+    builder + "_nodrop": (lambda builder=builder: without_dropout(export_families.build(builder)),
+                          family_example(builder))
+    for builder in export_families.smallest_builders()
+}
+MODELS.update(FAMILY_MODELS)
+
 # Models whose profile and training step take tens of CPU seconds (swin_t and maxvit_t run at 224x224,
-# the smallest side their windows of 7 take without padding): exported for onnx_models_test only in the
+# the smallest side their windows of 7 take without padding; alexnet's classifier has 58 M parameters): exported for onnx_models_test only in the
 # full sweep.
-HEAVY = {"swin_t", "maxvit_t"}
+HEAVY = {"swin_t", "maxvit_t", "alexnet"}
 
 
 def forward_order(name, model):
@@ -349,10 +382,23 @@ def forward_order(name, model):
     forward pass. model.parameters() is that order for the models here, except where a module registers
     its own parameters before its children that run first (ViT's class token, used after conv_proj)."""
     params = list(model.parameters())
-    if name == "vit_tiny":
+    from torchvision.models import convnext, maxvit, swin_transformer, vision_transformer
+
+    if isinstance(model, vision_transformer.VisionTransformer):
         first = [model.conv_proj.weight, model.conv_proj.bias, model.class_token]
         params = first + [p for p in params if all(p is not f for f in first)]
-    if name in ("swin_tiny", "maxvit_tiny"):
+    if isinstance(model, convnext.ConvNeXt):
+        # Each block's layer scale multiplies its block's output: after the block's last Linear.
+        params, scale = [], None
+        for n, p in model.named_parameters():
+            if n.endswith("layer_scale"):
+                scale = p
+                continue
+            params.append(p)
+            if scale is not None and n.endswith("block.5.bias"):
+                params.append(scale)
+                scale = None
+    if isinstance(model, (swin_transformer.SwinTransformer, maxvit.MaxVit)):
         # Each attention's bias table is added to the logits after its qkv projection; Swin's patch
         # merging normalizes before its reduction.
         params, table, reduction = [], None, None
@@ -434,7 +480,7 @@ def main():
     parser.add_argument("--steps", type=int, default=10)
     args = parser.parse_args()
     if args.list:
-        print("\n".join(MODELS))
+        print("\n".join(name for name in MODELS if name not in FAMILY_MODELS))
         return 0
     if args.time:
         torch.set_num_threads(args.threads)
@@ -446,7 +492,7 @@ def main():
                 parser.error(f"unknown model '{name}'; --list prints the names")
         torch.randn(64, 64) @ torch.randn(64, 64)  # loads the BLAS before it is looked for
         print("# blas " + " ".join(loaded_blas()), flush=True)
-        for name in names or MODELS:
+        for name in names or [name for name in MODELS if name not in FAMILY_MODELS]:
             median_s, min_s = time_step(name, args.steps)
             print(f"{name} {median_s:.6f} {min_s:.6f}", flush=True)
         return 0
@@ -454,7 +500,7 @@ def main():
         parser.error("OUT_DIR is required")
     if args.suite:
         for name in MODELS:
-            if name not in TINY_MODELS and (args.heavy or name not in HEAVY):
+            if name not in TINY_MODELS and name not in FAMILY_MODELS and (args.heavy or name not in HEAVY):
                 export(name, args.out_dir, 13, False)
         for sub, names, opset, eval_mode in (("opset17", ["transformer_encoder", "small_bert"], 17, False),
                                              ("eval", ["mobilenet_v2"], 13, True)):
@@ -462,7 +508,7 @@ def main():
             for name in names:
                 export(name, os.path.join(args.out_dir, sub), opset, eval_mode)
         return 0
-    for name in args.models or MODELS:
+    for name in args.models or [name for name in MODELS if name not in FAMILY_MODELS]:
         if name not in MODELS:
             parser.error(f"unknown model '{name}'; --list prints the names")
         export(name, args.out_dir, args.opset, args.eval)

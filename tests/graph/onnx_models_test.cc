@@ -116,6 +116,11 @@ const std::map<std::string, std::set<std::string>> kSignatureKinds = {
     {"vit_b_16", {"conv2d", "concat", "add_broadcast", "layernorm", "gelu", "matmul", "softmax"}},
     {"swin_t", {"conv2d", "slice", "concat", "add_broadcast", "layernorm", "gelu", "matmul", "softmax"}},
     {"maxvit_t", {"conv2d", "batchnorm2d", "add_broadcast", "layernorm", "gelu", "matmul", "softmax", "dropout"}},
+    {"alexnet", {"conv2d", "relu", "maxpool2d", "concat", "dropout", "linear"}},
+    {"googlenet", {"conv2d", "batchnorm2d", "concat", "maxpool2d", "dropout", "linear"}},
+    {"mnasnet0_5", {"conv2d", "batchnorm2d", "relu", "add", "dropout"}},
+    {"regnet_y_400mf", {"conv2d", "batchnorm2d", "sigmoid", "mul", "add"}},
+    {"resnet18_tv", {"conv2d", "batchnorm2d", "maxpool2d", "add", "linear"}},
     {"transformer_encoder", {"matmul", "softmax", "layernorm", "transpose", "dropout", "reduce_mean"}},
     {"kws_lstm", {"conv2d", "batchnorm2d", "maxpool2d", "transpose", "lstm", "slice"}},
     {"sensor_gru", {"relu", "gru", "slice", "concat"}},
@@ -128,6 +133,9 @@ TEST_P(OnnxModelsTest, ImportsDerivesProfilesAndSolvesAtHalfItsPeak) {
   const std::string model = GetParam();
   if ((model == "swin_t" || model == "maxvit_t") && !Heavy()) {
     GTEST_SKIP() << model << " (224x224) runs in scripts/onnx_families only";
+  }
+  if (model == "alexnet" && !Heavy()) {  // 58 M parameters: half a minute of profiling and training
+    GTEST_SKIP() << model << " runs in scripts/onnx_families only";
   }
   const auto import_start = std::chrono::steady_clock::now();
   auto forward = graph::ImportOnnx(Exported::Get().Path(model));
@@ -212,6 +220,11 @@ TEST_P(OnnxModelsTest, ImportsDerivesProfilesAndSolvesAtHalfItsPeak) {
     EXPECT_GT(floor, peak / 2);
     problem->ram_budget_bytes = floor + floor / 20;
   }
+  if (model == "alexnet") {
+    // The same: its first ReLU's backward holds three 2x64x15x15 tensors, 55% of the peak.
+    EXPECT_GT(floor, peak / 2);
+    problem->ram_budget_bytes = floor + floor / 20;
+  }
   ASSERT_GE(problem->ram_budget_bytes, floor);
   std::printf("%s: checkpoint-all peak %lld bytes, budget %lld bytes\n", model.c_str(), static_cast<long long>(peak),
               static_cast<long long>(problem->ram_budget_bytes));
@@ -228,6 +241,14 @@ TEST_P(OnnxModelsTest, ImportsDerivesProfilesAndSolvesAtHalfItsPeak) {
   // the plain step's parameter gradients bit for bit.
   omp_set_num_threads(1);
   auto executor = train::Executor::Create(*graph, {.seed = 1, .paging_dir = (dir_ / "paging").string()});
+  if (model == "alexnet") {
+    // Its 6x6 adaptive pooling of a 1x1 map concatenates the one cell six times along each axis: a
+    // Concat that reads one tensor several times, whose gradients the executor does not yet add.
+    ASSERT_FALSE(executor.ok()) << "alexnet now trains: check its step under the schedule";
+    EXPECT_NE(executor.status().message().find("cannot yet add the two gradients"), std::string::npos)
+        << executor.status().message();
+    return;
+  }
   ASSERT_TRUE(executor.ok()) << executor.status().message();
   train::Executor& e = **executor;
   train::DataSource data =
@@ -256,7 +277,8 @@ TEST_P(OnnxModelsTest, ImportsDerivesProfilesAndSolvesAtHalfItsPeak) {
 INSTANTIATE_TEST_SUITE_P(Models, OnnxModelsTest,
                          ::testing::Values("mobilenet_v2", "mobilenet_v3_small", "efficientnet_b0",
                                            "shufflenet_v2_x0_5", "squeezenet1_1", "densenet121", "convnext_tiny",
-                                           "inception_v3", "vit_b_16", "swin_t", "maxvit_t", "transformer_encoder",
+                                           "inception_v3", "vit_b_16", "swin_t", "maxvit_t", "alexnet", "googlenet",
+                                           "mnasnet0_5", "regnet_y_400mf", "resnet18_tv", "transformer_encoder",
                                            "small_bert", "kws_lstm", "sensor_gru", "small_gpt", "small_unet"),
                          [](const auto& info) { return std::string(info.param); });
 

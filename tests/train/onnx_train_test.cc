@@ -12,11 +12,14 @@
 #include <unistd.h>
 
 #include <array>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
 
 #include <gtest/gtest.h>
@@ -41,12 +44,57 @@ constexpr char kPython[] = "/usr/bin/python3";
 using Command = testing::CommandResult;
 Command RunCommand(const std::string& command) { return testing::RunShell(command); }
 
-// The two models, exported once for the suite (importing torch is most of the time).
+// The full sweep (scripts/onnx_families) compares every family's smallest builder with PyTorch.
+bool Heavy() {
+  const char* families = std::getenv("EDGECOST_FAMILIES");
+  return families && std::string(families) == "all";
+}
+
+// The families' smallest builders (tests/graph/export_families.py) without dropout and stochastic
+// depth, as tests/graph/export_models.py names them; the normal run compares the first four, a
+// few seconds each, the full sweep all of them (alexnet's 58 M parameters, the 224x224 Swin and MaxViT
+// take tens of seconds).
+constexpr std::array<const char*, 16> kFamilyModels = {
+    "squeezenet1_1_nodrop", "shufflenet_v2_x0_5_nodrop", "mnasnet0_5_nodrop", "resnet18_nodrop",
+    "mobilenet_v2_nodrop", "mobilenet_v3_small_nodrop", "efficientnet_b0_nodrop", "googlenet_nodrop",
+    "regnet_y_400mf_nodrop", "densenet121_nodrop", "inception_v3_nodrop", "convnext_tiny_nodrop",
+    "vit_b_16_nodrop", "alexnet_nodrop", "swin_t_nodrop", "maxvit_t_nodrop"};
+constexpr size_t kDefaultFamilyModels = 4;
+
+// Families whose gradients are measurably off PyTorch's at their small input, and why (the full sweep
+// prints their error and fails if one starts to match, so that it leaves this list).
+const std::map<std::string, std::string> kKnownMismatches = {
+    {"mobilenet_v2_nodrop", "1-3% off where PyTorch's float32 is within 2e-4, from its last stage (2x2 maps)"},
+    {"regnet_y_400mf_nodrop", "13% off where PyTorch's float32 is within 3e-4, from its last stage (2x2 maps); "
+                              "at 96x96 it matches (5e-5)"},
+    {"densenet121_nodrop", "3% off, PyTorch's float32 2% but up to 1350 times PyTorch's on one tensor"},
+};
+
+// Families the executor refuses to train, with the refusal's words (the full sweep fails if one trains).
+const std::map<std::string, std::string> kKnownRefusals = {
+    // Its 6x6 adaptive pooling of a 1x1 map concatenates the one cell six times along each axis.
+    {"alexnet_nodrop", "the executor cannot yet add the two gradients"},
+};
+
+// The models, exported once for the suite (importing torch is most of the time).
 class Exported {
  public:
   static Exported& Get() {
-    static Exported exported;
+    static Exported exported(
+        "onnx_train",
+        "mobilenet_v2_tiny mobilenet_v3_tiny bert_tiny lstm_tiny gru_tiny lstm2_tiny gpt_tiny unet_tiny vit_tiny "
+        "swin_tiny maxvit_tiny");
     return exported;
+  }
+  static Exported& Families() {
+    static Exported exported("onnx_train_families", FamilyModels());
+    return exported;
+  }
+  static std::string FamilyModels() {
+    std::string names;
+    for (size_t i = 0; i < (Heavy() ? kFamilyModels.size() : kDefaultFamilyModels); ++i)
+      names += std::string(names.empty() ? "" : " ") + kFamilyModels[i];
+    return names;
   }
   const std::string& skip_reason() const { return skip_reason_; }
   const std::string& failure() const { return failure_; }
@@ -54,12 +102,11 @@ class Exported {
   const std::filesystem::path& dir() const { return dir_; }
 
  private:
-  Exported() {
-    dir_ = std::filesystem::temp_directory_path() / ("edgecost_onnx_train_" + std::to_string(::getpid()));
+  Exported(const std::string& prefix, const std::string& models) {
+    dir_ = std::filesystem::temp_directory_path() / ("edgecost_" + prefix + "_" + std::to_string(::getpid()));
     std::filesystem::create_directories(dir_);
-    const Command exported = RunCommand(std::string(kPython) + " tests/graph/export_models.py " + dir_.string() +
-                                        " mobilenet_v2_tiny mobilenet_v3_tiny bert_tiny lstm_tiny gru_tiny lstm2_tiny gpt_tiny"
-                                        " unet_tiny vit_tiny swin_tiny maxvit_tiny");
+    const Command exported =
+        RunCommand(std::string(kPython) + " tests/graph/export_models.py " + dir_.string() + " " + models);
     if (exported.exit_code == 3 || exported.exit_code == 127) {
       skip_reason_ =
           "Debian's PyTorch is not installed (apt-get install python3-torch python3-torchvision "
@@ -162,10 +209,21 @@ using testing::WriteTensors;
 // amplified through 52 batch norms whose last statistics are over 8 values; measured here: 2.6e-4
 // at worst on mobilenet_v2_tiny (a batch norm's scale), 2.8e-6 on bert_tiny.
 constexpr double kTorchTolerance = 1e-3;
+// Deep torchvision models at batch 2 and small inputs amplify float32 rounding past 1e-3: PyTorch's own
+// float32 step, with the same weights and batch, is 0.033 from its float64 one on GoogLeNet and 1.0 on
+// Inception v3 (its 1x1 last stage: batch norms over 2 values). Where it is, ours may be as far as
+// kFloat32Multiple times PyTorch's float32 error on the same tensor, and no farther (measured: 1.03 and
+// 1.9 times).
+constexpr double kFloat32Multiple = 10;
 
-TEST_P(OnnxTrainTest, GradientsMatchPyTorchsWithTheSameWeightsAndBatch) {
+// One plain step's parameter gradients against PyTorch's (tests/train/torch_gradients.py) with the
+// executor's weights and batch; returns the worst relative L2 error. `check` false: measured and
+// printed, not expected (a known mismatch).
+double ExpectGradientsMatchPyTorch(const std::string& model, const v1::TrainingGraph& graph_, Executor* executor_,
+                                   const Batch& batch_, const std::filesystem::path& dir_, bool check = true) {
   auto stats = executor_->Step(nullptr);
-  ASSERT_TRUE(stats.ok()) << stats.status().message();
+  EXPECT_TRUE(stats.ok()) << stats.status().message();
+  if (!stats.ok()) return INFINITY;
   // A tied weight (gpt_tiny's LM head, tied to its token embedding) is one parameter in PyTorch: its
   // copy is left out, and the embedding's gradient must be the sum over both uses.
   std::vector<ParamGradient> ours;
@@ -186,7 +244,7 @@ TEST_P(OnnxTrainTest, GradientsMatchPyTorchsWithTheSameWeightsAndBatch) {
     }
     ours.push_back(g);
   }
-  if (std::string(GetParam()) == "gpt_tiny") {
+  if (model == "gpt_tiny") {
     EXPECT_EQ(tied, 1);
   }
   std::vector<std::vector<float>> in;
@@ -194,26 +252,39 @@ TEST_P(OnnxTrainTest, GradientsMatchPyTorchsWithTheSameWeightsAndBatch) {
   in.push_back(batch_.inputs);
   in.emplace_back(batch_.labels.begin(), batch_.labels.end());
   WriteTensors(dir_ / "in.bin", in);
-  const Command torch = RunCommand(std::string(kPython) + " tests/train/torch_gradients.py " + GetParam() + " " +
-                                   (dir_ / "in.bin").string() + " " + (dir_ / "out.bin").string());
-  ASSERT_EQ(torch.exit_code, 0) << torch.output;
+  const Command torch = RunCommand(std::string(kPython) + " tests/train/torch_gradients.py " + model + " " +
+                                   (dir_ / "in.bin").string() + " " + (dir_ / "out.bin").string() + " " +
+                                   (dir_ / "out32.bin").string());
+  EXPECT_EQ(torch.exit_code, 0) << torch.output;
+  if (torch.exit_code != 0) return INFINITY;
   const std::vector<std::vector<float>> reference = ReadTensors(dir_ / "out.bin");
-  ASSERT_EQ(reference.size(), ours.size() + 1);
+  const std::vector<std::vector<float>> float32 = ReadTensors(dir_ / "out32.bin");
+  EXPECT_EQ(reference.size(), ours.size() + 1);
+  EXPECT_EQ(float32.size(), ours.size() + 1);
+  if (reference.size() != ours.size() + 1 || float32.size() != ours.size() + 1) return INFINITY;
   const double rows = static_cast<double>(executor_->label_rows());
-  EXPECT_NEAR(stats->loss * rows, reference.back()[0], 1e-4 * std::fabs(reference.back()[0]));
-  // L2 norms of each reference tensor, and of the difference.
-  std::vector<double> diff(ours.size()), norm(ours.size());
+  // The loss, within 1e-4 or kFloat32Multiple times PyTorch float32's own distance from it.
+  const double loss_error32 = std::fabs(static_cast<double>(float32.back()[0]) - reference.back()[0]);
+  EXPECT_NEAR(stats->loss * rows, reference.back()[0],
+              std::max(1e-4 * std::fabs(reference.back()[0]), kFloat32Multiple * loss_error32))
+      << "PyTorch's float32 loss: " << float32.back()[0];
+  // L2 norms of each reference tensor, and of the difference from ours and from PyTorch's float32.
+  std::vector<double> diff(ours.size()), diff32(ours.size()), norm(ours.size());
   for (size_t i = 0; i < ours.size(); ++i) {
-    ASSERT_EQ(ours[i].values.size(), reference[i].size()) << "parameter " << i;
+    EXPECT_EQ(ours[i].values.size(), reference[i].size()) << "parameter " << i;
+    if (ours[i].values.size() != reference[i].size() || float32[i].size() != reference[i].size()) return INFINITY;
     for (size_t k = 0; k < reference[i].size(); ++k) {
       const double d = static_cast<double>(ours[i].values[k]) - reference[i][k];
+      const double d32 = static_cast<double>(float32[i][k]) - reference[i][k];
       diff[i] += d * d;
+      diff32[i] += d32 * d32;
       norm[i] += static_cast<double>(reference[i][k]) * reference[i][k];
     }
     diff[i] = std::sqrt(diff[i]);
+    diff32[i] = std::sqrt(diff32[i]);
     norm[i] = std::sqrt(norm[i]);
   }
-  double worst = 0;
+  double worst = 0, worst32 = 0, worst_multiple = 0;
   std::string worst_at;
   for (size_t i = 0; i < ours.size(); ++i) {
     // A batch norm's shift before a linear convolution and another batch norm has a gradient of
@@ -222,22 +293,84 @@ TEST_P(OnnxTrainTest, GradientsMatchPyTorchsWithTheSameWeightsAndBatch) {
     double scale = norm[i];
     if (ours[i].index == 1 && i > 0 && ours[i - 1].node == ours[i].node) scale = std::max(scale, norm[i - 1]);
     const double relative = diff[i] / std::max(scale, 1e-12);
-    const std::string at = "node " + std::to_string(ours[i].node) + " ('" + graph_.nodes(ours[i].node).name() +
-                           "') parameter " + std::to_string(ours[i].index);
-    EXPECT_LE(relative, kTorchTolerance) << at << ": |ours - torch| = " << diff[i] << ", |torch| = " << norm[i];
+    const double relative32 = diff32[i] / std::max(scale, 1e-12);
+    const std::string at = "tensor " + std::to_string(i) + ", node " + std::to_string(ours[i].node) + " ('" +
+                           graph_.nodes(ours[i].node).name() + "') parameter " + std::to_string(ours[i].index);
+    if (check) {
+      EXPECT_LE(relative, std::max(kTorchTolerance, kFloat32Multiple * relative32))
+          << at << ": |ours - torch| = " << diff[i] << ", |torch| = " << norm[i]
+          << ", |torch float32 - torch| = " << diff32[i];
+    }
+    if (relative > kTorchTolerance) worst_multiple = std::max(worst_multiple, relative / std::max(relative32, 1e-12));
+    worst32 = std::max(worst32, relative32);
     if (relative > worst) {
       worst = relative;
       worst_at = at;
     }
   }
-  std::printf("%s: %zu gradient tensors, worst relative L2 error %.3g (%s)\n", GetParam(), ours.size(), worst,
-              worst_at.c_str());
+  std::printf(
+      "%s: %zu gradient tensors, worst relative L2 error %.3g (%s); PyTorch's float32 %.3g; past 1e-3, at most "
+      "%.3g times PyTorch float32's\n",
+      model.c_str(), ours.size(), worst, worst_at.c_str(), worst32, worst_multiple);
+  return worst;
+}
+
+TEST_P(OnnxTrainTest, GradientsMatchPyTorchsWithTheSameWeightsAndBatch) {
+  ExpectGradientsMatchPyTorch(GetParam(), graph_, executor_.get(), batch_, dir_);
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, OnnxTrainTest,
                          ::testing::Values("mobilenet_v2_tiny", "mobilenet_v3_tiny", "bert_tiny", "lstm_tiny",
                                            "gru_tiny", "lstm2_tiny", "gpt_tiny", "unet_tiny", "vit_tiny", "swin_tiny",
                                            "maxvit_tiny"));
+
+// Issue 31: the smallest builder of every torchvision family, at the input tests/graph/export_families.py
+// exports it at, gives PyTorch's gradients within the same tolerance (dropout and stochastic depth off).
+class OnnxFamilyGradientsTest : public testing::TempDirTest, public ::testing::WithParamInterface<const char*> {
+ protected:
+  void SetUp() override {
+    const std::string model = GetParam();
+    if (!Heavy() && Exported::FamilyModels().find(model) == std::string::npos) {
+      GTEST_SKIP() << model << " is compared in scripts/onnx_families only (EDGECOST_FAMILIES=all)";
+    }
+    if (!Exported::Families().skip_reason().empty()) GTEST_SKIP() << Exported::Families().skip_reason();
+    ASSERT_EQ(Exported::Families().failure(), "");
+    TempDirTest::SetUp();
+    omp_set_num_threads(1);
+  }
+};
+
+TEST_P(OnnxFamilyGradientsTest, GradientsMatchPyTorchs) {
+  const std::string model = GetParam();
+  const auto start = std::chrono::steady_clock::now();
+  auto graph = graph::LoadTrainingGraph({Exported::Families().Path(model), 2, graph::Derivation::kExact, {}});
+  ASSERT_TRUE(graph.ok()) << graph.status().message();
+  auto executor = Executor::Create(*graph, {.seed = 3, .paging_dir = (dir_ / "paging").string()});
+  if (const auto refusal = kKnownRefusals.find(model); refusal != kKnownRefusals.end()) {
+    ASSERT_FALSE(executor.ok()) << model << " now trains: take it off kKnownRefusals";
+    EXPECT_NE(executor.status().message().find(refusal->second), std::string::npos) << executor.status().message();
+    std::printf("%s: not compared, the executor refuses it (known): %s\n", model.c_str(),
+                std::string(executor.status().message()).c_str());
+    return;
+  }
+  ASSERT_TRUE(executor.ok()) << executor.status().message();
+  DataSource data = DataSource::Synthetic((*executor)->input_elements(), (*executor)->label_rows(),
+                                          (*executor)->classes(), 9, (*executor)->input_id_limit());
+  const Batch batch = *data.BatchFor(0);
+  ASSERT_TRUE((*executor)->SetBatch(batch).ok());
+  const auto known = kKnownMismatches.find(model);
+  const bool mismatch = known != kKnownMismatches.end();
+  const double worst = ExpectGradientsMatchPyTorch(model, *graph, executor->get(), batch, dir_, !mismatch);
+  std::printf("%s: worst relative gradient error %.3g, compared in %.1f s%s\n", model.c_str(), worst,
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+              mismatch ? (" (known mismatch: " + known->second + ")").c_str() : "");
+  if (mismatch) {
+    EXPECT_GT(worst, kTorchTolerance) << model << " now matches PyTorch: take it off kKnownMismatches";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, OnnxFamilyGradientsTest, ::testing::ValuesIn(kFamilyModels),
+                         [](const auto& info) { return std::string(info.param); });
 
 }  // namespace
 }  // namespace edgecost::train
