@@ -153,7 +153,15 @@ struct Executor::NodeExec {
     int64_t offset = 0;  // elements into the node's buffer (one input's part of a gradient of several)
   };
   std::vector<Binding> binds;  // tensor <- node's buffer
-  bool zero_output = false;    // the kernel writes only part of its output
+  // An op that reads one node twice (concat(x, x), x * x) gives it two gradients: the first
+  // occurrence's dX is bound, the others' stay in the layer's own storage and are added into it
+  // after the kernel, in the order of the forward node's inputs (the same adds whatever the schedule).
+  struct Accumulation {
+    const kernels::Tensor* from = nullptr;  // unbound: the layer's own storage
+    size_t into = 0;                        // index in binds
+  };
+  std::vector<Accumulation> adds;
+  bool zero_output = false;  // the kernel writes only part of its output
   bool loss = false;
 };
 
@@ -438,18 +446,23 @@ Result<std::unique_ptr<Executor>> Executor::Create(const v1::TrainingGraph& grap
         return InvalidArgument(label + " has an output but its layer no input gradient");
       if (GradOfSeveralInputs(kind, fwd.inputs_size())) {
         for (const auto& [t, offset] : slots[static_cast<size_t>(v)]) {
-          int j = -1;
+          const size_t into = exec.binds.size();
+          bool first = true;
           for (int i = 0; i < fwd.inputs_size(); ++i) {
             if (static_cast<int>(fwd.inputs(i)) != t) continue;
-            if (j >= 0) {
-              return Unimplemented(label + ": op kind '" + fwd.op_kind() + "' of node " + std::to_string(f) +
-                                   " reads node " + std::to_string(t) +
-                                   " twice, and the executor cannot yet add the two gradients it gets; "
-                                   "write the op as a unary one (x * x as Pow) or train a layer above it");
+            const kernels::Tensor* dx = &layer->grad_inputs()[static_cast<size_t>(i)];
+            if (first) {
+              exec.binds.push_back({&layer->grad_inputs()[static_cast<size_t>(i)], v, offset});
+              first = false;
+            } else if (dx->dims != exec.binds[into].tensor->dims) {
+              return InvalidArgument(label + ": node " + std::to_string(f) + " reads node " + std::to_string(t) +
+                                     " twice with gradients of different shapes");
+            } else {
+              exec.adds.push_back({dx, into});
             }
-            j = i;
           }
-          exec.binds.push_back({&layer->grad_inputs()[static_cast<size_t>(j)], v, offset});
+          if (first) return Internal(label + " holds the gradient of node " + std::to_string(t) + ", which node " +
+                                     std::to_string(f) + " does not read");
         }
       } else {
         exec.binds.push_back({&layer->grad_inputs()[0], v});
@@ -492,6 +505,13 @@ Result<std::unique_ptr<Executor>> Executor::Create(const v1::TrainingGraph& grap
   for (const NodeExec& exec : s.execs) {
     for (const NodeExec::Binding& b : exec.binds) {
       if (bound.insert(b.tensor).second) exec.layer->Release(*b.tensor);  // the arena holds it from now on
+    }
+  }
+  for (int v = 0; v < n; ++v) {
+    for (const NodeExec::Accumulation& add : s.execs[static_cast<size_t>(v)].adds) {
+      if (bound.count(add.from) || static_cast<int64_t>(add.from->data.size()) != Elements(add.from->dims)) {
+        return Internal("node " + std::to_string(v) + " adds a gradient its layer does not keep in its own storage");
+      }
     }
   }
   for (const std::unique_ptr<kernels::Layer>& layer : s.layers) {
@@ -634,6 +654,13 @@ Status Executor::Compute(int k, int stage, StepStats& stats) {
         case Pass::kNone:
         case Pass::kBackwardAll:
           return Internal("node " + std::to_string(k) + " has no pass to run");
+      }
+      for (const NodeExec::Accumulation& add : exec.adds) {
+        const NodeExec::Binding& b = exec.binds[add.into];
+        float* into = s.arena->Get(b.node) + b.offset;
+        const float* from = add.from->data.data();
+        const size_t count = add.from->data.size();
+        for (size_t i = 0; i < count; ++i) into[i] += from[i];
       }
       if (exec.loss) s.loss = static_cast<double>(s.arena->Get(k)[0]);
       break;

@@ -241,14 +241,6 @@ TEST_P(OnnxModelsTest, ImportsDerivesProfilesAndSolvesAtHalfItsPeak) {
   // the plain step's parameter gradients bit for bit.
   omp_set_num_threads(1);
   auto executor = train::Executor::Create(*graph, {.seed = 1, .paging_dir = (dir_ / "paging").string()});
-  if (model == "alexnet") {
-    // Its 6x6 adaptive pooling of a 1x1 map concatenates the one cell six times along each axis: a
-    // Concat that reads one tensor several times, whose gradients the executor does not yet add.
-    ASSERT_FALSE(executor.ok()) << "alexnet now trains: check its step under the schedule";
-    EXPECT_NE(executor.status().message().find("cannot yet add the two gradients"), std::string::npos)
-        << executor.status().message();
-    return;
-  }
   ASSERT_TRUE(executor.ok()) << executor.status().message();
   train::Executor& e = **executor;
   train::DataSource data =

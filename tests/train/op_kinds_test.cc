@@ -221,6 +221,31 @@ std::vector<KindGraph> KindGraphs() {
                       g.CrossEntropyLoss(g.Linear(c, 16, 4), 4);
                       return g;
                     }});
+  // One node read twice (or more) by an op of several inputs gets a gradient from each reading, which
+  // the executor adds in a fixed order (AlexNet's 6x6 adaptive pooling of a 1x1 map concatenates the
+  // one cell six times): a concat, a square written as a product, a matrix product of a tensor with itself.
+  graphs.push_back({"concat_one_node_several_times", [] {
+                      ForwardGraph g("concat_repeated", 2);
+                      const int x = g.Input({2, 6});
+                      const int h = g.Linear(x, 6, 8);
+                      const int k = g.Linear(x, 6, 4);
+                      const int c = g.Concat({h, k, h, h}, 1);  // (2, 28): h three times
+                      g.CrossEntropyLoss(g.Linear(c, 28, 4), 4);
+                      return g;
+                    }});
+  graphs.push_back({"mul_square", [] {
+                      ForwardGraph g("mul_square", 2);
+                      const int h = g.Linear(g.Input({2, 6}), 6, 8);
+                      g.CrossEntropyLoss(g.Linear(g.Binary(OpKind::kMul, h, h), 8, 4), 4);
+                      return g;
+                    }});
+  graphs.push_back({"matmul_square", [] {
+                      ForwardGraph g("matmul_square", 2);
+                      const int a = g.LinearNd(g.Input({2, 4, 6}), 6, 4, true);  // (2, 4, 4)
+                      const int m = g.MatMul(a, a);
+                      g.CrossEntropyLoss(g.Linear(g.Reshape(m, {2, 16}), 16, 3), 3);
+                      return g;
+                    }});
   // Bias-only training: a batch norm or layer norm whose input needs no gradient gives dbeta alone
   // (a sum of dY); the convolution without bias below it is frozen.
   for (const KindGraph& g : std::vector<KindGraph>(graphs)) {
@@ -378,15 +403,49 @@ TEST_P(OpKindsTest, EveryScheduleGivesThePlainGradientsBitForBit) {
 INSTANTIATE_TEST_SUITE_P(Kinds, OpKindsTest, ::testing::ValuesIn(KindGraphs()),
                          [](const ::testing::TestParamInfo<KindGraph>& info) { return info.param.name; });
 
-TEST(OpKindsRefusal, AProductOfATensorWithItselfNamesTheNodeAndTheKind) {
-  ForwardGraph g("square", 2);
-  const int h = g.Linear(g.Input({2, 6}), 6, 8);
-  g.CrossEntropyLoss(g.Linear(g.Binary(OpKind::kMul, h, h), 8, 4), 4);
-  const v1::TrainingGraph graph = Exact(g);
-  auto e = Executor::Create(graph, {});
-  ASSERT_FALSE(e.ok());
-  EXPECT_NE(e.status().message().find("'mul'"), std::string::npos) << e.status().message();
-  EXPECT_NE(e.status().message().find("node 2"), std::string::npos) << e.status().message();
+// x * x, whose two gradients (dY x, from each reading) the executor adds, gives the gradient of x^2
+// written as a power (2 x dY) on the same parameters, to float rounding.
+TEST(OpKindsRepeatedInput, AProductOfATensorWithItselfGivesTheSquaresGradient) {
+  const auto build = [](bool product) {
+    ForwardGraph g(product ? "mul_square" : "pow_square", 2);
+    const int h = g.Linear(g.Input({2, 6}), 6, 8);
+    const int y = product ? g.Binary(OpKind::kMul, h, h) : g.Unary(OpKind::kPow, h, {{"exponent", 2}});
+    g.CrossEntropyLoss(g.Linear(y, 8, 4), 4);
+    return g;
+  };
+  auto product = Executor::Create(Exact(build(true)), {.seed = 7});
+  auto power = Executor::Create(Exact(build(false)), {.seed = 8});
+  ASSERT_TRUE(product.ok()) << product.status().message();
+  ASSERT_TRUE(power.ok()) << power.status().message();
+  for (const ParamGradient& g : (*product)->Gradients()) {  // the same parameters in both
+    std::vector<float>* from = (*product)->Parameter(g.node, g.index);
+    std::vector<float>* to = (*power)->Parameter(g.node, g.index);
+    ASSERT_NE(from, nullptr);
+    ASSERT_NE(to, nullptr);
+    ASSERT_EQ(from->size(), to->size());
+    *to = *from;
+  }
+  const Batch batch = MakeBatch(**product, 3);
+  ASSERT_TRUE((*product)->SetBatch(batch).ok());
+  ASSERT_TRUE((*power)->SetBatch(batch).ok());
+  auto a = (*product)->Step(nullptr);
+  auto b = (*power)->Step(nullptr);
+  ASSERT_TRUE(a.ok()) << a.status().message();
+  ASSERT_TRUE(b.ok()) << b.status().message();
+  EXPECT_NEAR(a->loss, b->loss, 1e-5 * std::fabs(b->loss));
+  const std::vector<ParamGradient> got = (*product)->Gradients(), want = (*power)->Gradients();
+  ASSERT_EQ(got.size(), want.size());
+  ASSERT_FALSE(got.empty());
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_EQ(got[i].values.size(), want[i].values.size());
+    double scale = 0;
+    for (float v : want[i].values) scale = std::max(scale, static_cast<double>(std::fabs(v)));
+    ASSERT_GT(scale, 0);
+    for (size_t k = 0; k < got[i].values.size(); ++k) {
+      EXPECT_NEAR(got[i].values[k], want[i].values[k], 1e-5 * scale)
+          << "gradient of node " << got[i].node << " parameter " << got[i].index << " at " << k;
+    }
+  }
 }
 
 // A dropout mask belongs to a training step: plain steps without an update in between (the same
