@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <pqxx/pqxx>
@@ -18,9 +19,9 @@ namespace {
 constexpr unsigned kByteaOid = 17;
 constexpr int kReconnectPauseMs = 100;
 
-// The password in a URL's user info or its password= parameter, if any.
-std::string PasswordOf(std::string_view url) {
-  std::string found;
+// Where a URL holds passwords, as (offset, length): its user info's and each password= parameter's.
+std::vector<std::pair<size_t, size_t>> PasswordSpans(std::string_view url) {
+  std::vector<std::pair<size_t, size_t>> spans;
   const size_t scheme = url.find("://");
   if (scheme != std::string_view::npos) {
     const size_t start = scheme + 3;
@@ -28,15 +29,22 @@ std::string PasswordOf(std::string_view url) {
     const size_t slash = url.find_first_of("/?", start);
     if (at != std::string_view::npos && (slash == std::string_view::npos || at < slash)) {
       const size_t colon = url.find(':', start);
-      if (colon != std::string_view::npos && colon < at) found = std::string(url.substr(colon + 1, at - colon - 1));
+      if (colon != std::string_view::npos && colon < at) spans.emplace_back(colon + 1, at - colon - 1);
     }
   }
   for (size_t pos = url.find("password="); pos != std::string_view::npos; pos = url.find("password=", pos + 1)) {
     if (pos > 0 && url[pos - 1] != '?' && url[pos - 1] != '&') continue;
     const size_t value = pos + 9;
-    found = std::string(url.substr(value, url.find('&', value) - value));
+    const size_t end = std::min(url.find('&', value), url.size());
+    spans.emplace_back(value, end - value);
   }
-  return found;
+  return spans;
+}
+
+// The password the connection uses (a password= parameter overrides the user info's), if any.
+std::string PasswordOf(std::string_view url) {
+  const auto spans = PasswordSpans(url);
+  return spans.empty() ? "" : std::string(url.substr(spans.back().first, spans.back().second));
 }
 
 std::string ScrubPassword(std::string text, const std::string& password) {
@@ -377,22 +385,8 @@ bool IsPostgresUrl(std::string_view location) {
 
 std::string RedactUrl(std::string_view url) {
   std::string out(url);
-  const size_t scheme = out.find("://");
-  if (scheme != std::string::npos) {
-    const size_t start = scheme + 3;
-    const size_t at = out.find('@', start);
-    const size_t slash = out.find_first_of("/?", start);
-    if (at != std::string::npos && (slash == std::string::npos || at < slash)) {
-      const size_t colon = out.find(':', start);
-      if (colon != std::string::npos && colon < at) out.replace(colon + 1, at - colon - 1, "***");
-    }
-  }
-  for (size_t pos = out.find("password="); pos != std::string::npos; pos = out.find("password=", pos + 1)) {
-    if (pos > 0 && out[pos - 1] != '?' && out[pos - 1] != '&') continue;
-    const size_t value = pos + 9;
-    out.replace(value, out.find('&', value) == std::string::npos ? std::string::npos : out.find('&', value) - value,
-                "***");
-  }
+  const auto spans = PasswordSpans(url);
+  for (auto it = spans.rbegin(); it != spans.rend(); ++it) out.replace(it->first, it->second, "***");  // back to front
   return out;
 }
 
