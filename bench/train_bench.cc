@@ -314,7 +314,7 @@ Status RunTrainBenchmark(std::ostream& out, const TrainBenchOptions& options) {
                                  {"heavy paging (paging-only)", 1ull << 40, 1000, "paging-only"}};
   EC_ASSIGN_OR_RETURN(costdb::CostDb db, costdb::CostDb::Open(db_path));
   out << std::left << std::setw(30) << "schedule" << std::right << std::setw(11) << "budget" << std::setw(11)
-      << "planned" << std::setw(11) << "measured" << std::setw(12) << "RSS added" << std::setw(11) << "step"
+      << "planned" << std::setw(11) << "measured" << std::setw(12) << "peak RSS" << std::setw(11) << "step"
       << std::setw(11) << "step CPU" << std::setw(12) << "isolated" << std::setw(9) << "error" << std::setw(9)
       << "CPU err" << std::setw(11) << "in-step" << std::setw(9) << "error" << std::setw(9) << "CPU err"
       << std::setw(11) << "paging" << std::setw(11) << "on path" << std::setw(11) << "gradients"
@@ -370,8 +370,7 @@ Status RunTrainBenchmark(std::ostream& out, const TrainBenchOptions& options) {
                 : "-")
         << std::setw(11) << FormatBytes(static_cast<double>(run.predicted_peak_bytes())) << std::setw(11)
         << FormatBytes(static_cast<double>(run.peak_activation_bytes())) << std::setw(12)
-        << FormatBytes(
-               static_cast<double>(run.peak_rss_bytes() - std::min(run.peak_rss_bytes(), run.unbuilt_rss_bytes())))
+        << FormatBytes(static_cast<double>(run.peak_rss_bytes()))
         << std::setw(11) << FormatSeconds(run.runtime_s()) << std::setw(11) << FormatSeconds(trained->median_cpu_s)
         << std::setw(12) << FormatSeconds(run.predicted_runtime_s()) << std::setw(9)
         << Pct(run.runtime_s(), run.predicted_runtime_s()) << std::setw(9)

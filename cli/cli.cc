@@ -5,6 +5,7 @@
 #include "base/units.h"
 #include "costdb/costdb.h"
 #include "proto/json.h"
+#include "service/step_memory.h"
 
 namespace edgecost::cli {
 
@@ -43,13 +44,8 @@ void PrintStepMemory(const v1::StepMemory& m, std::optional<uint64_t> schedule_p
   std::cout << "plain step     peak " << BytesText(m.activation_peak_bytes())
             << " of activations, as the executor's arena holds them (every output kept until its last reader; "
             << bytes(m.activation_total_bytes()) << " are all forward and loss outputs together)\n";
-  std::cout << "whole memory   " << bytes(m.fixed_bytes() + activations) << " = parameters " << bytes(m.param_bytes());
-  if (m.executor_known()) {
-    std::cout << " + gradients " << bytes(m.gradient_bytes()) << " + optimizer state " << bytes(m.optimizer_bytes())
-              << " (SGD without momentum) + workspace " << bytes(m.workspace_bytes())
-              << " (of it the shared scratchpad " << bytes(m.scratchpad_bytes()) << ")";
-  }
-  std::cout << " + activations " << bytes(activations)
+  std::cout << "whole memory   " << bytes(m.fixed_bytes() + activations) << " = "
+            << service::FixedPartsText(m) << " + activations " << BytesText(activations)
             << (schedule_peak_bytes ? " (this schedule's peak)" : " (the plain step's peak)") << "\n";
   if (!m.note().empty()) std::cout << "               " << m.note() << "\n";
 }

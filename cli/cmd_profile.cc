@@ -19,6 +19,7 @@
 #include "service/in_step.h"
 #include "service/profile_job.h"
 #include "service/words.h"
+#include "base/subprocess.h"
 
 namespace edgecost::cli {
 namespace {
@@ -32,8 +33,9 @@ struct ProfileFlags {
   bool force = false;
   bool accept_noisy = false;
   bool calibrate = false;
-  bool in_step = false;
-  int in_step_steps = 10;
+  bool isolated_only = false;
+  bool in_step = false;  // the default now: kept so that old command lines still run
+  int in_step_steps = service::kInStepSteps;
   std::string paging_dir;
   double min_window_s = profiler::MeasureOptions{}.min_window_s;
   std::optional<double> idle_power_w;  // unset: [probes.estimate] of --probes-config, or its default
@@ -101,12 +103,12 @@ std::string UnreliableKinds(const std::vector<profiler::UnreliableOp>& ops) {
 
 // Profiled by a daemon as a job, followed until it ends; Ctrl-C cancels it.
 int RunRemoteProfile(const ProfileFlags& flags, const Context& ctx) {
-  if (flags.in_step) return UsageError(InvalidArgument("--in-step runs here only: train on the daemon instead"));
   v1::StartProfileRequest request;
   request.set_model(flags.graph.model_or_file);
   request.set_force(flags.force);
   request.set_accept_noisy(flags.accept_noisy);
   request.set_calibrate(flags.calibrate);
+  request.set_isolated_only(flags.isolated_only);
   request.set_threads(static_cast<uint32_t>(std::max(0, flags.threads)));
   request.set_batch_size(static_cast<uint32_t>(flags.graph.batch_size));
   v1::Job job;
@@ -148,14 +150,42 @@ int RunRemoteProfile(const ProfileFlags& flags, const Context& ctx) {
   return job.state() == v1::Job::STATE_SUCCEEDED ? kExitOk : kExitFailure;
 }
 
+// The in-step steps: the step they measured, the table stored from them, and where the isolated
+// ops disagreed with them.
+void PrintInStep(const service::ProfileJobResult& result) {
+  const service::TrainJobResult& steps = *result.in_step;
+  const v1::TrainRun& run = steps.run;
+  std::cout << "in-step        " << run.steps() << " plain steps at " << profiler::ThreadsText(run.threads())
+            << ": median step " << FormatSeconds(run.runtime_s()) << " (median of " << run.median_steps()
+            << "), isolated ops predicted " << FormatSeconds(run.predicted_runtime_s()) << "; process peak "
+            << FormatBytes(static_cast<double>(run.peak_rss_bytes())) << "; training run #" << steps.run_id << "\n";
+  for (const std::string& note : steps.notes) {
+    if (!note.starts_with("the process peak is predicted without")) std::cout << "               " << note << "\n";
+  }
+  if (!result.disagreements.empty()) {
+    std::cout << "disagree       " << result.disagreements.size() << " node"
+              << (result.disagreements.size() == 1 ? "" : "s") << " took more than "
+              << service::kDisagreementFactor << "x longer or shorter alone than in steps (the in-step time is "
+              << "their prediction): " << result.disagreements.front()
+              << (result.disagreements.size() > 1 ? ", ..." : "") << "\n";
+  }
+  if (steps.in_step_table_id == 0) {
+    std::cout << "not stored     no measured-in-step cost table (see above)\n";
+    return;
+  }
+  std::cout << "training step  " << FormatSeconds(run.runtime_s()) << ", " << FormatJoules(run.energy_j())
+            << (run.energy_source() == v1::ENERGY_SOURCE_ESTIMATED ? " ESTIMATED" : "")
+            << "; cost table #" << steps.in_step_table_id
+            << " (source measured-in-step: node times inside real steps plus the step's time outside them; "
+               "`train` and `solve` use it by default)\n";
+}
+
 int RunProfile(const ProfileFlags& flags, const Context& ctx) {
   if (!ctx.remote.empty()) return RunRemoteProfile(flags, ctx);
   if (flags.graph.derivation.empty()) return UsageError(InvalidArgument("--derivation is empty"));
   auto spec = flags.graph.Spec();
   if (!spec.ok()) return UsageError(spec.status());
-  if (flags.in_step && spec->derivation != graph::Derivation::kExact) {
-    return UsageError(InvalidArgument("--in-step runs real gradients: it needs --derivation exact"));
-  }
+  if (flags.in_step && flags.isolated_only) return UsageError(InvalidArgument("--in-step and --isolated-only: give one"));
   service::ProfileJobOptions options;
   options.db_path = DbPath(ctx);
   options.graph = *spec;
@@ -168,6 +198,9 @@ int RunProfile(const ProfileFlags& flags, const Context& ctx) {
   options.idle_power_w = flags.idle_power_w;
   options.core_power_w = flags.core_power_w;
   options.probes_config = flags.probes_config;
+  options.in_step = !flags.isolated_only && spec->derivation == graph::Derivation::kExact;
+  options.in_step_steps = flags.in_step_steps;
+  options.edgecost_binary = SelfExecutable();
 
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
@@ -182,7 +215,7 @@ int RunProfile(const ProfileFlags& flags, const Context& ctx) {
   const profiler::ProfileSummary& summary = result->summary;
   if (flags.json) {
     PrintJson(service::ToProto(*result));  // noisy and not accepted: no cost table, exit 1 as in text
-    return summary.interrupted || result->cost_table_id == 0 ? kExitFailure : kExitOk;
+    return summary.interrupted || !result->ok() ? kExitFailure : kExitOk;
   }
   std::cout << "profiled       " << result->graph.model() << " (derivation " << result->graph.derivation() << ", "
             << result->graph.nodes_size() << " nodes) on " << result->device.name() << "\n"
@@ -209,51 +242,27 @@ int RunProfile(const ProfileFlags& flags, const Context& ctx) {
                        "`, which marks them !\n";
     }
     std::cout << "busy           " << result->noisy_message << "\n";
-    if (!flags.accept_noisy) {
-      std::cout << "not stored     no cost table built; the op costs are stored, marked unreliable\n";
-      return kExitFailure;
-    }
   }
-  std::cout << "training step  " << FormatSeconds(result->step_runtime_s) << ", " << FormatJoules(result->step_energy_j)
-            << (result->energy_measured         ? " (measured by " + result->energy_source + ")"
-                : !result->energy_label.empty() ? " (ESTIMATED energy: " + result->energy_label + ")"
-                                                : std::string(" (ESTIMATED energy)"))
-            << "\nstored         cost table #" << result->cost_table_id << " (device " << result->device.name()
-            << ", source measured) in " << costdb::RedactUrl(options.db_path) << "\n";
+  if (result->cost_table_id != 0) {
+    std::cout << "isolated ops   step " << FormatSeconds(result->step_runtime_s) << ", "
+              << FormatJoules(result->step_energy_j)
+              << (result->energy_measured         ? " (measured by " + result->energy_source + ")"
+                  : !result->energy_label.empty() ? " (ESTIMATED energy: " + result->energy_label + ")"
+                                                  : std::string(" (ESTIMATED energy)"))
+              << "; cost table #" << result->cost_table_id << " (source measured)\n";
+  }
   if (result->calibration) {
     std::cout << "calibrated     " << profiler::CalibrationLabel(*result->calibration) << " from "
               << result->calibration->samples() << " windows\n";
   }
-  if (!flags.in_step) return kExitOk;
-
-  service::InStepProfileOptions in_step;
-  in_step.db_path = options.db_path;
-  in_step.graph = *spec;
-  in_step.threads = flags.threads;
-  in_step.steps = flags.in_step_steps;
-  in_step.paging_dir = flags.paging_dir;
-  in_step.probes_config = flags.probes_config;
-  in_step.accept_noisy = flags.accept_noisy;
-  std::signal(SIGINT, OnSignal);
-  std::signal(SIGTERM, OnSignal);
-  auto steps =
-      service::RunInStepProfile(in_step, &g_stop, [](const std::string& line) { std::cerr << line << "\n"; });
-  std::signal(SIGINT, SIG_DFL);
-  std::signal(SIGTERM, SIG_DFL);
-  if (!steps.ok()) return Failure(steps.status());
-  const v1::TrainRun& run = steps->run;
-  std::cout << "in-step        " << run.steps() << " plain steps at " << profiler::ThreadsText(run.threads())
-            << ": median step " << FormatSeconds(run.runtime_s()) << " (median of " << run.median_steps()
-            << "), isolated ops predicted " << FormatSeconds(run.predicted_runtime_s()) << "; training run #"
-            << steps->run_id << "\n";
-  for (const std::string& note : steps->notes) std::cout << "               " << note << "\n";
-  if (steps->in_step_table_id == 0) {
-    std::cout << "not stored     no measured-in-step cost table (see above)\n";
+  if (!result->in_step_skipped.empty()) std::cout << "in-step        " << result->in_step_skipped << "\n";
+  if (result->in_step) PrintInStep(*result);
+  if (!result->ok()) {
+    std::cout << "not stored     no cost table to predict from; the op costs are stored, marked unreliable\n";
     return kExitFailure;
   }
-  std::cout << "stored         cost table #" << steps->in_step_table_id
-            << " (source measured-in-step: node times inside real steps plus the step's time outside them; "
-               "`train` and `solve` use it by default)\n";
+  std::cout << "stored         in " << costdb::RedactUrl(options.db_path) << " (device " << result->device.name()
+            << ")\n";
   return kExitOk;
 }
 
@@ -275,11 +284,13 @@ void RegisterProfileCommand(CLI::App& app, Context& ctx) {
   cmd->add_flag("--calibrate", flags->calibrate,
                 "Then fit the counter-based energy model against the measured energy source (microkernels plus "
                 "the ops just measured), as `edgecost calibrate` does; needs a measured source");
-  cmd->add_flag("--in-step", flags->in_step,
-                "Then run a few real plain training steps at the same threads and store the measured-in-step "
-                "table too: each node's time inside a real step plus the step's time outside its nodes, which "
-                "`train` and `solve` then use by default (exact derivation)");
-  cmd->add_option("--in-step-steps", flags->in_step_steps, "With --in-step: training steps (median of 2..N)")
+  cmd->add_flag("--isolated-only", flags->isolated_only,
+                "Measure the ops one at a time only, without the plain training steps that follow by default "
+                "(their node times are the default prediction, and their process the memory's)");
+  cmd->add_flag("--in-step", flags->in_step, "The default now (plain training steps after the ops); kept for old "
+                                             "command lines")
+      ->group("");
+  cmd->add_option("--in-step-steps", flags->in_step_steps, "Plain training steps after the ops (low percentiles of 2..N)")
       ->capture_default_str()
       ->check(CLI::Range(2, 100000));
   cmd->add_option("--paging-dir", flags->paging_dir, "Where paged tensors go (default: beside the database)");
@@ -295,11 +306,14 @@ void RegisterProfileCommand(CLI::App& app, Context& ctx) {
       "Interrupting (Ctrl-C) keeps every op measured so far; the next run resumes.\n"
       "Every timed window is checked for interference (the op's threads waiting for a CPU, steal time,\n"
       "CPU used by other tasks);\n"
-      "disturbed ops are measured again, and those never clean are stored marked unreliable: the\n"
-      "cost table is then not built unless --accept-noisy. A later run measures them again.\n"
+      "disturbed ops are measured again, and those never clean are stored marked unreliable. Then\n"
+      "plain training steps run in a training process of their own: each node's time inside them\n"
+      "(a low percentile over the steps) is the default prediction (the measured-in-step table), and\n"
+      "the process's peak RSS the memory's. Without those steps (--isolated-only) a table with ops\n"
+      "never measured cleanly is not built unless --accept-noisy.\n"
       "Examples:\n"
       "  edgecost profile --model resnet18_cifar\n"
-      "  edgecost profile --model resnet18_cifar --threads 1 --in-step   # then 10 real steps: measured-in-step\n"
+      "  edgecost profile --model resnet18_cifar --threads 1 --isolated-only   # the ops one at a time only\n"
       "  edgecost profile --model resnet18 --threads 2 --force\n"
       "  edgecost profile --model my_model.onnx --batch-size 8\n"
       "  edgecost models add my_model.onnx --name mine && edgecost profile --model mine\n"

@@ -9,6 +9,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "base/subprocess.h"
 #include "cli/cli.h"
 #include "costdb/costdb.h"
 #include "costdb/postgres.h"
@@ -48,6 +49,7 @@ Result<daemon::DaemonConfig> BuildConfig(const ServeFlags& flags, const Context&
   if (!flags.tcp.empty()) EC_RETURN_IF_ERROR(daemon::ParseTcpAddress(flags.tcp, config));
   if (!flags.token_file.empty()) config.token_file = flags.token_file;
   if (!flags.probes_config.empty()) config.probes_config = flags.probes_config;
+  config.edgecost_binary = SelfExecutable();
   if (flags.concurrent_solves > 0) config.concurrent_solves = flags.concurrent_solves;
   if (flags.restrict_mutations) config.restrict_mutations = true;
   EC_RETURN_IF_ERROR(daemon::ValidateConfig(config));

@@ -18,6 +18,7 @@
 #include "proto/json.h"
 #include "service/cost_tables.h"
 #include "service/models.h"
+#include "service/train_job.h"
 #include "service/words.h"
 #include "solver/explain.h"
 #include "solver/heuristics.h"
@@ -38,15 +39,17 @@ struct SolveFlags {
   int batch_size = 1;
   std::string derivation;
   std::string trainable = "all";
-  std::string ram_budget;         // the whole process's memory above its baseline: the step's fixed parts come off it
+  std::string ram_budget;         // the training process's peak RSS: the step's fixed parts come off it
   std::string activation_budget;  // the activations' alone (the arena's peak)
   std::string runtime_budget = "1.5x";  // solver::kDefaultRuntimeBudgetMultiple, as `train`
   bool no_paging = false;
   bool no_remat = false;
   bool count_paging_time = false;  // when given; else on measured costs (--device) yes, on a board preset no
   double time_limit_s = 60;
-  int threads = 1;          // the solver's
-  int compute_threads = 0;  // the measured cost table's (0: service::ResolveCostTable's default)
+  int solver_threads = 1;
+  int threads = 0;  // the measured cost table's compute threads (0: service::ResolveCostTable's default)
+  std::string optimizer = "sgd";  // whose state the process budget holds
+  double momentum = 0;
   std::string strategy = "optimal";
   bool compare = false;
   bool min_ram = false;
@@ -191,10 +194,16 @@ Result<v1::ScheduleRequest> BuildRequest(const SolveFlags& flags) {
     request.set_derivation(flags.derivation);
     request.set_trainable(flags.trainable);
   }
-  if (flags.compute_threads > 0 && flags.device.empty()) {
-    return InvalidArgument("--compute-threads picks a measured cost table: it needs --device");
+  if (flags.threads > 0 && flags.device.empty()) {
+    return InvalidArgument("--threads picks the measured cost table of that many compute threads: it needs --device");
   }
-  request.set_compute_threads(static_cast<uint32_t>(std::max(0, flags.compute_threads)));
+  request.set_compute_threads(static_cast<uint32_t>(std::max(0, flags.threads)));
+  request.set_threads(static_cast<uint32_t>(std::max(1, flags.solver_threads)));
+  v1::TrainOptimizer optimizer;
+  optimizer.set_kind(flags.optimizer);
+  optimizer.set_momentum(flags.momentum);
+  EC_ASSIGN_OR_RETURN(const train::OptimizerOptions options, service::OptimizerOptionsOf(optimizer));
+  request.set_optimizer_state_tensors(static_cast<uint32_t>(train::OptimizerStateTensors(options)));
   if (!flags.ram_budget.empty()) {
     if (!flags.activation_budget.empty() || flags.min_ram) {
       return InvalidArgument(
@@ -227,7 +236,6 @@ Result<v1::ScheduleRequest> BuildRequest(const SolveFlags& flags) {
   const bool given = flags.count_paging_option && flags.count_paging_option->count() > 0;
   request.set_count_paging_time(given ? flags.count_paging_time : !flags.device.empty());
   request.set_time_limit_s(flags.time_limit_s);
-  request.set_threads(static_cast<uint32_t>(flags.threads));
   request.set_strategy(flags.strategy);
   return request;
 }
@@ -311,7 +319,7 @@ int RunRemoteSolve(const SolveFlags& flags, const Context& ctx, const v1::Schedu
     if (request.compute_threads() == 0 && schedule.request().compute_threads() > 0) {
       std::cout << "costs          the daemon chose the table of "
                 << profiler::ThreadsText(schedule.request().compute_threads())
-                << " (--compute-threads asks for another)\n";
+                << " (--threads asks for another)\n";
     }
     if (flags.min_ram) PrintMinRam(schedule, nullptr, flags.runtime_budget);
     PrintSchedule(schedule);
@@ -525,9 +533,15 @@ void RegisterSolveCommand(CLI::App& app, Context& ctx) {
                   "exact (default: what each backward really reads) or poet (POET's construction)");
   cmd->add_option("--trainable", flags->trainable, "all, last:K or bias")->capture_default_str();
   cmd->add_option("--ram-budget,--device-ram", flags->ram_budget,
-                  "Memory the training may add to the process (peak RSS above the process before the model is built): "
-                  "parameters, gradients, optimizer state, workspace and the kernels' code a run measured come off it, "
-                  "and the rest is the activation budget (e.g. 30MB, 4GiB)");
+                  "The training process's peak RSS (VmHWM, everything it holds): parameters, gradients, the "
+                  "optimizer's state (--optimizer), workspace and the rest of the process a run measured come off "
+                  "it, and what is left is the activation budget (e.g. 60MB, 4GiB)");
+  cmd->add_option("--optimizer", flags->optimizer,
+                  "The optimizer that will train, whose state --ram-budget holds: sgd (with --momentum: one state "
+                  "tensor per parameter), adam or adamw (two)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"sgd", "adam", "adamw"}));
+  cmd->add_option("--momentum", flags->momentum, "With --optimizer sgd: its momentum (above 0 keeps a buffer)");
   cmd->add_option("--activation-budget", flags->activation_budget,
                   "RAM for the activations alone (the arena's peak): 3MB, 2.5MiB, 3000000B, 1TiB");
   cmd->add_option("--runtime-budget", flags->runtime_budget,
@@ -540,10 +554,13 @@ void RegisterSolveCommand(CLI::App& app, Context& ctx) {
                 "(--device), as measured steps show that overlap does not hide paging; no on a board preset, "
                 "POET's formulation)");
   cmd->add_option("--time-limit-s", flags->time_limit_s, "Solver time limit")->capture_default_str();
-  cmd->add_option("--threads", flags->threads, "Solver threads")->capture_default_str();
-  cmd->add_option("--compute-threads", flags->compute_threads,
-                  "With --device: plan with the cost table profiled at this many compute threads (default: all "
-                  "cores for this device; for another, its only thread count, else the most, stated)")
+  cmd->add_option("--threads,--compute-threads", flags->threads,
+                  "With --device: the compute threads the training will run on, whose cost table plans it "
+                  "(default: all cores for this device; for another, its only thread count, else the most, stated); "
+                  "the same as profile's and train's --threads")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--solver-threads", flags->solver_threads, "The MILP solver's (CBC's) threads")
+      ->capture_default_str()
       ->check(CLI::PositiveNumber);
   std::vector<std::string> strategies;
   for (solver::Strategy s : solver::kStrategies) strategies.emplace_back(solver::StrategyName(s));

@@ -39,7 +39,7 @@ struct TrainFlags {
   std::string trainable = "all";
   std::string schedule_file;
   uint64_t schedule_id = 0;
-  std::string ram_budget;               // the whole process's memory above its baseline
+  std::string ram_budget;               // the training process's peak RSS
   std::string activation_budget;        // the activations' alone
   std::string runtime_budget = "1.5x";  // solver::kDefaultRuntimeBudgetMultiple, as `solve`
   std::string strategy = "optimal";
@@ -183,23 +183,24 @@ void PrintRun(const service::TrainJobResult& result, bool accepted_noisy) {
                                     : "")});
   if (run.peak_rss_bytes() > 0) {
     const auto bytes = [](uint64_t b) { return FormatBytes(static_cast<double>(b)); };
-    const uint64_t added = run.peak_rss_bytes() - std::min(run.peak_rss_bytes(), run.unbuilt_rss_bytes());
-    const uint64_t tensors = run.predicted_process_bytes() - run.predicted_runtime_bytes();
-    table.AddRow({"process peak", bytes(run.predicted_process_bytes()), bytes(added),
-                  "peak RSS " + bytes(run.peak_rss_bytes()) +
-                      (run.peak_since_baseline() ? " (VmHWM over the steps)" : " (VmHWM since the process started)") +
-                      " - RSS " + bytes(run.unbuilt_rss_bytes()) + " before the executor was built, error " +
-                      Percent(static_cast<double>(added), static_cast<double>(run.predicted_process_bytes()))});
+    const bool rest_known = run.process_rest_from_run() != 0;
+    table.AddRow({"process peak", rest_known ? bytes(run.predicted_process_bytes()) : "-", bytes(run.peak_rss_bytes()),
+                  std::string(run.peak_reset_at_start() ? "VmHWM since training began" : "VmHWM since the process started") +
+                      (rest_known ? ", error " + Percent(static_cast<double>(run.peak_rss_bytes()),
+                                                         static_cast<double>(run.predicted_process_bytes()))
+                                  : std::string(", not predicted: the rest of the process is unknown before a first run"))});
+    const uint64_t tensors = run.predicted_process_bytes() - run.predicted_process_rest_bytes();
     table.AddRow({"  tensors", bytes(tensors), "",
-                  "parameters and gradients, optimizer state " + bytes(run.optimizer_state_bytes()) + ", layer state " +
-                      bytes(run.layer_state_bytes()) + ", arena " + bytes(run.arena_bytes()) +
+                  "parameters and gradients " + bytes(tensors - run.optimizer_state_bytes() - run.layer_state_bytes() -
+                                                      run.arena_bytes()) +
+                      " + optimizer state " + bytes(run.optimizer_state_bytes()) + " + layer state " +
+                      bytes(run.layer_state_bytes()) + " + arena " + bytes(run.arena_bytes()) +
                       " (the schedule's layout of its activations)"});
-    table.AddRow(
-        {"  kernels, allocator", run.runtime_bytes_from_run() ? bytes(run.predicted_runtime_bytes()) : "-",
-         bytes(run.runtime_bytes()),
-         "oneDNN's JIT code and library pages, the heap's overhead" +
-             (run.runtime_bytes_from_run() ? ", predicted from run #" + std::to_string(run.runtime_bytes_from_run())
-                                           : std::string(", unknown before a first run"))});
+    table.AddRow({"  rest of process", rest_known ? bytes(run.predicted_process_rest_bytes()) : "-",
+                  run.process_rest_bytes() ? bytes(run.process_rest_bytes()) : "-",
+                  "binary and libraries, the imported model, kernels' code, the heap's overhead" +
+                      (rest_known ? ", predicted from run #" + std::to_string(run.process_rest_from_run())
+                                  : std::string())});
   }
   if (run.page_outs() + run.page_ins() > 0) {
     table.AddRow({"paging", FormatSeconds(run.predicted_paging_s()),
@@ -433,6 +434,7 @@ int RunTrain(const TrainFlags& flags, const Context& ctx) {
   options.trace = !flags.trace_path.empty();
   options.paging_dir = flags.paging_dir;
   options.store = !flags.no_store;
+  options.solve_in_child = true;  // no other thread here: the solver's memory stays out of the training's peak
   options.probes_config = flags.probes_config;
   options.accept_noisy = flags.accept_noisy;
 
@@ -459,6 +461,7 @@ int RunTrain(const TrainFlags& flags, const Context& ctx) {
     if (!out) return Failure(PermissionDenied("cannot write " + flags.svg_path));
   }
   if (flags.json) {
+    for (const std::string& note : result->notes) std::cerr << "note: " << note << "\n";  // stdout is the record
     PrintJson(result->run);
   } else {
     const v1::TrainRun& run = result->run;
@@ -489,10 +492,9 @@ void PrintRunsCsv(const std::vector<v1::TrainRun>& runs) {
   const auto number = service::CsvNumber;
   std::cout << "run,model,batch_size,device,strategy,schedule_id,steps,threads,cost_source,ram_budget_bytes,"
                "predicted_runtime_s,runtime_s,predicted_peak_bytes,peak_activation_bytes,paging_wait_s,"
-               "predicted_energy_j,energy_j,energy_estimated,predicted_process_bytes,peak_rss_added_bytes,"
+               "predicted_energy_j,energy_j,energy_estimated,predicted_process_bytes,peak_rss_bytes,"
                "first_loss,last_loss,disturbed,disturbed_steps,created_at\n";
   for (const v1::TrainRun& run : runs) {
-    const uint64_t added = run.peak_rss_bytes() - std::min(run.peak_rss_bytes(), run.unbuilt_rss_bytes());
     std::cout << run.id() << ',' << service::CsvField(run.model()) << ',' << run.batch_size() << ','
               << service::CsvField(run.device()) << ',' << service::CsvField(run.strategy()) << ',' << run.schedule_id()
               << ',' << run.steps() << ',' << run.threads() << ',' << service::CsvField(run.cost_source()) << ','
@@ -500,7 +502,8 @@ void PrintRunsCsv(const std::vector<v1::TrainRun>& runs) {
               << ',' << run.predicted_peak_bytes() << ',' << run.peak_activation_bytes() << ','
               << number(run.paging_wait_s()) << ',' << number(run.predicted_energy_j()) << ',' << number(run.energy_j())
               << ',' << (run.energy_source() == v1::ENERGY_SOURCE_ESTIMATED ? 1 : 0) << ','
-              << run.predicted_process_bytes() << ',' << (run.peak_rss_bytes() ? std::to_string(added) : "") << ','
+              << run.predicted_process_bytes() << ',' << (run.peak_rss_bytes() ? std::to_string(run.peak_rss_bytes()) : "")
+              << ','
               << number(run.first_loss()) << ',' << number(run.last_loss()) << ',' << (run.disturbed() ? 1 : 0) << ','
               << run.disturbed_steps() << ',' << service::CsvField(run.created_at()) << '\n';
   }
@@ -549,12 +552,17 @@ int RunRuns(const std::string& model, int limit, bool json, bool csv, const Cont
                {"measured"},
                {"paging on path"},
                {"process predicted"},
-               {"peak RSS added"},
+               {"measured"},
+               {"error"},
+               {"energy predicted"},
+               {"measured"},
+               {"error"},
                {"loss", Table::Align::kLeft},
                {"gradients", Table::Align::kLeft},
                {"disturbed", Table::Align::kLeft},
                {"when", Table::Align::kLeft}});
   for (const v1::TrainRun& run : *runs) {
+    const bool process_predicted = run.process_rest_from_run() != 0;
     table.AddRow(
         {std::to_string(run.id()), run.model() + " b" + std::to_string(run.batch_size()),
          run.strategy() + (run.schedule_id() ? " #" + std::to_string(run.schedule_id()) : std::string()),
@@ -563,10 +571,14 @@ int RunRuns(const std::string& model, int limit, bool json, bool csv, const Cont
          FormatSeconds(run.runtime_s()), Percent(run.runtime_s(), run.predicted_runtime_s()),
          FormatBytes(static_cast<double>(run.predicted_peak_bytes())),
          FormatBytes(static_cast<double>(run.peak_activation_bytes())), FormatSeconds(run.paging_wait_s()),
-         run.predicted_process_bytes() ? FormatBytes(static_cast<double>(run.predicted_process_bytes())) : "-",
-         run.peak_rss_bytes() ? FormatBytes(static_cast<double>(
-                                    run.peak_rss_bytes() - std::min(run.peak_rss_bytes(), run.unbuilt_rss_bytes())))
-                              : "-",
+         process_predicted ? FormatBytes(static_cast<double>(run.predicted_process_bytes())) : "-",
+         run.peak_rss_bytes() ? FormatBytes(static_cast<double>(run.peak_rss_bytes())) : "-",
+         process_predicted && run.peak_rss_bytes()
+             ? Percent(static_cast<double>(run.peak_rss_bytes()), static_cast<double>(run.predicted_process_bytes()))
+             : "-",
+         run.cost_source().empty() ? "-" : FormatJoules(run.predicted_energy_j()),
+         FormatJoules(run.energy_j()) + (run.energy_source() == v1::ENERGY_SOURCE_ESTIMATED ? " est." : ""),
+         run.cost_source().empty() ? "-" : Percent(run.energy_j(), run.predicted_energy_j()),
          Number(run.first_loss(), 3) + " -> " + Number(run.last_loss(), 3),
          !run.has_verify()          ? "-"
          : run.verify().identical() ? "identical"
@@ -634,8 +646,8 @@ void RegisterTrainCommand(CLI::App& app, Context& ctx) {
   cmd->add_option("--schedule", flags->schedule_file, "A schedule file from `edgecost solve --out` (exact derivation)");
   cmd->add_option("--schedule-id", flags->schedule_id, "A schedule stored in the cost database");
   cmd->add_option("--ram-budget", flags->ram_budget,
-                  "Solve a schedule first for this much memory added to the process (peak RSS above the process "
-                  "before the model is built: parameters, gradients, workspace, kernels and activations): 30MB, 1GiB");
+                  "Solve a schedule first for this training process's peak RSS (VmHWM: everything it holds, "
+                  "the binary, the model, parameters, gradients, optimizer state, kernels and activations): 60MB, 1GiB");
   cmd->add_option("--activation-budget", flags->activation_budget,
                   "Or for the activations alone (the arena's peak): 1.2MB, 3MiB");
   cmd->add_option("--runtime-budget", flags->runtime_budget,

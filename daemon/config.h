@@ -24,6 +24,9 @@ struct DaemonConfig {
   std::string token_file;              // required with TCP
   bool restrict_mutations = false;     // profile, solve, cancel only with the token, even on the socket
   std::string probes_config;           // the config file, for its [probes] section (meters, rails)
+  // The edgecost executable that runs a profile's training steps in a process of their own (`serve`
+  // sets its own); empty: in the daemon's process, whose memory is not a training process's (tests).
+  std::string edgecost_binary;
   double fingerprint_check_s = 300;    // how often to look for hardware changes; 0: only at start and on SIGHUP
   bool reprofile_on_change = true;     // on a hardware change, profile again the models measured on the old hardware
   int concurrent_solves = DefaultConcurrentSolves();  // Solve calls running at once; up to 4x as many wait

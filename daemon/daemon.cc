@@ -32,7 +32,8 @@ DaemonConfig WithDefaultDb(DaemonConfig config) {
 
 Daemon::Daemon(DaemonConfig config)
     : config_(WithDefaultDb(std::move(config))),
-      jobs_(config_.db_path, config_.probes_config, events_, config_.finished_jobs_in_memory, config_.train_data_dirs),
+      jobs_(config_.db_path, config_.probes_config, events_, config_.finished_jobs_in_memory, config_.train_data_dirs,
+            config_.edgecost_binary),
       cost_service_(config_.db_path, &cost_tables_),
       solver_service_(config_.db_path, events_, &stop_solves_),
       job_service_(jobs_, events_),

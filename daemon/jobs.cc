@@ -32,9 +32,10 @@ constexpr size_t kMaxQueuedJobs = 64;  // beyond this, StartProfile is refused r
 }  // namespace
 
 JobManager::JobManager(std::string db_path, std::string probes_config, EventLog& events, size_t finished_in_memory,
-                       std::vector<std::string> train_data_dirs)
+                       std::vector<std::string> train_data_dirs, std::string edgecost_binary)
     : db_path_(std::move(db_path)),
       probes_config_(std::move(probes_config)),
+      edgecost_binary_(std::move(edgecost_binary)),
       events_(events),
       finished_in_memory_(finished_in_memory),
       train_data_dirs_(std::move(train_data_dirs)) {}
@@ -528,6 +529,8 @@ void JobManager::RunProfile(Entry& entry) {
   options.force = entry.request.force();
   options.accept_noisy = entry.request.accept_noisy();
   options.calibrate = entry.request.calibrate();
+  options.in_step = !entry.request.isolated_only();
+  options.edgecost_binary = edgecost_binary_;
   double last_reported = -1;
   int last_round = 0;
   auto progress = [&](const profiler::ProfileProgress& p) {
@@ -555,16 +558,19 @@ void JobManager::RunProfile(Entry& entry) {
       job.set_message(result.status().message());
     } else if (result->summary.interrupted) {
       SetStopped(entry, job, std::to_string(result->summary.measured) + " ops measured and kept");
-    } else if (result->cost_table_id == 0) {
-      // Noisy, not accepted: the op costs are stored marked unreliable, no table.
+    } else if (!result->ok()) {
+      // Noisy, not accepted, and no in-step table: the op costs are stored marked unreliable.
       job.set_state(v1::Job::STATE_FAILED);
-      job.set_message(result->noisy_message + "; no cost table stored");
+      job.set_message((result->noisy_message.empty() ? result->in_step_skipped : result->noisy_message) +
+                      "; no cost table to predict from");
       *job.mutable_profile() = service::ToProto(*result);
     } else {
       job.set_state(v1::Job::STATE_SUCCEEDED);
       job.set_progress(1);
-      job.set_message("cost table #" + std::to_string(result->cost_table_id) + " stored" +
-                      (result->noisy_message.empty() ? "" : "; " + result->noisy_message));
+      const int64_t table = result->in_step ? result->in_step->in_step_table_id : result->cost_table_id;
+      job.set_message("cost table #" + std::to_string(table) + " stored" +
+                      (result->noisy_message.empty() ? "" : "; " + result->noisy_message) +
+                      (result->in_step_skipped.empty() ? "" : "; " + result->in_step_skipped));
       *job.mutable_profile() = service::ToProto(*result);
     }
   });

@@ -47,8 +47,10 @@ class JobManager {
   // `probes_config`: the TOML file whose [probes] section profiles measure with, or empty.
   // Queued and running jobs stay in memory, and the newest `finished_in_memory` finished ones.
   // `train_data_dirs`: where train jobs may read data sets from (DaemonConfig::train_data_dirs).
+  // `edgecost_binary`: DaemonConfig::edgecost_binary.
   JobManager(std::string db_path, std::string probes_config, EventLog& events,
-             size_t finished_in_memory = kDefaultFinishedJobsInMemory, std::vector<std::string> train_data_dirs = {});
+             size_t finished_in_memory = kDefaultFinishedJobsInMemory, std::vector<std::string> train_data_dirs = {},
+             std::string edgecost_binary = {});
   ~JobManager();  // stops the running job at a safe point and joins
 
   // Loads the jobs of earlier runs and queues again those that a crash or a
@@ -96,6 +98,7 @@ class JobManager {
 
   const std::string db_path_;
   const std::string probes_config_;
+  const std::string edgecost_binary_;
   EventLog& events_;
   std::mutex mutex_;
   std::condition_variable work_ready_;

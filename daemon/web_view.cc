@@ -371,11 +371,10 @@ std::string TrainRunsSection(costdb::CostDb& db) {
          "<th scope=\"col\">run</th><th scope=\"col\">model</th><th scope=\"col\">device</th>"
          "<th scope=\"col\">schedule</th><th scope=\"col\">steps</th><th scope=\"col\">step predicted</th>"
          "<th scope=\"col\">measured</th><th scope=\"col\">process predicted</th>"
-         "<th scope=\"col\">peak RSS added</th><th scope=\"col\">disturbed</th><th scope=\"col\">when</th>"
+         "<th scope=\"col\">peak RSS</th><th scope=\"col\">disturbed</th><th scope=\"col\">when</th>"
          "<th scope=\"col\">trace</th></tr></thead><tbody>";
   for (auto it = runs->rbegin(); it != runs->rend(); ++it) {
     const v1::TrainRun& run = *it;
-    const uint64_t added = run.peak_rss_bytes() - std::min(run.peak_rss_bytes(), run.unbuilt_rss_bytes());
     out << "<tr class=\"train-run" << (run.disturbed() ? " disturbed" : "") << "\" id=\"train-run-" << run.id()
         << "\"><td><a href=\"/train_run?id=" << run.id() << "\">#" << run.id() << "</a></td><td>"
         << HtmlEscape(run.model()) << " b" << run.batch_size() << "</td><td>"
@@ -386,10 +385,10 @@ std::string TrainRunsSection(costdb::CostDb& db) {
     out << "</td><td>" << run.steps() << "</td><td>"
         << (run.cost_source().empty() ? std::string("none") : FormatSeconds(run.predicted_runtime_s())) << "</td><td>"
         << FormatSeconds(run.runtime_s()) << "</td><td>"
-        << (run.predicted_process_bytes() ? FormatBytes(static_cast<double>(run.predicted_process_bytes()))
-                                          : std::string("none"))
+        << (run.process_rest_from_run() ? FormatBytes(static_cast<double>(run.predicted_process_bytes()))
+                                        : std::string("none"))
         << "</td><td>"
-        << (run.peak_rss_bytes() ? FormatBytes(static_cast<double>(added)) : std::string("not readable"))
+        << (run.peak_rss_bytes() ? FormatBytes(static_cast<double>(run.peak_rss_bytes())) : std::string("not readable"))
         << "</td><td class=\"disturbed\">";
     if (run.disturbed()) {
       out << "<strong class=\"unreliable\" title=\"" << HtmlEscape(run.disturbance()) << "\">DISTURBED "

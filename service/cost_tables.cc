@@ -9,6 +9,7 @@
 #include <set>
 #include <sstream>
 
+#include "base/isolated.h"
 #include "base/units.h"
 #include "graph/cost_source.h"
 #include "graph/graph_io.h"
@@ -242,6 +243,16 @@ Result<StoredScheduleView> LoadStoredSchedule(costdb::CostDb& db, int64_t schedu
 
 namespace {
 
+// A solve in a child process is killed after this long: a hang, not a long solve (an hour).
+constexpr double kSolveInChildWallS = 3600;
+
+// Solves again when the arena's layout of a schedule exceeds a process budget: rarely more than once.
+constexpr int kArenaRetries = 3;
+
+bool HasSchedule(const v1::Schedule& s) {
+  return s.status() == v1::Schedule::STATUS_OPTIMAL || s.status() == v1::Schedule::STATUS_FEASIBLE;
+}
+
 v1::Device PresetDevice(const std::string& name) {
   v1::Device device;
   device.set_name(name);
@@ -332,8 +343,8 @@ Result<SolvedRequest> SolveRequest(costdb::CostDb* db, const v1::ScheduleRequest
   v1::StepMemory memory = StepMemoryOf(solved.table.graph(), /*build_large=*/request.device_ram_bytes() > 0,
                                        static_cast<int>(request.optimizer_state_tensors()));
   if (db && memory.executor_known() && solved.table.cost_source() != graph::kPoetFlopsSource) {  // a device's runs
-    AddRuntimeBytes(*db, solved.table.graph().model(), solved.table.device(), solved.table.graph().batch_size(),
-                    solved.table.threads(), memory);
+    AddProcessRest(*db, solved.table.graph().model(), solved.table.device(), solved.table.graph().batch_size(),
+                   solved.table.threads(), memory);
   }
   if (request.device_ram_bytes() > 0) {
     EC_ASSIGN_OR_RETURN(const uint64_t activations, ActivationBudget(memory, request.device_ram_bytes()));
@@ -355,6 +366,19 @@ Result<SolvedRequest> SolveRequest(costdb::CostDb* db, const v1::ScheduleRequest
     options.time_limit_s = std::max(0.0, options.time_limit_s - elapsed_s());
   }
   EC_ASSIGN_OR_RETURN(solved.schedule, solver::Solve(solved.problem, options));
+  // A process budget holds the arena's region, which a layout may make larger than the schedule's
+  // peak: solved again with the activation budget lowered by the excess until the region fits.
+  for (int retry = 0; retry < kArenaRetries && request.device_ram_bytes() > 0 && HasSchedule(solved.schedule);
+       ++retry) {
+    const uint64_t region = ArenaRegionBytes(solved.table.graph(), solved.schedule);
+    if (memory.fixed_bytes() + region <= request.device_ram_bytes()) break;
+    const uint64_t excess = memory.fixed_bytes() + region - request.device_ram_bytes();
+    const uint64_t budget = solved_request.ram_budget_bytes();
+    if (excess >= budget) break;
+    solved_request.set_ram_budget_bytes(budget - excess);
+    solved.problem.ram_budget_bytes = static_cast<int64_t>(budget - excess);
+    EC_ASSIGN_OR_RETURN(solved.schedule, solver::Solve(solved.problem, options));
+  }
   if (request.min_ram()) solved.schedule.set_min_feasible_ram_bytes(solved_request.ram_budget_bytes());
   if (request.compare()) {
     for (solver::Strategy kind : solver::kBaselinesAndGreedy) {
@@ -376,6 +400,38 @@ Result<SolvedRequest> SolveRequest(costdb::CostDb* db, const v1::ScheduleRequest
     EC_ASSIGN_OR_RETURN(int64_t table_id, StoreCostTable(*db, solved.table));
     EC_ASSIGN_OR_RETURN(solved.schedule_id, db->PutSchedule(request_id, table_id, solved.schedule));
   }
+  return solved;
+}
+
+Result<SolvedRequest> SolveRequestInChild(const std::string& db_path, const v1::ScheduleRequest& request, bool store,
+                                          const std::function<void(const solver::Progress&)>& on_progress) {
+  IsolationLimits limits;  // the caller's own work on its own data: no resource limits, no filter
+  limits.memory_bytes = 0;
+  limits.cpu_s = 0;
+  limits.seccomp = false;
+  limits.wall_s = kSolveInChildWallS;
+  Result<std::string> bytes = RunIsolated([&]() -> Result<std::string> {
+    EC_ASSIGN_OR_RETURN(costdb::CostDb db, costdb::CostDb::Open(db_path, costdb::OpenMode::kReadWrite));
+    EC_ASSIGN_OR_RETURN(SolvedRequest solved, SolveRequest(&db, request, store, nullptr, on_progress));
+    v1::Schedule portable = PortableSchedule(solved.schedule, solved.table);
+    portable.set_id(static_cast<uint64_t>(solved.schedule_id));
+    return portable.SerializeAsString();
+  }, limits);
+  if (!bytes.ok()) {
+    // The child's own errors come through as they were; a crash reads after what ran.
+    if (bytes.status().code() == ErrorCode::kInternal || bytes.status().code() == ErrorCode::kDeadlineExceeded) {
+      return Status(bytes.status().code(), "the solver's process " + bytes.status().message());
+    }
+    return bytes.status();
+  }
+  v1::Schedule portable;
+  if (!portable.ParseFromString(*bytes)) return Internal("the solver's process returned no schedule");
+  SolvedRequest solved;
+  solved.table = portable.cost_table();
+  solved.schedule_id = static_cast<int64_t>(portable.id());
+  portable.clear_cost_table();
+  portable.clear_cost_digest();
+  solved.schedule = std::move(portable);
   return solved;
 }
 

@@ -57,6 +57,13 @@ Result<SolvedRequest> SolveRequest(costdb::CostDb* db, const v1::ScheduleRequest
                                    const std::atomic<bool>* stop = nullptr,
                                    const std::function<void(const solver::Progress&)>& on_progress = {});
 
+// SolveRequest in a child process (forked) on its own connection to `db_path`, so that the caller's
+// process holds none of the solver's memory: a training process whose peak is its budget. Only
+// where no other thread of the caller may hold a lock (the CLI, not the daemon). `problem` is
+// left empty.
+Result<SolvedRequest> SolveRequestInChild(const std::string& db_path, const v1::ScheduleRequest& request, bool store,
+                                          const std::function<void(const solver::Progress&)>& on_progress = {});
+
 // A schedule file as `edgecost solve --out` writes it: the schedule with the
 // cost table it was solved on and its graph's hash (portable: no model file or
 // database needed to check, trace or train it).

@@ -1,8 +1,10 @@
 // Profiling by running real steps: after `edgecost profile` has measured every op
-// alone (the `measured` table), a few plain training steps at the profile's
-// thread count give each node's time inside a real step, plus the step's time
-// outside its nodes as a per-execution overhead: the `measured-in-step` table,
-// which `train` and `solve` prefer by default (cost source `auto`).
+// alone (the `measured` table), plain training steps at the profile's thread count
+// give each node's time inside a real step, plus the step's time outside its nodes
+// as a per-execution overhead: the `measured-in-step` table, which `train` and
+// `solve` prefer by default (cost source `auto`). Run by a fresh `edgecost train`
+// process, the steps also measure the rest of a training process (its binary,
+// libraries, kernels' code and heap), which predicts the next run's peak RSS.
 #pragma once
 
 #include <atomic>
@@ -15,15 +17,22 @@
 
 namespace edgecost::service {
 
+// Enough plain steps for a low percentile of every node's time to be an undisturbed one.
+inline constexpr int kInStepSteps = 20;
+
 struct InStepProfileOptions {
   std::string db_path;
   graph::GraphSpec graph;  // as profiled; run with the exact derivation
   int threads = 0;         // 0: all cores, as the profile
-  int steps = 10;          // the median is over steps 2..N
+  int steps = kInStepSteps;
   std::string paging_dir;
   std::string probes_config;
   bool accept_noisy = false;  // store the table from a run most of whose steps were disturbed
-  profiler::InterferenceWatch* watch = nullptr;  // null: the scheduler's accounting (tests pass a fake)
+  // The edgecost executable to run the steps in a process of their own (`edgecost train`), as a
+  // user's training process will be; empty: in this process (tests), whose memory is not a
+  // training process's.
+  std::string edgecost_binary;
+  profiler::InterferenceWatch* watch = nullptr;  // in this process only; null: the scheduler's accounting
 };
 
 // Runs the plain steps, predicted from the measured table just profiled, and

@@ -13,6 +13,7 @@
 #include "graph/resolve.h"
 #include "profiler/power_model.h"
 #include "profiler/profile.h"
+#include "service/in_step.h"
 
 namespace edgecost::service {
 
@@ -34,6 +35,12 @@ struct ProfileJobOptions {
   // Also fit the counter-based energy model against the measured source
   // (microkernels plus the ops just measured) and store it for the fingerprint.
   bool calibrate = false;
+  // Then plain training steps (service/in_step.h): the measured-in-step table, the default
+  // prediction, and the rest of a training process's memory. Skipped, with a note, for a
+  // derivation other than exact or a graph the executor cannot run.
+  bool in_step = true;
+  int in_step_steps = kInStepSteps;
+  std::string edgecost_binary;  // runs the steps in a process of their own; empty: in this one
 };
 
 struct ProfileJobResult {
@@ -50,7 +57,14 @@ struct ProfileJobResult {
   double step_energy_j = 0;
   std::string energy_label;                          // the calibration that estimated energy, when one did
   std::optional<v1::EnergyCalibration> calibration;  // fitted by this run (calibrate)
+  std::optional<TrainJobResult> in_step;             // the in-step steps, when they ran
+  std::string in_step_skipped;                       // why they did not, when asked
+  // Nodes of at least a percent of the step whose in-step time differs from their isolated op's by
+  // more than kDisagreementFactor, worst first: the in-step figure is their prediction.
+  std::vector<std::string> disagreements;
+  bool ok() const { return in_step ? in_step->in_step_table_id != 0 : cost_table_id != 0; }
 };
+inline constexpr double kDisagreementFactor = 3;
 
 // The result as a Job carries it over RPC.
 v1::ProfileResult ToProto(const ProfileJobResult& result);

@@ -11,6 +11,7 @@
 #include "graph/derive.h"
 #include "graph/resolve.h"
 #include "train/arena.h"
+#include "solver/plan.h"
 #include "train/executor.h"
 
 namespace edgecost::service {
@@ -18,6 +19,26 @@ namespace {
 
 std::string Bytes(uint64_t bytes) {
   return FormatBytes(static_cast<double>(bytes)) + " (" + std::to_string(bytes) + " B)";
+}
+
+// The node bytes and distinct earlier inputs as the executor sees them, for the arena's walk.
+struct ArenaNodes {
+  std::vector<int64_t> bytes;
+  std::vector<std::vector<int>> preds;
+};
+ArenaNodes ArenaNodesOf(const v1::TrainingGraph& graph) {
+  const auto n = static_cast<size_t>(graph.nodes_size());
+  ArenaNodes nodes{std::vector<int64_t>(n), std::vector<std::vector<int>>(n)};
+  for (int v = 0; v < graph.nodes_size(); ++v) {
+    nodes.bytes[static_cast<size_t>(v)] = static_cast<int64_t>(graph.nodes(v).output_bytes());
+    std::set<int> distinct;
+    for (uint32_t u : graph.nodes(v).inputs()) {
+      if (u < static_cast<uint32_t>(v) && distinct.insert(static_cast<int>(u)).second) {
+        nodes.preds[static_cast<size_t>(v)].push_back(static_cast<int>(u));
+      }
+    }
+  }
+  return nodes;
 }
 
 // Solves, --compare and the daemon ask again for the same graph: its layers are built once.
@@ -33,12 +54,6 @@ std::map<std::string, BuiltGraph> built;
 BuiltGraph StepMemoryWithoutOptimizer(const v1::TrainingGraph& graph, bool build_large);
 
 }  // namespace
-
-bool LayersBuiltBefore(const v1::TrainingGraph& graph) {
-  std::lock_guard lock(built_mutex);
-  auto it = built.find(graph::GraphHash(graph));
-  return it != built.end() && it->second.memory.executor_known();
-}
 
 v1::StepMemory StepMemoryOf(const v1::TrainingGraph& graph, bool build_large, int optimizer_state_tensors) {
   BuiltGraph base = StepMemoryWithoutOptimizer(graph, build_large);
@@ -65,21 +80,9 @@ BuiltGraph StepMemoryWithoutOptimizer(const v1::TrainingGraph& graph, bool build
   v1::StepMemory& memory = result.memory;
   memory.set_param_bytes(graph.param_bytes());
   memory.set_activation_total_bytes(graph::ActivationBytes(graph));
-  // The node bytes and distinct inputs as the executor sees them, for the plain step's walk.
-  const int n = graph.nodes_size();
-  std::vector<int64_t> bytes(static_cast<size_t>(n));
-  std::vector<std::vector<int>> preds(static_cast<size_t>(n));
-  for (int v = 0; v < n; ++v) {
-    bytes[static_cast<size_t>(v)] = static_cast<int64_t>(graph.nodes(v).output_bytes());
-    std::set<int> distinct;
-    for (uint32_t u : graph.nodes(v).inputs()) {
-      if (u < static_cast<uint32_t>(v) && distinct.insert(static_cast<int>(u)).second) {
-        preds[static_cast<size_t>(v)].push_back(static_cast<int>(u));
-      }
-    }
-  }
-  memory.set_activation_peak_bytes(
-      static_cast<uint64_t>(train::PlanMemory(bytes, preds, train::PlainPlan(preds)).peak_bytes));
+  const ArenaNodes nodes = ArenaNodesOf(graph);
+  memory.set_activation_peak_bytes(static_cast<uint64_t>(
+      train::PlanMemory(nodes.bytes, nodes.preds, train::PlainPlan(nodes.preds)).peak_bytes));
   // The executor's own figures: what `train` allocates outside the arena.
   if (graph.derivation() == "poet") {
     memory.set_note(
@@ -111,43 +114,56 @@ BuiltGraph StepMemoryWithoutOptimizer(const v1::TrainingGraph& graph, bool build
 
 }  // namespace
 
-std::optional<v1::TrainRun> LatestRuntimeRun(costdb::CostDb& db, const std::string& model, const std::string& device,
-                                             uint32_t batch_size, uint32_t threads, bool warm) {
+uint64_t ArenaRegionBytes(const v1::TrainingGraph& graph, const v1::Schedule& schedule) {
+  const ArenaNodes nodes = ArenaNodesOf(graph);
+  return train::LayOut(nodes.bytes, nodes.preds, solver::PlanFromStages(schedule, graph.nodes_size())).region_bytes;
+}
+
+std::optional<v1::TrainRun> LatestProcessRun(costdb::CostDb& db, const std::string& model, const std::string& device,
+                                             uint32_t batch_size, uint32_t threads) {
   Result<std::vector<v1::TrainRun>> runs = db.ListTrainRuns(model, 50);
   if (!runs.ok()) return std::nullopt;
   for (auto it = runs->rbegin(); it != runs->rend(); ++it) {
     if (it->device() == device && it->batch_size() == batch_size && it->threads() == threads &&
-        it->kernels_warm() == warm && it->runtime_bytes() > 0) {
+        it->process_rest_bytes() > 0) {
       return *it;
     }
   }
   return std::nullopt;
 }
 
-void AddRuntimeBytes(costdb::CostDb& db, const std::string& model, const std::string& device, uint32_t batch_size,
-                     uint32_t threads, v1::StepMemory& memory) {
-  std::optional<v1::TrainRun> run = LatestRuntimeRun(db, model, device, batch_size, threads, false);
-  if (!run) run = LatestRuntimeRun(db, model, device, batch_size, threads, true);
+void AddProcessRest(costdb::CostDb& db, const std::string& model, const std::string& device, uint32_t batch_size,
+                    uint32_t threads, v1::StepMemory& memory) {
+  const std::optional<v1::TrainRun> run = LatestProcessRun(db, model, device, batch_size, threads);
   if (!run) {
     memory.set_note(memory.note() + (memory.note().empty() ? "" : "; ") +
-                    "kernels' code and the allocator's overhead not counted: no `edgecost train` of this model at "
-                    "this batch and thread count on this device has measured them yet");
+                    "the rest of the process (binary, libraries, kernels' code, the heap's overhead) not counted: no "
+                    "training run of this model at this batch and thread count on this device has measured it yet "
+                    "(`edgecost profile` runs one)");
     return;
   }
-  memory.set_runtime_bytes(run->runtime_bytes());
-  memory.set_runtime_bytes_from_run(run->id());
-  memory.set_fixed_bytes(memory.fixed_bytes() + run->runtime_bytes());
+  memory.set_process_rest_bytes(run->process_rest_bytes());
+  memory.set_process_rest_from_run(run->id());
+  memory.set_fixed_bytes(memory.fixed_bytes() + run->process_rest_bytes());
+}
+
+std::string FixedPartsText(const v1::StepMemory& memory) {
+  std::string text = "parameters " + Bytes(memory.param_bytes());
+  if (memory.executor_known()) {
+    text += " + gradients " + Bytes(memory.gradient_bytes()) + " + optimizer state " + Bytes(memory.optimizer_bytes()) +
+            " + workspace " + Bytes(memory.workspace_bytes());
+  }
+  if (memory.process_rest_from_run() != 0) {
+    text += " + rest of the process " + Bytes(memory.process_rest_bytes()) + " (measured by training run #" +
+            std::to_string(memory.process_rest_from_run()) + ")";
+  }
+  return text;
 }
 
 Result<uint64_t> ActivationBudget(const v1::StepMemory& memory, uint64_t device_ram_bytes) {
-  const std::string parts = "parameters " + Bytes(memory.param_bytes()) + ", gradients " +
-                            Bytes(memory.gradient_bytes()) + ", optimizer state " + Bytes(memory.optimizer_bytes()) +
-                            ", workspace " + Bytes(memory.workspace_bytes()) +
-                            (memory.runtime_bytes_from_run() ? ", kernels and allocator " + Bytes(memory.runtime_bytes())
-                                                             : std::string());
   if (memory.fixed_bytes() >= device_ram_bytes) {
-    return FailedPrecondition("the step's fixed parts alone take " + Bytes(memory.fixed_bytes()) + " (" + parts +
-                              "), at least the RAM budget of " + Bytes(device_ram_bytes) +
+    return FailedPrecondition("the step's fixed parts alone take " + Bytes(memory.fixed_bytes()) + " (" +
+                              FixedPartsText(memory) + "), at least the RAM budget of " + Bytes(device_ram_bytes) +
                               ": no room is left for activations; give more --ram-budget, train fewer parameters "
                               "(--trainable), or a smaller model");
   }

@@ -27,24 +27,24 @@ inline constexpr uint64_t kMaxLayersBuiltUnasked = uint64_t{32} << 20;
 // `optimizer_state_tensors` tensors per trained parameter (train::OptimizerStateTensors).
 v1::StepMemory StepMemoryOf(const v1::TrainingGraph& graph, bool build_large = false, int optimizer_state_tensors = 0);
 
-// Whether this process built `graph`'s layers before (StepMemoryOf): their kernels' code is then
-// resident already, and a training step adds less to the process than in a fresh one.
-bool LayersBuiltBefore(const v1::TrainingGraph& graph);
+// The bytes of the activation arena's region under `schedule` (train::LayOut): at least its peak.
+uint64_t ArenaRegionBytes(const v1::TrainingGraph& graph, const v1::Schedule& schedule);
 
 // The latest training run of `model` on `device` at this batch and thread count that measured
-// what kernels and the allocator add (TrainRun.runtime_bytes), in a process that had (warm) or
-// had not built the model's layers before; nullopt when none did.
-std::optional<v1::TrainRun> LatestRuntimeRun(costdb::CostDb& db, const std::string& model, const std::string& device,
-                                             uint32_t batch_size, uint32_t threads, bool warm);
+// the rest of its process (TrainRun.process_rest_bytes); nullopt when none did.
+std::optional<v1::TrainRun> LatestProcessRun(costdb::CostDb& db, const std::string& model, const std::string& device,
+                                             uint32_t batch_size, uint32_t threads);
 
-// Adds a measured runtime_bytes (above) to `memory`'s fixed parts: a cold run's when there is one
-// (a `train` in a fresh process), else a warm one's.
-void AddRuntimeBytes(costdb::CostDb& db, const std::string& model, const std::string& device, uint32_t batch_size,
-                     uint32_t threads, v1::StepMemory& memory);
+// Adds that run's process_rest_bytes to `memory`'s fixed parts, or says in its note that none is known.
+void AddProcessRest(costdb::CostDb& db, const std::string& model, const std::string& device, uint32_t batch_size,
+                    uint32_t threads, v1::StepMemory& memory);
 
-// The activation budget that leaves a whole-process budget of `device_ram_bytes`
-// (--ram-budget: the process's memory above its baseline) for the step's fixed parts;
-// refused when they alone reach it.
+// The activation budget that leaves a training process's peak RSS of `device_ram_bytes`
+// (--ram-budget) for the step's fixed parts; refused when they alone reach it.
 Result<uint64_t> ActivationBudget(const v1::StepMemory& memory, uint64_t device_ram_bytes);
+
+// "parameters 1.2 MB + gradients ... + rest of the process 30 MB": the fixed parts, which add up
+// to memory.fixed_bytes.
+std::string FixedPartsText(const v1::StepMemory& memory);
 
 }  // namespace edgecost::service

@@ -146,6 +146,20 @@ v1::GradientCheck CompareGradients(const v1::TrainingGraph& graph, const std::ve
   return check;
 }
 
+// A schedule solved for a process budget counted the optimizer state its request named: one solved
+// for a lighter optimizer than this run's would not hold its budget.
+Status CheckScheduleOptimizer(const v1::Schedule& schedule, const train::OptimizerOptions& optimizer) {
+  const auto tensors = static_cast<uint32_t>(train::OptimizerStateTensors(optimizer));
+  const uint32_t solved_for = schedule.request().optimizer_state_tensors();
+  if (schedule.request().device_ram_bytes() == 0 || tensors <= solved_for) return Status::Ok();
+  return FailedPrecondition(
+      "the schedule was solved for a process of " + FormatBytes(static_cast<double>(schedule.request().device_ram_bytes())) +
+      " with an optimizer that keeps " + std::to_string(solved_for) + " state tensor" + (solved_for == 1 ? "" : "s") +
+      " per parameter; this run's " + train::OptimizerKindName(optimizer.kind) + " keeps " + std::to_string(tensors) +
+      ", which the budget does not hold: solve again with `--optimizer " + train::OptimizerKindName(optimizer.kind) +
+      "`, or train with --ram-budget to solve for this run");
+}
+
 // The stored schedule a schedule file holds (`solve --out` of a stored solve): the newest with the
 // same model, device, budget and stages; 0 when none is, as for a file solved elsewhere.
 Result<uint64_t> StoredScheduleOf(costdb::CostDb& db, const v1::Schedule& file) {
@@ -516,7 +530,9 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
       log("no heuristic meets this budget; the smallest activation budget with a schedule is about " +
           FormatBytes(static_cast<double>(p.min_feasible_ram_bytes)) + " (the MILP searches on at this one)");
     };
-    EC_ASSIGN_OR_RETURN(SolvedRequest solved, SolveRequest(&db, request, options.store, nullptr, say_min_ram));
+    EC_ASSIGN_OR_RETURN(SolvedRequest solved, options.solve_in_child
+                                                  ? SolveRequestInChild(options.db_path, request, options.store, say_min_ram)
+                                                  : SolveRequest(&db, request, options.store, nullptr, say_min_ram));
     if (!HasSchedule(solved.schedule)) {
       std::string hint;
       if (solved.schedule.min_feasible_ram_bytes() > 0) {
@@ -533,6 +549,7 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
     table = solved.table;
   }
   if (schedule) {
+    EC_RETURN_IF_ERROR(CheckScheduleOptimizer(*schedule, optimizer));
     if (!table) {
       EC_ASSIGN_OR_RETURN(table, ScheduleCostTable(&db, *schedule));
     }
@@ -567,14 +584,15 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
   } else if (options.init == "random") {
     result.notes.push_back("weights: drawn from --seed " + std::to_string(options.seed) + " (--init random)");
   }
+  v1::TrainRun& run = result.run;
   train::ExecutorOptions executor_options;
   executor_options.seed = options.seed;
   executor_options.paging_dir = paging_dir;
   executor_options.trace = true;  // the last step goes into the run record
-  // Heap pages freed by earlier work (a solve) go back to the kernel first, so that what the
-  // executor allocates shows as resident growth instead of reusing them unseen.
+  // The training's peak is the process's from here: heap pages freed by earlier work go back to the
+  // kernel and the high-water mark restarts at what the process holds now.
   malloc_trim(0);
-  const bool kernels_warm = LayersBuiltBefore(graph);
+  run.set_peak_reset_at_start(ResetHighWater());
   const int64_t unbuilt_rss = ProcStatusBytes("VmRSS");
   EC_ASSIGN_OR_RETURN(std::unique_ptr<train::Executor> executor, train::Executor::Create(graph, executor_options));
   if (onnx && options.init == "file") EC_RETURN_IF_ERROR(LoadOnnxWeights(*onnx, *executor, result.notes));
@@ -612,7 +630,6 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
                       LrScheduleOptionsOf(options.lr_schedule, steps, options.lr));
   const solver::Plan* plan = checked ? &checked->plan : nullptr;
 
-  v1::TrainRun& run = result.run;
   run.set_model(graph.model());
   run.set_device(profiler::ThisDeviceName());
   run.set_strategy(checked ? checked->schedule.strategy() : "plain");
@@ -631,7 +648,6 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
   *run.mutable_optimizer() = ToProto(optimizer);
   *run.mutable_lr_schedule() = ToProto(lr_schedule);
   run.set_optimizer_state_bytes(executor->optimizer_state_bytes());
-  run.set_kernels_warm(kernels_warm);
   if (table) run.set_cost_source(table->cost_source());
   // A schedule's own table (a file, a stored schedule, a solve with compute_threads given) may
   // be of another count: said too, unless PredictionThreads already did.
@@ -687,9 +703,9 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
   run.set_energy_source(meter->Source());
   run.set_energy_probe(meter->Name());
 
-  // The step memory model's whole step: what the executor holds outside the arena (parameters,
-  // gradients, optimizer state, layer state), the arena's region under the schedule's layout, and
-  // what kernels and the allocator added in the latest earlier run like this one (measured, not modelled).
+  // The process's peak: what the executor holds outside the arena (parameters, gradients, optimizer
+  // state, layer state), the arena's region under the schedule's layout, and the rest of the
+  // process as the latest earlier run like this one measured it (measured, not modelled).
   const uint64_t outside_arena_bytes = executor->param_bytes() + executor->grad_param_bytes() +
                                        executor->optimizer_state_bytes() + executor->layer_state_bytes();
   run.set_arena_bytes(
@@ -697,17 +713,16 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
           .region_bytes);
   const uint64_t tensor_bytes = outside_arena_bytes + run.arena_bytes();
   if (std::optional<v1::TrainRun> earlier =
-          LatestRuntimeRun(db, graph.model(), run.device(), run.batch_size(), run.threads(), kernels_warm)) {
-    run.set_predicted_runtime_bytes(earlier->runtime_bytes());
-    run.set_runtime_bytes_from_run(earlier->id());
-  }
-  if (run.runtime_bytes_from_run() == 0) {
+          LatestProcessRun(db, graph.model(), run.device(), run.batch_size(), run.threads())) {
+    run.set_predicted_process_rest_bytes(earlier->process_rest_bytes());
+    run.set_process_rest_from_run(earlier->id());
+  } else {
     result.notes.push_back(
-        "the process peak is predicted without the kernels' code and the allocator's overhead: no earlier run of "
-        "this model at this batch and thread count on this device" +
-        std::string(kernels_warm ? ", after a solve in the same process," : "") + " measured them (this one does)");
+        "the process peak is predicted without the rest of the process (binary, libraries, kernels' code, the "
+        "heap's overhead): no earlier run of this model at this batch and thread count on this device measured it "
+        "(this one does; `edgecost profile` runs one)");
   }
-  run.set_predicted_process_bytes(tensor_bytes + run.predicted_runtime_bytes());
+  run.set_predicted_process_bytes(tensor_bytes + run.predicted_process_rest_bytes());
 
   // A resumed run: the state and the record of the steps before, from the checkpoint.
   const int n = graph.nodes_size();
@@ -757,7 +772,7 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
     return train::WriteCheckpoint(options.checkpoint_path, checkpoint);
   };
 
-  // The steps. The high-water mark restarts at the baseline, so the peak is theirs.
+  // The steps.
   // Per step, each node's time per execution (-1: it did not run; the steps before a resume did not here).
   std::vector<std::vector<double>> node_per_execution_s(static_cast<size_t>(start),
                                                         std::vector<double>(static_cast<size_t>(n), -1.0));
@@ -767,8 +782,6 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
   profiler::InterferenceWatch* watch = options.watch ? options.watch : &sched_watch;
   std::vector<train::StepTrace> traces;
   run.set_unbuilt_rss_bytes(static_cast<uint64_t>(std::max<int64_t>(0, unbuilt_rss)));
-  malloc_trim(0);  // what building the layers freed (their own copies of activations) goes back too
-  run.set_peak_since_baseline(ResetHighWater());
   run.set_baseline_rss_bytes(static_cast<uint64_t>(std::max<int64_t>(0, ProcStatusBytes("VmRSS"))));
   EC_ASSIGN_OR_RETURN(profiler::EnergyMark energy_start, profiler::MarkEnergy(*meter, profiler::SteadyClock()));
   uint64_t peak = 0;
@@ -845,8 +858,8 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
   }
   EC_ASSIGN_OR_RETURN(const profiler::EnergyMark energy_end, profiler::MarkEnergy(*meter, profiler::SteadyClock()));
   run.set_peak_rss_bytes(static_cast<uint64_t>(std::max<int64_t>(0, ProcStatusBytes("VmHWM"))));
-  if (run.peak_rss_bytes() > run.unbuilt_rss_bytes() + tensor_bytes && run.peak_since_baseline()) {
-    run.set_runtime_bytes(run.peak_rss_bytes() - run.unbuilt_rss_bytes() - tensor_bytes);
+  if (run.peak_rss_bytes() > tensor_bytes && run.peak_reset_at_start()) {
+    run.set_process_rest_bytes(run.peak_rss_bytes() - tensor_bytes);
   }
   // After the measurements: serializing the model is neither the steps' time nor their memory.
   if (onnx && !options.out_onnx.empty()) {
@@ -987,6 +1000,7 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
           "step; energies are the measured ones scaled by in-step over isolated time (a node never measured "
           "alone: the step's power times its time)");
       EC_ASSIGN_OR_RETURN(result.in_step_table_id, db.PutCostTable(in_step));
+      run.set_in_step_table_id(static_cast<uint64_t>(result.in_step_table_id));
     } else if (!measured) {
       result.notes.push_back("no measured-in-step costs: they are kept for measured cost tables only");
     }

@@ -42,6 +42,9 @@ struct TrainJobOptions {
   // Of the predictions (and of a schedule solved now): measured, measured-in-step, or auto
   // (measured-in-step where a table of it exists at the run's thread count, else measured).
   std::string cost_source = "auto";
+  // Solve in a child process, so that this process holds none of the solver's memory and its peak
+  // is the training's. Only where no other thread may hold a lock at the fork (the CLI).
+  bool solve_in_child = false;
   int steps = 10;
   double lr = 0.01;
   v1::TrainOptimizer optimizer;  // unset: SGD without momentum

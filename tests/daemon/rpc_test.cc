@@ -250,9 +250,9 @@ TEST_F(RpcTest, AModelAddedOverRpcIsSolvedProfiledAndTrainedByName) {
   v1::ListTrainRunsRequest train_runs;
   train_runs.set_model("rpc-mlp");
   const auto runs = Remote<v1::ListTrainRunsResponse>("TraceService/ListTrainRuns", train_runs);
-  ASSERT_EQ(runs.runs_size(), 1);
-  EXPECT_EQ(runs.runs(0).model(), "rpc-mlp");
-  EXPECT_EQ(runs.runs(0).id(), trained.train_run().id());
+  ASSERT_EQ(runs.runs_size(), 2);  // the profile's plain steps, then the train job's
+  EXPECT_EQ(runs.runs(1).model(), "rpc-mlp");
+  EXPECT_EQ(runs.runs(1).id(), trained.train_run().id());
 
   // Bad bytes, no name, a zoo name and an upload over the daemon's body limit: refused, saying why.
   Status status;
