@@ -1,6 +1,8 @@
 #include "bench/predict_bench.h"
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <iomanip>
@@ -8,21 +10,76 @@
 #include <sstream>
 #include <thread>
 
+#include "base/subprocess.h"
 #include "base/units.h"
 #include "bench/bench_common.h"
-#include "costdb/costdb.h"
 #include "profiler/measure.h"
-#include "service/cost_tables.h"
-#include "service/in_step.h"
-#include "service/profile_job.h"
-#include "service/train_job.h"
-#include "solver/problem.h"
-#include "solver/simulator.h"
+#include "proto/edgecost.pb.h"
+#include "proto/json.h"
 
 namespace edgecost::service {
 namespace {
 
-// Signed error of `predicted` against `measured`, as "-12.3%" (the prediction 12.3% short).
+namespace fs = std::filesystem;
+
+// "mobilenet_v3_small@16:adamw": the model, its batch and its optimizer.
+struct ModelCase {
+  std::string model;
+  int batch_size = 2;
+  std::string optimizer = "sgd";
+};
+
+Result<ModelCase> ParseCase(const std::string& text) {
+  ModelCase c;
+  std::string rest = text;
+  if (const size_t colon = rest.rfind(':'); colon != std::string::npos) {
+    c.optimizer = rest.substr(colon + 1);
+    rest.resize(colon);
+  }
+  if (const size_t at = rest.rfind('@'); at != std::string::npos) {
+    try {
+      c.batch_size = std::stoi(rest.substr(at + 1));
+    } catch (...) {
+      return InvalidArgument("'" + text + "': the batch after @ is a number");
+    }
+    rest.resize(at);
+  }
+  c.model = rest;
+  return c;
+}
+
+// One core kept busy by a spinning thread of this process, while it lives.
+class BusyCore {
+ public:
+  BusyCore() : thread_([this] {
+    volatile uint64_t spins = 0;
+    while (!stop_.load(std::memory_order_relaxed)) spins = spins + 1;
+  }) {}
+  ~BusyCore() {
+    stop_ = true;
+    thread_.join();
+  }
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+// An edgecost command as a process of its own; its stdout as `message` (protobuf JSON).
+Status RunEdgecost(const std::vector<std::string>& args, google::protobuf::Message* message, double* elapsed_s = nullptr) {
+  std::vector<std::string> argv = {SelfExecutable()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  std::string error;
+  const auto start = std::chrono::steady_clock::now();
+  EC_ASSIGN_OR_RETURN(const ProcessResult result, RunProcess(argv, [&](const std::string& line) {
+                        if (line.starts_with("edgecost: error: ")) error = line.substr(17);
+                      }));
+  if (elapsed_s) *elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (result.exit_code != 0) return Internal(error.empty() ? "exit " + std::to_string(result.exit_code) : error);
+  return message ? proto::FromJson(result.stdout_text, message) : Status::Ok();
+}
+
+// Signed error of `predicted` against `measured`, as "-12.3%"; collected into `errors` when given.
 std::string Error(double measured, double predicted, std::vector<double>* errors = nullptr) {
   if (!(predicted > 0) || !(measured > 0)) return "-";
   const double error = (predicted - measured) / measured;
@@ -32,203 +89,173 @@ std::string Error(double measured, double predicted, std::vector<double>* errors
   return out.str();
 }
 
-// A cost table of the bench's database at `threads`, of `source`.
-Result<v1::CostTable> Table(const std::string& db_path, const graph::GraphSpec& graph, const std::string& source,
-                            int threads) {
-  EC_ASSIGN_OR_RETURN(costdb::CostDb db, costdb::CostDb::Open(db_path, costdb::OpenMode::kReadOnly));
-  v1::GetCostTableRequest request;
-  request.set_model(graph.model_or_file);
-  request.set_device("this");
-  request.set_cost_source(source);
-  request.set_batch_size(static_cast<uint32_t>(graph.batch_size));
-  request.set_derivation("exact");
-  request.set_threads(static_cast<uint32_t>(threads));
-  return ResolveCostTable(&db, request);
+std::string Percent(double fraction) {
+  std::ostringstream text;
+  text << std::fixed << std::setprecision(1) << 100 * fraction << "%";
+  return text.str();
 }
 
-// The step time `table` predicts: the plain step's sum, or the schedule's replay (compute, plus
-// paging when the schedule counts it), with no runtime budget to break.
-double PredictedS(const v1::CostTable& table, const std::optional<v1::Schedule>& schedule) {
-  if (!schedule) {
-    double sum = 0;
-    for (const v1::NodeCost& c : table.costs()) sum += c.runtime_s();
-    return sum;
-  }
-  Result<solver::Problem> problem = solver::ProblemFromCostTable(table, schedule->request());
-  if (!problem.ok()) return 0;
-  problem->runtime_budget_s = 1e30;
-  const solver::Replay replay = solver::Simulate(*problem, *schedule);
-  return replay.runtime_s;
+// The median and largest |error| of a set, against the targets.
+void PrintSummary(std::ostream& out, const std::string& what, const std::vector<double>& errors, double median_target,
+                  double each_target) {
+  if (errors.empty()) return;
+  const double median = profiler::Summarize(errors).median_s;
+  const double worst = *std::max_element(errors.begin(), errors.end());
+  out << std::left << std::setw(40) << what << "median |error| " << std::setw(7) << Percent(median) << " max "
+      << std::setw(7) << Percent(worst) << " over " << errors.size() << " cases; target <= " << Percent(median_target)
+      << " median" << (each_target > 0 ? ", <= " + Percent(each_target) + " each" : std::string()) << ": "
+      << (median <= median_target && (each_target <= 0 || worst <= each_target) ? "reached" : "NOT reached") << "\n";
 }
+
+struct Errors {
+  std::vector<double> time_first, time_second, rss, energy;
+};
+
+// The schedules of one profiled case: solved by `edgecost solve --out` at a share of the plain
+// step's activation peak, as a user would, then trained with `--schedule`.
+struct ScheduleCase {
+  const char* name;
+  double share;  // of the plain step's activation peak; 0: the plain step
+  std::vector<std::string> solve_flags;
+};
+const ScheduleCase kSchedules[] = {
+    {"plain", 0, {}},
+    {"recompute", 0.6, {"--no-paging", "--runtime-budget", "3x"}},
+    {"paging", 0.5, {"--strategy", "paging-only", "--runtime-budget", "1000x"}},
+};
 
 }  // namespace
 
 Status RunPredictBenchmark(std::ostream& out, const PredictBenchOptions& options) {
   bench::Scratch scratch("edgecost_predict_bench");
-  const std::string db_path = (scratch.dir / "bench.db").string();
-  auto quiet = [](const std::string&) {};
   const double load_start = bench::LoadAverage();
-  out << "predict benchmark: batch " << options.batch_size << ", " << options.steps
-      << " steps per case (median of steps 2..N); " << std::thread::hardware_concurrency()
-      << " cores; load average at start " << std::fixed << std::setprecision(2) << load_start
-      << " (the machine may be shared: timings are noisy)\n"
-      << "time predicted from isolated ops (`measured`) and from node times inside the real steps of an earlier\n"
-      << "plain run (`measured-in-step`, as `profile --in-step` stores it); error = (predicted - measured) / "
-         "measured\n\n";
-  out << std::left << std::setw(20) << "model" << std::setw(4) << "thr" << std::setw(10) << "schedule" << std::right
-      << std::setw(10) << "measured" << std::setw(10) << "isolated" << std::setw(9) << "error" << std::setw(10)
-      << "in-step" << std::setw(9) << "error" << std::setw(10) << "RSS pred" << std::setw(10) << "measured"
-      << std::setw(9) << "error" << std::setw(10) << "energy" << std::setw(10) << "measured" << std::setw(9) << "error"
+  out << "predict benchmark: the user's default path, every command a process of its own: a fresh database, one\n"
+      << "plain `profile`, then the first and second `train` of each schedule (" << options.steps
+      << " steps, median of 2..N); " << std::thread::hardware_concurrency() << " cores; load average at start "
+      << std::fixed << std::setprecision(2) << load_start << "\n"
+      << "error = (predicted - measured) / measured; RSS is the training process's peak (VmHWM)\n\n";
+  out << std::left << std::setw(26) << "model" << std::setw(4) << "thr" << std::setw(6) << "load" << std::setw(11)
+      << "schedule" << std::setw(4) << "run" << std::right << std::setw(10) << "step" << std::setw(10) << "predicted"
+      << std::setw(9) << "error" << std::setw(10) << "peak RSS" << std::setw(10) << "predicted" << std::setw(9)
+      << "error" << std::setw(10) << "energy" << std::setw(10) << "predicted" << std::setw(9) << "error"
       << std::setw(6) << "load"
       << "\n";
-  std::vector<double> isolated_errors, in_step_errors, rss_errors;
-  // The same over the cases neither disturbed nor paging: what the compute model predicts.
-  std::vector<double> isolated_quiet, in_step_quiet;
-  for (const std::string& model : options.models) {
-    const Result<std::string> argument_or = bench::ModelArgument(model, options.python, scratch.dir);
-    if (!argument_or.ok()) {
-      out << std::left << std::setw(20) << model << argument_or.status().message() << "\n";
-      continue;
+  Errors errors;
+  std::vector<double> busy_table_errors, busy_time_ratios;
+  for (const std::string& spec : options.models) {
+    EC_ASSIGN_OR_RETURN(const ModelCase model, ParseCase(spec));
+    const std::string label = fs::path(model.model).stem().string() + " b" + std::to_string(model.batch_size) +
+                              (model.optimizer == "sgd" ? "" : " " + model.optimizer);
+    std::string argument = model.model;
+    if (!fs::exists(model.model)) {
+      Result<std::string> exported = bench::ModelArgument(model.model, options.python, scratch.dir);
+      if (!exported.ok()) {
+        out << std::left << std::setw(26) << label << exported.status().message() << "\n";
+        continue;
+      }
+      argument = *exported;
     }
-    const std::string& argument = *argument_or;
     for (int requested : options.threads) {
       const int threads = requested > 0 ? requested : static_cast<int>(std::thread::hardware_concurrency());
-      auto fail = [&](const std::string& what, const std::string& why) {
-        out << std::left << std::setw(20) << model << std::setw(4) << threads << what << ": " << why << "\n";
-      };
-      ProfileJobOptions profile;
-      profile.db_path = db_path;
-      profile.graph.model_or_file = argument;
-      profile.graph.batch_size = options.batch_size;
-      profile.graph.derivation = graph::Derivation::kExact;
-      profile.threads = threads;
-      profile.min_window_s = options.min_window_s;
-      profile.accept_noisy = true;  // figures on a shared machine; the load is printed
-      if (Result<ProfileJobResult> p = RunProfileJob(profile, nullptr, nullptr, quiet); !p.ok()) {
-        fail("not profiled", p.status().message());
-        continue;
-      }
-      // The in-step profile: real plain steps of their own run, not the cases' below.
-      InStepProfileOptions in_step;
-      in_step.db_path = db_path;
-      in_step.graph = profile.graph;
-      in_step.threads = threads;
-      in_step.steps = options.steps;
-      in_step.accept_noisy = true;
-      if (Result<TrainJobResult> r = RunInStepProfile(in_step, nullptr, quiet); !r.ok() || r->in_step_table_id == 0) {
-        fail("no in-step profile", r.ok() ? "not stored" : r.status().message());
-        continue;
-      }
-      Result<v1::CostTable> isolated = Table(db_path, profile.graph, profiler::kMeasuredSource, threads);
-      Result<v1::CostTable> in_step_table = Table(db_path, profile.graph, kMeasuredInStepSource, threads);
-      if (!isolated.ok() || !in_step_table.ok()) {
-        fail("no cost table", (isolated.ok() ? in_step_table : isolated).status().message());
-        continue;
-      }
-      // The plain step first: its planned peak sets the budgets of the other two.
-      uint64_t plain_peak_bytes = 0;
-      for (const char* schedule_name : {"plain", "recompute", "paging"}) {
-        const std::string which = schedule_name;
-        TrainJobOptions train;
-        train.init = "random";  // times and memory, not weights
-        train.db_path = db_path;
-        train.graph = profile.graph;
-        train.steps = options.steps;
-        train.threads = threads;
-        train.cost_source = kMeasuredInStepSource;
-        train.store = false;
-        train.accept_noisy = true;
-        std::optional<v1::Schedule> schedule;
-        if (which != "plain") {
-          if (plain_peak_bytes == 0) break;
-          // Recomputation alone reaches less far than paging (resnet18_cifar: about half its peak).
-          v1::ScheduleRequest request;
-          request.set_model(argument);
-          request.set_device("this");
-          request.set_cost_source(kMeasuredInStepSource);
-          request.set_compute_threads(static_cast<uint32_t>(threads));
-          request.set_batch_size(static_cast<uint32_t>(options.batch_size));
-          request.set_derivation("exact");
-          request.set_ram_budget_bytes(plain_peak_bytes / 10 * (which == "recompute" ? 6 : 5));
-          if (which == "recompute") {
-            request.set_runtime_budget_multiple(2);
-          } else {
-            request.set_runtime_budget_s(3600);  // paging time counts: no multiple of a tiny step holds it
-          }
-          request.set_disable_paging(which == "recompute");
-          request.set_count_paging_time(which == "paging");  // as `train` solves: overlap does not hide paging
-          request.set_strategy(which == "recompute" ? "optimal" : "paging-only");
-          request.set_time_limit_s(10);
-          Result<costdb::CostDb> db = costdb::CostDb::Open(db_path, costdb::OpenMode::kReadWrite);
-          if (!db.ok()) return db.status();
-          Result<SolvedRequest> solved = SolveRequest(&*db, request, /*store=*/true);
-          const bool has_schedule = solved.ok() && (solved->schedule.status() == v1::Schedule::STATUS_OPTIMAL ||
-                                                    solved->schedule.status() == v1::Schedule::STATUS_FEASIBLE);
-          if (!has_schedule || solved->schedule_id == 0) {
-            fail(which, solved.ok() ? "no schedule: " + solved->schedule.message() : solved.status().message());
-            continue;
-          }
-          schedule = solved->schedule;
-          train.schedule_id = static_cast<uint64_t>(solved->schedule_id);
-        }
-        Result<TrainJobResult> trained = RunTrainJob(train, nullptr, nullptr, quiet);
-        if (!trained.ok()) {
-          fail(which, trained.status().message());
+      double quiet_profile_s = 0, quiet_step_s = 0;
+      for (const std::string& load : options.loads) {
+        const std::string db = (scratch.dir / (fs::path(argument).stem().string() + "-" + std::to_string(threads) +
+                                               "-" + load + ".db"))
+                                   .string();
+        const std::vector<std::string> common = {"--model", argument, "--batch-size", std::to_string(model.batch_size),
+                                                 "--threads", std::to_string(threads)};
+        auto fail = [&](const std::string& what, const Status& why) {
+          out << std::left << std::setw(26) << label << std::setw(4) << threads << std::setw(6) << load << what
+              << ": " << why.message() << "\n";
+        };
+        std::optional<BusyCore> busy;
+        if (load == "busy") busy.emplace();
+        v1::ProfileResult profiled;
+        double profile_s = 0;
+        std::vector<std::string> profile = {"--db", db, "profile", "--json"};
+        profile.insert(profile.end(), common.begin(), common.end());
+        if (Status s = RunEdgecost(profile, &profiled, &profile_s); !s.ok()) {
+          fail("profile", s);
           continue;
         }
-        const v1::TrainRun& run = trained->run;
-        if (which == "plain") plain_peak_bytes = run.predicted_peak_bytes();
-        const double isolated_s = PredictedS(*isolated, schedule);
-        const double in_step_s = PredictedS(*in_step_table, schedule);
-        if (!run.disturbed() && which != "paging") {
-          Error(run.runtime_s(), isolated_s, &isolated_quiet);
-          Error(run.runtime_s(), in_step_s, &in_step_quiet);
+        const double table_step_s = profiled.in_step_run().runtime_s();
+        if (load == "quiet") {
+          quiet_profile_s = profile_s, quiet_step_s = table_step_s;
+        } else if (quiet_profile_s > 0) {
+          busy_time_ratios.push_back(profile_s / quiet_profile_s);
+          busy_table_errors.push_back(std::abs(table_step_s - quiet_step_s) / quiet_step_s);
         }
-        const double rss_bytes =
-            static_cast<double>(run.peak_rss_bytes()) - static_cast<double>(run.unbuilt_rss_bytes());
-        const double rss_predicted = static_cast<double>(run.predicted_process_bytes());
-        out << std::left << std::setw(20) << model << std::setw(4) << threads << std::setw(10)
-            << (which + (run.disturbed() ? "*" : "")) << std::right << std::setw(10) << FormatSeconds(run.runtime_s())
-            << std::setw(10) << FormatSeconds(isolated_s) << std::setw(9)
-            << Error(run.runtime_s(), isolated_s, &isolated_errors) << std::setw(10) << FormatSeconds(in_step_s)
-            << std::setw(9) << Error(run.runtime_s(), in_step_s, &in_step_errors) << std::setw(10)
-            << FormatBytes(rss_predicted) << std::setw(10) << FormatBytes(rss_bytes) << std::setw(9)
-            << Error(rss_bytes, rss_predicted, &rss_errors) << std::setw(10) << FormatJoules(run.predicted_energy_j())
-            << std::setw(10) << FormatJoules(run.energy_j()) << std::setw(9)
-            << Error(run.energy_j(), run.predicted_energy_j()) << std::setw(6) << std::fixed << std::setprecision(2)
-            << bench::LoadAverage() << "\n";
+        out << std::left << std::setw(26) << label << std::setw(4) << threads << std::setw(6) << load << "profile "
+            << FormatSeconds(profile_s) << ", in-step step " << FormatSeconds(table_step_s)
+            << (load == "busy" && quiet_step_s > 0 ? " (" + Error(quiet_step_s, table_step_s) + " of the quiet one)"
+                                                   : std::string())
+            << "\n";
+        uint64_t plain_peak_bytes = 0;
+        for (const ScheduleCase& schedule : kSchedules) {
+          std::vector<std::string> train = {"--db", db, "train", "--json", "--steps", std::to_string(options.steps),
+                                            "--optimizer", model.optimizer};
+          train.insert(train.end(), common.begin(), common.end());
+          if (schedule.share > 0) {
+            if (plain_peak_bytes == 0) break;
+            const std::string file = db + "." + schedule.name + ".json";
+            std::vector<std::string> solve = {"--db", db, "solve", "--device", "this", "--optimizer", model.optimizer,
+                                              "--activation-budget",
+                                              std::to_string(static_cast<uint64_t>(schedule.share * plain_peak_bytes)) +
+                                                  "B",
+                                              "--time-limit-s", "10", "--out", file, "--model", argument,
+                                              "--batch-size", std::to_string(model.batch_size), "--threads",
+                                              std::to_string(threads)};
+            solve.insert(solve.end(), schedule.solve_flags.begin(), schedule.solve_flags.end());
+            if (Status s = RunEdgecost(solve, nullptr); !s.ok()) {
+              fail(schedule.name, s);
+              continue;
+            }
+            train.insert(train.end(), {"--schedule", file});
+          }
+          for (int attempt = 1; attempt <= 2; ++attempt) {
+            v1::TrainRun run;
+            if (Status s = RunEdgecost(train, &run); !s.ok()) {
+              fail(schedule.name, s);
+              break;
+            }
+            if (schedule.share == 0) plain_peak_bytes = run.predicted_peak_bytes();
+            const bool rss_predicted = run.process_rest_from_run() != 0;
+            out << std::left << std::setw(26) << label << std::setw(4) << threads << std::setw(6) << load
+                << std::setw(11) << (schedule.name + std::string(run.disturbed() ? "*" : "")) << std::setw(4)
+                << attempt << std::right << std::setw(10) << FormatSeconds(run.runtime_s()) << std::setw(10)
+                << FormatSeconds(run.predicted_runtime_s()) << std::setw(9)
+                << Error(run.runtime_s(), run.predicted_runtime_s(),
+                         attempt == 1 ? &errors.time_first : &errors.time_second)
+                << std::setw(10) << FormatBytes(static_cast<double>(run.peak_rss_bytes())) << std::setw(10)
+                << (rss_predicted ? FormatBytes(static_cast<double>(run.predicted_process_bytes())) : "-")
+                << std::setw(9)
+                << (rss_predicted ? Error(static_cast<double>(run.peak_rss_bytes()),
+                                          static_cast<double>(run.predicted_process_bytes()), &errors.rss)
+                                  : "-")
+                << std::setw(10) << FormatJoules(run.energy_j()) << std::setw(10)
+                << FormatJoules(run.predicted_energy_j()) << std::setw(9)
+                << Error(run.energy_j(), run.predicted_energy_j(), &errors.energy) << std::setw(6) << std::fixed
+                << std::setprecision(2) << bench::LoadAverage() << "\n";
+          }
+        }
       }
     }
   }
-  const auto percent = [](double fraction) {
-    std::ostringstream text;
-    text << std::fixed << std::setprecision(1) << 100 * fraction << "%";
-    return text.str();
-  };
   out << "\n";
-  for (const auto& [name, errors] :
-       {std::pair<const char*, const std::vector<double>*>{"isolated ops, all cases           ", &isolated_errors},
-        {"in-step,      all cases           ", &in_step_errors},
-        {"isolated ops, quiet, without paging", &isolated_quiet},
-        {"in-step,      quiet, without paging", &in_step_quiet}}) {
-    if (errors->empty()) continue;
-    const double median = profiler::Summarize(*errors).median_s;
-    const double worst = *std::max_element(errors->begin(), errors->end());
-    out << "step time, " << name << ": median |error| " << percent(median) << ", max " << percent(worst) << " over "
-        << errors->size()
-        << " cases; target <= 5% median, <= 10% each: " << (median <= 0.05 && worst <= 0.10 ? "reached" : "NOT reached")
-        << "\n";
-  }
-  if (!rss_errors.empty()) {
-    const double rss_median = profiler::Summarize(rss_errors).median_s;
-    out << "process memory: median |error| " << percent(rss_median)
-        << "   target <= 5%: " << (rss_median <= 0.05 ? "reached" : "NOT reached") << "\n";
+  PrintSummary(out, "step time, first run of a schedule", errors.time_first, 0.05, 0.10);
+  PrintSummary(out, "step time, second run", errors.time_second, 0.05, 0.10);
+  PrintSummary(out, "process peak RSS", errors.rss, 0.05, 0);
+  PrintSummary(out, "energy", errors.energy, 0.05, 0.10);
+  PrintSummary(out, "busy profile's step against the quiet one", busy_table_errors, 0.10, 0.10);
+  if (!busy_time_ratios.empty()) {
+    out << std::left << std::setw(40) << "busy profile's time over the quiet one"
+        << "median " << std::setprecision(2) << profiler::Summarize(busy_time_ratios).median_s << "x, max "
+        << *std::max_element(busy_time_ratios.begin(), busy_time_ratios.end()) << "x; target <= 2x\n";
   }
   out << "load average at start " << std::fixed << std::setprecision(2) << load_start << ", at end "
-      << bench::LoadAverage() << "; * marks a run most of whose steps were disturbed (another task took the CPU)\n";
-  out << "RSS = peak RSS over the steps minus RSS before the executor was built; predicted = parameters, gradients,\n"
-         "layer state (with the shared scratchpad) and the schedule's activation peak. Energy (predicted from the\n"
-         "in-step table) without a sensor is the power model's ESTIMATE on both sides.\n";
+      << bench::LoadAverage() << "; * marks a run most of whose steps were disturbed (another task took the CPU);\n"
+      << "busy: a thread of the benchmark spins on one core throughout. Energy without a sensor is the power\n"
+      << "model's ESTIMATE on both sides.\n";
   return Status::Ok();
 }
 

@@ -1,16 +1,15 @@
-// `edgecost bench predict`: what edgecost predicts for a training step next to
-// what the device does, per model, thread count and schedule (the plain step,
-// recomputation alone at 60% of its activation peak, paging only at 50%): step time
-// predicted from both cost sources side by side (`measured`: ops one at a time;
-// `measured-in-step`: node times inside the real plain steps of an earlier run, as
-// `profile --in-step` stores them, plus the step's time outside its nodes), the
-// process's peak RSS above its size before the executor was built, and energy,
-// each with its error. Schedules are solved on the in-step table and replayed on
-// both. Errors are (predicted - measured) / measured.
-// Models: zoo names, and torchvision/transformer exports made here with
-// Debian's PyTorch (tests/graph/export_models.py) when it is installed.
-// Figures, not assertions: issue 27's targets are 5% (median over cases) and
-// 10% (every case) for time, 5% for memory.
+// `edgecost bench predict`: what edgecost predicts for a training step next to what the
+// device does, on a user's default path: a fresh database, one plain `edgecost profile`,
+// then the first and the second `edgecost train` of each schedule (the plain step,
+// recomputation alone at 60% of its activation peak, paging alone at 50%), each command a
+// process of its own run through the CLI, at 1 thread and at all cores, on a quiet machine
+// and with one core kept busy. Per case: step time, the process's peak RSS and energy,
+// predicted against measured; per profile: its time and, when busy, its table against the
+// quiet one. Errors are (predicted - measured) / measured.
+// Models: zoo names, ONNX files, and exports made here with Debian's PyTorch
+// (tests/graph/export_models.py); NAME@BATCH sets a batch size, NAME:OPTIMIZER an optimizer.
+// Figures, not assertions: issue 39's targets are 5% (median over cases) and 10% (every case)
+// for time, 5% for memory.
 #pragma once
 
 #include <ostream>
@@ -22,11 +21,15 @@
 namespace edgecost::service {
 
 struct PredictBenchOptions {
-  std::vector<std::string> models = {"resnet18_cifar", "mobilenet_v2_tiny", "transformer_encoder"};
+  std::vector<std::string> models = {"resnet18_cifar@2",
+                                     "examples/digits/digits_cnn.onnx@32",
+                                     "mobilenet_v3_small@16:adamw",
+                                     "efficientnet_b0@2",
+                                     "transformer_encoder@2",
+                                     "bench_regnet_x_400mf@2"};
   std::vector<int> threads = {1, 0};  // 0: all cores
-  int batch_size = 2;
-  int steps = 12;     // per case, and for the in-step profile's run
-  double min_window_s = 0.02;  // profiling window per op
+  std::vector<std::string> loads = {"quiet", "busy"};
+  int steps = 20;  // per training run
   std::string python = "/usr/bin/python3";
 };
 

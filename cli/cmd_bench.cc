@@ -101,22 +101,29 @@ void RegisterBenchCommand(CLI::App& app, Context& ctx) {
   auto predict_options = std::make_shared<service::PredictBenchOptions>();
   CLI::App* predict = bench->add_subcommand(
       "predict",
-      "Predicted against measured per model, thread count and schedule (plain, recompute-heavy, paging): step time "
-      "from isolated ops and from in-step costs side by side, process RSS, energy, the load average");
-  predict->add_option("--models", predict_options->models, "Zoo models, or models tests/graph/export_models.py exports")
+      "Predicted against measured on the default path (fresh database, one plain profile, the first and second "
+      "train of each schedule, each a process of its own): step time, peak RSS, energy, quiet and busy");
+  predict->add_option("--models", predict_options->models,
+                      "Zoo models, ONNX files, or models tests/graph/export_models.py exports; NAME@BATCH sets the "
+                      "batch, NAME:OPTIMIZER the optimizer")
       ->delimiter(',')
       ->capture_default_str();
   predict->add_option("--threads", predict_options->threads, "Thread counts (0: all cores)")
       ->delimiter(',')
       ->capture_default_str();
-  predict->add_option("--batch-size", predict_options->batch_size, "Batch size")->capture_default_str();
-  predict->add_option("--steps", predict_options->steps, "Steps per case")
+  predict->add_option("--loads", predict_options->loads, "quiet, and busy: one core kept busy by a spinning thread")
+      ->delimiter(',')
+      ->capture_default_str()
+      ->check(CLI::IsMember({"quiet", "busy"}));
+  predict->add_option("--steps", predict_options->steps, "Steps per training run")
       ->capture_default_str()
       ->check(CLI::Range(2, 100000));
   predict->add_option("--python", predict_options->python, "Python with PyTorch, for the exports")
       ->capture_default_str();
   predict->footer(
-      "Examples:\n  edgecost bench predict\n  edgecost bench predict --models resnet18_cifar --threads 1 --steps 20");
+      "Run from the repository (the exports and examples/ are found from there). Examples:\n"
+      "  edgecost bench predict\n"
+      "  edgecost bench predict --models resnet18_cifar@2 --threads 1 --loads quiet --steps 20");
   predict->callback([predict_options, &ctx] {
     const Status status = service::RunPredictBenchmark(std::cout, *predict_options);
     ctx.exit_code = status.ok() ? kExitOk : Failure(status);

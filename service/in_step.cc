@@ -28,8 +28,8 @@ Result<TrainJobResult> RunInChild(const InStepProfileOptions& options, const std
                                     "random",
                                     "--cost-source",
                                     profiler::kMeasuredSource,
-                                    "--json"};
-  if (options.accept_noisy) argv.push_back("--accept-noisy");
+                                    "--json",
+                                    "--accept-noisy"};  // a disturbed run's table is of robust statistics
   for (const auto& [flag, value] : {std::pair{"--paging-dir", &options.paging_dir},
                                     {"--probes-config", &options.probes_config}}) {
     if (!value->empty()) argv.insert(argv.end(), {flag, *value});
@@ -80,7 +80,7 @@ Result<TrainJobResult> RunInStepProfile(const InStepProfileOptions& options, con
   train.threads = options.threads;
   train.paging_dir = options.paging_dir;
   train.probes_config = options.probes_config;
-  train.accept_noisy = options.accept_noisy;
+  train.accept_noisy = true;  // a disturbed run's node times are a low percentile over all its steps
   train.watch = options.watch;
   train.store = true;
   return RunTrainJob(train, stop, nullptr, log);

@@ -27,7 +27,6 @@ struct InStepProfileOptions {
   int steps = kInStepSteps;
   std::string paging_dir;
   std::string probes_config;
-  bool accept_noisy = false;  // store the table from a run most of whose steps were disturbed
   // The edgecost executable to run the steps in a process of their own (`edgecost train`), as a
   // user's training process will be; empty: in this process (tests), whose memory is not a
   // training process's.

@@ -256,6 +256,10 @@ Result<ProfileJobResult> RunProfileJob(const ProfileJobOptions& options, const s
     result.step_energy_j += c.compute_j();
   }
   if (!in_step) return result;
+  // The steps' process is a training process alone on the device: this one's counters (inherited
+  // by a child) and meter end first.
+  counters.reset();
+  meter.reset();
   InStepProfileOptions steps;
   steps.db_path = options.db_path;
   steps.graph = spec;
@@ -263,7 +267,6 @@ Result<ProfileJobResult> RunProfileJob(const ProfileJobOptions& options, const s
   steps.steps = options.in_step_steps;
   steps.paging_dir = paging_dir;
   steps.probes_config = options.probes_config;
-  steps.accept_noisy = options.accept_noisy;
   steps.edgecost_binary = options.edgecost_binary;
   Result<TrainJobResult> ran = RunInStepProfile(steps, stop, log);
   if (!ran.ok()) {

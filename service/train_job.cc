@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "base/files.h"
+#include "base/stats.h"
 #include "base/units.h"
 #include "probes/registry.h"
 #include "profiler/interference.h"
@@ -92,11 +93,13 @@ bool ResetHighWater() {
   return static_cast<bool>(clear);
 }
 
-template <typename T>
-T Median(std::vector<T> v) {
-  if (v.empty()) return T{};
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
+// The node times of a run too disturbed to leave its disturbed steps out: a low percentile over
+// all steps, which an undisturbed execution of each node decides (a node of microseconds mostly
+// runs between another task's time slices, where a whole step of milliseconds rarely does).
+constexpr double kDisturbedQuantile = 0.25;
+
+uint64_t MedianBytes(const std::vector<uint64_t>& values) {
+  return static_cast<uint64_t>(std::llround(Median(std::vector<double>(values.begin(), values.end()))));
 }
 
 bool HasSchedule(const v1::Schedule& s) {
@@ -176,6 +179,62 @@ Result<uint64_t> StoredScheduleOf(costdb::CostDb& db, const v1::Schedule& file) 
     if (same) return static_cast<uint64_t>(it->id);
   }
   return uint64_t{0};
+}
+
+// The measured-in-step table of a run: `isolated`'s nodes with the run's node times, each plus the
+// step's time outside its nodes per execution (InStepOverheadS), so that a recomputation pays it
+// again and a plain step's costs add up to the step. The step is the run's median, or, for a run
+// whose node times are a low percentile, those plus `outside_nodes_s`, the same percentile of the
+// time outside them. Energies keep each op's power from its isolated measurement, scaled together
+// so that they add up to the step's measured energy as their times add up to its time.
+v1::CostTable InStepCostTable(const v1::CostTable& isolated, const v1::TrainRun& run, int64_t run_id,
+                              double outside_nodes_s) {
+  v1::CostTable in_step = isolated;
+  in_step.set_cost_source(kMeasuredInStepSource);
+  in_step.set_threads(run.threads());  // the run's: its node times are what is stored
+  const std::vector<v1::NodeTime> node_times(run.nodes().begin(), run.nodes().end());
+  double nodes_s = 0;
+  uint64_t node_executions = 0;
+  for (const v1::NodeTime& t : node_times) {
+    nodes_s += t.runtime_s() * t.executions();
+    node_executions += t.executions();
+  }
+  const bool robust = outside_nodes_s >= 0;
+  const double step_s = robust ? run.paging_wait_s() + nodes_s + outside_nodes_s : run.runtime_s();
+  const double overhead_s = InStepOverheadS(step_s, run.paging_wait_s(), node_times);
+  const double step_power_w = run.runtime_s() > 0 ? run.energy_j() / run.runtime_s() : 0;
+  double raw_j = 0;  // the nodes' energies at their own powers, before they are made to add up
+  for (const v1::NodeTime& t : node_times) {
+    v1::NodeCost& c = *in_step.mutable_costs(static_cast<int>(t.node()));
+    const double runtime_s = std::max(0.0, t.runtime_s() + overhead_s);
+    // An op's own power from its measurement alone; a node never measured alone (the input's copy): the step's.
+    c.set_compute_j((c.runtime_s() > 0 ? c.compute_j() / c.runtime_s() : step_power_w) * runtime_s);
+    c.set_runtime_s(runtime_s);
+    raw_j += c.compute_j() * t.executions();
+  }
+  const double scale = raw_j > 0 ? step_power_w * (step_s - run.paging_wait_s()) / raw_j : 1;
+  for (const v1::NodeTime& t : node_times) {
+    v1::NodeCost& c = *in_step.mutable_costs(static_cast<int>(t.node()));
+    c.set_compute_j(c.compute_j() * scale);
+  }
+  const double outside_s = step_s - run.paging_wait_s() - nodes_s;
+  const std::string statistic =
+      robust ? "the " + std::to_string(static_cast<int>(100 * kDisturbedQuantile)) +
+                   "th percentile over all " + std::to_string(run.median_steps()) +
+                   " steps (most were disturbed: an undisturbed execution of each node decides)"
+             : "medians over " + std::to_string(run.median_steps()) +
+                   (run.disturbed_steps() > 0 ? " undisturbed" : "") + " steps";
+  in_step.set_note("runtimes are " + statistic + " inside real training steps (training run #" +
+                   std::to_string(run_id) + "), each plus " + FormatSeconds(overhead_s) +
+                   " per execution: the step's " + FormatSeconds(outside_s) + " outside its nodes (binding, arena, "
+                   "dispatch; " +
+                   std::to_string(step_s > 0 ? static_cast<int>(std::lround(100 * outside_s / step_s)) : 0) +
+                   "% of the step of " + FormatSeconds(step_s) + ") spread over its " +
+                   std::to_string(node_executions) +
+                   " node executions, so a recomputation pays it again and a plain step's costs add up to the "
+                   "step; energies are each op's power measured alone times its time here, scaled to add up to "
+                   "the step's measured energy (a node never measured alone: the step's power)");
+  return in_step;
 }
 
 }  // namespace
@@ -895,16 +954,20 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
                                         : "; too few were undisturbed to leave them out: the step time is the "
                                           "median of all"));
   }
-  std::vector<double> runtimes, waits, cpus;
+  std::vector<double> runtimes, waits, cpus, outside_nodes_s;
   std::vector<uint64_t> outs, ins;
   std::vector<std::vector<double>> per_execution_s(static_cast<size_t>(n));
   for (const size_t k : selection.median_of) {
     const int s = first + static_cast<int>(k);
     const v1::TrainStep& step = run.step_stats(s);
+    double nodes_s = 0;
     for (int i = 0; i < n; ++i) {
       const double t = node_per_execution_s[static_cast<size_t>(s)][static_cast<size_t>(i)];
-      if (t >= 0) per_execution_s[static_cast<size_t>(i)].push_back(t);
+      if (t < 0) continue;
+      per_execution_s[static_cast<size_t>(i)].push_back(t);
+      nodes_s += t * executions[static_cast<size_t>(i)];
     }
+    outside_nodes_s.push_back(step.runtime_s() - step.paging_wait_s() - nodes_s);
     runtimes.push_back(step.runtime_s());
     cpus.push_back(step_cpu_s[static_cast<size_t>(s)]);
     waits.push_back(step.paging_wait_s());
@@ -918,17 +981,20 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
   run.set_energy_j(power_w * run.runtime_s());
   result.median_cpu_s = Median(cpus);
   run.set_paging_wait_s(Median(waits));
-  run.set_paged_out_bytes(Median(outs));
-  run.set_paged_in_bytes(Median(ins));
+  run.set_paged_out_bytes(MedianBytes(outs));
+  run.set_paged_in_bytes(MedianBytes(ins));
   run.set_peak_activation_bytes(peak);
   run.set_first_loss(run.step_stats(0).loss());
   run.set_last_loss(run.step_stats(steps - 1).loss());
+  // Medians over the undisturbed steps; over all of them, when too few were, a low percentile.
+  const bool robust = selection.disturbed_steps > 0 && !selection.undisturbed_only;
+  const double node_quantile = robust ? kDisturbedQuantile : 0.5;
   for (int i = 0; i < n; ++i) {
     if (executions[static_cast<size_t>(i)] == 0 || per_execution_s[static_cast<size_t>(i)].empty()) continue;
     v1::NodeTime& t = *run.add_nodes();
     t.set_node(static_cast<uint32_t>(i));
     t.set_name(graph.nodes(i).name());
-    t.set_runtime_s(Median(per_execution_s[static_cast<size_t>(i)]));
+    t.set_runtime_s(Quantile(per_execution_s[static_cast<size_t>(i)], node_quantile));
     t.set_executions(executions[static_cast<size_t>(i)]);
     if (table && i < table->costs_size()) t.set_predicted_s(table->costs(i).runtime_s());
   }
@@ -962,43 +1028,8 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
     if (measured && steps >= 2 && run.disturbed() && !options.accept_noisy) {
       result.notes.push_back("no measured-in-step costs: most steps were disturbed (--accept-noisy stores them)");
     } else if (measured && steps >= 2) {
-      v1::CostTable in_step = *table;
-      in_step.set_cost_source(kMeasuredInStepSource);
-      const double step_power_w = run.runtime_s() > 0 ? run.energy_j() / run.runtime_s() : 0;
-      in_step.set_threads(static_cast<uint32_t>(threads));  // the run's: its node times are what is stored
-      // The step's time outside its nodes, as a constant overhead of every node execution.
-      const std::vector<v1::NodeTime> node_times(run.nodes().begin(), run.nodes().end());
-      const double overhead_s = InStepOverheadS(run.runtime_s(), run.paging_wait_s(), node_times);
-      double nodes_s = 0;
-      uint64_t node_executions = 0;
-      for (const v1::NodeTime& t : run.nodes()) {
-        nodes_s += t.runtime_s() * t.executions();
-        node_executions += t.executions();
-        v1::NodeCost& c = *in_step.mutable_costs(static_cast<int>(t.node()));
-        const double runtime_s = std::max(0.0, t.runtime_s() + overhead_s);
-        if (c.runtime_s() > 0) {
-          // Energy follows the runtime at the op's own power: scaled by in-step over isolated time.
-          c.set_compute_j(c.compute_j() * runtime_s / c.runtime_s());
-        } else {
-          // No kernel measured alone (the input's copy), yet it takes step time: at the step's power, so
-          // that the nodes' energies add up to the step's as their times add up to its time.
-          c.set_compute_j(step_power_w * runtime_s);
-        }
-        c.set_runtime_s(runtime_s);
-      }
-      const double outside_s = run.runtime_s() - run.paging_wait_s() - nodes_s;
-      in_step.set_note(
-          "runtimes are medians inside real training steps (training run #" + std::to_string(result.run_id) + ", " +
-          std::to_string(run.median_steps()) + (selection.undisturbed_only ? " undisturbed" : "") + " steps" +
-          (run.disturbed() ? ", most steps disturbed, accepted as noisy" : "") + "), each plus " +
-          FormatSeconds(overhead_s) + " per execution: the step's " + FormatSeconds(outside_s) +
-          " outside its nodes (binding, arena, dispatch; " +
-          std::to_string(run.runtime_s() > 0 ? static_cast<int>(std::lround(100 * outside_s / run.runtime_s())) : 0) +
-          "% of the median step of " + FormatSeconds(run.runtime_s()) + ") spread over its " +
-          std::to_string(node_executions) +
-          " node executions, so a recomputation pays it again and a plain step's costs add up to the measured "
-          "step; energies are the measured ones scaled by in-step over isolated time (a node never measured "
-          "alone: the step's power times its time)");
+      const v1::CostTable in_step =
+          InStepCostTable(*table, run, result.run_id, robust ? Quantile(outside_nodes_s, kDisturbedQuantile) : -1);
       EC_ASSIGN_OR_RETURN(result.in_step_table_id, db.PutCostTable(in_step));
       run.set_in_step_table_id(static_cast<uint64_t>(result.in_step_table_id));
     } else if (!measured) {
