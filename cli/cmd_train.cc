@@ -76,6 +76,7 @@ struct TrainFlags {
   std::string svg_path;  // loss and step time over the steps
   std::string paging_dir;
   bool no_store = false;
+  bool no_store_schedule = false;  // a profile's paging steps: their schedule is not the user's
   bool json = false;
   std::string probes_config;
   bool accept_noisy = false;
@@ -209,8 +210,8 @@ void PrintRun(const service::TrainJobResult& result, bool accepted_noisy) {
                   std::to_string(run.page_outs()) + " out (" + FormatBytes(static_cast<double>(run.paged_out_bytes())) +
                       "), " + std::to_string(run.page_ins()) + " in (" +
                       FormatBytes(static_cast<double>(run.paged_in_bytes())) + ") on the I/O thread"});
-    table.AddRow({"paging on path", "0 s", FormatSeconds(run.paging_wait_s()),
-                  "time computation waited for I/O (POET assumes none)"});
+    table.AddRow({"paging on path", FormatSeconds(run.predicted_paging_wait_s()), FormatSeconds(run.paging_wait_s()),
+                  "time computation waited for I/O (POET assumes none; the prediction replays the I/O thread's queue)"});
   }
   table.AddRow(
       {"energy", predicted ? FormatJoules(run.predicted_energy_j()) : "-", FormatJoules(run.energy_j()),
@@ -434,6 +435,7 @@ int RunTrain(const TrainFlags& flags, const Context& ctx) {
   options.trace = !flags.trace_path.empty();
   options.paging_dir = flags.paging_dir;
   options.store = !flags.no_store;
+  options.store_schedule = !flags.no_store_schedule;
   options.solve_in_child = true;  // no other thread here: the solver's memory stays out of the training's peak
   options.probes_config = flags.probes_config;
   options.accept_noisy = flags.accept_noisy;
@@ -751,6 +753,8 @@ void RegisterTrainCommand(CLI::App& app, Context& ctx) {
   cmd->add_option("--paging-dir", flags->paging_dir, "Where paged activations go (default: paging/ beside the db)");
   cmd->add_option("--probes-config", flags->probes_config, "TOML with a [probes] section (meters, the estimate)");
   cmd->add_flag("--no-store", flags->no_store, "Keep no run record and no measured-in-step costs");
+  cmd->add_flag("--no-store-schedule", flags->no_store_schedule, "Solve for the run without storing the schedule")
+      ->group("");  // for profile's paging steps
   cmd->add_flag("--accept-noisy", flags->accept_noisy,
                 "Store the measured-in-step costs even when most steps were disturbed by other tasks or steal");
   cmd->add_flag("--json", flags->json, "Print the run record as protobuf JSON");

@@ -117,6 +117,9 @@ Result<v1::CostTable> ResolveCostTable(costdb::CostDb* db, const v1::GetCostTabl
     }
     if (!table.ok()) return table;
     if (!stated.empty()) table->set_note(table->note() + "; " + stated);
+    // Paging is the device's as last measured: inside a profile's paging steps once they ran.
+    EC_ASSIGN_OR_RETURN(const std::optional<v1::PagingCost> paging, db->GetPagingCost(table->fingerprint_hash()));
+    if (paging) *table->mutable_paging() = *paging;
     // Its energies are the measured table's scaled by time: as estimated as the op costs they came from.
     v1::EnergySource weakest = v1::ENERGY_SOURCE_UNSPECIFIED;
     std::set<std::string> seen;

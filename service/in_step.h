@@ -40,4 +40,14 @@ struct InStepProfileOptions {
 Result<TrainJobResult> RunInStepProfile(const InStepProfileOptions& options, const std::atomic<bool>* stop,
                                         const std::function<void(const std::string&)>& log);
 
+// A few steps under a paging-only schedule at `activation_budget_bytes`: the paging thread's
+// requests inside real steps give the device's paging cost (latency + bytes / throughput per
+// direction), stored in place of the storage benchmark's. Its node times make no table.
+inline constexpr int kPagingSteps = 6;
+inline constexpr double kPagingRuntimeMultiple = 1000;  // paging-only: no runtime budget to speak of
+inline constexpr double kPagingShare = 0.5;             // of the plain step's activation peak
+Result<TrainJobResult> RunInStepPaging(const InStepProfileOptions& options, uint64_t activation_budget_bytes,
+                                       const std::atomic<bool>* stop,
+                                       const std::function<void(const std::string&)>& log);
+
 }  // namespace edgecost::service

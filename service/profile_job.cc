@@ -280,6 +280,17 @@ Result<ProfileJobResult> RunProfileJob(const ProfileJobOptions& options, const s
   }
   result.disagreements = Disagreements(table, ran->run);
   result.in_step = std::move(*ran);
+  const uint64_t paging_budget =
+      static_cast<uint64_t>(kPagingShare * static_cast<double>(result.in_step->run.predicted_peak_bytes()));
+  Result<TrainJobResult> paged = RunInStepPaging(steps, paging_budget, stop, log);
+  if (paged.ok()) {
+    for (const std::string& note : paged->notes) {
+      if (note.starts_with("paging measured")) result.in_step->notes.push_back(note);
+    }
+  } else {
+    result.in_step->notes.push_back("paging not measured inside steps (the storage benchmark's figures stay): " +
+                                    paged.status().message());
+  }
   return result;
 }
 

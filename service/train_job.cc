@@ -18,6 +18,7 @@
 #include "probes/registry.h"
 #include "profiler/interference.h"
 #include "profiler/node_work.h"
+#include "profiler/paging.h"
 #include "profiler/power_model.h"
 #include "profiler/probe_meter.h"
 #include "profiler/profile.h"
@@ -180,6 +181,43 @@ Result<uint64_t> StoredScheduleOf(costdb::CostDb& db, const v1::Schedule& file) 
   }
   return uint64_t{0};
 }
+
+// The paging thread's requests inside the steps, per direction: the node's bytes and the seconds
+// the request took, fitted to latency + bytes / throughput as profile's storage benchmark is.
+class InStepIo {
+ public:
+  void Add(const std::vector<train::TraceEvent>& events, const std::vector<int64_t>& node_bytes) {
+    for (const train::TraceEvent& e : events) {
+      const bool out = e.kind == train::TraceEvent::Kind::kPageOut;
+      if (!out && e.kind != train::TraceEvent::Kind::kPageIn) continue;
+      Direction& d = out ? out_ : in_;
+      d.bytes.push_back(static_cast<uint64_t>(node_bytes[static_cast<size_t>(e.node)]));
+      d.seconds.push_back(e.duration_s);
+    }
+  }
+  bool Any() const { return !out_.bytes.empty() && !in_.bytes.empty(); }
+  // The device's paging cost with these figures, stored in place of the storage benchmark's.
+  Result<v1::PagingCost> Fit(costdb::CostDb& db, const std::string& fingerprint_hash) const {
+    EC_ASSIGN_OR_RETURN(std::optional<v1::PagingCost> stored, db.GetPagingCost(fingerprint_hash));
+    v1::PagingCost cost = stored.value_or(v1::PagingCost{});
+    double latency_s = 0, throughput = 0;
+    profiler::FitAffine(out_.bytes, out_.seconds, &latency_s, &throughput);
+    cost.set_page_out_latency_s(latency_s);
+    cost.set_page_out_throughput_bytes_per_s(throughput);
+    profiler::FitAffine(in_.bytes, in_.seconds, &latency_s, &throughput);
+    cost.set_page_in_latency_s(latency_s);
+    cost.set_page_in_throughput_bytes_per_s(throughput);
+    EC_RETURN_IF_ERROR(db.PutPagingCost(fingerprint_hash, cost));
+    return cost;
+  }
+
+ private:
+  struct Direction {
+    std::vector<uint64_t> bytes;
+    std::vector<double> seconds;
+  };
+  Direction out_, in_;
+};
 
 // The measured-in-step table of a run: `isolated`'s nodes with the run's node times, each plus the
 // step's time outside its nodes per execution (InStepOverheadS), so that a recomputation pays it
@@ -575,6 +613,7 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
       request.set_compute_threads(table_threads);
     }
     request.set_batch_size(static_cast<uint32_t>(spec.batch_size));
+    const bool store_schedule = options.store && options.store_schedule;
     request.set_derivation("exact");
     request.set_trainable(spec.trainable.ToString());
     log("solving a schedule (" + (request.strategy().empty() ? std::string("optimal") : request.strategy()) + ") for " +
@@ -590,8 +629,8 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
           FormatBytes(static_cast<double>(p.min_feasible_ram_bytes)) + " (the MILP searches on at this one)");
     };
     EC_ASSIGN_OR_RETURN(SolvedRequest solved, options.solve_in_child
-                                                  ? SolveRequestInChild(options.db_path, request, options.store, say_min_ram)
-                                                  : SolveRequest(&db, request, options.store, nullptr, say_min_ram));
+                                                  ? SolveRequestInChild(options.db_path, request, store_schedule, say_min_ram)
+                                                  : SolveRequest(&db, request, store_schedule, nullptr, say_min_ram));
     if (!HasSchedule(solved.schedule)) {
       std::string hint;
       if (solved.schedule.min_feasible_ram_bytes() > 0) {
@@ -723,7 +762,8 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
     const solver::Problem& p = checked->problem;
     run.set_ram_budget_bytes(static_cast<uint64_t>(p.ram_budget_bytes));
     run.set_runtime_budget_s(p.runtime_budget_s);
-    run.set_predicted_runtime_s(r.runtime_s);
+    // As the executor runs it: paging on its I/O thread, on the critical path where compute waits.
+    run.set_predicted_runtime_s(solver::OverlappedRuntimeS(p, checked->plan));
     run.set_predicted_peak_bytes(static_cast<uint64_t>(r.peak_ram_bytes));
     run.set_predicted_energy_j(r.energy.total_j());
     run.set_page_outs(r.page_outs);
@@ -741,9 +781,11 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
       result.notes.push_back("the cost table has no paging times: the paging time is not predicted");
     }
     run.set_predicted_paging_s(paging_s);
-    if (p.count_paging_time) {
-      result.notes.push_back("the schedule counts paging time in its runtime");
+    double compute_s = 0;
+    for (int t = 0; t < p.size(); ++t) {
+      for (int k = 0; k <= t; ++k) compute_s += checked->plan.compute[t][k] ? p.runtime_s[static_cast<size_t>(k)] : 0;
     }
+    run.set_predicted_paging_wait_s(std::max(0.0, run.predicted_runtime_s() - compute_s));
   } else {
     run.set_predicted_peak_bytes(static_cast<uint64_t>(
         train::PlanMemory(executor->node_bytes(), executor->preds(), train::PlainPlan(executor->preds())).peak_bytes));
@@ -840,6 +882,7 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
   profiler::SchedInterferenceWatch sched_watch;
   profiler::InterferenceWatch* watch = options.watch ? options.watch : &sched_watch;
   std::vector<train::StepTrace> traces;
+  InStepIo io;  // the paging thread's requests as the steps ran them
   run.set_unbuilt_rss_bytes(static_cast<uint64_t>(std::max<int64_t>(0, unbuilt_rss)));
   run.set_baseline_rss_bytes(static_cast<uint64_t>(std::max<int64_t>(0, ProcStatusBytes("VmRSS"))));
   EC_ASSIGN_OR_RETURN(profiler::EnergyMark energy_start, profiler::MarkEnergy(*meter, profiler::SteadyClock()));
@@ -895,6 +938,7 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
       executions[static_cast<size_t>(i)] = runs;
     }
     stats.events.push_back({-1, train::TraceEvent::Kind::kUpdate, executor->ClockS() - update_s, update_s});
+    if (s > start) io.Add(stats.events, executor->node_bytes());  // the first step warms the storage too
     if (s + 1 == steps) train::ToProto(stats.events, *run.mutable_last_step());
     if (options.trace) traces.push_back({s + 1, std::move(stats.events)});
     if (on_step) on_step({s + 1, steps, stats.loss, stats.runtime_s});
@@ -1027,6 +1071,15 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
         table && (table->cost_source() == profiler::kMeasuredSource || table->cost_source() == kMeasuredInStepSource);
     if (measured && steps >= 2 && run.disturbed() && !options.accept_noisy) {
       result.notes.push_back("no measured-in-step costs: most steps were disturbed (--accept-noisy stores them)");
+    } else if (measured && steps >= 2 && io.Any()) {
+      // Compute shares the cores with the paging thread here: node times come from steps that do not page.
+      EC_ASSIGN_OR_RETURN(const v1::PagingCost paging, io.Fit(db, table->fingerprint_hash()));
+      result.notes.push_back("paging measured inside the steps and stored for this device: out " +
+                             FormatSeconds(paging.page_out_latency_s()) + " + " +
+                             FormatBytes(paging.page_out_throughput_bytes_per_s()) + "/s, in " +
+                             FormatSeconds(paging.page_in_latency_s()) + " + " +
+                             FormatBytes(paging.page_in_throughput_bytes_per_s()) +
+                             "/s; no measured-in-step costs from a run that pages");
     } else if (measured && steps >= 2) {
       const v1::CostTable in_step =
           InStepCostTable(*table, run, result.run_id, robust ? Quantile(outside_nodes_s, kDisturbedQuantile) : -1);

@@ -76,6 +76,7 @@ struct TrainJobOptions {
   bool trace = false;
   std::string paging_dir;  // empty: "paging" beside the database
   bool store = true;       // the run record and the measured-in-step table
+  bool store_schedule = true;  // a schedule solved for the run (not: a profile's paging steps)
   std::string probes_config;
   // A run most of whose steps were disturbed is stored marked; without this its
   // measured-in-step cost table is not.

@@ -178,4 +178,42 @@ Replay Simulate(const Problem& problem, const v1::Schedule& schedule, SimulateOp
   return Simulate(problem, PlanFromStages(schedule, n), options);
 }
 
+double OverlappedRuntimeS(const Problem& problem, const Plan& plan) {
+  const int n = problem.size();
+  const bool timed = problem.page_in_s.size() == static_cast<size_t>(n) &&
+                     problem.page_out_s.size() == static_cast<size_t>(n);
+  constexpr double kNone = -1;
+  std::vector<double> read_done(static_cast<size_t>(n), kNone), write_done(static_cast<size_t>(n), kNone);
+  double now = 0, io_free = 0;
+  const auto wait_for = [&](std::vector<double>& done, int u) {
+    if (done[static_cast<size_t>(u)] != kNone) now = std::max(now, done[static_cast<size_t>(u)]);
+    done[static_cast<size_t>(u)] = kNone;
+  };
+  const auto queue = [&](std::vector<double>& done, int u, double seconds) {
+    io_free = std::max(io_free, now) + seconds;
+    done[static_cast<size_t>(u)] = io_free;
+  };
+  for (int t = 0; t < n; ++t) {
+    if (timed) {
+      for (int i = 0; i < n; ++i) {
+        if (plan.page_out[t][i]) queue(write_done, i, problem.page_out_s[static_cast<size_t>(i)]);
+      }
+      for (int i = 0; i < n; ++i) {
+        if (plan.page_in[t][i]) queue(read_done, i, problem.page_in_s[static_cast<size_t>(i)]);
+      }
+    }
+    for (int k = 0; k <= t; ++k) {
+      if (!plan.compute[t][k]) continue;
+      for (int u : problem.preds[static_cast<size_t>(k)]) wait_for(read_done, u);
+      wait_for(write_done, k);  // a buffer being written out is not reused
+      now += problem.runtime_s[static_cast<size_t>(k)];
+    }
+    // What the next stage does not keep is released: its page-out first.
+    for (int i = 0; i < n; ++i) {
+      if (t + 1 >= n || !plan.resident[t + 1][i]) wait_for(write_done, i);
+    }
+  }
+  return std::max(now, io_free);  // the step ends when the I/O thread has drained
+}
+
 }  // namespace edgecost::solver

@@ -43,6 +43,14 @@ struct SimulateOptions {
 };
 
 Replay Simulate(const Problem& problem, const Plan& plan, SimulateOptions options = {});
+
+// The step's time as the executor (train/) runs `plan`, with paging on an I/O thread of its own:
+// each stage's page-outs, then page-ins, queued in node order on one FIFO; the compute thread
+// runs the stage's nodes in order and waits for a page-in a node reads, for a page-out before the
+// node's buffer is released, and for every request at the step's end. Paging is on the critical
+// path only where compute waits for it, which a serial sum (count_paging_time) overstates when
+// reads run ahead and understates nothing. Without paging times: the compute time.
+double OverlappedRuntimeS(const Problem& problem, const Plan& plan);
 // Checks the message's shape (stage count, node ranges) before replaying it.
 Replay Simulate(const Problem& problem, const v1::Schedule& schedule, SimulateOptions options = {});
 

@@ -37,12 +37,31 @@ def _export_onnx(model, example_inputs, path):
                       do_constant_folding=False, opset_version=13)
 
 
+def optimizer_state_tensors(optimizer):
+    """The state tensors `optimizer` keeps per trained parameter: a torch.optim object or a name
+    ("sgd", "adam", "adamw"), as edgecost's SGD (with momentum: 1), Adam and AdamW (2) keep them."""
+    if optimizer is None:
+        return 0
+    if isinstance(optimizer, str):
+        kinds = {"sgd": 0, "adam": 2, "adamw": 2}
+        if optimizer.lower() not in kinds:
+            raise ValueError(f"optimizer '{optimizer}': one of sgd, adam, adamw, or a torch.optim object")
+        return kinds[optimizer.lower()]
+    if isinstance(optimizer, (torch.optim.Adam, torch.optim.AdamW)):
+        return 2
+    if isinstance(optimizer, torch.optim.SGD):
+        return 1 if any(group.get("momentum", 0) for group in optimizer.param_groups) else 0
+    raise ValueError(f"optimizer {type(optimizer).__name__}: edgecost counts the state of SGD, Adam and AdamW")
+
+
 def plan(model, example_inputs, *, activation_budget=None, ram_budget=None, runtime_budget="1.5x", platform=None,
-         device="this", db=None, agent=None, time_limit_s=30, progress=True, keep_files=None, accept_noisy_costs=False):
+         device="this", db=None, agent=None, time_limit_s=30, progress=True, keep_files=None, accept_noisy_costs=False,
+         optimizer=None):
     """Solves edgecost's schedule for one training step of `model` on `example_inputs`.
 
     activation_budget: the saved activations' RAM ("4MB", "3MiB", or "50%" of the plain step's peak);
-    ram_budget: instead, the whole process's RAM. runtime_budget: "1.5x" the plain step, or "120ms".
+    ram_budget: instead, the training process's peak RSS, with the state of `optimizer` (a torch.optim
+    object or "sgd", "adam", "adamw") counted. runtime_budget: "1.5x" the plain step, or "120ms".
     platform: a board preset ("a72") whose estimated costs are used instead of measuring `device`
     ("this": this machine, profiled first when its costs are missing). agent: a running agent
     (`edgecost serve`) to plan through, "unix:PATH" or "http://HOST:PORT" with the token in
@@ -63,7 +82,8 @@ def plan(model, example_inputs, *, activation_budget=None, ram_budget=None, runt
     backend.add_model(model_name, onnx_path)
     # Paging time counts against the runtime budget on measured costs, as `edgecost solve` does.
     request = {"model": model_name, "device": platform or device, "countPagingTime": not platform,
-               "timeLimitS": time_limit_s, **runtime_budget_fields(runtime_budget)}
+               "timeLimitS": time_limit_s, "optimizerStateTensors": optimizer_state_tensors(optimizer),
+               **runtime_budget_fields(runtime_budget)}
     if platform:
         request["costSource"] = "poet-flops"
     elif device == "this" and not backend.has_measured_costs(model_name):

@@ -59,6 +59,20 @@ class PlanAppliedTest(unittest.TestCase):
         self.assertLess(result.saved_peak_bytes, result.plain_saved_peak_bytes)
         return plan
 
+    def test_a_ram_budget_counts_the_optimizers_state(self):
+        model = Encoder()
+        adamw = torch.optim.AdamW(model.parameters())
+        self.assertEqual(ec.optimizer_state_tensors(adamw), 2)
+        self.assertEqual(ec.optimizer_state_tensors(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)), 1)
+        self.assertEqual(ec.optimizer_state_tensors("sgd"), 0)
+        with self.assertRaises(ValueError):
+            ec.optimizer_state_tensors("lion")
+        plan = ec.plan(model, torch.randn(2, 8, 16), ram_budget="2GB", runtime_budget="2x", platform="a72",
+                       db=self.db, time_limit_s=2, progress=False, optimizer=adamw)
+        self.assertEqual(plan.schedule.raw["request"]["optimizerStateTensors"], 2)
+        memory = plan.schedule.raw["memory"]
+        self.assertEqual(int(memory["optimizerBytes"]), 2 * int(memory["paramBytes"]))  # every parameter trains
+
     def test_resnet18(self):
         # In-place ReLU saves its result, which is the batch norm's output; max pool saves int64
         # indices: both paged with the module's output when the plan pages it.

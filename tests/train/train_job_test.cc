@@ -612,7 +612,6 @@ TEST_F(TrainJobTest, InStepProfilingStoresATableThatAddsUpToTheStepAndAutoPrefer
   in_step.threads = 1;
   in_step.steps = 4;
   in_step.paging_dir = PagingDir();
-  in_step.accept_noisy = true;
   auto profiled = RunInStepProfile(in_step, nullptr, [](const std::string&) {});
   ASSERT_TRUE(profiled.ok()) << profiled.status().message();
   EXPECT_EQ(profiled->run.cost_source(), profiler::kMeasuredSource);
