@@ -169,6 +169,15 @@ void PrintInStep(const service::ProfileJobResult& result) {
               << "their prediction): " << result.disagreements.front()
               << (result.disagreements.size() > 1 ? ", ..." : "") << "\n";
   }
+  if (result.one_thread_step_s > 0) {
+    const bool fewer_faster = result.one_thread_step_s < run.runtime_s();
+    std::cout << "threads        1 thread: step " << FormatSeconds(result.one_thread_step_s) << ", "
+              << profiler::ThreadsText(run.threads()) << ": " << FormatSeconds(run.runtime_s())
+              << (fewer_faster ? "; ONE THREAD IS FASTER for this model: train and solve with --threads 1 "
+                                 "(its table is stored)"
+                               : "; both tables stored (--threads picks one)")
+              << "\n";
+  }
   if (steps.in_step_table_id == 0) {
     std::cout << "not stored     no measured-in-step cost table (see above)\n";
     return;

@@ -9,12 +9,10 @@
 namespace edgecost::service {
 namespace {
 
-// The steps' own options: random weights (times, not weights: a model whose layers the file cannot
-// fill profiles too), predicted from the isolated ops' table, stored, and a disturbed run's table of
-// robust statistics (a low percentile over all steps) stored too.
+// The steps' own options: predicted from the isolated ops' table, stored, and a disturbed run's
+// table of robust statistics (a low percentile over all steps) stored too.
 TrainJobOptions StepsOptions(const InStepProfileOptions& options, int steps) {
   TrainJobOptions train;
-  train.init = "random";
   train.db_path = options.db_path;
   train.graph = options.graph;
   train.cost_source = profiler::kMeasuredSource;
@@ -80,10 +78,21 @@ Result<TrainJobResult> RunInChild(const std::vector<std::string>& argv, const st
   return result;
 }
 
-Result<TrainJobResult> Run(const InStepProfileOptions& options, const TrainJobOptions& train,
-                           const std::atomic<bool>* stop, const std::function<void(const std::string&)>& log) {
-  if (options.edgecost_binary.empty()) return RunTrainJob(train, stop, nullptr, log);
-  return RunInChild(StepsArguments(train, options.edgecost_binary), stop, log);
+Result<TrainJobResult> RunOnce(const TrainJobOptions& train, const std::string& binary, const std::atomic<bool>* stop,
+                               const std::function<void(const std::string&)>& log) {
+  if (binary.empty()) return RunTrainJob(train, stop, nullptr, log);
+  return RunInChild(StepsArguments(train, binary), stop, log);
+}
+
+// With the model's own weights first, as a user's `train` runs it (their copy is the process's
+// too); drawn from the seed when the file cannot fill the layers.
+Result<TrainJobResult> Run(const InStepProfileOptions& options, TrainJobOptions train, const std::atomic<bool>* stop,
+                           const std::function<void(const std::string&)>& log) {
+  Result<TrainJobResult> ran = RunOnce(train, options.edgecost_binary, stop, log);
+  if (ran.ok() || (stop && stop->load())) return ran;
+  log("in-step: the model's own weights did not load (" + ran.status().message() + "): drawn from the seed");
+  train.init = "random";
+  return RunOnce(train, options.edgecost_binary, stop, log);
 }
 
 }  // namespace

@@ -94,6 +94,7 @@ v1::ProfileResult ToProto(const ProfileJobResult& result) {
   }
   out.set_in_step_skipped(result.in_step_skipped);
   for (const std::string& line : result.disagreements) out.add_disagreements(line);
+  out.set_one_thread_step_s(result.one_thread_step_s);
   return out;
 }
 
@@ -290,6 +291,13 @@ Result<ProfileJobResult> RunProfileJob(const ProfileJobOptions& options, const s
   } else {
     result.in_step->notes.push_back("paging not measured inside steps (the storage benchmark's figures stay): " +
                                     paged.status().message());
+  }
+  // All cores asked by default: one thread's steps too, for a model too small to repay a team.
+  if (options.threads == 0 && threads > 1) {
+    steps.threads = 1;
+    if (Result<TrainJobResult> one = RunInStepProfile(steps, stop, log); one.ok() && one->in_step_table_id != 0) {
+      result.one_thread_step_s = one->run.runtime_s();
+    }
   }
   return result;
 }

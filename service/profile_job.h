@@ -62,6 +62,9 @@ struct ProfileJobResult {
   // Nodes of at least a percent of the step whose in-step time differs from their isolated op's by
   // more than kDisagreementFactor, worst first: the in-step figure is their prediction.
   std::vector<std::string> disagreements;
+  // Profiling all cores by default: the plain step on one thread too (its in-step table stored),
+  // which a model too small to repay a team runs faster; 0 when not measured.
+  double one_thread_step_s = 0;
   bool ok() const { return in_step ? in_step->in_step_table_id != 0 : cost_table_id != 0; }
 };
 inline constexpr double kDisagreementFactor = 3;

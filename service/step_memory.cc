@@ -120,16 +120,19 @@ uint64_t ArenaRegionBytes(const v1::TrainingGraph& graph, const v1::Schedule& sc
 }
 
 std::optional<v1::TrainRun> LatestProcessRun(costdb::CostDb& db, const std::string& model, const std::string& device,
-                                             uint32_t batch_size, uint32_t threads) {
+                                             uint32_t batch_size, uint32_t threads, bool pages) {
   Result<std::vector<v1::TrainRun>> runs = db.ListTrainRuns(model, 50);
   if (!runs.ok()) return std::nullopt;
+  std::optional<v1::TrainRun> other;  // the latest that paged otherwise
   for (auto it = runs->rbegin(); it != runs->rend(); ++it) {
-    if (it->device() == device && it->batch_size() == batch_size && it->threads() == threads &&
-        it->process_rest_bytes() > 0) {
-      return *it;
+    if (it->device() != device || it->batch_size() != batch_size || it->threads() != threads ||
+        it->process_rest_bytes() == 0) {
+      continue;
     }
+    if ((it->page_outs() > 0) == pages) return *it;
+    if (!other) other = *it;
   }
-  return std::nullopt;
+  return other;
 }
 
 void AddProcessRest(costdb::CostDb& db, const std::string& model, const std::string& device, uint32_t batch_size,

@@ -31,9 +31,10 @@ v1::StepMemory StepMemoryOf(const v1::TrainingGraph& graph, bool build_large = f
 uint64_t ArenaRegionBytes(const v1::TrainingGraph& graph, const v1::Schedule& schedule);
 
 // The latest training run of `model` on `device` at this batch and thread count that measured
-// the rest of its process (TrainRun.process_rest_bytes); nullopt when none did.
+// the rest of its process (TrainRun.process_rest_bytes), one that paged or not as `pages` says
+// when there is one (paging keeps a thread and its buffers); nullopt when none did.
 std::optional<v1::TrainRun> LatestProcessRun(costdb::CostDb& db, const std::string& model, const std::string& device,
-                                             uint32_t batch_size, uint32_t threads);
+                                             uint32_t batch_size, uint32_t threads, bool pages = false);
 
 // Adds that run's process_rest_bytes to `memory`'s fixed parts, or says in its note that none is known.
 void AddProcessRest(costdb::CostDb& db, const std::string& model, const std::string& device, uint32_t batch_size,

@@ -687,8 +687,14 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
   executor_options.seed = options.seed;
   executor_options.paging_dir = paging_dir;
   executor_options.trace = true;  // the last step goes into the run record
-  // The training's peak is the process's from here: heap pages freed by earlier work go back to the
-  // kernel and the high-water mark restarts at what the process holds now.
+  // The run whose process predicts this one's, read before the peak is: reading runs is not training.
+  const std::optional<v1::TrainRun> earlier_process =
+      LatestProcessRun(db, graph.model(), profiler::ThisDeviceName(), graph.batch_size(),
+                       static_cast<uint32_t>(threads), checked && checked->replay.page_outs > 0);
+  // The training's peak is the process's from here: the database's connection and caches close (the
+  // record reopens it), heap pages freed by earlier work go back to the kernel, and the high-water
+  // mark restarts at what the process holds now.
+  { const costdb::CostDb closed = std::move(db); }
   malloc_trim(0);
   run.set_peak_reset_at_start(ResetHighWater());
   const int64_t unbuilt_rss = ProcStatusBytes("VmRSS");
@@ -813,10 +819,9 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
       train::LayOut(executor->node_bytes(), executor->preds(), plan ? *plan : train::PlainPlan(executor->preds()))
           .region_bytes);
   const uint64_t tensor_bytes = outside_arena_bytes + run.arena_bytes();
-  if (std::optional<v1::TrainRun> earlier =
-          LatestProcessRun(db, graph.model(), run.device(), run.batch_size(), run.threads())) {
-    run.set_predicted_process_rest_bytes(earlier->process_rest_bytes());
-    run.set_process_rest_from_run(earlier->id());
+  if (earlier_process) {
+    run.set_predicted_process_rest_bytes(earlier_process->process_rest_bytes());
+    run.set_process_rest_from_run(earlier_process->id());
   } else {
     result.notes.push_back(
         "the process peak is predicted without the rest of the process (binary, libraries, kernels' code, the "
@@ -1065,6 +1070,7 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
 
   // Stored only now, whole: a failed or stopped run leaves no record.
   if (options.store) {
+    EC_ASSIGN_OR_RETURN(costdb::CostDb db, costdb::CostDb::Open(options.db_path, costdb::OpenMode::kReadWrite));
     EC_ASSIGN_OR_RETURN(result.run_id, db.PutTrainRun(run));
     run.set_id(static_cast<uint64_t>(result.run_id));
     const bool measured =
