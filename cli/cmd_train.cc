@@ -20,6 +20,7 @@
 #include "cli/table.h"
 #include "costdb/costdb.h"
 #include "daemon/client.h"
+#include "proto/json.h"
 #include "profiler/profile.h"
 #include "service/cost_tables.h"
 #include "service/train_job.h"
@@ -638,7 +639,55 @@ int RunRunNodes(int64_t run_id, int worst, const Context& ctx) {
 
 }  // namespace
 
+// The agent's train job in a process of its own (`train-job`, hidden): the request as JSON in a
+// file, each step's progress as "progress: <TrainJobProgress JSON>" and every other line on
+// stderr, the run record's JSON on stdout. Stops at the next step on SIGINT, as `train` does.
+int RunTrainWorker(const std::string& request_path, const std::string& out_onnx, const std::string& probes_config,
+                   const Context& ctx) {
+  std::ifstream in(request_path);
+  std::stringstream text;
+  text << in.rdbuf();
+  v1::StartTrainRequest request;
+  if (Status s = proto::FromJson(text.str(), &request); !in || !s.ok()) {
+    return Failure(InvalidArgument("cannot read the train request " + request_path + ": " + s.message()));
+  }
+  service::TrainJobOptions options = service::TrainJobOptionsOf(request, DbPath(ctx));
+  options.out_onnx = out_onnx;
+  options.probes_config = probes_config;
+  options.solve_in_child = true;
+  const auto progress = [](const service::TrainProgress& p) {
+    v1::TrainJobProgress reported;
+    reported.set_step(static_cast<uint32_t>(p.step));
+    reported.set_steps(static_cast<uint32_t>(p.steps));
+    reported.set_loss(p.loss);
+    reported.set_step_runtime_s(p.runtime_s);
+    if (p.epoch) {
+      *reported.mutable_epoch() = *p.epoch;
+      reported.set_held_out_records(static_cast<uint64_t>(p.held_out_records));
+      reported.set_batches_per_epoch(static_cast<uint32_t>(p.batches_per_epoch));
+    }
+    if (Result<std::string> json = proto::ToJson(reported); json.ok()) std::cerr << "progress: " << *json << "\n";
+  };
+  std::signal(SIGINT, OnSignal);
+  std::signal(SIGTERM, OnSignal);
+  auto result = service::RunTrainJob(options, &g_stop, progress, [](const std::string& line) { std::cerr << line << "\n"; });
+  if (!result.ok()) return Failure(result.status());
+  PrintJson(result->run);
+  return kExitOk;
+}
+
 void RegisterTrainCommand(CLI::App& app, Context& ctx) {
+  auto worker_request = std::make_shared<std::string>();
+  auto worker_out = std::make_shared<std::string>();
+  auto worker_probes = std::make_shared<std::string>();
+  CLI::App* worker = app.add_subcommand("train-job", "The agent's train job in a process of its own")->group("");
+  worker->add_option("--request", *worker_request, "StartTrainRequest as protobuf JSON")->required();
+  worker->add_option("--out", *worker_out, "Where the trained ONNX model goes (keep_model)");
+  worker->add_option("--probes-config", *worker_probes, "The agent's probes config");
+  worker->callback([worker_request, worker_out, worker_probes, &ctx] {
+    ctx.exit_code = RunTrainWorker(*worker_request, *worker_out, *worker_probes, ctx);
+  });
+
   auto flags = std::make_shared<TrainFlags>();
   CLI::App* cmd = app.add_subcommand(
       "train", "Run real training steps under a schedule and hold its predictions against measurements");

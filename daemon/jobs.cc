@@ -10,12 +10,15 @@
 
 #include <spdlog/spdlog.h>
 
+#include "base/files.h"
+#include "base/subprocess.h"
 #include "base/time_text.h"
 #include "base/units.h"
 #include "costdb/costdb.h"
 #include "daemon/log.h"
 #include "graph/resolve.h"
 #include "graph/zoo.h"
+#include "proto/json.h"
 #include "service/cost_tables.h"
 #include "service/models.h"
 #include "service/profile_job.h"
@@ -212,13 +215,6 @@ Result<graph::GraphSpec> JobModel(const std::string& model, uint32_t batch_size,
   return spec;
 }
 
-// "INPUTS,LABELS": the .npz's array names; empty names when the text is not that.
-std::pair<std::string, std::string> DataKeysOf(const std::string& text) {
-  const size_t comma = text.find(',');
-  if (comma == std::string::npos || comma == 0 || comma + 1 == text.size()) return {};
-  return {text.substr(0, comma), text.substr(comma + 1)};
-}
-
 }  // namespace
 
 Status CheckProfileRequest(const v1::StartProfileRequest& request, const std::string& db_path) {
@@ -387,7 +383,7 @@ Status CheckTrainRequest(const v1::StartTrainRequest& request, const std::string
   }
   if (!(request.val_split() >= 0 && request.val_split() < 1)) return InvalidArgument("val_split is from 0 to below 1");
   if (request.epochs() > 100000) return InvalidArgument("epochs is at most 100000");
-  if (!request.data_keys().empty() && DataKeysOf(request.data_keys()).first.empty()) {
+  if (!request.data_keys().empty() && service::DataKeysOf(request.data_keys()).first.empty()) {
     return InvalidArgument("data_keys is INPUTS,LABELS (the .npz's array names), not '" + request.data_keys() + "'");
   }
   return Status::Ok();
@@ -576,47 +572,64 @@ void JobManager::RunProfile(Entry& entry) {
   });
 }
 
-void JobManager::RunTrain(Entry& entry) {
-  const v1::StartTrainRequest request = entry.job.train_request();
-  service::TrainJobOptions options;
-  options.db_path = db_path_;
-  options.probes_config = probes_config_;
-  options.graph.model_or_file = request.model();
-  options.graph.batch_size = request.batch_size() > 0 ? static_cast<int>(request.batch_size()) : 1;
-  options.schedule_id = request.schedule_id();
-  if (request.ram_budget_bytes() > 0 || request.device_ram_bytes() > 0) {
-    options.solve.set_ram_budget_bytes(request.ram_budget_bytes());
-    options.solve.set_device_ram_bytes(request.device_ram_bytes());
-    options.solve.set_runtime_budget_multiple(request.runtime_budget_multiple() > 0
-                                                  ? request.runtime_budget_multiple()
-                                                  : solver::kDefaultRuntimeBudgetMultiple);
-    options.solve.set_strategy(request.strategy());
-    options.solve.set_count_paging_time(true);  // as `edgecost train`: overlap does not hide paging
+// The job in a training process of its own (`edgecost train-job`), so that its peak RSS is its own
+// and none of the agent's other work lands in it; progress and log lines come back on its stderr.
+Result<service::TrainJobResult> JobManager::RunTrainInChild(
+    Entry& entry, const v1::StartTrainRequest& request, const service::TrainJobOptions& options,
+    const std::function<void(const service::TrainProgress&)>& progress,
+    const std::function<void(const std::string&)>& log) {
+  const std::filesystem::path request_path =
+      std::filesystem::temp_directory_path() /
+      ("edgecost-train-job-" + std::to_string(::getpid()) + "-" + std::to_string(entry.job.id()) + ".json");
+  EC_ASSIGN_OR_RETURN(const std::string json, proto::ToJson(request));
+  EC_RETURN_IF_ERROR(WriteFileAtomically(request_path.string(), json));
+  std::vector<std::string> argv = {edgecost_binary_, "--db", db_path_, "train-job", "--request", request_path.string()};
+  if (!options.out_onnx.empty()) argv.insert(argv.end(), {"--out", options.out_onnx});
+  if (!options.probes_config.empty()) argv.insert(argv.end(), {"--probes-config", options.probes_config});
+  std::string error;
+  const Result<ProcessResult> process = RunProcess(
+      argv,
+      [&](const std::string& line) {
+        v1::TrainJobProgress reported;
+        if (line.starts_with("progress: ") && proto::FromJson(line.substr(10), &reported).ok()) {
+          progress({static_cast<int>(reported.step()), static_cast<int>(reported.steps()), reported.loss(),
+                    reported.step_runtime_s(), reported.has_epoch() ? &reported.epoch() : nullptr,
+                    static_cast<int64_t>(reported.held_out_records()),
+                    static_cast<int64_t>(reported.batches_per_epoch())});
+        } else if (line.starts_with("edgecost: error: ")) {
+          error = line.substr(17);
+        } else {
+          log(line);
+        }
+      },
+      &entry.stop);
+  std::error_code ignored;
+  std::filesystem::remove(request_path, ignored);
+  if (!process.ok()) return process.status();
+  if (process->exit_code != 0) {
+    if (entry.stop) return Status(ErrorCode::kCancelled, error);
+    return FailedPrecondition(error.empty() ? "the training process ended with status " +
+                                                  std::to_string(process->exit_code)
+                                            : error);
   }
-  if (!request.cost_source().empty()) options.cost_source = request.cost_source();
-  if (!request.init().empty()) options.init = request.init();
-  options.steps = request.steps() > 0 ? static_cast<int>(request.steps()) : 10;
-  options.lr = request.lr() > 0 ? request.lr() : 0.01;
-  options.optimizer = request.optimizer();
-  options.lr_schedule = request.lr_schedule();
-  options.threads = static_cast<int>(request.threads());
-  options.verify = request.verify();
-  options.accept_noisy = request.accept_noisy();
-  if (request.seed() > 0) options.seed = request.seed();
+  service::TrainJobResult result;
+  EC_RETURN_IF_ERROR(proto::FromJson(process->stdout_text, &result.run));
+  result.run_id = static_cast<int64_t>(result.run.id());
+  return result;
+}
+
+void JobManager::RunTrain(Entry& entry) {
+  v1::StartTrainRequest request = entry.job.train_request();
   // The data sets are resolved again: a symlink may have changed since the request was checked.
   Status data_status = Status::Ok();
-  for (auto [given, resolved] :
-       {std::pair{&request.data(), &options.data_file}, {&request.val_data(), &options.val_data}}) {
+  for (std::string* given : {request.mutable_data(), request.mutable_val_data()}) {
     if (given->empty()) continue;
     Result<std::string> path = ResolveTrainData(*given, train_data_dirs_);
     if (!path.ok()) data_status = path.status();
-    if (path.ok()) *resolved = *path;
+    *given = path.ok() ? *path : std::string();
   }
-  options.epochs = static_cast<int>(request.epochs());
-  options.val_split = request.val_split();
-  options.mean.assign(request.mean().begin(), request.mean().end());
-  options.std.assign(request.std().begin(), request.std().end());
-  if (!request.data_keys().empty()) std::tie(options.input_key, options.label_key) = DataKeysOf(request.data_keys());
+  service::TrainJobOptions options = service::TrainJobOptionsOf(request, db_path_);
+  options.probes_config = probes_config_;
   if (request.keep_model()) {
     const std::filesystem::path dir = TrainedModelDir(db_path_);
     std::error_code error;
@@ -644,8 +657,10 @@ void JobManager::RunTrain(Entry& entry) {
     });
   };
   auto log = [&](const std::string& line) { Update(entry, [&](v1::Job& job) { job.set_message(line); }); };
-  Result<service::TrainJobResult> result = data_status.ok() ? service::RunTrainJob(options, &entry.stop, progress, log)
-                                                            : Result<service::TrainJobResult>(data_status);
+  Result<service::TrainJobResult> result =
+      !data_status.ok()         ? Result<service::TrainJobResult>(data_status)
+      : edgecost_binary_.empty() ? service::RunTrainJob(options, &entry.stop, progress, log)
+                                 : RunTrainInChild(entry, request, options, progress, log);
   Update(entry, [&](v1::Job& job) {
     if (!result.ok() && result.status().code() == ErrorCode::kCancelled) {
       SetStopped(entry, job, "no run record stored");

@@ -19,6 +19,7 @@
 #include "costdb/costdb.h"
 #include "daemon/events.h"
 #include "proto/edgecost.pb.h"
+#include "service/train_job.h"
 
 namespace edgecost::daemon {
 
@@ -89,6 +90,10 @@ class JobManager {
   Result<v1::Job> Enqueue(std::unique_ptr<Entry> entry, const std::string& kind, const std::string& message);
   void RunProfile(Entry& entry);
   void RunTrain(Entry& entry);
+  Result<service::TrainJobResult> RunTrainInChild(Entry& entry, const v1::StartTrainRequest& request,
+                                                  const service::TrainJobOptions& options,
+                                                  const std::function<void(const service::TrainProgress&)>& progress,
+                                                  const std::function<void(const std::string&)>& log);
   void RunRegeneration(Entry& entry);
   void Update(Entry& entry, const std::function<void(v1::Job&)>& change);  // stores it and emits
   void StoreLocked(Entry& entry);

@@ -412,6 +412,47 @@ std::string KeyDifferences(const std::string& checkpoint, const std::string& our
   return differences;
 }
 
+TrainJobOptions TrainJobOptionsOf(const v1::StartTrainRequest& request, const std::string& db_path) {
+  TrainJobOptions options;
+  options.db_path = db_path;
+  options.graph.model_or_file = request.model();
+  options.graph.batch_size = request.batch_size() > 0 ? static_cast<int>(request.batch_size()) : 1;
+  options.schedule_id = request.schedule_id();
+  if (request.ram_budget_bytes() > 0 || request.device_ram_bytes() > 0) {
+    options.solve.set_ram_budget_bytes(request.ram_budget_bytes());
+    options.solve.set_device_ram_bytes(request.device_ram_bytes());
+    options.solve.set_runtime_budget_multiple(request.runtime_budget_multiple() > 0
+                                                  ? request.runtime_budget_multiple()
+                                                  : solver::kDefaultRuntimeBudgetMultiple);
+    options.solve.set_strategy(request.strategy());
+    options.solve.set_count_paging_time(true);  // as `edgecost train`: overlap does not hide paging
+  }
+  if (!request.cost_source().empty()) options.cost_source = request.cost_source();
+  if (!request.init().empty()) options.init = request.init();
+  options.steps = request.steps() > 0 ? static_cast<int>(request.steps()) : 10;
+  options.lr = request.lr() > 0 ? request.lr() : 0.01;
+  options.optimizer = request.optimizer();
+  options.lr_schedule = request.lr_schedule();
+  options.threads = static_cast<int>(request.threads());
+  options.verify = request.verify();
+  options.accept_noisy = request.accept_noisy();
+  if (request.seed() > 0) options.seed = request.seed();
+  options.data_file = request.data();
+  options.val_data = request.val_data();
+  options.epochs = static_cast<int>(request.epochs());
+  options.val_split = request.val_split();
+  options.mean.assign(request.mean().begin(), request.mean().end());
+  options.std.assign(request.std().begin(), request.std().end());
+  if (!request.data_keys().empty()) std::tie(options.input_key, options.label_key) = DataKeysOf(request.data_keys());
+  return options;
+}
+
+std::pair<std::string, std::string> DataKeysOf(const std::string& text) {
+  const size_t comma = text.find(',');
+  if (comma == std::string::npos || comma == 0 || comma + 1 == text.size()) return {};
+  return {text.substr(0, comma), text.substr(comma + 1)};
+}
+
 Result<train::OptimizerOptions> OptimizerOptionsOf(const v1::TrainOptimizer& optimizer) {
   train::OptimizerOptions options;
   EC_ASSIGN_OR_RETURN(options.kind, train::ParseOptimizerKind(optimizer.kind().empty() ? "sgd" : optimizer.kind()));

@@ -107,6 +107,13 @@ struct TrainJobResult {
   std::string written_onnx, written_npz;  // the trained model's files, with out_onnx
 };
 
+// A train job's request (JobService.StartTrain) as options on `db_path`, its defaults resolved; its data
+// paths as given (the agent resolves them inside its data folders first).
+TrainJobOptions TrainJobOptionsOf(const v1::StartTrainRequest& request, const std::string& db_path);
+
+// "INPUTS,LABELS": an .npz's array names; empty names when the text is not that.
+std::pair<std::string, std::string> DataKeysOf(const std::string& text);
+
 // The optimizer a request names, checked, with PyTorch's defaults for what it leaves unset.
 Result<train::OptimizerOptions> OptimizerOptionsOf(const v1::TrainOptimizer& optimizer);
 v1::TrainOptimizer ToProto(const train::OptimizerOptions& options);  // every default resolved

@@ -22,6 +22,8 @@
 #include "base/units.h"
 #include "costdb/costdb.h"
 #include "costdb/postgres.h"
+#include "proto/edgecost.pb.h"
+#include "proto/json.h"
 #include "tests/shell.h"
 #include "tests/temp_dir.h"
 
@@ -1219,3 +1221,72 @@ TEST_F(CliTest, TrainResumesAfterKillToTheSameWeights) {
 }
 
 }  // namespace
+
+namespace edgecost {
+namespace {
+
+class DefaultPathTest : public edgecost::testing::TempDirTest {};
+
+// Issue 39: the user's default path. One plain `profile` measures the ops, then plain training
+// steps in a training process of its own (`edgecost train` as a child) whose node times are the
+// default table and whose process predicts the peak RSS: the first `train` after it is predicted,
+// memory included; a schedule solved for another optimizer's state is refused. An agent's profile
+// and train jobs run their steps in processes of their own too.
+TEST_F(DefaultPathTest, TheFirstTrainAfterOnePlainProfileIsPredictedMemoryIncluded) {
+  const std::string db = "EDGECOST_DB='" + (dir_ / "costs.db").string() + "' " + EDGECOST_BIN + " ";
+  const auto run = [&](const std::string& args) { return edgecost::testing::RunShell(db + args); };
+  const CommandResult profiled = run("profile --model linear --batch-size 2 --threads 1 --min-window-s 0.005");
+  ASSERT_EQ(profiled.exit_code, 0) << profiled.output;
+  EXPECT_THAT(profiled.output, HasSubstr("in a training process of their own"));
+  EXPECT_THAT(profiled.output, HasSubstr("(source measured-in-step"));
+  EXPECT_THAT(profiled.output, HasSubstr("paging measured inside the steps"));
+
+  const CommandResult trained = edgecost::testing::RunShell("{ " + db + "train --model linear --batch-size 2 "
+                                                                 "--threads 1 --steps 4 --json 2>/dev/null; }");
+  ASSERT_EQ(trained.exit_code, 0) << trained.output;
+  v1::TrainRun first;
+  ASSERT_TRUE(proto::FromJson(trained.output, &first).ok()) << trained.output;
+  EXPECT_EQ(first.cost_source(), "measured-in-step");
+  EXPECT_TRUE(first.peak_reset_at_start());
+  EXPECT_NE(first.process_rest_from_run(), 0u) << "the profile's steps measured the rest of a training process";
+  EXPECT_GT(first.predicted_process_bytes(), first.arena_bytes() + first.layer_state_bytes());
+  EXPECT_GT(first.process_rest_bytes(), 0u);  // the binary and its libraries at least
+
+  // A process budget solved for plain SGD does not hold AdamW's state: refused, saying how to solve.
+  const uint64_t budget = first.predicted_process_bytes() + (1u << 20);
+  const CommandResult solved = run("solve --model linear --batch-size 2 --device this --threads 1 --ram-budget " +
+                                   std::to_string(budget) + "B --out " + (dir_ / "s.json").string());
+  ASSERT_EQ(solved.exit_code, 0) << solved.output;
+  EXPECT_THAT(solved.output, HasSubstr("rest of the process"));
+  const CommandResult heavier = run("train --model linear --batch-size 2 --threads 1 --steps 2 --optimizer adamw "
+                                    "--schedule " + (dir_ / "s.json").string());
+  EXPECT_EQ(heavier.exit_code, 1) << heavier.output;
+  EXPECT_THAT(heavier.output, HasSubstr("--optimizer adamw"));
+
+  // The agent: its profile job's steps and its train job run in processes of their own.
+  const std::string socket = (dir_ / "agent.sock").string();
+  const pid_t agent = ::fork();
+  if (agent == 0) {
+    const std::string path = (dir_ / "agent.db").string();
+    ::freopen((dir_ / "agent.log").c_str(), "w", stderr);
+    ::execl(EDGECOST_BIN, EDGECOST_BIN, "--db", path.c_str(), "serve", "--socket", socket.c_str(),
+            static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  while (!std::filesystem::exists(socket)) ::usleep(20000);  // the test's timeout bounds a daemon that never starts
+  const std::string remote = std::string(EDGECOST_BIN) + " --remote unix:" + socket + " ";
+  const CommandResult remote_profile =
+      edgecost::testing::RunShell(remote + "profile --model linear --batch-size 2 --threads 1");
+  EXPECT_EQ(remote_profile.exit_code, 0) << remote_profile.output;
+  const CommandResult remote_train =
+      edgecost::testing::RunShell(remote + "train --model linear --batch-size 2 --threads 1 --steps 3 --json");
+  EXPECT_EQ(remote_train.exit_code, 0) << remote_train.output;
+  EXPECT_THAT(remote_train.output, HasSubstr("\"peakResetAtStart\": true"));
+  EXPECT_THAT(remote_train.output, ::testing::ContainsRegex("\"processRestFromRun\": \"[1-9]"));
+  ::kill(agent, SIGTERM);
+  int status = 0;
+  ::waitpid(agent, &status, 0);
+}
+
+}  // namespace
+}  // namespace edgecost

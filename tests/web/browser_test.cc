@@ -371,8 +371,8 @@ TEST_F(BrowserTest, ThePageShowsDevicesCostsASchedulePictureAndLiveJobs) {
   EXPECT_EQ(page.Eval(train_row + ".querySelector('.state').textContent"), "succeeded")
       << page.Eval(train_row + ".innerText");
   ASSERT_TRUE(page.Navigate(Url("/")));
-  // The profile's plain steps and the job's run, newest first.
-  EXPECT_EQ(page.Eval("document.querySelectorAll('#train-runs-table tr.train-run').length"), 2)
+  // The profile's steps (plain on all cores, paging, plain on one thread) and the job's run, newest first.
+  EXPECT_EQ(page.Eval("document.querySelectorAll('#train-runs-table tr.train-run').length"), 4)
       << page.Eval("document.getElementById('train-runs').innerText");
   EXPECT_THAT(page.Eval("document.querySelector('#train-runs-table tr.train-run').innerText").get<std::string>(),
               ::testing::HasSubstr("linear"));
