@@ -5,15 +5,20 @@
 
 namespace edgecost {
 
-std::string Fnv1aHex(std::string_view bytes) {
-  uint64_t h = 1469598103934665603ULL;
+Fnv1a& Fnv1a::Add(std::string_view bytes) {
   for (unsigned char c : bytes) {
-    h ^= c;
-    h *= 1099511628211ULL;
+    h_ ^= c;
+    h_ *= 1099511628211ULL;
   }
+  return *this;
+}
+
+std::string Fnv1a::Hex() const {
   char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  std::snprintf(hex, sizeof hex, "%016llx", h_);
   return hex;
 }
+
+std::string Fnv1aHex(std::string_view bytes) { return Fnv1a().Add(bytes).Hex(); }
 
 }  // namespace edgecost

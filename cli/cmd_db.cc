@@ -11,6 +11,7 @@
 #include "cli/cli.h"
 #include "cli/table.h"
 #include "costdb/costdb.h"
+#include "costdb/postgres.h"
 #include "proto/json.h"
 #include "service/cost_export.h"
 #include "service/sync.h"
@@ -230,7 +231,7 @@ int RunDbPush(const Context& ctx, const std::string& central, bool create) {
   if (!db.ok()) return Failure(db.status());
   service::SyncOptions options{.create = create,
                                .progress = [](const std::string& line) { std::cout << "pushed         " << line << "\n"; }};
-  std::cerr << "pushing        " << db->path() << " -> " << central << "\n";
+  std::cerr << "pushing        " << costdb::RedactUrl(db->path()) << " -> " << costdb::RedactUrl(central) << "\n";
   auto pushed = service::PushToStore(*db, central, options);
   if (!pushed.ok()) {
     if (pushed.status().code() == ErrorCode::kUnavailable) {
@@ -252,7 +253,7 @@ int RunDbPull(const Context& ctx, const std::string& central, const std::string&
                                       .replace = replace};
   auto pulled = service::PullFromStore(*db, central, device, import, {});
   if (!pulled.ok()) return Failure(pulled.status());
-  std::cout << "pulled         device " << device << " from " << central << ": " << service::DescribeImport(*pulled)
+  std::cout << "pulled         device " << device << " from " << costdb::RedactUrl(central) << ": " << service::DescribeImport(*pulled)
             << "\n";
   return kExitOk;
 }

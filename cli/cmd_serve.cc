@@ -103,7 +103,7 @@ void PrintWhereItServes(const daemon::DaemonConfig& config, const ServeFlags& fl
   if (config.central_store.empty()) {
     std::cout << "none (set [store] central to push what this agent measures to a fleet's store)\n";
   } else {
-    std::cout << config.central_store << " (pushed every " << config.push_interval_s << " s; retried up to every "
+    std::cout << costdb::RedactUrl(config.central_store) << " (pushed every " << config.push_interval_s << " s; retried up to every "
               << config.retry_max_s << " s while unreachable)\n";
   }
 }

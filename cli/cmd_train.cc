@@ -205,9 +205,11 @@ void PrintRun(const service::TrainJobResult& result, bool accepted_noisy) {
                                   : std::string())});
   }
   if (run.page_outs() + run.page_ins() > 0) {
+    const int step = run.step_stats_size() > 1 ? 1 : 0;  // a job's record comes without its steps
     table.AddRow({"paging", FormatSeconds(run.predicted_paging_s()),
-                  FormatSeconds(run.step_stats(run.steps() > 1 ? 1 : 0).page_out_s() +
-                                run.step_stats(run.steps() > 1 ? 1 : 0).page_in_s()),
+                  run.step_stats_size() > step
+                      ? FormatSeconds(run.step_stats(step).page_out_s() + run.step_stats(step).page_in_s())
+                      : "-",
                   std::to_string(run.page_outs()) + " out (" + FormatBytes(static_cast<double>(run.paged_out_bytes())) +
                       "), " + std::to_string(run.page_ins()) + " in (" +
                       FormatBytes(static_cast<double>(run.paged_in_bytes())) + ") on the I/O thread"});

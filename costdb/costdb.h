@@ -232,8 +232,10 @@ class CostDb {
 
   // Training run records (edgecost train): predicted against measured. Put returns the id.
   Result<int64_t> PutTrainRun(const v1::TrainRun& run);
-  // Newest `limit` runs (0: 100), oldest first; an empty model matches every model.
-  Result<std::vector<v1::TrainRun>> ListTrainRuns(const std::string& model = "", int limit = 0);
+  // Newest `limit` runs (0: 100), oldest first; an empty model matches every model. A listing holds
+  // each run's summary: its per-step records (step_stats), which grow with the steps, only with
+  // `steps` (an export); GetTrainRun has them.
+  Result<std::vector<v1::TrainRun>> ListTrainRuns(const std::string& model = "", int limit = 0, bool steps = false);
   Result<v1::TrainRun> GetTrainRun(int64_t id);  // NotFound if there is none
 
   // Model records, one per name. Put replaces a record of the same name, and

@@ -28,7 +28,7 @@ Result<int64_t> CostDb::PutTrainRun(const v1::TrainRun& run) {
   return id;
 }
 
-Result<std::vector<v1::TrainRun>> CostDb::ListTrainRuns(const std::string& model, int limit) {
+Result<std::vector<v1::TrainRun>> CostDb::ListTrainRuns(const std::string& model, int limit, bool steps) {
   EC_ASSIGN_OR_RETURN(Statement stmt,
                       db_.Prepare("SELECT id, run FROM (SELECT id, run FROM train_runs WHERE ? = '' OR model = ? "
                                   "ORDER BY id DESC LIMIT ?) AS newest ORDER BY id"));
@@ -37,6 +37,7 @@ Result<std::vector<v1::TrainRun>> CostDb::ListTrainRuns(const std::string& model
   EC_RETURN_IF_ERROR(ForEachRow(stmt, [&]() -> Status {
     EC_ASSIGN_OR_RETURN(v1::TrainRun run, Parse<v1::TrainRun>(stmt.Blob(1), "training run", path()));
     run.set_id(static_cast<uint64_t>(stmt.Int(0)));
+    if (!steps) run.clear_step_stats();
     runs.push_back(std::move(run));
     return Status::Ok();
   }));

@@ -8,6 +8,7 @@
 #include <spdlog/spdlog.h>
 
 #include "costdb/costdb.h"
+#include "costdb/postgres.h"
 #include "daemon/log.h"
 #include "profiler/profile.h"
 #include "service/profile_job.h"
@@ -73,7 +74,7 @@ Daemon::~Daemon() {
 Status Daemon::PushToCentral() {
   EC_ASSIGN_OR_RETURN(costdb::CostDb db, costdb::CostDb::Open(config_.db_path, costdb::OpenMode::kReadWrite));
   service::SyncOptions options{.progress = [this](const std::string& line) {
-    spdlog::info("event=store_pushed central={} sent={}", Quoted(config_.central_store), Quoted(line));
+    spdlog::info("event=store_pushed central={} sent={}", Quoted(costdb::RedactUrl(config_.central_store)), Quoted(line));
   }};
   return service::PushToStore(db, config_.central_store, options).status();
 }
@@ -87,10 +88,10 @@ void Daemon::SyncLoop() {
     const Status pushed = PushToCentral();
     if (pushed.ok()) {
       if (failures > 0) {
-        spdlog::info("event=store_reachable central={} after_attempts={}", Quoted(config_.central_store), failures);
+        spdlog::info("event=store_reachable central={} after_attempts={}", Quoted(costdb::RedactUrl(config_.central_store)), failures);
         v1::Event event;
         event.set_kind("store");
-        event.set_message("the central store " + config_.central_store + " is reachable again; what was measured "
+        event.set_message("the central store " + costdb::RedactUrl(config_.central_store) + " is reachable again; what was measured "
                           "meanwhile was sent");
         events_.Emit(std::move(event));
       }
@@ -107,7 +108,7 @@ void Daemon::SyncLoop() {
       }
       ++failures;
       spdlog::warn("event=store_unreachable central={} attempt={} retry_in_s={:.3g} message={}",
-                   Quoted(config_.central_store), failures, wait_s, Quoted(pushed.message()));
+                   Quoted(costdb::RedactUrl(config_.central_store)), failures, wait_s, Quoted(pushed.message()));
     }
     lock.lock();
   }
@@ -165,9 +166,16 @@ void Daemon::RegisterRoutes() {
                                                       bind(&cost_service_, &CostService::GetCostTable));
   router_.Add<v1::GetPagingCostsRequest, v1::PagingCost>("CostService", "GetPagingCosts",
                                                          bind(&cost_service_, &CostService::GetPagingCosts));
-  router_.Add<v1::AddModelRequest, v1::AddModelResponse>("CostService", "AddModel",
-                                                         bind(&cost_service_, &CostService::AddModel),
-                                                         /*mutates=*/true);
+  // An import takes up to its isolation's limits: on the pool of long requests, never on a query
+  // worker, so that queries (/healthz included) are answered meanwhile.
+  router_.AddAsync<v1::AddModelRequest, v1::AddModelResponse>(
+      "CostService", "AddModel",
+      [this](const v1::AddModelRequest& request, TwirpRouter::Done<v1::AddModelResponse> done) {
+        boost::asio::post(solve_pool_, [this, request, done = std::move(done)] {
+          done(Guarded([&] { return cost_service_.AddModel(request); }));
+        });
+      },
+      /*mutates=*/true);
   router_.Add<v1::RemoveModelRequest, v1::RemoveModelResponse>("CostService", "RemoveModel",
                                                                bind(&cost_service_, &CostService::RemoveModel),
                                                                /*mutates=*/true);

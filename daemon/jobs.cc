@@ -24,6 +24,7 @@
 #include "service/profile_job.h"
 #include "service/train_job.h"
 #include "solver/solve.h"
+#include "train/data.h"
 #include "train/pager.h"
 
 namespace edgecost::daemon {
@@ -307,15 +308,13 @@ Result<std::string> ResolveTrainData(const std::string& path, const std::vector<
         "this agent reads no data sets for train jobs: list the directories they may come from "
         "in its config's [train] data_dirs (`edgecost serve --check-config` shows them)");
   }
-  // INPUTS.npy,LABELS.npy names two files: each is resolved.
+  // INPUTS.npy,LABELS.npy names two files: each is resolved, as the reader splits them.
+  EC_ASSIGN_OR_RETURN(const std::vector<std::string> paths, train::DataPaths(path));
   std::string resolved_paths;
-  for (size_t begin = 0; begin <= path.size();) {
-    const size_t comma = std::min(path.find(',', begin), path.size());
-    EC_ASSIGN_OR_RETURN(const std::filesystem::path resolved,
-                        ResolveInside(path.substr(begin, comma - begin), data_dirs));
+  for (const std::string& part : paths) {
+    EC_ASSIGN_OR_RETURN(const std::filesystem::path resolved, ResolveInside(part, data_dirs));
     EC_RETURN_IF_ERROR(CheckWhatItReads(resolved, data_dirs));
     resolved_paths += (resolved_paths.empty() ? "" : ",") + resolved.string();
-    begin = comma + 1;
   }
   return resolved_paths;
 }
@@ -671,6 +670,7 @@ void JobManager::RunTrain(Entry& entry) {
       job.set_state(v1::Job::STATE_SUCCEEDED);
       job.set_progress(1);
       *job.mutable_train_run() = result->run;
+      job.mutable_train_run()->clear_step_stats();  // they grow with the steps: GetTrainRun has them
       const v1::TrainRun& run = result->run;
       std::string message = "training run #" + std::to_string(result->run_id) + " stored: step " +
                             FormatSeconds(run.runtime_s()) + " (predicted " + FormatSeconds(run.predicted_runtime_s()) +

@@ -910,6 +910,13 @@ class Importer {
       if (!folded.ok()) {
         return Unsupported(node, index, "cannot be evaluated at import (" + folded.status().message() + ")");
       }
+      // Each fold is bounded; so is their sum, which a small file of many folds would make large.
+      for (const Value& v : *folded) folded_elements_ += NumElements(v.shape);
+      if (folded_elements_ > kMaxFoldedElements) {
+        return NodeError(node, index,
+                         "constant folding computes more than " + std::to_string(kMaxFoldedElements) +
+                             " values in all (a model's shape arithmetic takes far fewer): refused");
+      }
       for (size_t i = 0; i < folded->size(); ++i) SetOutput(node, static_cast<int>(i), std::move((*folded)[i]));
       return Status::Ok();
     }
@@ -2074,6 +2081,9 @@ class Importer {
   std::string origin_;
   ForwardGraph graph_;
   int opset_ = 13;
+  // Values computed by constant folding so far, and their bound over a whole import.
+  int64_t folded_elements_ = 0;
+  static constexpr int64_t kMaxFoldedElements = int64_t{16} << 20;
   std::map<std::string, Value> values_;
   std::map<std::string, Shape> inferred_;
   std::map<std::string, std::vector<int>> consumers_;

@@ -163,7 +163,7 @@ Result<v1::CostExport> ExportDevice(costdb::CostDb& db, const std::string& devic
     covered.schedule_id = std::max(covered.schedule_id, stored.id);
   }
 
-  EC_ASSIGN_OR_RETURN(std::vector<v1::TrainRun> train_runs, db.ListTrainRuns("", INT_MAX));
+  EC_ASSIGN_OR_RETURN(std::vector<v1::TrainRun> train_runs, db.ListTrainRuns("", INT_MAX, /*steps=*/true));
   for (v1::TrainRun& run : train_runs) {
     const auto id = static_cast<int64_t>(run.id());
     if (id <= options.after_train_run_id || run.device() != device) continue;
@@ -230,6 +230,20 @@ Status CheckExport(const v1::CostExport& exported) {
       return InvalidArgument("the export's op cost " + op.cost().signature().key() + " belongs to fingerprint " +
                              op.fingerprint_hash() + ", not one of device " + device.name());
     }
+  }
+  // One op listed twice: the same figures count once, contradicting ones leave nothing to believe.
+  std::map<std::pair<std::string, std::string>, std::string> ops;  // (fingerprint, key) -> bytes
+  const auto listed = [&](const std::string& fingerprint, const v1::OpCost& op) -> Status {
+    const auto [it, first] = ops.emplace(std::pair{fingerprint, op.signature().key()}, Bytes(op));
+    if (!first && it->second != Bytes(op)) {
+      return InvalidArgument("the export lists op " + op.signature().key() + " of fingerprint " + fingerprint +
+                             " twice with different figures: nothing imported");
+    }
+    return Status::Ok();
+  };
+  for (const v1::OpCost& op : exported.op_costs()) EC_RETURN_IF_ERROR(listed(hash, op));
+  for (const v1::ExportedOpCost& op : exported.earlier_op_costs()) {
+    EC_RETURN_IF_ERROR(listed(op.fingerprint_hash(), op.cost()));
   }
   for (const v1::ExportedModel& model : exported.models()) {
     if (Fnv1aHex(model.bytes()) != model.content_hash()) {

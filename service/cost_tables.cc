@@ -442,7 +442,11 @@ Result<SolvedRequest> SolveRequestInChild(const std::string& db_path, const v1::
 
 namespace edgecost::service {
 
-std::string CsvField(const std::string& text) {
+std::string CsvField(const std::string& given) {
+  // A spreadsheet runs a cell that starts with one of these as a formula: a quote makes it text.
+  const std::string text = !given.empty() && std::string_view("=+-@\t\r").find(given[0]) != std::string_view::npos
+                               ? "'" + given
+                               : given;
   if (text.find_first_of(",\"\r\n") == std::string::npos) return text;
   std::string out = "\"";
   for (char c : text) {

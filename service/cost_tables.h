@@ -74,7 +74,8 @@ Result<v1::Schedule> ReadScheduleFile(const std::string& path);
 // numbers in SI units named in the header (runtime_s, compute_j, ram_bytes, ...), `costs --csv`
 // and the web view's download.
 std::string CostTableCsv(const v1::CostTable& table);
-// One CSV field: quoted when it holds a comma, a quote or a line break.
+// One CSV field: quoted when it holds a comma, a quote or a line break, and after a quote mark when it
+// starts like a spreadsheet formula (=, +, -, @, a tab or a carriage return), so it reads as text.
 std::string CsvField(const std::string& text);
 // A number for CSV: every significant digit a double needs to be read back, no unit.
 std::string CsvNumber(double value);

@@ -78,21 +78,11 @@ Result<TrainJobResult> RunInChild(const std::vector<std::string>& argv, const st
   return result;
 }
 
-Result<TrainJobResult> RunOnce(const TrainJobOptions& train, const std::string& binary, const std::atomic<bool>* stop,
-                               const std::function<void(const std::string&)>& log) {
-  if (binary.empty()) return RunTrainJob(train, stop, nullptr, log);
-  return RunInChild(StepsArguments(train, binary), stop, log);
-}
-
-// With the model's own weights first, as a user's `train` runs it (their copy is the process's
-// too); drawn from the seed when the file cannot fill the layers.
-Result<TrainJobResult> Run(const InStepProfileOptions& options, TrainJobOptions train, const std::atomic<bool>* stop,
-                           const std::function<void(const std::string&)>& log) {
-  Result<TrainJobResult> ran = RunOnce(train, options.edgecost_binary, stop, log);
-  if (ran.ok() || (stop && stop->load())) return ran;
-  log("in-step: the model's own weights did not load (" + ran.status().message() + "): drawn from the seed");
-  train.init = "random";
-  return RunOnce(train, options.edgecost_binary, stop, log);
+// With the model's own weights, as a user's `train` runs it: their copy is the process's too.
+Result<TrainJobResult> Run(const InStepProfileOptions& options, const TrainJobOptions& train,
+                           const std::atomic<bool>* stop, const std::function<void(const std::string&)>& log) {
+  if (options.edgecost_binary.empty()) return RunTrainJob(train, stop, nullptr, log);
+  return RunInChild(StepsArguments(train, options.edgecost_binary), stop, log);
 }
 
 }  // namespace

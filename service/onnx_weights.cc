@@ -5,6 +5,7 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <cmath>
 #include <bit>
 #include <cerrno>
 #include <cstring>
@@ -242,6 +243,13 @@ Status WriteTrainedOnnx(const graph::OnnxModel& model, train::Executor& executor
     std::vector<float> values;
     if (b.tensor) {
       values = CopyOut(*b.tensor, b.transposed);
+      if (const auto bad = std::find_if(values.begin(), values.end(), [](float v) { return !std::isfinite(v); });
+          bad != values.end()) {
+        return FailedPrecondition("the trained weights of '" + b.name + "' hold " +
+                                  (std::isnan(*bad) ? "NaN" : "an infinity") + " (element " +
+                                  std::to_string(bad - values.begin()) +
+                                  "): not written; the data or the learning rate made training diverge");
+      }
       t.clear_float_data();
       t.set_raw_data(std::string(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float)));
     } else {

@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "base/hash.h"
+#include "costdb/postgres.h"
 
 namespace edgecost::service {
 namespace {
@@ -80,19 +81,45 @@ Result<costdb::CostDb> OpenCentralStore(const std::string& central, const SyncOp
   if (!IsUrl(central) && !options.create) {
     std::error_code error;
     if (!std::filesystem::exists(central, error)) {
-      return Unavailable("the central store " + central +
-                         " does not exist (an unmounted share, or a path to create with `edgecost db push " + central +
+      return Unavailable("the central store " + costdb::RedactUrl(central) +
+                         " does not exist (an unmounted share, or a path to create with `edgecost db push " +
+                         costdb::RedactUrl(central) +
                          " --create`)");
     }
   }
   Result<costdb::CostDb> db = costdb::CostDb::Open(
       central, costdb::OpenOptions{.mode = costdb::OpenMode::kReadWrite, .busy_timeout_ms = options.busy_timeout_ms});
-  if (!db.ok()) return Unavailable("the central store " + central + " is unreachable: " + db.status().message());
+  if (!db.ok()) {
+    return Unavailable("the central store " + costdb::RedactUrl(central) + " is unreachable: " + db.status().message());
+  }
   return db;
 }
 
+namespace {
+
+// The store's device of the bundle's name is the bundle's, or none: its fingerprint is the bundle's
+// or one of its earlier ones.
+Status CheckSameHost(costdb::CostDb& store, const v1::CostExport& bundle, const std::string& central) {
+  const v1::Device& device = bundle.device();
+  Result<v1::Device> stored = store.GetDevice(device.name());
+  if (stored.status().code() == ErrorCode::kNotFound) return Status::Ok();
+  EC_RETURN_IF_ERROR(stored.status());
+  const std::string& theirs = stored->fingerprint().hash();
+  if (theirs == device.fingerprint().hash()) return Status::Ok();
+  for (const v1::Fingerprint& earlier : bundle.earlier_fingerprints()) {
+    if (earlier.hash() == theirs) return Status::Ok();  // this host before its hardware changed
+  }
+  return FailedPrecondition("the central store " + costdb::RedactUrl(central) + " has a device named " +
+                            device.name() + " with other hardware (fingerprint " + theirs + ", here " +
+                            device.fingerprint().hash() +
+                            "): another host of the same name; give one of them another host name, so that "
+                            "neither's costs predict for the other");
+}
+
+}  // namespace
+
 Result<PushSummary> PushToStore(costdb::CostDb& local, const std::string& central, const SyncOptions& options) {
-  if (central == local.path()) return InvalidArgument("the central store is this database itself: " + central);
+  if (central == local.path()) return InvalidArgument("the central store is this database itself: " + costdb::RedactUrl(central));
   EC_ASSIGN_OR_RETURN(std::vector<v1::Device> devices, local.ListDevices());
   std::optional<costdb::CostDb> store;  // opened at the first device with something to send
   PushSummary summary;
@@ -128,11 +155,16 @@ Result<PushSummary> PushToStore(costdb::CostDb& local, const std::string& centra
                          device.fingerprint().hash() + "): its records join " + *owner + "'s");
       }
     }
+    // Another host of the same name must not become this one's current hardware (import's guard):
+    // the store's device of this name is this one's, now or before a hardware change here.
+    if (!owner || *owner == device.name()) {
+      EC_RETURN_IF_ERROR(CheckSameHost(*store, bundle, central));
+    }
     // The central store is not this host: whatever device the export names is stored as it is.
     Result<ImportSummary> sent = ImportDevice(*store, bundle, ImportOptions{.replace = true});
     if (!sent.ok()) {
       const Status& s = sent.status();
-      const std::string message = "pushing " + device.name() + " to " + central + ": " + s.message();
+      const std::string message = "pushing " + device.name() + " to " + costdb::RedactUrl(central) + ": " + s.message();
       // A store that went away or is held by another writer is retried; a conflict needs a person.
       return s.code() == ErrorCode::kInvalidArgument || s.code() == ErrorCode::kFailedPrecondition
                  ? Status(s.code(), message)
@@ -150,7 +182,7 @@ Result<PushSummary> PushToStore(costdb::CostDb& local, const std::string& centra
 
 Result<ImportSummary> PullFromStore(costdb::CostDb& local, const std::string& central, const std::string& device,
                                     const ImportOptions& import, const SyncOptions& options) {
-  if (central == local.path()) return InvalidArgument("the central store is this database itself: " + central);
+  if (central == local.path()) return InvalidArgument("the central store is this database itself: " + costdb::RedactUrl(central));
   SyncOptions no_create = options;
   no_create.create = false;
   EC_ASSIGN_OR_RETURN(costdb::CostDb store, OpenCentralStore(central, no_create));

@@ -1,6 +1,7 @@
 #include "service/train_job.h"
 
 #include <malloc.h>
+#include <unistd.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -148,6 +149,24 @@ v1::GradientCheck CompareGradients(const v1::TrainingGraph& graph, const std::ve
   }
   check.set_max_abs_diff(worst);
   return check;
+}
+
+// Where the trained model goes, checked before any step: a run's weights are not lost to a typo.
+Status CheckOutputs(const TrainJobOptions& options) {
+  const std::string npz = options.out_npz.empty() ? NpzPathFor(options.out_onnx) : options.out_npz;
+  std::error_code error;
+  if (std::filesystem::weakly_canonical(npz, error) == std::filesystem::weakly_canonical(options.out_onnx, error)) {
+    return InvalidArgument("--out-npz and --out name one file (" + options.out_onnx + "): give two");
+  }
+  for (const std::string& path : {options.out_onnx, npz}) {
+    const std::filesystem::path folder = std::filesystem::absolute(path, error).parent_path();
+    if (!std::filesystem::is_directory(folder, error)) {
+      return InvalidArgument("cannot write " + path + ": there is no folder " + folder.string());
+    }
+    if (::access(folder.c_str(), W_OK) != 0) return PermissionDenied("cannot write " + path + ": " + folder.string() + " is not writable");
+    if (std::filesystem::is_directory(path, error)) return InvalidArgument("cannot write " + path + ": it is a folder");
+  }
+  return Status::Ok();
 }
 
 // A schedule solved for a process budget counted the optimizer state its request named: one solved
@@ -381,20 +400,14 @@ double InStepOverheadS(double step_s, double paging_wait_s, const std::vector<v1
 // What a resumed run must share with the run that wrote its checkpoint to end at the same weights,
 // one "name: value" line each. The schedule is not among them: every schedule computes the same
 // gradients, so a run may resume under another budget.
-std::string ResumeKey(const v1::TrainingGraph& graph, const TrainJobOptions& options, int steps, int threads,
-                      const v1::TrainRun& run) {
-  std::error_code ignored;
-  auto file = [&ignored](const std::string& path) {
-    if (path.empty()) return std::string("none");
-    if (std::filesystem::is_directory(path, ignored)) return path + " (a folder)";
-    return path + " (" + std::to_string(std::filesystem::file_size(path, ignored)) + " B)";
-  };
+Result<std::string> ResumeKey(const v1::TrainingGraph& graph, const TrainJobOptions& options,
+                              const train::DataSource& data, int steps, int threads, const v1::TrainRun& run) {
+  EC_ASSIGN_OR_RETURN(const std::string records, data.ContentHash());
   std::ostringstream key;
   key << "training graph: " << graph::GraphHash(graph) << "\n"
       << "batch: " << graph.batch_size() << ", trainable: " << graph.trainable() << "\n"
       << "seed: " << options.seed << "\n"
-      << "data: " << file(options.data_file) << ", held out: " << file(options.val_data) << " split "
-      << options.val_split << "\n"
+      << "data: " << data.Describe() << ", its records as read (keys, --mean, --std applied): " << records << "\n"
       << "steps: " << steps << "\n"
       << "lr: " << options.lr << ", schedule: " << run.lr_schedule().ShortDebugString() << "\n"
       << "optimizer: " << run.optimizer().ShortDebugString() << "\n"
@@ -608,6 +621,7 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
     return InvalidArgument("--out writes an ONNX model with its trained weights: '" + spec.model_or_file +
                            "' is not an ONNX model");
   }
+  if (!options.out_onnx.empty()) EC_RETURN_IF_ERROR(CheckOutputs(options));
   v1::TrainingGraph graph;
   if (onnx) {
     EC_ASSIGN_OR_RETURN(graph, graph::DeriveTrainingGraph(onnx->forward, spec.derivation, spec.trainable));
@@ -740,7 +754,15 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
   run.set_peak_reset_at_start(ResetHighWater());
   const int64_t unbuilt_rss = ProcStatusBytes("VmRSS");
   EC_ASSIGN_OR_RETURN(std::unique_ptr<train::Executor> executor, train::Executor::Create(graph, executor_options));
-  if (onnx && options.init == "file") EC_RETURN_IF_ERROR(LoadOnnxWeights(*onnx, *executor, result.notes));
+  if (onnx && options.init == "file") {
+    // Weights the importer cannot map yet (behind a Transpose, in an embedding) leave the run on
+    // weights from the seed, said loudly; a run that writes its weights (--out) needs the file's.
+    if (Status loaded = LoadOnnxWeights(*onnx, *executor, result.notes); !loaded.ok()) {
+      if (!options.out_onnx.empty() || loaded.code() != ErrorCode::kInvalidArgument) return loaded;
+      result.notes.push_back("WEIGHTS FROM --seed " + std::to_string(options.seed) + ", not the file's: " +
+                             loaded.message() + " (times and memory are the same; --out refuses to write them)");
+    }
+  }
   EC_RETURN_IF_ERROR(executor->SetOptimizer(optimizer));
   train::DataSource data = train::DataSource::Synthetic(executor->input_elements(), executor->label_rows(),
                                                         executor->classes(), options.seed, executor->input_id_limit());
@@ -873,7 +895,10 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
 
   // A resumed run: the state and the record of the steps before, from the checkpoint.
   const int n = graph.nodes_size();
-  const std::string resume_key = ResumeKey(graph, options, steps, threads, run);
+  std::string resume_key;  // read only for checkpoints: it reads the whole data set
+  if (!options.checkpoint_path.empty()) {
+    EC_ASSIGN_OR_RETURN(resume_key, ResumeKey(graph, options, data, steps, threads, run));
+  }
   int start = 0;
   if (!options.checkpoint_path.empty()) {
     if (const int removed = RemoveStaleTemporaries(options.checkpoint_path); removed > 0) {

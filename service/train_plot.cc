@@ -42,8 +42,14 @@ struct Panel {
   const char* color;
 };
 
-// One panel at `top`: a frame, min and max labels, the steps as a line with a dot each.
-void DrawPanel(std::ostringstream& out, const Panel& panel, double top, const std::vector<bool>& disturbed) {
+// A run of many steps is drawn by at most this many of them, evenly spaced, the last included: a
+// 100,000-step run's page stays kilobytes.
+constexpr size_t kMaxPlottedSteps = 500;
+
+// One panel at `top`: a frame, min and max labels, the steps (1-based numbers in `steps`) as a line
+// with a dot each.
+void DrawPanel(std::ostringstream& out, const Panel& panel, double top, const std::vector<uint32_t>& steps,
+               const std::vector<bool>& disturbed) {
   const double width = kWidth - kLeft - kRight;
   double low = *std::min_element(panel.values.begin(), panel.values.end());
   double high = *std::max_element(panel.values.begin(), panel.values.end());
@@ -57,7 +63,8 @@ void DrawPanel(std::ostringstream& out, const Panel& panel, double top, const st
     high += pad;
   }
   const size_t n = panel.values.size();
-  auto x = [&](size_t i) { return kLeft + (n > 1 ? width * static_cast<double>(i) / static_cast<double>(n - 1) : width / 2); };
+  const double last = steps.back() > 1 ? static_cast<double>(steps.back() - 1) : 1.0;
+  auto x = [&](size_t i) { return kLeft + (n > 1 ? width * static_cast<double>(steps[i] - 1) / last : width / 2); };
   auto y = [&](double v) { return top + kPanelHeight - kPanelHeight * (v - low) / (high - low); };
   out << "<text x=\"" << Num(kLeft) << "\" y=\"" << Num(top - 8) << "\" font-size=\"13\" font-weight=\"bold\">"
       << HtmlEscape(panel.title) << "</text>";
@@ -78,7 +85,7 @@ void DrawPanel(std::ostringstream& out, const Panel& panel, double top, const st
   for (size_t i = 0; i < n; ++i) {
     const bool hollow = i < disturbed.size() && disturbed[i];
     out << "<circle cx=\"" << Num(x(i)) << "\" cy=\"" << Num(y(panel.values[i])) << "\" r=\"3\" fill=\""
-        << (hollow ? "#ffffff" : panel.color) << "\" stroke=\"" << panel.color << "\"><title>step " << i + 1 << ": "
+        << (hollow ? "#ffffff" : panel.color) << "\" stroke=\"" << panel.color << "\"><title>step " << steps[i] << ": "
         << HtmlEscape(panel.label(panel.values[i])) << (hollow ? " (disturbed)" : "") << "</title></circle>";
   }
   // The step axis: first and last step under the frame.
@@ -86,7 +93,7 @@ void DrawPanel(std::ostringstream& out, const Panel& panel, double top, const st
   out << "<text x=\"" << Num(kLeft) << "\" y=\"" << Num(axis_y) << "\" font-size=\"11\">step 1</text>";
   if (n > 1) {
     out << "<text x=\"" << Num(kLeft + width) << "\" y=\"" << Num(axis_y) << "\" font-size=\"11\" "
-        << "text-anchor=\"end\">step " << n << "</text>";
+        << "text-anchor=\"end\">step " << steps.back() << "</text>";
   }
 }
 
@@ -97,10 +104,17 @@ std::string TrainRunSvg(const v1::TrainRun& run) {
   Panel time{"step time: forward, loss and backward under the schedule", {},
              [](double s) { return FormatSeconds(s); }, NAN, "", "#1f77b4"};
   std::vector<bool> disturbed;
-  for (const v1::TrainStep& step : run.step_stats()) {
+  std::vector<uint32_t> steps;
+  const int n = run.step_stats_size();
+  // Every stride-th step, and the last: at most kMaxPlottedSteps.
+  const int stride = static_cast<int>((static_cast<size_t>(n) + kMaxPlottedSteps - 2) / (kMaxPlottedSteps - 1));
+  for (int i = 0; i < n; ++i) {
+    if (i % std::max(1, stride) != 0 && i != n - 1) continue;
+    const v1::TrainStep& step = run.step_stats(i);
     loss.values.push_back(step.loss());
     time.values.push_back(step.runtime_s());
     disturbed.push_back(step.disturbed());
+    steps.push_back(static_cast<uint32_t>(i + 1));
   }
   if (!run.cost_source().empty() && run.predicted_runtime_s() > 0) {
     time.reference = run.predicted_runtime_s();
@@ -123,8 +137,8 @@ std::string TrainRunSvg(const v1::TrainRun& run) {
   }
   out << "<text x=\"8\" y=\"34\" font-size=\"11\" fill=\"#57606a\">hollow dots: steps disturbed by other tasks or "
          "steal</text>";
-  DrawPanel(out, loss, kTitleHeight + 16, disturbed);
-  DrawPanel(out, time, kTitleHeight + 16 + kPanelHeight + kGap, disturbed);
+  DrawPanel(out, loss, kTitleHeight + 16, steps, disturbed);
+  DrawPanel(out, time, kTitleHeight + 16 + kPanelHeight + kGap, steps, disturbed);
   out << "</svg>";
   return out.str();
 }

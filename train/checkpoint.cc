@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "base/files.h"
+#include "base/hash.h"
 #include "kernels/layers.h"
 
 namespace edgecost::train {
@@ -92,9 +93,21 @@ Status RestoreState(const v1::TrainCheckpoint& checkpoint, Executor& executor) {
   return Status::Ok();
 }
 
+namespace {
+
+// The checksum of a checkpoint: its bytes without the checksum field.
+std::string ChecksumOf(v1::TrainCheckpoint checkpoint) {
+  checkpoint.clear_checksum();
+  return Fnv1aHex(checkpoint.SerializeAsString());
+}
+
+}  // namespace
+
 Status WriteCheckpoint(const std::string& path, const v1::TrainCheckpoint& checkpoint) {
+  v1::TrainCheckpoint sealed = checkpoint;
+  sealed.set_checksum(ChecksumOf(checkpoint));
   std::string bytes;
-  if (!checkpoint.SerializeToString(&bytes)) return Internal("the checkpoint does not serialize (over 2 GB?)");
+  if (!sealed.SerializeToString(&bytes)) return Internal("the checkpoint does not serialize (over 2 GB?)");
   return WriteFileAtomically(path, bytes);
 }
 
@@ -105,7 +118,12 @@ Result<v1::TrainCheckpoint> ReadCheckpoint(const std::string& path) {
   bytes << in.rdbuf();
   v1::TrainCheckpoint checkpoint;
   if (!checkpoint.ParseFromString(bytes.str()) || checkpoint.format() != kFormat) {
-    return InvalidArgument(path + " is not an edgecost training checkpoint (format " + std::to_string(kFormat) + ")");
+    return InvalidArgument(path + " is damaged, or not an edgecost training checkpoint (format " +
+                           std::to_string(kFormat) + ")");
+  }
+  if (checkpoint.checksum().empty() || checkpoint.checksum() != ChecksumOf(checkpoint)) {
+    return DataLoss(path + " is damaged (cut short or altered: its checksum does not match): not resumed from; "
+                           "remove it to start over, or restore a copy");
   }
   return checkpoint;
 }

@@ -1,12 +1,18 @@
 #include "train/data.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <random>
 
+#include "base/hash.h"
 #include "train/images.h"
 #include "train/numpy_files.h"
 
@@ -236,10 +242,47 @@ Result<std::unique_ptr<Records>> OpenCifar(const std::string& path, const DataOp
 }
 
 // An image folder: files found once, decoded when read.
+// An image as the data set was opened: the file a name held then (a symlink swapped in later, or
+// another file renamed over it, is not that file).
+struct ImageFile {
+  std::string path;
+  int32_t label = 0;
+  dev_t device = 0;
+  ino_t inode = 0;
+};
+
+// The bytes of `file`, as long as its name still holds the file it held when the data set was opened.
+Result<std::string> ReadSameFile(const ImageFile& file) {
+  const int fd = ::open(file.path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return NotFound("cannot read " + file.path + ": " + std::strerror(errno));
+  struct stat st {};
+  std::string bytes;
+  const bool same = ::fstat(fd, &st) == 0 && st.st_dev == file.device && st.st_ino == file.inode;
+  if (same && static_cast<uintmax_t>(st.st_size) <= kMaxFileBytes) {
+    bytes.resize(static_cast<size_t>(st.st_size));
+    size_t done = 0;
+    while (done < bytes.size()) {
+      const ssize_t n = ::read(fd, bytes.data() + done, bytes.size() - done);
+      if (n <= 0) break;
+      done += static_cast<size_t>(n);
+    }
+    bytes.resize(done);
+  }
+  ::close(fd);
+  if (!same) {
+    return FailedPrecondition(file.path + " is not the file it was when the data set was opened (replaced, or "
+                                          "swapped for a link): not read");
+  }
+  if (static_cast<uintmax_t>(st.st_size) > kMaxFileBytes) {
+    return InvalidArgument(file.path + " has " + std::to_string(st.st_size) + " B, more than edgecost reads whole");
+  }
+  return bytes;
+}
+
 class FolderRecords : public Records {
  public:
-  FolderRecords(std::vector<std::pair<std::string, int32_t>> files, Normalizer normalizer, int64_t channels,
-                int64_t height, int64_t width, std::string description)
+  FolderRecords(std::vector<ImageFile> files, Normalizer normalizer, int64_t channels, int64_t height, int64_t width,
+                std::string description)
       : files_(std::move(files)),
         normalizer_(std::move(normalizer)),
         channels_(channels),
@@ -248,19 +291,19 @@ class FolderRecords : public Records {
         description_(std::move(description)) {}
   int64_t size() const override { return static_cast<int64_t>(files_.size()); }
   Result<int32_t> Read(int64_t index, float* out) const override {
-    const auto& [path, label] = files_[static_cast<size_t>(index)];
-    EC_ASSIGN_OR_RETURN(const std::string bytes, ReadWhole(path));
-    EC_ASSIGN_OR_RETURN(const Image image, DecodeImage(bytes, static_cast<int>(channels_), path));
+    const ImageFile& file = files_[static_cast<size_t>(index)];
+    EC_ASSIGN_OR_RETURN(const std::string bytes, ReadSameFile(file));
+    EC_ASSIGN_OR_RETURN(const Image image, DecodeImage(bytes, static_cast<int>(channels_), file.path));
     const std::vector<float> resized = ResizeBilinear(image, height_, width_);
     for (size_t e = 0; e < resized.size(); ++e) {
       out[e] = normalizer_(resized[e] / 255.0f, static_cast<int64_t>(e));
     }
-    return label;
+    return file.label;
   }
   std::string Describe() const override { return description_; }
 
  private:
-  std::vector<std::pair<std::string, int32_t>> files_;
+  std::vector<ImageFile> files_;
   Normalizer normalizer_;
   int64_t channels_, height_, width_;
   std::string description_;
@@ -294,7 +337,7 @@ Result<std::unique_ptr<Records>> OpenFolder(const std::string& path, const DataO
     return InvalidArgument(path + " has " + std::to_string(classes.size()) + " class folders; the model's loss has " +
                            std::to_string(model.classes) + " classes");
   }
-  std::vector<std::pair<std::string, int32_t>> files;
+  std::vector<ImageFile> files;
   for (size_t c = 0; c < classes.size(); ++c) {
     std::vector<std::string> found;
     const fs::path folder = fs::path(path) / classes[c];
@@ -308,7 +351,11 @@ Result<std::unique_ptr<Records>> OpenFolder(const std::string& path, const DataO
       return InvalidArgument("class folder " + folder.string() + " has no .png, .jpg or .jpeg files");
     }
     std::sort(found.begin(), found.end());
-    for (std::string& f : found) files.push_back({std::move(f), static_cast<int32_t>(c)});
+    for (std::string& f : found) {
+      struct stat st {};
+      if (::stat(f.c_str(), &st) != 0) return NotFound("cannot read " + f + ": " + std::strerror(errno));
+      files.push_back({std::move(f), static_cast<int32_t>(c), st.st_dev, st.st_ino});
+    }
   }
   EC_ASSIGN_OR_RETURN(Normalizer normalizer, Normalizer::Make(options, model, {}, {}));
   std::string names;
@@ -322,17 +369,22 @@ Result<std::unique_ptr<Records>> OpenFolder(const std::string& path, const DataO
 
 }  // namespace
 
+Result<std::vector<std::string>> DataPaths(const std::string& spec) {
+  const size_t comma = spec.find(',');
+  if (comma == std::string::npos) return std::vector<std::string>{spec};
+  const std::string inputs = spec.substr(0, comma), labels = spec.substr(comma + 1);
+  if (!inputs.ends_with(".npy") || !labels.ends_with(".npy") || labels.find(',') != std::string::npos) {
+    return InvalidArgument("a data set is one path, or INPUTS.npy,LABELS.npy (a pair of .npy files, one comma); "
+                           "got '" + spec + "'");
+  }
+  return std::vector<std::string>{inputs, labels};
+}
+
 Result<std::unique_ptr<Records>> OpenRecords(const std::string& path, const DataOptions& options,
                                              const ModelInput& model) {
   if (model.dims.size() < 2) return InvalidArgument("the model's input has no rows to fill");
-  const size_t comma = path.find(',');
-  if (comma != std::string::npos) {
-    const std::string inputs = path.substr(0, comma), labels = path.substr(comma + 1);
-    if (!inputs.ends_with(".npy") || !labels.ends_with(".npy")) {
-      return InvalidArgument("--data A,B names a pair of .npy files (inputs, labels); got '" + path + "'");
-    }
-    return OpenNpy(inputs, labels, options, model);
-  }
+  EC_ASSIGN_OR_RETURN(const std::vector<std::string> paths, DataPaths(path));
+  if (paths.size() == 2) return OpenNpy(paths[0], paths[1], options, model);
   std::error_code error;
   if (fs::is_directory(path, error)) return OpenFolder(path, options, model);
   if (!fs::exists(path, error)) return NotFound(path + " does not exist");
@@ -403,6 +455,35 @@ Result<DataSource> DataSource::Open(const DataOptions& options, const ModelInput
   return source;
 }
 
+Result<std::string> DataSource::ContentHash() const {
+  Fnv1a hash;
+  const auto add = [&hash](const void* data, size_t bytes) {
+    hash.Add(std::string_view(static_cast<const char*>(data), bytes));
+  };
+  if (!records_) {
+    add(fixed_.inputs.data(), fixed_.inputs.size() * sizeof(float));
+    add(fixed_.labels.data(), fixed_.labels.size() * sizeof(int32_t));
+    return hash.Hex();
+  }
+  std::vector<float> sample(static_cast<size_t>(sample_elements_));
+  const auto records = [&](const Records& from, const std::vector<int64_t>& indexes) -> Status {
+    for (int64_t i : indexes) {
+      EC_ASSIGN_OR_RETURN(const int32_t label, from.Read(i, sample.data()));
+      add(sample.data(), sample.size() * sizeof(float));
+      add(&label, sizeof label);
+    }
+    return Status::Ok();
+  };
+  EC_RETURN_IF_ERROR(records(*records_, train_));
+  EC_RETURN_IF_ERROR(records(*records_, held_out_));
+  if (val_records_) {
+    std::vector<int64_t> all(static_cast<size_t>(val_records_->size()));
+    for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int64_t>(i);
+    EC_RETURN_IF_ERROR(records(*val_records_, all));
+  }
+  return hash.Hex();
+}
+
 int64_t DataSource::batches_per_epoch() const { return records_ ? train_records() / rows_ : 1; }
 int64_t DataSource::dropped_per_epoch() const { return records_ ? train_records() % rows_ : 0; }
 
@@ -422,8 +503,15 @@ Result<Batch> DataSource::Gather(const Records& records, const std::vector<int64
   Batch batch;
   batch.inputs.resize(static_cast<size_t>(rows_ * sample_elements_));
   for (size_t r = 0; r < indexes.size(); ++r) {
-    EC_ASSIGN_OR_RETURN(const int32_t label,
-                        records.Read(indexes[r], batch.inputs.data() + static_cast<int64_t>(r) * sample_elements_));
+    float* sample = batch.inputs.data() + static_cast<int64_t>(r) * sample_elements_;
+    EC_ASSIGN_OR_RETURN(const int32_t label, records.Read(indexes[r], sample));
+    // A NaN would train NaN weights without a word (a ReLU turns it into 0 before the loss sees it).
+    if (const float* bad = std::find_if(sample, sample + sample_elements_, [](float v) { return !std::isfinite(v); });
+        bad != sample + sample_elements_) {
+      return InvalidArgument("record " + std::to_string(indexes[r]) + " of " + records.Describe() + " holds " +
+                             (std::isnan(*bad) ? "NaN" : "an infinity") + " at element " +
+                             std::to_string(bad - sample) + " (after --mean/--std): inputs must be finite numbers");
+    }
     batch.labels.push_back(label);
   }
   return batch;

@@ -53,6 +53,11 @@ class Records {
   virtual std::string Describe() const = 0;
 };
 
+// The files a data set names: one path, or INPUTS.npy,LABELS.npy (a pair of .npy files, one comma).
+// Any other comma is refused, so that every reader of the name (the agent's check of its data
+// folders, OpenRecords) reads the same files.
+Result<std::vector<std::string>> DataPaths(const std::string& spec);
+
 // Opens the records at `path` for a model (its format from the path), with their shape and labels checked.
 Result<std::unique_ptr<Records>> OpenRecords(const std::string& path, const DataOptions& options,
                                              const ModelInput& model);
@@ -84,6 +89,9 @@ class DataSource {
   const std::vector<int64_t>& held_out_indexes() const { return held_out_; }
 
   std::string Describe() const { return description_; }
+  // A hash of every record as the model gets it (inputs after --mean/--std, and labels) and of the
+  // split: a resumed run must read the same data. Reads the whole data set.
+  Result<std::string> ContentHash() const;
 
  private:
   Result<Batch> Gather(const Records& records, const std::vector<int64_t>& indexes) const;

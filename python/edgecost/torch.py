@@ -73,7 +73,15 @@ def plan(model, example_inputs, *, activation_budget=None, ram_budget=None, runt
         raise ValueError("give one of activation_budget (saved activations) or ram_budget (the whole process)")
     agent = agent or os.environ.get(AGENT_ENV)
     backend = Agent(agent) if agent else cli.Local(db, progress)
-    workdir = keep_files or tempfile.mkdtemp(prefix="edgecost-plan-")
+    # Without keep_files the exported model lives in a temporary folder, removed also after an error.
+    with contextlib.ExitStack() as cleanup:
+        workdir = keep_files or cleanup.enter_context(tempfile.TemporaryDirectory(prefix="edgecost-plan-"))
+        return _plan_in(workdir, bool(keep_files), backend, model, example_inputs, activation_budget, ram_budget,
+                        runtime_budget, platform, device, time_limit_s, progress, accept_noisy_costs, optimizer)
+
+
+def _plan_in(workdir, keep, backend, model, example_inputs, activation_budget, ram_budget, runtime_budget, platform,
+             device, time_limit_s, progress, accept_noisy_costs, optimizer):
     os.makedirs(workdir, exist_ok=True)
     onnx_path = os.path.join(workdir, "model.onnx")
     _export_onnx(model, example_inputs, onnx_path)
@@ -100,10 +108,12 @@ def plan(model, example_inputs, *, activation_budget=None, ram_budget=None, runt
             request["ramBudgetBytes"] = str(parse_bytes(budget))
     else:
         request["deviceRamBytes"] = str(parse_bytes(ram_budget))
-    schedule_path = os.path.join(workdir, "schedule.json")
     message = backend.solve(request)
-    with open(schedule_path, "w") as f:
-        json.dump(message, f)
+    schedule_path = ""
+    if keep:
+        schedule_path = os.path.join(workdir, "schedule.json")
+        with open(schedule_path, "w") as f:
+            json.dump(message, f)
     schedule = Schedule(message)
     if schedule.status not in ("STATUS_OPTIMAL", "STATUS_FEASIBLE"):
         raise cli.EdgecostError(f"no schedule meets the budgets ({schedule.status}): {schedule.raw.get('message', '')}")

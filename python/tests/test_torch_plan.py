@@ -60,6 +60,10 @@ class PlanAppliedTest(unittest.TestCase):
         return plan
 
     def test_a_ram_budget_counts_the_optimizers_state(self):
+        def plan_folders():
+            return {name for name in os.listdir(tempfile.gettempdir()) if name.startswith("edgecost-plan-")}
+
+        before = plan_folders()
         model = Encoder()
         adamw = torch.optim.AdamW(model.parameters())
         self.assertEqual(ec.optimizer_state_tensors(adamw), 2)
@@ -72,6 +76,11 @@ class PlanAppliedTest(unittest.TestCase):
         self.assertEqual(plan.schedule.raw["request"]["optimizerStateTensors"], 2)
         memory = plan.schedule.raw["memory"]
         self.assertEqual(int(memory["optimizerBytes"]), 2 * int(memory["paramBytes"]))  # every parameter trains
+        # Issue 40: the exported model's temporary folder is gone, also after a plan that fails.
+        with self.assertRaises(Exception):
+            ec.plan(model, torch.randn(2, 8, 16), ram_budget="1kB", platform="a72", db=self.db, time_limit_s=2,
+                    progress=False)
+        self.assertEqual(plan_folders(), before)
 
     def test_resnet18(self):
         # In-place ReLU saves its result, which is the batch norm's output; max pool saves int64

@@ -1290,3 +1290,264 @@ TEST_F(DefaultPathTest, TheFirstTrainAfterOnePlainProfileIsPredictedMemoryInclud
 
 }  // namespace
 }  // namespace edgecost
+
+namespace {
+
+// Issue 40 #12: a name a user gave reaches CSV as text, never as a spreadsheet formula.
+TEST_F(CliTest, CsvFieldsThatLookLikeFormulasStayText) {
+  const std::string db = "EDGECOST_DB='" + (dir_ / "costs.db").string() + "' " + EDGECOST_BIN + " ";
+  const std::string in_dir = "cd '" + dir_.string() + "' && " + db;
+  ASSERT_EQ(Run(in_dir + "costs linear --platform a72 --out '=HYPERLINK(1).json'").exit_code, 0);
+  const CommandResult solved =
+      Run(in_dir + "solve --graph '=HYPERLINK(1).json' --activation-budget 10kB --runtime-budget 2x");
+  ASSERT_EQ(solved.exit_code, 0) << solved.output;
+  const CommandResult csv = Edgecost("schedules --csv");
+  ASSERT_EQ(csv.exit_code, 0) << csv.output;
+  EXPECT_THAT(csv.output, HasSubstr(",'=HYPERLINK(1).json,"));
+  EXPECT_THAT(csv.output, Not(HasSubstr(",=HYPERLINK")));
+}
+
+}  // namespace
+
+namespace {
+
+// Issue 40 #7: one NaN in the training inputs stops the run naming the record, and no weights are written.
+TEST_F(CliTest, ANanInTheInputsStopsTheRunAndWritesNoWeights) {
+  const std::string npz = (dir_ / "nan.npz").string();
+  const CommandResult made = Run(
+      "/usr/bin/python3 -c \"import numpy as np; d = np.load('examples/digits/finetune.npz'); x = d['x'].copy(); "
+      "x[7, 0, 3, 3] = np.nan; np.savez('" + npz + "', x=x, y=d['y'])\"");
+  ASSERT_EQ(made.exit_code, 0) << made.output;
+  const std::string out = (dir_ / "tuned.onnx").string();
+  const CommandResult trained = Edgecost("train --model examples/digits/digits_cnn.onnx --batch-size 997 --threads 1 "
+                                         "--steps 1 --data " + npz + " --out " + out);
+  EXPECT_EQ(trained.exit_code, 1) << trained.output;
+  EXPECT_THAT(trained.output, HasSubstr("holds NaN"));
+  EXPECT_THAT(trained.output, HasSubstr("record 7"));
+  EXPECT_FALSE(std::filesystem::exists(out));
+}
+
+}  // namespace
+
+namespace {
+
+// Issue 40 #10: where the trained model goes is checked before the first step, not after the last.
+TEST_F(CliTest, OutputsThatCannotBeWrittenAreRefusedBeforeAnyStep) {
+  const std::string model = "train --model examples/digits/digits_cnn.onnx --batch-size 4 --threads 1 --steps 2 ";
+  const CommandResult missing = Edgecost(model + "--out " + (dir_ / "no/such/dir/m.onnx").string());
+  EXPECT_EQ(missing.exit_code, 1) << missing.output;
+  EXPECT_THAT(missing.output, HasSubstr("there is no folder"));
+  EXPECT_THAT(missing.output, Not(HasSubstr("step 1/")));
+  const std::string out = (dir_ / "m.onnx").string();
+  const CommandResult same = Edgecost(model + "--out " + out + " --out-npz " + out);
+  EXPECT_EQ(same.exit_code, 1) << same.output;
+  EXPECT_THAT(same.output, HasSubstr("name one file"));
+  EXPECT_FALSE(std::filesystem::exists(out));
+}
+
+}  // namespace
+
+namespace {
+
+// Issue 40 #14: an export listing one op twice with contradicting figures imports nothing; listed
+// twice alike, it counts once.
+TEST_F(CliTest, AnImportListingAnOpTwiceWithOtherFiguresIsRefused) {
+  ASSERT_EQ(Edgecost("profile --model linear --threads 1 --isolated-only --min-window-s 0.002 --accept-noisy").exit_code,
+            0);
+  char host[256] = {};
+  ASSERT_EQ(::gethostname(host, sizeof host - 1), 0);
+  const std::string exported = (dir_ / "export.json").string();
+  ASSERT_EQ(Edgecost(std::string("db export ") + host + " --out " + exported).exit_code, 0);
+  const auto twice = [&](const std::string& name, const char* change) {
+    const std::string path = (dir_ / name).string();
+    const CommandResult made =
+        Run("/usr/bin/python3 -c \"import json, copy; d = json.load(open('" + exported + "')); "
+            "op = copy.deepcopy(d['opCosts'][0]); " + change + "; d['opCosts'].append(op); json.dump(d, open('" + path +
+            "', 'w'))\"");
+    EXPECT_EQ(made.exit_code, 0) << made.output;
+    return path;
+  };
+  const std::string other = (dir_ / "other.db").string();
+  const CommandResult refused =
+      Edgecost("--db " + other + " db import --replace " + twice("contradicting.json", "op['energyJ'] *= 2"));
+  EXPECT_EQ(refused.exit_code, 1) << refused.output;
+  EXPECT_THAT(refused.output, HasSubstr("twice with different figures"));
+  const CommandResult alike = Edgecost("--db " + other + " db import --replace " + twice("alike.json", "pass"));
+  EXPECT_EQ(alike.exit_code, 0) << alike.output;
+}
+
+}  // namespace
+
+namespace {
+
+// Issue 40 #8 and #9: a checkpoint resumes only the run that wrote it, on the same records as read
+// (a same-size file holding other records, other --mean/--std), and only whole: cut short at a
+// field's end or with a byte of a weight flipped, it is refused, saying so.
+TEST_F(CliTest, ACheckpointResumesOnlyItsOwnDataAndOnlyWhole) {
+  const std::string data = (dir_ / "a.npz").string(), other = (dir_ / "b.npz").string();
+  const CommandResult made = Run(
+      "/usr/bin/python3 -c \"import numpy as np; d = np.load('examples/digits/finetune.npz'); "
+      "np.savez('" + data + "', x=d['x'], y=d['y']); x = d['x'].copy(); x[3] = x[4]; "
+      "np.savez('" + other + "', x=x, y=d['y'])\"");
+  ASSERT_EQ(made.exit_code, 0) << made.output;
+  ASSERT_EQ(std::filesystem::file_size(data), std::filesystem::file_size(other));
+  const std::string checkpoint = (dir_ / "run.ckpt").string();
+  const std::string args = "train --model examples/digits/digits_cnn.onnx --batch-size 32 --threads 1 --no-store "
+                           "--checkpoint " + checkpoint + " --steps ";
+  ASSERT_EQ(Edgecost(args + "2 --data " + data).exit_code, 0);
+  for (const std::string& changed : {"4 --data " + other, "4 --data " + data + " --mean 0.5 --std 2"}) {
+    const CommandResult refused = Edgecost(args + changed + " --resume");
+    EXPECT_EQ(refused.exit_code, 1) << changed << ": " << refused.output;
+    EXPECT_THAT(refused.output, HasSubstr("other settings")) << changed;
+    EXPECT_THAT(refused.output, HasSubstr("its records as read")) << changed;
+  }
+  std::string bytes;
+  {
+    std::ifstream in(checkpoint, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  edgecost::v1::TrainCheckpoint whole;
+  ASSERT_TRUE(whole.ParseFromString(bytes));
+  whole.clear_checksum();
+  const std::string without_checksum = whole.SerializeAsString();  // cut at the end of a field
+  std::string flipped = bytes;
+  flipped[bytes.size() / 2] ^= 0x01;  // inside a weight
+  for (const auto& [name, damaged] : {std::pair{"cut", without_checksum}, {"flipped", flipped}}) {
+    std::ofstream(checkpoint, std::ios::binary | std::ios::trunc) << damaged;
+    const CommandResult refused = Edgecost(args + "4 --data " + data + " --resume");
+    EXPECT_EQ(refused.exit_code, 1) << name << ": " << refused.output;
+    EXPECT_THAT(refused.output, HasSubstr("is damaged")) << name;
+  }
+}
+
+}  // namespace
+
+namespace {
+
+// Issue 40 #6: a long run's listing is its summary, and its plot a bounded sample of its steps.
+TEST_F(CliTest, ALongRunIsListedAsASummaryAndPlottedFromASample) {
+  const std::string svg = (dir_ / "run.svg").string();
+  const CommandResult trained =
+      Edgecost("train --model linear --batch-size 2 --threads 1 --steps 3000 --svg " + svg);
+  ASSERT_EQ(trained.exit_code, 0) << trained.output;
+  std::ifstream in(svg);
+  const std::string picture((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  size_t dots = 0;
+  for (size_t at = picture.find("<circle"); at != std::string::npos; at = picture.find("<circle", at + 1)) ++dots;
+  EXPECT_LE(dots, 2 * 500u);  // two panels
+  EXPECT_THAT(picture, HasSubstr("step 3000"));
+  const CommandResult listed = EdgecostStdout("runs --json");
+  ASSERT_EQ(listed.exit_code, 0) << listed.output;
+  EXPECT_THAT(listed.output, HasSubstr("\"stepStats\": []"));
+  EXPECT_LT(listed.output.size(), 64u << 10) << "a listing carries every step";
+}
+
+}  // namespace
+
+namespace {
+
+// Issue 40 #4: a central store's password stays out of what push, pull and serve --check-config print.
+TEST_F(CliTest, ACentralStoresPasswordIsNeverPrinted) {
+  ASSERT_EQ(Edgecost("profile --model linear --threads 1 --isolated-only --min-window-s 0.002 --accept-noisy").exit_code,
+            0);  // something to push
+  const std::string url = "postgresql://fleet:s3cret@/edgecost?host=" + (dir_ / "no-server").string();
+  for (const std::string& args : {"db push '" + url + "'", "db pull '" + url + "' --device somewhere"}) {
+    const CommandResult run = Edgecost(args);
+    EXPECT_EQ(run.exit_code, 1) << args << ": " << run.output;
+    EXPECT_THAT(run.output, Not(HasSubstr("s3cret"))) << args;
+    EXPECT_THAT(run.output, HasSubstr("fleet:***@")) << args;
+  }
+  const std::string config = (dir_ / "agent.toml").string();
+  std::ofstream(config) << "[store]\ncentral = \"" << url << "\"\n";
+  const CommandResult checked = Edgecost("serve --config " + config + " --check-config --socket none");
+  EXPECT_THAT(checked.output, Not(HasSubstr("s3cret")));
+}
+
+}  // namespace
+
+namespace {
+
+// Issue 40 #11: a second host of the same name cannot push its hardware over the first's in a
+// central store (the guard `db import` has).
+TEST_F(CliTest, AnotherHostOfTheSameNameCannotPushOverTheFirst) {
+  ASSERT_EQ(Edgecost("profile --model linear --threads 1 --isolated-only --min-window-s 0.002 --accept-noisy").exit_code,
+            0);
+  const std::string central = (dir_ / "central.db").string();
+  const CommandResult first = Edgecost("db push --create " + central);
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  char host[256] = {};
+  ASSERT_EQ(::gethostname(host, sizeof host - 1), 0);
+  const std::string exported = (dir_ / "export.json").string(), twin = (dir_ / "twin.json").string();
+  ASSERT_EQ(Edgecost(std::string("db export ") + host + " --out " + exported).exit_code, 0);
+  // The same name on other hardware: every mention of the fingerprint replaced.
+  const CommandResult made = Run("/usr/bin/python3 -c \"import json; t = open('" + exported + "').read(); "
+                                 "h = json.loads(t)['device']['fingerprint']['hash']; "
+                                 "open('" + twin + "', 'w').write(t.replace(h, '0123456789abcdef'))\"");
+  ASSERT_EQ(made.exit_code, 0) << made.output;
+  const std::string other = (dir_ / "other.db").string();
+  ASSERT_EQ(Edgecost("--db " + other + " db import --replace " + twin).exit_code, 0);
+  const CommandResult second = Edgecost("--db " + other + " db push " + central);
+  EXPECT_EQ(second.exit_code, 1) << second.output;
+  EXPECT_THAT(second.output, HasSubstr("another host of the same name"));
+  const CommandResult devices = Edgecost("--db " + central + " db info");
+  EXPECT_THAT(devices.output, Not(HasSubstr("0123456789abcdef")));
+}
+
+}  // namespace
+
+namespace {
+
+// Issue 40 #3: an image swapped for a link after the run opened its folder is not read through it.
+TEST_F(CliTest, AnImageSwappedForALinkMidRunIsNotRead) {
+  const std::string folder = (dir_ / "images").string(), outside = (dir_ / "outside.png").string();
+  const CommandResult made = Run(
+      "/usr/bin/python3 -c \"import os; from PIL import Image; "
+      "[os.makedirs('" + folder + "/' + c, exist_ok=True) for c in 'ab']; "
+      "[Image.new('L', (8, 8), 40 * i).save('" + folder + "/%s/%d.png' % ('ab'[i % 2], i)) for i in range(8)]; "
+      "Image.new('L', (8, 8), 255).save('" + outside + "')\"");
+  ASSERT_EQ(made.exit_code, 0) << made.output;
+  const std::string log = (dir_ / "train.log").string();
+  const CommandResult started = Run("EDGECOST_DB='" + (dir_ / "costs.db").string() + "' " + EDGECOST_BIN +
+                                    " train --model examples/digits/digits_cnn.onnx --batch-size 4 --threads 1 "
+                                    "--steps 20000 --no-store --data " + folder + " >/dev/null 2>" + log + " & echo $!");
+  const pid_t pid = std::stoi(started.output);
+  for (int i = 0; i < 6000; ++i) {  // until the steps run
+    std::ifstream in(log);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (text.find("step 1/") != std::string::npos) break;
+    ::usleep(10'000);
+  }
+  const std::filesystem::path swapped = std::filesystem::path(folder) / "a" / "0.png";
+  std::filesystem::remove(swapped);
+  std::filesystem::create_symlink(outside, swapped);
+  while (::kill(pid, 0) == 0) ::usleep(10'000);  // the shell's child: its end, not its status
+  std::ifstream in(log);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_THAT(text, HasSubstr("not the file it was"));
+  EXPECT_THAT(text, Not(HasSubstr("step 20000/")));
+}
+
+}  // namespace
+
+namespace {
+
+// Issue 40 #5: a small file of many large constant folds is refused by a bound on their sum.
+TEST_F(CliTest, ManyLargeConstantFoldsAreRefusedByTheirSum) {
+  const std::string model = (dir_ / "folds.onnx").string();
+  const CommandResult made = Run(
+      "/usr/bin/python3 -c \"import onnx; from onnx import helper as h, TensorProto as T; "
+      "n = [h.make_node('ConstantOfShape', ['shape'], ['c0'], value=h.make_tensor('v', T.FLOAT, [1], [1.0]))]; "
+      "n += [h.make_node('Add', ['c%d' % i, 'c0'], ['c%d' % (i + 1)]) for i in range(200)]; "
+      "n += [h.make_node('ReduceMean', ['c200'], ['s'], keepdims=0), h.make_node('Add', ['x', 's'], ['y'])]; "
+      "g = h.make_graph(n, 'folds', [h.make_tensor_value_info('x', T.FLOAT, [1, 4])], "
+      "[h.make_tensor_value_info('y', T.FLOAT, [1, 4])], "
+      "[h.make_tensor('shape', T.INT64, [1], [1 << 20])]); "
+      "onnx.save(h.make_model(g, opset_imports=[h.make_opsetid('', 13)]), '" + model + "')\"");
+  ASSERT_EQ(made.exit_code, 0) << made.output;
+  ASSERT_LT(std::filesystem::file_size(model), 16u << 10);
+  const CommandResult added = Edgecost("models add " + model + " --name folds");
+  EXPECT_EQ(added.exit_code, 1) << added.output;
+  EXPECT_THAT(added.output, HasSubstr("constant folding computes more than"));
+}
+
+}  // namespace

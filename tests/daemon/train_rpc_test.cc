@@ -177,6 +177,17 @@ TEST_F(TrainRpcTest, DataOutsideTheAllowedDirectoriesIsRefused) {
     EXPECT_THAT(refused.message(), HasSubstr((dir_ / "data").string()));  // the allowed directories are named
     EXPECT_THAT(refused.message(), HasSubstr("[train] data_dirs"));
   }
+  // Issue 40 #2: a name the loader would split otherwise than the check (a folder named "y.npy," in
+  // the data directory makes "x.npy,y.npy,z.npy" read labels from "y.npy,/..."): refused whole.
+  fs::create_directories(dir_ / "data/y.npy,");
+  for (const char* name : {"x.npy", "y.npy", "z.npy"}) std::ofstream(dir_ / "data" / name) << "x";
+  {
+    v1::Job job;
+    const Status refused =
+        daemon::CallRemote(Remote(), "JobService/StartTrain", DigitsRequest("x.npy,y.npy,z.npy"), job);
+    EXPECT_EQ(refused.code(), ErrorCode::kInvalidArgument) << refused.message();
+    EXPECT_THAT(refused.message(), HasSubstr("one comma"));
+  }
   v1::StartTrainRequest held_out_outside = DigitsRequest("finetune.npz");
   held_out_outside.set_val_data("../outside/secret.npz");
   v1::Job job;
@@ -225,10 +236,15 @@ TEST(TrainData, ADirectoryIsNotAPrefixOfItsSibling) {
   fs::create_symlink(dir / "data2/x.npz", dir / "data/arrays/y.npy");
   EXPECT_EQ(daemon::ResolveTrainData("arrays/x.npy", {(dir / "data").string()}).status().code(),
             ErrorCode::kPermissionDenied);
-  EXPECT_EQ(daemon::ResolveTrainData("arrays/x.npy," + (dir / "data2/x.npz").string(), {(dir / "data").string()})
+  std::ofstream(dir / "data2/x.npy") << "x";
+  EXPECT_EQ(daemon::ResolveTrainData("arrays/x.npy," + (dir / "data2/x.npy").string(), {(dir / "data").string()})
                 .status()
                 .code(),
             ErrorCode::kPermissionDenied);
+  EXPECT_EQ(daemon::ResolveTrainData("arrays/x.npy," + (dir / "data2/x.npz").string(), {(dir / "data").string()})
+                .status()
+                .code(),
+            ErrorCode::kInvalidArgument);  // not a pair of .npy files
   // The config's list, checked at start.
   std::ofstream(dir / "serve.toml") << "[train]\ndata_dirs = [\"" << (dir / "data").string() << "\"]\n";
   daemon::DaemonConfig config;
