@@ -83,6 +83,9 @@ class Local:
             args += ["--time-limit-s", r["timeLimitS"]]
         if r.get("strategy"):
             args += ["--strategy", r["strategy"]]
+        # The solve counts the optimizer's state tensors per parameter: an optimizer keeping as many.
+        args += {0: [], 1: ["--optimizer", "sgd", "--momentum", "0.9"], 2: ["--optimizer", "adam"]}[
+            int(r.get("optimizerStateTensors", 0))]
         with tempfile.TemporaryDirectory(prefix="edgecost-solve-") as workdir:
             path = os.path.join(workdir, "schedule.json")
             run(args + ["--out", path], db=self.db, progress=self.progress)
