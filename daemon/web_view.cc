@@ -20,6 +20,7 @@
 #include "graph/cost_source.h"
 #include "profiler/profile.h"
 #include "service/cost_tables.h"
+#include "service/train_job.h"
 #include "service/train_plot.h"
 #include "service/words.h"
 #include "solver/explain.h"
@@ -847,7 +848,8 @@ Result<std::string> WebView::TrainRunPage(const std::string& query) {
   out << "<h1>Training run #" << id << ": " << HtmlEscape(run.model()) << " on " << HtmlEscape(run.device())
       << "</h1><dl class=\"facts\"><dt>schedule</dt><dd>" << HtmlEscape(run.strategy());
   if (run.schedule_id()) out << " <a href=\"/schedule?id=" << run.schedule_id() << "\">#" << run.schedule_id() << "</a>";
-  out << "</dd><dt>steps</dt><dd>" << run.steps() << " of SGD (lr " << run.lr() << "), batch " << run.batch_size()
+  out << "</dd><dt>steps</dt><dd>" << run.steps() << " of " << HtmlEscape(service::DescribeTraining(run)) << ", batch "
+      << run.batch_size()
       << ", " << HtmlEscape(profiler::ThreadsText(run.threads())) << ", " << HtmlEscape(run.data()) << "</dd>"
       << "<dt>step time</dt><dd>" << FormatSeconds(run.runtime_s()) << " measured"
       << (predicted ? ", " + FormatSeconds(run.predicted_runtime_s()) + " predicted from " +

@@ -1352,6 +1352,12 @@ class Importer {
       const auto strides = attrs.Ints("strides", {1, 1});
       const auto pads = attrs.Ints("pads", {0, 0, 0, 0});
       const bool ceil_mode = attrs.Int("ceil_mode", 0) != 0;
+      const auto positive = [](const std::vector<int64_t>& v) {
+        return std::all_of(v.begin(), v.end(), [](int64_t x) { return x > 0; });
+      };
+      if (kernel.empty() || !positive(kernel) || strides.empty() || !positive(strides)) {
+        return NodeError(node, index, "a pooling window and its strides are at least 1");  // [0, 0] pooled to NaN
+      }
       if (!AllEqual(kernel) || !AllEqual(strides) || !AllEqual(pads) || (ceil_mode && op == "AveragePool")) {
         return Unsupported(node, index,
                            "only square windows, equal strides, symmetric padding (and floor mode for average "

@@ -25,16 +25,22 @@
 #include "solver/solve.h"
 
 namespace edgecost::service {
+namespace {
+
+// How `auto` says which source it chose, at the start of a table's note.
+constexpr char kAutoNotePrefix[] = "cost source auto: ";
+
+}  // namespace
 
 Result<std::string> AutoCostSource(costdb::CostDb& db, costdb::CostTableKey key, uint32_t threads, std::string* why) {
   key.cost_source = kMeasuredInStepSource;
   EC_ASSIGN_OR_RETURN(const std::vector<uint32_t> stored, db.CostTableThreads(key));
   if (std::find(stored.begin(), stored.end(), threads) != stored.end()) {
-    *why = "cost source auto: measured-in-step, the node times inside real training steps at " +
+    *why = kAutoNotePrefix + std::string("measured-in-step, the node times inside real training steps at ") +
            profiler::ThreadsText(threads);
     return std::string(kMeasuredInStepSource);
   }
-  *why = "cost source auto: measured (ops one at a time): no measured-in-step table of " + key.model + " at " +
+  *why = kAutoNotePrefix + std::string("measured (ops one at a time): no measured-in-step table of ") + key.model + " at " +
          profiler::ThreadsText(threads) + " on " + key.device +
          " (`edgecost profile --in-step` or `edgecost train` stores one)";
   return std::string(profiler::kMeasuredSource);
@@ -54,11 +60,11 @@ Result<v1::CostTable> ResolveCostTable(costdb::CostDb* db, const v1::GetCostTabl
     Result<v1::CostTable> table = ResolveCostTable(db, in_step);
     std::string why;
     if (table.ok()) {
-      why = "cost source auto: measured-in-step, the node times inside real training steps" +
+      why = kAutoNotePrefix + std::string("measured-in-step, the node times inside real training steps") +
             (table->threads() > 0 ? " at " + profiler::ThreadsText(table->threads()) : std::string());
     } else if (table.status().code() == ErrorCode::kNotFound ||
                table.status().code() == ErrorCode::kFailedPrecondition) {
-      why = "cost source auto: measured (ops one at a time), as no measured-in-step table fits: " +
+      why = kAutoNotePrefix + std::string("measured (ops one at a time), as no measured-in-step table fits: ") +
             table.status().message();
       v1::GetCostTableRequest measured = request;
       measured.set_cost_source(profiler::kMeasuredSource);
@@ -273,6 +279,24 @@ Result<int64_t> StoreCostTable(costdb::CostDb& db, v1::CostTable table) {
     const v1::Device device = PresetDevice(table.device());
     table.set_fingerprint_hash(device.fingerprint().hash());
     EC_RETURN_IF_ERROR(db.UpsertDevice(device).status());
+  }
+  // A table read from the store comes back with notes on how it was chosen: with the same
+  // figures it is the newest stored version, not a new one whose note grows with every solve.
+  EC_ASSIGN_OR_RETURN(const std::vector<int64_t> versions, db.ListCostTableVersions(table));
+  if (!versions.empty()) {
+    EC_ASSIGN_OR_RETURN(v1::CostTable newest, db.GetCostTableById(versions.front()));
+    const auto figures = [](v1::CostTable t) {  // without what a read adds: notes, memory, energy source
+      t.clear_note();
+      t.clear_memory();
+      t.clear_energy_source();
+      return t.SerializeAsString();
+    };
+    if (figures(newest) == figures(table)) return versions.front();
+  }
+  // What `auto` says of its choice belongs to the read, not to the table.
+  while (table.note().starts_with(kAutoNotePrefix)) {
+    const size_t end = table.note().find("; ");
+    table.set_note(end == std::string::npos ? "" : table.note().substr(end + 2));
   }
   return db.PutCostTable(table);
 }

@@ -45,7 +45,7 @@ std::vector<std::string> StepsArguments(const TrainJobOptions& train, const std:
   if (train.solve.ram_budget_bytes() > 0) {
     argv.insert(argv.end(), {"--activation-budget", std::to_string(train.solve.ram_budget_bytes()) + "B", "--strategy",
                              train.solve.strategy(), "--runtime-budget",
-                             std::to_string(train.solve.runtime_budget_multiple()) + "x"});
+                             std::to_string(train.solve.runtime_budget_s()) + "s"});
   }
   return argv;
 }
@@ -107,7 +107,7 @@ Result<TrainJobResult> RunInStepPaging(const InStepProfileOptions& options, uint
   TrainJobOptions train = StepsOptions(options, kPagingSteps);
   train.solve.set_ram_budget_bytes(activation_budget_bytes);
   train.solve.set_strategy("paging-only");
-  train.solve.set_runtime_budget_multiple(kPagingRuntimeMultiple);
+  train.solve.set_runtime_budget_s(kPagingRuntimeBudgetS);
   train.solve.set_count_paging_time(true);
   train.solve.set_time_limit_s(10);
   train.store_schedule = false;  // the profile's own: not a schedule its user asked for

@@ -44,7 +44,7 @@ Result<TrainJobResult> RunInStepProfile(const InStepProfileOptions& options, con
 // requests inside real steps give the device's paging cost (latency + bytes / throughput per
 // direction), stored in place of the storage benchmark's. Its node times make no table.
 inline constexpr int kPagingSteps = 6;
-inline constexpr double kPagingRuntimeMultiple = 1000;  // paging-only: no runtime budget to speak of
+inline constexpr double kPagingRuntimeBudgetS = 3600;  // no budget to speak of: a tiny step pages in milliseconds
 inline constexpr double kPagingShare = 0.5;             // of the plain step's activation peak
 Result<TrainJobResult> RunInStepPaging(const InStepProfileOptions& options, uint64_t activation_budget_bytes,
                                        const std::atomic<bool>* stop,

@@ -205,7 +205,11 @@ Result<ProfileJobResult> RunProfileJob(const ProfileJobOptions& options, const s
   std::unique_ptr<probes::CounterSource> counters = profiler::OpenTeamCounters(threads);
   log(CountersLine(*counters));
 
+  const bool in_step = options.in_step && spec.derivation == graph::Derivation::kExact;
   profiler::ProfileOptions profile;
+  // Steps that follow decide the prediction and stand a busy core: one more window for a disturbed
+  // op is enough for the cross-check, where a busy device would spend rounds of them.
+  if (in_step) profile.max_attempts = kAttemptsBeforeSteps;
   profile.counters = counters.get();
   profile.calibration = calibration;
   profile.threads = threads;
@@ -238,7 +242,6 @@ Result<ProfileJobResult> RunProfileJob(const ProfileJobOptions& options, const s
   result.noisy_message = profiler::UnreliableSummary(result.summary, options.accept_noisy ? "" : accept_hint);
   // Each unreliable op and its reason are in result.summary (and `costs --device` marks them): not logged one by one.
   const bool noisy = !result.noisy_message.empty() && !options.accept_noisy;
-  const bool in_step = options.in_step && spec.derivation == graph::Derivation::kExact;
   if (options.in_step && !in_step) {
     result.in_step_skipped = "no in-step steps: they run real gradients, the exact derivation (--derivation exact)";
   }

@@ -68,6 +68,8 @@ struct ProfileJobResult {
   bool ok() const { return in_step ? in_step->in_step_table_id != 0 : cost_table_id != 0; }
 };
 inline constexpr double kDisagreementFactor = 3;
+// Windows an op measured alone gets when the in-step steps follow (ProfileOptions::max_attempts).
+inline constexpr int kAttemptsBeforeSteps = 2;
 
 // The result as a Job carries it over RPC.
 v1::ProfileResult ToProto(const ProfileJobResult& result);

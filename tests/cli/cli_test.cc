@@ -1551,3 +1551,42 @@ TEST_F(CliTest, ManyLargeConstantFoldsAreRefusedByTheirSum) {
 }
 
 }  // namespace
+
+namespace {
+
+// Issue 40: a pooling window of 0 (which pooled to a NaN loss) is refused at import, naming the node.
+TEST_F(CliTest, APoolingWindowOfZeroIsRefusedAtImport) {
+  const std::string model = (dir_ / "pool0.onnx").string();
+  const CommandResult made = Run(
+      "/usr/bin/python3 -c \"import onnx; from onnx import helper as h, TensorProto as T; "
+      "n = [h.make_node('MaxPool', ['x'], ['y'], kernel_shape=[0, 0])]; "
+      "g = h.make_graph(n, 'pool0', [h.make_tensor_value_info('x', T.FLOAT, [1, 1, 4, 4])], "
+      "[h.make_tensor_value_info('y', T.FLOAT, [1, 1, 5, 5])]); "
+      "onnx.save(h.make_model(g, opset_imports=[h.make_opsetid('', 13)]), '" + model + "')\"");
+  ASSERT_EQ(made.exit_code, 0) << made.output;
+  const CommandResult added = Edgecost("models add " + model + " --name pool0");
+  EXPECT_EQ(added.exit_code, 1) << added.output;
+  EXPECT_THAT(added.output, HasSubstr("at least 1"));
+}
+
+}  // namespace
+
+namespace {
+
+// Issue 40: a solve stores the table it solved on once; its note does not grow with every solve.
+TEST_F(CliTest, ATablesNoteDoesNotRepeatWithEverySolve) {
+  ASSERT_EQ(Edgecost("profile --model linear --threads 1 --min-window-s 0.002").exit_code, 0);
+  std::string output;
+  for (int i = 0; i < 3; ++i) {
+    const CommandResult solved = Edgecost("solve --model linear --device this --threads 1 --activation-budget 1MB");
+    ASSERT_EQ(solved.exit_code, 0) << solved.output;
+    output = solved.output;
+  }
+  size_t said = 0;
+  for (size_t at = output.find("cost source auto"); at != std::string::npos; at = output.find("cost source auto", at + 1)) {
+    ++said;
+  }
+  EXPECT_LE(said, 1u) << output;
+}
+
+}  // namespace
