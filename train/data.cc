@@ -185,7 +185,8 @@ Result<std::unique_ptr<Records>> OpenNpy(const std::string& inputs_path, const s
 Result<std::unique_ptr<Records>> OpenNpz(const std::string& path, const DataOptions& options, const ModelInput& model) {
   EC_ASSIGN_OR_RETURN(const std::string bytes, ReadWhole(path));
   using Members = std::map<std::string, std::string>;
-  EC_ASSIGN_OR_RETURN(Members members, ReadZip(bytes, path));
+  EC_ASSIGN_OR_RETURN(Members members, ReadZip(bytes, path, kMaxFileBytes,
+                                               {options.input_key + ".npy", options.label_key + ".npy"}));
   std::vector<NumpyArray> arrays;
   for (const std::string& key : {options.input_key, options.label_key}) {
     const auto it = members.find(key + ".npy");

@@ -2,6 +2,7 @@
 
 #include <zlib.h>
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 
@@ -154,8 +155,19 @@ Result<NumpyArray> ParseNpy(std::string_view bytes, const std::string& what) {
   return array;
 }
 
+namespace {
+
+// A member to inflate, as the central directory gives it.
+struct ZipEntry {
+  std::string name;
+  uint32_t method = 0, crc = 0;
+  uint64_t data_at = 0, compressed = 0, size = 0;
+};
+
+}  // namespace
+
 Result<std::map<std::string, std::string>> ReadZip(std::string_view bytes, const std::string& what,
-                                                   uint64_t max_member_bytes) {
+                                                   uint64_t max_member_bytes, const std::set<std::string>& only) {
   // The end of central directory record: 22 bytes and a comment of at most 65535, at the end.
   constexpr size_t kEndRecord = 22;
   if (bytes.size() < kEndRecord) return InvalidArgument(what + " is not a zip archive (too short)");
@@ -171,6 +183,9 @@ Result<std::map<std::string, std::string>> ReadZip(std::string_view bytes, const
   const uint32_t entries = Le16(bytes.data() + end + 10);
   const uint64_t directory_at = Le32(bytes.data() + end + 16);
   std::map<std::string, std::string> members;
+  std::vector<std::pair<uint64_t, uint64_t>> spans;  // each member's bytes in the archive: [from, to)
+  std::vector<ZipEntry> wanted;                       // the members to inflate
+  uint64_t total = 0;
   uint64_t at = directory_at;
   for (uint32_t e = 0; e < entries; ++e) {
     if (at > bytes.size() || bytes.size() - at < 46 || Le32(bytes.data() + at) != 0x02014b50) {
@@ -212,7 +227,30 @@ Result<std::map<std::string, std::string>> ReadZip(std::string_view bytes, const
       return InvalidArgument(what + ": '" + name + "' unpacks to " + std::to_string(size) + " B, more than the " +
                              std::to_string(max_member_bytes) + " B edgecost accepts");
     }
-    const std::string_view packed = bytes.substr(data_at, compressed);
+    spans.emplace_back(local_at, data_at + compressed);
+    if (!only.empty() && !only.contains(name)) {
+      members[name];  // listed, not inflated
+      continue;
+    }
+    total += size;
+    if (total > 2 * max_member_bytes) {
+      return InvalidArgument(what + ": its members unpack to more than the " + std::to_string(2 * max_member_bytes) +
+                             " B edgecost accepts of one archive");
+    }
+    wanted.push_back({name, method, crc, data_at, compressed, size});
+  }
+  // One member's bytes named by several entries would unpack it many times over: refused.
+  std::sort(spans.begin(), spans.end());
+  for (size_t i = 1; i < spans.size(); ++i) {
+    if (spans[i].first < spans[i - 1].second) {
+      return InvalidArgument(what + ": zip entries share their bytes (a zip bomb, or a damaged archive)");
+    }
+  }
+  for (const ZipEntry& entry : wanted) {
+    const std::string& name = entry.name;
+    const uint32_t method = entry.method, crc = entry.crc;
+    const uint64_t compressed = entry.compressed, size = entry.size;
+    const std::string_view packed = bytes.substr(entry.data_at, compressed);
     std::string content;
     if (method == 0) {
       if (compressed != size) return InvalidArgument(what + ": stored member '" + name + "' has two sizes");

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -33,9 +34,12 @@ struct NumpyArray {
 // `what` names the file (or archive member) in errors.
 Result<NumpyArray> ParseNpy(std::string_view bytes, const std::string& what);
 
-// The members of a zip archive, by name, decompressed. Members larger than
-// `max_member_bytes` are refused before anything is allocated for them.
+// The members of a zip archive, by name: those named in `only` decompressed (every one when it is
+// empty), the others listed with no content. Members larger than `max_member_bytes`, members that
+// together unpack to more than twice that, and members whose bytes overlap (one deflated member
+// named many times: a zip bomb) are refused before anything is inflated.
 Result<std::map<std::string, std::string>> ReadZip(std::string_view bytes, const std::string& what,
-                                                   uint64_t max_member_bytes = uint64_t{1} << 31);
+                                                   uint64_t max_member_bytes = uint64_t{1} << 31,
+                                                   const std::set<std::string>& only = {});
 
 }  // namespace edgecost::train

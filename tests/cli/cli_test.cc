@@ -1590,3 +1590,26 @@ TEST_F(CliTest, ATablesNoteDoesNotRepeatWithEverySolve) {
 }
 
 }  // namespace
+
+namespace {
+
+// Issue 40 #1: an .npz whose directory names one deflated member many times (a zip bomb) is refused
+// before anything is inflated.
+TEST_F(CliTest, AnNpzWhoseEntriesShareOneMemberIsRefused) {
+  const std::string bomb = (dir_ / "bomb.npz").string();
+  const CommandResult made = Run(
+      "/usr/bin/python3 -c \"import io, struct, zipfile; b = io.BytesIO(); "
+      "z = zipfile.ZipFile(b, 'w', zipfile.ZIP_DEFLATED); z.writestr('x.npy', bytes(1 << 20)); z.close(); "
+      "d = b.getvalue(); e = d.rindex(b'PK\\\\x05\\\\x06'); at = struct.unpack('<I', d[e + 16:e + 20])[0]; "
+      "entry = d[at:e]; n = 200; "
+      "entries = b''.join(entry.replace(b'x.npy', ('%05d' % i).encode()[:5]) for i in range(n)); "
+      "end = d[e:e + 8] + struct.pack('<HHII', n, n, len(entries), at) + d[e + 20:]; "
+      "open('" + bomb + "', 'wb').write(d[:at] + entries + end)\"");
+  ASSERT_EQ(made.exit_code, 0) << made.output;
+  const CommandResult trained = Edgecost("train --model examples/digits/digits_cnn.onnx --batch-size 4 --threads 1 "
+                                         "--steps 1 --no-store --data " + bomb + " --data-keys 00001,00002");
+  EXPECT_EQ(trained.exit_code, 1) << trained.output;
+  EXPECT_THAT(trained.output, HasSubstr("share their bytes"));
+}
+
+}  // namespace
