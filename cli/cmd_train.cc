@@ -171,9 +171,14 @@ void PrintRun(const service::TrainJobResult& result, bool accepted_noisy) {
   const bool estimated = run.energy_source() == v1::ENERGY_SOURCE_ESTIMATED;
   Table table({{"", Table::Align::kLeft}, {"predicted"}, {"measured"}, {"", Table::Align::kLeft}});
   std::string median = run.steps() > 1 ? "median of steps 2.." + std::to_string(run.steps()) : "one step";
-  if (run.median_steps() > 0 && run.median_steps() < run.steps() - (run.steps() > 1)) {  // disturbed ones left out
+  // The disturbed steps were left out when they and the median's add up to no more than the steps
+  // measured (a resumed run measures fewer than it counts); else the median is of all.
+  const uint32_t measured = run.steps() - (run.steps() > 1 ? 1 : 0);
+  if (run.disturbed_steps() > 0 && run.median_steps() + run.disturbed_steps() <= measured) {
     median = "median of the " + std::to_string(run.median_steps()) + " undisturbed of steps " +
              (run.steps() > 1 ? "2.." : "1..") + std::to_string(run.steps());
+  } else if (run.median_steps() > 0 && run.median_steps() < measured) {
+    median = "median of the last " + std::to_string(run.median_steps()) + " steps of " + std::to_string(run.steps());
   }
   table.AddRow({"step time", predicted ? FormatSeconds(run.predicted_runtime_s()) : "-", FormatSeconds(run.runtime_s()),
                 median + (predicted ? ", error " + Percent(run.runtime_s(), run.predicted_runtime_s()) : "")});
