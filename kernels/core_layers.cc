@@ -349,7 +349,9 @@ class BatchNorm2d : public StepLayer {
                         }});
     // One kernel gives dX, dgamma and dbeta: the input and weight passes run it. Bias-only
     // training needs dbeta alone, the sum of dY over all but the channel axis, which reads no X.
-    AddReduceSum(backward_bias_, Mem(grad_output_), Mem(*grad_params_[1], Plain({1, channels, 1, 1})));
+    std::vector<int64_t> per_channel(x.dims.size(), 1);  // (1, C, 1, ...) at the input's rank: 2-D inputs too
+    per_channel[1] = channels;
+    AddReduceSum(backward_bias_, Mem(grad_output_), Mem(*grad_params_[1], Plain(per_channel)));
     for (auto* pass : {&backward_input_, &backward_weights_}) {
       pass->push_back({dnnl::primitive(),
                        {{DNNL_ARG_SRC, Mem(x)},

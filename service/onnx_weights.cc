@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <cmath>
@@ -17,6 +16,7 @@
 
 #include "base/files.h"
 #include "kernels/layers.h"
+#include "train/numpy_files.h"
 
 namespace edgecost::service {
 namespace {
@@ -201,10 +201,6 @@ void PutLe16(std::string& s, uint32_t v) {
   s.push_back(static_cast<char>(v & 0xff));
   s.push_back(static_cast<char>((v >> 8) & 0xff));
 }
-void PutLe32(std::string& s, uint32_t v) {
-  PutLe16(s, v & 0xffff);
-  PutLe16(s, v >> 16);
-}
 
 }  // namespace
 
@@ -270,8 +266,7 @@ Status WriteTrainedOnnx(const graph::OnnxModel& model, train::Executor& executor
 }
 
 Result<std::string> NpzBytes(const std::vector<NpyArray>& arrays) {
-  std::string zip, central;
-  uint32_t entries = 0;
+  std::vector<std::pair<std::string, std::string>> members;
   for (const NpyArray& a : arrays) {
     int64_t count = 1;
     for (int64_t d : a.shape) count *= d;
@@ -298,65 +293,9 @@ Result<std::string> NpzBytes(const std::vector<NpyArray>& arrays) {
     } else {
       npy.append(reinterpret_cast<const char*>(a.values.data()), a.values.size() * sizeof(float));
     }
-    const std::string name = a.name + ".npy";
-    if (npy.size() >= 0xffffffffu || zip.size() + npy.size() >= 0xffffffffu || name.size() > 0xffff) {
-      return InvalidArgument("the trained weights exceed 4 GiB, which a zip without ZIP64 cannot hold");
-    }
-    const uint32_t crc = static_cast<uint32_t>(
-        crc32(crc32(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(npy.data()), static_cast<uInt>(npy.size())));
-    const auto offset = static_cast<uint32_t>(zip.size());
-    const auto size = static_cast<uint32_t>(npy.size());
-    const uint32_t dos_date = (1 << 5) | 1;  // 1980-01-01, 00:00: the same bytes on every run
-    // Local file header: stored (method 0), no data descriptor.
-    PutLe32(zip, 0x04034b50);
-    PutLe16(zip, 20);
-    PutLe16(zip, 0);
-    PutLe16(zip, 0);
-    PutLe16(zip, 0);
-    PutLe16(zip, dos_date);
-    PutLe32(zip, crc);
-    PutLe32(zip, size);
-    PutLe32(zip, size);
-    PutLe16(zip, static_cast<uint32_t>(name.size()));
-    PutLe16(zip, 0);
-    zip += name;
-    zip += npy;
-    // Its central directory record.
-    PutLe32(central, 0x02014b50);
-    PutLe16(central, 20);
-    PutLe16(central, 20);
-    PutLe16(central, 0);
-    PutLe16(central, 0);
-    PutLe16(central, 0);
-    PutLe16(central, dos_date);
-    PutLe32(central, crc);
-    PutLe32(central, size);
-    PutLe32(central, size);
-    PutLe16(central, static_cast<uint32_t>(name.size()));
-    PutLe16(central, 0);
-    PutLe16(central, 0);
-    PutLe16(central, 0);
-    PutLe16(central, 0);
-    PutLe32(central, 0);
-    PutLe32(central, offset);
-    central += name;
-    ++entries;
+    members.emplace_back(a.name + ".npy", std::move(npy));
   }
-  if (entries > 0xffff || zip.size() + central.size() >= 0xffffffffu) {
-    return InvalidArgument("too many weights for a zip without ZIP64");
-  }
-  const auto central_offset = static_cast<uint32_t>(zip.size());
-  zip += central;
-  PutLe32(zip, 0x06054b50);
-  PutLe16(zip, 0);
-  PutLe16(zip, 0);
-  PutLe16(zip, entries);
-  PutLe16(zip, entries);
-  PutLe32(zip, static_cast<uint32_t>(central.size()));
-  PutLe32(zip, central_offset);
-  PutLe16(zip, 0);
-  return zip;
+  return train::WriteZip(members);
 }
-
 
 }  // namespace edgecost::service

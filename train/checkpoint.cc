@@ -65,7 +65,9 @@ void CaptureState(Executor& executor, v1::TrainCheckpoint& checkpoint) {
 
 Status RestoreState(const v1::TrainCheckpoint& checkpoint, Executor& executor) {
   std::map<std::string, const v1::CheckpointTensor*> saved;
-  for (const v1::CheckpointTensor& t : checkpoint.tensors()) saved[t.name()] = &t;
+  for (const v1::CheckpointTensor& t : checkpoint.tensors()) {
+    if (!saved.emplace(t.name(), &t).second) return InvalidArgument("the checkpoint holds '" + t.name() + "' twice");
+  }
   const StateView view = ViewOf(executor);
   if (saved.size() != view.tensors.size() + view.counts.size()) {
     return InvalidArgument("the checkpoint holds " + std::to_string(saved.size()) + " tensors and this run has " +
@@ -111,21 +113,25 @@ Status WriteCheckpoint(const std::string& path, const v1::TrainCheckpoint& check
   return WriteFileAtomically(path, bytes);
 }
 
+Result<v1::TrainCheckpoint> ParseCheckpoint(const std::string& bytes, const std::string& what) {
+  v1::TrainCheckpoint checkpoint;
+  if (!checkpoint.ParseFromString(bytes) || checkpoint.format() != kFormat) {
+    return InvalidArgument(what + " is damaged, or not an edgecost training checkpoint (format " +
+                           std::to_string(kFormat) + ")");
+  }
+  if (checkpoint.checksum().empty() || checkpoint.checksum() != ChecksumOf(checkpoint)) {
+    return DataLoss(what + " is damaged (cut short or altered: its checksum does not match): not resumed from; "
+                           "remove it to start over, or restore a copy");
+  }
+  return checkpoint;
+}
+
 Result<v1::TrainCheckpoint> ReadCheckpoint(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return NotFound("no checkpoint at " + path);
   std::ostringstream bytes;
   bytes << in.rdbuf();
-  v1::TrainCheckpoint checkpoint;
-  if (!checkpoint.ParseFromString(bytes.str()) || checkpoint.format() != kFormat) {
-    return InvalidArgument(path + " is damaged, or not an edgecost training checkpoint (format " +
-                           std::to_string(kFormat) + ")");
-  }
-  if (checkpoint.checksum().empty() || checkpoint.checksum() != ChecksumOf(checkpoint)) {
-    return DataLoss(path + " is damaged (cut short or altered: its checksum does not match): not resumed from; "
-                           "remove it to start over, or restore a copy");
-  }
-  return checkpoint;
+  return ParseCheckpoint(bytes.str(), path);
 }
 
 }  // namespace edgecost::train

@@ -20,7 +20,10 @@ void CaptureState(Executor& executor, v1::TrainCheckpoint& checkpoint);
 Status RestoreState(const v1::TrainCheckpoint& checkpoint, Executor& executor);
 
 Status WriteCheckpoint(const std::string& path, const v1::TrainCheckpoint& checkpoint);
-// NotFound when there is no file; InvalidArgument when it is not a checkpoint of this format.
+// InvalidArgument when the bytes are not a checkpoint of this format, DataLoss when its checksum
+// does not match (cut short or altered); `what` names the file in errors.
+Result<v1::TrainCheckpoint> ParseCheckpoint(const std::string& bytes, const std::string& what);
+// The file's checkpoint: NotFound when there is no file, else as ParseCheckpoint.
 Result<v1::TrainCheckpoint> ReadCheckpoint(const std::string& path);
 
 }  // namespace edgecost::train

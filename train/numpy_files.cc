@@ -1,10 +1,10 @@
 #include "train/numpy_files.h"
 
-#include <zlib.h>
+#include <zip.h>
 
-#include <algorithm>
 #include <cstring>
 #include <limits>
+#include <memory>
 
 namespace edgecost::train {
 namespace {
@@ -157,129 +157,136 @@ Result<NumpyArray> ParseNpy(std::string_view bytes, const std::string& what) {
 
 namespace {
 
-// A member to inflate, as the central directory gives it.
-struct ZipEntry {
-  std::string name;
-  uint32_t method = 0, crc = 0;
-  uint64_t data_at = 0, compressed = 0, size = 0;
+// libzip's archive over bytes in memory, closed (without writing) when it goes.
+struct ZipCloser {
+  void operator()(zip_t* archive) const { zip_discard(archive); }
 };
+using Zip = std::unique_ptr<zip_t, ZipCloser>;
+struct ZipFileCloser {
+  void operator()(zip_file_t* file) const { zip_fclose(file); }
+};
+
+std::string ZipErrorText(zip_error_t& error) {
+  std::string text = zip_error_strerror(&error);
+  zip_error_fini(&error);
+  return text;
+}
+
+// The member's bytes, read to its stated size: libzip checks the CRC-32 at the end, and one more
+// byte than stated is refused, so a member cannot unpack to more than the directory says.
+Result<std::string> ReadMember(zip_t* archive, zip_uint64_t index, uint64_t size, const std::string& what,
+                               const std::string& name) {
+  std::unique_ptr<zip_file_t, ZipFileCloser> file(zip_fopen_index(archive, index, 0));
+  if (file == nullptr) {
+    return InvalidArgument(what + ": member '" + name + "' cannot be opened: " + zip_strerror(archive));
+  }
+  std::string content(size, '\0');
+  uint64_t read = 0;
+  while (read < size) {
+    const zip_int64_t n = zip_fread(file.get(), content.data() + read, size - read);
+    if (n <= 0) break;
+    read += static_cast<uint64_t>(n);
+  }
+  char beyond = 0;
+  const zip_int64_t extra = read == size ? zip_fread(file.get(), &beyond, 1) : 0;
+  if (read != size || extra != 0) {
+    const char* error = zip_file_strerror(file.get());
+    return InvalidArgument(what + ": member '" + name + "' does not unpack to its " + std::to_string(size) + " B (" +
+                           (extra > 0 ? "it holds more" : error) + ")");
+  }
+  return content;
+}
 
 }  // namespace
 
 Result<std::map<std::string, std::string>> ReadZip(std::string_view bytes, const std::string& what,
                                                    uint64_t max_member_bytes, const std::set<std::string>& only) {
-  // The end of central directory record: 22 bytes and a comment of at most 65535, at the end.
-  constexpr size_t kEndRecord = 22;
-  if (bytes.size() < kEndRecord) return InvalidArgument(what + " is not a zip archive (too short)");
-  size_t end = std::string_view::npos;
-  const size_t lowest = bytes.size() > kEndRecord + 0xffff ? bytes.size() - kEndRecord - 0xffff : 0;
-  for (size_t at = bytes.size() - kEndRecord + 1; at-- > lowest;) {
-    if (Le32(bytes.data() + at) == 0x06054b50) {
-      end = at;
-      break;
-    }
+  if (bytes.empty()) return InvalidArgument(what + " is empty, not a zip archive");  // libzip: an empty archive
+  zip_error_t error;
+  zip_error_init(&error);
+  zip_source_t* source = zip_source_buffer_create(bytes.data(), bytes.size(), 0, &error);
+  if (source == nullptr) return Internal("libzip: " + ZipErrorText(error));
+  // ZIP_CHECKCONS: every entry's local header must agree with the directory and names be unique,
+  // so entries cannot share one member's bytes (a zip bomb).
+  Zip archive(zip_open_from_source(source, ZIP_RDONLY | ZIP_CHECKCONS, &error));
+  if (archive == nullptr) {
+    zip_source_free(source);
+    return InvalidArgument(what + " is not a readable zip archive: " + ZipErrorText(error));
   }
-  if (end == std::string_view::npos) return InvalidArgument(what + " is not a zip archive (no end record)");
-  const uint32_t entries = Le16(bytes.data() + end + 10);
-  const uint64_t directory_at = Le32(bytes.data() + end + 16);
+  zip_error_fini(&error);
   std::map<std::string, std::string> members;
-  std::vector<std::pair<uint64_t, uint64_t>> spans;  // each member's bytes in the archive: [from, to)
-  std::vector<ZipEntry> wanted;                       // the members to inflate
+  std::vector<std::pair<zip_uint64_t, zip_stat_t>> wanted;
   uint64_t total = 0;
-  uint64_t at = directory_at;
-  for (uint32_t e = 0; e < entries; ++e) {
-    if (at > bytes.size() || bytes.size() - at < 46 || Le32(bytes.data() + at) != 0x02014b50) {
-      return InvalidArgument(what + ": damaged zip central directory (entry " + std::to_string(e) + ")");
+  const zip_int64_t entries = zip_get_num_entries(archive.get(), 0);
+  for (zip_int64_t e = 0; e < entries; ++e) {
+    zip_stat_t stat;
+    if (zip_stat_index(archive.get(), e, 0, &stat) != 0 || !(stat.valid & ZIP_STAT_NAME) ||
+        !(stat.valid & ZIP_STAT_SIZE)) {
+      return InvalidArgument(what + ": damaged zip entry " + std::to_string(e) + ": " + zip_strerror(archive.get()));
     }
-    const char* record = bytes.data() + at;
-    const uint32_t method = Le16(record + 10), crc = Le32(record + 16);
-    uint64_t compressed = Le32(record + 20), size = Le32(record + 24), local_at = Le32(record + 42);
-    const uint32_t name_len = Le16(record + 28), extra_len = Le16(record + 30), comment_len = Le16(record + 32);
-    if (bytes.size() - at - 46 < static_cast<uint64_t>(name_len) + extra_len + comment_len) {
-      return InvalidArgument(what + ": damaged zip central directory (entry " + std::to_string(e) + ")");
-    }
-    const std::string name(record + 46, name_len);
-    // ZIP64: the sizes and offset that read 0xffffffff follow, in this order, in extra field 0x0001.
-    for (uint32_t x = 0; x + 4 <= extra_len;) {
-      const char* field = record + 46 + name_len + x;
-      const uint32_t id = Le16(field), len = Le16(field + 2);
-      if (x + 4 + len > extra_len) break;
-      if (id == 0x0001) {
-        uint32_t read = 0;
-        for (uint64_t* value : {&size, &compressed, &local_at}) {
-          if (*value != 0xffffffffu) continue;
-          if (read + 8 > len) return InvalidArgument(what + ": damaged ZIP64 field of '" + name + "'");
-          *value = Le64(field + 4 + read);
-          read += 8;
-        }
-      }
-      x += 4 + len;
-    }
-    at += 46 + static_cast<uint64_t>(name_len) + extra_len + comment_len;
-    if (local_at > bytes.size() || bytes.size() - local_at < 30 || Le32(bytes.data() + local_at) != 0x04034b50) {
-      return InvalidArgument(what + ": '" + name + "' has no local header where the directory says");
-    }
-    const uint64_t data_at = local_at + 30 + Le16(bytes.data() + local_at + 26) + Le16(bytes.data() + local_at + 28);
-    if (data_at > bytes.size() || bytes.size() - data_at < compressed) {
-      return InvalidArgument(what + ": '" + name + "' runs past the end of the archive");
-    }
-    if (size > max_member_bytes) {
-      return InvalidArgument(what + ": '" + name + "' unpacks to " + std::to_string(size) + " B, more than the " +
+    const std::string name = stat.name;
+    if (stat.size > max_member_bytes) {
+      return InvalidArgument(what + ": '" + name + "' unpacks to " + std::to_string(stat.size) + " B, more than the " +
                              std::to_string(max_member_bytes) + " B edgecost accepts");
     }
-    spans.emplace_back(local_at, data_at + compressed);
-    if (!only.empty() && !only.contains(name)) {
-      members[name];  // listed, not inflated
-      continue;
-    }
-    total += size;
+    members[name];  // listed; filled below when asked for
+    if (!only.empty() && !only.contains(name)) continue;
+    total += stat.size;
     if (total > 2 * max_member_bytes) {
       return InvalidArgument(what + ": its members unpack to more than the " + std::to_string(2 * max_member_bytes) +
                              " B edgecost accepts of one archive");
     }
-    wanted.push_back({name, method, crc, data_at, compressed, size});
+    wanted.emplace_back(e, stat);
   }
-  // One member's bytes named by several entries would unpack it many times over: refused.
-  std::sort(spans.begin(), spans.end());
-  for (size_t i = 1; i < spans.size(); ++i) {
-    if (spans[i].first < spans[i - 1].second) {
-      return InvalidArgument(what + ": zip entries share their bytes (a zip bomb, or a damaged archive)");
+  for (const auto& [index, stat] : wanted) {
+    if ((stat.valid & ZIP_STAT_COMP_METHOD) && stat.comp_method != ZIP_CM_STORE && stat.comp_method != ZIP_CM_DEFLATE) {
+      return InvalidArgument(what + ": member '" + std::string(stat.name) + "' uses zip method " +
+                             std::to_string(stat.comp_method) + "; edgecost reads stored (0) and deflated (8) members");
     }
-  }
-  for (const ZipEntry& entry : wanted) {
-    const std::string& name = entry.name;
-    const uint32_t method = entry.method, crc = entry.crc;
-    const uint64_t compressed = entry.compressed, size = entry.size;
-    const std::string_view packed = bytes.substr(entry.data_at, compressed);
-    std::string content;
-    if (method == 0) {
-      if (compressed != size) return InvalidArgument(what + ": stored member '" + name + "' has two sizes");
-      content.assign(packed);
-    } else if (method == 8) {
-      content.resize(size);
-      z_stream z{};
-      if (inflateInit2(&z, -MAX_WBITS) != Z_OK) return Internal("zlib: cannot start inflating");
-      z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(packed.data()));
-      z.avail_in = static_cast<uInt>(std::min<uint64_t>(packed.size(), std::numeric_limits<uInt>::max()));
-      z.next_out = reinterpret_cast<Bytef*>(content.data());
-      z.avail_out = static_cast<uInt>(std::min<uint64_t>(size, std::numeric_limits<uInt>::max()));
-      const int rc = inflate(&z, Z_FINISH);
-      const uint64_t produced = z.total_out;
-      inflateEnd(&z);
-      if (rc != Z_STREAM_END || produced != size) {
-        return InvalidArgument(what + ": member '" + name + "' does not inflate to its " + std::to_string(size) +
-                               " B (damaged deflate data)");
-      }
-    } else {
-      return InvalidArgument(what + ": member '" + name + "' uses zip method " + std::to_string(method) +
-                             "; edgecost reads stored (0) and deflated (8) members");
-    }
-    const uint32_t actual = static_cast<uint32_t>(
-        crc32_z(crc32(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(content.data()), content.size()));
-    if (actual != crc) return InvalidArgument(what + ": member '" + name + "' fails its CRC-32 check");
-    members[name] = std::move(content);
+    EC_ASSIGN_OR_RETURN(members[stat.name], ReadMember(archive.get(), index, stat.size, what, stat.name));
   }
   return members;
+}
+
+Result<std::string> WriteZip(const std::vector<std::pair<std::string, std::string>>& members) {
+  zip_error_t error;
+  zip_error_init(&error);
+  zip_source_t* buffer = zip_source_buffer_create(nullptr, 0, 0, &error);
+  if (buffer == nullptr) return Internal("libzip: " + ZipErrorText(error));
+  Zip archive(zip_open_from_source(buffer, ZIP_TRUNCATE, &error));
+  if (archive == nullptr) {
+    zip_source_free(buffer);
+    return Internal("libzip: " + ZipErrorText(error));
+  }
+  zip_error_fini(&error);
+  zip_source_keep(buffer);  // outlives the archive: it holds the bytes written
+  const auto free_buffer = std::unique_ptr<zip_source_t, decltype(&zip_source_free)>(buffer, zip_source_free);
+  constexpr time_t kFixedTime = 946728000;  // 2000-01-01 12:00 UTC, that day in every time zone
+  for (const auto& [name, content] : members) {
+    zip_source_t* member = zip_source_buffer(archive.get(), content.data(), content.size(), 0);
+    const zip_int64_t index = member == nullptr ? -1 : zip_file_add(archive.get(), name.c_str(), member, ZIP_FL_ENC_UTF_8);
+    if (index < 0) {
+      if (member != nullptr) zip_source_free(member);
+      return InvalidArgument("cannot add '" + name + "' to a zip archive: " + zip_strerror(archive.get()));
+    }
+    if (zip_set_file_compression(archive.get(), index, ZIP_CM_STORE, 0) != 0 ||
+        zip_file_set_mtime(archive.get(), index, kFixedTime, 0) != 0) {
+      return Internal("libzip: " + std::string(zip_strerror(archive.get())));
+    }
+  }
+  if (zip_close(archive.get()) != 0) {
+    return InvalidArgument("cannot write the zip archive: " + std::string(zip_strerror(archive.get())));
+  }
+  archive.release();  // zip_close freed it
+  zip_stat_t stat;
+  if (zip_source_stat(buffer, &stat) != 0 || zip_source_open(buffer) != 0) {
+    return Internal("libzip: " + std::string(zip_error_strerror(zip_source_error(buffer))));
+  }
+  std::string bytes(stat.size, '\0');
+  const zip_int64_t read = zip_source_read(buffer, bytes.data(), bytes.size());
+  zip_source_close(buffer);
+  if (read != static_cast<zip_int64_t>(bytes.size())) return Internal("libzip: short read of the archive written");
+  return bytes;
 }
 
 }  // namespace edgecost::train

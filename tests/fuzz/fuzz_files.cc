@@ -1,15 +1,20 @@
 // Fuzz target for the files users hand to the CLI: graph files
 // (training-graph/v1 and networkx node-link JSON) on their way to a schedule,
 // schedule files through what `edgecost check` does, and model files as
-// `edgecost models add` and AddModel read them before storing them.
+// `edgecost models add` and AddModel read them before storing them, and cost exports as
+// `edgecost db import` reads them into a database.
 //
-// Input: byte 0 picks the kind (modulo 4: 0 a graph file, 1 a schedule file,
+// Input: byte 0 picks the kind (modulo 5: 0 a graph file, 1 a schedule file,
 // 2 a model file, 3 an ONNX model built from the rest: ops the importer takes, with random
-// attributes, shapes and opset); the rest is the file. Oracle: no crash, no sanitizer report; a
-// graph that reads gives a problem whose baseline schedules the independent simulator accepts;
-// the import, isolated in its child process, always gives the caller a Result.
+// attributes, shapes and opset, 4 a cost export in any of its forms); the rest is the file.
+// Oracle: no crash, no sanitizer report; a graph that reads gives a problem whose baseline
+// schedules the independent simulator accepts; the import, isolated in its child process, always
+// gives the caller a Result; an export that fails to import leaves the database as it was.
+#include <unistd.h>
+
 #include <cstdint>
 #include <cstdlib>
+#include <filesystem>
 #include <iterator>
 #include <string>
 #include <vector>
@@ -18,10 +23,12 @@
 #include <google/protobuf/util/json_util.h>
 #include <onnx/onnx_pb.h>
 
+#include "costdb/costdb.h"
 #include "graph/derive.h"
 #include "graph/graph_io.h"
 #include "graph/onnx_import.h"
 #include "graph/resolve.h"
+#include "service/cost_export.h"
 #include "service/cost_tables.h"
 #include "solver/problem.h"
 #include "solver/simulator.h"
@@ -215,6 +222,36 @@ void FuzzOnnxModel(const std::string& choices) {
   (void)graph::DeriveTrainingGraph(*forward, graph::kDefaultDerivation);  // what an imported graph goes on to
 }
 
+// One database for every export the process imports: a refused import must leave it as it was.
+void FuzzCostExport(const std::string& bytes) {
+  static costdb::CostDb* const db = [] {
+    const std::string path =
+        (std::filesystem::temp_directory_path() / ("edgecost_fuzz_" + std::to_string(getpid()) + ".db")).string();
+    auto opened = costdb::CostDb::Open(path);
+    if (!opened.ok()) std::abort();
+    std::atexit([] {
+      for (const char* suffix : {"", "-wal", "-shm"}) {
+        std::filesystem::remove(std::filesystem::temp_directory_path() /
+                                ("edgecost_fuzz_" + std::to_string(getpid()) + ".db" + suffix));
+      }
+    });
+    return new costdb::CostDb(std::move(*opened));
+  }();
+  Result<v1::CostExport> exported = service::DecodeExport(bytes, "fuzz.costs");
+  if (!exported.ok()) return;
+  const auto snapshot = [&] {  // all the database holds of the device, or "" when it holds nothing
+    Result<v1::CostExport> held = service::ExportDevice(*db, exported->device().name());
+    if (!held.ok()) return std::string();
+    held->clear_exported_at();
+    return held->SerializeAsString();
+  };
+  const std::string before = snapshot();
+  Result<service::ImportSummary> imported = service::ImportDevice(*db, *exported, {});
+  if (imported.ok()) return;
+  if (imported.status().message().empty()) std::abort();  // every refusal says why
+  if (snapshot() != before) std::abort();
+}
+
 }  // namespace
 }  // namespace edgecost
 
@@ -226,7 +263,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   (void)quiet;
   if (size < 1) return 0;
   const std::string text(reinterpret_cast<const char*>(data + 1), size - 1);
-  switch (data[0] % 4) {
+  switch (data[0] % 5) {
     case 0:
       edgecost::FuzzGraphFile(text);
       break;
@@ -236,8 +273,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     case 2:
       edgecost::FuzzModelFile(text);
       break;
-    default:
+    case 3:
       edgecost::FuzzOnnxModel(text);
+      break;
+    default:
+      edgecost::FuzzCostExport(text);
   }
   return 0;
 }

@@ -3,7 +3,8 @@
 # JSON and protobuf (protoc --encode), and valid graph and schedule files.
 # Byte 0 of a services seed is the route's index in fuzz_services.cc (bit 7
 # set for protobuf); byte 0 of a files seed is 0 for a graph, 1 for a schedule, 2 for a model
-# file, 3 for choices that build an ONNX model.
+# file, 3 for choices that build an ONNX model, 4 for a cost export; byte 0 of a data seed is 0 for
+# a .npy, 1 for an .npz, 2 for an image, 3 for a checkpoint (fuzz_data.cc).
 # Reproducers of crashes the fuzzers found are kept as crash_* seeds.
 # Usage: tests/fuzz/make_seeds.sh build/cli/edgecost
 set -euo pipefail
@@ -65,3 +66,41 @@ done
 EDGECOST_DB="$tmp/costs.db" "$edgecost" solve --model linear --platform a72 --activation-budget 4kB --runtime-budget 2x \
   --no-store --out "$tmp/schedule.json" > /dev/null
 { printf '\x01'; cat "$tmp/schedule.json"; } > "$out/schedule_linear.json"
+# Kind 4: cost exports as `db import` reads them: a small JSON export of two op costs, and the same
+# with one op listed twice with other figures (refused whole).
+EDGECOST_DB="$tmp/costs.db" "$edgecost" profile --model linear --isolated-only --threads 1 > /dev/null
+device=$(EDGECOST_DB="$tmp/costs.db" "$edgecost" db info | awk '/^-+$/ {getline; print $1; exit}')
+EDGECOST_DB="$tmp/costs.db" "$edgecost" db export "$device" --out "$tmp/export.json" > /dev/null
+/usr/bin/python3 - "$tmp/export.json" "$out" <<'PY'
+import copy, json, sys
+export = json.load(open(sys.argv[1]))
+small = {"device": export["device"], "opCosts": export["opCosts"][:2]}
+for cost in small["opCosts"]:
+    cost["repetitions"] = cost.get("repetitions", [])[:3]
+with open(sys.argv[2] + "/export_two_ops.json", "w") as f:
+    f.write("\x04" + json.dumps(small))
+twice = copy.deepcopy(small["opCosts"][0])
+twice["runtime"]["medianS"] *= 3
+small["opCosts"].append(twice)
+with open(sys.argv[2] + "/export_op_twice.json", "w") as f:
+    f.write("\x04" + json.dumps(small))
+PY
+
+out=tests/fuzz/seeds_data
+# Kind 3: a checkpoint of two steps of the zoo's linear model at batch 2, as fuzz_data.cc restores it.
+EDGECOST_DB="$tmp/costs.db" "$edgecost" train --model linear --batch-size 2 --steps 2 --threads 1 --no-store \
+  --checkpoint "$tmp/linear.ckpt" > /dev/null
+{ printf '\x03'; cat "$tmp/linear.ckpt"; } > "$out/checkpoint_linear"
+# Kind 1: an .npz whose directory names one deflated member 200 times (a zip bomb).
+/usr/bin/python3 - "$out/npz_bomb" <<'PY'
+import io, struct, sys, zipfile
+b = io.BytesIO()
+with zipfile.ZipFile(b, "w", zipfile.ZIP_DEFLATED) as z:
+    z.writestr("x.npy", bytes(1 << 20))
+d = b.getvalue()
+end = d.rindex(b"PK\x05\x06")
+at = struct.unpack("<I", d[end + 16:end + 20])[0]
+entries = b"".join(d[at:end].replace(b"x.npy", b"%05d" % i) for i in range(200))
+tail = d[end:end + 8] + struct.pack("<HHII", 200, 200, len(entries), at) + d[end + 20:]
+open(sys.argv[1], "wb").write(b"\x01" + d[:at] + entries + tail)
+PY

@@ -340,6 +340,11 @@ TINY_MODELS = {
     # torchvision's MaxVit at 28x28: one block (MBConv, then window and grid attention over partitions of 7,
     # its attention written as Einsum, a relative position bias per attention).
     "maxvit_tiny": (lambda: maxvit_tiny(), lambda: torch.randn(2, 3, 28, 28)),
+    # The batch-normed MLP of tabular data: BatchNorm1d on a 2-D (batch, features) input.
+    "mlp_bn_tiny": (lambda: torch.nn.Sequential(torch.nn.Linear(5, 16), torch.nn.BatchNorm1d(16), torch.nn.ReLU(),
+                                                torch.nn.Linear(16, 16), torch.nn.BatchNorm1d(16), torch.nn.ReLU(),
+                                                torch.nn.Linear(16, 3)),
+                    lambda: torch.randn(2, 5)),
 }
 MODELS.update(TINY_MODELS)
 

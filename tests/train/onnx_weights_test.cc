@@ -19,6 +19,7 @@
 
 #include "graph/resolve.h"
 #include "service/onnx_weights.h"
+#include "train/numpy_files.h"
 #include "service/train_job.h"
 #include "tests/shell.h"
 #include "tests/temp_dir.h"
@@ -180,6 +181,15 @@ TEST(NpzTest, StoredZipOfNpyFiles) {
   EXPECT_NE(bytes->find("'shape': (2,), }"), std::string::npos);
   EXPECT_NE(bytes->find("'shape': (), }"), std::string::npos);
   EXPECT_FALSE(NpzBytes({{"x", {2, 2}, {1, 2, 3}}}).ok());
+  // What is written reads back member for member, and the same arrays give the same bytes.
+  auto members = train::ReadZip(*bytes, "written.npz");
+  ASSERT_TRUE(members.ok()) << members.status().message();
+  ASSERT_EQ(members->size(), 3u);
+  auto b = train::ParseNpy(members->at("b.npy"), "b");
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->shape, std::vector<int64_t>{2});
+  EXPECT_EQ(b->At(1), 8.0);
+  EXPECT_EQ(*NpzBytes({{"a.weight", {2, 3}, {1, 2, 3, 4, 5, 6}}, {"b", {2}, {7, 8}}, {"s", {}, {9}}}), *bytes);
 }
 
 }  // namespace
