@@ -8,6 +8,7 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <set>
 #include <optional>
 #include <random>
 #include <sstream>
@@ -229,14 +230,19 @@ std::string ModelsSection(costdb::CostDb& db, const WebViewSources& sources, con
   out << "<section id=\"models\" aria-labelledby=\"models-h\"><h2 id=\"models-h\">Models and cost tables</h2>";
   Result<v1::ListModelsResponse> models = sources.costs->ListModels(v1::ListModelsRequest());
   if (!models.ok()) return out.str() + ErrorBox(models.status()) + "</section>";
-  // Measured tables in the database, per model.
-  std::map<std::string, std::vector<std::string>> measured_on;
+  // Measured tables in the database, per model: a link per device and batch size, to the table of
+  // the most threads measured there.
+  std::map<std::string, std::map<std::pair<std::string, uint32_t>, uint32_t>> measured_on;
+  std::set<std::string> measured_devices;
   for (const v1::Device& device : devices) {
-    if (device.kind() != v1::Device::KIND_MEASURED) continue;
-    Result<std::vector<std::string>> names =
-        db.ListModelsWithCosts(device.fingerprint().hash(), profiler::kMeasuredSource);
-    if (!names.ok()) continue;
-    for (const std::string& name : *names) measured_on[name].push_back(device.name());
+    if (device.kind() == v1::Device::KIND_MEASURED) measured_devices.insert(device.name());
+  }
+  if (Result<std::vector<costdb::StoredCostTable>> tables = db.ListCostTables(); tables.ok()) {
+    for (const costdb::StoredCostTable& t : *tables) {
+      if (t.key.cost_source != profiler::kMeasuredSource || !measured_devices.contains(t.key.device)) continue;
+      uint32_t& threads = measured_on[t.key.model][{t.key.device, t.key.batch_size}];
+      threads = std::max(threads, t.key.threads);
+    }
   }
   out << "<form class=\"pick\" action=\"/costs\" method=\"get\"><label>model <select name=\"model\">";
   for (const v1::ModelInfo& m : models->models()) {
@@ -250,7 +256,8 @@ std::string ModelsSection(costdb::CostDb& db, const WebViewSources& sources, con
   for (const graph::BoardPreset& preset : graph::BoardPresets()) {
     out << "<option>" << HtmlEscape(std::string(preset.name)) << "</option>";
   }
-  out << "</select></label><button type=\"submit\">Show cost table</button></form>";
+  out << "</select></label><label>batch <input name=\"batch\" type=\"number\" min=\"1\" value=\"1\" size=\"5\"></label>"
+         "<button type=\"submit\">Show cost table</button></form>";
   out << "<div class=\"scroll\"><table id=\"model-table\"><thead><tr><th scope=\"col\">model</th>"
          "<th scope=\"col\">forward nodes</th><th scope=\"col\">training nodes</th><th scope=\"col\">parameters</th>"
          "<th scope=\"col\">activations</th><th scope=\"col\">cost tables</th></tr></thead><tbody>";
@@ -258,9 +265,11 @@ std::string ModelsSection(costdb::CostDb& db, const WebViewSources& sources, con
     out << "<tr><th scope=\"row\">" << HtmlEscape(m.name()) << "</th><td>" << m.forward_nodes() << "</td><td>"
         << m.training_nodes() << "</td><td>" << FormatBytes(static_cast<double>(m.param_bytes())) << "</td><td>"
         << FormatBytes(static_cast<double>(m.activation_bytes())) << "</td><td>";
-    for (const std::string& device : measured_on[m.name()]) {
+    for (const auto& [where, threads] : measured_on[m.name()]) {
+      const auto& [device, batch] = where;
       out << "<a class=\"measured\" href=\"/costs?model=" << Url(m.name()) << "&amp;device=" << Url(device)
-          << "\">measured on " << HtmlEscape(device) << "</a> ";
+          << "&amp;batch=" << batch << (threads > 0 ? "&amp;threads=" + std::to_string(threads) : "")
+          << "\">measured on " << HtmlEscape(device) << ", batch " << batch << "</a> ";
     }
     out << "<a href=\"/costs?model=" << Url(m.name()) << "&amp;device=a72\">poet-flops a72</a></td></tr>";
   }
@@ -557,6 +566,11 @@ Result<v1::GetCostTableRequest> CostRequestOf(const std::string& query) {
     if (count == 0 || count > 4096) return InvalidArgument("threads is a count of compute threads, 1 to 4096");
     request.set_threads(static_cast<uint32_t>(count));
   }
+  if (const std::string batch = FormValue(query, "batch"); !batch.empty()) {
+    const unsigned long size = std::strtoul(batch.c_str(), nullptr, 10);
+    if (size == 0 || size > 1u << 20) return InvalidArgument("batch is the batch size, 1 to 1048576");
+    request.set_batch_size(static_cast<uint32_t>(size));
+  }
   if (request.model().empty()) return InvalidArgument("say which model: /costs?model=NAME&device=DEVICE");
   return request;
 }
@@ -649,10 +663,13 @@ Result<std::string> WebView::CostsPage(const std::string& query) {
   std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return key(a) < key(b); });
 
   const v1::TrainingGraph& g = table.graph();
-  const std::string base = "/costs?model=" + Url(request.model()) + "&amp;device=" + Url(table.device()) +
-                           (request.cost_source().empty() ? "" : "&amp;source=" + Url(request.cost_source())) +
-                           (table.threads() > 0 ? "&amp;threads=" + std::to_string(table.threads()) : "") +
-                           (measured ? "&amp;compare=" + Url(compare) : "");
+  // The table's own query, which the sort links and the CSV link repeat.
+  const std::string table_query =
+      "model=" + Url(request.model()) + "&amp;device=" + Url(table.device()) +
+      (request.cost_source().empty() ? "" : "&amp;source=" + Url(request.cost_source())) +
+      "&amp;batch=" + std::to_string(table.graph().batch_size()) +
+      (table.threads() > 0 ? "&amp;threads=" + std::to_string(table.threads()) : "");
+  const std::string base = "/costs?" + table_query + (measured ? "&amp;compare=" + Url(compare) : "");
   auto header = [&](const std::string& id, const std::string& label, const std::string& type) {
     const bool sorted = sort == id || (sort.empty() && id == "node");
     return "<th scope=\"col\" data-sort=\"" + type + "\"" +
@@ -674,10 +691,7 @@ Result<std::string> WebView::CostsPage(const std::string& query) {
         << "</dd>";
   }
   out << "</dl>";
-  out << "<p><a class=\"button\" id=\"costs-csv\" href=\"/costs.csv?model=" << Url(request.model()) << "&amp;device="
-      << Url(table.device()) << (request.cost_source().empty() ? "" : "&amp;source=" + Url(request.cost_source()))
-      << (table.threads() > 0 ? "&amp;threads=" + std::to_string(table.threads()) : "")
-      << "\" download>Download CSV</a> (a row per node in plain SI numbers: runtime_s, compute_j, ram_bytes; "
+  out << "<p><a class=\"button\" id=\"costs-csv\" href=\"/costs.csv?" << table_query << "\" download>Download CSV</a> (a row per node in plain SI numbers: runtime_s, compute_j, ram_bytes; "
          "<code>edgecost costs --csv</code> prints the same)</p>";
   out << "<div class=\"scroll\"><table id=\"cost-table\" class=\"costs sortable\"><caption>Cost per node"
       << (measured ? "; runtime bars show the 95% interval of the median" : "") << "</caption><thead><tr>"
@@ -827,6 +841,37 @@ Result<std::string> WebView::SchedulePage(const std::string& query) {
   return Layout("Schedule #" + std::to_string(id), out.str());
 }
 
+namespace {
+// A run on a user's data set: each epoch's training loss, and the held-out part's after it.
+std::string EpochTable(const v1::TrainRun& run) {
+  if (run.epochs_size() == 0) return "";
+  const bool held_out = run.held_out_records() > 0;
+  std::ostringstream out;
+  out << "<section aria-labelledby=\"epochs-h\"><h2 id=\"epochs-h\">Epochs</h2><div class=\"scroll\">"
+      << "<table id=\"epoch-table\"><caption>" << run.batches_per_epoch() << " batches per epoch"
+      << (held_out ? "; held out: " + std::to_string(run.held_out_records()) +
+                         " records, batch norm on its running statistics"
+                   : std::string("; no records held out (--val-split or --val-data)"))
+      << "</caption><thead><tr><th scope=\"col\">epoch</th><th scope=\"col\">steps</th>"
+      << "<th scope=\"col\">training loss</th>"
+      << (held_out ? "<th scope=\"col\">held-out loss</th><th scope=\"col\">held-out accuracy</th>" : "")
+      << "</tr></thead><tbody>";
+  for (const v1::EpochStats& epoch : run.epochs()) {
+    char figures[96];
+    std::snprintf(figures, sizeof figures, "<td>%.4g</td>", epoch.train_loss());
+    out << "<tr><th scope=\"row\">" << epoch.epoch() << "</th><td>" << epoch.steps() << "</td>" << figures;
+    if (held_out) {
+      std::snprintf(figures, sizeof figures, "<td>%.4g</td><td>%.1f%%</td>", epoch.held_out_loss(),
+                    100 * epoch.held_out_accuracy());
+      out << figures;
+    }
+    out << "</tr>";
+  }
+  out << "</tbody></table></div></section>";
+  return out.str();
+}
+}  // namespace
+
 // One training run: what was predicted and measured, and its loss and step time over the steps.
 Result<std::string> WebView::TrainRunPage(const std::string& query) {
   const std::string id_text = FormValue(query, "id");
@@ -855,6 +900,12 @@ Result<std::string> WebView::TrainRunPage(const std::string& query) {
       << (predicted ? ", " + FormatSeconds(run.predicted_runtime_s()) + " predicted from " +
                           HtmlEscape(run.cost_source()) + " costs"
                     : std::string())
+      << "</dd><dt>process memory</dt><dd>"
+      << (run.peak_rss_bytes() > 0 ? FormatBytes(static_cast<double>(run.peak_rss_bytes())) + " peak (VmHWM)"
+                                   : std::string("not readable here"))
+      << (run.predicted_process_bytes() > 0
+              ? ", " + FormatBytes(static_cast<double>(run.predicted_process_bytes())) + " predicted"
+              : std::string())
       << "</dd><dt>peak activations</dt><dd>" << FormatBytes(static_cast<double>(run.peak_activation_bytes()))
       << " measured, " << FormatBytes(static_cast<double>(run.predicted_peak_bytes())) << " planned</dd>"
       << "<dt>energy</dt><dd>" << FormatJoules(run.energy_j()) << " per step"
@@ -877,6 +928,7 @@ Result<std::string> WebView::TrainRunPage(const std::string& query) {
         << "(ONNX) and <a href=\"/trained/" << id << ".npz\" download>its state dict</a> (NumPy .npz, for "
         << "<code>load_state_dict</code>)</p>";
   }
+  out << EpochTable(run);
   out << "<section aria-labelledby=\"plot-h\"><h2 id=\"plot-h\">Loss and step time over the run</h2>"
          "<figure class=\"picture\" id=\"train-run-plot\">"
       << service::TrainRunSvg(run)

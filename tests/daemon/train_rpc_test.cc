@@ -146,6 +146,13 @@ TEST_F(TrainRpcTest, DataInsideTheAllowedDirectoryTrainsReportsAccuracyAndTheMod
   ASSERT_TRUE(daemon::FetchRemote(Remote(), "/train_run?id=" + std::to_string(run.id()), page).ok());
   EXPECT_THAT(page, HasSubstr("/trained/" + std::to_string(run.id()) + ".onnx"));
   EXPECT_THAT(page, HasSubstr("/trained/" + std::to_string(run.id()) + ".npz"));
+  // It shows the process's memory and each epoch's held-out figures.
+  EXPECT_THAT(page, HasSubstr("peak (VmHWM)"));
+  EXPECT_THAT(page, HasSubstr("id=\"epoch-table\""));
+  EXPECT_THAT(page, HasSubstr("held out: 300 records"));
+  char accuracy[32];
+  std::snprintf(accuracy, sizeof accuracy, "<td>%.1f%%</td>", 100 * run.epochs(0).held_out_accuracy());
+  EXPECT_THAT(page, HasSubstr(accuracy));
   // A run that kept no model has nothing to download.
   Status none = daemon::FetchRemote(Remote(), "/trained/999999.onnx", page);
   EXPECT_EQ(none.code(), ErrorCode::kNotFound) << none.message();

@@ -292,6 +292,7 @@ TEST_F(WebViewTest, MeasuredCostsSitBesidePoetFlopsWithIntervalsAndDevicesShowWh
   options.db_path = (dir_ / "costs.db").string();
   options.graph.model_or_file = "linear";
   options.graph.derivation = graph::Derivation::kExact;
+  options.graph.batch_size = 2;
   options.threads = 1;
   options.min_window_s = 0.002;
   options.accept_noisy = true;  // about the page, not about how quiet the machine is
@@ -300,15 +301,22 @@ TEST_F(WebViewTest, MeasuredCostsSitBesidePoetFlopsWithIntervalsAndDevicesShowWh
   ASSERT_TRUE(profiled.ok()) << profiled.status().message();
   const std::string device = profiled->device.name();
 
-  const HttpResponse page = Get("/costs?model=linear&device=" + device + "&threads=1");  // the profile's count
+  // The profile's batch size and thread count; the overview links to it.
+  const std::string table_query = "model=linear&amp;device=" + device + "&amp;batch=2&amp;threads=1";
+  EXPECT_EQ(Get("/costs?model=linear&device=" + device + "&threads=1").status, 404);  // batch 1: none measured
+  const HttpResponse page = Get("/costs?model=linear&device=" + device + "&batch=2&threads=1");
   ASSERT_EQ(page.status, 200) << page.body;
+  EXPECT_THAT(page.body, HasSubstr("batch size 2"));
+  EXPECT_THAT(page.body, HasSubstr("href=\"/costs.csv?" + table_query + "\""));
+  EXPECT_EQ(Get("/costs?model=linear&device=" + device + "&batch=0").status, 400);
   EXPECT_EQ(Count(page.body, "<tr class=\"node\">"), static_cast<size_t>(profiled->graph.nodes_size()));
   EXPECT_THAT(page.body, HasSubstr("poet-flops runtime"));
   EXPECT_THAT(page.body, HasSubstr("poet-flops on a72 for the same graph"));
   EXPECT_THAT(page.body, HasSubstr("<path class=\"ci\""));  // the 95% interval of each measured median
   EXPECT_THAT(page.body, HasSubstr("(95%: "));
   const HttpResponse overview = Get("/");
-  EXPECT_THAT(overview.body, HasSubstr(">measured on " + HtmlEscape(device) + "</a>"));
+  EXPECT_THAT(overview.body,
+              HasSubstr("href=\"/costs?" + table_query + "\">measured on " + HtmlEscape(device) + ", batch 2</a>"));
   EXPECT_THAT(overview.body, HasSubstr("id=\"run-table\""));
   EXPECT_THAT(overview.body, HasSubstr("/trace?run=1"));
 
