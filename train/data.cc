@@ -317,6 +317,36 @@ bool IsImageFile(const fs::path& path) {
   return extension == ".png" || extension == ".jpg" || extension == ".jpeg";
 }
 
+// Every image decoded once as the data set opens, so that a broken file is left out from the start
+// (and said) rather than failing the run at the step that reads it. Returns what was skipped, in
+// words ("" when nothing was).
+std::string DropUnreadable(std::vector<ImageFile>& files, int channels) {
+  std::vector<std::string> errors(files.size());
+#pragma omp parallel for schedule(dynamic, 16)
+  for (size_t i = 0; i < files.size(); ++i) {
+    Result<std::string> bytes = ReadSameFile(files[i]);
+    if (!bytes.ok()) {
+      errors[i] = bytes.status().message();
+      continue;
+    }
+    Result<Image> image = DecodeImage(*bytes, channels, files[i].path);
+    if (!image.ok()) errors[i] = image.status().message();
+  }
+  std::vector<ImageFile> readable;
+  std::string first;
+  size_t dropped = 0;
+  for (size_t i = 0; i < files.size(); ++i) {
+    if (errors[i].empty()) {
+      readable.push_back(std::move(files[i]));
+    } else if (dropped++ == 0) {
+      first = errors[i];
+    }
+  }
+  files = std::move(readable);
+  if (dropped == 0) return "";
+  return std::to_string(dropped) + " unreadable image" + (dropped == 1 ? "" : "s") + " left out, e.g. " + first;
+}
+
 Result<std::unique_ptr<Records>> OpenFolder(const std::string& path, const DataOptions& options,
                                             const ModelInput& model) {
   const std::vector<int64_t> row = RowDims(model);
@@ -358,12 +388,15 @@ Result<std::unique_ptr<Records>> OpenFolder(const std::string& path, const DataO
       files.push_back({std::move(f), static_cast<int32_t>(c), st.st_dev, st.st_ino});
     }
   }
+  const std::string skipped = DropUnreadable(files, static_cast<int>(row[0]));
+  if (files.empty()) return InvalidArgument(path + " has no image edgecost can read: " + skipped);
   EC_ASSIGN_OR_RETURN(Normalizer normalizer, Normalizer::Make(options, model, {}, {}));
   std::string names;
   for (size_t c = 0; c < classes.size() && c < 4; ++c) names += (c ? ", " : "") + classes[c];
   if (classes.size() > 4) names += ", ...";
   const std::string description = path + " (" + std::to_string(files.size()) + " images in " +
-                                  std::to_string(classes.size()) + " classes: " + names + ")";
+                                  std::to_string(classes.size()) + " classes: " + names +
+                                  (skipped.empty() ? "" : "; " + skipped) + ")";
   return std::unique_ptr<Records>(
       new FolderRecords(std::move(files), std::move(normalizer), row[0], row[1], row[2], description));
 }

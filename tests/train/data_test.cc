@@ -195,6 +195,20 @@ TEST_F(DataTest, ImageFolderInImageFoldersOrderWithPixelsWhereTheyBelong) {
   EXPECT_EQ(one, std::vector<float>(4, 77 / 255.0f));
 }
 
+// A broken image is left out when the folder opens, and said, instead of failing the run at its step.
+TEST_F(DataTest, AnUnreadableImageIsLeftOutAtOpenAndSaid) {
+  std::ofstream(Path("images/b_dog/broken.png"), std::ios::binary) << std::string("\x89PNG\r\n\x1a\n", 8) << "cut";
+  auto folder = Open("images");
+  ASSERT_TRUE(folder);
+  EXPECT_EQ(folder->size(), 5) << "the 5 readable images";
+  EXPECT_THAT(folder->Describe(), HasSubstr("1 unreadable image left out, e.g. "));
+  EXPECT_THAT(folder->Describe(), HasSubstr("broken.png"));
+  for (int64_t i = 0; i < folder->size(); ++i) {
+    int32_t label = 0;
+    Row(*folder, i, &label);
+  }
+}
+
 std::vector<int64_t> RecordsOf(const Batch& batch) {
   std::vector<int64_t> ids;
   for (size_t r = 0; r < batch.labels.size(); ++r) ids.push_back(static_cast<int64_t>(batch.inputs[r * 12]));
