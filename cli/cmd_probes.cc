@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/clock.h"
 #include "cli/cli.h"
 #include "probes/perf_counters.h"
 #include "probes/registry.h"
@@ -91,10 +92,10 @@ int Watch(probes::Detected& detected, double interval_s) {
     last_j.emplace_back(monitors.back()->info().domains.size(), 0.0);
   }
   std::cout << "Power per source every " << interval_s << " s; Ctrl-C stops.\n";
-  double previous_s = probes::SteadyNowS();
+  double previous_s = SteadyNowS();
   while (!g_interrupted) {
     std::this_thread::sleep_for(std::chrono::duration<double>(interval_s));
-    const double now_s = probes::SteadyNowS();
+    const double now_s = SteadyNowS();
     std::string line;
     for (size_t i = 0; i < monitors.size(); ++i) {
       const probes::ProbeInfo& info = monitors[i]->info();

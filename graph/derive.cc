@@ -152,6 +152,15 @@ void AddExactBackward(const ForwardGraph& forward, const std::vector<bool>& trai
     const Shape& x_shape = layers[x].output_shape;
     const bool x_needs_grad = needs_grad[x];
     const std::string_view kind = OpKindName(layer.kind);
+    // The nodes a backward pass's kernel reads (graph/op_kinds.def), in the order X..., Y, dY.
+    auto reads = [&](BackwardPass pass) {
+      const TensorReads r = BackwardReads(layer.kind, pass, static_cast<int>(layer.inputs.size()));
+      std::vector<int> nodes;
+      if (r.x) nodes = layer.inputs;
+      if (r.y) nodes.push_back(v);
+      if (r.dy) nodes.push_back(dy);
+      return nodes;
+    };
     // One backward node computing dX from `reads`, feeding x's gradient.
     auto grad_input = [&](GradRole role, const std::vector<int>& reads, double flops) {
       contributions[x].push_back(out.AddGrad(name + "." + std::string(GradRoleName(role)), kind, role, x_shape,
@@ -174,147 +183,96 @@ void AddExactBackward(const ForwardGraph& forward, const std::vector<bool>& trai
       for (int in : targets) contributions[in].push_back(node);
     };
 
+    if (GradientIsView(layer.kind)) {  // dX is dY itself: no node
+      for (int in : layer.inputs) {
+        if (needs_grad[in]) contributions[in].push_back(dy);
+      }
+      continue;
+    }
     switch (layer.kind) {
       case OpKind::kInput:
-        break;
-      case OpKind::kAdd:
-      case OpKind::kFlatten:
-        // dX is dY itself (a view): no node.
-        for (int in : layer.inputs) {
-          if (needs_grad[in]) contributions[in].push_back(dy);
-        }
         break;
       case OpKind::kConv2d:
       case OpKind::kLinear:
       case OpKind::kQkvProjection:
       case OpKind::kLinearRelu: {
-        const bool fused_relu = layer.kind == OpKind::kLinearRelu;
-        const double relu_flops = fused_relu ? y_elements : 0.0;
-        // ReLU's mask comes from Y, so the fused op reads its own output too.
-        std::vector<int> with_mask = fused_relu ? std::vector<int>{v, dy} : std::vector<int>{dy};
+        const double relu_flops = layer.kind == OpKind::kLinearRelu ? y_elements : 0.0;
         if (trains[v] && bias_only) {
-          out.AddGrad(name + ".grad_bias", kind, GradRole::kGradBias, {layer.bias_count}, 0, with_mask, v,
-                      y_elements + relu_flops);
+          out.AddGrad(name + ".grad_bias", kind, GradRole::kGradBias, {layer.bias_count}, 0,
+                      reads(BackwardPass::kBias), v, y_elements + relu_flops);
         } else if (trains[v]) {
-          std::vector<int> reads = {x};
-          reads.insert(reads.end(), with_mask.begin(), with_mask.end());
-          out.AddGrad(name + ".grad_weight", kind, GradRole::kGradWeight, {layer.param_count}, 0, reads, v,
-                      layer.flops + relu_flops);
+          out.AddGrad(name + ".grad_weight", kind, GradRole::kGradWeight, {layer.param_count}, 0,
+                      reads(BackwardPass::kWeights), v, layer.flops + relu_flops);
         }
-        if (x_needs_grad) grad_input(GradRole::kGradInput, with_mask, layer.flops + relu_flops);
+        if (x_needs_grad) grad_input(GradRole::kGradInput, reads(BackwardPass::kInput), layer.flops + relu_flops);
         break;
       }
-      case OpKind::kBatchNorm2d: {
+      case OpKind::kBatchNorm2d:
+      case OpKind::kLayerNorm:
         // One primitive gives dX, dgamma and dbeta; only dX is an activation.
-        const bool beta_only = !x_needs_grad && bias_only;
-        const std::vector<int> reads = beta_only ? std::vector<int>{dy} : std::vector<int>{x, dy};
         if (x_needs_grad) {
-          grad_input(GradRole::kGrad, reads, 2.0 * layer.flops);
+          grad_input(GradRole::kGrad, reads(BackwardPass::kInput), 2.0 * layer.flops);
         } else {
           out.AddGrad(name + (bias_only ? ".grad_bias" : ".grad_weight"), kind,
-                      bias_only ? GradRole::kGradBias : GradRole::kGradWeight, {layer.param_count}, 0, reads, v,
-                      2.0 * layer.flops);
+                      bias_only ? GradRole::kGradBias : GradRole::kGradWeight, {layer.param_count}, 0,
+                      reads(bias_only ? BackwardPass::kBias : BackwardPass::kWeights), v, 2.0 * layer.flops);
         }
-        break;
-      }
-      case OpKind::kRelu:
-      case OpKind::kDropout:
-        grad_input(GradRole::kGrad, {v, dy}, 2.0 * layer.flops);
-        break;
-      case OpKind::kMaxPool2d:
-      case OpKind::kAttentionScores:
-      case OpKind::kAttentionContext:
-        grad_input(GradRole::kGrad, {x, dy}, 2.0 * layer.flops);
-        break;
-      case OpKind::kAvgPool2d:
-        grad_input(GradRole::kGrad, {dy}, 2.0 * layer.flops);
         break;
       case OpKind::kCrossEntropyLoss:
         break;  // only the last layer is a loss
-      case OpKind::kReshape:
-        // dX is dY itself (a view): no node.
-        if (x_needs_grad) contributions[x].push_back(dy);
-        break;
-      case OpKind::kRelu6:
-      case OpKind::kHardSwish:
-      case OpKind::kGelu:
-      case OpKind::kSilu:
-      case OpKind::kPow:
-        grad_input(GradRole::kGrad, {x, dy}, 2.0 * layer.flops);
-        break;
-      case OpKind::kHardSigmoid:
-      case OpKind::kSigmoid:
-      case OpKind::kTanh:
-      case OpKind::kSqrt:
-      case OpKind::kSoftmax:
-        grad_input(GradRole::kGrad, {v, dy}, 2.0 * layer.flops);
-        break;
+      // Linear in X: the backward costs one forward.
       case OpKind::kAffine:
       case OpKind::kReduceMean:
       case OpKind::kTranspose:
       case OpKind::kSlice:
-        grad_input(GradRole::kGrad, {dy}, layer.flops);
+      case OpKind::kResize:      // dX sums dY over the outputs each input reaches, with their weights
+      case OpKind::kCausalMask:  // dX = dY where the mask keeps X, else 0
+        grad_input(GradRole::kGrad, reads(BackwardPass::kInput), layer.flops);
         break;
       case OpKind::kConcat:
-        grad_all_inputs({dy}, layer.flops);
+        grad_all_inputs(reads(BackwardPass::kInput), layer.flops);
         break;
       case OpKind::kAddBroadcast:
       case OpKind::kSub:
       case OpKind::kMul:
       case OpKind::kDiv: {
-        const bool product = layer.kind == OpKind::kMul || layer.kind == OpKind::kDiv;
         if (layer.inputs.size() == 2) {  // two activations: one kernel gives both gradients
-          grad_all_inputs(product ? std::vector<int>{layer.inputs[0], layer.inputs[1], dy} : std::vector<int>{dy},
-                          2.0 * layer.flops);
+          grad_all_inputs(reads(BackwardPass::kInput), 2.0 * layer.flops);
           break;
         }
-        // An activation and a parameter P: dX = dY (* or / P) reads dY; dP reads X for a product.
+        // An activation and a parameter P: one node for dX, one for dP.
         if (trains[v]) {
           const bool bias = layer.bias_count > 0;
           out.AddGrad(name + (bias ? ".grad_bias" : ".grad_weight"), kind,
                       bias ? GradRole::kGradBias : GradRole::kGradWeight, {layer.param_count}, 0,
-                      product ? std::vector<int>{x, dy} : std::vector<int>{dy}, v, 2.0 * layer.flops);
+                      reads(bias ? BackwardPass::kBias : BackwardPass::kWeights), v, 2.0 * layer.flops);
         }
-        if (x_needs_grad) grad_input(GradRole::kGradInput, {dy}, layer.flops);
+        if (x_needs_grad) grad_input(GradRole::kGradInput, reads(BackwardPass::kInput), layer.flops);
         break;
       }
       case OpKind::kMatMul:
-        grad_all_inputs({layer.inputs[0], layer.inputs[1], dy}, 2.0 * layer.flops);
-        break;
-      case OpKind::kLayerNorm: {
-        // As batchnorm2d: one primitive gives dX, dgamma and dbeta (statistics recomputed from X).
-        const bool beta_only = !x_needs_grad && bias_only;
-        const std::vector<int> reads = beta_only ? std::vector<int>{dy} : std::vector<int>{x, dy};
-        if (x_needs_grad) {
-          grad_input(GradRole::kGrad, reads, 2.0 * layer.flops);
-        } else {
-          out.AddGrad(name + (bias_only ? ".grad_bias" : ".grad_weight"), kind,
-                      bias_only ? GradRole::kGradBias : GradRole::kGradWeight, {layer.param_count}, 0, reads, v,
-                      2.0 * layer.flops);
-        }
-        break;
-      }
-      case OpKind::kResize:  // dX sums dY over the outputs each input reaches, with their weights
-      case OpKind::kCausalMask:  // dX = dY where the mask keeps X, else 0
-        grad_input(GradRole::kGrad, {dy}, layer.flops);
+        grad_all_inputs(reads(BackwardPass::kInput), 2.0 * layer.flops);
         break;
       case OpKind::kLstm:
       case OpKind::kGru:
-        // Backward through time: one primitive gives dX and every weight's gradient; it reads the
+        // Backward through time: one primitive gives dX and every weight's gradient, from the
         // sequence X, the hidden states Y and the gates the forward pass left in its workspace.
         if (x_needs_grad) {
-          grad_input(GradRole::kGrad, {x, v, dy}, 2.0 * layer.flops);
+          grad_input(GradRole::kGrad, reads(BackwardPass::kInput), 2.0 * layer.flops);
         } else if (trains[v]) {
-          out.AddGrad(name + ".grad_weight", kind, GradRole::kGradWeight, {layer.param_count}, 0, {x, v, dy}, v,
-                      2.0 * layer.flops);
+          out.AddGrad(name + ".grad_weight", kind, GradRole::kGradWeight, {layer.param_count}, 0,
+                      reads(BackwardPass::kWeights), v, 2.0 * layer.flops);
         }
         break;
       case OpKind::kEmbedding:
         // Integer ids have no gradient; the table's gradient adds dY's rows at the ids.
         if (trains[v]) {
-          out.AddGrad(name + ".grad_weight", kind, GradRole::kGradWeight, {layer.param_count}, 0, {x, dy}, v,
-                      layer.flops);
+          out.AddGrad(name + ".grad_weight", kind, GradRole::kGradWeight, {layer.param_count}, 0,
+                      reads(BackwardPass::kWeights), v, layer.flops);
         }
+        break;
+      default:  // one node for dX, costing twice the forward
+        grad_input(GradRole::kGrad, reads(BackwardPass::kInput), 2.0 * layer.flops);
         break;
     }
   }

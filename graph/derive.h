@@ -8,48 +8,10 @@
 // reading L_j's output, L_{j+1}'s output and the previous gradient node; its
 // output has L_{j+1}'s shape and its FLOPs are twice L_j's.
 //
-// `exact` uses what each op's backward really reads (dY is the incoming gradient,
-// X the op's input, Y its output; parameters are not activations and are not listed):
-//
-//   op kind            node(s)                      reads
-//   conv2d, linear,    grad_input  (dX = dY W)      dY
-//   qkv_projection     grad_weight (dW = dY^T X)    X, dY
-//                      grad_bias   (db = sum dY)    dY            (bias-only training)
-//   linear_relu        grad_input                   Y, dY         (ReLU mask from Y)
-//                      grad_weight                  X, Y, dY
-//                      grad_bias                    Y, dY
-//   batchnorm2d        grad (dX, dgamma, dbeta;     X, dY         (one oneDNN primitive;
-//                      one primitive)                              batch statistics from X)
-//   relu, dropout      grad                         Y, dY         (mask from Y)
-//   maxpool2d          grad                         X, dY         (argmax re-derived from X)
-//   avgpool2d          grad                         dY
-//   attention_scores,  grad                         X, dY
-//   attention_context
-//   cross_entropy_loss grad                         X             (softmax(X) - labels)
-//   add, flatten,      none: dX is dY (a view)      -
-//   reshape
-//   relu6, hardswish,  grad                         X, dY
-//   gelu, silu, pow
-//   sigmoid, tanh,     grad                         Y, dY         (derivative from Y)
-//   sqrt, hardsigmoid,
-//   softmax
-//   affine, slice,     grad                         dY
-//   reduce_mean,
-//   transpose
-//   concat             grad (all inputs)            dY
-//   add_broadcast, sub grad (both inputs)           dY            (broadcast axes summed)
-//   mul, div           grad (both inputs)           A, B, dY
-//   matmul             grad (both inputs)           A, B, dY      (dA = dY B^T, dB = A^T dY)
-//     ... of an activation X and a parameter P:
-//   add_broadcast, sub grad_input                   dY
-//                      grad_bias                    dY
-//   mul, div           grad_input                   dY            (dY * P, dY / P)
-//                      grad_weight                  X, dY
-//   layernorm          grad (dX, dgamma, dbeta;     X, dY         (as batchnorm2d)
-//                      one primitive)
-//   batchnorm2d,       grad_bias (dbeta alone,      dY            (bias-only training, input
-//   layernorm          a sum of dY)                                without a gradient)
-//   embedding          grad_weight                  X, dY         (ids have no gradient)
+// `exact` uses what each op's backward kernel really reads, as graph/op_kinds.def lists it per kind
+// and pass: dX (grad_input, or grad when one primitive also gives the parameters' gradients, as
+// batch and layer norm, LSTM and GRU do), dW (grad_weight) and the bias's alone (grad_bias, under
+// --trainable bias). Ops whose dX is dY (add, flatten, reshape) get no node.
 //
 // A node differentiating several inputs has all their gradients as its output.
 //   a tensor read by   grad_sum (sum of the         each consumer's gradient

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "graph/op_kinds.h"
 
 namespace edgecost::graph {
 
@@ -29,68 +30,6 @@ inline constexpr size_t kMaxModuleNameBytes = 1024;  // Layer::module, as a host
 bool ValidShape(const Shape& shape);
 std::string ShapeToString(const Shape& shape);
 
-enum class OpKind {
-  kInput,
-  kConv2d,
-  kBatchNorm2d,
-  kRelu,
-  kMaxPool2d,
-  kAvgPool2d,
-  kFlatten,
-  kLinear,
-  kLinearRelu,  // linear followed by ReLU, fused (transformer FFN)
-  kDropout,
-  kAdd,               // residual (skip) connection
-  kQkvProjection,     // fused query/key/value projection of all heads
-  kAttentionScores,   // Q K^T with mask and dropout fused
-  kAttentionContext,  // softmax(scores) V with head concat fused
-  kCrossEntropyLoss,
-  // The op set of models exported from PyTorch (graph/onnx_import.cc). Unlike POET's kinds
-  // above, their FLOPs are the real count of one forward execution.
-  kRelu6,        // Clip(0, 6)
-  kHardSwish,    // x * relu6(x + 3) / 6
-  kHardSigmoid,  // clip(x / 6 + 1/2, 0, 1)
-  kSigmoid,
-  kTanh,
-  kGelu,  // x * Phi(x), exact (erf); PyTorch exports it decomposed, the importer fuses it
-  kSilu,  // x * sigmoid(x), fused from Sigmoid and Mul
-  kSqrt,
-  kPow,     // x ^ exponent (an integer)
-  kAffine,  // x * alpha + beta with scalar constants (Mul, Div, Add, Sub by a constant)
-  kMul,     // elementwise with broadcasting, of two activations or an activation and a parameter
-  kSub,
-  kDiv,
-  kAddBroadcast,  // Add that broadcasts, or adds a parameter (kAdd is the plain residual add)
-  kMatMul,        // batched matrix product of two activations, with broadcasting
-  kSoftmax,
-  kLayerNorm,  // over the last axis, with a scale and a shift
-  kReduceMean,
-  kConcat,
-  kTranspose,
-  kReshape,    // a view: the same elements in another shape
-  kSlice,      // a range of one axis (Slice, Split, Gather of one index)
-  kEmbedding,  // rows of a parameter table picked by integer ids (Gather)
-  // Recurrent layers over a time-major sequence (ONNX LSTM and GRU, one direction), with torch.nn's
-  // parameters: weight_ih, weight_hh, bias_ih, bias_hh, gates in PyTorch's order.
-  kLstm,
-  kGru,  // linear before reset, as torch.nn.GRU
-  // A causal (autoregressive) mask over the last two axes: y = fill where column > row, else x
-  // (masked_fill by a constant upper-triangular mask, ONNX Where); attribute fill_bits, float32 bits.
-  kCausalMask,
-  // Upsampling of NCHW's spatial axes (ONNX Resize, as F.interpolate and nn.Upsample export it):
-  // attribute "linear" 0 for nearest (integer factors, PyTorch's floor), 1 for bilinear (half-pixel
-  // centres, align_corners=False).
-  kResize,
-};
-
-inline constexpr OpKind kLastOpKind = OpKind::kResize;
-
-// Stable lower-case name used in graphs, op signatures and the database.
-std::string_view OpKindName(OpKind kind);
-// The kind a name stands for; InvalidArgument names the unknown one.
-Result<OpKind> ParseOpKind(std::string_view name);
-// POET's class name, used for node names ("layer3_ReLULayer") so graphs line up with POET's.
-std::string_view PoetClassName(OpKind kind);
 
 // Batch and layer normalization's epsilon unless a model says otherwise (PyTorch's default).
 inline constexpr double kDefaultNormEpsilon = 1e-5;

@@ -6,10 +6,6 @@
 
 namespace edgecost::probes {
 
-double SteadyNowS() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
 namespace {
 
 // Power at time t, linear between samples, held constant outside them.

@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/clock.h"
 #include "base/status.h"
 
 namespace edgecost::probes {
@@ -55,7 +56,6 @@ class Probe {
 
 // Monotonic seconds; tests substitute a fake.
 using MonotonicClock = std::function<double()>;
-double SteadyNowS();
 
 struct PowerSample {
   double t_s;

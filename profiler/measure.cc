@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <numeric>
 
+#include "base/clock.h"
 #include "base/units.h"
 
 namespace edgecost::profiler {
@@ -17,7 +18,7 @@ namespace {
 class SteadyClockImpl : public Clock {
  public:
   double NowS() override {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+    return SteadyNowS();
   }
 };
 

@@ -11,17 +11,13 @@
 #include <filesystem>
 #include <memory>
 
+#include "base/clock.h"
+#include "base/stats.h"
+
 namespace edgecost::profiler {
 namespace {
 
 constexpr size_t kAlignment = 4096;  // O_DIRECT needs block-aligned buffers and sizes
-
-double Now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
 
 struct FreeDeleter {
   void operator()(void* p) const { std::free(p); }
@@ -33,7 +29,7 @@ Status Errno(const std::string& what, const std::string& path) {
 }
 
 Result<double> PageOut(const std::string& path, const char* data, size_t bytes) {
-  const double start = Now();
+  const double start = SteadyNowS();
   const int fd = ::open(path.c_str(), O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0600);
   if (fd < 0) return Errno("cannot create", path);
   size_t done = 0;
@@ -50,11 +46,11 @@ Result<double> PageOut(const std::string& path, const char* data, size_t bytes) 
     return Errno("cannot fsync", path);
   }
   ::close(fd);
-  return Now() - start;
+  return SteadyNowS() - start;
 }
 
 Result<double> PageIn(const std::string& path, char* buffer, size_t bytes, bool* direct) {
-  const double start = Now();
+  const double start = SteadyNowS();
   int fd = ::open(path.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);
   *direct = fd >= 0;
   if (fd < 0) {  // tmpfs and some filesystems refuse O_DIRECT: drop the cached pages instead
@@ -74,7 +70,7 @@ Result<double> PageIn(const std::string& path, char* buffer, size_t bytes, bool*
     done += static_cast<size_t>(n);
   }
   ::close(fd);
-  return Now() - start;
+  return SteadyNowS() - start;
 }
 
 }  // namespace

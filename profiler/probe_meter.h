@@ -16,7 +16,7 @@ namespace edgecost::profiler {
 // How the idle window is timed and waited out; tests substitute a fake clock
 // and a wait that advances it (and a fake tree's counters).
 struct IdleTiming {
-  probes::MonotonicClock clock = probes::SteadyNowS;
+  probes::MonotonicClock clock = SteadyNowS;
   std::function<void(double seconds)> wait;  // empty: sleep
 };
 

@@ -387,7 +387,7 @@ Result<SolvedRequest> SolveRequest(costdb::CostDb* db, const v1::ScheduleRequest
   auto elapsed_s = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
   if (request.min_ram()) {
     EC_ASSIGN_OR_RETURN(const int64_t ram,
-                        solver::MinFeasibleRam(solved.problem, {solver::SteadyNowS() + 0.5 * options.time_limit_s, stop}));
+                        solver::MinFeasibleRam(solved.problem, {SteadyNowS() + 0.5 * options.time_limit_s, stop}));
     solved.problem.ram_budget_bytes = ram;
     solved_request.set_ram_budget_bytes(static_cast<uint64_t>(ram));
     options.time_limit_s = std::max(0.0, options.time_limit_s - elapsed_s());

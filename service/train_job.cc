@@ -13,6 +13,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "base/clock.h"
 #include "base/files.h"
 #include "base/stats.h"
 #include "base/units.h"
@@ -74,8 +75,6 @@ costdb::CostTableKey PredictionKey(const v1::TrainingGraph& graph, const std::st
   return {graph.model(),      profiler::ThisDeviceName(), cost_source,
           graph.batch_size(), graph.derivation(),         graph.trainable()};
 }
-
-double NowS() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 // A /proc/self/status figure in bytes (VmHWM, VmRSS); -1 when unreadable.
 int64_t ProcStatusBytes(const std::string& key) {
@@ -969,16 +968,16 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
                         " steps; no run record is stored" +
                         (options.checkpoint_path.empty() ? "" : " (--resume goes on from the last checkpoint)"));
     }
-    const double window_start_s = NowS();
+    const double window_start_s = SteadyNowS();
     EC_RETURN_IF_ERROR(watch->BeginWindow());
     EC_ASSIGN_OR_RETURN(const train::Batch batch, data.BatchFor(s));
     EC_RETURN_IF_ERROR(executor->SetBatch(batch));
     EC_ASSIGN_OR_RETURN(train::StepStats stats, executor->Step(plan));
-    const double update_start = NowS();
+    const double update_start = SteadyNowS();
     executor->Update(train::LearningRateAt(lr_schedule, options.lr, s));
-    const double update_s = NowS() - update_start;
+    const double update_s = SteadyNowS() - update_start;
     EC_RETURN_IF_ERROR(watch->WaitSinceLastS().status());  // brings the window's wait up to now
-    const double window_s = NowS() - window_start_s;
+    const double window_s = SteadyNowS() - window_start_s;
     EC_ASSIGN_OR_RETURN(v1::Interference interference, watch->EndWindow(window_s));
     if (!std::isfinite(stats.loss)) {
       return FailedPrecondition("the loss is " + std::to_string(stats.loss) + " at step " + std::to_string(s + 1) +

@@ -10,11 +10,9 @@
 #include <cmath>
 #include <limits>
 
-namespace edgecost::solver {
+#include "base/clock.h"
 
-inline double SteadyNowS() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+namespace edgecost::solver {
 
 struct Deadline {
   double at_s = std::numeric_limits<double>::infinity();  // steady clock

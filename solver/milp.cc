@@ -31,7 +31,6 @@
 namespace edgecost::solver {
 namespace {
 
-double Now() { return SteadyNowS(); }
 
 // Columns, rows and their bounds, built up before handing them to CBC.
 class Model {
@@ -164,14 +163,14 @@ class SearchEvents : public CbcEventHandler {
   SearchEvents(double start, double* first, StopState* state) : start_(start), first_(first), state_(state) {}
   CbcEventHandler* clone() const override { return new SearchEvents(*this); }
   CbcAction event(CbcEvent which) override {
-    if ((which == solution || which == heuristicSolution) && *first_ < 0) *first_ = Now() - start_;
+    if ((which == solution || which == heuristicSolution) && *first_ < 0) *first_ = SteadyNowS() - start_;
     if (which == node && model_ && !state_->lp_interrupted.load()) {
       const double bound = model_->getBestPossibleObjValue();
       if (std::isfinite(bound) && bound > state_->trusted_bound.load()) state_->trusted_bound = bound;
     }
     if (model_ && state_->on_progress && !state_->lp_interrupted.load()) Report();
     if (model_ && state_->salvage && !state_->lp_interrupted.load()) Keep();
-    return state_->Stopped() || Now() >= state_->soft_deadline ? stop : noAction;
+    return state_->Stopped() || SteadyNowS() >= state_->soft_deadline ? stop : noAction;
   }
 
  private:
@@ -188,7 +187,7 @@ class LpStop : public ClpEventHandler {
   ClpEventHandler* clone() const override { return new LpStop(*this); }
   int event(Event which) override {
     if (which != endOfIteration) return -1;
-    if (!state_->Stopped() && Now() < state_->hard_deadline) return -1;
+    if (!state_->Stopped() && SteadyNowS() < state_->hard_deadline) return -1;
     state_->lp_interrupted = true;
     return 0;  // stop
   }
@@ -496,7 +495,7 @@ BrokenRows MilpRowsBrokenBy(const Problem& p, const Plan& plan) {
 namespace {
 
 MilpResult SolveMilpHere(const Problem& p, const MilpOptions& options, Salvage* salvage) {
-  const double start = Now();
+  const double start = SteadyNowS();
   MilpResult result;
   StopState state;
   state.stop = options.stop;
@@ -535,7 +534,7 @@ MilpResult SolveMilpHere(const Problem& p, const MilpOptions& options, Salvage* 
     solver.getModelPtr()->passInEventHandler(&lp_stop);  // Clp keeps a copy
   }
   solver.initialSolve();
-  result.solve_time_s = Now() - start;
+  result.solve_time_s = SteadyNowS() - start;
   if (state.lp_interrupted) return result;  // out of time (or stopped): no bound, no schedule beyond the incumbent
   if (solver.isProvenPrimalInfeasible()) {
     result.proven_infeasible = !options.incumbent;
@@ -552,12 +551,12 @@ MilpResult SolveMilpHere(const Problem& p, const MilpOptions& options, Salvage* 
     salvage->lower_bound_j = result.lower_bound_j;
   }
   if (state.on_progress) state.on_progress(std::numeric_limits<double>::infinity(), result.lower_bound_j);
-  if (state.Stopped() || Now() >= state.soft_deadline) return result;
+  if (state.Stopped() || SteadyNowS() >= state.soft_deadline) return result;
   CbcModel model(solver);
   const int cbc_log = std::getenv("EDGECOST_CBC_LOG") ? 1 : 0;  // CBC's own progress, for diagnosis
   model.setLogLevel(cbc_log);
   model.messageHandler()->setLogLevel(cbc_log);
-  model.setMaximumSeconds(std::max(0.01, state.soft_deadline - Now()));
+  model.setMaximumSeconds(std::max(0.01, state.soft_deadline - SteadyNowS()));
   if (options.threads > 1) model.setNumberThreads(options.threads);
   // Prove, don't stop early: the default gap tolerances would let "optimal" mean "close".
   model.setAllowableGap(1e-9);
@@ -585,17 +584,17 @@ MilpResult SolveMilpHere(const Problem& p, const MilpOptions& options, Salvage* 
     const double* cost = model.solver()->getObjCoefficients();
     for (int c = 0; c < m.columns(); ++c) objective += cost[c] * values[static_cast<size_t>(c)];
     model.setBestSolution(values.data(), m.columns(), objective, true);
-    result.first_solution_s = Now() - start;
+    result.first_solution_s = SteadyNowS() - start;
   }
   try {
     model.branchAndBound();
   } catch (const CoinError& e) {
     // CBC failed: the caller keeps the schedule it already has, and says why there is no more.
     result.error = "CBC failed in " + e.className() + "::" + e.methodName() + ": " + e.message();
-    result.solve_time_s = Now() - start;
+    result.solve_time_s = SteadyNowS() - start;
     return result;
   }
-  result.solve_time_s = Now() - start;
+  result.solve_time_s = SteadyNowS() - start;
   const bool trusted = !state.lp_interrupted.load();
   result.proven_infeasible = trusted && model.isProvenInfeasible() && !options.incumbent;
   if (model.bestSolution()) {
@@ -671,7 +670,7 @@ class MilpThreads {
 // the caller stops waiting, keeps its incumbent, and the thread, told to stop,
 // ends at its next check without calling back.
 MilpResult SolveMilp(const Problem& p, const MilpOptions& options) {
-  const double start = Now();
+  const double start = SteadyNowS();
   if ((options.stop && options.stop->load()) || options.time_limit_s <= 0) return {};
   auto job = std::make_shared<MilpJob>();
   job->problem = p;
@@ -696,12 +695,12 @@ MilpResult SolveMilp(const Problem& p, const MilpOptions& options) {
   std::unique_lock<std::mutex> lock(job->mutex);
   double heartbeat = start;
   while (!job->done) {
-    if (caller_progress && Now() - heartbeat >= 1.0) {  // no news, e.g. during the root LP: say so once a second
-      heartbeat = Now();
+    if (caller_progress && SteadyNowS() - heartbeat >= 1.0) {  // no news, e.g. during the root LP: say so once a second
+      heartbeat = SteadyNowS();
       caller_progress(std::numeric_limits<double>::infinity(), -std::numeric_limits<double>::infinity());
     }
     if (options.stop && options.stop->load()) job->stop = true;  // the caller's stop, passed on
-    if (Now() >= give_up) {
+    if (SteadyNowS() >= give_up) {
       job->abandoned = true;
       job->stop = true;
       MilpResult late;
@@ -712,7 +711,7 @@ MilpResult SolveMilp(const Problem& p, const MilpOptions& options) {
       late.root_solved = job->salvage.root_solved;
       late.columns = job->salvage.columns;
       late.rows = job->salvage.rows;
-      late.solve_time_s = Now() - start;
+      late.solve_time_s = SteadyNowS() - start;
       // Said as it is: with no schedule found, "its best schedule" would contradict "no schedule".
       late.error = !late.root_solved ? "the MILP was left to stop by itself at the time limit"
                    : late.plan       ? "CBC had not stopped at the time limit and was left to stop by itself; the "

@@ -14,7 +14,6 @@
 namespace edgecost::solver {
 namespace {
 
-double Now() { return SteadyNowS(); }
 
 v1::Schedule Base(const Problem& p, const std::string& strategy) {
   v1::Schedule s;
@@ -124,15 +123,15 @@ v1::Schedule SolveHeuristic(const Problem& p, const SolveOptions& options, Strat
     v1::Schedule s = NoSchedule(p, strategy, v1::Schedule::STATUS_NO_SOLUTION,
                                 "the " + strategy + " strategy does not meet these budgets; " + why_not,
                                 options.search_min_ram, deadline);
-    s.set_solve_time_s(Now() - start);
+    s.set_solve_time_s(SteadyNowS() - start);
     return s;
   }
   v1::Schedule s = FromCandidate(p, *found, strategy);
   SetGap(s);
   if (s.status() == v1::Schedule::STATUS_FEASIBLE) s.set_lower_bound_j(p.FloorJ());
   s.set_found_by(strategy);
-  s.set_time_to_first_feasible_s(Now() - start);
-  s.set_solve_time_s(Now() - start);
+  s.set_time_to_first_feasible_s(SteadyNowS() - start);
+  s.set_solve_time_s(SteadyNowS() - start);
   return s;
 }
 
@@ -224,14 +223,14 @@ Result<Strategy> ParseStrategy(std::string_view name) {
 }
 
 Result<v1::Schedule> Solve(const Problem& p, const SolveOptions& options) {
-  const double start = Now();
+  const double start = SteadyNowS();
   const Deadline deadline{start + std::max(0.0, options.time_limit_s), options.stop};
   if (p.size() == 0) return InvalidArgument("the graph has no nodes");
   const std::string infeasible = ObviouslyInfeasible(p);
   if (!infeasible.empty()) {
     v1::Schedule s = NoSchedule(p, options.strategy, v1::Schedule::STATUS_INFEASIBLE, infeasible,
                                 options.search_min_ram, deadline);
-    s.set_solve_time_s(Now() - start);
+    s.set_solve_time_s(SteadyNowS() - start);
     return s;
   }
 
@@ -256,7 +255,7 @@ Result<v1::Schedule> Solve(const Problem& p, const SolveOptions& options) {
       found_by = start_kind;
     }
   }
-  const double first_feasible_s = Now() - start;
+  const double first_feasible_s = SteadyNowS() - start;
   // No heuristic meets the budget: the smallest budget they meet is known within a second, and
   // said now rather than after the MILP's time limit (which may yet find a schedule at this one).
   int64_t min_ram_bytes = 0;
@@ -264,7 +263,7 @@ Result<v1::Schedule> Solve(const Problem& p, const SolveOptions& options) {
     if (Result<int64_t> ram = MinFeasibleRam(p, HeuristicsDeadline(start, options)); ram.ok()) {
       min_ram_bytes = *ram;
       if (options.on_progress) {
-        options.on_progress({Now() - start, std::numeric_limits<double>::infinity(), p.FloorJ(), p.FloorJ(), "",
+        options.on_progress({SteadyNowS() - start, std::numeric_limits<double>::infinity(), p.FloorJ(), p.FloorJ(), "",
                              min_ram_bytes});
       }
     }
@@ -290,10 +289,10 @@ Result<v1::Schedule> Solve(const Problem& p, const SolveOptions& options) {
   // The covering problem in integers gets a twentieth of the time, at most a second.
   const double eviction_bound_j = options.poet_formulation
                                       ? p.FloorJ()
-                                      : EvictionLowerBoundJ(p, std::min(1.0, 0.05 * std::max(0.0, deadline.at_s - Now())));
+                                      : EvictionLowerBoundJ(p, std::min(1.0, 0.05 * std::max(0.0, deadline.at_s - SteadyNowS())));
   auto report = [&](double energy_j, double bound_j, const std::string& by) {
     if (!options.on_progress) return;
-    options.on_progress({Now() - start, energy_j, std::max(bound_j, eviction_bound_j), p.FloorJ(), by});
+    options.on_progress({SteadyNowS() - start, energy_j, std::max(bound_j, eviction_bound_j), p.FloorJ(), by});
   };
   if (found) report(best_j, p.FloorJ(), std::string(StrategyName(found_by)));
 
@@ -311,14 +310,14 @@ Result<v1::Schedule> Solve(const Problem& p, const SolveOptions& options) {
                         : "every node computed once and nothing paged: the energy floor, optimal by definition");
       s.set_found_by(std::string(StrategyName(found_by)));
       s.set_time_to_first_feasible_s(first_feasible_s);
-      s.set_solve_time_s(Now() - start);
+      s.set_solve_time_s(SteadyNowS() - start);
       return s;
     }
   }
 
-  const double milp_start_s = Now() - start;
+  const double milp_start_s = SteadyNowS() - start;
   MilpOptions milp;
-  milp.time_limit_s = std::max(0.0, deadline.at_s - Now());
+  milp.time_limit_s = std::max(0.0, deadline.at_s - SteadyNowS());
   milp.threads = options.threads;
   milp.incumbent = found ? &found->plan : nullptr;
   milp.poet_formulation = options.poet_formulation;
@@ -362,9 +361,9 @@ Result<v1::Schedule> Solve(const Problem& p, const SolveOptions& options) {
         NoSchedule(p, strategy, infeasible_proven ? v1::Schedule::STATUS_INFEASIBLE : v1::Schedule::STATUS_NO_SOLUTION,
                    infeasible_proven ? "CBC proved that no schedule meets these budgets"
                                      : "no schedule found within the time limit by CBC or any heuristic; " + message,
-                   options.search_min_ram, Deadline{std::max(deadline.at_s, Now() + 0.5), options.stop},
+                   options.search_min_ram, Deadline{std::max(deadline.at_s, SteadyNowS() + 0.5), options.stop},
                    min_ram_bytes);
-    s.set_solve_time_s(Now() - start);
+    s.set_solve_time_s(SteadyNowS() - start);
     return s;
   }
   if (found_by != Strategy::kOptimal) {
@@ -381,7 +380,7 @@ Result<v1::Schedule> Solve(const Problem& p, const SolveOptions& options) {
   s.set_found_by(found_by == Strategy::kOptimal ? "milp" : std::string(StrategyName(found_by)));
   const bool milp_first = !milp.incumbent && result.first_solution_s >= 0;  // POET's formulation starts from nothing
   s.set_time_to_first_feasible_s(milp_first ? milp_start_s + result.first_solution_s : first_feasible_s);
-  s.set_solve_time_s(Now() - start);
+  s.set_solve_time_s(SteadyNowS() - start);
   return s;
 }
 

@@ -10,6 +10,7 @@
 #include <optional>
 #include <set>
 
+#include "base/clock.h"
 #include "graph/derive.h"
 #include "graph/forward_graph.h"
 #include "kernels/layers.h"
@@ -22,8 +23,6 @@ namespace {
 using profiler::Pass;
 
 Status Unimplemented(std::string message) { return Status(ErrorCode::kUnimplemented, std::move(message)); }
-
-double NowS() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 bool SamePlan(const solver::Plan& a, const solver::Plan& b) {
   return a.compute == b.compute && a.resident == b.resident && a.page_in == b.page_in && a.page_out == b.page_out;
@@ -41,104 +40,11 @@ int64_t Elements(const kernels::Dims& dims) {
   return n;
 }
 
-// What a layer's kernel reads in a pass besides parameters and its own state:
-// its inputs X, its output Y, the incoming gradient dY. The executor binds these
-// to the arena and refuses a graph whose node does not list what its kernel reads.
-struct Reads {
-  bool x = false, y = false, dy = false;
-};
-
-// Ops whose backward node computes the gradients of several activation inputs in one kernel
-// (graph/derive.h): its output holds them one after another, in the order of the op's inputs.
-bool GradOfSeveralInputs(graph::OpKind kind, int activation_inputs) {
-  using graph::OpKind;
-  if (kind == OpKind::kConcat || kind == OpKind::kMatMul) return true;
-  const bool binary =
-      kind == OpKind::kMul || kind == OpKind::kSub || kind == OpKind::kDiv || kind == OpKind::kAddBroadcast;
-  return binary && activation_inputs == 2;
-}
-
-// Gradients pass through these unchanged (dX is dY, a view): derive gives them no backward node.
-bool GradientView(graph::OpKind kind) {
-  using graph::OpKind;
-  return kind == OpKind::kAdd || kind == OpKind::kFlatten || kind == OpKind::kReshape;
-}
-
-// `activation_inputs`: how many activations the forward node reads (a binary op of an
-// activation and a parameter reads one). Nullopt: a kind the executor cannot run.
-std::optional<Reads> KernelReads(graph::OpKind kind, Pass pass, int activation_inputs) {
-  using graph::OpKind;
-  const bool forward = pass == Pass::kForward;
-  const Reads x_dy{true, false, true}, y_dy{false, true, true}, dy_only{false, false, true};
-  switch (kind) {
-    case OpKind::kConv2d:
-    case OpKind::kLinear:
-    case OpKind::kQkvProjection:
-      return forward ? Reads{true, false, false} : Reads{pass == Pass::kBackwardWeights, false, true};
-    case OpKind::kLinearRelu:
-      return forward ? Reads{true, false, false} : Reads{pass == Pass::kBackwardWeights, true, true};
-    case OpKind::kBatchNorm2d:
-    case OpKind::kLayerNorm:  // one primitive for dX, dgamma, dbeta; dbeta alone is a sum of dY
-      if (forward) return Reads{true, false, false};
-      return pass == Pass::kBackwardBias ? dy_only : x_dy;
-    case OpKind::kRelu:
-      return forward ? Reads{true, false, false} : y_dy;
-    case OpKind::kAttentionScores:
-      return forward ? Reads{true, false, false} : x_dy;
-    case OpKind::kCrossEntropyLoss:
-      return Reads{true, false, false};
-    case OpKind::kDropout:
-    case OpKind::kMaxPool2d:  // argmax from the workspace the forward pass left
-    case OpKind::kAvgPool2d:
-    case OpKind::kAttentionContext:
-    case OpKind::kFlatten:
-    case OpKind::kAdd:
-      return forward ? Reads{true, false, false} : dy_only;
-    case OpKind::kInput:
-      return Reads{};
-    // Elementwise ops whose derivative is taken at X (oneDNN's eltwise backward from src) ...
-    case OpKind::kRelu6:
-    case OpKind::kHardSwish:
-    case OpKind::kGelu:
-    case OpKind::kSilu:
-    case OpKind::kPow:
-      return forward ? Reads{true, false, false} : x_dy;
-    // ... or at Y (the *_use_dst_for_bwd algorithms; softmax's backward reads its output).
-    case OpKind::kHardSigmoid:
-    case OpKind::kSigmoid:
-    case OpKind::kTanh:
-    case OpKind::kSqrt:
-    case OpKind::kSoftmax:
-      return forward ? Reads{true, false, false} : y_dy;
-    // Linear in X: the backward reads dY alone (concat's and add/sub's for every input at once;
-    // a slice's writes part of dX, which the executor zeroes first).
-    case OpKind::kAffine:
-    case OpKind::kReduceMean:
-    case OpKind::kConcat:
-    case OpKind::kTranspose:
-    case OpKind::kReshape:
-    case OpKind::kSlice:
-    case OpKind::kSub:
-    case OpKind::kAddBroadcast:
-      return forward ? Reads{true, false, false} : dy_only;
-    // Products: dA reads B and dB reads A. Of an activation and a parameter P, dX = dY * P (or
-    // dY / P) reads dY only and dP reads X.
-    case OpKind::kMul:
-    case OpKind::kDiv:
-      if (forward) return Reads{true, false, false};
-      return activation_inputs == 2 || pass != Pass::kBackwardInput ? x_dy : dy_only;
-    case OpKind::kMatMul:
-      return forward ? Reads{true, false, false} : x_dy;
-    case OpKind::kCausalMask:
-    case OpKind::kResize:
-      return forward ? Reads{true, false, false} : dy_only;
-    case OpKind::kLstm:  // backward through time reads the sequence, the hidden states and dY
-    case OpKind::kGru:
-      return forward ? Reads{true, false, false} : Reads{true, true, true};
-    case OpKind::kEmbedding:  // the table's gradient adds dY's rows at the ids; ids have no gradient
-      return forward ? Reads{true, false, false} : (pass == Pass::kBackwardInput ? Reads{} : x_dy);
-  }
-  return std::nullopt;
+// The backward pass a node of the profiler's pass runs, for graph::BackwardReads.
+graph::BackwardPass BackwardPassOf(Pass pass) {
+  return pass == Pass::kBackwardWeights ? graph::BackwardPass::kWeights
+         : pass == Pass::kBackwardBias  ? graph::BackwardPass::kBias
+                                        : graph::BackwardPass::kInput;
 }
 
 }  // namespace
@@ -233,14 +139,23 @@ Result<std::unique_ptr<Executor>> Executor::Create(const v1::TrainingGraph& grap
   // Which layers' parameters train (last:K and bias change it), as graph/derive decides.
   EC_ASSIGN_OR_RETURN(graph::Trainable trainable, graph::Trainable::Parse(graph.trainable()));
   std::vector<bool> layer_trains(static_cast<size_t>(n), false);
+  std::vector<bool> gives_parameter_gradient(static_cast<size_t>(n), false);
+  for (const v1::TrainingNode& node : graph.nodes()) {
+    if (node.phase() == v1::PHASE_BACKWARD &&
+        (node.role() == "grad" || node.role() == "grad_weight" || node.role() == "grad_bias")) {
+      gives_parameter_gradient[node.forward_of()] = true;
+    }
+  }
   int remaining = trainable.last_k;
   for (int v = n - 1; v >= 0; --v) {
     const v1::TrainingNode& node = graph.nodes(v);
     if (node.phase() == v1::PHASE_BACKWARD || node.param_count() == 0) continue;
     switch (trainable.mode) {
       case graph::Trainable::Mode::kAll:
-      case graph::Trainable::Mode::kBias:
         layer_trains[static_cast<size_t>(v)] = true;
+        break;
+      case graph::Trainable::Mode::kBias:  // a layer with a bias, which derive gave a parameter gradient
+        layer_trains[static_cast<size_t>(v)] = gives_parameter_gradient[static_cast<size_t>(v)];
         break;
       case graph::Trainable::Mode::kLastK:
         layer_trains[static_cast<size_t>(v)] = remaining-- > 0;
@@ -309,7 +224,7 @@ Result<std::unique_ptr<Executor>> Executor::Create(const v1::TrainingGraph& grap
   // Whether the gradient of forward node t is (through views, whose dX is dY) the gradient of w.
   std::function<bool(int, int)> reaches = [&](int t, int w) {
     if (t == w) return true;
-    if (!kinds[static_cast<size_t>(t)] || !GradientView(*kinds[static_cast<size_t>(t)])) return false;
+    if (!kinds[static_cast<size_t>(t)] || !graph::GradientIsView(*kinds[static_cast<size_t>(t)])) return false;
     for (uint32_t u : graph.nodes(t).inputs()) {
       if (reaches(static_cast<int>(u), w)) return true;
     }
@@ -348,10 +263,6 @@ Result<std::unique_ptr<Executor>> Executor::Create(const v1::TrainingGraph& grap
         continue;
       }
       const graph::OpKind forward_kind = *kinds[static_cast<size_t>(v)];
-      if (!KernelReads(forward_kind, Pass::kForward, node.inputs_size())) {
-        return Unimplemented(label + ": op kind '" + node.op_kind() +
-                             "' is not supported by the training executor yet (its kernels exist for profiling)");
-      }
       EC_ASSIGN_OR_RETURN(s.layers[static_cast<size_t>(v)],
                           kernels::MakeLayer(s.backend, work.spec, options.seed + static_cast<uint32_t>(v)));
       kernels::Layer& layer = *s.layers[static_cast<size_t>(v)];
@@ -408,16 +319,22 @@ Result<std::unique_ptr<Executor>> Executor::Create(const v1::TrainingGraph& grap
     exec.layer = layer;
     const v1::TrainingNode& fwd = graph.nodes(f);
     const graph::OpKind kind = *kinds[static_cast<size_t>(f)];
-    const std::optional<Reads> known = KernelReads(kind, work.pass, fwd.inputs_size());
-    if (!known) {
-      return Unimplemented(label + ": op kind '" + fwd.op_kind() + "' is not supported by the training executor yet");
-    }
-    const Reads reads = *known;
+    const graph::TensorReads reads = graph::BackwardReads(kind, BackwardPassOf(work.pass), fwd.inputs_size());
     auto lists = [&](int u) { return std::find(node.inputs().begin(), node.inputs().end(), u) != node.inputs().end(); };
     auto missing = [&](const std::string& what) {
       return Unimplemented(label + ": its oneDNN kernel reads " + what +
                            " but the graph does not list it among the node's inputs; the executor cannot run it");
     };
+    // The node lists no activation its kernel does not read: the solver would keep it alive for nothing.
+    for (uint32_t u : node.inputs()) {
+      const bool input = std::find(fwd.inputs().begin(), fwd.inputs().end(), u) != fwd.inputs().end();
+      const bool read = graph.nodes(u).phase() == v1::PHASE_BACKWARD ? reads.dy
+                                                                      : (input && reads.x) || (static_cast<int>(u) == f && reads.y);
+      if (!read) {
+        return InvalidArgument(label + " lists node " + std::to_string(u) +
+                               " among its inputs, which its kernel does not read (graph/op_kinds.def)");
+      }
+    }
     if (reads.x) {
       for (int j = 0; j < fwd.inputs_size(); ++j) {
         if (!lists(static_cast<int>(fwd.inputs(j)))) return missing("the layer's input");
@@ -444,7 +361,7 @@ Result<std::unique_ptr<Executor>> Executor::Create(const v1::TrainingGraph& grap
     if (node.output_bytes() > 0) {
       if (layer->grad_inputs().empty())
         return InvalidArgument(label + " has an output but its layer no input gradient");
-      if (GradOfSeveralInputs(kind, fwd.inputs_size())) {
+      if (graph::GradOfSeveralInputs(kind, fwd.inputs_size())) {
         for (const auto& [t, offset] : slots[static_cast<size_t>(v)]) {
           const size_t into = exec.binds.size();
           bool first = true;
@@ -562,7 +479,7 @@ Result<std::unique_ptr<Executor>> Executor::Create(const v1::TrainingGraph& grap
   EC_RETURN_IF_ERROR(e->SetOptimizer({}));
   s.arena = std::make_unique<Arena>(n);
   s.plain = PlainPlan(e->preds_);
-  s.origin_s = NowS();
+  s.origin_s = SteadyNowS();
   return e;
 }
 
@@ -598,7 +515,7 @@ Status Executor::Bind(const NodeExec& exec) {
 Status Executor::Compute(int k, int stage, StepStats& stats) {
   State& s = *state_;
   const size_t ki = static_cast<size_t>(k);
-  const double wait_start = NowS();
+  const double wait_start = SteadyNowS();
   double waited = 0;
   for (int u : preds_[ki]) {
     if (s.pager) EC_RETURN_IF_ERROR(s.pager->WaitRead(u, &waited));
@@ -620,7 +537,7 @@ Status Executor::Compute(int k, int stage, StepStats& stats) {
     }
   }
   const NodeExec& exec = s.execs[ki];
-  const double start = NowS();
+  const double start = SteadyNowS();
   switch (exec.kind) {
     case NodeExec::Kind::kNone:
       break;
@@ -666,7 +583,7 @@ Status Executor::Compute(int k, int stage, StepStats& stats) {
       break;
     }
   }
-  const double end = NowS();
+  const double end = SteadyNowS();
   stats.node_s[ki] += end - start;
   ++stats.node_runs[ki];
   if (k != stage) ++stats.recomputations;
@@ -680,7 +597,7 @@ Status Executor::Compute(int k, int stage, StepStats& stats) {
 Status Executor::Release(int node, StepStats& stats) {
   State& s = *state_;
   if (s.pager) {
-    const double start = NowS();
+    const double start = SteadyNowS();
     double waited = 0;
     EC_RETURN_IF_ERROR(s.pager->WaitAll(node, &waited));
     if (waited > 0) {
@@ -738,7 +655,7 @@ Result<StepStats> Executor::Step(const solver::Plan* plan_or_null) {
     if (layer) layer->SetTrainingStep(static_cast<uint64_t>(s.updates));
   }
   s.stats_updated.assign(static_cast<size_t>(n), false);
-  const double start = NowS();
+  const double start = SteadyNowS();
   const double cpu_start = ThreadCpuS();
   Status status = Status::Ok();
   for (int t = 0; t < n && status.ok(); ++t) {
@@ -805,7 +722,7 @@ Result<StepStats> Executor::Step(const solver::Plan* plan_or_null) {
     std::vector<float>& b = s.layers[static_cast<size_t>(tie.node)]->grad_params()[0]->data;
     for (size_t i = 0; i < a.size(); ++i) a[i] = b[i] = a[i] + b[i];
   }
-  stats.runtime_s = NowS() - start;
+  stats.runtime_s = SteadyNowS() - start;
   stats.cpu_s = ThreadCpuS() - cpu_start;
   stats.loss = s.loss / static_cast<double>(std::max<int64_t>(1, s.label_rows));
   stats.peak_activation_bytes = s.arena->peak_bytes();
@@ -962,7 +879,7 @@ Result<EvalStats> Executor::Evaluate(const Batch& batch, int64_t rows) {
   return stats;
 }
 
-double Executor::ClockS() const { return NowS() - state_->origin_s; }
+double Executor::ClockS() const { return SteadyNowS() - state_->origin_s; }
 
 std::vector<ParamGradient> Executor::Gradients() const {
   std::vector<ParamGradient> out;

@@ -9,10 +9,10 @@
 #include <cstring>
 #include <filesystem>
 
+#include "base/clock.h"
+
 namespace edgecost::train {
 namespace {
-
-double NowS() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 Status Errno(const std::string& what, const std::string& path) {
   const int error = errno;
@@ -187,9 +187,9 @@ void Pager::Loop() {
     queue_.pop_front();
     if (!request.page_out && request.stage >= stage_) early_bytes_ += request.bytes;
     lock.unlock();
-    const double start = NowS();
+    const double start = SteadyNowS();
     Status status = Run(request);
-    const double end = NowS();
+    const double end = SteadyNowS();
     lock.lock();
     const size_t node = static_cast<size_t>(request.node);
     if (request.page_out) {
@@ -238,11 +238,11 @@ Status Pager::Wait(int node, bool reads_only, double* waited_s) {
   const size_t i = static_cast<size_t>(node);
   auto done = [&] { return !error_.ok() || (pending_in_[i] == 0 && (reads_only || pending_out_[i] == 0)); };
   if (!done()) {
-    const double start = NowS();
+    const double start = SteadyNowS();
     if (pending_in_[i] > 0) urgent_[i] = 1;  // needed now: read it whatever the reserve says
     changed_.notify_all();
     changed_.wait(lock, done);
-    if (waited_s) *waited_s += NowS() - start;
+    if (waited_s) *waited_s += SteadyNowS() - start;
   }
   return error_;
 }
@@ -252,7 +252,7 @@ Status Pager::WaitAll(int node, double* waited_s) { return Wait(node, false, wai
 
 Status Pager::Drain(double* waited_s) {
   std::unique_lock lock(mutex_);
-  const double start = NowS();
+  const double start = SteadyNowS();
   bool waited = false;
   for (size_t i = 0; i < urgent_.size(); ++i) urgent_[i] = pending_in_[i] > 0;
   changed_.notify_all();
@@ -266,7 +266,7 @@ Status Pager::Drain(double* waited_s) {
     }
     return true;
   });
-  if (waited && waited_s) *waited_s += NowS() - start;
+  if (waited && waited_s) *waited_s += SteadyNowS() - start;
   return error_;
 }
 

@@ -138,6 +138,32 @@ TEST_F(ExecutorTest, RefusesPoetGraphs) {
   EXPECT_NE(e.status().message().find("exact"), std::string::npos) << e.status().message();
 }
 
+// Derivation lists exactly what each kernel reads (graph/op_kinds.def): max pooling's backward
+// reads dY alone (the argmax is its kernel's own), so a graph that lists X for it is refused, and
+// the solver never keeps an activation alive for a kernel that will not read it.
+TEST_F(ExecutorTest, ABackwardNodeListingWhatItsKernelDoesNotReadIsRefused) {
+  for (const graph::ForwardGraph& forward : {TinyCnn(), TinyAttention()}) {
+    auto graph = graph::DeriveTrainingGraph(forward, graph::Derivation::kExact);
+    ASSERT_TRUE(graph.ok());
+    ASSERT_TRUE(Executor::Create(*graph, {}).ok()) << forward.model();
+  }
+  auto graph = graph::DeriveTrainingGraph(TinyCnn(), graph::Derivation::kExact);
+  ASSERT_TRUE(graph.ok());
+  bool listed = false;
+  for (v1::TrainingNode& node : *graph->mutable_nodes()) {
+    if (node.phase() != v1::PHASE_BACKWARD || node.op_kind() != "maxpool2d") continue;
+    const uint32_t x = graph->nodes(node.forward_of()).inputs(0);
+    ASSERT_EQ(node.inputs_size(), 1);  // dY alone
+    node.add_inputs(x);
+    listed = true;
+  }
+  ASSERT_TRUE(listed);
+  auto refused = Executor::Create(*graph, {});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("which its kernel does not read"), std::string::npos)
+      << refused.status().message();
+}
+
 TEST_F(ExecutorTest, PlainStepPeakIsThePlannedPeakAndGradientsAreNotZero) {
   const v1::TrainingGraph graph = Exact(TinyCnn());
   auto e = Make(graph);
