@@ -591,218 +591,233 @@ std::string NpzPathFor(const std::string& onnx_path) {
   return onnx_path + ".npz";
 }
 
-Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::atomic<bool>* stop,
-                                   const std::function<void(const TrainProgress&)>& on_step,
-                                   const std::function<void(const std::string&)>& log) {
+namespace {
+
+using Log = std::function<void(const std::string&)>;
+
+// What a run is built from, resolved and checked before anything runs.
+struct TrainSetup {
+  graph::GraphSpec spec;
+  std::optional<graph::OnnxModel> onnx;  // an ONNX model's, whose weights load and write back
+  v1::TrainingGraph graph;
+  train::OptimizerOptions optimizer;
+  int threads = 1;
+  std::string cost_source;
+  std::string paging_dir;
+  std::optional<CheckedRun> checked;  // with a schedule
+  uint64_t schedule_id = 0;
+  std::optional<v1::CostTable> table;  // the predictions' costs, when there are
+  std::optional<v1::TrainRun> earlier_process;  // the run whose process predicts this one's
+};
+
+// A schedule solved for the options' budgets, and the table it was solved from.
+Result<SolvedRequest> SolveForBudgets(costdb::CostDb& db, const TrainJobOptions& options, const TrainSetup& setup,
+                                      const Log& log, std::vector<std::string>& notes) {
+  v1::ScheduleRequest request = options.solve;
+  request.set_model(setup.spec.model_or_file);
+  request.set_optimizer_state_tensors(static_cast<uint32_t>(train::OptimizerStateTensors(setup.optimizer)));
+  if (request.device().empty()) request.set_device("this");
+  if (request.cost_source().empty() || request.cost_source() == kAutoCostSource) {
+    request.set_cost_source(setup.cost_source);
+  }
+  const bool here = request.device() == "this" || request.device() == profiler::ThisDeviceName();
+  if (request.compute_threads() == 0 && here) {
+    EC_ASSIGN_OR_RETURN(const uint32_t table_threads,
+                        PredictionThreads(db, PredictionKey(setup.graph, request.cost_source()), setup.threads, notes));
+    request.set_compute_threads(table_threads);
+  }
+  request.set_batch_size(static_cast<uint32_t>(setup.spec.batch_size));
+  const bool store_schedule = options.store && options.store_schedule;
+  request.set_derivation("exact");
+  request.set_trainable(setup.spec.trainable.ToString());
+  log("solving a schedule (" + (request.strategy().empty() ? std::string("optimal") : request.strategy()) + ") for " +
+      (request.device_ram_bytes() > 0
+           ? FormatBytes(static_cast<double>(request.device_ram_bytes())) + " of process memory"
+           : FormatBytes(static_cast<double>(request.ram_budget_bytes())) + " of activations") +
+      " ...");
+  // The smallest RAM budget the heuristics meet is said as soon as they know it, not after the time limit.
+  auto say_min_ram = [&log, said = false](const solver::Progress& p) mutable {
+    if (said || p.min_feasible_ram_bytes <= 0) return;
+    said = true;
+    log("no heuristic meets this budget; the smallest activation budget with a schedule is about " +
+        FormatBytes(static_cast<double>(p.min_feasible_ram_bytes)) + " (the MILP searches on at this one)");
+  };
+  EC_ASSIGN_OR_RETURN(SolvedRequest solved, options.solve_in_child
+                                                ? SolveRequestInChild(options.db_path, request, store_schedule, say_min_ram)
+                                                : SolveRequest(&db, request, store_schedule, nullptr, say_min_ram));
+  if (!HasSchedule(solved.schedule)) {
+    std::string hint;
+    if (solved.schedule.min_feasible_ram_bytes() > 0) {
+      hint = "; the smallest activation budget with a schedule is about " +
+             FormatBytes(static_cast<double>(solved.schedule.min_feasible_ram_bytes()));
+    }
+    return FailedPrecondition((solved.schedule.status() == v1::Schedule::STATUS_INFEASIBLE
+                                   ? "no schedule meets the budgets: "
+                                   : "no schedule found for the budgets: ") +
+                              solved.schedule.message() + hint);
+  }
+  return solved;
+}
+
+// The schedule (a file, a stored one, or one solved for budgets) checked against the graph, and the
+// cost table the run's predictions come from; without a schedule, the plain step's table.
+Status ChooseSchedule(costdb::CostDb& db, const TrainJobOptions& options, TrainSetup& setup, const Log& log,
+                      std::vector<std::string>& notes) {
+  std::optional<v1::Schedule> schedule;
+  setup.schedule_id = options.schedule_id;
+  if (!options.schedule_file.empty()) {
+    EC_ASSIGN_OR_RETURN(schedule, ReadScheduleFile(options.schedule_file));
+    EC_ASSIGN_OR_RETURN(setup.schedule_id, StoredScheduleOf(db, *schedule));
+  } else if (options.schedule_id != 0) {
+    EC_ASSIGN_OR_RETURN(schedule, db.GetSchedule(static_cast<int64_t>(options.schedule_id)));
+  } else if (options.solve.ram_budget_bytes() > 0 || options.solve.device_ram_bytes() > 0) {
+    EC_ASSIGN_OR_RETURN(SolvedRequest solved, SolveForBudgets(db, options, setup, log, notes));
+    schedule = solved.schedule;
+    setup.schedule_id = static_cast<uint64_t>(solved.schedule_id);
+    setup.table = solved.table;
+  }
+  if (schedule) {
+    EC_RETURN_IF_ERROR(CheckScheduleOptimizer(*schedule, setup.optimizer));
+    if (!setup.table) {
+      EC_ASSIGN_OR_RETURN(setup.table, ScheduleCostTable(&db, *schedule));
+    }
+    EC_ASSIGN_OR_RETURN(setup.checked, CheckScheduleAgainstGraph(setup.graph, *schedule, *setup.table));
+    const solver::Replay& replay = setup.checked->replay;
+    log("schedule: " + (schedule->strategy().empty() ? std::string("?") : schedule->strategy()) + ", replayed: peak " +
+        FormatBytes(static_cast<double>(replay.peak_ram_bytes)) + " of " +
+        FormatBytes(static_cast<double>(setup.checked->problem.ram_budget_bytes)) + ", " +
+        OperationsText(replay.recomputations, replay.page_outs, replay.page_ins));
+    return Status::Ok();
+  }
+  v1::GetCostTableRequest request;
+  request.set_model(setup.spec.model_or_file);
+  request.set_device("this");
+  request.set_cost_source(setup.cost_source);
+  request.set_batch_size(static_cast<uint32_t>(setup.spec.batch_size));
+  request.set_derivation("exact");
+  request.set_trainable(setup.spec.trainable.ToString());
+  EC_ASSIGN_OR_RETURN(const uint32_t table_threads,
+                      PredictionThreads(db, PredictionKey(setup.graph, setup.cost_source), setup.threads, notes));
+  request.set_threads(table_threads);
+  Result<v1::CostTable> found = ResolveCostTable(&db, request);
+  if (found.ok()) {
+    setup.table = *found;
+  } else {
+    notes.push_back("no predictions: " + found.status().message());
+  }
+  return Status::Ok();
+}
+
+// The options checked, the model, graph, threads, schedule and cost table resolved: everything a
+// run needs from the database, which is closed again when this returns.
+Result<TrainSetup> SetUpTraining(const TrainJobOptions& options, const Log& log, std::vector<std::string>& notes) {
   if (options.steps < 1) return InvalidArgument("--steps must be at least 1");
   if (!(options.lr > 0) || !std::isfinite(options.lr)) return InvalidArgument("--lr must be a positive number");
-  EC_ASSIGN_OR_RETURN(const train::OptimizerOptions optimizer, OptimizerOptionsOf(options.optimizer));
+  TrainSetup setup;
+  EC_ASSIGN_OR_RETURN(setup.optimizer, OptimizerOptionsOf(options.optimizer));
   // Checked now, before anything is built; again once --epochs give the steps (cosine's t_max).
   EC_RETURN_IF_ERROR(LrScheduleOptionsOf(options.lr_schedule, options.steps, options.lr).status());
   const int sources = !options.schedule_file.empty() + (options.schedule_id != 0) +
                       (options.solve.ram_budget_bytes() > 0 || options.solve.device_ram_bytes() > 0);
   if (sources > 1) return InvalidArgument("give one schedule: --schedule FILE, --schedule-id N, or budgets to solve");
-  TrainJobResult result;
-  EC_ASSIGN_OR_RETURN(costdb::CostDb db, costdb::CostDb::Open(options.db_path, costdb::OpenMode::kReadWrite));
-  EC_ASSIGN_OR_RETURN(graph::GraphSpec spec, ResolveModel(&db, options.graph));
-  if (graph::CarriesCosts(spec)) {
-    return InvalidArgument("'" + spec.model_or_file +
-                           "' is a graph with its own costs and no layers to run; train a zoo or ONNX model");
-  }
-  spec.derivation = graph::Derivation::kExact;
   if (options.init != "file" && options.init != "random") {
     return InvalidArgument("--init must be file (the model's own weights) or random (drawn from --seed), not '" +
                            options.init + "'");
   }
+  EC_ASSIGN_OR_RETURN(costdb::CostDb db, costdb::CostDb::Open(options.db_path, costdb::OpenMode::kReadWrite));
+  EC_ASSIGN_OR_RETURN(setup.spec, ResolveModel(&db, options.graph));
+  if (graph::CarriesCosts(setup.spec)) {
+    return InvalidArgument("'" + setup.spec.model_or_file +
+                           "' is a graph with its own costs and no layers to run; train a zoo or ONNX model");
+  }
+  setup.spec.derivation = graph::Derivation::kExact;
   // An ONNX model's forward graph names the initializer behind each parameter: its weights load from them.
-  EC_ASSIGN_OR_RETURN(std::optional<graph::OnnxModel> onnx, graph::LoadOnnxModel(spec));
-  if (!onnx && !options.out_onnx.empty()) {
-    return InvalidArgument("--out writes an ONNX model with its trained weights: '" + spec.model_or_file +
+  EC_ASSIGN_OR_RETURN(setup.onnx, graph::LoadOnnxModel(setup.spec));
+  if (!setup.onnx && !options.out_onnx.empty()) {
+    return InvalidArgument("--out writes an ONNX model with its trained weights: '" + setup.spec.model_or_file +
                            "' is not an ONNX model");
   }
   if (!options.out_onnx.empty()) EC_RETURN_IF_ERROR(CheckOutputs(options));
-  v1::TrainingGraph graph;
-  if (onnx) {
-    EC_ASSIGN_OR_RETURN(graph, graph::DeriveTrainingGraph(onnx->forward, spec.derivation, spec.trainable));
+  if (setup.onnx) {
+    EC_ASSIGN_OR_RETURN(setup.graph,
+                        graph::DeriveTrainingGraph(setup.onnx->forward, setup.spec.derivation, setup.spec.trainable));
   } else {
-    EC_ASSIGN_OR_RETURN(graph, graph::LoadTrainingGraph(spec));
+    EC_ASSIGN_OR_RETURN(setup.graph, graph::LoadTrainingGraph(setup.spec));
   }
-  const int threads = options.threads > 0 ? options.threads : omp_get_num_procs();
-  omp_set_num_threads(threads);
+  setup.threads = options.threads > 0 ? options.threads : omp_get_num_procs();
+  omp_set_num_threads(setup.threads);
   // `auto`: measured-in-step where its table exists at this thread count, else measured.
-  std::string cost_source = options.cost_source;
-  if (cost_source == kAutoCostSource) {
+  setup.cost_source = options.cost_source;
+  if (setup.cost_source == kAutoCostSource) {
     std::string why;
-    EC_ASSIGN_OR_RETURN(cost_source,
-                        AutoCostSource(db, PredictionKey(graph, cost_source), static_cast<uint32_t>(threads), &why));
-    if (options.schedule_file.empty() && options.schedule_id == 0) result.notes.push_back(why);
+    EC_ASSIGN_OR_RETURN(setup.cost_source, AutoCostSource(db, PredictionKey(setup.graph, setup.cost_source),
+                                                          static_cast<uint32_t>(setup.threads), &why));
+    if (options.schedule_file.empty() && options.schedule_id == 0) notes.push_back(why);
   }
-  const std::string paging_dir = options.paging_dir.empty() ? DefaultPagingDir(options.db_path) : options.paging_dir;
-  if (const int removed = train::Pager::RemoveStaleFiles(paging_dir); removed > 0) {
-    log("paging: removed " + std::to_string(removed) + " files left in " + paging_dir + " by runs that were killed");
+  setup.paging_dir = options.paging_dir.empty() ? DefaultPagingDir(options.db_path) : options.paging_dir;
+  if (const int removed = train::Pager::RemoveStaleFiles(setup.paging_dir); removed > 0) {
+    log("paging: removed " + std::to_string(removed) + " files left in " + setup.paging_dir +
+        " by runs that were killed");
   }
-
-  // The schedule and the cost table its predictions come from, checked before anything runs.
-  std::optional<CheckedRun> checked;
-  std::optional<v1::Schedule> schedule;
-  uint64_t schedule_id = options.schedule_id;
-  std::optional<v1::CostTable> table;
-  if (!options.schedule_file.empty()) {
-    EC_ASSIGN_OR_RETURN(schedule, ReadScheduleFile(options.schedule_file));
-    EC_ASSIGN_OR_RETURN(schedule_id, StoredScheduleOf(db, *schedule));
-  } else if (options.schedule_id != 0) {
-    EC_ASSIGN_OR_RETURN(schedule, db.GetSchedule(static_cast<int64_t>(options.schedule_id)));
-  } else if (options.solve.ram_budget_bytes() > 0 || options.solve.device_ram_bytes() > 0) {
-    v1::ScheduleRequest request = options.solve;
-    request.set_model(spec.model_or_file);
-    request.set_optimizer_state_tensors(static_cast<uint32_t>(train::OptimizerStateTensors(optimizer)));
-    if (request.device().empty()) request.set_device("this");
-    if (request.cost_source().empty() || request.cost_source() == kAutoCostSource) {
-      request.set_cost_source(cost_source);
-    }
-    const bool here = request.device() == "this" || request.device() == profiler::ThisDeviceName();
-    if (request.compute_threads() == 0 && here) {
-      EC_ASSIGN_OR_RETURN(const uint32_t table_threads,
-                          PredictionThreads(db, PredictionKey(graph, request.cost_source()), threads, result.notes));
-      request.set_compute_threads(table_threads);
-    }
-    request.set_batch_size(static_cast<uint32_t>(spec.batch_size));
-    const bool store_schedule = options.store && options.store_schedule;
-    request.set_derivation("exact");
-    request.set_trainable(spec.trainable.ToString());
-    log("solving a schedule (" + (request.strategy().empty() ? std::string("optimal") : request.strategy()) + ") for " +
-        (request.device_ram_bytes() > 0
-             ? FormatBytes(static_cast<double>(request.device_ram_bytes())) + " of process memory"
-             : FormatBytes(static_cast<double>(request.ram_budget_bytes())) + " of activations") +
-        " ...");
-    // The smallest RAM budget the heuristics meet is said as soon as they know it, not after the time limit.
-    auto say_min_ram = [&log, said = false](const solver::Progress& p) mutable {
-      if (said || p.min_feasible_ram_bytes <= 0) return;
-      said = true;
-      log("no heuristic meets this budget; the smallest activation budget with a schedule is about " +
-          FormatBytes(static_cast<double>(p.min_feasible_ram_bytes)) + " (the MILP searches on at this one)");
-    };
-    EC_ASSIGN_OR_RETURN(SolvedRequest solved, options.solve_in_child
-                                                  ? SolveRequestInChild(options.db_path, request, store_schedule, say_min_ram)
-                                                  : SolveRequest(&db, request, store_schedule, nullptr, say_min_ram));
-    if (!HasSchedule(solved.schedule)) {
-      std::string hint;
-      if (solved.schedule.min_feasible_ram_bytes() > 0) {
-        hint = "; the smallest activation budget with a schedule is about " +
-               FormatBytes(static_cast<double>(solved.schedule.min_feasible_ram_bytes()));
-      }
-      return FailedPrecondition((solved.schedule.status() == v1::Schedule::STATUS_INFEASIBLE
-                                     ? "no schedule meets the budgets: "
-                                     : "no schedule found for the budgets: ") +
-                                solved.schedule.message() + hint);
-    }
-    schedule = solved.schedule;
-    schedule_id = static_cast<uint64_t>(solved.schedule_id);
-    table = solved.table;
-  }
-  if (schedule) {
-    EC_RETURN_IF_ERROR(CheckScheduleOptimizer(*schedule, optimizer));
-    if (!table) {
-      EC_ASSIGN_OR_RETURN(table, ScheduleCostTable(&db, *schedule));
-    }
-    EC_ASSIGN_OR_RETURN(checked, CheckScheduleAgainstGraph(graph, *schedule, *table));
-    log("schedule: " + (schedule->strategy().empty() ? std::string("?") : schedule->strategy()) + ", replayed: peak " +
-        FormatBytes(static_cast<double>(checked->replay.peak_ram_bytes)) + " of " +
-        FormatBytes(static_cast<double>(checked->problem.ram_budget_bytes)) + ", " +
-        OperationsText(checked->replay.recomputations, checked->replay.page_outs, checked->replay.page_ins));
-  } else {
-    v1::GetCostTableRequest request;
-    request.set_model(spec.model_or_file);
-    request.set_device("this");
-    request.set_cost_source(cost_source);
-    request.set_batch_size(static_cast<uint32_t>(spec.batch_size));
-    request.set_derivation("exact");
-    request.set_trainable(spec.trainable.ToString());
-    EC_ASSIGN_OR_RETURN(const uint32_t table_threads,
-                        PredictionThreads(db, PredictionKey(graph, cost_source), threads, result.notes));
-    request.set_threads(table_threads);
-    Result<v1::CostTable> found = ResolveCostTable(&db, request);
-    if (found.ok()) {
-      table = *found;
-    } else {
-      result.notes.push_back("no predictions: " + found.status().message());
-    }
-  }
-
-  if (!onnx && options.init == "file") {
-    result.notes.push_back("weights: " + graph.model() +
-                           " is a zoo model, with no file of weights: drawn from --seed " +
-                           std::to_string(options.seed));
+  EC_RETURN_IF_ERROR(ChooseSchedule(db, options, setup, log, notes));
+  if (!setup.onnx && options.init == "file") {
+    notes.push_back("weights: " + setup.graph.model() + " is a zoo model, with no file of weights: drawn from --seed " +
+                    std::to_string(options.seed));
   } else if (options.init == "random") {
-    result.notes.push_back("weights: drawn from --seed " + std::to_string(options.seed) + " (--init random)");
+    notes.push_back("weights: drawn from --seed " + std::to_string(options.seed) + " (--init random)");
   }
-  v1::TrainRun& run = result.run;
-  train::ExecutorOptions executor_options;
-  executor_options.seed = options.seed;
-  executor_options.paging_dir = paging_dir;
-  executor_options.trace = true;  // the last step goes into the run record
-  // The run whose process predicts this one's, read before the peak is: reading runs is not training.
-  const std::optional<v1::TrainRun> earlier_process =
-      LatestProcessRun(db, graph.model(), profiler::ThisDeviceName(), graph.batch_size(),
-                       static_cast<uint32_t>(threads), checked && checked->replay.page_outs > 0);
-  // The training's peak is the process's from here: the database's connection and caches close (the
-  // record reopens it), heap pages freed by earlier work go back to the kernel, and the high-water
-  // mark restarts at what the process holds now.
-  { const costdb::CostDb closed = std::move(db); }
-  malloc_trim(0);
-  run.set_peak_reset_at_start(ResetHighWater());
-  const int64_t unbuilt_rss = ProcStatusBytes("VmRSS");
-  EC_ASSIGN_OR_RETURN(std::unique_ptr<train::Executor> executor, train::Executor::Create(graph, executor_options));
-  if (onnx && options.init == "file") {
-    // Weights the importer cannot map yet (behind a Transpose, in an embedding) leave the run on
-    // weights from the seed, said loudly; a run that writes its weights (--out) needs the file's.
-    if (Status loaded = LoadOnnxWeights(*onnx, *executor, result.notes); !loaded.ok()) {
-      if (!options.out_onnx.empty() || loaded.code() != ErrorCode::kInvalidArgument) return loaded;
-      result.notes.push_back("WEIGHTS FROM --seed " + std::to_string(options.seed) + ", not the file's: " +
-                             loaded.message() + " (times and memory are the same; --out refuses to write them)");
-    }
-  }
-  EC_RETURN_IF_ERROR(executor->SetOptimizer(optimizer));
-  train::DataSource data = train::DataSource::Synthetic(executor->input_elements(), executor->label_rows(),
-                                                        executor->classes(), options.seed, executor->input_id_limit());
-  if (!options.data_file.empty()) {
-    train::ModelInput model{executor->input_dims(), executor->classes()};
-    int64_t elements = 1;
-    for (int64_t d : model.dims) elements *= d;
-    if (model.dims.empty() || elements != executor->input_elements()) {
-      model.dims = {executor->label_rows(), executor->input_elements() / std::max<int64_t>(1, executor->label_rows())};
-    }
-    EC_ASSIGN_OR_RETURN(data, train::DataSource::Open({.path = options.data_file,
-                                                       .mean = options.mean,
-                                                       .std = options.std,
-                                                       .input_key = options.input_key,
-                                                       .label_key = options.label_key,
-                                                       .val_split = options.val_split,
-                                                       .val_path = options.val_data,
-                                                       .seed = options.seed},
-                                                      model));
-    if (data.dropped_per_epoch() > 0) {
-      result.notes.push_back("each epoch leaves out its last partial batch (" +
-                             std::to_string(data.dropped_per_epoch()) + " of " + std::to_string(data.train_records()) +
-                             " records; PyTorch's drop_last=True)");
-    }
-  } else if (options.epochs > 0 || options.val_split > 0 || !options.val_data.empty()) {
-    return InvalidArgument("--epochs, --val-split and --val-data need a data set (--data)");
-  }
-  const int64_t total_steps = options.epochs > 0 ? options.epochs * data.batches_per_epoch() : options.steps;
-  if (total_steps > 10'000'000) return InvalidArgument("more than 10 million steps: lower --epochs");
-  const int steps = static_cast<int>(total_steps);
-  EC_ASSIGN_OR_RETURN(const train::LrScheduleOptions lr_schedule,
-                      LrScheduleOptionsOf(options.lr_schedule, steps, options.lr));
-  const solver::Plan* plan = checked ? &checked->plan : nullptr;
+  // Read before the peak is: reading runs is not training.
+  setup.earlier_process =
+      LatestProcessRun(db, setup.graph.model(), profiler::ThisDeviceName(), setup.graph.batch_size(),
+                       static_cast<uint32_t>(setup.threads), setup.checked && setup.checked->replay.page_outs > 0);
+  return setup;
+}
 
+// The training data: the user's (--data), else synthetic batches from the seed.
+Result<train::DataSource> OpenTrainingData(const TrainJobOptions& options, const train::Executor& executor,
+                                           std::vector<std::string>& notes) {
+  if (options.data_file.empty()) {
+    if (options.epochs > 0 || options.val_split > 0 || !options.val_data.empty()) {
+      return InvalidArgument("--epochs, --val-split and --val-data need a data set (--data)");
+    }
+    return train::DataSource::Synthetic(executor.input_elements(), executor.label_rows(), executor.classes(),
+                                        options.seed, executor.input_id_limit());
+  }
+  train::ModelInput model{executor.input_dims(), executor.classes()};
+  int64_t elements = 1;
+  for (int64_t d : model.dims) elements *= d;
+  if (model.dims.empty() || elements != executor.input_elements()) {
+    model.dims = {executor.label_rows(), executor.input_elements() / std::max<int64_t>(1, executor.label_rows())};
+  }
+  EC_ASSIGN_OR_RETURN(train::DataSource data, train::DataSource::Open({.path = options.data_file,
+                                                                       .mean = options.mean,
+                                                                       .std = options.std,
+                                                                       .input_key = options.input_key,
+                                                                       .label_key = options.label_key,
+                                                                       .val_split = options.val_split,
+                                                                       .val_path = options.val_data,
+                                                                       .seed = options.seed},
+                                                                      model));
+  if (data.dropped_per_epoch() > 0) {
+    notes.push_back("each epoch leaves out its last partial batch (" + std::to_string(data.dropped_per_epoch()) +
+                    " of " + std::to_string(data.train_records()) + " records; PyTorch's drop_last=True)");
+  }
+  return data;
+}
+
+// What the run is: model, schedule, data, optimizer; and a loud note when the cost table was
+// profiled at another thread count than the run uses.
+void DescribeRun(const TrainJobOptions& options, const TrainSetup& setup, const train::DataSource& data,
+                 const train::Executor& executor, int steps, const train::LrScheduleOptions& lr_schedule,
+                 v1::TrainRun& run, std::vector<std::string>& notes) {
+  const v1::TrainingGraph& graph = setup.graph;
   run.set_model(graph.model());
   run.set_device(profiler::ThisDeviceName());
-  run.set_strategy(checked ? checked->schedule.strategy() : "plain");
-  run.set_schedule_id(schedule_id);
+  run.set_strategy(setup.checked ? setup.checked->schedule.strategy() : "plain");
+  run.set_schedule_id(setup.schedule_id);
   run.set_batch_size(graph.batch_size());
   run.set_steps(static_cast<uint32_t>(steps));
-  run.set_threads(static_cast<uint32_t>(threads));
+  run.set_threads(static_cast<uint32_t>(setup.threads));
   run.set_lr(options.lr);
   run.set_data(data.Describe());
   if (!options.data_file.empty()) {
@@ -810,21 +825,33 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
     run.set_dropped_per_epoch(static_cast<uint64_t>(data.dropped_per_epoch()));
     run.set_held_out_records(static_cast<uint64_t>(data.held_out_records()));
   }
-  run.set_layer_state_bytes(executor->layer_state_bytes());
-  *run.mutable_optimizer() = ToProto(optimizer);
+  run.set_layer_state_bytes(executor.layer_state_bytes());
+  *run.mutable_optimizer() = ToProto(setup.optimizer);
   *run.mutable_lr_schedule() = ToProto(lr_schedule);
-  run.set_optimizer_state_bytes(executor->optimizer_state_bytes());
-  if (table) run.set_cost_source(table->cost_source());
+  run.set_optimizer_state_bytes(executor.optimizer_state_bytes());
+  if (setup.table) run.set_cost_source(setup.table->cost_source());
   // A schedule's own table (a file, a stored schedule, a solve with compute_threads given) may
   // be of another count: said too, unless PredictionThreads already did.
-  const bool stated = std::any_of(result.notes.begin(), result.notes.end(),
+  const bool stated = std::any_of(notes.begin(), notes.end(),
                                   [](const std::string& note) { return note.starts_with("THREAD MISMATCH"); });
-  if (const int profiled = table ? ProfiledThreads(*table) : 0; profiled > 0 && profiled != threads && !stated) {
-    result.notes.push_back("THREAD MISMATCH: the cost table was profiled at " +
-                           profiler::ThreadsText(static_cast<uint32_t>(profiled)) + " and this run uses " +
-                           std::to_string(threads) + ": its predictions are for " + std::to_string(profiled) +
-                           "; run `edgecost profile --threads " + std::to_string(threads) + "` to predict this run");
+  const int threads = setup.threads;
+  if (const int profiled = setup.table ? ProfiledThreads(*setup.table) : 0;
+      profiled > 0 && profiled != threads && !stated) {
+    notes.push_back("THREAD MISMATCH: the cost table was profiled at " +
+                    profiler::ThreadsText(static_cast<uint32_t>(profiled)) + " and this run uses " +
+                    std::to_string(threads) + ": its predictions are for " + std::to_string(profiled) +
+                    "; run `edgecost profile --threads " + std::to_string(threads) + "` to predict this run");
   }
+}
+
+// The predicted step: time, energy, paging and the activations' peak from the schedule's replay (or
+// the plain step's table), and the process's peak: what the executor holds outside the arena
+// (parameters, gradients, optimizer state, layer state), the arena's region under the schedule's
+// layout, and the rest of the process as the latest earlier run like this one measured it.
+// Returns the tensors' bytes, which the measured peak is compared with.
+uint64_t PredictRun(const TrainSetup& setup, const train::Executor& executor, v1::TrainRun& run,
+                    std::vector<std::string>& notes) {
+  const std::optional<CheckedRun>& checked = setup.checked;
   if (checked) {
     const solver::Replay& r = checked->replay;
     const solver::Problem& p = checked->problem;
@@ -846,7 +873,7 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
         }
       }
     } else if (r.page_ins + r.page_outs > 0) {
-      result.notes.push_back("the cost table has no paging times: the paging time is not predicted");
+      notes.push_back("the cost table has no paging times: the paging time is not predicted");
     }
     run.set_predicted_paging_s(paging_s);
     double compute_s = 0;
@@ -856,10 +883,10 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
     run.set_predicted_paging_wait_s(std::max(0.0, run.predicted_runtime_s() - compute_s));
   } else {
     run.set_predicted_peak_bytes(static_cast<uint64_t>(
-        train::PlanMemory(executor->node_bytes(), executor->preds(), train::PlainPlan(executor->preds())).peak_bytes));
-    if (table) {
+        train::PlanMemory(executor.node_bytes(), executor.preds(), train::PlainPlan(executor.preds())).peak_bytes));
+    if (setup.table) {
       double runtime = 0, energy = 0;
-      for (const v1::NodeCost& c : table->costs()) {
+      for (const v1::NodeCost& c : setup.table->costs()) {
         runtime += c.runtime_s();
         energy += c.compute_j();
       }
@@ -867,127 +894,151 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
       run.set_predicted_energy_j(energy);
     }
   }
-
-  EC_ASSIGN_OR_RETURN(std::unique_ptr<profiler::EnergyMeter> meter, StartMeter(options.probes_config, log));
-  run.set_energy_source(meter->Source());
-  run.set_energy_probe(meter->Name());
-
-  // The process's peak: what the executor holds outside the arena (parameters, gradients, optimizer
-  // state, layer state), the arena's region under the schedule's layout, and the rest of the
-  // process as the latest earlier run like this one measured it (measured, not modelled).
-  const uint64_t outside_arena_bytes = executor->param_bytes() + executor->grad_param_bytes() +
-                                       executor->optimizer_state_bytes() + executor->layer_state_bytes();
-  run.set_arena_bytes(
-      train::LayOut(executor->node_bytes(), executor->preds(), plan ? *plan : train::PlainPlan(executor->preds()))
-          .region_bytes);
+  const uint64_t outside_arena_bytes = executor.param_bytes() + executor.grad_param_bytes() +
+                                       executor.optimizer_state_bytes() + executor.layer_state_bytes();
+  run.set_arena_bytes(train::LayOut(executor.node_bytes(), executor.preds(),
+                                    checked ? checked->plan : train::PlainPlan(executor.preds()))
+                          .region_bytes);
   const uint64_t tensor_bytes = outside_arena_bytes + run.arena_bytes();
-  if (earlier_process) {
-    run.set_predicted_process_rest_bytes(earlier_process->process_rest_bytes());
-    run.set_process_rest_from_run(earlier_process->id());
+  if (setup.earlier_process) {
+    run.set_predicted_process_rest_bytes(setup.earlier_process->process_rest_bytes());
+    run.set_process_rest_from_run(setup.earlier_process->id());
   } else {
-    result.notes.push_back(
+    notes.push_back(
         "the process peak is predicted without the rest of the process (binary, libraries, kernels' code, the "
         "heap's overhead): no earlier run of this model at this batch and thread count on this device measured it "
         "(this one does; `edgecost profile` runs one)");
   }
   run.set_predicted_process_bytes(tensor_bytes + run.predicted_process_rest_bytes());
+  return tensor_bytes;
+}
 
-  // A resumed run: the state and the record of the steps before, from the checkpoint.
-  const int n = graph.nodes_size();
-  std::string resume_key;  // read only for checkpoints: it reads the whole data set
-  if (!options.checkpoint_path.empty()) {
-    EC_ASSIGN_OR_RETURN(resume_key, ResumeKey(graph, options, data, steps, threads, run));
-  }
-  int start = 0;
+// With --resume and a checkpoint of these settings: the state and the record of the steps before
+// restored. Returns the steps already done (0 without a checkpoint).
+Result<int> ResumeIfAsked(const TrainJobOptions& options, const std::string& resume_key, int steps,
+                          train::Executor& executor, v1::TrainRun& run, const Log& log,
+                          std::vector<std::string>& notes) {
   if (!options.checkpoint_path.empty()) {
     if (const int removed = RemoveStaleTemporaries(options.checkpoint_path); removed > 0) {
       log("checkpoint: removed " + std::to_string(removed) + " partial writes left by runs that were killed");
     }
   }
-  if (options.resume) {
-    if (options.checkpoint_path.empty()) return InvalidArgument("--resume needs --checkpoint FILE");
-    Result<v1::TrainCheckpoint> checkpoint = train::ReadCheckpoint(options.checkpoint_path);
-    if (checkpoint.status().code() == ErrorCode::kNotFound) {
-      result.notes.push_back("no checkpoint at " + options.checkpoint_path + " yet: trained from step 1");
-    } else if (!checkpoint.ok()) {
-      return checkpoint.status();
-    } else {
-      if (checkpoint->resume_key() != resume_key) {
-        return FailedPrecondition(options.checkpoint_path + " was written by a run with other settings; resuming " +
-                                  "would not give its weights:" + KeyDifferences(checkpoint->resume_key(), resume_key));
-      }
-      if (checkpoint->steps_done() >= static_cast<uint64_t>(steps)) {
-        return FailedPrecondition(options.checkpoint_path + " holds a finished run (" + std::to_string(steps) + " of " +
-                                  std::to_string(steps) + " steps): nothing to resume");
-      }
-      EC_RETURN_IF_ERROR(train::RestoreState(*checkpoint, *executor));
-      start = static_cast<int>(checkpoint->steps_done());
-      *run.mutable_step_stats() = checkpoint->run().step_stats();
-      *run.mutable_epochs() = checkpoint->run().epochs();
-      log("resuming at step " + std::to_string(start + 1) + " of " + std::to_string(steps) + " from " +
-          options.checkpoint_path);
-      result.notes.push_back("resumed from " + options.checkpoint_path + " after step " + std::to_string(start) +
-                             ": step times, energy and memory are of the steps after it");
-    }
+  if (!options.resume) return 0;
+  if (options.checkpoint_path.empty()) return InvalidArgument("--resume needs --checkpoint FILE");
+  Result<v1::TrainCheckpoint> checkpoint = train::ReadCheckpoint(options.checkpoint_path);
+  if (checkpoint.status().code() == ErrorCode::kNotFound) {
+    notes.push_back("no checkpoint at " + options.checkpoint_path + " yet: trained from step 1");
+    return 0;
   }
-  auto write_checkpoint = [&](int steps_done) -> Status {
-    v1::TrainCheckpoint checkpoint;
-    checkpoint.set_resume_key(resume_key);
-    *checkpoint.mutable_run()->mutable_step_stats() = run.step_stats();
-    *checkpoint.mutable_run()->mutable_epochs() = run.epochs();
-    train::CaptureState(*executor, checkpoint);
-    if (checkpoint.steps_done() != static_cast<uint64_t>(steps_done)) {
-      return Internal("the executor completed " + std::to_string(checkpoint.steps_done()) + " steps, not " +
-                      std::to_string(steps_done));
-    }
-    return train::WriteCheckpoint(options.checkpoint_path, checkpoint);
-  };
+  if (!checkpoint.ok()) return checkpoint.status();
+  if (checkpoint->resume_key() != resume_key) {
+    return FailedPrecondition(options.checkpoint_path + " was written by a run with other settings; resuming " +
+                              "would not give its weights:" + KeyDifferences(checkpoint->resume_key(), resume_key));
+  }
+  if (checkpoint->steps_done() >= static_cast<uint64_t>(steps)) {
+    return FailedPrecondition(options.checkpoint_path + " holds a finished run (" + std::to_string(steps) + " of " +
+                              std::to_string(steps) + " steps): nothing to resume");
+  }
+  EC_RETURN_IF_ERROR(train::RestoreState(*checkpoint, executor));
+  const int start = static_cast<int>(checkpoint->steps_done());
+  *run.mutable_step_stats() = checkpoint->run().step_stats();
+  *run.mutable_epochs() = checkpoint->run().epochs();
+  log("resuming at step " + std::to_string(start + 1) + " of " + std::to_string(steps) + " from " +
+      options.checkpoint_path);
+  notes.push_back("resumed from " + options.checkpoint_path + " after step " + std::to_string(start) +
+                  ": step times, energy and memory are of the steps after it");
+  return start;
+}
 
-  // The steps.
+// What the steps measured beyond their records in the run: per node times, the CPU time, the paging
+// thread's requests, the traces, and the energy meter's marks around the steps after the first.
+struct StepRecords {
   // Per step, each node's time per execution (-1: it did not run; the steps before a resume did not here).
-  std::vector<std::vector<double>> node_per_execution_s(static_cast<size_t>(start),
-                                                        std::vector<double>(static_cast<size_t>(n), -1.0));
-  std::vector<uint32_t> executions(static_cast<size_t>(n), 0);
-  // What the scheduler and the hypervisor did to each step, as the profiler watches an op's window.
-  profiler::SchedInterferenceWatch sched_watch;
-  profiler::InterferenceWatch* watch = options.watch ? options.watch : &sched_watch;
-  std::vector<train::StepTrace> traces;
+  std::vector<std::vector<double>> node_per_execution_s;
+  std::vector<uint32_t> executions;  // per node
+  std::vector<double> step_cpu_s;
   InStepIo io;  // the paging thread's requests as the steps ran them
-  run.set_unbuilt_rss_bytes(static_cast<uint64_t>(std::max<int64_t>(0, unbuilt_rss)));
-  run.set_baseline_rss_bytes(static_cast<uint64_t>(std::max<int64_t>(0, ProcStatusBytes("VmRSS"))));
-  EC_ASSIGN_OR_RETURN(profiler::EnergyMark energy_start, profiler::MarkEnergy(*meter, profiler::SteadyClock()));
-  uint64_t peak = 0;
-  std::vector<double> step_cpu_s(static_cast<size_t>(start), 0.0);
-  for (int s = start; s < steps; ++s) {
-    if (s == start + 1) {  // energy, like time, over the steps after the first (which warms caches and kernels)
-      EC_ASSIGN_OR_RETURN(energy_start, profiler::MarkEnergy(*meter, profiler::SteadyClock()));
+  std::vector<train::StepTrace> traces;
+  uint64_t peak_activation_bytes = 0;
+  profiler::EnergyMark energy_start, energy_end;
+};
+
+// The training session: the executor, its data, schedule, meter and interference watch, running
+// steps `start` to `steps`, one record each in `run`, with a checkpoint every --checkpoint-every.
+class TrainingSession {
+ public:
+  TrainingSession(const TrainJobOptions& options, const TrainSetup& setup, train::Executor& executor,
+                  train::DataSource& data, const train::LrScheduleOptions& lr_schedule,
+                  profiler::EnergyMeter& meter, std::string resume_key, v1::TrainRun& run)
+      : options_(options),
+        setup_(setup),
+        executor_(executor),
+        data_(data),
+        lr_schedule_(lr_schedule),
+        meter_(meter),
+        resume_key_(std::move(resume_key)),
+        run_(run),
+        watch_(options.watch ? options.watch : &sched_watch_) {}
+
+  Result<StepRecords> Run(int start, int steps, const std::atomic<bool>* stop,
+                          const std::function<void(const TrainProgress&)>& on_step, const Log& log) {
+    const int n = setup_.graph.nodes_size();
+    StepRecords records;
+    records.node_per_execution_s.assign(static_cast<size_t>(start), std::vector<double>(static_cast<size_t>(n), -1.0));
+    records.executions.assign(static_cast<size_t>(n), 0);
+    records.step_cpu_s.assign(static_cast<size_t>(start), 0.0);
+    EC_ASSIGN_OR_RETURN(records.energy_start, profiler::MarkEnergy(meter_, profiler::SteadyClock()));
+    for (int s = start; s < steps; ++s) {
+      if (s == start + 1) {  // energy, like time, over the steps after the first (which warms caches and kernels)
+        EC_ASSIGN_OR_RETURN(records.energy_start, profiler::MarkEnergy(meter_, profiler::SteadyClock()));
+      }
+      if (stop && stop->load()) {
+        return Status(ErrorCode::kCancelled,
+                      "stopped after " + std::to_string(s) + " of " + std::to_string(steps) +
+                          " steps; no run record is stored" +
+                          (options_.checkpoint_path.empty() ? "" : " (--resume goes on from the last checkpoint)"));
+      }
+      EC_ASSIGN_OR_RETURN(train::StepStats stats, Step(s));
+      Record(s, start, steps, stats, records);
+      if (on_step) on_step({s + 1, steps, stats.loss, stats.runtime_s});
+      // A user's data set: after each epoch (and after the last step), its loss and the held-out part's.
+      const int64_t per_epoch = data_.batches_per_epoch();
+      if (!options_.data_file.empty() && ((s + 1) % per_epoch == 0 || s + 1 == steps)) {
+        EC_ASSIGN_OR_RETURN(const v1::EpochStats* epoch, EndEpoch(s, per_epoch));
+        log(EpochLine(*epoch, per_epoch, data_.held_out_records()));
+        if (on_step) on_step({s + 1, steps, stats.loss, stats.runtime_s, epoch, data_.held_out_records(), per_epoch});
+      }
+      if (!options_.checkpoint_path.empty() &&
+          ((s + 1) % std::max(1, options_.checkpoint_every) == 0 || s + 1 == steps)) {
+        EC_RETURN_IF_ERROR(WriteCheckpoint(s + 1));
+      }
     }
-    if (stop && stop->load()) {
-      return Status(ErrorCode::kCancelled,
-                    "stopped after " + std::to_string(s) + " of " + std::to_string(steps) +
-                        " steps; no run record is stored" +
-                        (options.checkpoint_path.empty() ? "" : " (--resume goes on from the last checkpoint)"));
-    }
+    EC_ASSIGN_OR_RETURN(records.energy_end, profiler::MarkEnergy(meter_, profiler::SteadyClock()));
+    return records;
+  }
+
+ private:
+  // One step and its update, in a window of the interference watch; the step's record in the run.
+  Result<train::StepStats> Step(int s) {
     const double window_start_s = SteadyNowS();
-    EC_RETURN_IF_ERROR(watch->BeginWindow());
-    EC_ASSIGN_OR_RETURN(const train::Batch batch, data.BatchFor(s));
-    EC_RETURN_IF_ERROR(executor->SetBatch(batch));
-    EC_ASSIGN_OR_RETURN(train::StepStats stats, executor->Step(plan));
+    EC_RETURN_IF_ERROR(watch_->BeginWindow());
+    EC_ASSIGN_OR_RETURN(const train::Batch batch, data_.BatchFor(s));
+    EC_RETURN_IF_ERROR(executor_.SetBatch(batch));
+    EC_ASSIGN_OR_RETURN(train::StepStats stats, executor_.Step(setup_.checked ? &setup_.checked->plan : nullptr));
     const double update_start = SteadyNowS();
-    executor->Update(train::LearningRateAt(lr_schedule, options.lr, s));
+    executor_.Update(train::LearningRateAt(lr_schedule_, options_.lr, s));
     const double update_s = SteadyNowS() - update_start;
-    EC_RETURN_IF_ERROR(watch->WaitSinceLastS().status());  // brings the window's wait up to now
+    EC_RETURN_IF_ERROR(watch_->WaitSinceLastS().status());  // brings the window's wait up to now
     const double window_s = SteadyNowS() - window_start_s;
-    EC_ASSIGN_OR_RETURN(v1::Interference interference, watch->EndWindow(window_s));
+    EC_ASSIGN_OR_RETURN(v1::Interference interference, watch_->EndWindow(window_s));
     if (!std::isfinite(stats.loss)) {
       return FailedPrecondition("the loss is " + std::to_string(stats.loss) + " at step " + std::to_string(s + 1) +
                                 "; lower --lr");
     }
-    v1::TrainStep& step = *run.add_step_stats();
+    v1::TrainStep& step = *run_.add_step_stats();
     step.set_step(static_cast<uint32_t>(s + 1));
     step.set_loss(stats.loss);
     step.set_runtime_s(stats.runtime_s);
-    step_cpu_s.push_back(stats.cpu_s);
     step.set_update_s(update_s);
     step.set_peak_activation_bytes(stats.peak_activation_bytes);
     step.set_paged_out_bytes(stats.paged_out_bytes);
@@ -995,57 +1046,76 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
     step.set_page_out_s(stats.page_out_s);
     step.set_page_in_s(stats.page_in_s);
     step.set_paging_wait_s(stats.paging_wait_s);
-    const profiler::Verdict verdict = JudgeStep(interference, stats.runtime_s, window_s, threads == 1);
+    const profiler::Verdict verdict = JudgeStep(interference, stats.runtime_s, window_s, setup_.threads == 1);
     *step.mutable_interference() = interference;
     step.set_disturbed(!verdict.clean);
     step.set_disturbance(verdict.reason);
-    peak = std::max(peak, stats.peak_activation_bytes);
-    std::vector<double>& node_s = node_per_execution_s.emplace_back(static_cast<size_t>(n), -1.0);
+    stats.events.push_back({-1, train::TraceEvent::Kind::kUpdate, executor_.ClockS() - update_s, update_s});
+    return stats;
+  }
+
+  // What a step measured beyond its record: node times, CPU time, paging requests, its trace.
+  void Record(int s, int start, int steps, train::StepStats& stats, StepRecords& records) {
+    const int n = setup_.graph.nodes_size();
+    records.step_cpu_s.push_back(stats.cpu_s);
+    records.peak_activation_bytes = std::max(records.peak_activation_bytes, stats.peak_activation_bytes);
+    std::vector<double>& node_s = records.node_per_execution_s.emplace_back(static_cast<size_t>(n), -1.0);
     for (int i = 0; i < n; ++i) {
       const uint32_t runs = stats.node_runs[static_cast<size_t>(i)];
       if (runs == 0) continue;
       node_s[static_cast<size_t>(i)] = stats.node_s[static_cast<size_t>(i)] / runs;
-      executions[static_cast<size_t>(i)] = runs;
+      records.executions[static_cast<size_t>(i)] = runs;
     }
-    stats.events.push_back({-1, train::TraceEvent::Kind::kUpdate, executor->ClockS() - update_s, update_s});
-    if (s > start) io.Add(stats.events, executor->node_bytes());  // the first step warms the storage too
-    if (s + 1 == steps) train::ToProto(stats.events, *run.mutable_last_step());
-    if (options.trace) traces.push_back({s + 1, std::move(stats.events)});
-    if (on_step) on_step({s + 1, steps, stats.loss, stats.runtime_s});
-    // A user's data set: after each epoch (and after the last step), its loss and the held-out part's.
-    const int64_t per_epoch = data.batches_per_epoch();
-    if (!options.data_file.empty() && ((s + 1) % per_epoch == 0 || s + 1 == steps)) {
-      v1::EpochStats& epoch = *run.add_epochs();
-      epoch.set_epoch(static_cast<uint32_t>(s / per_epoch + 1));
-      epoch.set_steps(static_cast<uint32_t>(s % per_epoch + 1));
-      double loss_sum = 0;
-      for (int k = s + 1 - static_cast<int>(epoch.steps()); k <= s; ++k) loss_sum += run.step_stats(k).loss();
-      epoch.set_train_loss(loss_sum / epoch.steps());
-      EC_RETURN_IF_ERROR(EvaluateHeldOut(data, *executor, epoch));
-      log(EpochLine(epoch, per_epoch, data.held_out_records()));
-      if (on_step) on_step({s + 1, steps, stats.loss, stats.runtime_s, &epoch, data.held_out_records(), per_epoch});
-    }
-    if (!options.checkpoint_path.empty() && ((s + 1) % std::max(1, options.checkpoint_every) == 0 || s + 1 == steps)) {
-      EC_RETURN_IF_ERROR(write_checkpoint(s + 1));
-    }
-  }
-  EC_ASSIGN_OR_RETURN(const profiler::EnergyMark energy_end, profiler::MarkEnergy(*meter, profiler::SteadyClock()));
-  run.set_peak_rss_bytes(static_cast<uint64_t>(std::max<int64_t>(0, ProcStatusBytes("VmHWM"))));
-  if (run.peak_rss_bytes() > tensor_bytes && run.peak_reset_at_start()) {
-    run.set_process_rest_bytes(run.peak_rss_bytes() - tensor_bytes);
-  }
-  // After the measurements: serializing the model is neither the steps' time nor their memory.
-  if (onnx && !options.out_onnx.empty()) {
-    const std::string npz = options.out_npz.empty() ? NpzPathFor(options.out_onnx) : options.out_npz;
-    EC_RETURN_IF_ERROR(WriteTrainedOnnx(*onnx, *executor, options.out_onnx, npz, result.notes));
-    result.written_onnx = options.out_onnx;
-    result.written_npz = npz;
-    run.set_trained_onnx_path(options.out_onnx);  // the daemon serves its own store's for download
-    run.set_trained_npz_path(npz);
+    if (s > start) records.io.Add(stats.events, executor_.node_bytes());  // the first step warms the storage too
+    if (s + 1 == steps) train::ToProto(stats.events, *run_.mutable_last_step());
+    if (options_.trace) records.traces.push_back({s + 1, std::move(stats.events)});
   }
 
-  // The first step (of this process) warms caches and allocations: medians are over the others when
-  // there are, and over the undisturbed ones among them when enough are (SelectSteps).
+  // The epoch that step s ends: its mean training loss and the held-out part's loss and accuracy.
+  Result<const v1::EpochStats*> EndEpoch(int s, int64_t per_epoch) {
+    v1::EpochStats& epoch = *run_.add_epochs();
+    epoch.set_epoch(static_cast<uint32_t>(s / per_epoch + 1));
+    epoch.set_steps(static_cast<uint32_t>(s % per_epoch + 1));
+    double loss_sum = 0;
+    for (int k = s + 1 - static_cast<int>(epoch.steps()); k <= s; ++k) loss_sum += run_.step_stats(k).loss();
+    epoch.set_train_loss(loss_sum / epoch.steps());
+    EC_RETURN_IF_ERROR(EvaluateHeldOut(data_, executor_, epoch));
+    return &epoch;
+  }
+
+  Status WriteCheckpoint(int steps_done) {
+    v1::TrainCheckpoint checkpoint;
+    checkpoint.set_resume_key(resume_key_);
+    *checkpoint.mutable_run()->mutable_step_stats() = run_.step_stats();
+    *checkpoint.mutable_run()->mutable_epochs() = run_.epochs();
+    train::CaptureState(executor_, checkpoint);
+    if (checkpoint.steps_done() != static_cast<uint64_t>(steps_done)) {
+      return Internal("the executor completed " + std::to_string(checkpoint.steps_done()) + " steps, not " +
+                      std::to_string(steps_done));
+    }
+    return train::WriteCheckpoint(options_.checkpoint_path, checkpoint);
+  }
+
+  const TrainJobOptions& options_;
+  const TrainSetup& setup_;
+  train::Executor& executor_;
+  train::DataSource& data_;  // its batches are read into a buffer of its own
+  const train::LrScheduleOptions& lr_schedule_;
+  profiler::EnergyMeter& meter_;
+  const std::string resume_key_;
+  v1::TrainRun& run_;
+  // What the scheduler and the hypervisor did to each step, as the profiler watches an op's window.
+  profiler::SchedInterferenceWatch sched_watch_;
+  profiler::InterferenceWatch* watch_;
+};
+
+// The run's figures from its steps after the first (of this process): medians over the undisturbed
+// ones when enough are (SelectSteps), else over all, and each node's time per execution.
+// Returns what the in-step cost table needs: whether the figures are a low percentile of disturbed
+// steps, and then the time outside the nodes at that percentile (else -1).
+double SummarizeSteps(const TrainSetup& setup, const StepRecords& records, int start, int steps,
+                      profiler::EnergyMeter& meter, v1::TrainRun& run, TrainJobResult& result) {
+  const int n = setup.graph.nodes_size();
   const int first = start + (steps - start > 1 ? 1 : 0);
   std::vector<bool> disturbed;
   for (int s = first; s < steps; ++s) disturbed.push_back(run.step_stats(s).disturbed());
@@ -1076,14 +1146,14 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
     const v1::TrainStep& step = run.step_stats(s);
     double nodes_s = 0;
     for (int i = 0; i < n; ++i) {
-      const double t = node_per_execution_s[static_cast<size_t>(s)][static_cast<size_t>(i)];
+      const double t = records.node_per_execution_s[static_cast<size_t>(s)][static_cast<size_t>(i)];
       if (t < 0) continue;
       per_execution_s[static_cast<size_t>(i)].push_back(t);
-      nodes_s += t * executions[static_cast<size_t>(i)];
+      nodes_s += t * records.executions[static_cast<size_t>(i)];
     }
     outside_nodes_s.push_back(step.runtime_s() - step.paging_wait_s() - nodes_s);
     runtimes.push_back(step.runtime_s());
-    cpus.push_back(step_cpu_s[static_cast<size_t>(s)]);
+    cpus.push_back(records.step_cpu_s[static_cast<size_t>(s)]);
     waits.push_back(step.paging_wait_s());
     outs.push_back(step.paged_out_bytes());
     ins.push_back(step.paged_in_bytes());
@@ -1091,75 +1161,149 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
   run.set_runtime_s(Median(runtimes));
   // A step's energy: the steps' mean power times the step time reported, so
   // that energy / time is a power the device drew (never above a power model's ceiling).
-  const double power_w = profiler::MeanPowerW(*meter, energy_start, energy_end);
+  const double power_w = profiler::MeanPowerW(meter, records.energy_start, records.energy_end);
   run.set_energy_j(power_w * run.runtime_s());
   result.median_cpu_s = Median(cpus);
   run.set_paging_wait_s(Median(waits));
   run.set_paged_out_bytes(MedianBytes(outs));
   run.set_paged_in_bytes(MedianBytes(ins));
-  run.set_peak_activation_bytes(peak);
+  run.set_peak_activation_bytes(records.peak_activation_bytes);
   run.set_first_loss(run.step_stats(0).loss());
   run.set_last_loss(run.step_stats(steps - 1).loss());
   // Medians over the undisturbed steps; over all of them, when too few were, a low percentile.
   const bool robust = selection.disturbed_steps > 0 && !selection.undisturbed_only;
   const double node_quantile = robust ? kDisturbedQuantile : 0.5;
   for (int i = 0; i < n; ++i) {
-    if (executions[static_cast<size_t>(i)] == 0 || per_execution_s[static_cast<size_t>(i)].empty()) continue;
+    if (records.executions[static_cast<size_t>(i)] == 0 || per_execution_s[static_cast<size_t>(i)].empty()) continue;
     v1::NodeTime& t = *run.add_nodes();
     t.set_node(static_cast<uint32_t>(i));
-    t.set_name(graph.nodes(i).name());
+    t.set_name(setup.graph.nodes(i).name());
     t.set_runtime_s(Quantile(per_execution_s[static_cast<size_t>(i)], node_quantile));
-    t.set_executions(executions[static_cast<size_t>(i)]);
-    if (table && i < table->costs_size()) t.set_predicted_s(table->costs(i).runtime_s());
+    t.set_executions(records.executions[static_cast<size_t>(i)]);
+    if (setup.table && i < setup.table->costs_size()) t.set_predicted_s(setup.table->costs(i).runtime_s());
   }
+  return robust ? Quantile(outside_nodes_s, kDisturbedQuantile) : -1;
+}
 
-  // --verify: the plain step and the scheduled step on one batch, with the same parameters.
-  if (options.verify) {
-    if (!plan) {
-      result.notes.push_back(
-          "--verify compares a schedule's gradients with the plain step's; this run has no schedule");
-    } else {
-      log("verifying: the plain step and the scheduled step on one batch ...");
-      EC_ASSIGN_OR_RETURN(const train::Batch batch, data.BatchFor(0));
-      EC_RETURN_IF_ERROR(executor->SetBatch(batch));
-      EC_RETURN_IF_ERROR(executor->Step(nullptr).status());
-      const std::vector<train::ParamGradient> plain = executor->Gradients();
-      EC_RETURN_IF_ERROR(executor->Step(plan).status());
-      *run.mutable_verify() = CompareGradients(graph, plain, executor->Gradients());
+// The run stored whole, and from a measured table's run, what the steps measured: the device's
+// paging cost when they paged, else the measured-in-step cost table.
+Status StoreRun(const TrainJobOptions& options, const TrainSetup& setup, const StepRecords& records, int steps,
+                double robust_outside_nodes_s, TrainJobResult& result) {
+  v1::TrainRun& run = result.run;
+  EC_ASSIGN_OR_RETURN(costdb::CostDb db, costdb::CostDb::Open(options.db_path, costdb::OpenMode::kReadWrite));
+  EC_ASSIGN_OR_RETURN(result.run_id, db.PutTrainRun(run));
+  run.set_id(static_cast<uint64_t>(result.run_id));
+  const std::optional<v1::CostTable>& table = setup.table;
+  const bool measured =
+      table && (table->cost_source() == profiler::kMeasuredSource || table->cost_source() == kMeasuredInStepSource);
+  if (measured && steps >= 2 && run.disturbed() && !options.accept_noisy) {
+    result.notes.push_back("no measured-in-step costs: most steps were disturbed (--accept-noisy stores them)");
+  } else if (measured && steps >= 2 && records.io.Any()) {
+    // Compute shares the cores with the paging thread here: node times come from steps that do not page.
+    EC_ASSIGN_OR_RETURN(const v1::PagingCost paging, records.io.Fit(db, table->fingerprint_hash()));
+    result.notes.push_back("paging measured inside the steps and stored for this device: out " +
+                           FormatSeconds(paging.page_out_latency_s()) + " + " +
+                           FormatBytes(paging.page_out_throughput_bytes_per_s()) + "/s, in " +
+                           FormatSeconds(paging.page_in_latency_s()) + " + " +
+                           FormatBytes(paging.page_in_throughput_bytes_per_s()) +
+                           "/s; no measured-in-step costs from a run that pages");
+  } else if (measured && steps >= 2) {
+    const v1::CostTable in_step = InStepCostTable(*table, run, result.run_id, robust_outside_nodes_s);
+    EC_ASSIGN_OR_RETURN(result.in_step_table_id, db.PutCostTable(in_step));
+    run.set_in_step_table_id(static_cast<uint64_t>(result.in_step_table_id));
+  } else if (!measured) {
+    result.notes.push_back("no measured-in-step costs: they are kept for measured cost tables only");
+  }
+  return Status::Ok();
+}
+
+// --verify: the plain step and the scheduled step on one batch, with the same parameters.
+Status Verify(const TrainSetup& setup, train::DataSource& data, train::Executor& executor, const Log& log,
+              TrainJobResult& result) {
+  if (!setup.checked) {
+    result.notes.push_back("--verify compares a schedule's gradients with the plain step's; this run has no schedule");
+    return Status::Ok();
+  }
+  log("verifying: the plain step and the scheduled step on one batch ...");
+  EC_ASSIGN_OR_RETURN(const train::Batch batch, data.BatchFor(0));
+  EC_RETURN_IF_ERROR(executor.SetBatch(batch));
+  EC_RETURN_IF_ERROR(executor.Step(nullptr).status());
+  const std::vector<train::ParamGradient> plain = executor.Gradients();
+  EC_RETURN_IF_ERROR(executor.Step(&setup.checked->plan).status());
+  *result.run.mutable_verify() = CompareGradients(setup.graph, plain, executor.Gradients());
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::atomic<bool>* stop,
+                                   const std::function<void(const TrainProgress&)>& on_step, const Log& log) {
+  TrainJobResult result;
+  v1::TrainRun& run = result.run;
+  EC_ASSIGN_OR_RETURN(const TrainSetup setup, SetUpTraining(options, log, result.notes));
+  // The training's peak is the process's from here: the database is closed (the record reopens
+  // it), heap pages freed by earlier work go back to the kernel, and the high-water mark restarts
+  // at what the process holds now. The daemon runs train jobs in a process of their own for this.
+  malloc_trim(0);
+  run.set_peak_reset_at_start(ResetHighWater());
+  const int64_t unbuilt_rss = ProcStatusBytes("VmRSS");
+  EC_ASSIGN_OR_RETURN(std::unique_ptr<train::Executor> executor,
+                      train::Executor::Create(setup.graph, {.seed = options.seed,
+                                                            .paging_dir = setup.paging_dir,
+                                                            .trace = true}));  // the last step goes into the record
+  if (setup.onnx && options.init == "file") {
+    // Weights the importer cannot map yet (behind a Transpose, in an embedding) leave the run on
+    // weights from the seed, said loudly; a run that writes its weights (--out) needs the file's.
+    if (Status loaded = LoadOnnxWeights(*setup.onnx, *executor, result.notes); !loaded.ok()) {
+      if (!options.out_onnx.empty() || loaded.code() != ErrorCode::kInvalidArgument) return loaded;
+      result.notes.push_back("WEIGHTS FROM --seed " + std::to_string(options.seed) + ", not the file's: " +
+                             loaded.message() + " (times and memory are the same; --out refuses to write them)");
     }
   }
+  EC_RETURN_IF_ERROR(executor->SetOptimizer(setup.optimizer));
+  EC_ASSIGN_OR_RETURN(train::DataSource data, OpenTrainingData(options, *executor, result.notes));
+  const int64_t total_steps = options.epochs > 0 ? options.epochs * data.batches_per_epoch() : options.steps;
+  if (total_steps > 10'000'000) return InvalidArgument("more than 10 million steps: lower --epochs");
+  const int steps = static_cast<int>(total_steps);
+  EC_ASSIGN_OR_RETURN(const train::LrScheduleOptions lr_schedule,
+                      LrScheduleOptionsOf(options.lr_schedule, steps, options.lr));
+  DescribeRun(options, setup, data, *executor, steps, lr_schedule, run, result.notes);
+  const uint64_t tensor_bytes = PredictRun(setup, *executor, run, result.notes);
+  EC_ASSIGN_OR_RETURN(std::unique_ptr<profiler::EnergyMeter> meter, StartMeter(options.probes_config, log));
+  run.set_energy_source(meter->Source());
+  run.set_energy_probe(meter->Name());
+
+  std::string resume_key;  // read only for checkpoints: it reads the whole data set
+  if (!options.checkpoint_path.empty()) {
+    EC_ASSIGN_OR_RETURN(resume_key, ResumeKey(setup.graph, options, data, steps, setup.threads, run));
+  }
+  EC_ASSIGN_OR_RETURN(const int start, ResumeIfAsked(options, resume_key, steps, *executor, run, log, result.notes));
+  run.set_unbuilt_rss_bytes(static_cast<uint64_t>(std::max<int64_t>(0, unbuilt_rss)));
+  run.set_baseline_rss_bytes(static_cast<uint64_t>(std::max<int64_t>(0, ProcStatusBytes("VmRSS"))));
+  TrainingSession session(options, setup, *executor, data, lr_schedule, *meter, resume_key, run);
+  EC_ASSIGN_OR_RETURN(StepRecords records, session.Run(start, steps, stop, on_step, log));
+  run.set_peak_rss_bytes(static_cast<uint64_t>(std::max<int64_t>(0, ProcStatusBytes("VmHWM"))));
+  if (run.peak_rss_bytes() > tensor_bytes && run.peak_reset_at_start()) {
+    run.set_process_rest_bytes(run.peak_rss_bytes() - tensor_bytes);
+  }
+  // After the measurements: serializing the model is neither the steps' time nor their memory.
+  if (setup.onnx && !options.out_onnx.empty()) {
+    const std::string npz = options.out_npz.empty() ? NpzPathFor(options.out_onnx) : options.out_npz;
+    EC_RETURN_IF_ERROR(WriteTrainedOnnx(*setup.onnx, *executor, options.out_onnx, npz, result.notes));
+    result.written_onnx = options.out_onnx;
+    result.written_npz = npz;
+    run.set_trained_onnx_path(options.out_onnx);  // the daemon serves its own store's for download
+    run.set_trained_npz_path(npz);
+  }
+  const double robust_outside_nodes_s = SummarizeSteps(setup, records, start, steps, *meter, run, result);
+  if (options.verify) EC_RETURN_IF_ERROR(Verify(setup, data, *executor, log, result));
   if (options.trace) {
     result.trace_json =
-        train::ChromeTrace(graph, traces, run.model() + ", " + run.strategy() + " (measured)").trace_json();
+        train::ChromeTrace(setup.graph, records.traces, run.model() + ", " + run.strategy() + " (measured)")
+            .trace_json();
   }
-
   // Stored only now, whole: a failed or stopped run leaves no record.
-  if (options.store) {
-    EC_ASSIGN_OR_RETURN(costdb::CostDb db, costdb::CostDb::Open(options.db_path, costdb::OpenMode::kReadWrite));
-    EC_ASSIGN_OR_RETURN(result.run_id, db.PutTrainRun(run));
-    run.set_id(static_cast<uint64_t>(result.run_id));
-    const bool measured =
-        table && (table->cost_source() == profiler::kMeasuredSource || table->cost_source() == kMeasuredInStepSource);
-    if (measured && steps >= 2 && run.disturbed() && !options.accept_noisy) {
-      result.notes.push_back("no measured-in-step costs: most steps were disturbed (--accept-noisy stores them)");
-    } else if (measured && steps >= 2 && io.Any()) {
-      // Compute shares the cores with the paging thread here: node times come from steps that do not page.
-      EC_ASSIGN_OR_RETURN(const v1::PagingCost paging, io.Fit(db, table->fingerprint_hash()));
-      result.notes.push_back("paging measured inside the steps and stored for this device: out " +
-                             FormatSeconds(paging.page_out_latency_s()) + " + " +
-                             FormatBytes(paging.page_out_throughput_bytes_per_s()) + "/s, in " +
-                             FormatSeconds(paging.page_in_latency_s()) + " + " +
-                             FormatBytes(paging.page_in_throughput_bytes_per_s()) +
-                             "/s; no measured-in-step costs from a run that pages");
-    } else if (measured && steps >= 2) {
-      const v1::CostTable in_step =
-          InStepCostTable(*table, run, result.run_id, robust ? Quantile(outside_nodes_s, kDisturbedQuantile) : -1);
-      EC_ASSIGN_OR_RETURN(result.in_step_table_id, db.PutCostTable(in_step));
-      run.set_in_step_table_id(static_cast<uint64_t>(result.in_step_table_id));
-    } else if (!measured) {
-      result.notes.push_back("no measured-in-step costs: they are kept for measured cost tables only");
-    }
-  }
+  if (options.store) EC_RETURN_IF_ERROR(StoreRun(options, setup, records, steps, robust_outside_nodes_s, result));
   return result;
 }
 
