@@ -225,6 +225,7 @@ void AddExactBackward(const ForwardGraph& forward, const std::vector<bool>& trai
       case OpKind::kReduceMean:
       case OpKind::kTranspose:
       case OpKind::kSlice:
+      case OpKind::kPad:  // dX is dY's middle
       case OpKind::kResize:      // dX sums dY over the outputs each input reaches, with their weights
       case OpKind::kCausalMask:  // dX = dY where the mask keeps X, else 0
         grad_input(GradRole::kGrad, reads(BackwardPass::kInput), layer.flops);

@@ -319,6 +319,7 @@ double UnaryFlopsPerElement(OpKind kind) {
     case OpKind::kTranspose:
     case OpKind::kReshape:
     case OpKind::kSlice:
+    case OpKind::kPad:
     case OpKind::kEmbedding:
     case OpKind::kLstm:
     case OpKind::kGru:
@@ -534,6 +535,23 @@ int ForwardGraph::Slice(int x, int64_t axis, int64_t start, int64_t end, bool sq
                  .output_shape = std::move(out),
                  .flops = flops,
                  .attributes = {{"axis", a}, {"start", start}, {"end", end}}});
+}
+
+int ForwardGraph::Pad(int x, int64_t axis, int64_t before, int64_t after) {
+  const Shape in = shape(x);
+  const int64_t a = Axis(axis, in.size());
+  if (before < 0 || after < 0 || before + after == 0 || before > kMaxTensorElements || after > kMaxTensorElements) {
+    Fail("padding of " + std::to_string(before) + " and " + std::to_string(after) + " of axis " + std::to_string(a) +
+         " of " + ShapeToString(in));
+  }
+  Shape out = in;
+  out[a] += before + after;
+  const double flops = static_cast<double>(NumElements(out));  // a copy per element
+  return Append({.kind = OpKind::kPad,
+                 .inputs = {x},
+                 .output_shape = std::move(out),
+                 .flops = flops,
+                 .attributes = {{"axis", a}, {"before", before}, {"after", after}}});
 }
 
 std::vector<int64_t> RelativePositionIndex(int64_t window) {

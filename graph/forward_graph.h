@@ -121,6 +121,8 @@ class ForwardGraph {
   int Reshape(int x, const Shape& shape);
   // Elements [start, end) of `axis`; `squeeze` drops the axis (Gather of one index).
   int Slice(int x, int64_t axis, int64_t start, int64_t end, bool squeeze = false);
+  // `before` zeros, x, `after` zeros along `axis` (the inverse of a slice).
+  int Pad(int x, int64_t axis, int64_t before, int64_t after);
   // Every step-th element of [start, end) of `axis` (Swin's patch merging, x[:, 0::2, 1::2]): attribute
   // "step", set only for steps above 1.
   int StridedSlice(int x, int64_t axis, int64_t start, int64_t end, int64_t step);

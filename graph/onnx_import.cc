@@ -1199,7 +1199,17 @@ class Importer {
         return Status::Ok();
       }
     }
-    return Unsupported(node, index, "only zero padding of the spatial axes before an average pooling is supported");
+    // Any other zero padding: one pad op per padded axis (Swin's windows below 224x224).
+    if (std::any_of(pads->data.begin(), pads->data.end(), [](double p) { return p < 0; })) {
+      return Unsupported(node, index, "negative pads (cropping) are not supported");
+    }
+    int padded = Act(x);
+    for (size_t axis = 0; axis < rank; ++axis) {
+      const int64_t before = ToInt(pads->data[axis]), after = ToInt(pads->data[axis + rank]);
+      if (before + after > 0) padded = graph_.Pad(padded, static_cast<int64_t>(axis), before, after);
+    }
+    SetOutput(node, 0, Value::Activation(padded));
+    return Status::Ok();
   }
 
   Status ImportActivationOp(const onnx::NodeProto& node, int index, const std::vector<const Value*>& in) {

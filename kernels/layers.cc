@@ -99,6 +99,7 @@ Result<std::unique_ptr<Layer>> MakeLayer(Backend& backend, const LayerSpec& spec
       case OpKind::kConcat:
       case OpKind::kTranspose:
       case OpKind::kSlice:
+      case OpKind::kPad:
       case OpKind::kEmbedding:
         return detail::MakeOnnxLayer(*kind, backend, spec, seed);
       case OpKind::kLstm:

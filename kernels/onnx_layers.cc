@@ -1,6 +1,8 @@
 // The op set of imported ONNX models beyond the zoo's: elementwise functions,
 // broadcasting binary ops, matrix products, softmax, layer norm, reductions,
-// concatenation, transposes, slices and embeddings.
+// concatenation, transposes, slices, padding and embeddings.
+#include <cstring>
+
 #include "kernels/families.h"
 #include "kernels/step_layer.h"
 
@@ -342,6 +344,28 @@ class Slice : public OpLayer {
   }
 };
 
+// Zeros around X along one axis: Y is zeroed, then X reordered into its middle (a sub-memory); the
+// backward pass reorders dY's middle into dX.
+class Pad : public OpLayer {
+ public:
+  Pad(Backend& b, const LayerSpec& spec, uint32_t seed) : OpLayer(b, seed) {
+    InitInputs(spec.input_shapes);
+    InitOutput(spec.output_shape);
+    const Dims& x = spec.input_shapes[0];
+    memory::dims offsets(x.size(), 0);
+    offsets[static_cast<size_t>(spec.attributes.at("axis"))] = spec.attributes.at("before");
+    const memory::desc middle = Plain(output_.dims).submemory_desc(memory::dims(x.begin(), x.end()), offsets);
+    forward_.push_back({dnnl::primitive(),
+                        {{DNNL_ARG_DST, Mem(output_)}},
+                        nullptr,
+                        [bytes = output_.bytes()](const std::unordered_map<int, memory>& a) {
+                          std::memset(a.at(DNNL_ARG_DST).get_data_handle(), 0, bytes);
+                        }});
+    AddReorder(forward_, Mem(inputs_[0]), Mem(output_, middle));
+    AddReorder(backward_input_, Mem(grad_output_, middle), Mem(grad_inputs_[0]));
+  }
+};
+
 // Rows of a parameter table picked by integer ids. oneDNN has no gather primitive, so this is a
 // copy loop; it reads and writes through the memories (set_data_handle rebinds them).
 class Embedding : public OpLayer {
@@ -536,6 +560,8 @@ std::unique_ptr<Layer> MakeOnnxLayer(graph::OpKind kind, Backend& backend, const
       return std::make_unique<Transpose>(backend, spec, seed);
     case OpKind::kSlice:
       return std::make_unique<Slice>(backend, spec, seed);
+    case OpKind::kPad:
+      return std::make_unique<Pad>(backend, spec, seed);
     case OpKind::kEmbedding:
       return std::make_unique<Embedding>(backend, spec, seed);
     default:

@@ -127,6 +127,7 @@ std::string OnnxFromChoices(const std::string& bytes) {
                                      "LayerNormalization",
                                      "BatchNormalization",
                                      "Dropout",
+                                     "Pad",
                                      "Cast",
                                      "Pow",
                                      "Sqrt",

@@ -337,6 +337,8 @@ TINY_MODELS = {
     # torchvision's SwinTransformer at 32x32: 8x8 patches in windows of 4 (a relative position bias per
     # block, the second block's windows shifted by 2 with their mask), then patch merging (strided slices).
     "swin_tiny": (lambda: swin_tiny(), lambda: torch.randn(2, 3, 32, 32)),
+    # The same at 24x24: 6x6 patches in windows of 4, zero-padded to 8x8 (Pad), as Swin below 224 is.
+    "swin_pad_tiny": (lambda: swin_tiny(), lambda: torch.randn(2, 3, 24, 24)),
     # torchvision's MaxVit at 28x28: one block (MBConv, then window and grid attention over partitions of 7,
     # its attention written as Einsum, a relative position bias per attention).
     "maxvit_tiny": (lambda: maxvit_tiny(), lambda: torch.randn(2, 3, 28, 28)),

@@ -85,7 +85,8 @@ const std::map<std::string, std::string> kKnownRefusals = {};
 // The tiny models of tests/graph/export_models.py the suite trains.
 constexpr const char* kModels[] = {"mobilenet_v2_tiny", "mobilenet_v3_tiny", "bert_tiny", "lstm_tiny",
                                    "gru_tiny",          "lstm2_tiny",        "gpt_tiny",  "unet_tiny",
-                                   "vit_tiny",          "swin_tiny",         "maxvit_tiny", "mlp_bn_tiny"};
+                                   "vit_tiny",          "swin_tiny",         "maxvit_tiny", "mlp_bn_tiny",
+                                   "swin_pad_tiny"};
 
 // The models, exported once for the suite (importing torch is most of the time).
 class Exported {
