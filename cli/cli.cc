@@ -1,9 +1,12 @@
 #include "cli/cli.h"
 
+#include <algorithm>
+#include <csignal>
 #include <iostream>
 
 #include "base/units.h"
 #include "costdb/costdb.h"
+#include "daemon/client.h"
 #include "proto/json.h"
 #include "service/step_memory.h"
 
@@ -29,6 +32,51 @@ int LocalOnly(const Context& ctx, const std::function<int()>& run) {
 }
 
 std::string DbPath(const Context& ctx) { return ctx.db_path.empty() ? costdb::DefaultDbPath() : ctx.db_path; }
+
+namespace {
+std::atomic<bool> g_interrupted{false};
+void OnInterrupt(int) { g_interrupted.store(true); }
+}  // namespace
+
+InterruptScope::InterruptScope() {
+  g_interrupted.store(false);
+  std::signal(SIGINT, OnInterrupt);
+  std::signal(SIGTERM, OnInterrupt);
+}
+
+InterruptScope::~InterruptScope() {
+  std::signal(SIGINT, SIG_DFL);
+  std::signal(SIGTERM, SIG_DFL);
+}
+
+const std::atomic<bool>* InterruptScope::stop() const { return &g_interrupted; }
+
+Result<v1::Job> FollowJob(const Context& ctx, v1::Job job,
+                          const std::function<void(const v1::Job& before, const v1::Job& now)>& on_update) {
+  const InterruptScope interrupt;
+  bool cancelled = false;
+  uint64_t after = 0;
+  while (job.state() == v1::Job::STATE_QUEUED || job.state() == v1::Job::STATE_RUNNING) {
+    if (interrupt.stop()->load() && !cancelled) {
+      v1::CancelJobRequest cancel;
+      cancel.set_id(job.id());
+      (void)daemon::CallRemote(ctx.remote, "JobService/CancelJob", cancel, job);
+      cancelled = true;
+    }
+    v1::WatchEventsRequest watch;  // a second at a time, so that Ctrl-C is seen
+    watch.set_after_sequence(after);
+    watch.set_wait_s(1);
+    watch.set_job_id(job.id());
+    v1::WatchEventsResponse events;
+    EC_RETURN_IF_ERROR(daemon::CallRemote(ctx.remote, "JobService/WatchEvents", watch, events));
+    for (const v1::Event& event : events.events()) {
+      after = std::max(after, event.sequence());
+      on_update(job, event.job());
+      job = event.job();
+    }
+  }
+  return job;
+}
 
 std::string EnergyText(double energy_j, v1::EnergySource source) {
   return FormatJoules(energy_j) + (source == v1::ENERGY_SOURCE_ESTIMATED ? " ESTIMATED" : "");

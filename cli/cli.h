@@ -1,6 +1,7 @@
 // Shared plumbing of the `edgecost` subcommands: exit codes, errors, JSON output.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <optional>
 #include <string>
@@ -33,6 +34,22 @@ int LocalOnly(const Context& ctx, const std::function<int()>& run);
 
 // --db, else $EDGECOST_DB, else the default location.
 std::string DbPath(const Context& ctx);
+
+// While one lives, Ctrl-C and SIGTERM set stop() instead of killing the process, so that a long
+// command ends cleanly (a job cancelled, a run's checkpoint kept); the default handlers after.
+class InterruptScope {
+ public:
+  InterruptScope();
+  ~InterruptScope();
+  InterruptScope(const InterruptScope&) = delete;
+  InterruptScope& operator=(const InterruptScope&) = delete;
+  const std::atomic<bool>* stop() const;
+};
+
+// A daemon's job followed through WatchEvents (its events only) until it ends: `on_update` sees
+// each new state with the one before it. Ctrl-C cancels the job, once. Returns the final job.
+Result<v1::Job> FollowJob(const Context& ctx, v1::Job job,
+                          const std::function<void(const v1::Job& before, const v1::Job& now)>& on_update);
 
 // Protobuf's canonical JSON mapping, indented, on stdout.
 void PrintJson(const google::protobuf::Message& message);

@@ -1,5 +1,3 @@
-#include <signal.h>
-
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -25,7 +23,6 @@ struct ProbesFlags {
   bool json = false;
 };
 
-std::atomic<bool> g_interrupted{false};
 
 std::string Seconds(double s) {
   char text[32];
@@ -82,8 +79,7 @@ int Watch(probes::Detected& detected, double interval_s) {
     std::cout << "No source measures power here; nothing to watch (the estimate is not a measurement).\n";
     return kExitFailure;
   }
-  ::signal(SIGINT, [](int) { g_interrupted = true; });
-  ::signal(SIGTERM, [](int) { g_interrupted = true; });
+  const InterruptScope interrupt;
   std::vector<std::unique_ptr<probes::EnergyMonitor>> monitors;
   std::vector<std::vector<double>> last_j;
   for (auto& probe : detected.probes) {
@@ -93,7 +89,7 @@ int Watch(probes::Detected& detected, double interval_s) {
   }
   std::cout << "Power per source every " << interval_s << " s; Ctrl-C stops.\n";
   double previous_s = SteadyNowS();
-  while (!g_interrupted) {
+  while (!interrupt.stop()->load()) {
     std::this_thread::sleep_for(std::chrono::duration<double>(interval_s));
     const double now_s = SteadyNowS();
     std::string line;

@@ -3,9 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <csignal>
 #include <iostream>
-#include <thread>
 
 #include "base/units.h"
 #include "cli/cli.h"
@@ -24,8 +22,6 @@
 namespace edgecost::cli {
 namespace {
 
-std::atomic<bool> g_stop{false};
-void OnSignal(int) { g_stop.store(true); }
 
 struct ProfileFlags {
   GraphFlags graph;
@@ -114,29 +110,14 @@ int RunRemoteProfile(const ProfileFlags& flags, const Context& ctx) {
   v1::Job job;
   if (Status s = daemon::CallRemote(ctx.remote, "JobService/StartProfile", request, job); !s.ok()) return Failure(s);
   std::cerr << "job " << job.id() << " on " << ctx.remote << ": " << job.message() << "\n";
-  std::signal(SIGINT, OnSignal);
-  std::signal(SIGTERM, OnSignal);
-  bool cancelled = false;
-  std::string last_message;
-  while (job.state() == v1::Job::STATE_QUEUED || job.state() == v1::Job::STATE_RUNNING) {
-    if (g_stop && !cancelled) {
-      v1::CancelJobRequest cancel;
-      cancel.set_id(job.id());
-      (void)daemon::CallRemote(ctx.remote, "JobService/CancelJob", cancel, job);
-      cancelled = true;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));
-    v1::GetJobRequest get;
-    get.set_id(job.id());
-    if (Status s = daemon::CallRemote(ctx.remote, "JobService/GetJob", get, job); !s.ok()) return Failure(s);
-    if (job.message() != last_message) {
-      std::cerr << "job " << job.id() << " " << static_cast<int>(100 * job.progress()) << "%: " << job.message()
+  Result<v1::Job> followed = FollowJob(ctx, job, [](const v1::Job& before, const v1::Job& now) {
+    if (now.message() != before.message()) {
+      std::cerr << "job " << now.id() << " " << static_cast<int>(100 * now.progress()) << "%: " << now.message()
                 << "\n";
-      last_message = job.message();
     }
-  }
-  std::signal(SIGINT, SIG_DFL);
-  std::signal(SIGTERM, SIG_DFL);
+  });
+  if (!followed.ok()) return Failure(followed.status());
+  job = *followed;
   if (flags.json) {
     PrintJson(job);
   } else {
@@ -211,14 +192,13 @@ int RunProfile(const ProfileFlags& flags, const Context& ctx) {
   options.in_step_steps = flags.in_step_steps;
   options.edgecost_binary = SelfExecutable();
 
-  std::signal(SIGINT, OnSignal);
-  std::signal(SIGTERM, OnSignal);
   ProfileProgressPrinter progress(ctx.verbose);
-  auto result = service::RunProfileJob(
-      options, &g_stop, [&progress](const profiler::ProfileProgress& p) { progress(p); },
-      [](const std::string& line) { std::cerr << line << "\n"; });
-  std::signal(SIGINT, SIG_DFL);
-  std::signal(SIGTERM, SIG_DFL);
+  auto result = [&] {
+    const InterruptScope interrupt;
+    return service::RunProfileJob(
+        options, interrupt.stop(), [&progress](const profiler::ProfileProgress& p) { progress(p); },
+        [](const std::string& line) { std::cerr << line << "\n"; });
+  }();
   if (!result.ok()) return Failure(result.status());
 
   const profiler::ProfileSummary& summary = result->summary;

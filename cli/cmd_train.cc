@@ -6,7 +6,6 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
-#include <csignal>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -31,8 +30,6 @@
 namespace edgecost::cli {
 namespace {
 
-std::atomic<bool> g_stop{false};
-void OnSignal(int) { g_stop.store(true); }
 
 struct TrainFlags {
   std::string model;
@@ -318,39 +315,17 @@ int RunRemoteTrain(const TrainFlags& flags, const Context& ctx) {
   v1::Job job;
   if (Status s = daemon::CallRemote(ctx.remote, "JobService/StartTrain", request, job); !s.ok()) return Failure(s);
   std::cerr << "job " << job.id() << " on " << ctx.remote << ": " << job.message() << "\n";
-  std::signal(SIGINT, OnSignal);
-  std::signal(SIGTERM, OnSignal);
-  bool cancelled = false;
-  uint64_t after = 0;
-  while (job.state() == v1::Job::STATE_QUEUED || job.state() == v1::Job::STATE_RUNNING) {
-    if (g_stop && !cancelled) {
-      v1::CancelJobRequest cancel;
-      cancel.set_id(job.id());
-      (void)daemon::CallRemote(ctx.remote, "JobService/CancelJob", cancel, job);
-      cancelled = true;
+  Result<v1::Job> followed = FollowJob(ctx, job, [](const v1::Job& before, const v1::Job& now) {
+    const v1::TrainJobProgress& step = now.train_progress();
+    if (step.step() != before.train_progress().step()) {  // a new step: the line a local run prints
+      PrintStepLine(step.step(), step.steps(), step.loss(), step.step_runtime_s());
+    } else if (now.message() != before.message()) {  // an epoch's line, the schedule, the outcome
+      std::cerr << "job " << now.id() << " " << static_cast<int>(100 * now.progress()) << "%: " << now.message()
+                << "\n";
     }
-    v1::WatchEventsRequest watch;  // this job's events only, a second at a time so Ctrl-C is seen
-    watch.set_after_sequence(after);
-    watch.set_wait_s(1);
-    watch.set_job_id(job.id());
-    v1::WatchEventsResponse events;
-    if (Status s = daemon::CallRemote(ctx.remote, "JobService/WatchEvents", watch, events); !s.ok()) {
-      return Failure(s);
-    }
-    for (const v1::Event& event : events.events()) {
-      after = std::max(after, event.sequence());
-      const v1::TrainJobProgress& step = event.job().train_progress();
-      if (step.step() != job.train_progress().step()) {  // a new step: the line a local run prints
-        PrintStepLine(step.step(), step.steps(), step.loss(), step.step_runtime_s());
-      } else if (event.job().message() != job.message()) {  // an epoch's line, the schedule, the outcome
-        std::cerr << "job " << event.job().id() << " " << static_cast<int>(100 * event.job().progress())
-                  << "%: " << event.job().message() << "\n";
-      }
-      job = event.job();
-    }
-  }
-  std::signal(SIGINT, SIG_DFL);
-  std::signal(SIGTERM, SIG_DFL);
+  });
+  if (!followed.ok()) return Failure(followed.status());
+  job = *followed;
   if (job.state() != v1::Job::STATE_SUCCEEDED) {
     std::cout << "job            " << job.id() << " " << service::JobStateText(job.state()) << ": " << job.message()
               << "\n";
@@ -451,12 +426,11 @@ int RunTrain(const TrainFlags& flags, const Context& ctx) {
   auto progress = [&](const service::TrainProgress& p) {
     if (!p.epoch) PrintStepLine(p.step, p.steps, p.loss, p.runtime_s);  // the epoch's line comes by the log
   };
-  std::signal(SIGINT, OnSignal);
-  std::signal(SIGTERM, OnSignal);
-  auto result =
-      service::RunTrainJob(options, &g_stop, progress, [](const std::string& line) { std::cerr << line << "\n"; });
-  std::signal(SIGINT, SIG_DFL);
-  std::signal(SIGTERM, SIG_DFL);
+  auto result = [&] {
+    const InterruptScope interrupt;
+    return service::RunTrainJob(options, interrupt.stop(), progress,
+                                [](const std::string& line) { std::cerr << line << "\n"; });
+  }();
   if (!result.ok()) return Failure(result.status());
   if (!flags.trace_path.empty()) {
     std::ofstream out(flags.trace_path);
@@ -675,9 +649,9 @@ int RunTrainWorker(const std::string& request_path, const std::string& out_onnx,
     }
     if (Result<std::string> json = proto::ToJson(reported); json.ok()) std::cerr << "progress: " << *json << "\n";
   };
-  std::signal(SIGINT, OnSignal);
-  std::signal(SIGTERM, OnSignal);
-  auto result = service::RunTrainJob(options, &g_stop, progress, [](const std::string& line) { std::cerr << line << "\n"; });
+  const InterruptScope interrupt;  // the agent cancels a job with SIGTERM: the run stops between steps
+  auto result =
+      service::RunTrainJob(options, interrupt.stop(), progress, [](const std::string& line) { std::cerr << line << "\n"; });
   if (!result.ok()) return Failure(result.status());
   PrintJson(result->run);
   return kExitOk;
