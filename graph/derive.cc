@@ -156,8 +156,8 @@ void AddExactBackward(const ForwardGraph& forward, const std::vector<bool>& trai
     auto reads = [&](BackwardPass pass) {
       const TensorReads r = BackwardReads(layer.kind, pass, static_cast<int>(layer.inputs.size()));
       std::vector<int> nodes;
-      if (r.x) nodes = layer.inputs;
-      if (r.y) nodes.push_back(v);
+      if (r.lists_x()) nodes = layer.inputs;
+      if (r.lists_y()) nodes.push_back(v);
       if (r.dy) nodes.push_back(dy);
       return nodes;
     };

@@ -12,8 +12,11 @@ struct OpKindRow {
   GradientForm gradient;
 };
 
-constexpr TensorReads NONE{}, X{true, false, false}, Y{false, true, false}, DY{false, false, true};
-constexpr TensorReads operator|(TensorReads a, TensorReads b) { return {a.x || b.x, a.y || b.y, a.dy || b.dy}; }
+constexpr TensorReads NONE{}, X{.x = true}, Y{.y = true}, DY{.dy = true}, KEEP_X{.keep_x = true},
+    KEEP_Y{.keep_y = true};
+constexpr TensorReads operator|(TensorReads a, TensorReads b) {
+  return {a.x || b.x, a.y || b.y, a.dy || b.dy, a.keep_x || b.keep_x, a.keep_y || b.keep_y};
+}
 
 using enum GradientForm;
 constexpr std::array<OpKindRow, kOpKindCount> kRows = {{

@@ -28,10 +28,14 @@ Result<OpKind> ParseOpKind(std::string_view name);
 std::string_view PoetClassName(OpKind kind);
 
 // The tensors a backward pass's kernel reads: the forward node's inputs X, its output Y, the
-// incoming gradient dY. Derivation lists exactly these as the backward node's inputs and the
-// executor binds them, so the two cannot disagree.
+// incoming gradient dY, and what is kept alive for PyTorch's kernel. Derivation lists exactly
+// these as the backward node's inputs and the executor binds what its kernel reads, so the two
+// cannot disagree.
 struct TensorReads {
   bool x = false, y = false, dy = false;
+  bool keep_x = false, keep_y = false;  // kept alive for PyTorch's kernel, which reads it; edgecost's does not
+  bool lists_x() const { return x || keep_x; }  // what derivation lists as the backward node's inputs
+  bool lists_y() const { return y || keep_y; }
   bool operator==(const TensorReads&) const = default;
 };
 enum class BackwardPass {

@@ -325,14 +325,15 @@ Result<std::unique_ptr<Executor>> Executor::Create(const v1::TrainingGraph& grap
       return Unimplemented(label + ": its oneDNN kernel reads " + what +
                            " but the graph does not list it among the node's inputs; the executor cannot run it");
     };
-    // The node lists no activation its kernel does not read: the solver would keep it alive for nothing.
+    // The node lists nothing the table does not: the solver would keep it alive for nothing.
     for (uint32_t u : node.inputs()) {
       const bool input = std::find(fwd.inputs().begin(), fwd.inputs().end(), u) != fwd.inputs().end();
-      const bool read = graph.nodes(u).phase() == v1::PHASE_BACKWARD ? reads.dy
-                                                                      : (input && reads.x) || (static_cast<int>(u) == f && reads.y);
+      const bool read = graph.nodes(u).phase() == v1::PHASE_BACKWARD
+                            ? reads.dy
+                            : (input && reads.lists_x()) || (static_cast<int>(u) == f && reads.lists_y());
       if (!read) {
         return InvalidArgument(label + " lists node " + std::to_string(u) +
-                               " among its inputs, which its kernel does not read (graph/op_kinds.def)");
+                               " among its inputs, which graph/op_kinds.def does not list for its pass");
       }
     }
     if (reads.x) {

@@ -112,7 +112,7 @@ TEST(ExactDerivation, NormalizationAndPoolingRules) {
   const auto* bn_grad = Find(*graph, "layer2_BatchNorm2d.grad");
   ASSERT_TRUE(avg_grad && max_grad && bn_grad);
   EXPECT_EQ(avg_grad->inputs_size(), 1);                                        // dY only
-  EXPECT_EQ(Inputs(*max_grad), (std::vector<uint32_t>{avg_grad->index()}));  // dY (the argmax is the kernel's own)
+  EXPECT_EQ(Inputs(*max_grad), (std::vector<uint32_t>{2, avg_grad->index()}));  // X (PyTorch's argmax) and dY
   EXPECT_EQ(Inputs(*bn_grad), (std::vector<uint32_t>{1, max_grad->index()}));   // X (statistics) and dY
   EXPECT_EQ(bn_grad->output_bytes(), 2u * 4 * 4 * 4);
 }

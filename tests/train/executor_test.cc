@@ -138,9 +138,9 @@ TEST_F(ExecutorTest, RefusesPoetGraphs) {
   EXPECT_NE(e.status().message().find("exact"), std::string::npos) << e.status().message();
 }
 
-// Derivation lists exactly what each kernel reads (graph/op_kinds.def): max pooling's backward
-// reads dY alone (the argmax is its kernel's own), so a graph that lists X for it is refused, and
-// the solver never keeps an activation alive for a kernel that will not read it.
+// Derivation lists exactly what graph/op_kinds.def says a backward pass reads or keeps: max
+// pooling's backward lists X (PyTorch's kernel reads it) and dY, never Y, so a graph that lists Y
+// for it is refused, and the solver never keeps an activation alive that no kernel reads.
 TEST_F(ExecutorTest, ABackwardNodeListingWhatItsKernelDoesNotReadIsRefused) {
   for (const graph::ForwardGraph& forward : {TinyCnn(), TinyAttention()}) {
     auto graph = graph::DeriveTrainingGraph(forward, graph::Derivation::kExact);
@@ -152,15 +152,14 @@ TEST_F(ExecutorTest, ABackwardNodeListingWhatItsKernelDoesNotReadIsRefused) {
   bool listed = false;
   for (v1::TrainingNode& node : *graph->mutable_nodes()) {
     if (node.phase() != v1::PHASE_BACKWARD || node.op_kind() != "maxpool2d") continue;
-    const uint32_t x = graph->nodes(node.forward_of()).inputs(0);
-    ASSERT_EQ(node.inputs_size(), 1);  // dY alone
-    node.add_inputs(x);
+    ASSERT_EQ(node.inputs_size(), 2);  // X and dY
+    node.add_inputs(static_cast<uint32_t>(node.forward_of()));  // Y
     listed = true;
   }
   ASSERT_TRUE(listed);
   auto refused = Executor::Create(*graph, {});
   ASSERT_FALSE(refused.ok());
-  EXPECT_NE(refused.status().message().find("which its kernel does not read"), std::string::npos)
+  EXPECT_NE(refused.status().message().find("which graph/op_kinds.def does not list"), std::string::npos)
       << refused.status().message();
 }
 
