@@ -126,21 +126,56 @@ Result<std::vector<float>> ParseFloatList(const std::string& text, const std::st
 }
 
 // --ram-budget (the whole process) or --activation-budget, as a solve request's budget fields.
-Result<v1::ScheduleRequest> Budgets(const TrainFlags& flags) {
+// The flags as the one request a train job is (v1::StartTrainRequest), locally or on an agent:
+// service::TrainJobOptionsOf maps it to options with one set of defaults.
+Result<v1::StartTrainRequest> TrainRequestOf(const TrainFlags& flags) {
+  v1::StartTrainRequest request;
+  request.set_model(flags.model);
+  request.set_batch_size(static_cast<uint32_t>(flags.batch_size));
+  request.set_trainable(flags.trainable);
+  request.set_schedule_id(flags.schedule_id);
   if (!flags.ram_budget.empty() && !flags.activation_budget.empty()) {
     return InvalidArgument(
         "--ram-budget is the whole process's memory, --activation-budget the activations': give one");
   }
-  const bool whole = !flags.ram_budget.empty();
-  EC_ASSIGN_OR_RETURN(const int64_t bytes, ParseBytes(whole ? flags.ram_budget : flags.activation_budget));
-  if (bytes <= 0)
-    return InvalidArgument(std::string(whole ? "--ram-budget" : "--activation-budget") + " must be positive");
-  v1::ScheduleRequest request;
-  if (whole) {
-    request.set_device_ram_bytes(static_cast<uint64_t>(bytes));
-  } else {
-    request.set_ram_budget_bytes(static_cast<uint64_t>(bytes));
+  if (!flags.ram_budget.empty() || !flags.activation_budget.empty()) {
+    const bool whole = !flags.ram_budget.empty();
+    EC_ASSIGN_OR_RETURN(const int64_t bytes, ParseBytes(whole ? flags.ram_budget : flags.activation_budget));
+    if (bytes <= 0) {
+      return InvalidArgument(std::string(whole ? "--ram-budget" : "--activation-budget") + " must be positive");
+    }
+    (whole ? request.set_device_ram_bytes(static_cast<uint64_t>(bytes))
+           : request.set_ram_budget_bytes(static_cast<uint64_t>(bytes)));
+    EC_ASSIGN_OR_RETURN(const RuntimeBudget runtime, ParseRuntimeBudget(flags.runtime_budget));
+    if (runtime.kind == RuntimeBudget::Kind::kMultiple) {
+      if (!(runtime.value >= 1)) return InvalidArgument("--runtime-budget must be at least 1x");
+      request.set_runtime_budget_multiple(runtime.value);
+    } else {
+      request.set_runtime_budget_s(runtime.value);
+    }
+    request.set_strategy(flags.strategy);
+    request.set_overlap_paging(!flags.count_paging_time);
+    request.set_time_limit_s(flags.time_limit_s);
   }
+  request.set_steps(static_cast<uint32_t>(flags.steps));
+  request.set_lr(flags.lr);
+  EC_RETURN_IF_ERROR(SetTrainingRule(flags, *request.mutable_optimizer(), *request.mutable_lr_schedule()));
+  request.set_threads(static_cast<uint32_t>(std::max(0, flags.threads)));
+  request.set_verify(flags.verify);
+  request.set_cost_source(flags.cost_source);
+  request.set_accept_noisy(flags.accept_noisy);
+  request.set_init(flags.init);
+  request.set_data(flags.data_file);
+  request.set_val_data(flags.val_data);
+  request.set_val_split(flags.val_split);
+  request.set_epochs(static_cast<uint32_t>(std::max(0, flags.epochs)));
+  for (auto [text, values, flag] : {std::tuple{&flags.mean, request.mutable_mean(), "--mean"},
+                                    std::tuple{&flags.std_dev, request.mutable_std(), "--std"}}) {
+    EC_ASSIGN_OR_RETURN(const std::vector<float> parsed, ParseFloatList(*text, flag));
+    values->Add(parsed.begin(), parsed.end());
+  }
+  request.set_data_keys(flags.data_keys);
+  request.set_seed(flags.seed);
   return request;
 }
 
@@ -272,48 +307,12 @@ int RunRemoteTrain(const TrainFlags& flags, const Context& ctx) {
         InvalidArgument("over --remote a schedule is --schedule-id or budgets; --schedule, --trace, --svg and "
                         "--checkpoint are files of this machine (the web view's training run page draws the plot)"));
   }
-  v1::StartTrainRequest request;
-  request.set_model(flags.model);
-  request.set_batch_size(static_cast<uint32_t>(flags.batch_size));
-  request.set_schedule_id(flags.schedule_id);
-  if (!flags.ram_budget.empty() || !flags.activation_budget.empty()) {
-    auto budget = Budgets(flags);
-    if (!budget.ok()) return UsageError(budget.status());
-    request.set_device_ram_bytes(budget->device_ram_bytes());
-    request.set_ram_budget_bytes(budget->ram_budget_bytes());
-    auto runtime = ParseRuntimeBudget(flags.runtime_budget);
-    if (!runtime.ok() || runtime->kind != RuntimeBudget::Kind::kMultiple) {
-      return UsageError(InvalidArgument("over --remote the runtime budget is a multiple of a plain step (1.5x)"));
-    }
-    request.set_runtime_budget_multiple(runtime->value);
-    request.set_strategy(flags.strategy);
-  }
-  request.set_steps(static_cast<uint32_t>(flags.steps));
-  request.set_lr(flags.lr);
-  if (Status s = SetTrainingRule(flags, *request.mutable_optimizer(), *request.mutable_lr_schedule()); !s.ok()) {
-    return UsageError(s);
-  }
-  request.set_threads(static_cast<uint32_t>(std::max(0, flags.threads)));
-  request.set_verify(flags.verify);
-  request.set_cost_source(flags.cost_source);
-  request.set_accept_noisy(flags.accept_noisy);
-  request.set_init(flags.init);
+  Result<v1::StartTrainRequest> request = TrainRequestOf(flags);
+  if (!request.ok()) return UsageError(request.status());
   // The data sets are the agent's files, inside its [train] data_dirs; --out fetches the trained model.
-  request.set_data(flags.data_file);
-  request.set_val_data(flags.val_data);
-  request.set_val_split(flags.val_split);
-  request.set_epochs(static_cast<uint32_t>(std::max(0, flags.epochs)));
-  for (auto [text, values, flag] : {std::tuple{&flags.mean, request.mutable_mean(), "--mean"},
-                                    std::tuple{&flags.std_dev, request.mutable_std(), "--std"}}) {
-    auto parsed = ParseFloatList(*text, flag);
-    if (!parsed.ok()) return UsageError(parsed.status());
-    values->Add(parsed->begin(), parsed->end());
-  }
-  request.set_data_keys(flags.data_keys);
-  request.set_keep_model(!flags.out_onnx.empty());
-  request.set_seed(flags.seed);
+  request->set_keep_model(!flags.out_onnx.empty());
   v1::Job job;
-  if (Status s = daemon::CallRemote(ctx.remote, "JobService/StartTrain", request, job); !s.ok()) return Failure(s);
+  if (Status s = daemon::CallRemote(ctx.remote, "JobService/StartTrain", *request, job); !s.ok()) return Failure(s);
   std::cerr << "job " << job.id() << " on " << ctx.remote << ": " << job.message() << "\n";
   Result<v1::Job> followed = FollowJob(ctx, job, [](const v1::Job& before, const v1::Job& now) {
     const v1::TrainJobProgress& step = now.train_progress();
@@ -359,69 +358,25 @@ int RunRemoteTrain(const TrainFlags& flags, const Context& ctx) {
 
 int RunTrain(const TrainFlags& flags, const Context& ctx) {
   if (!ctx.remote.empty()) return RunRemoteTrain(flags, ctx);
-  service::TrainJobOptions options;
-  options.db_path = ctx.db_path.empty() ? costdb::DefaultDbPath() : ctx.db_path;
-  options.graph.model_or_file = flags.model;
-  options.graph.batch_size = flags.batch_size;
-  auto trainable = graph::Trainable::Parse(flags.trainable);
-  if (!trainable.ok()) return UsageError(trainable.status());
-  options.graph.trainable = *trainable;
+  Result<v1::StartTrainRequest> request = TrainRequestOf(flags);
+  Result<service::TrainJobOptions> mapped =
+      request.ok() ? service::TrainJobOptionsOf(*request, DbPath(ctx))
+                   : Result<service::TrainJobOptions>(request.status());
+  if (!mapped.ok()) return UsageError(mapped.status());
+  service::TrainJobOptions& options = *mapped;
+  // What only a run on this machine has: its files and its store.
   options.schedule_file = flags.schedule_file;
-  options.schedule_id = flags.schedule_id;
-  if (!flags.ram_budget.empty() || !flags.activation_budget.empty()) {
-    auto budget = Budgets(flags);
-    if (!budget.ok()) return UsageError(budget.status());
-    options.solve.set_device_ram_bytes(budget->device_ram_bytes());
-    options.solve.set_ram_budget_bytes(budget->ram_budget_bytes());
-    auto runtime = ParseRuntimeBudget(flags.runtime_budget);
-    if (!runtime.ok()) return UsageError(runtime.status());
-    if (runtime->kind == RuntimeBudget::Kind::kMultiple) {
-      if (!(runtime->value >= 1)) return UsageError(InvalidArgument("--runtime-budget must be at least 1x"));
-      options.solve.set_runtime_budget_multiple(runtime->value);
-    } else {
-      options.solve.set_runtime_budget_s(runtime->value);
-    }
-    options.solve.set_strategy(flags.strategy);
-    options.solve.set_count_paging_time(flags.count_paging_time);
-    options.solve.set_time_limit_s(flags.time_limit_s);
-  }
-  options.cost_source = flags.cost_source;
-  options.steps = flags.steps;
-  options.lr = flags.lr;
-  if (Status s = SetTrainingRule(flags, options.optimizer, options.lr_schedule); !s.ok()) return UsageError(s);
-  options.threads = flags.threads;
-  options.seed = flags.seed;
-  options.data_file = flags.data_file;
-  options.epochs = flags.epochs;
-  options.val_split = flags.val_split;
-  options.val_data = flags.val_data;
-  for (auto [text, values, flag] :
-       {std::tuple{&flags.mean, &options.mean, "--mean"}, std::tuple{&flags.std_dev, &options.std, "--std"}}) {
-    auto parsed = ParseFloatList(*text, flag);
-    if (!parsed.ok()) return UsageError(parsed.status());
-    *values = *parsed;
-  }
-  const size_t comma = flags.data_keys.find(',');
-  if (comma == std::string::npos || comma == 0 || comma + 1 == flags.data_keys.size()) {
-    return UsageError(
-        InvalidArgument("--data-keys is INPUTS,LABELS (the .npz's array names), not '" + flags.data_keys + "'"));
-  }
-  options.input_key = flags.data_keys.substr(0, comma);
-  options.label_key = flags.data_keys.substr(comma + 1);
-  options.init = flags.init;
   options.out_onnx = flags.out_onnx;
   options.out_npz = flags.out_npz;
   options.checkpoint_path = flags.checkpoint_path;
   options.checkpoint_every = flags.checkpoint_every;
   options.resume = flags.resume;
-  options.verify = flags.verify;
   options.trace = !flags.trace_path.empty();
   options.paging_dir = flags.paging_dir;
   options.store = !flags.no_store;
   options.store_schedule = !flags.no_store_schedule;
   options.solve_in_child = true;  // no other thread here: the solver's memory stays out of the training's peak
   options.probes_config = flags.probes_config;
-  options.accept_noisy = flags.accept_noisy;
 
   auto progress = [&](const service::TrainProgress& p) {
     if (!p.epoch) PrintStepLine(p.step, p.steps, p.loss, p.runtime_s);  // the epoch's line comes by the log
@@ -632,7 +587,9 @@ int RunTrainWorker(const std::string& request_path, const std::string& out_onnx,
   if (Status s = proto::FromJson(text.str(), &request); !in || !s.ok()) {
     return Failure(InvalidArgument("cannot read the train request " + request_path + ": " + s.message()));
   }
-  service::TrainJobOptions options = service::TrainJobOptionsOf(request, DbPath(ctx));
+  Result<service::TrainJobOptions> mapped = service::TrainJobOptionsOf(request, DbPath(ctx));
+  if (!mapped.ok()) return Failure(mapped.status());
+  service::TrainJobOptions& options = *mapped;
   options.out_onnx = out_onnx;
   options.probes_config = probes_config;
   options.solve_in_child = true;

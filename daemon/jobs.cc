@@ -382,10 +382,7 @@ Status CheckTrainRequest(const v1::StartTrainRequest& request, const std::string
   }
   if (!(request.val_split() >= 0 && request.val_split() < 1)) return InvalidArgument("val_split is from 0 to below 1");
   if (request.epochs() > 100000) return InvalidArgument("epochs is at most 100000");
-  if (!request.data_keys().empty() && service::DataKeysOf(request.data_keys()).first.empty()) {
-    return InvalidArgument("data_keys is INPUTS,LABELS (the .npz's array names), not '" + request.data_keys() + "'");
-  }
-  return Status::Ok();
+  return service::TrainJobOptionsOf(request, db_path).status();  // trainable, budgets, data keys
 }
 
 Result<v1::Job> JobManager::StartTrain(const v1::StartTrainRequest& request) {
@@ -627,7 +624,9 @@ void JobManager::RunTrain(Entry& entry) {
     if (!path.ok()) data_status = path.status();
     *given = path.ok() ? *path : std::string();
   }
-  service::TrainJobOptions options = service::TrainJobOptionsOf(request, db_path_);
+  Result<service::TrainJobOptions> mapped = service::TrainJobOptionsOf(request, db_path_);  // checked at StartTrain
+  if (!mapped.ok() && data_status.ok()) data_status = mapped.status();
+  service::TrainJobOptions options = mapped.ok() ? *mapped : service::TrainJobOptions();
   options.probes_config = probes_config_;
   if (request.keep_model()) {
     const std::filesystem::path dir = TrainedModelDir(db_path_);

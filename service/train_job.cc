@@ -424,20 +424,30 @@ std::string KeyDifferences(const std::string& checkpoint, const std::string& our
   return differences;
 }
 
-TrainJobOptions TrainJobOptionsOf(const v1::StartTrainRequest& request, const std::string& db_path) {
+Result<TrainJobOptions> TrainJobOptionsOf(const v1::StartTrainRequest& request, const std::string& db_path) {
   TrainJobOptions options;
   options.db_path = db_path;
   options.graph.model_or_file = request.model();
   options.graph.batch_size = request.batch_size() > 0 ? static_cast<int>(request.batch_size()) : 1;
+  if (!request.trainable().empty()) {
+    EC_ASSIGN_OR_RETURN(options.graph.trainable, graph::Trainable::Parse(request.trainable()));
+  }
   options.schedule_id = request.schedule_id();
   if (request.ram_budget_bytes() > 0 || request.device_ram_bytes() > 0) {
     options.solve.set_ram_budget_bytes(request.ram_budget_bytes());
     options.solve.set_device_ram_bytes(request.device_ram_bytes());
-    options.solve.set_runtime_budget_multiple(request.runtime_budget_multiple() > 0
-                                                  ? request.runtime_budget_multiple()
-                                                  : solver::kDefaultRuntimeBudgetMultiple);
-    options.solve.set_strategy(request.strategy());
-    options.solve.set_count_paging_time(true);  // as `edgecost train`: overlap does not hide paging
+    if (request.runtime_budget_s() > 0) {
+      options.solve.set_runtime_budget_s(request.runtime_budget_s());
+    } else {
+      const double multiple = request.runtime_budget_multiple() > 0 ? request.runtime_budget_multiple()
+                                                                    : solver::kDefaultRuntimeBudgetMultiple;
+      if (!(multiple >= 1)) return InvalidArgument("the runtime budget must be at least 1x a plain step");
+      options.solve.set_runtime_budget_multiple(multiple);
+    }
+    options.solve.set_strategy(request.strategy().empty() ? "optimal" : request.strategy());
+    // Measured: the I/O thread does not hide paging behind compute, so the budget counts it.
+    options.solve.set_count_paging_time(!request.overlap_paging());
+    options.solve.set_time_limit_s(request.time_limit_s() > 0 ? request.time_limit_s() : 60);
   }
   if (!request.cost_source().empty()) options.cost_source = request.cost_source();
   if (!request.init().empty()) options.init = request.init();
@@ -455,7 +465,12 @@ TrainJobOptions TrainJobOptionsOf(const v1::StartTrainRequest& request, const st
   options.val_split = request.val_split();
   options.mean.assign(request.mean().begin(), request.mean().end());
   options.std.assign(request.std().begin(), request.std().end());
-  if (!request.data_keys().empty()) std::tie(options.input_key, options.label_key) = DataKeysOf(request.data_keys());
+  if (!request.data_keys().empty()) {
+    std::tie(options.input_key, options.label_key) = DataKeysOf(request.data_keys());
+    if (options.input_key.empty()) {
+      return InvalidArgument("data keys are INPUTS,LABELS (the .npz's array names), not '" + request.data_keys() + "'");
+    }
+  }
   return options;
 }
 

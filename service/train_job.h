@@ -109,7 +109,7 @@ struct TrainJobResult {
 
 // A train job's request (JobService.StartTrain) as options on `db_path`, its defaults resolved; its data
 // paths as given (the agent resolves them inside its data folders first).
-TrainJobOptions TrainJobOptionsOf(const v1::StartTrainRequest& request, const std::string& db_path);
+Result<TrainJobOptions> TrainJobOptionsOf(const v1::StartTrainRequest& request, const std::string& db_path);
 
 // "INPUTS,LABELS": an .npz's array names; empty names when the text is not that.
 std::pair<std::string, std::string> DataKeysOf(const std::string& text);
