@@ -107,109 +107,127 @@ struct Executor::State {
 
 Executor::~Executor() = default;
 
-Result<std::unique_ptr<Executor>> Executor::Create(const v1::TrainingGraph& graph, const ExecutorOptions& options) {
-  if (graph.derivation() != "exact") {
-    return InvalidArgument("the executor runs graphs of the exact derivation (--derivation exact); '" +
-                           graph.derivation() + "' has gradient nodes that are not real gradients");
-  }
-  std::unique_ptr<Executor> e(new Executor());
-  e->graph_ = graph;
-  e->options_ = options;
-  e->state_ = std::make_unique<State>();
-  State& s = *e->state_;
-  const int n = graph.nodes_size();
-  e->bytes_.resize(static_cast<size_t>(n));
-  e->preds_.resize(static_cast<size_t>(n));
-  s.succs.resize(static_cast<size_t>(n));
-  s.execs.resize(static_cast<size_t>(n));
-  s.layers.resize(static_cast<size_t>(n));
-  for (int v = 0; v < n; ++v) {
-    const v1::TrainingNode& node = graph.nodes(v);
-    e->bytes_[static_cast<size_t>(v)] = static_cast<int64_t>(node.output_bytes());
-    std::set<int> distinct;
-    for (uint32_t u : node.inputs()) {
-      if (u >= static_cast<uint32_t>(v)) return InvalidArgument("node " + std::to_string(v) + " reads a later node");
-      if (distinct.insert(static_cast<int>(u)).second) {
-        e->preds_[static_cast<size_t>(v)].push_back(static_cast<int>(u));
-        s.succs[u].push_back(v);
-      }
-    }
-  }
-
-  // Which layers' parameters train (last:K and bias change it), as graph/derive decides.
-  EC_ASSIGN_OR_RETURN(graph::Trainable trainable, graph::Trainable::Parse(graph.trainable()));
-  std::vector<bool> layer_trains(static_cast<size_t>(n), false);
-  std::vector<bool> gives_parameter_gradient(static_cast<size_t>(n), false);
-  for (const v1::TrainingNode& node : graph.nodes()) {
-    if (node.phase() == v1::PHASE_BACKWARD &&
-        (node.role() == "grad" || node.role() == "grad_weight" || node.role() == "grad_bias")) {
-      gives_parameter_gradient[node.forward_of()] = true;
-    }
-  }
-  int remaining = trainable.last_k;
-  for (int v = n - 1; v >= 0; --v) {
-    const v1::TrainingNode& node = graph.nodes(v);
-    if (node.phase() == v1::PHASE_BACKWARD || node.param_count() == 0) continue;
-    switch (trainable.mode) {
-      case graph::Trainable::Mode::kAll:
-        layer_trains[static_cast<size_t>(v)] = true;
-        break;
-      case graph::Trainable::Mode::kBias:  // a layer with a bias, which derive gave a parameter gradient
-        layer_trains[static_cast<size_t>(v)] = gives_parameter_gradient[static_cast<size_t>(v)];
-        break;
-      case graph::Trainable::Mode::kLastK:
-        layer_trains[static_cast<size_t>(v)] = remaining-- > 0;
-        break;
-    }
-  }
-  const bool bias_only = trainable.mode == graph::Trainable::Mode::kBias;
-
-  // Forward kinds, and which forward outputs need a gradient (as graph/derive decides: a layer
-  // whose parameters get a gradient, or one that reads such an output).
-  std::vector<std::optional<graph::OpKind>> kinds(static_cast<size_t>(n));
-  std::vector<bool> needs_grad(static_cast<size_t>(n), false);
-  for (int v = 0; v < n; ++v) {
-    const v1::TrainingNode& node = graph.nodes(v);
-    if (node.phase() == v1::PHASE_BACKWARD) {
-      const int f = node.forward_of();
-      if ((node.role() == graph::GradRoleName(graph::GradRole::kGradWeight) ||
-           node.role() == graph::GradRoleName(graph::GradRole::kGradBias)) &&
-          f >= 0 && f < v) {
-        needs_grad[static_cast<size_t>(f)] = true;
-      }
-      continue;
-    }
-    EC_ASSIGN_OR_RETURN(graph::OpKind kind, graph::ParseOpKind(node.op_kind()));
-    kinds[static_cast<size_t>(v)] = kind;
-  }
-  for (int v = 0; v < n; ++v) {
-    if (!kinds[static_cast<size_t>(v)]) continue;
-    for (uint32_t u : graph.nodes(v).inputs()) needs_grad[static_cast<size_t>(v)] = needs_grad[v] || needs_grad[u];
-  }
+// Executor::Create in steps: what the graph says (which layers train, which forward outputs need a
+// gradient, where each gradient sits in its node's output), then each node's kernel and bindings,
+// then the checks, the layer state and the tied weights.
+struct Executor::Builder {
+  const v1::TrainingGraph& graph;
+  Executor& e;
+  State& s;
+  const int n;
+  std::vector<bool> layer_trains;  // by forward node: its parameters train (last:K and bias change it)
+  bool bias_only = false;
+  std::vector<std::optional<graph::OpKind>> kinds;  // by forward node
+  std::vector<bool> needs_grad;                     // by forward node: its output's gradient is needed
   // The gradient(s) each backward node's output holds: (forward node, offset in elements).
-  std::vector<std::vector<std::pair<int, int64_t>>> slots(static_cast<size_t>(n));
-  for (int v = 0; v < n; ++v) {
+  std::vector<std::vector<std::pair<int, int64_t>>> slots;
+  std::set<std::pair<int, int>> trained;  // (forward node, parameter index)
+
+  Builder(const v1::TrainingGraph& g, Executor& executor)
+      : graph(g), e(executor), s(*executor.state_), n(g.nodes_size()) {}
+
+  Status ReadEdges() {
+    e.bytes_.resize(static_cast<size_t>(n));
+    e.preds_.resize(static_cast<size_t>(n));
+    s.succs.resize(static_cast<size_t>(n));
+    s.execs.resize(static_cast<size_t>(n));
+    s.layers.resize(static_cast<size_t>(n));
+    for (int v = 0; v < n; ++v) {
+      const v1::TrainingNode& node = graph.nodes(v);
+      e.bytes_[static_cast<size_t>(v)] = static_cast<int64_t>(node.output_bytes());
+      std::set<int> distinct;
+      for (uint32_t u : node.inputs()) {
+        if (u >= static_cast<uint32_t>(v)) return InvalidArgument("node " + std::to_string(v) + " reads a later node");
+        if (distinct.insert(static_cast<int>(u)).second) {
+          e.preds_[static_cast<size_t>(v)].push_back(static_cast<int>(u));
+          s.succs[u].push_back(v);
+        }
+      }
+    }
+    return Status::Ok();
+  }
+
+  // Which layers' parameters train, as graph/derive decided: under bias, the layers it gave a
+  // parameter gradient (those with a bias).
+  Status FindTrainedLayers() {
+    EC_ASSIGN_OR_RETURN(graph::Trainable trainable, graph::Trainable::Parse(graph.trainable()));
+    bias_only = trainable.mode == graph::Trainable::Mode::kBias;
+    layer_trains.assign(static_cast<size_t>(n), false);
+    std::vector<bool> gives_parameter_gradient(static_cast<size_t>(n), false);
+    for (const v1::TrainingNode& node : graph.nodes()) {
+      if (node.phase() == v1::PHASE_BACKWARD &&
+          (node.role() == "grad" || node.role() == "grad_weight" || node.role() == "grad_bias")) {
+        gives_parameter_gradient[node.forward_of()] = true;
+      }
+    }
+    int remaining = trainable.last_k;
+    for (int v = n - 1; v >= 0; --v) {
+      const v1::TrainingNode& node = graph.nodes(v);
+      if (node.phase() == v1::PHASE_BACKWARD || node.param_count() == 0) continue;
+      switch (trainable.mode) {
+        case graph::Trainable::Mode::kAll:
+          layer_trains[static_cast<size_t>(v)] = true;
+          break;
+        case graph::Trainable::Mode::kBias:
+          layer_trains[static_cast<size_t>(v)] = gives_parameter_gradient[static_cast<size_t>(v)];
+          break;
+        case graph::Trainable::Mode::kLastK:
+          layer_trains[static_cast<size_t>(v)] = remaining-- > 0;
+          break;
+      }
+    }
+    return Status::Ok();
+  }
+
+  // Forward kinds, which forward outputs need a gradient (as graph/derive decides: a layer whose
+  // parameters get a gradient, or one that reads such an output), and the slots of each gradient.
+  Status FindGradients() {
+    kinds.resize(static_cast<size_t>(n));
+    needs_grad.assign(static_cast<size_t>(n), false);
+    for (int v = 0; v < n; ++v) {
+      const v1::TrainingNode& node = graph.nodes(v);
+      if (node.phase() == v1::PHASE_BACKWARD) {
+        const int f = node.forward_of();
+        if ((node.role() == graph::GradRoleName(graph::GradRole::kGradWeight) ||
+             node.role() == graph::GradRoleName(graph::GradRole::kGradBias)) &&
+            f >= 0 && f < v) {
+          needs_grad[static_cast<size_t>(f)] = true;
+        }
+        continue;
+      }
+      EC_ASSIGN_OR_RETURN(graph::OpKind kind, graph::ParseOpKind(node.op_kind()));
+      kinds[static_cast<size_t>(v)] = kind;
+    }
+    for (int v = 0; v < n; ++v) {
+      if (!kinds[static_cast<size_t>(v)]) continue;
+      for (uint32_t u : graph.nodes(v).inputs()) needs_grad[static_cast<size_t>(v)] = needs_grad[v] || needs_grad[u];
+    }
+    slots.resize(static_cast<size_t>(n));
+    for (int v = 0; v < n; ++v) EC_RETURN_IF_ERROR(FindSlots(v));
+    return Status::Ok();
+  }
+
+  Status FindSlots(int v) {
     const v1::TrainingNode& node = graph.nodes(v);
-    if (node.phase() != v1::PHASE_BACKWARD || node.output_bytes() == 0) continue;
+    if (node.phase() != v1::PHASE_BACKWARD || node.output_bytes() == 0) return Status::Ok();
     const int f = node.forward_of();
     if (f < 0 || f >= v || !kinds[static_cast<size_t>(f)]) {
       return InvalidArgument("node " + std::to_string(v) + " ('" + node.name() +
                              "') names no forward node; train graphs derived by edgecost (zoo or ONNX)");
     }
     const v1::TrainingNode& fwd = graph.nodes(f);
+    auto& list = slots[static_cast<size_t>(v)];
     if (node.role() == graph::GradRoleName(graph::GradRole::kGradSum)) {
-      slots[static_cast<size_t>(v)] = {{f, 0}};
-    } else if (GradOfSeveralInputs(*kinds[static_cast<size_t>(f)], fwd.inputs_size())) {
+      list = {{f, 0}};
+    } else if (graph::GradOfSeveralInputs(*kinds[static_cast<size_t>(f)], fwd.inputs_size())) {
       int64_t offset = 0;
       for (uint32_t u : fwd.inputs()) {
         const int t = static_cast<int>(u);
-        auto& list = slots[static_cast<size_t>(v)];
-        if (!needs_grad[u] ||
-            std::any_of(list.begin(), list.end(), [&](const auto& slot) { return slot.first == t; })) {
+        if (!needs_grad[u] || std::any_of(list.begin(), list.end(), [&](const auto& slot) { return slot.first == t; })) {
           continue;
         }
         list.push_back({t, offset});
-        offset += e->bytes_[u] / 4;
+        offset += e.bytes_[u] / 4;
       }
       if (offset * 4 != static_cast<int64_t>(node.output_bytes())) {
         return InvalidArgument("node " + std::to_string(v) + " ('" + node.name() + "') holds " +
@@ -218,22 +236,25 @@ Result<std::unique_ptr<Executor>> Executor::Create(const v1::TrainingGraph& grap
                                " B; derive the graph again with this edgecost");
       }
     } else if (fwd.inputs_size() > 0) {
-      slots[static_cast<size_t>(v)] = {{static_cast<int>(fwd.inputs(0)), 0}};
+      list = {{static_cast<int>(fwd.inputs(0)), 0}};
     }
+    return Status::Ok();
   }
+
   // Whether the gradient of forward node t is (through views, whose dX is dY) the gradient of w.
-  std::function<bool(int, int)> reaches = [&](int t, int w) {
+  bool Reaches(int t, int w) const {
     if (t == w) return true;
     if (!kinds[static_cast<size_t>(t)] || !graph::GradientIsView(*kinds[static_cast<size_t>(t)])) return false;
     for (uint32_t u : graph.nodes(t).inputs()) {
-      if (reaches(static_cast<int>(u), w)) return true;
+      if (Reaches(static_cast<int>(u), w)) return true;
     }
     return false;
-  };
+  }
+
   // Where, in gradient node `u` = input j of backward node c, the gradient c reads starts: c
   // differentiates (or sums the gradient of) forward node w = c.forward_of. A node that reads a
   // gradient of several inputs twice (a sum of both) takes its parts in order.
-  auto grad_offset = [&](int c, int j) -> Result<int64_t> {
+  Result<int64_t> GradOffset(int c, int j) const {
     const v1::TrainingNode& node = graph.nodes(c);
     const int u = static_cast<int>(node.inputs(j));
     const auto& list = slots[static_cast<size_t>(u)];
@@ -241,77 +262,89 @@ Result<std::unique_ptr<Executor>> Executor::Create(const v1::TrainingGraph& grap
     int occurrence = 0;
     for (int k = 0; k < j; ++k) occurrence += static_cast<int>(node.inputs(k)) == u;
     for (const auto& [t, offset] : list) {
-      if (reaches(t, node.forward_of()) && occurrence-- == 0) return offset;
+      if (Reaches(t, node.forward_of()) && occurrence-- == 0) return offset;
     }
     return InvalidArgument("node " + std::to_string(c) + " ('" + node.name() + "') reads node " + std::to_string(u) +
                            " as the gradient of node " + std::to_string(node.forward_of()) +
                            ", which it does not hold");
-  };
+  }
 
-  std::set<std::pair<int, int>> trained;
-  for (int v = 0; v < n; ++v) {
+  Status BindNode(int v, uint32_t seed) {
     const v1::TrainingNode& node = graph.nodes(v);
     EC_ASSIGN_OR_RETURN(profiler::NodeWork work, profiler::WorkForNode(graph, v, 1));
     NodeExec& exec = s.execs[static_cast<size_t>(v)];
     exec.pass = work.pass;
     const std::string label = "node " + std::to_string(v) + " ('" + node.name() + "')";
-    if (node.phase() != v1::PHASE_BACKWARD) {
-      if (work.pass == Pass::kNone) {
-        if (s.input_node >= 0) return Unimplemented("the executor feeds one input node; " + label + " is a second");
-        s.input_node = v;
-        exec.kind = NodeExec::Kind::kInput;
-        continue;
-      }
-      const graph::OpKind forward_kind = *kinds[static_cast<size_t>(v)];
-      EC_ASSIGN_OR_RETURN(s.layers[static_cast<size_t>(v)],
-                          kernels::MakeLayer(s.backend, work.spec, options.seed + static_cast<uint32_t>(v)));
-      kernels::Layer& layer = *s.layers[static_cast<size_t>(v)];
-      exec.kind = NodeExec::Kind::kLayer;
-      exec.layer = &layer;
-      if (layer.inputs().size() != static_cast<size_t>(node.inputs_size())) {
-        return InvalidArgument(label + " has " + std::to_string(node.inputs_size()) + " inputs; its kernel takes " +
-                               std::to_string(layer.inputs().size()));
-      }
-      for (int j = 0; j < node.inputs_size(); ++j)
-        exec.binds.push_back({&layer.inputs()[j], static_cast<int>(node.inputs(j))});
-      exec.binds.push_back({&layer.output(), v});
-      if (forward_kind == graph::OpKind::kEmbedding && node.inputs(0) == static_cast<uint32_t>(s.input_node)) {
-        const auto vocabulary = node.attributes().find("vocabulary");
-        if (vocabulary != node.attributes().end()) s.input_id_limit = vocabulary->second;
-      }
-      if (node.phase() == v1::PHASE_LOSS) {
-        exec.loss = true;
-        s.loss_node = v;
-        s.label_rows = layer.inputs()[0].dims[0];
-        s.classes = layer.inputs()[0].dims[1];
-      }
-      for (kernels::Tensor* p : layer.params()) e->param_bytes_ += p->bytes();
-      continue;
-    }
+    if (node.phase() != v1::PHASE_BACKWARD) return BindForward(v, work, seed, exec, label);
     switch (work.pass) {
       case Pass::kNone:
-        continue;
+        return Status::Ok();
       case Pass::kBackwardAll:
         return InvalidArgument(label + " is POET's one gradient per layer; train graphs of the exact derivation");
-      case Pass::kGradSum: {
-        EC_ASSIGN_OR_RETURN(s.layers[static_cast<size_t>(v)],
-                            kernels::MakeGradSum(s.backend, work.spec.output_shape, work.sum_parts, options.seed));
-        kernels::Layer& layer = *s.layers[static_cast<size_t>(v)];
-        exec.kind = NodeExec::Kind::kLayer;
-        exec.layer = &layer;
-        for (int j = 0; j < node.inputs_size(); ++j) {
-          EC_ASSIGN_OR_RETURN(const int64_t offset, grad_offset(v, j));
-          exec.binds.push_back({&layer.inputs()[j], static_cast<int>(node.inputs(j)), offset});
-        }
-        exec.binds.push_back({&layer.output(), v});
-        continue;
-      }
+      case Pass::kGradSum:
+        return BindGradSum(v, work, seed, exec);
       case Pass::kForward:
       case Pass::kBackwardInput:
       case Pass::kBackwardWeights:
       case Pass::kBackwardBias:
         break;
     }
+    return BindBackward(v, work, exec, label);
+  }
+
+  Status BindForward(int v, const profiler::NodeWork& work, uint32_t seed, NodeExec& exec, const std::string& label) {
+    const v1::TrainingNode& node = graph.nodes(v);
+    if (work.pass == Pass::kNone) {
+      if (s.input_node >= 0) return Unimplemented("the executor feeds one input node; " + label + " is a second");
+      s.input_node = v;
+      exec.kind = NodeExec::Kind::kInput;
+      return Status::Ok();
+    }
+    EC_ASSIGN_OR_RETURN(s.layers[static_cast<size_t>(v)],
+                        kernels::MakeLayer(s.backend, work.spec, seed + static_cast<uint32_t>(v)));
+    kernels::Layer& layer = *s.layers[static_cast<size_t>(v)];
+    exec.kind = NodeExec::Kind::kLayer;
+    exec.layer = &layer;
+    if (layer.inputs().size() != static_cast<size_t>(node.inputs_size())) {
+      return InvalidArgument(label + " has " + std::to_string(node.inputs_size()) + " inputs; its kernel takes " +
+                             std::to_string(layer.inputs().size()));
+    }
+    for (int j = 0; j < node.inputs_size(); ++j) exec.binds.push_back({&layer.inputs()[j], static_cast<int>(node.inputs(j))});
+    exec.binds.push_back({&layer.output(), v});
+    if (kinds[static_cast<size_t>(v)] == graph::OpKind::kEmbedding &&
+        node.inputs(0) == static_cast<uint32_t>(s.input_node)) {
+      const auto vocabulary = node.attributes().find("vocabulary");
+      if (vocabulary != node.attributes().end()) s.input_id_limit = vocabulary->second;
+    }
+    if (node.phase() == v1::PHASE_LOSS) {
+      exec.loss = true;
+      s.loss_node = v;
+      s.label_rows = layer.inputs()[0].dims[0];
+      s.classes = layer.inputs()[0].dims[1];
+    }
+    for (kernels::Tensor* p : layer.params()) e.param_bytes_ += p->bytes();
+    return Status::Ok();
+  }
+
+  Status BindGradSum(int v, const profiler::NodeWork& work, uint32_t seed, NodeExec& exec) {
+    const v1::TrainingNode& node = graph.nodes(v);
+    EC_ASSIGN_OR_RETURN(s.layers[static_cast<size_t>(v)],
+                        kernels::MakeGradSum(s.backend, work.spec.output_shape, work.sum_parts, seed));
+    kernels::Layer& layer = *s.layers[static_cast<size_t>(v)];
+    exec.kind = NodeExec::Kind::kLayer;
+    exec.layer = &layer;
+    for (int j = 0; j < node.inputs_size(); ++j) {
+      EC_ASSIGN_OR_RETURN(const int64_t offset, GradOffset(v, j));
+      exec.binds.push_back({&layer.inputs()[j], static_cast<int>(node.inputs(j)), offset});
+    }
+    exec.binds.push_back({&layer.output(), v});
+    return Status::Ok();
+  }
+
+  // A backward node runs its forward node's layer in its pass: bound to what graph/op_kinds.def
+  // says the kernel reads, which the node must list, and listing nothing the table does not.
+  Status BindBackward(int v, const profiler::NodeWork& work, NodeExec& exec, const std::string& label) {
+    const v1::TrainingNode& node = graph.nodes(v);
     const int f = node.forward_of();
     kernels::Layer* layer = s.layers[static_cast<size_t>(f)].get();
     if (!layer) return InvalidArgument(label + " differentiates node " + std::to_string(f) + ", which has no kernel");
@@ -325,7 +358,6 @@ Result<std::unique_ptr<Executor>> Executor::Create(const v1::TrainingGraph& grap
       return Unimplemented(label + ": its oneDNN kernel reads " + what +
                            " but the graph does not list it among the node's inputs; the executor cannot run it");
     };
-    // The node lists nothing the table does not: the solver would keep it alive for nothing.
     for (uint32_t u : node.inputs()) {
       const bool input = std::find(fwd.inputs().begin(), fwd.inputs().end(), u) != fwd.inputs().end();
       const bool read = graph.nodes(u).phase() == v1::PHASE_BACKWARD
@@ -356,129 +388,173 @@ Result<std::unique_ptr<Executor>> Executor::Create(const v1::TrainingGraph& grap
         dy = u;
       }
       if (dy < 0) return missing("the incoming gradient");
-      EC_ASSIGN_OR_RETURN(const int64_t offset, grad_offset(v, dy_at));
+      EC_ASSIGN_OR_RETURN(const int64_t offset, GradOffset(v, dy_at));
       exec.binds.push_back({&layer->grad_output(), dy, offset});
     }
-    if (node.output_bytes() > 0) {
-      if (layer->grad_inputs().empty())
-        return InvalidArgument(label + " has an output but its layer no input gradient");
-      if (graph::GradOfSeveralInputs(kind, fwd.inputs_size())) {
-        for (const auto& [t, offset] : slots[static_cast<size_t>(v)]) {
-          const size_t into = exec.binds.size();
-          bool first = true;
-          for (int i = 0; i < fwd.inputs_size(); ++i) {
-            if (static_cast<int>(fwd.inputs(i)) != t) continue;
-            const kernels::Tensor* dx = &layer->grad_inputs()[static_cast<size_t>(i)];
-            if (first) {
-              exec.binds.push_back({&layer->grad_inputs()[static_cast<size_t>(i)], v, offset});
-              first = false;
-            } else if (dx->dims != exec.binds[into].tensor->dims) {
-              return InvalidArgument(label + ": node " + std::to_string(f) + " reads node " + std::to_string(t) +
-                                     " twice with gradients of different shapes");
-            } else {
-              exec.adds.push_back({dx, into});
-            }
-          }
-          if (first) return Internal(label + " holds the gradient of node " + std::to_string(t) + ", which node " +
-                                     std::to_string(f) + " does not read");
-        }
-      } else {
-        exec.binds.push_back({&layer->grad_inputs()[0], v});
-      }
-      // dV is not written, and a slice's backward writes only its part of dX: the rest must read as zero.
-      exec.zero_output = kind == graph::OpKind::kAttentionScores || kind == graph::OpKind::kSlice;
-    }
-    // The parameters this node's pass gives gradients for, when they train. A layer with one
-    // parameter has it as a weight (grad_weight) or as a bias (grad_bias: add or sub of a parameter).
+    if (node.output_bytes() > 0) EC_RETURN_IF_ERROR(BindInputGradients(v, f, kind, *layer, exec, label));
     EC_ASSIGN_OR_RETURN(graph::GradRole role, graph::ParseGradRole(node.role()));
-    const int params = static_cast<int>(layer->params().size());
-    if (params > 0 && layer_trains[static_cast<size_t>(f)]) {
-      const bool normalization = kind == graph::OpKind::kBatchNorm2d || kind == graph::OpKind::kLayerNorm;
-      // A recurrent layer's one backward pass gives every parameter's gradient; its biases are the last two.
-      const bool recurrent = kind == graph::OpKind::kLstm || kind == graph::OpKind::kGru;
-      const bool gives_weights =
-          role == graph::GradRole::kGradWeight || ((normalization || recurrent) && role == graph::GradRole::kGrad);
-      const bool gives_bias = gives_weights || role == graph::GradRole::kGradBias;
-      for (int i = 0; i < params; ++i) {
-        const bool is_bias = params == 1 ? role == graph::GradRole::kGradBias : recurrent ? i >= 2 : i == 1;
-        if (is_bias ? gives_bias : (gives_weights && !bias_only)) trained.insert({f, i});
+    NoteTrainedParameters(f, kind, role, *layer);
+    return Status::Ok();
+  }
+
+  // The node's output: dX of the layer's input, or of several inputs one after another.
+  Status BindInputGradients(int v, int f, graph::OpKind kind, kernels::Layer& layer, NodeExec& exec,
+                            const std::string& label) {
+    const v1::TrainingNode& fwd = graph.nodes(f);
+    if (layer.grad_inputs().empty()) return InvalidArgument(label + " has an output but its layer no input gradient");
+    if (graph::GradOfSeveralInputs(kind, fwd.inputs_size())) {
+      for (const auto& [t, offset] : slots[static_cast<size_t>(v)]) {
+        const size_t into = exec.binds.size();
+        bool first = true;
+        for (int i = 0; i < fwd.inputs_size(); ++i) {
+          if (static_cast<int>(fwd.inputs(i)) != t) continue;
+          const kernels::Tensor* dx = &layer.grad_inputs()[static_cast<size_t>(i)];
+          if (first) {
+            exec.binds.push_back({&layer.grad_inputs()[static_cast<size_t>(i)], v, offset});
+            first = false;
+          } else if (dx->dims != exec.binds[into].tensor->dims) {
+            return InvalidArgument(label + ": node " + std::to_string(f) + " reads node " + std::to_string(t) +
+                                   " twice with gradients of different shapes");
+          } else {
+            exec.adds.push_back({dx, into});
+          }
+        }
+        if (first) {
+          return Internal(label + " holds the gradient of node " + std::to_string(t) + ", which node " +
+                          std::to_string(f) + " does not read");
+        }
       }
+    } else {
+      exec.binds.push_back({&layer.grad_inputs()[0], v});
+    }
+    // dV is not written, and a slice's backward writes only its part of dX: the rest must read as zero.
+    exec.zero_output = kind == graph::OpKind::kAttentionScores || kind == graph::OpKind::kSlice;
+    return Status::Ok();
+  }
+
+  // The parameters a backward pass gives gradients for, when they train. A layer with one
+  // parameter has it as a weight (grad_weight) or as a bias (grad_bias: add or sub of a parameter).
+  void NoteTrainedParameters(int f, graph::OpKind kind, graph::GradRole role, kernels::Layer& layer) {
+    const int params = static_cast<int>(layer.params().size());
+    if (params == 0 || !layer_trains[static_cast<size_t>(f)]) return;
+    const bool normalization = kind == graph::OpKind::kBatchNorm2d || kind == graph::OpKind::kLayerNorm;
+    // A recurrent layer's one backward pass gives every parameter's gradient; its biases are the last two.
+    const bool recurrent = kind == graph::OpKind::kLstm || kind == graph::OpKind::kGru;
+    const bool gives_weights =
+        role == graph::GradRole::kGradWeight || ((normalization || recurrent) && role == graph::GradRole::kGrad);
+    const bool gives_bias = gives_weights || role == graph::GradRole::kGradBias;
+    for (int i = 0; i < params; ++i) {
+      const bool is_bias = params == 1 ? role == graph::GradRole::kGradBias : recurrent ? i >= 2 : i == 1;
+      if (is_bias ? gives_bias : (gives_weights && !bias_only)) trained.insert({f, i});
     }
   }
-  if (s.input_node < 0 || s.loss_node < 0) return InvalidArgument("the graph needs an input node and a loss node");
-  for (int v = 0; v < n; ++v) {
-    for (const NodeExec::Binding& b : s.execs[static_cast<size_t>(v)].binds) {
-      const int64_t end_bytes = (Elements(b.tensor->dims) + b.offset) * static_cast<int64_t>(sizeof(float));
-      if (end_bytes > e->bytes_[static_cast<size_t>(b.node)]) {
-        return InvalidArgument("node " + std::to_string(v) + " reads up to byte " + std::to_string(end_bytes) +
-                               " of node " + std::to_string(b.node) + ", whose output has " +
-                               std::to_string(e->bytes_[static_cast<size_t>(b.node)]) + " B");
+
+  Status CheckBindings() const {
+    if (s.input_node < 0 || s.loss_node < 0) return InvalidArgument("the graph needs an input node and a loss node");
+    for (int v = 0; v < n; ++v) {
+      for (const NodeExec::Binding& b : s.execs[static_cast<size_t>(v)].binds) {
+        const int64_t end_bytes = (Elements(b.tensor->dims) + b.offset) * static_cast<int64_t>(sizeof(float));
+        if (end_bytes > e.bytes_[static_cast<size_t>(b.node)]) {
+          return InvalidArgument("node " + std::to_string(v) + " reads up to byte " + std::to_string(end_bytes) +
+                                 " of node " + std::to_string(b.node) + ", whose output has " +
+                                 std::to_string(e.bytes_[static_cast<size_t>(b.node)]) + " B");
+        }
       }
     }
+    return Status::Ok();
   }
+
   // Layer state: what each layer allocated for itself besides its parameters and their gradients,
   // and its tensors that no node binds to the arena (the dX of an input without a gradient, the
   // gradient tensors of a frozen layer), which keep their own storage.
-  std::set<const kernels::Tensor*> bound;
-  for (const NodeExec& exec : s.execs) {
-    for (const NodeExec::Binding& b : exec.binds) {
-      if (bound.insert(b.tensor).second) exec.layer->Release(*b.tensor);  // the arena holds it from now on
-    }
-  }
-  for (int v = 0; v < n; ++v) {
-    for (const NodeExec::Accumulation& add : s.execs[static_cast<size_t>(v)].adds) {
-      if (bound.count(add.from) || static_cast<int64_t>(add.from->data.size()) != Elements(add.from->dims)) {
-        return Internal("node " + std::to_string(v) + " adds a gradient its layer does not keep in its own storage");
+  Status CountLayerState() {
+    std::set<const kernels::Tensor*> bound;
+    for (const NodeExec& exec : s.execs) {
+      for (const NodeExec::Binding& b : exec.binds) {
+        if (bound.insert(b.tensor).second) exec.layer->Release(*b.tensor);  // the arena holds it from now on
       }
     }
+    for (int v = 0; v < n; ++v) {
+      for (const NodeExec::Accumulation& add : s.execs[static_cast<size_t>(v)].adds) {
+        if (bound.count(add.from) || static_cast<int64_t>(add.from->data.size()) != Elements(add.from->dims)) {
+          return Internal("node " + std::to_string(v) + " adds a gradient its layer does not keep in its own storage");
+        }
+      }
+    }
+    for (const std::unique_ptr<kernels::Layer>& layer : s.layers) {
+      if (!layer) continue;
+      uint64_t state = layer->owned_bytes();
+      for (kernels::Tensor* p : layer->params()) state -= p->bytes();
+      for (kernels::Tensor* p : layer->grad_params()) {
+        state -= p->bytes();
+        e.grad_param_bytes_ += p->bytes();
+      }
+      std::vector<kernels::Tensor*> bindable = {&layer->output(), &layer->grad_output()};
+      for (kernels::Tensor& t : layer->inputs()) bindable.push_back(&t);
+      for (kernels::Tensor& t : layer->grad_inputs()) bindable.push_back(&t);
+      for (const kernels::Tensor* t : bindable) {
+        if (!bound.count(t)) state += t->bytes();
+      }
+      e.layer_state_bytes_ += state;
+    }
+    // oneDNN's scratchpad: one buffer for every layer, the largest need (kernels::Backend).
+    e.scratchpad_bytes_ = s.backend.scratchpad_bytes();
+    e.layer_state_bytes_ += e.scratchpad_bytes_;
+    return Status::Ok();
   }
-  for (const std::unique_ptr<kernels::Layer>& layer : s.layers) {
-    if (!layer) continue;
-    uint64_t state = layer->owned_bytes();
-    for (kernels::Tensor* p : layer->params()) state -= p->bytes();
-    for (kernels::Tensor* p : layer->grad_params()) {
-      state -= p->bytes();
-      e->grad_param_bytes_ += p->bytes();
+
+  // Tied weights (tied_node, tied_param): a copy of the owner's parameter that trains with it.
+  Status TieWeights() {
+    for (int v = 0; v < n; ++v) {
+      const auto& attrs = graph.nodes(v).attributes();
+      const auto tied = attrs.find("tied_node"), param = attrs.find("tied_param");
+      if (tied == attrs.end() || graph.nodes(v).phase() == v1::PHASE_BACKWARD) continue;
+      const std::string label = "node " + std::to_string(v) + " ('" + graph.nodes(v).name() + "')";
+      const int64_t owner = tied->second, owner_param = param == attrs.end() ? 0 : param->second;
+      kernels::Layer* layer = s.layers[static_cast<size_t>(v)].get();
+      kernels::Layer* owner_layer = owner >= 0 && owner < v ? s.layers[static_cast<size_t>(owner)].get() : nullptr;
+      if (!layer || !owner_layer || layer->params().empty() || owner_param < 0 ||
+          owner_param >= static_cast<int64_t>(owner_layer->params().size()) ||
+          layer->params()[0]->size() != owner_layer->params()[static_cast<size_t>(owner_param)]->size()) {
+        return InvalidArgument(label + " ties its weight to a parameter of node " + std::to_string(owner) +
+                               " that it cannot share (no such layer or parameter, or another size)");
+      }
+      const bool trains = std::count(s.trained.begin(), s.trained.end(), std::pair<int, int>{v, 0}) > 0;
+      const bool owner_trains =
+          std::count(s.trained.begin(), s.trained.end(),
+                     std::pair<int, int>{static_cast<int>(owner), static_cast<int>(owner_param)}) > 0;
+      if (trains != owner_trains) {
+        return InvalidArgument(label + " shares its weight with node " + std::to_string(owner) +
+                               ", and only one of them trains; train both (or neither)");
+      }
+      layer->params()[0]->data = owner_layer->params()[static_cast<size_t>(owner_param)]->data;
+      if (trains) s.ties.push_back({v, static_cast<int>(owner), static_cast<int>(owner_param)});
     }
-    std::vector<kernels::Tensor*> bindable = {&layer->output(), &layer->grad_output()};
-    for (kernels::Tensor& t : layer->inputs()) bindable.push_back(&t);
-    for (kernels::Tensor& t : layer->grad_inputs()) bindable.push_back(&t);
-    for (const kernels::Tensor* t : bindable) {
-      if (!bound.count(t)) state += t->bytes();
-    }
-    e->layer_state_bytes_ += state;
+    return Status::Ok();
   }
-  // oneDNN's scratchpad: one buffer for every layer, the largest need (kernels::Backend).
-  e->scratchpad_bytes_ = s.backend.scratchpad_bytes();
-  e->layer_state_bytes_ += e->scratchpad_bytes_;
-  s.trained.assign(trained.begin(), trained.end());
-  for (int v = 0; v < n; ++v) {
-    const auto& attrs = graph.nodes(v).attributes();
-    const auto tied = attrs.find("tied_node"), param = attrs.find("tied_param");
-    if (tied == attrs.end() || graph.nodes(v).phase() == v1::PHASE_BACKWARD) continue;
-    const std::string label = "node " + std::to_string(v) + " ('" + graph.nodes(v).name() + "')";
-    const int64_t owner = tied->second, owner_param = param == attrs.end() ? 0 : param->second;
-    kernels::Layer* layer = s.layers[static_cast<size_t>(v)].get();
-    kernels::Layer* owner_layer =
-        owner >= 0 && owner < v ? s.layers[static_cast<size_t>(owner)].get() : nullptr;
-    if (!layer || !owner_layer || layer->params().empty() || owner_param < 0 ||
-        owner_param >= static_cast<int64_t>(owner_layer->params().size()) ||
-        layer->params()[0]->size() != owner_layer->params()[static_cast<size_t>(owner_param)]->size()) {
-      return InvalidArgument(label + " ties its weight to a parameter of node " + std::to_string(owner) +
-                             " that it cannot share (no such layer or parameter, or another size)");
-    }
-    const bool trains = std::count(s.trained.begin(), s.trained.end(), std::pair<int, int>{v, 0}) > 0;
-    const bool owner_trains = std::count(s.trained.begin(), s.trained.end(),
-                                         std::pair<int, int>{static_cast<int>(owner), static_cast<int>(owner_param)}) > 0;
-    if (trains != owner_trains) {
-      return InvalidArgument(label + " shares its weight with node " + std::to_string(owner) +
-                             ", and only one of them trains; train both (or neither)");
-    }
-    layer->params()[0]->data = owner_layer->params()[static_cast<size_t>(owner_param)]->data;
-    if (trains) s.ties.push_back({v, static_cast<int>(owner), static_cast<int>(owner_param)});
+};
+
+Result<std::unique_ptr<Executor>> Executor::Create(const v1::TrainingGraph& graph, const ExecutorOptions& options) {
+  if (graph.derivation() != "exact") {
+    return InvalidArgument("the executor runs graphs of the exact derivation (--derivation exact); '" +
+                           graph.derivation() + "' has gradient nodes that are not real gradients");
   }
+  std::unique_ptr<Executor> e(new Executor());
+  e->graph_ = graph;
+  e->options_ = options;
+  e->state_ = std::make_unique<State>();
+  State& s = *e->state_;
+  Builder builder(e->graph_, *e);
+  EC_RETURN_IF_ERROR(builder.ReadEdges());
+  EC_RETURN_IF_ERROR(builder.FindTrainedLayers());
+  EC_RETURN_IF_ERROR(builder.FindGradients());
+  for (int v = 0; v < builder.n; ++v) EC_RETURN_IF_ERROR(builder.BindNode(v, options.seed));
+  EC_RETURN_IF_ERROR(builder.CheckBindings());
+  EC_RETURN_IF_ERROR(builder.CountLayerState());
+  s.trained.assign(builder.trained.begin(), builder.trained.end());
+  EC_RETURN_IF_ERROR(builder.TieWeights());
   EC_RETURN_IF_ERROR(e->SetOptimizer({}));
-  s.arena = std::make_unique<Arena>(n);
+  s.arena = std::make_unique<Arena>(builder.n);
   s.plain = PlainPlan(e->preds_);
   s.origin_s = SteadyNowS();
   return e;

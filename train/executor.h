@@ -152,6 +152,7 @@ class Executor {
 
  private:
   struct NodeExec;
+  struct Builder;  // Create's steps
   Executor() = default;
   Status Compute(int node, int stage, StepStats& stats);
   Status Release(int node, StepStats& stats);

@@ -632,7 +632,14 @@ TEST_F(TrainJobTest, InStepProfilingStoresATableThatAddsUpToTheStepAndAutoPrefer
     sum_s += c.runtime_s();
   }
   ASSERT_GT(profiled->run.runtime_s(), 0);
-  EXPECT_NEAR(sum_s, profiled->run.runtime_s(), 0.01 * profiled->run.runtime_s());
+  // The identity is with the median step when the steps were quiet enough to leave the disturbed
+  // ones out; on a busy machine the table is a low percentile of every step, said in its note.
+  const v1::TrainRun& run = profiled->run;
+  if (run.disturbed_steps() == 0 || run.median_steps() + run.disturbed_steps() <= run.steps() - 1) {
+    EXPECT_NEAR(sum_s, run.runtime_s(), 0.01 * run.runtime_s());
+  } else {
+    EXPECT_THAT(stored->note(), ::testing::HasSubstr("th percentile over all"));
+  }
 
   // In-step profiling needs the exact derivation (real gradients).
   InStepProfileOptions poet = in_step;
