@@ -144,8 +144,11 @@ Result<v1::StartTrainRequest> TrainRequestOf(const TrainFlags& flags) {
     if (bytes <= 0) {
       return InvalidArgument(std::string(whole ? "--ram-budget" : "--activation-budget") + " must be positive");
     }
-    (whole ? request.set_device_ram_bytes(static_cast<uint64_t>(bytes))
-           : request.set_ram_budget_bytes(static_cast<uint64_t>(bytes)));
+    if (whole) {
+      request.set_device_ram_bytes(static_cast<uint64_t>(bytes));
+    } else {
+      request.set_ram_budget_bytes(static_cast<uint64_t>(bytes));
+    }
     EC_ASSIGN_OR_RETURN(const RuntimeBudget runtime, ParseRuntimeBudget(flags.runtime_budget));
     if (runtime.kind == RuntimeBudget::Kind::kMultiple) {
       if (!(runtime.value >= 1)) return InvalidArgument("--runtime-budget must be at least 1x");

@@ -10,6 +10,7 @@ struct OpKindRow {
   std::string_view name, poet_class;
   TensorReads input, weights, bias;
   GradientForm gradient;
+  bool partial_dx;
 };
 
 constexpr TensorReads NONE{}, X{.x = true}, Y{.y = true}, DY{.dy = true}, KEEP_X{.keep_x = true},
@@ -20,7 +21,8 @@ constexpr TensorReads operator|(TensorReads a, TensorReads b) {
 
 using enum GradientForm;
 constexpr std::array<OpKindRow, kOpKindCount> kRows = {{
-#define OP_KIND(kind, name, poet_class, input, weights, bias, gradient) {name, poet_class, input, weights, bias, gradient},
+#define OP_KIND(kind, name, poet_class, input, weights, bias, gradient, partial_dx) \
+  {name, poet_class, input, weights, bias, gradient, partial_dx},
 #include "graph/op_kinds.def"
 #undef OP_KIND
 }};
@@ -67,6 +69,11 @@ TensorReads BackwardReads(OpKind kind, BackwardPass pass, int activation_inputs)
 GradientForm GradientFormOf(OpKind kind) {
   const OpKindRow* row = RowOf(kind);
   return row ? row->gradient : kPerInput;
+}
+
+bool BackwardWritesPart(OpKind kind) {
+  const OpKindRow* row = RowOf(kind);
+  return row && row->partial_dx;
 }
 
 bool GradOfSeveralInputs(OpKind kind, int activation_inputs) {

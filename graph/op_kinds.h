@@ -50,6 +50,8 @@ TensorReads BackwardReads(OpKind kind, BackwardPass pass, int activation_inputs)
 // How an op's input gradients come out of its backward nodes (graph/op_kinds.def: GRADIENT).
 enum class GradientForm { kPerInput, kView, kSeveral, kBinary };
 GradientForm GradientFormOf(OpKind kind);
+// The backward kernel writes only part of its output: the rest must read as zero.
+bool BackwardWritesPart(OpKind kind);
 // dX is dY itself: derivation gives the op no backward node.
 inline bool GradientIsView(OpKind kind) { return GradientFormOf(kind) == GradientForm::kView; }
 // One backward node gives the gradients of every activation input, one after another in the

@@ -427,8 +427,7 @@ struct Executor::Builder {
     } else {
       exec.binds.push_back({&layer.grad_inputs()[0], v});
     }
-    // dV is not written, and a slice's backward writes only its part of dX: the rest must read as zero.
-    exec.zero_output = kind == graph::OpKind::kAttentionScores || kind == graph::OpKind::kSlice;
+    exec.zero_output = graph::BackwardWritesPart(kind);
     return Status::Ok();
   }
 

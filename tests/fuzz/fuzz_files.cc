@@ -225,16 +225,13 @@ void FuzzOnnxModel(const std::string& choices) {
 
 // One database for every export the process imports: a refused import must leave it as it was.
 void FuzzCostExport(const std::string& bytes) {
+  static const std::string path =
+      (std::filesystem::temp_directory_path() / ("edgecost_fuzz_" + std::to_string(getpid()) + ".db")).string();
   static costdb::CostDb* const db = [] {
-    const std::string path =
-        (std::filesystem::temp_directory_path() / ("edgecost_fuzz_" + std::to_string(getpid()) + ".db")).string();
     auto opened = costdb::CostDb::Open(path);
     if (!opened.ok()) std::abort();
     std::atexit([] {
-      for (const char* suffix : {"", "-wal", "-shm"}) {
-        std::filesystem::remove(std::filesystem::temp_directory_path() /
-                                ("edgecost_fuzz_" + std::to_string(getpid()) + ".db" + suffix));
-      }
+      for (const char* suffix : {"", "-wal", "-shm"}) std::filesystem::remove(path + suffix);
     });
     return new costdb::CostDb(std::move(*opened));
   }();
