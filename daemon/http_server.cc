@@ -126,6 +126,13 @@ struct HttpServer::Impl {
   HttpHandler handler;
   HttpAuthenticator authenticate;  // null: every request is authenticated
   ServerLimits limits;
+  // Declared before io and workers, so they outlive the sessions whose pending
+  // handlers are destroyed with them. Counted per listener, so that clients on
+  // TCP, who may not even hold the token, can never use up the Unix socket's connections.
+  std::atomic<int> unix_connections{0};
+  std::atomic<int> tcp_connections{0};
+  std::atomic<int> unanswered{0};   // requests read whose response is not yet written
+  Unauthenticated unauthenticated;  // on TCP
   asio::io_context io;
   asio::thread_pool workers;
   std::unique_ptr<local::acceptor> unix_acceptor;
@@ -138,12 +145,6 @@ struct HttpServer::Impl {
   // folder may have been emptied and the path taken by another daemon since).
   dev_t unix_dev = 0;
   ino_t unix_ino = 0;
-  // Counted per listener, so that clients on TCP, who may not even hold the
-  // token, can never use up the connections of the Unix socket.
-  std::atomic<int> unix_connections{0};
-  std::atomic<int> tcp_connections{0};
-  std::atomic<int> unanswered{0};   // requests read whose response is not yet written
-  Unauthenticated unauthenticated;  // on TCP
 
   template <typename Protocol>
   void Accept(typename Protocol::acceptor& acceptor, bool over_tcp);
