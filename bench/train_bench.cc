@@ -149,6 +149,7 @@ std::string Share(double fraction) { return fraction > 0 ? Fixed(100 * fraction,
 Status RunVsPyTorch(std::ostream& out, const TrainBenchOptions& options) {
   constexpr int kWarmupSteps = 2;  // as export_models.py --time: the first steps build and warm up
   bench::Scratch scratch("edgecost_vs_pytorch");
+  costdb::Store store((scratch.dir / "bench.db").string(), costdb::OpenMode::kReadWrite);
   const int steps = options.steps;
   const unsigned cores = std::thread::hardware_concurrency();
   const dnnl::version_t* dnnl = dnnl::version();
@@ -227,7 +228,7 @@ Status RunVsPyTorch(std::ostream& out, const TrainBenchOptions& options) {
         << "\n";
     for (const Model& model : models) {
       TrainJobOptions train;
-      train.db_path = (scratch.dir / "bench.db").string();
+      train.database = &store;
       train.graph.model_or_file = model.argument;
       train.graph.batch_size = options.batch_size;
       train.graph.derivation = graph::Derivation::kExact;
@@ -282,12 +283,12 @@ Status RunVsPyTorch(std::ostream& out, const TrainBenchOptions& options) {
 Status RunTrainBenchmark(std::ostream& out, const TrainBenchOptions& options) {
   if (options.vs_pytorch) return RunVsPyTorch(out, options);
   bench::Scratch scratch("edgecost_train_bench");
-  const std::string db_path = (scratch.dir / "bench.db").string();
+  costdb::Store store((scratch.dir / "bench.db").string(), costdb::OpenMode::kReadWrite);
   out << "train benchmark: resnet18_cifar, batch " << options.batch_size << ", " << ThreadsOf(options) << " thread(s), "
       << options.steps << " steps per schedule (median of steps 2..N); the machine may be shared: timings are noisy\n";
 
   ProfileJobOptions profile;
-  profile.db_path = db_path;
+  profile.database = &store;
   profile.graph.model_or_file = "resnet18_cifar";
   profile.graph.batch_size = options.batch_size;
   profile.graph.derivation = graph::Derivation::kExact;
@@ -312,7 +313,8 @@ Status RunTrainBenchmark(std::ostream& out, const TrainBenchOptions& options) {
   std::vector<Config> configs = {{"everything kept (plain step)", 0, 0, ""},
                                  {"1.2 MB at 1.5x (optimal)", 1'200'000, 1.5, "optimal"},
                                  {"heavy paging (paging-only)", 1ull << 40, 1000, "paging-only"}};
-  EC_ASSIGN_OR_RETURN(costdb::CostDb db, costdb::CostDb::Open(db_path));
+  EC_ASSIGN_OR_RETURN(costdb::CostDb * opened, store.Db());
+  costdb::CostDb& db = *opened;
   out << std::left << std::setw(30) << "schedule" << std::right << std::setw(11) << "budget" << std::setw(11)
       << "planned" << std::setw(11) << "measured" << std::setw(12) << "peak RSS" << std::setw(11) << "step"
       << std::setw(11) << "step CPU" << std::setw(12) << "isolated" << std::setw(9) << "error" << std::setw(9)
@@ -322,7 +324,7 @@ Status RunTrainBenchmark(std::ostream& out, const TrainBenchOptions& options) {
   double plain_step_s = 0, plain_cpu_s = 0;
   for (const Config& config : configs) {
     TrainJobOptions train;
-    train.db_path = db_path;
+    train.database = &store;
     train.graph = profile.graph;
     train.steps = options.steps;
     train.threads = ThreadsOf(options);
@@ -422,7 +424,7 @@ Status RunTrainBenchmark(std::ostream& out, const TrainBenchOptions& options) {
     return Status::Ok();
   }
   TrainJobOptions tv_train;
-  tv_train.db_path = db_path;
+  tv_train.database = &store;
   tv_train.graph = tv_profile.graph;
   tv_train.steps = options.steps;
   tv_train.threads = ThreadsOf(options);

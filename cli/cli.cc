@@ -33,6 +33,15 @@ int LocalOnly(const Context& ctx, const std::function<int()>& run) {
 
 std::string DbPath(const Context& ctx) { return ctx.db_path.empty() ? costdb::DefaultDbPath() : ctx.db_path; }
 
+costdb::Store& Context::Store(costdb::OpenMode mode) const {
+  if (read_write_ || mode == costdb::OpenMode::kReadWrite) {
+    if (!read_write_) read_write_ = std::make_unique<costdb::Store>(DbPath(*this), mode);
+    return *read_write_;
+  }
+  if (!read_only_) read_only_ = std::make_unique<costdb::Store>(DbPath(*this), mode);
+  return *read_only_;
+}
+
 namespace {
 std::atomic<bool> g_interrupted{false};
 void OnInterrupt(int) { g_interrupted.store(true); }

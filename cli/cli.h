@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -10,6 +11,7 @@
 #include <google/protobuf/message.h>
 
 #include "base/status.h"
+#include "costdb/store.h"
 #include "proto/edgecost.pb.h"
 
 namespace edgecost::cli {
@@ -23,6 +25,13 @@ struct Context {
   std::string remote;   // --remote unix:PATH or http://HOST:PORT: ask a daemon instead
   bool verbose = false;  // --verbose: every detail (each op's progress and reasons), not a summary
   int exit_code = kExitOk;
+
+  // The cost database at DbPath, opened and checked at most once per mode in this process (a
+  // read-write one serves reads too); nothing is opened until a connection is asked for.
+  costdb::Store& Store(costdb::OpenMode mode) const;
+
+ private:
+  mutable std::unique_ptr<costdb::Store> read_write_, read_only_;  // opened on first use
 };
 
 // Prints "edgecost: error: ..." and returns the exit code for it.

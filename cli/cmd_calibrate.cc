@@ -26,7 +26,7 @@ int RunCalibrate(CalibrateFlags flags, const Context& ctx) {
   if (flags.options.window_s <= 0 || flags.options.rounds < 1) {
     return UsageError(InvalidArgument("--window-s must be positive and --rounds at least 1"));
   }
-  flags.options.db_path = DbPath(ctx);
+  flags.options.database = &ctx.Store(costdb::OpenMode::kReadWrite);
   auto result = service::RunCalibrate(flags.options, [](const std::string& line) { std::cerr << line << "\n"; });
   if (!result.ok()) return Failure(result.status());
   const v1::EnergyCalibration& c = result->calibration;

@@ -367,8 +367,9 @@ nlohmann::json DomainsJson(const v1::CostTable& table) {
 
 // Measured costs next to POET's estimate for the same graph.
 int RunMeasuredCosts(const CostsFlags& flags, const graph::GraphSpec& spec, const Context& ctx) {
-  auto db = costdb::CostDb::Open(DbPath(ctx), costdb::OpenMode::kReadOnly);
-  if (!db.ok()) return Failure(db.status());
+  auto opened = ctx.Store(costdb::OpenMode::kReadOnly).Db();
+  if (!opened.ok()) return Failure(opened.status());
+  costdb::CostDb* db = *opened;
   Result<v1::CostTable> measured = InStep(flags) ? service::ResolveCostTable(&*db, [&] {
     v1::GetCostTableRequest request;  // kept by `edgecost train` from the node times inside real steps
     request.set_model(flags.graph.model_or_file);
@@ -492,7 +493,7 @@ int RunCosts(const CostsFlags& flags, const Context& ctx) {
   if (!ctx.remote.empty()) return RunRemoteCosts(flags, ctx);
   auto parsed = flags.graph.Spec();
   if (!parsed.ok()) return UsageError(parsed.status());
-  auto spec = service::ResolveModel(DbPath(ctx), *parsed);  // a stored model's name works like a zoo model's
+  auto spec = service::ResolveModel(ctx.Store(costdb::OpenMode::kReadOnly), *parsed);  // a stored model's name works like a zoo model's
   if (!spec.ok()) return Failure(spec.status());
   if (!flags.device.empty()) {
     return RunMeasuredCosts(flags, *spec, ctx);
@@ -507,12 +508,11 @@ int RunCosts(const CostsFlags& flags, const Context& ctx) {
     if (!out.flush()) return Failure(PermissionDenied("cannot write " + flags.out_path));
   }
   int64_t stored_id = 0;
-  std::string db_path;
+  costdb::Store& store = ctx.Store(costdb::OpenMode::kReadWrite);
   if (flags.store) {
-    db_path = DbPath(ctx);
-    auto db = costdb::CostDb::Open(db_path, costdb::OpenMode::kReadWrite);
+    auto db = store.Db();
     if (!db.ok()) return Failure(db.status());
-    auto id = service::StoreCostTable(*db, *table);
+    auto id = service::StoreCostTable(**db, *table);
     if (!id.ok()) return Failure(id.status());
     stored_id = *id;
   }
@@ -528,7 +528,7 @@ int RunCosts(const CostsFlags& flags, const Context& ctx) {
   const Totals totals = Sum(*table);
   if (!flags.summary) PrintNodeTable(*table, totals);
   PrintSummary(*table, totals);
-  if (flags.store) std::cout << "stored         cost table #" << stored_id << " in " << costdb::RedactUrl(db_path) << "\n";
+  if (flags.store) std::cout << "stored         cost table #" << stored_id << " in " << store.printable_path() << "\n";
   if (!flags.out_path.empty()) std::cout << "written        " << flags.out_path << " (training-graph/v1)\n";
   return kExitOk;
 }

@@ -23,8 +23,9 @@ namespace {
 // The file, its schema and size, then what it holds: devices with their
 // fingerprints, current cost tables, schedules and profiling runs.
 int RunDbInfo(const Context& ctx, bool json) {
-  auto db = costdb::CostDb::Open(DbPath(ctx), costdb::OpenMode::kReadOnly);
-  if (!db.ok()) return Failure(db.status());
+  auto opened = ctx.Store(costdb::OpenMode::kReadOnly).Db();
+  if (!opened.ok()) return Failure(opened.status());
+  costdb::CostDb* db = *opened;
   auto info = db->Info();
   auto devices = db->ListDevices();
   auto tables = db->ListCostTables();
@@ -184,8 +185,9 @@ int RunDbExport(const Context& ctx, const std::string& device, const std::string
     return Failure(InvalidArgument("the export is binary (gzip-compressed protobuf): give --out FILE, redirect "
                                    "stdout, or pass --json"));
   }
-  auto db = costdb::CostDb::Open(DbPath(ctx), costdb::OpenMode::kReadOnly);
-  if (!db.ok()) return Failure(db.status());
+  auto opened = ctx.Store(costdb::OpenMode::kReadOnly).Db();
+  if (!opened.ok()) return Failure(opened.status());
+  costdb::CostDb* db = *opened;
   auto exported = service::ExportDevice(*db, device);
   if (!exported.ok()) return Failure(exported.status());
   auto bytes = service::EncodeExport(*exported, format);
@@ -213,8 +215,9 @@ int RunDbImport(const Context& ctx, const std::string& path, bool replace) {
   text << in.rdbuf();
   auto exported = service::DecodeExport(text.str(), path);
   if (!exported.ok()) return Failure(exported.status());
-  auto db = costdb::CostDb::Open(DbPath(ctx), costdb::OpenMode::kReadWrite);
-  if (!db.ok()) return Failure(db.status());
+  auto opened = ctx.Store(costdb::OpenMode::kReadWrite).Db();
+  if (!opened.ok()) return Failure(opened.status());
+  costdb::CostDb* db = *opened;
   const service::ImportOptions options{.host = service::ThisDevice(service::DefaultPagingDir(db->path())),
                                        .replace = replace};
   auto summary = service::ImportDevice(*db, *exported, options);
@@ -227,8 +230,9 @@ int RunDbImport(const Context& ctx, const std::string& path, bool replace) {
 }
 
 int RunDbPush(const Context& ctx, const std::string& central, bool create) {
-  auto db = costdb::CostDb::Open(DbPath(ctx), costdb::OpenMode::kReadWrite);  // the marks of what was sent
-  if (!db.ok()) return Failure(db.status());
+  auto opened = ctx.Store(costdb::OpenMode::kReadWrite).Db();  // the marks of what was sent
+  if (!opened.ok()) return Failure(opened.status());
+  costdb::CostDb* db = *opened;
   service::SyncOptions options{.create = create,
                                .progress = [](const std::string& line) { std::cout << "pushed         " << line << "\n"; }};
   std::cerr << "pushing        " << costdb::RedactUrl(db->path()) << " -> " << costdb::RedactUrl(central) << "\n";
@@ -247,8 +251,9 @@ int RunDbPush(const Context& ctx, const std::string& central, bool create) {
 }
 
 int RunDbPull(const Context& ctx, const std::string& central, const std::string& device, bool replace) {
-  auto db = costdb::CostDb::Open(DbPath(ctx), costdb::OpenMode::kReadWrite);
-  if (!db.ok()) return Failure(db.status());
+  auto opened = ctx.Store(costdb::OpenMode::kReadWrite).Db();
+  if (!opened.ok()) return Failure(opened.status());
+  costdb::CostDb* db = *opened;
   const service::ImportOptions import{.host = service::ThisDevice(service::DefaultPagingDir(db->path())),
                                       .replace = replace};
   auto pulled = service::PullFromStore(*db, central, device, import, {});

@@ -61,7 +61,7 @@ void PrintText(const v1::TrainingGraph& graph) {
 int RunGraph(const GraphCommandFlags& flags, const Context& ctx) {
   auto parsed = flags.graph.Spec();
   if (!parsed.ok()) return UsageError(parsed.status());
-  auto spec = service::ResolveModel(DbPath(ctx), *parsed);
+  auto spec = service::ResolveModel(ctx.Store(costdb::OpenMode::kReadOnly), *parsed);
   if (!spec.ok()) return Failure(spec.status());
   auto graph = graph::LoadTrainingGraph(*spec);
   if (!graph.ok()) return Failure(graph.status());

@@ -70,8 +70,9 @@ int RunList(const JobsFlags& flags, const Context& ctx) {
     if (Status s = daemon::CallRemote(ctx.remote, "JobService/ListJobs", request, response); !s.ok()) return Failure(s);
     jobs.assign(response.jobs().begin(), response.jobs().end());
   } else {
-    auto db = costdb::CostDb::Open(DbPath(ctx), costdb::OpenMode::kReadOnly);
-    if (!db.ok()) return Failure(db.status());
+    auto opened = ctx.Store(costdb::OpenMode::kReadOnly).Db();
+    if (!opened.ok()) return Failure(opened.status());
+    costdb::CostDb* db = *opened;
     auto stored = db->ListJobs();
     if (!stored.ok()) return Failure(stored.status());
     for (costdb::StoredJob& s : *stored) jobs.push_back(std::move(s.job));
@@ -96,8 +97,9 @@ int RunCancel(const JobsFlags& flags, const Context& ctx) {
   const std::string path = DbPath(ctx);
   Result<daemon::DbLock> lock = LockUnlessServed(path, "cancel through it with --remote unix:SOCKET");
   if (!lock.ok()) return Failure(lock.status());
-  auto db = costdb::CostDb::Open(path, costdb::OpenMode::kReadWrite);
-  if (!db.ok()) return Failure(db.status());
+  auto opened = ctx.Store(costdb::OpenMode::kReadWrite).Db();
+  if (!opened.ok()) return Failure(opened.status());
+  costdb::CostDb* db = *opened;
   auto stored = db->ListJobs();
   if (!stored.ok()) return Failure(stored.status());
   for (uint64_t id : flags.ids) {
@@ -126,8 +128,9 @@ int RunForget(const JobsFlags& flags, const Context& ctx) {
   const std::string path = DbPath(ctx);
   Result<daemon::DbLock> lock = LockUnlessServed(path, "stop it first (it would store its jobs again)");
   if (!lock.ok()) return Failure(lock.status());
-  auto db = costdb::CostDb::Open(path, costdb::OpenMode::kReadWrite);
-  if (!db.ok()) return Failure(db.status());
+  auto opened = ctx.Store(costdb::OpenMode::kReadWrite).Db();
+  if (!opened.ok()) return Failure(opened.status());
+  costdb::CostDb* db = *opened;
   std::vector<uint64_t> ids = flags.ids;
   if (flags.finished) {
     auto stored = db->ListJobs();

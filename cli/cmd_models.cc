@@ -87,13 +87,13 @@ int RunList(const ModelsFlags& flags, const Context& ctx) {
     return PrintModels(response, flags);
   }
   const std::string path = DbPath(ctx);
-  std::optional<costdb::CostDb> db;
+  costdb::CostDb* db = nullptr;
   if (std::filesystem::exists(path)) {  // listing creates no database
-    auto opened = costdb::CostDb::Open(path, costdb::OpenMode::kReadOnly);
+    auto opened = ctx.Store(costdb::OpenMode::kReadOnly).Db();
     if (!opened.ok()) return Failure(opened.status());
-    db.emplace(std::move(*opened));
+    db = *opened;
   }
-  auto listed = service::ListModels(db ? &*db : nullptr, flags.batch_size);
+  auto listed = service::ListModels(db, flags.batch_size);
   if (!listed.ok()) return Failure(listed.status());
   return PrintModels(*listed, flags);
 }
@@ -141,8 +141,9 @@ int RunAdd(const ModelsFlags& flags, const Context& ctx) {
     return PrintAdded(response, flags, ctx.remote);
   }
   const std::string path = DbPath(ctx);
-  auto db = costdb::CostDb::Open(path, costdb::OpenMode::kReadWrite);
-  if (!db.ok()) return Failure(db.status());
+  auto opened = ctx.Store(costdb::OpenMode::kReadWrite).Db();
+  if (!opened.ok()) return Failure(opened.status());
+  costdb::CostDb* db = *opened;
   auto added = service::AddModel(*db, flags.name, bytes.str(), flags.replace);
   if (!added.ok()) return Failure(added.status());
   v1::AddModelResponse response;
@@ -162,8 +163,9 @@ int RunRemove(const ModelsFlags& flags, const Context& ctx) {
   } else {
     const std::string path = DbPath(ctx);
     if (!std::filesystem::exists(path)) return Failure(NotFound("no database at " + path + ", so no model to remove"));
-    auto db = costdb::CostDb::Open(path, costdb::OpenMode::kReadWrite);
-    if (!db.ok()) return Failure(db.status());
+    auto opened = ctx.Store(costdb::OpenMode::kReadWrite).Db();
+    if (!opened.ok()) return Failure(opened.status());
+    costdb::CostDb* db = *opened;
     if (Status s = service::RemoveModel(*db, flags.name); !s.ok()) return Failure(s);
   }
   if (flags.json) {

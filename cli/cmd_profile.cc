@@ -177,7 +177,7 @@ int RunProfile(const ProfileFlags& flags, const Context& ctx) {
   if (!spec.ok()) return UsageError(spec.status());
   if (flags.in_step && flags.isolated_only) return UsageError(InvalidArgument("--in-step and --isolated-only: give one"));
   service::ProfileJobOptions options;
-  options.db_path = DbPath(ctx);
+  options.database = &ctx.Store(costdb::OpenMode::kReadWrite);
   options.graph = *spec;
   options.threads = flags.threads;
   options.force = flags.force;
@@ -250,7 +250,7 @@ int RunProfile(const ProfileFlags& flags, const Context& ctx) {
     std::cout << "not stored     no cost table to predict from; the op costs are stored, marked unreliable\n";
     return kExitFailure;
   }
-  std::cout << "stored         in " << costdb::RedactUrl(options.db_path) << " (device " << result->device.name()
+  std::cout << "stored         in " << options.database->printable_path() << " (device " << result->device.name()
             << ")\n";
   return kExitOk;
 }

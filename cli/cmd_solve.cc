@@ -336,13 +336,13 @@ int RunSolve(const SolveFlags& flags, const Context& ctx) {
   if (!request.ok()) return UsageError(request.status());
   if (!ctx.remote.empty()) return RunRemoteSolve(flags, ctx, *request);
   const std::string db_path = DbPath(ctx);
-  std::optional<costdb::CostDb> db;
+  costdb::CostDb* db = nullptr;
   bool store = !flags.no_store;
   std::string not_stored;  // why a schedule meant to be stored is not
   if (store) {
-    auto opened = costdb::CostDb::Open(db_path, costdb::OpenMode::kReadWrite);
+    auto opened = ctx.Store(costdb::OpenMode::kReadWrite).Db();
     if (opened.ok()) {
-      db.emplace(std::move(opened).value());
+      db = *opened;
     } else if (opened.status().code() == ErrorCode::kPermissionDenied) {  // read-only media: solve, store nothing
       store = false;
       not_stored = opened.status().message();
@@ -353,13 +353,13 @@ int RunSolve(const SolveFlags& flags, const Context& ctx) {
   // Measured costs, and models stored by `edgecost models add`, are read from the database.
   const bool needs_db = !flags.device.empty() || (flags.graph_file.empty() && !service::IsZooModel(flags.model));
   if (!db && needs_db && (!flags.device.empty() || costdb::IsPostgresUrl(db_path) || std::filesystem::exists(db_path))) {
-    auto opened = costdb::CostDb::Open(db_path, costdb::OpenMode::kReadOnly);
+    auto opened = ctx.Store(costdb::OpenMode::kReadOnly).Db();
     if (!opened.ok()) return Failure(opened.status());
-    db.emplace(std::move(opened).value());
+    db = *opened;
   }
   // The flags were checked above: what fails now is the graph, the costs or the database.
   ProgressPrinter progress(flags.json ? std::cerr : std::cout);  // stdout stays one JSON document
-  auto solved = service::SolveRequest(db ? &*db : nullptr, *request, store, nullptr,
+  auto solved = service::SolveRequest(db, *request, store, nullptr,
                                       [&progress](const solver::Progress& p) { progress(p); });
   if (!solved.ok()) return Failure(solved.status());
   const v1::CostTable& table = solved->table;
@@ -402,14 +402,14 @@ int RunCheck(const std::string& path, bool json, const Context& ctx) {
   auto read = service::ReadScheduleFile(path);
   if (!read.ok()) return Failure(read.status());
   const v1::Schedule& schedule = *read;
-  std::optional<costdb::CostDb> db;
+  costdb::CostDb* db = nullptr;
   const std::string& source = schedule.request().cost_source();
   if (!schedule.has_cost_table() && (source == "measured" || source == "measured-in-step")) {
-    auto opened = costdb::CostDb::Open(DbPath(ctx), costdb::OpenMode::kReadOnly);
+    auto opened = ctx.Store(costdb::OpenMode::kReadOnly).Db();
     if (!opened.ok()) return Failure(opened.status());
-    db.emplace(std::move(opened).value());
+    db = *opened;
   }
-  auto checked = service::CheckSchedule(db ? &*db : nullptr, schedule);
+  auto checked = service::CheckSchedule(db, schedule);
   if (!checked.ok()) return Failure(checked.status());
   const solver::Problem* problem = &checked->problem;
   const solver::Replay& replay = checked->replay;
@@ -461,8 +461,9 @@ int RunSchedules(const SchedulesFlags& flags, const Context& ctx) {
       return Failure(s);
     }
   } else {
-    auto db = costdb::CostDb::Open(DbPath(ctx), costdb::OpenMode::kReadOnly);
-    if (!db.ok()) return Failure(db.status());
+    auto opened = ctx.Store(costdb::OpenMode::kReadOnly).Db();
+    if (!opened.ok()) return Failure(opened.status());
+    costdb::CostDb* db = *opened;
     auto stored = service::ListSchedules(*db, request);
     if (!stored.ok()) return Failure(stored.status());
     listed = std::move(stored).value();

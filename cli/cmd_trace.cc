@@ -26,13 +26,12 @@ struct TraceFlags {
 
 Result<v1::Trace> TraceOfScheduleFile(const std::string& path, const Context& ctx) {
   EC_ASSIGN_OR_RETURN(v1::Schedule schedule, service::ReadScheduleFile(path));
-  std::optional<costdb::CostDb> db;
+  costdb::CostDb* db = nullptr;
   const std::string& source = schedule.request().cost_source();
   if (!schedule.has_cost_table() && (source == "measured" || source == "measured-in-step")) {
-    EC_ASSIGN_OR_RETURN(costdb::CostDb opened, costdb::CostDb::Open(DbPath(ctx), costdb::OpenMode::kReadOnly));
-    db.emplace(std::move(opened));
+    EC_ASSIGN_OR_RETURN(db, ctx.Store(costdb::OpenMode::kReadOnly).Db());
   }
-  EC_ASSIGN_OR_RETURN(service::CheckedSchedule checked, service::CheckSchedule(db ? &*db : nullptr, schedule));
+  EC_ASSIGN_OR_RETURN(service::CheckedSchedule checked, service::CheckSchedule(db, schedule));
   if (!checked.replay.valid) return InvalidArgument(path + " does not replay: " + checked.replay.violation);
   return service::ScheduleTrace(checked.problem, schedule, path + " (" + schedule.strategy() + ", predicted)");
 }
@@ -44,8 +43,9 @@ int RunList(const TraceFlags& flags, const Context& ctx) {
       return Failure(s);
     }
   } else {
-    auto db = costdb::CostDb::Open(DbPath(ctx), costdb::OpenMode::kReadOnly);
-    if (!db.ok()) return Failure(db.status());
+    auto opened = ctx.Store(costdb::OpenMode::kReadOnly).Db();
+    if (!opened.ok()) return Failure(opened.status());
+    costdb::CostDb* db = *opened;
     auto listed = service::ListRuns(*db);
     if (!listed.ok()) return Failure(listed.status());
     runs = std::move(listed).value();
@@ -94,8 +94,9 @@ int RunTrace(const TraceFlags& flags, const Context& ctx) {
     Status s = daemon::CallRemote(ctx.remote, "TraceService/GetTrace", request, answer);
     trace = s.ok() ? Result<v1::Trace>(std::move(answer)) : Result<v1::Trace>(s);
   } else {
-    auto db = costdb::CostDb::Open(DbPath(ctx), costdb::OpenMode::kReadOnly);
-    if (!db.ok()) return Failure(db.status());
+    auto opened = ctx.Store(costdb::OpenMode::kReadOnly).Db();
+    if (!opened.ok()) return Failure(opened.status());
+    costdb::CostDb* db = *opened;
     trace = service::GetTrace(*db, request);
   }
   if (!trace.ok()) return Failure(trace.status());

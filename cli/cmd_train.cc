@@ -363,7 +363,7 @@ int RunTrain(const TrainFlags& flags, const Context& ctx) {
   if (!ctx.remote.empty()) return RunRemoteTrain(flags, ctx);
   Result<v1::StartTrainRequest> request = TrainRequestOf(flags);
   Result<service::TrainJobOptions> mapped =
-      request.ok() ? service::TrainJobOptionsOf(*request, DbPath(ctx))
+      request.ok() ? service::TrainJobOptionsOf(*request, ctx.Store(costdb::OpenMode::kReadWrite))
                    : Result<service::TrainJobOptions>(request.status());
   if (!mapped.ok()) return UsageError(mapped.status());
   service::TrainJobOptions& options = *mapped;
@@ -461,8 +461,8 @@ Result<std::vector<v1::TrainRun>> ListRuns(const std::string& model, int limit, 
     EC_RETURN_IF_ERROR(daemon::CallRemote(ctx.remote, "TraceService/ListTrainRuns", request, response));
     return std::vector<v1::TrainRun>(response.runs().begin(), response.runs().end());
   }
-  EC_ASSIGN_OR_RETURN(costdb::CostDb db, costdb::CostDb::Open(DbPath(ctx), costdb::OpenMode::kReadOnly));
-  return db.ListTrainRuns(model, limit);
+  EC_ASSIGN_OR_RETURN(costdb::CostDb * db, ctx.Store(costdb::OpenMode::kReadOnly).Db());
+  return db->ListTrainRuns(model, limit);
 }
 
 int RunRuns(const std::string& model, int limit, bool json, bool csv, const Context& ctx) {
@@ -541,9 +541,9 @@ int RunRuns(const std::string& model, int limit, bool json, bool csv, const Cont
 // The nodes of one run whose time inside the steps is furthest from the cost
 // table's: where the next prediction miss is to be found.
 int RunRunNodes(int64_t run_id, int worst, const Context& ctx) {
-  auto db =
-      costdb::CostDb::Open(ctx.db_path.empty() ? costdb::DefaultDbPath() : ctx.db_path, costdb::OpenMode::kReadOnly);
-  if (!db.ok()) return Failure(db.status());
+  auto opened = ctx.Store(costdb::OpenMode::kReadOnly).Db();
+  if (!opened.ok()) return Failure(opened.status());
+  costdb::CostDb* db = *opened;
   auto run = db->GetTrainRun(run_id);
   if (!run.ok()) return Failure(run.status());
   if (run->cost_source().empty() || run->nodes_size() == 0) {
@@ -590,7 +590,7 @@ int RunTrainWorker(const std::string& request_path, const std::string& out_onnx,
   if (Status s = proto::FromJson(text.str(), &request); !in || !s.ok()) {
     return Failure(InvalidArgument("cannot read the train request " + request_path + ": " + s.message()));
   }
-  Result<service::TrainJobOptions> mapped = service::TrainJobOptionsOf(request, DbPath(ctx));
+  Result<service::TrainJobOptions> mapped = service::TrainJobOptionsOf(request, ctx.Store(costdb::OpenMode::kReadWrite));
   if (!mapped.ok()) return Failure(mapped.status());
   service::TrainJobOptions& options = *mapped;
   options.out_onnx = out_onnx;

@@ -37,6 +37,8 @@ enum class OpenMode {
 struct OpenOptions {
   OpenMode mode = OpenMode::kReadWrite;
   int busy_timeout_ms = 5000;  // how long to wait for another process's write to finish
+  // This process checked and migrated the database already (costdb::Store): open a connection only.
+  bool checked = false;
 };
 
 // $EDGECOST_DB, else $XDG_DATA_HOME/edgecost/edgecost.db, else

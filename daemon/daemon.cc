@@ -33,12 +33,13 @@ DaemonConfig WithDefaultDb(DaemonConfig config) {
 
 Daemon::Daemon(DaemonConfig config)
     : config_(WithDefaultDb(std::move(config))),
-      jobs_(config_.db_path, config_.probes_config, events_, config_.finished_jobs_in_memory, config_.train_data_dirs,
+      store_(config_.db_path, costdb::OpenMode::kReadWrite),
+      jobs_(store_, config_.probes_config, events_, config_.finished_jobs_in_memory, config_.train_data_dirs,
             config_.edgecost_binary),
-      cost_service_(config_.db_path, &cost_tables_),
-      solver_service_(config_.db_path, events_, &stop_solves_),
+      cost_service_(store_, &cost_tables_),
+      solver_service_(store_, events_, &stop_solves_),
       job_service_(jobs_, events_),
-      trace_service_(config_.db_path),
+      trace_service_(store_),
       solve_pool_(static_cast<size_t>(std::max(1, config_.concurrent_solves))) {
   if (!config_.token_file.empty()) {
     if (Result<std::string> token = ReadToken(config_.token_file); token.ok()) token_ = *token;  // Start() says if not
@@ -47,7 +48,7 @@ Daemon::Daemon(DaemonConfig config)
     probes_ = probes::DetectAll(*probes);
   }
   RegisterRoutes();
-  web_view_ = std::make_unique<WebView>(WebViewSources{.db_path = config_.db_path,
+  web_view_ = std::make_unique<WebView>(WebViewSources{.store = &store_,
                                                        .costs = &cost_service_,
                                                        .solver = &solver_service_,
                                                        .jobs = &job_service_,
@@ -72,11 +73,11 @@ Daemon::~Daemon() {
 }
 
 Status Daemon::PushToCentral() {
-  EC_ASSIGN_OR_RETURN(costdb::CostDb db, costdb::CostDb::Open(config_.db_path, costdb::OpenMode::kReadWrite));
+  EC_ASSIGN_OR_RETURN(costdb::CostDb * db, store_.Db());
   service::SyncOptions options{.progress = [this](const std::string& line) {
     spdlog::info("event=store_pushed central={} sent={}", Quoted(costdb::RedactUrl(config_.central_store)), Quoted(line));
   }};
-  return service::PushToStore(db, config_.central_store, options).status();
+  return service::PushToStore(*db, config_.central_store, options).status();
 }
 
 void Daemon::SyncLoop() {
@@ -115,7 +116,8 @@ void Daemon::SyncLoop() {
 }
 
 Status Daemon::CheckHardware(const std::string& why) {
-  EC_ASSIGN_OR_RETURN(costdb::CostDb db, costdb::CostDb::Open(config_.db_path, costdb::OpenMode::kReadWrite));
+  EC_ASSIGN_OR_RETURN(costdb::CostDb * opened, store_.Db());
+  costdb::CostDb& db = *opened;
   const v1::Device device = service::ThisDevice(service::DefaultPagingDir(config_.db_path));
   Result<v1::Device> stored = db.GetDevice(device.name());
   const std::string before = stored.ok() ? stored->fingerprint().hash() : "";
@@ -322,8 +324,8 @@ Result<int> Daemon::Start() {
   EC_RETURN_IF_ERROR(ValidateConfig(config_));
   EC_ASSIGN_OR_RETURN(DbLock lock, DbLock::Acquire(config_.db_path));
   db_lock_.emplace(std::move(lock));
-  // Open the database once here so that a bad file fails the start, not the first request.
-  EC_RETURN_IF_ERROR(costdb::CostDb::Open(config_.db_path, costdb::OpenMode::kReadWrite).status());
+  // Checked here, once, so that a bad file fails the start, not the first request.
+  EC_RETURN_IF_ERROR(store_.Check());
   EC_RETURN_IF_ERROR(jobs_.Open());
   server_ =
       std::make_unique<HttpServer>([this](HttpRequest r, HttpReply reply) { Handle(std::move(r), std::move(reply)); },

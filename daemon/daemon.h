@@ -67,6 +67,7 @@ class Daemon {
   DaemonConfig config_;
   std::string token_;
   std::optional<DbLock> db_lock_;  // held from Start() on: one daemon per database
+  costdb::Store store_;  // opened for every page, call and job; checked by Start()
   EventLog events_;
   JobManager jobs_;
   CostTableCache cost_tables_;

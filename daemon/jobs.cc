@@ -35,9 +35,9 @@ constexpr size_t kMaxQueuedJobs = 64;  // beyond this, StartProfile is refused r
 
 }  // namespace
 
-JobManager::JobManager(std::string db_path, std::string probes_config, EventLog& events, size_t finished_in_memory,
+JobManager::JobManager(costdb::Store& store, std::string probes_config, EventLog& events, size_t finished_in_memory,
                        std::vector<std::string> train_data_dirs, std::string edgecost_binary)
-    : db_path_(std::move(db_path)),
+    : store_(store),
       probes_config_(std::move(probes_config)),
       edgecost_binary_(std::move(edgecost_binary)),
       events_(events),
@@ -50,7 +50,7 @@ JobManager::~JobManager() {
 }
 
 Status JobManager::Open() {
-  EC_ASSIGN_OR_RETURN(costdb::CostDb db, costdb::CostDb::Open(db_path_, costdb::OpenMode::kReadWrite));
+  EC_ASSIGN_OR_RETURN(costdb::CostDb db, store_.OpenConnection());  // the jobs table's own
   EC_ASSIGN_OR_RETURN(std::vector<costdb::StoredJob> stored, db.ListJobs());
   std::vector<v1::Event> events;
   {
@@ -83,8 +83,8 @@ std::optional<v1::Event> JobManager::ResumeOrRefuseLocked(Entry& entry) {
   const v1::Job::State state = job.state();
   if (state != v1::Job::STATE_QUEUED && state != v1::Job::STATE_RUNNING) return std::nullopt;
   if (state == v1::Job::STATE_RUNNING) job.set_crashes(job.crashes() + 1);
-  const Status valid = job.kind() == "profile" ? CheckProfileRequest(entry.request, db_path_)
-                       : job.kind() == "train" ? CheckTrainRequest(job.train_request(), db_path_, train_data_dirs_)
+  const Status valid = job.kind() == "profile" ? CheckProfileRequest(entry.request, store_)
+                       : job.kind() == "train" ? CheckTrainRequest(job.train_request(), store_, train_data_dirs_)
                                                : Status::Ok();
   if (!valid.ok()) {
     job.set_state(v1::Job::STATE_FAILED);
@@ -106,7 +106,7 @@ std::optional<v1::Event> JobManager::ResumeOrRefuseLocked(Entry& entry) {
   // A train run the daemon died in left its page files; no run of this job will remove them now.
   // The worker has not started, so no pager of this process owns a file.
   if (state == v1::Job::STATE_RUNNING && job.kind() == "train") {
-    const std::string paging_dir = service::DefaultPagingDir(db_path_);
+    const std::string paging_dir = service::DefaultPagingDir(store_.path());
     const int removed = train::Pager::RemoveStaleFiles(paging_dir, /*own_too=*/true);
     spdlog::info("event=page_files_removed job={} dir={} files={}", job.id(), Quoted(paging_dir), removed);
   }
@@ -199,7 +199,7 @@ Result<v1::Job> JobManager::Enqueue(std::unique_ptr<Entry> entry, const std::str
 namespace {
 
 // The model a job names, as the job will load it: the zoo or a stored ONNX model.
-Result<graph::GraphSpec> JobModel(const std::string& model, uint32_t batch_size, const std::string& db_path) {
+Result<graph::GraphSpec> JobModel(const std::string& model, uint32_t batch_size, costdb::Store& store) {
   EC_RETURN_IF_ERROR(graph::CheckModelName(model));
   if (batch_size > static_cast<uint32_t>(graph::kMaxBatchSize)) {
     return InvalidArgument("batch_size is at most " + std::to_string(graph::kMaxBatchSize));
@@ -207,7 +207,7 @@ Result<graph::GraphSpec> JobModel(const std::string& model, uint32_t batch_size,
   graph::GraphSpec spec;
   spec.model_or_file = model;
   spec.batch_size = std::max<int>(1, static_cast<int>(batch_size));
-  EC_ASSIGN_OR_RETURN(spec, service::ResolveModel(db_path, std::move(spec)));
+  EC_ASSIGN_OR_RETURN(spec, service::ResolveModel(store, std::move(spec)));
   if (graph::CarriesCosts(spec)) {
     return InvalidArgument("'" + model +
                            "' is a stored graph with its own costs and no ops to run; name a zoo model "
@@ -218,8 +218,8 @@ Result<graph::GraphSpec> JobModel(const std::string& model, uint32_t batch_size,
 
 }  // namespace
 
-Status CheckProfileRequest(const v1::StartProfileRequest& request, const std::string& db_path) {
-  EC_RETURN_IF_ERROR(JobModel(request.model(), request.batch_size(), db_path).status());
+Status CheckProfileRequest(const v1::StartProfileRequest& request, costdb::Store& store) {
+  EC_RETURN_IF_ERROR(JobModel(request.model(), request.batch_size(), store).status());
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   if (request.threads() > cores) {
     return InvalidArgument("threads is at most " + std::to_string(cores) + " here, the number of cores");
@@ -228,7 +228,7 @@ Status CheckProfileRequest(const v1::StartProfileRequest& request, const std::st
 }
 
 Result<v1::Job> JobManager::StartProfile(const v1::StartProfileRequest& request) {
-  EC_RETURN_IF_ERROR(CheckProfileRequest(request, db_path_));
+  EC_RETURN_IF_ERROR(CheckProfileRequest(request, store_));
   auto entry = std::make_unique<Entry>();
   entry->request = request;
   entry->job.set_model(request.model());
@@ -323,16 +323,16 @@ std::string TrainedModelDir(const std::string& db_path) {
   return (std::filesystem::path(db_path).parent_path() / "trained").string();
 }
 
-Status CheckTrainRequest(const v1::StartTrainRequest& request, const std::string& db_path,
+Status CheckTrainRequest(const v1::StartTrainRequest& request, costdb::Store& store,
                          const std::vector<std::string>& data_dirs) {
   v1::StartProfileRequest model;
   model.set_model(request.model());
   model.set_threads(request.threads());
   model.set_batch_size(request.batch_size());
-  EC_RETURN_IF_ERROR(CheckProfileRequest(model, db_path));  // the same rules for the model and the threads
+  EC_RETURN_IF_ERROR(CheckProfileRequest(model, store));  // the same rules for the model and the threads
   if (request.steps() > 100000) return InvalidArgument("steps is at most 100000");
   // The layers hold a few copies of every activation: refuse what would not fit in memory.
-  EC_ASSIGN_OR_RETURN(graph::GraphSpec spec, JobModel(request.model(), request.batch_size(), db_path));
+  EC_ASSIGN_OR_RETURN(graph::GraphSpec spec, JobModel(request.model(), request.batch_size(), store));
   spec.derivation = graph::Derivation::kExact;
   EC_ASSIGN_OR_RETURN(v1::TrainingGraph graph, graph::LoadTrainingGraph(spec));
   uint64_t activation_bytes = 0;
@@ -382,11 +382,11 @@ Status CheckTrainRequest(const v1::StartTrainRequest& request, const std::string
   }
   if (!(request.val_split() >= 0 && request.val_split() < 1)) return InvalidArgument("val_split is from 0 to below 1");
   if (request.epochs() > 100000) return InvalidArgument("epochs is at most 100000");
-  return service::TrainJobOptionsOf(request, db_path).status();  // trainable, budgets, data keys
+  return service::TrainJobOptionsOf(request, store).status();  // trainable, budgets, data keys
 }
 
 Result<v1::Job> JobManager::StartTrain(const v1::StartTrainRequest& request) {
-  EC_RETURN_IF_ERROR(CheckTrainRequest(request, db_path_, train_data_dirs_));
+  EC_RETURN_IF_ERROR(CheckTrainRequest(request, store_, train_data_dirs_));
   auto entry = std::make_unique<Entry>();
   *entry->job.mutable_train_request() = request;
   entry->job.set_model(request.model());
@@ -513,7 +513,7 @@ void JobManager::Worker() {
 
 void JobManager::RunProfile(Entry& entry) {
   service::ProfileJobOptions options;
-  options.db_path = db_path_;
+  options.database = &store_;
   options.probes_config = probes_config_;
   options.graph.model_or_file = entry.request.model();
   options.graph.batch_size = std::max<int>(1, static_cast<int>(entry.request.batch_size()));
@@ -579,7 +579,7 @@ Result<service::TrainJobResult> JobManager::RunTrainInChild(
       ("edgecost-train-job-" + std::to_string(::getpid()) + "-" + std::to_string(entry.job.id()) + ".json");
   EC_ASSIGN_OR_RETURN(const std::string json, proto::ToJson(request));
   EC_RETURN_IF_ERROR(WriteFileAtomically(request_path.string(), json));
-  std::vector<std::string> argv = {edgecost_binary_, "--db", db_path_, "train-job", "--request", request_path.string()};
+  std::vector<std::string> argv = {edgecost_binary_, "--db", store_.path(), "train-job", "--request", request_path.string()};
   if (!options.out_onnx.empty()) argv.insert(argv.end(), {"--out", options.out_onnx});
   if (!options.probes_config.empty()) argv.insert(argv.end(), {"--probes-config", options.probes_config});
   std::string error;
@@ -624,12 +624,12 @@ void JobManager::RunTrain(Entry& entry) {
     if (!path.ok()) data_status = path.status();
     *given = path.ok() ? *path : std::string();
   }
-  Result<service::TrainJobOptions> mapped = service::TrainJobOptionsOf(request, db_path_);  // checked at StartTrain
+  Result<service::TrainJobOptions> mapped = service::TrainJobOptionsOf(request, store_);  // checked at StartTrain
   if (!mapped.ok() && data_status.ok()) data_status = mapped.status();
   service::TrainJobOptions options = mapped.ok() ? *mapped : service::TrainJobOptions();
   options.probes_config = probes_config_;
   if (request.keep_model()) {
-    const std::filesystem::path dir = TrainedModelDir(db_path_);
+    const std::filesystem::path dir = TrainedModelDir(store_.path());
     std::error_code error;
     std::filesystem::create_directories(dir, error);
     options.out_onnx = (dir / ("job-" + std::to_string(entry.job.id()) + ".onnx")).string();
@@ -682,9 +682,9 @@ void JobManager::RunTrain(Entry& entry) {
 }
 
 void JobManager::RunRegeneration(Entry& entry) {
-  Result<costdb::CostDb> db = costdb::CostDb::Open(db_path_, costdb::OpenMode::kReadWrite);
+  Result<costdb::CostDb*> db = store_.Db();
   Result<std::vector<std::pair<int64_t, v1::ScheduleRequest>>> requests =
-      db.ok() ? db->ListScheduleRequests() : Result<std::vector<std::pair<int64_t, v1::ScheduleRequest>>>(db.status());
+      db.ok() ? (*db)->ListScheduleRequests() : Result<std::vector<std::pair<int64_t, v1::ScheduleRequest>>>(db.status());
   if (!requests.ok()) {
     Update(entry, [&](v1::Job& job) {
       job.set_state(v1::Job::STATE_FAILED);
@@ -695,7 +695,7 @@ void JobManager::RunRegeneration(Entry& entry) {
   v1::RegenerateResult done;
   for (size_t i = 0; i < requests->size() && !entry.stop; ++i) {
     const v1::ScheduleRequest& request = (*requests)[i].second;
-    Result<service::SolvedRequest> result = service::SolveRequest(&*db, request);
+    Result<service::SolvedRequest> result = service::SolveRequest(*db, request);
     v1::Event event;
     event.set_kind("schedule");
     if (result.ok()) {

@@ -17,6 +17,7 @@
 
 #include "base/status.h"
 #include "costdb/costdb.h"
+#include "costdb/store.h"
 #include "daemon/events.h"
 #include "proto/edgecost.pb.h"
 #include "service/train_job.h"
@@ -25,11 +26,11 @@ namespace edgecost::daemon {
 
 // What a profile job may ask for, checked when it is started and again when a
 // stored one is loaded: a zoo model or an ONNX model stored in the database at
-// `db_path`, by name (never a file), at most one thread per core.
-Status CheckProfileRequest(const v1::StartProfileRequest& request, const std::string& db_path);
+// `store`, by name (never a file), at most one thread per core.
+Status CheckProfileRequest(const v1::StartProfileRequest& request, costdb::Store& store);
 // A train job: such a model by name, a bounded number of steps, at most one thread per core,
 // and its data sets (if any) inside `data_dirs` (ResolveTrainData).
-Status CheckTrainRequest(const v1::StartTrainRequest& request, const std::string& db_path,
+Status CheckTrainRequest(const v1::StartTrainRequest& request, costdb::Store& store,
                          const std::vector<std::string>& data_dirs);
 
 // A train job's data set on this machine: `path` (relative: from the first of `data_dirs`) with its
@@ -49,7 +50,7 @@ class JobManager {
   // Queued and running jobs stay in memory, and the newest `finished_in_memory` finished ones.
   // `train_data_dirs`: where train jobs may read data sets from (DaemonConfig::train_data_dirs).
   // `edgecost_binary`: DaemonConfig::edgecost_binary.
-  JobManager(std::string db_path, std::string probes_config, EventLog& events,
+  JobManager(costdb::Store& store, std::string probes_config, EventLog& events,
              size_t finished_in_memory = kDefaultFinishedJobsInMemory, std::vector<std::string> train_data_dirs = {},
              std::string edgecost_binary = {});
   ~JobManager();  // stops the running job at a safe point and joins
@@ -101,7 +102,7 @@ class JobManager {
   void TrimLocked();
   static void SetStopped(const Entry& entry, v1::Job& job, const std::string& what_was_done);
 
-  const std::string db_path_;
+  costdb::Store& store_;
   const std::string probes_config_;
   const std::string edgecost_binary_;
   EventLog& events_;

@@ -1,7 +1,6 @@
 #include "daemon/services.h"
 
 #include <limits>
-#include <map>
 #include <thread>
 
 #include <spdlog/spdlog.h>
@@ -18,41 +17,30 @@
 namespace edgecost::daemon {
 namespace {
 
-// One database connection per thread: SQLite connections are not shared across threads.
-Result<costdb::CostDb*> ThreadDb(const std::string& path) {
-  thread_local std::map<std::string, costdb::CostDb> connections;
-  auto it = connections.find(path);
-  if (it == connections.end()) {
-    EC_ASSIGN_OR_RETURN(costdb::CostDb db, costdb::CostDb::Open(path, costdb::OpenMode::kReadWrite));
-    it = connections.emplace(path, std::move(db)).first;
-  }
-  return &it->second;
-}
-
 unsigned Cores() { return std::max(1u, std::thread::hardware_concurrency()); }
 
 }  // namespace
 
 Result<v1::ListDevicesResponse> CostService::ListDevices(const v1::ListDevicesRequest&) {
-  EC_ASSIGN_OR_RETURN(costdb::CostDb * db, ThreadDb(db_path_));
+  EC_ASSIGN_OR_RETURN(costdb::CostDb * db, store_.Db());
   return service::ListDevices(*db);
 }
 
 Result<v1::Device> CostService::GetDevice(const v1::GetDeviceRequest& request) {
   if (request.name().empty()) return InvalidArgument("name is required");
-  EC_ASSIGN_OR_RETURN(costdb::CostDb * db, ThreadDb(db_path_));
+  EC_ASSIGN_OR_RETURN(costdb::CostDb * db, store_.Db());
   return db->GetDevice(request.name());
 }
 
 Result<v1::ListModelsResponse> CostService::ListModels(const v1::ListModelsRequest&) {
-  EC_ASSIGN_OR_RETURN(costdb::CostDb * db, ThreadDb(db_path_));
+  EC_ASSIGN_OR_RETURN(costdb::CostDb * db, store_.Db());
   return service::ListModels(db, 1);
 }
 
 Result<v1::AddModelResponse> CostService::AddModel(const v1::AddModelRequest& request) {
   if (request.name().empty()) return InvalidArgument("name is required: the name the model will be used by");
   EC_RETURN_IF_ERROR(graph::CheckModelName(request.name()));
-  EC_ASSIGN_OR_RETURN(costdb::CostDb * db, ThreadDb(db_path_));
+  EC_ASSIGN_OR_RETURN(costdb::CostDb * db, store_.Db());
   EC_ASSIGN_OR_RETURN(service::AddedModel added,
                       service::AddModel(*db, request.name(), request.model(), request.replace()));
   // A replaced model's analytic tables may be cached under the same request.
@@ -67,7 +55,7 @@ Result<v1::AddModelResponse> CostService::AddModel(const v1::AddModelRequest& re
 
 Result<v1::RemoveModelResponse> CostService::RemoveModel(const v1::RemoveModelRequest& request) {
   EC_RETURN_IF_ERROR(graph::CheckModelName(request.name()));
-  EC_ASSIGN_OR_RETURN(costdb::CostDb * db, ThreadDb(db_path_));
+  EC_ASSIGN_OR_RETURN(costdb::CostDb * db, store_.Db());
   EC_RETURN_IF_ERROR(service::RemoveModel(*db, request.name()));
   if (cache_) cache_->Clear();
   spdlog::info("event=model name={} outcome=removed", Quoted(request.name()));
@@ -76,7 +64,7 @@ Result<v1::RemoveModelResponse> CostService::RemoveModel(const v1::RemoveModelRe
 
 Result<v1::CostTable> CostService::GetCostTable(const v1::GetCostTableRequest& request) {
   EC_RETURN_IF_ERROR(graph::CheckModelName(request.model()));
-  EC_ASSIGN_OR_RETURN(costdb::CostDb * db, ThreadDb(db_path_));
+  EC_ASSIGN_OR_RETURN(costdb::CostDb * db, store_.Db());
   EC_ASSIGN_OR_RETURN(v1::CostTable table, service::ResolveCostTable(db, request));
   // A zoo model's table from an analytic source depends on the request alone; any other is read
   // from the database (measured, measured-in-step, a stored model) and kept under its costs version.
@@ -87,13 +75,13 @@ Result<v1::CostTable> CostService::GetCostTable(const v1::GetCostTableRequest& r
 }
 
 Result<int64_t> CostService::CostsVersion() {
-  EC_ASSIGN_OR_RETURN(costdb::CostDb * db, ThreadDb(db_path_));
+  EC_ASSIGN_OR_RETURN(costdb::CostDb * db, store_.Db());
   return db->CostsVersion();
 }
 
 Result<v1::PagingCost> CostService::GetPagingCosts(const v1::GetPagingCostsRequest& request) {
   if (request.device().empty()) return InvalidArgument("device is required");
-  EC_ASSIGN_OR_RETURN(costdb::CostDb * db, ThreadDb(db_path_));
+  EC_ASSIGN_OR_RETURN(costdb::CostDb * db, store_.Db());
   EC_ASSIGN_OR_RETURN(v1::Device device, db->GetDevice(request.device()));
   EC_ASSIGN_OR_RETURN(std::optional<v1::PagingCost> paging, db->GetPagingCost(device.fingerprint().hash()));
   if (!paging) return NotFound("no paging costs for " + request.device() + "; profile it first");
@@ -116,7 +104,7 @@ Result<v1::Schedule> SolverService::Solve(const v1::ScheduleRequest& request) {
     return InvalidArgument("time_limit_s is at most " + std::to_string(static_cast<int>(kMaxTimeLimitS)) +
                            " s over RPC");
   }
-  EC_ASSIGN_OR_RETURN(costdb::CostDb * db, ThreadDb(db_path_));
+  EC_ASSIGN_OR_RETURN(costdb::CostDb * db, store_.Db());
   EC_ASSIGN_OR_RETURN(service::SolvedRequest solved, service::SolveRequest(db, request, /*store=*/true, stop_));
   solved.schedule.set_id(static_cast<uint64_t>(solved.schedule_id));
   spdlog::info("event=schedule id={} model={} device={} status={} energy_j={:.6g} solve_s={:.3f}", solved.schedule.id(),
@@ -135,24 +123,24 @@ Result<v1::Schedule> SolverService::GetSchedule(const v1::GetScheduleRequest& re
   if (request.id() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
     return NotFound("no schedule " + std::to_string(request.id()));
   }
-  EC_ASSIGN_OR_RETURN(costdb::CostDb * db, ThreadDb(db_path_));
+  EC_ASSIGN_OR_RETURN(costdb::CostDb * db, store_.Db());
   EC_ASSIGN_OR_RETURN(v1::Schedule schedule, db->GetSchedule(static_cast<int64_t>(request.id())));
   schedule.set_id(request.id());
   return schedule;
 }
 
 Result<v1::ListSchedulesResponse> SolverService::ListSchedules(const v1::ListSchedulesRequest& request) {
-  EC_ASSIGN_OR_RETURN(costdb::CostDb * db, ThreadDb(db_path_));
+  EC_ASSIGN_OR_RETURN(costdb::CostDb * db, store_.Db());
   return service::ListSchedules(*db, request);
 }
 
 Result<v1::Trace> TraceService::GetTrace(const v1::GetTraceRequest& request) {
-  EC_ASSIGN_OR_RETURN(costdb::CostDb * db, ThreadDb(db_path_));
+  EC_ASSIGN_OR_RETURN(costdb::CostDb * db, store_.Db());
   return service::GetTrace(*db, request);
 }
 
 Result<v1::ListRunsResponse> TraceService::ListRuns(const v1::ListRunsRequest&) {
-  EC_ASSIGN_OR_RETURN(costdb::CostDb * db, ThreadDb(db_path_));
+  EC_ASSIGN_OR_RETURN(costdb::CostDb * db, store_.Db());
   return service::ListRuns(*db);
 }
 
@@ -162,7 +150,7 @@ Result<v1::ListTrainRunsResponse> TraceService::ListTrainRuns(const v1::ListTrai
     return InvalidArgument("limit is at most " + std::to_string(JobService::kMaxListedJobs) +
                            "; 0 lists the newest 100");
   }
-  EC_ASSIGN_OR_RETURN(costdb::CostDb * db, ThreadDb(db_path_));
+  EC_ASSIGN_OR_RETURN(costdb::CostDb * db, store_.Db());
   EC_ASSIGN_OR_RETURN(std::vector<v1::TrainRun> runs,
                       db->ListTrainRuns(request.model(), request.limit() > 0 ? static_cast<int>(request.limit()) : 100));
   v1::ListTrainRunsResponse response;

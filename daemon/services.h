@@ -8,6 +8,7 @@
 #include <string>
 
 #include "base/status.h"
+#include "costdb/store.h"
 #include "daemon/cost_table_cache.h"
 #include "daemon/events.h"
 #include "daemon/jobs.h"
@@ -18,7 +19,7 @@ namespace edgecost::daemon {
 class CostService {
  public:
   // `cache` (may be null) learns which tables are analytic, and so may be kept encoded whatever the database holds.
-  CostService(std::string db_path, CostTableCache* cache) : db_path_(std::move(db_path)), cache_(cache) {}
+  CostService(costdb::Store& store, CostTableCache* cache) : store_(store), cache_(cache) {}
 
   Result<v1::ListDevicesResponse> ListDevices(const v1::ListDevicesRequest& request);
   Result<v1::Device> GetDevice(const v1::GetDeviceRequest& request);
@@ -32,7 +33,7 @@ class CostService {
   Result<int64_t> CostsVersion();
 
  private:
-  std::string db_path_;
+  costdb::Store& store_;
   CostTableCache* cache_;
 };
 
@@ -41,8 +42,8 @@ class SolverService {
   static constexpr double kMaxTimeLimitS = 600;  // a solve over RPC holds a solver thread
 
   // `stop` ends running solves early with their best schedule (the daemon's shutdown).
-  SolverService(std::string db_path, EventLog& events, const std::atomic<bool>* stop)
-      : db_path_(std::move(db_path)), events_(events), stop_(stop) {}
+  SolverService(costdb::Store& store, EventLog& events, const std::atomic<bool>* stop)
+      : store_(store), events_(events), stop_(stop) {}
 
   // Solves and stores; blocking, so the daemon runs it on its solve pool.
   Result<v1::Schedule> Solve(const v1::ScheduleRequest& request);
@@ -50,21 +51,21 @@ class SolverService {
   Result<v1::ListSchedulesResponse> ListSchedules(const v1::ListSchedulesRequest& request);
 
  private:
-  std::string db_path_;
+  costdb::Store& store_;
   EventLog& events_;
   const std::atomic<bool>* stop_;
 };
 
 class TraceService {
  public:
-  explicit TraceService(std::string db_path) : db_path_(std::move(db_path)) {}
+  explicit TraceService(costdb::Store& store) : store_(store) {}
 
   Result<v1::Trace> GetTrace(const v1::GetTraceRequest& request);
   Result<v1::ListRunsResponse> ListRuns(const v1::ListRunsRequest& request);
   Result<v1::ListTrainRunsResponse> ListTrainRuns(const v1::ListTrainRunsRequest& request);
 
  private:
-  std::string db_path_;
+  costdb::Store& store_;
 };
 
 class JobService {

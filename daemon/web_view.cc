@@ -542,14 +542,14 @@ HttpResponse WebView::Get(const HttpRequest& request) {
 std::string WebView::Overview() {
   std::ostringstream out;
   out << "<h1>This agent</h1>";
-  Result<costdb::CostDb> db = costdb::CostDb::Open(sources_.db_path, costdb::OpenMode::kReadOnly);
+  Result<costdb::CostDb*> db = sources_.store->Db();
   if (!db.ok()) return ErrorBox(db.status());
   Result<v1::ListDevicesResponse> devices = sources_.costs->ListDevices(v1::ListDevicesRequest());
   std::vector<v1::Device> list;
   if (devices.ok()) list.assign(devices->devices().begin(), devices->devices().end());
-  out << (devices.ok() ? DeviceSection(*db, list) : ErrorBox(devices.status())) << PowerSection(sources_)
-      << ModelsSection(*db, sources_, list) << SchedulesSection(sources_) << JobsSection(sources_)
-      << RunsSection(sources_) << TrainRunsSection(*db);
+  out << (devices.ok() ? DeviceSection(**db, list) : ErrorBox(devices.status())) << PowerSection(sources_)
+      << ModelsSection(**db, sources_, list) << SchedulesSection(sources_) << JobsSection(sources_)
+      << RunsSection(sources_) << TrainRunsSection(**db);
   return out.str();
 }
 
@@ -627,8 +627,8 @@ Result<std::string> WebView::CostsPage(const std::string& query) {
   std::map<std::string, v1::RuntimeStats> intervals;
   std::map<std::string, std::string> unreliable;  // op key -> why it could not be measured cleanly
   if (measured) {
-    EC_ASSIGN_OR_RETURN(costdb::CostDb db, costdb::CostDb::Open(sources_.db_path, costdb::OpenMode::kReadOnly));
-    EC_ASSIGN_OR_RETURN(std::vector<v1::OpCost> ops, db.ListOpCosts(table.fingerprint_hash()));
+    EC_ASSIGN_OR_RETURN(costdb::CostDb * db, sources_.store->Db());
+    EC_ASSIGN_OR_RETURN(std::vector<v1::OpCost> ops, db->ListOpCosts(table.fingerprint_hash()));
     for (const v1::OpCost& op : ops) {
       intervals[op.signature().key()] = op.runtime();
       if (op.unreliable()) unreliable[op.signature().key()] = op.unreliable_reason();
@@ -740,8 +740,8 @@ Result<std::string> WebView::SchedulePage(const std::string& query) {
       (id = std::stoull(id_text)) == 0) {
     return InvalidArgument("say which schedule: /schedule?id=N, N from the overview's list");
   }
-  EC_ASSIGN_OR_RETURN(costdb::CostDb db, costdb::CostDb::Open(sources_.db_path, costdb::OpenMode::kReadOnly));
-  EC_ASSIGN_OR_RETURN(service::StoredScheduleView view, service::LoadStoredSchedule(db, static_cast<int64_t>(id)));
+  EC_ASSIGN_OR_RETURN(costdb::CostDb * db, sources_.store->Db());
+  EC_ASSIGN_OR_RETURN(service::StoredScheduleView view, service::LoadStoredSchedule(*db, static_cast<int64_t>(id)));
   const v1::Schedule& s = view.schedule;
   const v1::ScheduleRequest& r = s.request();
   const bool has = s.status() == v1::Schedule::STATUS_OPTIMAL || s.status() == v1::Schedule::STATUS_FEASIBLE;
@@ -802,7 +802,7 @@ Result<std::string> WebView::SchedulePage(const std::string& query) {
   }
   out << "</section><section aria-labelledby=\"measured-h\"><h2 id=\"measured-h\">Predicted against measured</h2>";
   // Training runs of this schedule (edgecost train, JobService.StartTrain), newest last.
-  Result<std::vector<v1::TrainRun>> runs = db.ListTrainRuns(r.model(), 100);
+  Result<std::vector<v1::TrainRun>> runs = db->ListTrainRuns(r.model(), 100);
   std::vector<v1::TrainRun> mine;
   if (runs.ok()) {
     for (v1::TrainRun& run : *runs) {
@@ -880,8 +880,8 @@ Result<std::string> WebView::TrainRunPage(const std::string& query) {
       (id = std::stoull(id_text)) == 0) {
     return InvalidArgument("say which training run: /train_run?id=N, N from the overview's list");
   }
-  EC_ASSIGN_OR_RETURN(costdb::CostDb db, costdb::CostDb::Open(sources_.db_path, costdb::OpenMode::kReadOnly));
-  EC_ASSIGN_OR_RETURN(v1::TrainRun run, db.GetTrainRun(static_cast<int64_t>(id)));
+  EC_ASSIGN_OR_RETURN(costdb::CostDb * db, sources_.store->Db());
+  EC_ASSIGN_OR_RETURN(v1::TrainRun run, db->GetTrainRun(static_cast<int64_t>(id)));
   run.set_id(id);
   const bool predicted = !run.cost_source().empty();
   auto loss_text = [](double loss) {
@@ -923,7 +923,7 @@ Result<std::string> WebView::TrainRunPage(const std::string& query) {
         << "\" download>Download the last step's trace</a> (Chrome Trace Event JSON: open it in Perfetto UI)</p>";
   }
   if (!run.trained_onnx_path().empty() &&
-      std::filesystem::path(run.trained_onnx_path()).parent_path() == TrainedModelDir(sources_.db_path)) {
+      std::filesystem::path(run.trained_onnx_path()).parent_path() == TrainedModelDir(sources_.store->path())) {
     out << "<p><a class=\"button\" href=\"/trained/" << id << ".onnx\" download>Download the trained model</a> "
         << "(ONNX) and <a href=\"/trained/" << id << ".npz\" download>its state dict</a> (NumPy .npz, for "
         << "<code>load_state_dict</code>)</p>";
@@ -948,8 +948,8 @@ HttpResponse WebView::TrainedModelDownload(const std::string& path) {
     return {400, "text/plain; charset=utf-8", "ask for /trained/N.onnx or /trained/N.npz, N a training run\n"};
   }
   const int64_t id = static_cast<int64_t>(std::stoull(id_text));
-  Result<costdb::CostDb> db = costdb::CostDb::Open(sources_.db_path, costdb::OpenMode::kReadOnly);
-  Result<v1::TrainRun> run = db.ok() ? db->GetTrainRun(id) : Result<v1::TrainRun>(db.status());
+  Result<costdb::CostDb*> db = sources_.store->Db();
+  Result<v1::TrainRun> run = db.ok() ? (*db)->GetTrainRun(id) : Result<v1::TrainRun>(db.status());
   if (!run.ok()) {
     return {run.status().code() == ErrorCode::kNotFound ? 404 : 500, "text/plain; charset=utf-8",
             run.status().message() + "\n"};
@@ -957,7 +957,7 @@ HttpResponse WebView::TrainedModelDownload(const std::string& path) {
   const std::string& file = extension == ".onnx" ? run->trained_onnx_path() : run->trained_npz_path();
   namespace fs = std::filesystem;
   std::error_code error;
-  const fs::path store = fs::weakly_canonical(TrainedModelDir(sources_.db_path), error);
+  const fs::path store = fs::weakly_canonical(TrainedModelDir(sources_.store->path()), error);
   const fs::path resolved = file.empty() ? fs::path() : fs::weakly_canonical(file, error);
   if (file.empty() || resolved.parent_path() != store) {
     return {404, "text/plain; charset=utf-8",

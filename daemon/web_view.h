@@ -40,7 +40,7 @@ class WebSessions {
 };
 
 struct WebViewSources {
-  std::string db_path;
+  costdb::Store* store = nullptr;  // the daemon's cost database
   CostService* costs = nullptr;
   SolverService* solver = nullptr;
   JobService* jobs = nullptr;

@@ -40,9 +40,10 @@ Result<CalibrateResult> FitAndStore(costdb::CostDb& db, const std::string& finge
 
 Result<CalibrateResult> RunCalibrate(const CalibrateOptions& options,
                                      const std::function<void(const std::string&)>& log) {
-  EC_ASSIGN_OR_RETURN(costdb::CostDb db, costdb::CostDb::Open(options.db_path, costdb::OpenMode::kReadWrite));
+  EC_ASSIGN_OR_RETURN(costdb::CostDb * opened, options.database->Db());
+  costdb::CostDb& db = *opened;
   const int threads = options.threads > 0 ? options.threads : omp_get_num_procs();
-  const std::string paging_dir = options.paging_dir.empty() ? DefaultPagingDir(options.db_path) : options.paging_dir;
+  const std::string paging_dir = options.paging_dir.empty() ? DefaultPagingDir(options.database->path()) : options.paging_dir;
   const v1::Device device = ThisDevice(paging_dir);
   const std::string hash = device.fingerprint().hash();
   EC_RETURN_IF_ERROR(db.UpsertDevice(device).status());

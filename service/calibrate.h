@@ -8,6 +8,7 @@
 
 #include "base/status.h"
 #include "costdb/costdb.h"
+#include "costdb/store.h"
 #include "probes/counter_source.h"
 #include "profiler/energy_model.h"
 #include "profiler/measure.h"
@@ -16,7 +17,7 @@
 namespace edgecost::service {
 
 struct CalibrateOptions {
-  std::string db_path;
+  costdb::Store* database = nullptr;  // the cost database; required
   std::string probes_config;  // TOML with a [probes] section, or empty
   std::string paging_dir;     // for the fingerprint; empty: "paging" beside the database
   int threads = 0;            // microkernels on 1..threads threads; 0: all cores

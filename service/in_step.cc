@@ -13,7 +13,7 @@ namespace {
 // table of robust statistics (a low percentile over all steps) stored too.
 TrainJobOptions StepsOptions(const InStepProfileOptions& options, int steps) {
   TrainJobOptions train;
-  train.db_path = options.db_path;
+  train.database = options.database;
   train.graph = options.graph;
   train.cost_source = profiler::kMeasuredSource;
   train.steps = steps;
@@ -28,7 +28,7 @@ TrainJobOptions StepsOptions(const InStepProfileOptions& options, int steps) {
 
 // The same as `edgecost train` flags, for a process of their own.
 std::vector<std::string> StepsArguments(const TrainJobOptions& train, const std::string& binary) {
-  std::vector<std::string> argv = {binary,       "--db",          train.db_path,
+  std::vector<std::string> argv = {binary,       "--db",          train.database->path(),
                                     "train",      "--model",       train.graph.model_or_file,
                                     "--batch-size", std::to_string(train.graph.batch_size),
                                     "--trainable", train.graph.trainable.ToString(),

@@ -21,7 +21,7 @@ namespace edgecost::service {
 inline constexpr int kInStepSteps = 20;
 
 struct InStepProfileOptions {
-  std::string db_path;
+  costdb::Store* database = nullptr;  // the cost database; required
   graph::GraphSpec graph;  // as profiled; run with the exact derivation
   int threads = 0;         // 0: all cores, as the profile
   int steps = kInStepSteps;

@@ -107,12 +107,13 @@ Result<graph::GraphSpec> ResolveModel(costdb::CostDb* db, graph::GraphSpec spec)
                   " (`edgecost models` lists both; `edgecost models add FILE --name " + name + "` imports one)");
 }
 
-Result<graph::GraphSpec> ResolveModel(const std::string& db_path, graph::GraphSpec spec) {
+Result<graph::GraphSpec> ResolveModel(costdb::Store& store, graph::GraphSpec spec) {
   const std::string& name = spec.model_or_file;
   if (spec.stored || graph::IsGraphFile(name) || graph::IsOnnxModel(name) || IsZooModel(name)) return spec;
-  if (!costdb::IsPostgresUrl(db_path) && !std::filesystem::exists(db_path)) return ResolveModel(nullptr, std::move(spec));
-  EC_ASSIGN_OR_RETURN(costdb::CostDb db, costdb::CostDb::Open(db_path, costdb::OpenMode::kReadOnly));
-  return ResolveModel(&db, std::move(spec));
+  const std::string& path = store.path();
+  if (!costdb::IsPostgresUrl(path) && !std::filesystem::exists(path)) return ResolveModel(nullptr, std::move(spec));
+  EC_ASSIGN_OR_RETURN(costdb::CostDb * db, store.Db());
+  return ResolveModel(db, std::move(spec));
 }
 
 std::string_view OutcomeName(AddedModel::Outcome outcome) {

@@ -9,6 +9,7 @@
 
 #include "base/status.h"
 #include "costdb/costdb.h"
+#include "costdb/store.h"
 #include "graph/resolve.h"
 #include "proto/edgecost.pb.h"
 
@@ -24,8 +25,8 @@ bool IsZooModel(const std::string& name);
 // the database is NotFound, with both lists. `db` may be null (then only files
 // and the zoo resolve).
 Result<graph::GraphSpec> ResolveModel(costdb::CostDb* db, graph::GraphSpec spec);
-// The same, opening the database at `db_path` read-only only when a record is looked up.
-Result<graph::GraphSpec> ResolveModel(const std::string& db_path, graph::GraphSpec spec);
+// The same, opening the store only when a record is looked up (and there is a database).
+Result<graph::GraphSpec> ResolveModel(costdb::Store& store, graph::GraphSpec spec);
 
 // Stores `bytes` (an ONNX model, or a training-graph/v1 or node-link JSON graph,
 // checked by reading it as the commands will) under `name`. The name follows

@@ -127,7 +127,8 @@ Result<ProfileJobResult> RunProfileJob(const ProfileJobOptions& options, const s
                                        const std::function<void(const std::string&)>& log,
                                        const std::string& accept_hint) {
   ProfileJobResult result;
-  EC_ASSIGN_OR_RETURN(costdb::CostDb db, costdb::CostDb::Open(options.db_path, costdb::OpenMode::kReadWrite));
+  EC_ASSIGN_OR_RETURN(costdb::CostDb * opened, options.database->Db());
+  costdb::CostDb& db = *opened;
   EC_ASSIGN_OR_RETURN(const graph::GraphSpec spec, ResolveModel(&db, options.graph));
   if (graph::CarriesCosts(spec)) {
     return InvalidArgument("'" + spec.model_or_file +
@@ -138,7 +139,7 @@ Result<ProfileJobResult> RunProfileJob(const ProfileJobOptions& options, const s
   omp_set_num_threads(threads);
 
   kernels::Backend backend;
-  const std::string paging_dir = options.paging_dir.empty() ? DefaultPagingDir(options.db_path) : options.paging_dir;
+  const std::string paging_dir = options.paging_dir.empty() ? DefaultPagingDir(options.database->path()) : options.paging_dir;
   const v1::Device& device = result.device = ThisDevice(paging_dir);
   const std::string hash = device.fingerprint().hash();
   EC_RETURN_IF_ERROR(db.UpsertDevice(device).status());
@@ -265,7 +266,7 @@ Result<ProfileJobResult> RunProfileJob(const ProfileJobOptions& options, const s
   counters.reset();
   meter.reset();
   InStepProfileOptions steps;
-  steps.db_path = options.db_path;
+  steps.database = options.database;
   steps.graph = spec;
   steps.threads = threads;
   steps.steps = options.in_step_steps;

@@ -18,7 +18,7 @@
 namespace edgecost::service {
 
 struct ProfileJobOptions {
-  std::string db_path;
+  costdb::Store* database = nullptr;  // the cost database; required
   graph::GraphSpec graph;
   int threads = 0;  // 0: all cores
   bool force = false;

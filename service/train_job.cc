@@ -424,9 +424,9 @@ std::string KeyDifferences(const std::string& checkpoint, const std::string& our
   return differences;
 }
 
-Result<TrainJobOptions> TrainJobOptionsOf(const v1::StartTrainRequest& request, const std::string& db_path) {
+Result<TrainJobOptions> TrainJobOptionsOf(const v1::StartTrainRequest& request, costdb::Store& store) {
   TrainJobOptions options;
-  options.db_path = db_path;
+  options.database = &store;
   options.graph.model_or_file = request.model();
   options.graph.batch_size = request.batch_size() > 0 ? static_cast<int>(request.batch_size()) : 1;
   if (!request.trainable().empty()) {
@@ -658,7 +658,7 @@ Result<SolvedRequest> SolveForBudgets(costdb::CostDb& db, const TrainJobOptions&
         FormatBytes(static_cast<double>(p.min_feasible_ram_bytes)) + " (the MILP searches on at this one)");
   };
   EC_ASSIGN_OR_RETURN(SolvedRequest solved, options.solve_in_child
-                                                ? SolveRequestInChild(options.db_path, request, store_schedule, say_min_ram)
+                                                ? SolveRequestInChild(options.database->path(), request, store_schedule, say_min_ram)
                                                 : SolveRequest(&db, request, store_schedule, nullptr, say_min_ram));
   if (!HasSchedule(solved.schedule)) {
     std::string hint;
@@ -739,7 +739,8 @@ Result<TrainSetup> SetUpTraining(const TrainJobOptions& options, const Log& log,
     return InvalidArgument("--init must be file (the model's own weights) or random (drawn from --seed), not '" +
                            options.init + "'");
   }
-  EC_ASSIGN_OR_RETURN(costdb::CostDb db, costdb::CostDb::Open(options.db_path, costdb::OpenMode::kReadWrite));
+  EC_ASSIGN_OR_RETURN(costdb::CostDb * opened, options.database->Db());
+  costdb::CostDb& db = *opened;
   EC_ASSIGN_OR_RETURN(setup.spec, ResolveModel(&db, options.graph));
   if (graph::CarriesCosts(setup.spec)) {
     return InvalidArgument("'" + setup.spec.model_or_file +
@@ -769,7 +770,7 @@ Result<TrainSetup> SetUpTraining(const TrainJobOptions& options, const Log& log,
                                                           static_cast<uint32_t>(setup.threads), &why));
     if (options.schedule_file.empty() && options.schedule_id == 0) notes.push_back(why);
   }
-  setup.paging_dir = options.paging_dir.empty() ? DefaultPagingDir(options.db_path) : options.paging_dir;
+  setup.paging_dir = options.paging_dir.empty() ? DefaultPagingDir(options.database->path()) : options.paging_dir;
   if (const int removed = train::Pager::RemoveStaleFiles(setup.paging_dir); removed > 0) {
     log("paging: removed " + std::to_string(removed) + " files left in " + setup.paging_dir +
         " by runs that were killed");
@@ -1205,7 +1206,8 @@ double SummarizeSteps(const TrainSetup& setup, const StepRecords& records, int s
 Status StoreRun(const TrainJobOptions& options, const TrainSetup& setup, const StepRecords& records, int steps,
                 double robust_outside_nodes_s, TrainJobResult& result) {
   v1::TrainRun& run = result.run;
-  EC_ASSIGN_OR_RETURN(costdb::CostDb db, costdb::CostDb::Open(options.db_path, costdb::OpenMode::kReadWrite));
+  EC_ASSIGN_OR_RETURN(costdb::CostDb * opened, options.database->Db());
+  costdb::CostDb& db = *opened;
   EC_ASSIGN_OR_RETURN(result.run_id, db.PutTrainRun(run));
   run.set_id(static_cast<uint64_t>(result.run_id));
   const std::optional<v1::CostTable>& table = setup.table;

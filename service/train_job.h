@@ -18,6 +18,7 @@
 
 #include "base/status.h"
 #include "costdb/costdb.h"
+#include "costdb/store.h"
 #include "graph/resolve.h"
 #include "profiler/measure.h"
 #include "proto/edgecost.pb.h"
@@ -32,7 +33,7 @@ namespace edgecost::service {
 inline constexpr char kMeasuredInStepSource[] = "measured-in-step";
 
 struct TrainJobOptions {
-  std::string db_path;
+  costdb::Store* database = nullptr;  // the cost database; required
   graph::GraphSpec graph;  // the derivation is always exact: the executor runs real gradients
   // The schedule, at most one of: a protobuf JSON file (`edgecost solve --out`), a
   // stored schedule, or a request solved now (ram_budget_bytes > 0). None: the plain step.
@@ -109,7 +110,7 @@ struct TrainJobResult {
 
 // A train job's request (JobService.StartTrain) as options on `db_path`, its defaults resolved; its data
 // paths as given (the agent resolves them inside its data folders first).
-Result<TrainJobOptions> TrainJobOptionsOf(const v1::StartTrainRequest& request, const std::string& db_path);
+Result<TrainJobOptions> TrainJobOptionsOf(const v1::StartTrainRequest& request, costdb::Store& store);
 
 // "INPUTS,LABELS": an .npz's array names; empty names when the text is not that.
 std::pair<std::string, std::string> DataKeysOf(const std::string& text);

@@ -347,7 +347,8 @@ TEST(JobsAtStart, RefusedAndPoisonedJobsFailWithTheirReasonAndAnEvent) {
   }
   {
     daemon::EventLog events;
-    daemon::JobManager jobs(db_path, "", events);
+    costdb::Store store(db_path, costdb::OpenMode::kReadWrite);
+    daemon::JobManager jobs(store, "", events);
     ASSERT_TRUE(jobs.Open().ok());
     const auto first = jobs.Get(1), second = jobs.Get(2);
     EXPECT_EQ(first->state(), v1::Job::STATE_FAILED);

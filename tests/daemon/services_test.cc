@@ -41,6 +41,10 @@ class ServicesTest : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
   std::string Db() const { return (dir_ / "costs.db").string(); }
+  // A store of this process at `path`, as the daemon hands its services.
+  costdb::Store& StoreAt(const std::string& path) {
+    return *stores_.emplace_back(std::make_unique<costdb::Store>(path, costdb::OpenMode::kReadWrite));
+  }
 
   std::vector<v1::Event> EventsSoFar() {
     std::promise<std::vector<v1::Event>> answered;
@@ -50,11 +54,12 @@ class ServicesTest : public ::testing::Test {
 
   fs::path dir_;
   EventLog events_;
+  std::vector<std::unique_ptr<costdb::Store>> stores_;
 };
 
 TEST_F(ServicesTest, CostServiceAnswersAndMarksOnlyAnalyticTablesForTheCache) {
   CostTableCache cache;
-  CostService costs(Db(), &cache);
+  CostService costs(StoreAt(Db()), &cache);
   v1::GetCostTableRequest request;
   request.set_model("linear");
   request.set_device("a72");
@@ -90,7 +95,7 @@ TEST_F(ServicesTest, CostServiceAnswersAndMarksOnlyAnalyticTablesForTheCache) {
 
 TEST_F(ServicesTest, SolverServiceStoresEmitsAndChecksWhatCrossesTheWire) {
   std::atomic<bool> stop{false};
-  SolverService solver(Db(), events_, &stop);
+  SolverService solver(StoreAt(Db()), events_, &stop);
   v1::ScheduleRequest request;
   request.set_model("linear");
   request.set_device("a72");
@@ -126,7 +131,7 @@ TEST_F(ServicesTest, SolverServiceStoresEmitsAndChecksWhatCrossesTheWire) {
 // smallest budget searched when none is given, carried in the schedule's request.
 TEST_F(ServicesTest, SolverServiceComparesAndFindsTheSmallestBudget) {
   std::atomic<bool> stop{false};
-  SolverService solver(Db(), events_, &stop);
+  SolverService solver(StoreAt(Db()), events_, &stop);
   v1::ScheduleRequest request;
   request.set_model("linear");
   request.set_device("a72");
@@ -155,7 +160,7 @@ TEST_F(ServicesTest, SolverServiceComparesAndFindsTheSmallestBudget) {
 }
 
 TEST_F(ServicesTest, JobServiceListsTheNewestAndRefusesWhatCannotRun) {
-  JobManager manager(Db(), "", events_);
+  JobManager manager(StoreAt(Db()), "", events_);
   ASSERT_TRUE(manager.Open().ok());
   JobService jobs(manager, events_);
   v1::StartProfileRequest profile;
@@ -176,7 +181,7 @@ TEST_F(ServicesTest, AStoredGraphServesItsOwnCostsAndJobsRefuseIt) {
   // (removed) database would still hold.
   const std::string db = (dir_ / "records.db").string();
   CostTableCache cache;
-  CostService costs(db, &cache);
+  CostService costs(StoreAt(db), &cache);
   v1::AddModelRequest add;
   add.set_name("chain");
   add.set_model(R"({"directed": true, "graph": {"name": "chain"}, "nodes": [{"id": 0, "cost_cpu": 1.0,
@@ -198,7 +203,7 @@ TEST_F(ServicesTest, AStoredGraphServesItsOwnCostsAndJobsRefuseIt) {
   add.set_name("../etc/passwd");
   EXPECT_THAT(costs.AddModel(add).status().message(), HasSubstr("is a file name"));
 
-  JobManager manager(db, "", events_);
+  JobManager manager(StoreAt(db), "", events_);
   ASSERT_TRUE(manager.Open().ok());
   JobService jobs(manager, events_);
   v1::StartProfileRequest profile;
@@ -216,7 +221,7 @@ TEST_F(ServicesTest, AProfileJobCalibratesAgainstTheMeterWhenAsked) {
   std::ofstream(dir_ / "sys/class/hwmon/hwmon0/power1_input") << "3000000\n";
   const std::string config = (dir_ / "edgecost.toml").string();
   std::ofstream(config) << "[probes]\nsysfs_root = \"" << (dir_ / "sys").string() << "\"\n";
-  JobManager manager(Db(), config, events_);
+  JobManager manager(StoreAt(Db()), config, events_);
   ASSERT_TRUE(manager.Open().ok());
   JobService jobs(manager, events_);
   v1::StartProfileRequest profile;
@@ -254,7 +259,7 @@ TEST_F(ServicesTest, AProfileJobCalibratesAgainstTheMeterWhenAsked) {
 
 TEST_F(ServicesTest, ListDevicesNamesEveryPresetBeforeAnyIsStored) {
   CostTableCache cache;
-  CostService costs(Db(), &cache);
+  CostService costs(StoreAt(Db()), &cache);
   auto devices = costs.ListDevices({});
   ASSERT_TRUE(devices.ok()) << devices.status().message();
   std::set<std::string> names;
@@ -287,7 +292,7 @@ TEST_F(ServicesTest, ListDevicesNamesMeasuredDevicesBeforeThePresets) {
     ASSERT_TRUE(db->UpsertDevice(board).ok());
   }
   CostTableCache cache;
-  CostService costs(path, &cache);
+  CostService costs(StoreAt(path), &cache);
   auto devices = costs.ListDevices({});
   ASSERT_TRUE(devices.ok()) << devices.status().message();
   std::string names;
@@ -305,7 +310,7 @@ TEST_F(ServicesTest, AJobThatCannotBeStoredIsLoggedAndStillAnswered) {
   spdlog::set_default_logger(
       std::make_shared<spdlog::logger>("capture", std::make_shared<spdlog::sinks::ostream_sink_mt>(log)));
   {
-    JobManager manager(Db(), "", events_);
+    JobManager manager(StoreAt(Db()), "", events_);
     ASSERT_TRUE(manager.Open().ok());
     sqlite3* raw = nullptr;  // another connection takes the jobs table away: every PutJob fails from now on
     ASSERT_EQ(sqlite3_open(Db().c_str(), &raw), SQLITE_OK);
@@ -355,7 +360,7 @@ constexpr char kNodeLinkChain[] = R"({"directed": true, "graph": {"name": "chain
 // read again (here they no longer even decode). A record from before summaries is described once.
 TEST_F(ServicesTest, ListModelsReadsTheSummaryStoredWithTheModelNotItsBytes) {
   const std::string db = (dir_ / "summaries.db").string();
-  CostService costs(db, nullptr);
+  CostService costs(StoreAt(db), nullptr);
   v1::AddModelRequest add;
   add.set_name("chain");
   add.set_model(kNodeLinkChain);
@@ -397,7 +402,7 @@ TEST_F(ServicesTest, ListModelsReadsTheSummaryStoredWithTheModelNotItsBytes) {
 TEST_F(ServicesTest, TheCacheKeepsTablesReadFromTheDatabaseOnlyUnderTheirVersion) {
   const std::string db = (dir_ / "versions.db").string();
   CostTableCache cache;
-  CostService costs(db, &cache);
+  CostService costs(StoreAt(db), &cache);
   v1::AddModelRequest add;
   add.set_name("chain");
   add.set_model(kNodeLinkChain);
@@ -468,7 +473,7 @@ TEST_F(ServicesTest, FinishedJobsBeyondTheBoundAreReadFromTheDatabase) {
       ASSERT_TRUE(stored->PutJob(job).ok());
     }
   }
-  JobManager manager(db, "", events_, /*finished_in_memory=*/2);
+  JobManager manager(StoreAt(db), "", events_, /*finished_in_memory=*/2);
   ASSERT_TRUE(manager.Open().ok());
   JobService jobs(manager, events_);
   v1::GetJobRequest get;
@@ -543,7 +548,7 @@ TEST_F(ServicesTest, APoisonedTrainJobsPageFilesAreRemovedWhenItIsPoisoned) {
     job.job.mutable_train_request()->set_steps(1);
     ASSERT_TRUE(stored->PutJob(job).ok());
   }
-  JobManager manager(db, "", events_);
+  JobManager manager(StoreAt(db), "", events_);
   ASSERT_TRUE(manager.Open().ok());
   auto poisoned = manager.Get(1);
   ASSERT_TRUE(poisoned.ok());

@@ -288,8 +288,9 @@ TEST_F(WebViewTest, ASchedulePageHasThePictureThePlanAndATrace) {
 }
 
 TEST_F(WebViewTest, MeasuredCostsSitBesidePoetFlopsWithIntervalsAndDevicesShowWhatChanged) {
+  costdb::Store store((dir_ / "costs.db").string(), costdb::OpenMode::kReadWrite);
   service::ProfileJobOptions options;
-  options.db_path = (dir_ / "costs.db").string();
+  options.database = &store;
   options.graph.model_or_file = "linear";
   options.graph.derivation = graph::Derivation::kExact;
   options.graph.batch_size = 2;

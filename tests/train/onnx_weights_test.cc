@@ -48,10 +48,15 @@ class OnnxWeightsTest : public testing::TempDirTest {
   }
 
   std::string Path(const std::string& name) const { return (dir_ / name).string(); }
+  void TearDown() override {
+    store_.reset();
+    TempDirTest::TearDown();
+  }
 
-  TrainJobOptions Options(const std::string& model) const {
+  TrainJobOptions Options(const std::string& model) {
+    if (!store_) store_ = std::make_unique<costdb::Store>(Path("db.sqlite"), costdb::OpenMode::kReadWrite);
     TrainJobOptions options;
-    options.db_path = Path("db.sqlite");
+    options.database = store_.get();
     options.graph.model_or_file = model;
     options.graph.batch_size = 4;
     options.steps = 1;
@@ -83,6 +88,7 @@ class OnnxWeightsTest : public testing::TempDirTest {
     std::vector<std::string> notes;
     return LoadOnnxWeights(**model, *into, notes);
   }
+  std::unique_ptr<costdb::Store> store_;
 };
 
 TEST_F(OnnxWeightsTest, TrainsFromTheFilesWeightsAndWritesWhatPyTorchTrains) {

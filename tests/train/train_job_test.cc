@@ -28,6 +28,12 @@ namespace {
 class TrainJobTest : public testing::TempDirTest {
  protected:
   std::string Db() const { return (dir_ / "edgecost.db").string(); }
+  // The process's store at Db(), as a command or the daemon hands it to the services.
+  costdb::Store& Store() {
+    if (!store_) store_ = std::make_unique<costdb::Store>(Db(), costdb::OpenMode::kReadWrite);
+    return *store_;
+  }
+  std::unique_ptr<costdb::Store> store_;
   std::string PagingDir() const { return (dir_ / "paging").string(); }
 
   // A schedule for the zoo's linear model from POET's a72 constants, exact derivation.
@@ -57,7 +63,7 @@ class TrainJobTest : public testing::TempDirTest {
 
   TrainJobOptions Options(const std::string& model = "linear") {
     TrainJobOptions options;
-    options.db_path = Db();
+    options.database = &Store();
     options.graph.model_or_file = model;
     options.graph.batch_size = 2;
     options.steps = 3;
@@ -70,7 +76,7 @@ class TrainJobTest : public testing::TempDirTest {
   // accounting, not about how quiet the machine is.
   ProfileJobOptions LinearProfile() {
     ProfileJobOptions profile;
-    profile.db_path = Db();
+    profile.database = &Store();
     profile.graph.model_or_file = "linear";
     profile.graph.batch_size = 2;
     profile.graph.derivation = graph::Derivation::kExact;
@@ -615,7 +621,7 @@ TEST_F(TrainJobTest, InStepProfilingStoresATableThatAddsUpToTheStepAndAutoPrefer
   ASSERT_TRUE(RunProfileJob(profile, nullptr, nullptr, [](const std::string&) {}).ok());
 
   InStepProfileOptions in_step;
-  in_step.db_path = Db();
+  in_step.database = &Store();
   in_step.graph = profile.graph;
   in_step.threads = 1;
   in_step.steps = 4;
