@@ -189,6 +189,21 @@ void AddExactBackward(const ForwardGraph& forward, const std::vector<bool>& trai
       }
       continue;
     }
+    if (DxPassGivesParameterGradients(layer.kind)) {
+      // One primitive gives dX and every parameter's gradient (batch and layer norm; recurrent
+      // layers backward through time, from X, the hidden states Y and the forward's gates); only dX
+      // is an activation. Without dX, a pass of the parameters alone: the biases' where the kind
+      // has a bias pass and only biases train.
+      if (x_needs_grad) {
+        grad_input(GradRole::kGrad, reads(BackwardPass::kInput), 2.0 * layer.flops);
+      } else if (trains[v]) {
+        const bool bias = bias_only && BackwardReads(layer.kind, BackwardPass::kBias, 1) != TensorReads{};
+        out.AddGrad(name + (bias ? ".grad_bias" : ".grad_weight"), kind,
+                    bias ? GradRole::kGradBias : GradRole::kGradWeight, {layer.param_count}, 0,
+                    reads(bias ? BackwardPass::kBias : BackwardPass::kWeights), v, 2.0 * layer.flops);
+      }
+      continue;
+    }
     switch (layer.kind) {
       case OpKind::kInput:
         break;
@@ -207,17 +222,6 @@ void AddExactBackward(const ForwardGraph& forward, const std::vector<bool>& trai
         if (x_needs_grad) grad_input(GradRole::kGradInput, reads(BackwardPass::kInput), layer.flops + relu_flops);
         break;
       }
-      case OpKind::kBatchNorm2d:
-      case OpKind::kLayerNorm:
-        // One primitive gives dX, dgamma and dbeta; only dX is an activation.
-        if (x_needs_grad) {
-          grad_input(GradRole::kGrad, reads(BackwardPass::kInput), 2.0 * layer.flops);
-        } else {
-          out.AddGrad(name + (bias_only ? ".grad_bias" : ".grad_weight"), kind,
-                      bias_only ? GradRole::kGradBias : GradRole::kGradWeight, {layer.param_count}, 0,
-                      reads(bias_only ? BackwardPass::kBias : BackwardPass::kWeights), v, 2.0 * layer.flops);
-        }
-        break;
       case OpKind::kCrossEntropyLoss:
         break;  // only the last layer is a loss
       // Linear in X: the backward costs one forward.
@@ -253,17 +257,6 @@ void AddExactBackward(const ForwardGraph& forward, const std::vector<bool>& trai
       }
       case OpKind::kMatMul:
         grad_all_inputs(reads(BackwardPass::kInput), 2.0 * layer.flops);
-        break;
-      case OpKind::kLstm:
-      case OpKind::kGru:
-        // Backward through time: one primitive gives dX and every weight's gradient, from the
-        // sequence X, the hidden states Y and the gates the forward pass left in its workspace.
-        if (x_needs_grad) {
-          grad_input(GradRole::kGrad, reads(BackwardPass::kInput), 2.0 * layer.flops);
-        } else if (trains[v]) {
-          out.AddGrad(name + ".grad_weight", kind, GradRole::kGradWeight, {layer.param_count}, 0,
-                      reads(BackwardPass::kWeights), v, 2.0 * layer.flops);
-        }
         break;
       case OpKind::kEmbedding:
         // Integer ids have no gradient; the table's gradient adds dY's rows at the ids.

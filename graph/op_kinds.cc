@@ -11,6 +11,7 @@ struct OpKindRow {
   TensorReads input, weights, bias;
   GradientForm gradient;
   bool partial_dx;
+  ParameterLayout params;
 };
 
 constexpr TensorReads NONE{}, X{.x = true}, Y{.y = true}, DY{.dy = true}, KEEP_X{.keep_x = true},
@@ -20,9 +21,10 @@ constexpr TensorReads operator|(TensorReads a, TensorReads b) {
 }
 
 using enum GradientForm;
+using enum ParameterLayout;
 constexpr std::array<OpKindRow, kOpKindCount> kRows = {{
-#define OP_KIND(kind, name, poet_class, input, weights, bias, gradient, partial_dx) \
-  {name, poet_class, input, weights, bias, gradient, partial_dx},
+#define OP_KIND(kind, name, poet_class, input, weights, bias, gradient, partial_dx, params) \
+  {name, poet_class, input, weights, bias, gradient, partial_dx, params},
 #include "graph/op_kinds.def"
 #undef OP_KIND
 }};
@@ -74,6 +76,11 @@ GradientForm GradientFormOf(OpKind kind) {
 bool BackwardWritesPart(OpKind kind) {
   const OpKindRow* row = RowOf(kind);
   return row && row->partial_dx;
+}
+
+ParameterLayout ParameterLayoutOf(OpKind kind) {
+  const OpKindRow* row = RowOf(kind);
+  return row ? row->params : kWeightThenBias;
 }
 
 bool GradOfSeveralInputs(OpKind kind, int activation_inputs) {

@@ -54,6 +54,17 @@ GradientForm GradientFormOf(OpKind kind);
 bool BackwardWritesPart(OpKind kind);
 // dX is dY itself: derivation gives the op no backward node.
 inline bool GradientIsView(OpKind kind) { return GradientFormOf(kind) == GradientForm::kView; }
+// A layer's parameters, and whether the dX pass gives their gradients (graph/op_kinds.def: PARAMS).
+enum class ParameterLayout { kWeightThenBias, kScaleShiftWithDx, kRecurrentWithDx };
+ParameterLayout ParameterLayoutOf(OpKind kind);
+// One primitive gives dX and every parameter's gradient: no pass of their own when dX is needed.
+inline bool DxPassGivesParameterGradients(OpKind kind) {
+  return ParameterLayoutOf(kind) != ParameterLayout::kWeightThenBias;
+}
+// The index of a layer's first bias among its `count` parameters (a lone parameter: by its pass).
+inline int FirstBiasParameter(OpKind kind) {
+  return ParameterLayoutOf(kind) == ParameterLayout::kRecurrentWithDx ? 2 : 1;
+}
 // One backward node gives the gradients of every activation input, one after another in the
 // order of the op's inputs.
 bool GradOfSeveralInputs(OpKind kind, int activation_inputs);

@@ -436,14 +436,11 @@ struct Executor::Builder {
   void NoteTrainedParameters(int f, graph::OpKind kind, graph::GradRole role, kernels::Layer& layer) {
     const int params = static_cast<int>(layer.params().size());
     if (params == 0 || !layer_trains[static_cast<size_t>(f)]) return;
-    const bool normalization = kind == graph::OpKind::kBatchNorm2d || kind == graph::OpKind::kLayerNorm;
-    // A recurrent layer's one backward pass gives every parameter's gradient; its biases are the last two.
-    const bool recurrent = kind == graph::OpKind::kLstm || kind == graph::OpKind::kGru;
-    const bool gives_weights =
-        role == graph::GradRole::kGradWeight || ((normalization || recurrent) && role == graph::GradRole::kGrad);
+    const bool gives_weights = role == graph::GradRole::kGradWeight ||
+                               (graph::DxPassGivesParameterGradients(kind) && role == graph::GradRole::kGrad);
     const bool gives_bias = gives_weights || role == graph::GradRole::kGradBias;
     for (int i = 0; i < params; ++i) {
-      const bool is_bias = params == 1 ? role == graph::GradRole::kGradBias : recurrent ? i >= 2 : i == 1;
+      const bool is_bias = params == 1 ? role == graph::GradRole::kGradBias : i >= graph::FirstBiasParameter(kind);
       if (is_bias ? gives_bias : (gives_weights && !bias_only)) trained.insert({f, i});
     }
   }
