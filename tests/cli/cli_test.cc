@@ -11,6 +11,7 @@
 #include <fstream>
 #include <functional>
 #include <iterator>
+#include <map>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -44,6 +45,15 @@ class CliTest : public edgecost::testing::TempDirTest {
     return Run("{ EDGECOST_DB='" + (dir_ / "costs.db").string() + "' " + EDGECOST_BIN + " " + args + " 2>'" +
                (dir_ / "stderr.txt").string() + "'; }");
   }
+  // `args --json`'s document, checked where the wording is not the point; null (and a failure) if
+  // the command failed or printed no JSON.
+  nlohmann::json Json(const std::string& args) {
+    const CommandResult run = EdgecostStdout(args + " --json");
+    EXPECT_EQ(run.exit_code, 0) << args << ": " << run.output;
+    nlohmann::json doc = nlohmann::json::parse(run.output, nullptr, /*allow_exceptions=*/false);
+    EXPECT_FALSE(doc.is_discarded()) << args << " printed no JSON: " << run.output;
+    return run.exit_code == 0 && !doc.is_discarded() ? doc : nlohmann::json();
+  }
   // A schedule of linear at batch 2 under 20 kB, written by solve; empty if solve failed.
   std::string SolveLinearSchedule() {
     const std::string schedule = (dir_ / "s.json").string();
@@ -59,13 +69,16 @@ class CliTest : public edgecost::testing::TempDirTest {
 };
 
 TEST_F(CliTest, ModelsListsTheZoo) {
-  const CommandResult run = Edgecost("models");
-  EXPECT_EQ(run.exit_code, 0) << run.output;
+  const nlohmann::json listed = Json("models");
+  std::map<std::string, nlohmann::json> models;
+  for (const nlohmann::json& model : listed["models"]) models[model["name"].get<std::string>()] = model;
   for (const char* model :
        {"linear", "vgg16", "vgg16_cifar", "resnet18", "resnet50", "resnet18_cifar", "bert", "transformer"}) {
-    EXPECT_THAT(run.output, HasSubstr(model));
+    ASSERT_TRUE(models.count(model)) << model;
+    EXPECT_EQ(models[model]["kind"], "zoo");
   }
-  EXPECT_THAT(run.output, HasSubstr("133"));  // resnet18_cifar's training nodes
+  EXPECT_EQ(models["resnet18_cifar"]["trainingNodes"], 151);  // exact derivation (POET's has 133)
+  EXPECT_THAT(Edgecost("models").output, HasSubstr("resnet18_cifar"));
 }
 
 TEST_F(CliTest, CostsPrintsTotalsAndStoresTheTable) {
@@ -73,10 +86,9 @@ TEST_F(CliTest, CostsPrintsTotalsAndStoresTheTable) {
   ASSERT_EQ(run.exit_code, 0) << run.output;
   EXPECT_THAT(run.output, HasSubstr("7.89 J"));  // POET's README optimum is the all-once floor
   EXPECT_THAT(run.output, HasSubstr("stored"));
-  const CommandResult info = Edgecost("db info");
-  ASSERT_EQ(info.exit_code, 0) << info.output;
-  EXPECT_THAT(info.output, HasSubstr("node_costs"));
-  EXPECT_THAT(info.output, HasSubstr("133"));
+  const nlohmann::json info = Json("db info");
+  EXPECT_EQ(info["rows"]["node_costs"], 133);
+  EXPECT_EQ(info["rows"]["cost_tables"], 1);
 }
 
 // The same commands on a PostgreSQL store (--db URL) give the same answers as on the file; `db info`
@@ -97,22 +109,16 @@ TEST_F(CliTest, APostgresStoreGivesTheSameAnswers) {
   const CommandResult stored = Edgecost(on_store + costs);
   ASSERT_EQ(stored.exit_code, 0) << stored.output;
   EXPECT_THAT(stored.output, HasSubstr("7.89 J"));
-  const CommandResult info = Edgecost(on_store + "db info");
-  ASSERT_EQ(info.exit_code, 0) << info.output;
-  EXPECT_THAT(info.output, HasSubstr("backend        postgresql"));
-  EXPECT_THAT(info.output, ::testing::ContainsRegex("node_costs +133\n"));
+  const nlohmann::json info = Json(on_store + "db info");
+  EXPECT_EQ(info["backend"], "postgresql");
+  EXPECT_EQ(info["rows"]["node_costs"], 133);
   const std::string solve =
       "solve --model resnet18_cifar --platform a72 --derivation poet --activation-budget 3MB --runtime-budget 7.6x";
-  const CommandResult on_pg = Edgecost(on_store + solve);
-  const CommandResult on_file = Edgecost(solve);
-  ASSERT_EQ(on_pg.exit_code, 0) << on_pg.output;
-  ASSERT_EQ(on_file.exit_code, 0) << on_file.output;
-  const auto energy_line = [](const std::string& out) {
-    const std::string from = out.substr(std::min(out.find("energy "), out.size()));
-    return from.substr(0, from.find('\n'));
-  };
-  EXPECT_EQ(energy_line(on_pg.output), energy_line(on_file.output));
-  EXPECT_THAT(Edgecost(on_store + "db info").output, ::testing::ContainsRegex("schedules +1\n"));
+  const nlohmann::json on_pg = Json(on_store + solve);
+  const nlohmann::json on_file = Json(solve);
+  EXPECT_EQ(on_pg["energy"], on_file["energy"]);
+  EXPECT_EQ(on_pg["peakRamBytes"], on_file["peakRamBytes"]);
+  EXPECT_EQ(Json(on_store + "db info")["rows"]["schedules"], 1);
 
   const std::string secret = "--db 'postgresql://fleet:s3cret@/edgecost?host=/nonexistent-edgecost' ";
   const CommandResult unreachable = Edgecost(secret + "db info");
@@ -250,6 +256,13 @@ TEST_F(CliTest, SolveWritesAScheduleThatCheckAccepts) {
   ASSERT_EQ(run.exit_code, 0) << run.output;
   EXPECT_THAT(run.output, HasSubstr("optimal (proven)"));
   EXPECT_THAT(run.output, HasSubstr("energy         7.89 J ESTIMATED = compute 7.89 J + recompute 0 J"));
+  // The same figures as fields: POET's README optimum is the all-once floor, within the budget.
+  const nlohmann::json solved = Json(
+      "solve --model resnet18_cifar --platform a72 --derivation poet --activation-budget 3MB --runtime-budget 7.6x");
+  EXPECT_EQ(solved["status"], "STATUS_OPTIMAL");
+  EXPECT_NEAR(solved["energy"]["totalJ"].get<double>(), 7.8895, 1e-3);
+  EXPECT_EQ(solved["energy"]["recomputeJ"], 0);
+  EXPECT_LE(std::stoull(solved["peakRamBytes"].get<std::string>()), 3'000'000u);
   std::ifstream svg(dir_ / "schedule.svg");
   const std::string picture((std::istreambuf_iterator<char>(svg)), std::istreambuf_iterator<char>());
   EXPECT_THAT(picture, HasSubstr("<svg"));
@@ -1035,33 +1048,28 @@ TEST_F(CliTest, CostsAndSolveShowTheWholeMemoryAndDeviceRamLeavesTheFixedPartsOu
   EXPECT_THAT(costs.output, HasSubstr("plain step     peak"));
   EXPECT_THAT(costs.output, HasSubstr("whole memory"));
   EXPECT_THAT(costs.output, HasSubstr("optimizer state 0 B"));
-  const CommandResult json = Edgecost("costs resnet18_cifar --platform a72 --json");
-  ASSERT_EQ(json.exit_code, 0);
-  const auto field = [&](const std::string& text, const std::string& name) -> uint64_t {
-    const size_t at = text.find("\"" + name + "\": \"");
-    if (at == std::string::npos) return 0;
-    return std::stoull(text.substr(at + name.size() + 5));
+  // Byte counts are 64-bit, which protobuf's JSON mapping writes as strings.
+  const auto bytes = [](const nlohmann::json& field) -> uint64_t {
+    return field.is_string() ? std::stoull(field.get<std::string>()) : 0;
   };
-  ASSERT_NE(json.output.find("\"memory\""), std::string::npos) << json.output;
-  const std::string memory = json.output.substr(json.output.find("\"memory\""));
-  const uint64_t peak = field(memory, "activationPeakBytes");
-  const uint64_t total = field(memory, "activationTotalBytes");
-  const uint64_t fixed = field(memory, "fixedBytes");
-  const uint64_t params = field(memory, "paramBytes");
+  const nlohmann::json memory = Json("costs resnet18_cifar --platform a72")["memory"];
+  const uint64_t peak = bytes(memory["activationPeakBytes"]);
+  const uint64_t total = bytes(memory["activationTotalBytes"]);
+  const uint64_t fixed = bytes(memory["fixedBytes"]);
+  const uint64_t params = bytes(memory["paramBytes"]);
   ASSERT_GT(peak, 0u) << memory;
   EXPECT_LT(peak, total) << memory;  // the plain step frees what no later node reads
   EXPECT_GT(params, 0u);
-  EXPECT_GT(field(memory, "workspaceBytes"), 0u) << memory;  // batch-norm statistics, pooling argmax
-  EXPECT_EQ(field(memory, "gradientBytes"), params) << memory;
-  EXPECT_EQ(fixed, params + field(memory, "gradientBytes") + field(memory, "workspaceBytes"));
+  EXPECT_GT(bytes(memory["workspaceBytes"]), 0u) << memory;  // batch-norm statistics, pooling argmax
+  EXPECT_EQ(bytes(memory["gradientBytes"]), params) << memory;
+  EXPECT_EQ(fixed, params + bytes(memory["gradientBytes"]) + bytes(memory["workspaceBytes"]));
 
   const uint64_t device_ram = fixed + peak / 2;
-  const CommandResult solve = Edgecost("solve --model resnet18_cifar --platform a72 --ram-budget " +
-                                       std::to_string(device_ram) + "B --runtime-budget 2x --time-limit-s 2 --json");
-  ASSERT_EQ(solve.exit_code, 0) << solve.output;
-  EXPECT_EQ(field(solve.output, "ramBudgetBytes"), peak / 2) << "the activations get what the fixed parts leave";
-  EXPECT_EQ(field(solve.output, "deviceRamBytes"), device_ram);
-  EXPECT_LE(field(solve.output, "peakRamBytes"), peak / 2);
+  const nlohmann::json solve = Json("solve --model resnet18_cifar --platform a72 --ram-budget " +
+                                    std::to_string(device_ram) + "B --runtime-budget 2x --time-limit-s 2");
+  EXPECT_EQ(bytes(solve["request"]["ramBudgetBytes"]), peak / 2) << "the activations get what the fixed parts leave";
+  EXPECT_EQ(bytes(solve["request"]["deviceRamBytes"]), device_ram);
+  EXPECT_LE(bytes(solve["peakRamBytes"]), peak / 2);
   const CommandResult text = Edgecost("solve --model resnet18_cifar --platform a72 --ram-budget " +
                                       std::to_string(device_ram) + "B --runtime-budget 2x --time-limit-s 2");
   EXPECT_THAT(text.output, HasSubstr("RAM budget "));
@@ -1073,16 +1081,14 @@ TEST_F(CliTest, CostsAndSolveShowTheWholeMemoryAndDeviceRamLeavesTheFixedPartsOu
   EXPECT_THAT(tight.output, HasSubstr("fixed parts alone"));
   EXPECT_THAT(tight.output, HasSubstr("no room is left for activations"));
   EXPECT_EQ(Edgecost("solve --model resnet18_cifar --ram-budget 1TB --activation-budget 1MB").exit_code, 2);
-  const CommandResult tera = Edgecost("solve --model linear --platform a72 --ram-budget 1TiB --json --no-store");
-  ASSERT_EQ(tera.exit_code, 0) << tera.output;
-  EXPECT_EQ(field(tera.output, "deviceRamBytes"), 1099511627776u);
+  const nlohmann::json tera = Json("solve --model linear --platform a72 --ram-budget 1TiB --no-store");
+  EXPECT_EQ(bytes(tera["request"]["deviceRamBytes"]), 1099511627776u);
 }
 
 TEST_F(CliTest, SolveTakesTerabytes) {
-  const CommandResult run =
-      Edgecost("solve --model linear --platform a72 --activation-budget 1TiB --runtime-budget 1x --json --no-store");
-  ASSERT_EQ(run.exit_code, 0) << run.output;
-  EXPECT_THAT(run.output, HasSubstr("\"ramBudgetBytes\": \"1099511627776\""));
+  const nlohmann::json run =
+      Json("solve --model linear --platform a72 --activation-budget 1TiB --runtime-budget 1x --no-store");
+  EXPECT_EQ(run["request"]["ramBudgetBytes"], "1099511627776");
 }
 
 }  // namespace
