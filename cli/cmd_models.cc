@@ -5,6 +5,7 @@
 
 #include "base/units.h"
 #include "cli/cli.h"
+#include "cli/services.h"
 #include "cli/table.h"
 #include "costdb/costdb.h"
 #include "daemon/client.h"
@@ -78,22 +79,9 @@ int PrintModels(const v1::ListModelsResponse& response, const ModelsFlags& flags
 }
 
 int RunList(const ModelsFlags& flags, const Context& ctx) {
-  v1::ListModelsResponse response;
-  if (!ctx.remote.empty()) {
-    if (Status s = daemon::CallRemote(ctx.remote, "CostService/ListModels", v1::ListModelsRequest(), response);
-        !s.ok()) {
-      return Failure(s);
-    }
-    return PrintModels(response, flags);
-  }
-  const std::string path = DbPath(ctx);
-  costdb::CostDb* db = nullptr;
-  if (std::filesystem::exists(path)) {  // listing creates no database
-    auto opened = ctx.Store(costdb::OpenMode::kReadOnly).Db();
-    if (!opened.ok()) return Failure(opened.status());
-    db = *opened;
-  }
-  auto listed = service::ListModels(db, flags.batch_size);
+  v1::ListModelsRequest request;
+  request.set_batch_size(static_cast<uint32_t>(flags.batch_size));
+  auto listed = Services(ctx).ListModels(request);
   if (!listed.ok()) return Failure(listed.status());
   return PrintModels(*listed, flags);
 }
@@ -129,45 +117,20 @@ int RunAdd(const ModelsFlags& flags, const Context& ctx) {
   if (!in) return Failure(NotFound("cannot read " + flags.file));
   std::stringstream bytes;
   bytes << in.rdbuf();
-  if (!ctx.remote.empty()) {
-    v1::AddModelRequest request;
-    request.set_name(flags.name);
-    request.set_model(bytes.str());
-    request.set_replace(flags.replace);
-    v1::AddModelResponse response;
-    if (Status s = daemon::CallRemote(ctx.remote, "CostService/AddModel", request, response); !s.ok()) {
-      return Failure(s);
-    }
-    return PrintAdded(response, flags, ctx.remote);
-  }
-  const std::string path = DbPath(ctx);
-  auto opened = ctx.Store(costdb::OpenMode::kReadWrite).Db();
-  if (!opened.ok()) return Failure(opened.status());
-  costdb::CostDb* db = *opened;
-  auto added = service::AddModel(*db, flags.name, bytes.str(), flags.replace);
+  v1::AddModelRequest request;
+  request.set_name(flags.name);
+  request.set_model(bytes.str());
+  request.set_replace(flags.replace);
+  Services services(ctx);
+  auto added = services.AddModel(request);
   if (!added.ok()) return Failure(added.status());
-  v1::AddModelResponse response;
-  response.set_outcome(std::string(service::OutcomeName(added->outcome)));
-  *response.mutable_model() = added->info;
-  return PrintAdded(response, flags, path);
+  return PrintAdded(*added, flags, services.where());
 }
 
 int RunRemove(const ModelsFlags& flags, const Context& ctx) {
-  if (!ctx.remote.empty()) {
-    v1::RemoveModelRequest request;
-    request.set_name(flags.name);
-    v1::RemoveModelResponse response;
-    if (Status s = daemon::CallRemote(ctx.remote, "CostService/RemoveModel", request, response); !s.ok()) {
-      return Failure(s);
-    }
-  } else {
-    const std::string path = DbPath(ctx);
-    if (!std::filesystem::exists(path)) return Failure(NotFound("no database at " + path + ", so no model to remove"));
-    auto opened = ctx.Store(costdb::OpenMode::kReadWrite).Db();
-    if (!opened.ok()) return Failure(opened.status());
-    costdb::CostDb* db = *opened;
-    if (Status s = service::RemoveModel(*db, flags.name); !s.ok()) return Failure(s);
-  }
+  v1::RemoveModelRequest request;
+  request.set_name(flags.name);
+  if (auto removed = Services(ctx).RemoveModel(request); !removed.ok()) return Failure(removed.status());
   if (flags.json) {
     PrintJson(v1::RemoveModelResponse());
   } else {

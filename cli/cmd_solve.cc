@@ -9,6 +9,7 @@
 #include "base/heartbeat.h"
 #include "base/units.h"
 #include "cli/cli.h"
+#include "cli/services.h"
 #include "cli/table.h"
 #include "costdb/costdb.h"
 #include "costdb/postgres.h"
@@ -455,19 +456,9 @@ int RunSchedules(const SchedulesFlags& flags, const Context& ctx) {
   v1::ListSchedulesRequest request;
   request.set_model(flags.model);
   request.set_device(flags.device);
-  v1::ListSchedulesResponse listed;
-  if (!ctx.remote.empty()) {
-    if (Status s = daemon::CallRemote(ctx.remote, "SolverService/ListSchedules", request, listed); !s.ok()) {
-      return Failure(s);
-    }
-  } else {
-    auto opened = ctx.Store(costdb::OpenMode::kReadOnly).Db();
-    if (!opened.ok()) return Failure(opened.status());
-    costdb::CostDb* db = *opened;
-    auto stored = service::ListSchedules(*db, request);
-    if (!stored.ok()) return Failure(stored.status());
-    listed = std::move(stored).value();
-  }
+  auto stored = Services(ctx).ListSchedules(request);
+  if (!stored.ok()) return Failure(stored.status());
+  v1::ListSchedulesResponse listed = std::move(stored).value();
   if (!flags.all) {  // a request solved again supersedes its earlier schedules
     v1::ListSchedulesResponse current;
     for (const v1::ScheduleSummary& s : listed.schedules()) {

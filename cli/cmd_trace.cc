@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "cli/cli.h"
+#include "cli/services.h"
 #include "cli/table.h"
 #include "costdb/costdb.h"
 #include "daemon/client.h"
@@ -37,19 +38,9 @@ Result<v1::Trace> TraceOfScheduleFile(const std::string& path, const Context& ct
 }
 
 int RunList(const TraceFlags& flags, const Context& ctx) {
-  v1::ListRunsResponse runs;
-  if (!ctx.remote.empty()) {
-    if (Status s = daemon::CallRemote(ctx.remote, "TraceService/ListRuns", v1::ListRunsRequest(), runs); !s.ok()) {
-      return Failure(s);
-    }
-  } else {
-    auto opened = ctx.Store(costdb::OpenMode::kReadOnly).Db();
-    if (!opened.ok()) return Failure(opened.status());
-    costdb::CostDb* db = *opened;
-    auto listed = service::ListRuns(*db);
-    if (!listed.ok()) return Failure(listed.status());
-    runs = std::move(listed).value();
-  }
+  auto listed = Services(ctx).ListRuns(v1::ListRunsRequest());
+  if (!listed.ok()) return Failure(listed.status());
+  const v1::ListRunsResponse& runs = *listed;
   if (flags.json) {
     PrintJson(runs);
     return kExitOk;

@@ -16,6 +16,7 @@
 #include "base/files.h"
 #include "base/units.h"
 #include "cli/cli.h"
+#include "cli/services.h"
 #include "cli/table.h"
 #include "costdb/costdb.h"
 #include "daemon/client.h"
@@ -453,16 +454,11 @@ void PrintRunsCsv(const std::vector<v1::TrainRun>& runs) {
 
 // The stored training runs, from the database or a daemon's TraceService.ListTrainRuns.
 Result<std::vector<v1::TrainRun>> ListRuns(const std::string& model, int limit, const Context& ctx) {
-  if (!ctx.remote.empty()) {
-    v1::ListTrainRunsRequest request;
-    request.set_model(model);
-    request.set_limit(static_cast<uint32_t>(limit));
-    v1::ListTrainRunsResponse response;
-    EC_RETURN_IF_ERROR(daemon::CallRemote(ctx.remote, "TraceService/ListTrainRuns", request, response));
-    return std::vector<v1::TrainRun>(response.runs().begin(), response.runs().end());
-  }
-  EC_ASSIGN_OR_RETURN(costdb::CostDb * db, ctx.Store(costdb::OpenMode::kReadOnly).Db());
-  return db->ListTrainRuns(model, limit);
+  v1::ListTrainRunsRequest request;
+  request.set_model(model);
+  request.set_limit(static_cast<uint32_t>(limit));
+  EC_ASSIGN_OR_RETURN(v1::ListTrainRunsResponse response, Services(ctx).ListTrainRuns(request));
+  return std::vector<v1::TrainRun>(response.runs().begin(), response.runs().end());
 }
 
 int RunRuns(const std::string& model, int limit, bool json, bool csv, const Context& ctx) {

@@ -8,6 +8,7 @@
 #include "costdb/costdb.h"
 #include "daemon/log.h"
 #include "graph/resolve.h"
+#include "graph/zoo.h"
 #include "profiler/profile.h"
 #include "service/cost_tables.h"
 #include "service/models.h"
@@ -32,14 +33,15 @@ Result<v1::Device> CostService::GetDevice(const v1::GetDeviceRequest& request) {
   return db->GetDevice(request.name());
 }
 
-Result<v1::ListModelsResponse> CostService::ListModels(const v1::ListModelsRequest&) {
+Result<v1::ListModelsResponse> CostService::ListModels(const v1::ListModelsRequest& request) {
+  if (request.batch_size() > static_cast<uint32_t>(graph::kMaxBatchSize)) {
+    return InvalidArgument("batch_size is at most " + std::to_string(graph::kMaxBatchSize));
+  }
   EC_ASSIGN_OR_RETURN(costdb::CostDb * db, store_.Db());
-  return service::ListModels(db, 1);
+  return service::ListModels(db, std::max(1, static_cast<int>(request.batch_size())));
 }
 
 Result<v1::AddModelResponse> CostService::AddModel(const v1::AddModelRequest& request) {
-  if (request.name().empty()) return InvalidArgument("name is required: the name the model will be used by");
-  EC_RETURN_IF_ERROR(graph::CheckModelName(request.name()));
   EC_ASSIGN_OR_RETURN(costdb::CostDb * db, store_.Db());
   EC_ASSIGN_OR_RETURN(service::AddedModel added,
                       service::AddModel(*db, request.name(), request.model(), request.replace()));
