@@ -14,7 +14,7 @@
 #include "base/hash.h"
 #include "graph/cost_source.h"
 #include "graph/graph_io.h"
-#include "graph/onnx_import.h"
+#include "graph/onnx/import.h"
 
 namespace edgecost::graph {
 

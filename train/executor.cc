@@ -88,7 +88,7 @@ struct Executor::State {
   ArenaLayout layout;
   Batch batch;
   std::vector<std::pair<int, int>> trained;  // (forward node, parameter index)
-  // Tied weights (graph/onnx_import.cc): `node`'s weight is a copy of `owner`'s parameter
+  // Tied weights (graph/onnx/weights.cc): `node`'s weight is a copy of `owner`'s parameter
   // `owner_param`; both start equal and get the sum of their gradients, so they stay equal.
   struct Tie {
     int node = 0, owner = 0, owner_param = 0;

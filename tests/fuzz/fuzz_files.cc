@@ -26,7 +26,7 @@
 #include "costdb/costdb.h"
 #include "graph/derive.h"
 #include "graph/graph_io.h"
-#include "graph/onnx_import.h"
+#include "graph/onnx/import.h"
 #include "graph/resolve.h"
 #include "service/cost_export.h"
 #include "service/cost_tables.h"

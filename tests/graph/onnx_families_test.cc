@@ -19,7 +19,7 @@
 #include <gtest/gtest.h>
 
 #include "graph/derive.h"
-#include "graph/onnx_import.h"
+#include "graph/onnx/import.h"
 #include "tests/shell.h"
 
 namespace edgecost {

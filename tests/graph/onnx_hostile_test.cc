@@ -8,7 +8,7 @@
 #include <onnx/shape_inference/implementation.h>
 
 #include "base/isolated.h"
-#include "graph/onnx_import.h"
+#include "graph/onnx/import.h"
 #include "tests/hostile_onnx.h"
 
 namespace edgecost::graph {

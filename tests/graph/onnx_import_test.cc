@@ -1,9 +1,8 @@
 // ONNX import of small models exported by torch.onnx.export (tests/graph/data/make_onnx.py).
-#include "graph/onnx_import.h"
-
 #include <gtest/gtest.h>
 
 #include "graph/derive.h"
+#include "graph/onnx/import.h"
 #include "graph/resolve.h"
 
 namespace edgecost::graph {

@@ -21,7 +21,7 @@
 #include <gtest/gtest.h>
 
 #include "graph/derive.h"
-#include "graph/onnx_import.h"
+#include "graph/onnx/import.h"
 #include "graph/resolve.h"
 #include "profiler/paging.h"
 #include "profiler/power_model.h"

@@ -179,7 +179,7 @@ TEST(LayerGradients, CrossEntropyLoss) {
   CheckLayer({"cross_entropy_loss", {{"classes", 5}}, {{3, 5}}, {5}}, /*unit_grad_output=*/true);
 }
 
-// The op set of imported models (graph/onnx_import.cc).
+// The op set of imported models (graph/onnx/).
 
 TEST(LayerGradients, GroupedConv2d) {
   CheckLayer({"conv2d", {{"kernel", 3}, {"stride", 2}, {"padding", 1}, {"groups", 2}}, {{2, 4, 5, 5}}, {2, 6, 3, 3}});
