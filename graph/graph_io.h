@@ -1,5 +1,5 @@
 // Graph files from other tools and for other tools:
-//   training-graph/v1 JSON (docs/ARCHITECTURE.md): nodes with costs and edges;
+//   training-graph/v1 JSON (docs/design/models.md): nodes with costs and edges;
 //   networkx node-link JSON, as Checkmate and Moccasin publish graphs: one compute
 //   cost per node (cost_cpu) and output bytes (cost_ram).
 // Errors name the field and the node.

@@ -275,26 +275,25 @@ Status ImportOpCost(costdb::CostDb& db, const std::string& hash, int64_t run_id,
 
 }  // namespace
 
-Result<ImportSummary> ImportDevice(costdb::CostDb& db, const v1::CostExport& exported, const ImportOptions& options) {
-  EC_RETURN_IF_ERROR(CheckExport(exported));
+namespace {
+
+// An export of this host (by name or fingerprint) would overwrite what it measured: only with --replace.
+Status CheckNotThisHost(const v1::CostExport& exported, const ImportOptions& options) {
   const v1::Device& device = exported.device();
   const std::string& hash = device.fingerprint().hash();
-  if (!options.replace) {
-    const bool same_name = device.name() == options.host.name();
-    if (same_name || hash == options.host.fingerprint().hash()) {
-      return FailedPrecondition("the export's device " + device.name() + " (fingerprint " + hash + ") " +
-                                (same_name ? "has the name of this host" : "has this host's fingerprint") +
-                                ": importing it would " +
-                                (same_name && hash != options.host.fingerprint().hash()
-                                     ? "mark this host's hardware as changed"
-                                     : "overwrite what this host measured") +
-                                "; pass --replace if that is meant");
-    }
-  }
-  ImportSummary summary{.device = device.name()};
-  EC_ASSIGN_OR_RETURN(costdb::Transaction tx, db.BeginWrite());
+  const bool same_name = device.name() == options.host.name();
+  if (!same_name && hash != options.host.fingerprint().hash()) return Status::Ok();
+  return FailedPrecondition("the export's device " + device.name() + " (fingerprint " + hash + ") " +
+                            (same_name ? "has the name of this host" : "has this host's fingerprint") +
+                            ": importing it would " +
+                            (same_name && hash != options.host.fingerprint().hash()
+                                 ? "mark this host's hardware as changed"
+                                 : "overwrite what this host measured") +
+                            "; pass --replace if that is meant");
+}
 
-  // Models first: the cost tables' graphs are read under their names.
+// Models first: the cost tables' graphs are read under their names.
+Status ImportModels(costdb::CostDb& db, const v1::CostExport& exported, ImportSummary& summary) {
   EC_ASSIGN_OR_RETURN(std::vector<costdb::ModelRecord> records, db.ListModelRecords());
   std::map<std::string, std::string> stored_models;  // name -> content hash
   for (const costdb::ModelRecord& r : records) stored_models[r.name] = r.content_hash;
@@ -319,7 +318,11 @@ Result<ImportSummary> ImportDevice(costdb::CostDb& db, const v1::CostExport& exp
     EC_RETURN_IF_ERROR(db.PutModelRecord(record));
     ++summary.models;
   }
+  return Status::Ok();
+}
 
+Status ImportFingerprints(costdb::CostDb& db, const v1::CostExport& exported, ImportSummary& summary) {
+  const v1::Device& device = exported.device();
   // Earlier fingerprints this database has not seen, oldest first; then the current one.
   std::set<std::string> known;
   if (Result<v1::Device> stored = db.GetDevice(device.name()); stored.ok()) {
@@ -336,7 +339,11 @@ Result<ImportSummary> ImportDevice(costdb::CostDb& db, const v1::CostExport& exp
     ++summary.fingerprints;
   }
   EC_RETURN_IF_ERROR(db.UpsertDevice(device).status());
+  return Status::Ok();
+}
 
+Status ImportRunsAndOpCosts(costdb::CostDb& db, const v1::CostExport& exported, ImportSummary& summary) {
+  const std::string& hash = exported.device().fingerprint().hash();
   // Runs, identified by fingerprint, source, model and start; then the op costs they measured.
   std::map<std::pair<std::string, std::string>, int64_t> run_of;  // (fingerprint, op key) -> run id here
   std::set<int64_t> new_runs;                                     // stored by this import
@@ -378,7 +385,11 @@ Result<ImportSummary> ImportDevice(costdb::CostDb& db, const v1::CostExport& exp
     EC_RETURN_IF_ERROR(import_op(op.fingerprint_hash(), op.cost()));
   }
   for (const v1::OpCost& op : exported.op_costs()) EC_RETURN_IF_ERROR(import_op(hash, op));
+  return Status::Ok();
+}
 
+Status ImportCalibrationsAndPaging(costdb::CostDb& db, const v1::CostExport& exported, ImportSummary& summary) {
+  const std::string& hash = exported.device().fingerprint().hash();
   // A device of the same fingerprint elsewhere estimates energy with the same model.
   EC_ASSIGN_OR_RETURN(std::vector<v1::EnergyCalibration> known_calibrations, db.ListCalibrations(hash));
   for (v1::EnergyCalibration c : exported.calibrations()) {
@@ -402,7 +413,10 @@ Result<ImportSummary> ImportDevice(costdb::CostDb& db, const v1::CostExport& exp
       summary.paging = true;
     }
   }
+  return Status::Ok();
+}
 
+Status ImportCostTables(costdb::CostDb& db, const v1::CostExport& exported, ImportSummary& summary) {
   // A cost table equal to one stored for its key is that table, current or superseded since (by a
   // newer profile, or a solve here that stored the table it solved with); another supersedes them.
   for (v1::CostTable table : exported.cost_tables()) {
@@ -425,7 +439,13 @@ Result<ImportSummary> ImportDevice(costdb::CostDb& db, const v1::CostExport& exp
     EC_RETURN_IF_ERROR(db.PutCostTable(table).status());
     ++summary.cost_tables;
   }
+  return Status::Ok();
+}
 
+// Returns the exporting database's schedule ids with this database's for them.
+Result<std::map<uint64_t, int64_t>> ImportSchedules(costdb::CostDb& db, const v1::CostExport& exported,
+                                                     ImportSummary& summary) {
+  const v1::Device& device = exported.device();
   // Schedules: the request is stored once; a schedule equal to one stored for it is that one.
   std::map<uint64_t, int64_t> schedule_here;  // exporting database's id -> this database's
   for (const v1::ExportedSchedule& s : exported.schedules()) {
@@ -461,13 +481,34 @@ Result<ImportSummary> ImportDevice(costdb::CostDb& db, const v1::CostExport& exp
     EC_ASSIGN_OR_RETURN(schedule_here[s.local_id()], db.PutSchedule(request_id, table_id, s.schedule()));
     ++summary.schedules;
   }
+  return schedule_here;
+}
 
+Status ImportTrainRuns(costdb::CostDb& db, const v1::CostExport& exported,
+                       const std::map<uint64_t, int64_t>& schedule_here, ImportSummary& summary) {
   for (v1::TrainRun run : exported.train_runs()) {
     auto it = schedule_here.find(run.schedule_id());
     run.set_schedule_id(it == schedule_here.end() ? 0 : static_cast<uint64_t>(it->second));
     EC_ASSIGN_OR_RETURN(costdb::CostDb::Copied copied, db.CopyTrainRun(run));
     copied.added ? ++summary.train_runs : ++summary.unchanged;
   }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<ImportSummary> ImportDevice(costdb::CostDb& db, const v1::CostExport& exported, const ImportOptions& options) {
+  EC_RETURN_IF_ERROR(CheckExport(exported));
+  if (!options.replace) EC_RETURN_IF_ERROR(CheckNotThisHost(exported, options));
+  ImportSummary summary{.device = exported.device().name()};
+  EC_ASSIGN_OR_RETURN(costdb::Transaction tx, db.BeginWrite());
+  EC_RETURN_IF_ERROR(ImportModels(db, exported, summary));
+  EC_RETURN_IF_ERROR(ImportFingerprints(db, exported, summary));
+  EC_RETURN_IF_ERROR(ImportRunsAndOpCosts(db, exported, summary));
+  EC_RETURN_IF_ERROR(ImportCalibrationsAndPaging(db, exported, summary));
+  EC_RETURN_IF_ERROR(ImportCostTables(db, exported, summary));
+  EC_ASSIGN_OR_RETURN(const auto schedule_here, ImportSchedules(db, exported, summary));
+  EC_RETURN_IF_ERROR(ImportTrainRuns(db, exported, schedule_here, summary));
   EC_RETURN_IF_ERROR(tx.Commit());
   return summary;
 }

@@ -1,6 +1,6 @@
 // The scheduling problem of POET (ICML 2022), in plain arrays: a training graph
 // of n nodes in topological order with per-node costs, a RAM budget and a
-// runtime budget. Semantics: docs/ARCHITECTURE.md, "The scheduling problem".
+// runtime budget. Semantics: docs/design/scheduling.md.
 #pragma once
 
 #include <cstdint>

@@ -10,7 +10,7 @@ namespace edgecost::graph::onnx_import {
 Status Importer::ImportConv(const onnx::NodeProto& node, int index, const Inputs& in) {
   const Attributes attrs(node);
   const Value* x = ActivationInput(in, 0);
-  if (!x || !in[1] || in[1]->kind != Value::Kind::kParameter) {
+  if (!x || in.size() < 2 || !in[1] || in[1]->kind != Value::Kind::kParameter) {
     return Unsupported(node, index, "needs an activation and a weight");
   }
   const Shape& w = in[1]->shape;

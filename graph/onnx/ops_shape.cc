@@ -11,6 +11,10 @@ Status Importer::ImportFlatten(const onnx::NodeProto& node, int index, const Inp
   if (!x) return NodeError(node, index, "expects an activation");
   const Shape& s = graph_.shape(Act(x));
   const int64_t axis = NormalizeAxis(Attributes(node).Int("axis", 1), s.size());
+  if (axis < 0 || axis > static_cast<int64_t>(s.size())) {
+    return NodeError(node, index, "axis " + std::to_string(axis) + " is outside the input's " +
+                                      std::to_string(s.size()) + " dimensions");
+  }
   if (axis == 1) {
     SetActivation(node, graph_.Flatten(Act(x)));
   } else {
@@ -30,7 +34,9 @@ Status Importer::ImportReshape(const onnx::NodeProto& node, int index, const Inp
   const Shape& s = graph_.shape(Act(x));
   Result<Shape> target = InvalidArgument("");
   if (op == "Reshape") {
-    if (!in[1] || !in[1]->has_data) return Unsupported(node, index, "the target shape must be a constant");
+    if (in.size() < 2 || !in[1] || !in[1]->has_data) {
+      return Unsupported(node, index, "the target shape must be a constant");
+    }
     target = ConstantFolder::ReshapeTarget(s, in[1]->data, attrs.Int("allowzero", 0) != 0);
   } else {
     std::vector<int64_t> axes = attrs.Ints("axes", {});
@@ -123,7 +129,7 @@ Status Importer::ImportSlice(const onnx::NodeProto& node, int index, const Input
   for (int i = 1; i < static_cast<int>(in.size()); ++i) {
     if (in[i] && !in[i]->has_data) return Unsupported(node, index, "starts, ends, axes and steps must be constants");
   }
-  if (!in[1] || !in[2]) return Unsupported(node, index, "needs starts and ends (opset 10+)");
+  if (in.size() < 3 || !in[1] || !in[2]) return Unsupported(node, index, "needs starts and ends (opset 10+)");
   int x = Act(x0);
   for (size_t k = 0; k < in[1]->data.size(); ++k) {
     const Shape& s = graph_.shape(x);

@@ -154,5 +154,47 @@ TEST(HostileOnnx, LayersFromElsewhereAreChecked) {
                    .ok());
 }
 
+
+// One node on a float input x of shape {2, 6} at opset 13, its output y the model's.
+onnx::ModelProto OneNode(const std::string& op, const std::vector<std::string>& inputs, int64_t axis = -100) {
+  onnx::ModelProto model;
+  model.set_ir_version(8);
+  model.add_opset_import()->set_version(13);
+  onnx::GraphProto& graph = *model.mutable_graph();
+  onnx::ValueInfoProto& x = *graph.add_input();
+  x.set_name("x");
+  x.mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
+  for (int64_t d : {2, 6}) x.mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(d);
+  onnx::NodeProto& node = *graph.add_node();
+  node.set_op_type(op);
+  for (const std::string& input : inputs) node.add_input(input);
+  node.add_output("y");
+  if (axis != -100) {
+    onnx::AttributeProto& attribute = *node.add_attribute();
+    attribute.set_name("axis");
+    attribute.set_type(onnx::AttributeProto::INT);
+    attribute.set_i(axis);
+  }
+  graph.add_output()->set_name("y");
+  return model;
+}
+
+// Nodes missing an input the op needs, or naming an axis the input does not have, are refused with
+// a reason (they read past the end of the inputs or the shape once, with a garbage or crashing import).
+TEST(HostileOnnx, MissingInputsAndAxesBeyondTheRankAreRefusedWithAReason) {
+  const std::vector<std::pair<onnx::ModelProto, std::string>> cases = {
+      {OneNode("Flatten", {"x"}, 5), "axis 5 is outside the input's 2 dimensions"},
+      {OneNode("Slice", {"x"}), "needs starts and ends"},
+      {OneNode("Reshape", {"x"}), "the target shape must be a constant"},
+      {OneNode("Conv", {"x"}), "needs an activation and a weight"}};
+  for (const auto& [model, reason] : cases) {
+    for (int attempt = 0; attempt < 3; ++attempt) {  // the same answer every time
+      const Result<ForwardGraph> imported = Import(model);
+      ASSERT_FALSE(imported.ok()) << reason;
+      EXPECT_THAT(imported.status().message(), HasSubstr(reason));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace edgecost::graph
