@@ -1,5 +1,7 @@
 #include "base/markup.h"
 
+#include <cstdio>
+
 namespace edgecost {
 
 std::string HtmlEscape(std::string_view text) {
@@ -27,6 +29,13 @@ std::string HtmlEscape(std::string_view text) {
     }
   }
   return out;
+}
+
+HtmlWriter& HtmlWriter::WriteDouble(double value) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "%g", value);
+  out_ += buffer;
+  return *this;
 }
 
 }  // namespace edgecost

@@ -369,7 +369,7 @@ int RunSolve(const SolveFlags& flags, const Context& ctx) {
     if (Status s = WriteScheduleJson(flags.out_path, schedule, table); !s.ok()) return Failure(s);
   }
   if (!flags.svg_path.empty() && HasSchedule(schedule)) {
-    if (Status s = WriteFile(flags.svg_path, solver::ScheduleToSvg(solved->problem, schedule)); !s.ok()) {
+    if (Status s = WriteFile(flags.svg_path, solver::ScheduleToSvg(solved->problem, schedule).text()); !s.ok()) {
       return Failure(s);
     }
   }

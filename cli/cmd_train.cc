@@ -400,7 +400,7 @@ int RunTrain(const TrainFlags& flags, const Context& ctx) {
     v1::TrainRun run = result->run;
     run.set_id(static_cast<uint64_t>(result->run_id));
     std::ofstream out(flags.svg_path);
-    out << service::TrainRunSvg(run);
+    out << service::TrainRunSvg(run).text();
     if (!out) return Failure(PermissionDenied("cannot write " + flags.svg_path));
   }
   if (flags.json) {

@@ -8,10 +8,9 @@
 #include <fstream>
 #include <iterator>
 #include <map>
-#include <set>
 #include <optional>
 #include <random>
-#include <sstream>
+#include <set>
 
 #include <google/protobuf/text_format.h>
 
@@ -36,8 +35,8 @@ constexpr const char* kContentSecurityPolicy =
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
     "form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
 
-HttpResponse Html(int status, std::string body) {
-  HttpResponse response{status, "text/html; charset=utf-8", std::move(body)};
+HttpResponse Html(int status, Markup page) {
+  HttpResponse response{status, "text/html; charset=utf-8", std::move(page).text()};
   response.headers = {{"Content-Security-Policy", kContentSecurityPolicy},
                       {"X-Content-Type-Options", "nosniff"},
                       {"Referrer-Policy", "no-referrer"},
@@ -72,40 +71,56 @@ std::string Fixed(double value, int digits) {
   return buffer;
 }
 
-std::string Layout(const std::string& title, const std::string& body) {
-  return "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-         "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-         "<link rel=\"icon\" href=\"data:,\">"
-         "<title>" +
-         HtmlEscape(title) +
-         " - edgecost</title><link rel=\"stylesheet\" href=\"/assets/app.css\">"
-         "<script src=\"/assets/app.js\" defer></script></head>\n<body>"
-         "<a class=\"skip\" href=\"#main\">Skip to content</a>"
-         "<header class=\"top\"><a class=\"brand\" href=\"/\">edgecost</a><nav aria-label=\"Sections\">"
-         "<a href=\"/#devices\">Devices</a><a href=\"/#power\">Power</a><a href=\"/#models\">Cost tables</a>"
-         "<a href=\"/#schedules\">Schedules</a><a href=\"/#jobs\">Jobs</a><a href=\"/#runs\">Profile runs</a><a href=\"/#train-runs\">Training runs</a></nav></header>\n"
-         "<main id=\"main\" tabindex=\"-1\">\n" +
-         body + "</main>\n</body></html>\n";
+std::string Loss(double loss) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "%.4g", loss);
+  return buffer;
 }
 
-std::string ErrorBox(const Status& status) {
-  return "<p class=\"error\" role=\"alert\">" + HtmlEscape(status.message()) + "</p>";
+Markup Layout(std::string_view title, const Markup& body) {
+  HtmlWriter page;
+  page << "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+          "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+          "<link rel=\"icon\" href=\"data:,\">"
+          "<title>"
+       << title
+       << " - edgecost</title><link rel=\"stylesheet\" href=\"/assets/app.css\">"
+          "<script src=\"/assets/app.js\" defer></script></head>\n<body>"
+          "<a class=\"skip\" href=\"#main\">Skip to content</a>"
+          "<header class=\"top\"><a class=\"brand\" href=\"/\">edgecost</a><nav aria-label=\"Sections\">"
+          "<a href=\"/#devices\">Devices</a><a href=\"/#power\">Power</a><a href=\"/#models\">Cost tables</a>"
+          "<a href=\"/#schedules\">Schedules</a><a href=\"/#jobs\">Jobs</a><a href=\"/#runs\">Profile runs</a>"
+          "<a href=\"/#train-runs\">Training runs</a></nav></header>\n"
+          "<main id=\"main\" tabindex=\"-1\">\n"
+       << body << "</main>\n</body></html>\n";
+  return page.str();
+}
+
+Markup ErrorBox(const Status& status) {
+  return (HtmlWriter() << "<p class=\"error\" role=\"alert\">" << status.message() << "</p>").str();
 }
 
 // A bar scaled to `max`, with an optional 95% interval as a whisker: SVG, so it
 // needs neither script nor inline style.
-std::string Bar(double value, double max, std::optional<std::pair<double, double>> interval, const char* cls) {
+Markup Bar(double value, double max, std::optional<std::pair<double, double>> interval, const char* cls) {
   constexpr double kWidth = 120;
   auto x = [&](double v) { return max > 0 ? std::clamp(kWidth * v / max, 0.0, kWidth) : 0.0; };
-  std::string svg = "<svg class=\"bar " + std::string(cls) +
-                    "\" width=\"120\" height=\"12\" viewBox=\"0 0 120 12\" aria-hidden=\"true\">"
-                    "<rect x=\"0\" y=\"2\" height=\"8\" width=\"" +
-                    Fixed(x(value), 1) + "\"/>";
+  HtmlWriter svg;
+  svg << "<svg class=\"bar " << cls
+      << "\" width=\"120\" height=\"12\" viewBox=\"0 0 120 12\" aria-hidden=\"true\">"
+         "<rect x=\"0\" y=\"2\" height=\"8\" width=\""
+      << Fixed(x(value), 1) << "\"/>";
   if (interval) {
     const std::string lo = Fixed(x(interval->first), 1), hi = Fixed(x(interval->second), 1);
-    svg += "<path class=\"ci\" d=\"M" + lo + " 6H" + hi + "M" + lo + " 2V10M" + hi + " 2V10\"/>";
+    svg << "<path class=\"ci\" d=\"M" << lo << " 6H" << hi << "M" << lo << " 2V10M" << hi << " 2V10\"/>";
   }
-  return svg + "</svg>";
+  return (svg << "</svg>").str();
+}
+
+// A link to /trace?<what>=<id>, or "none" where there is nothing to trace.
+Markup TraceLink(bool any, std::string_view what, uint64_t id, std::string_view label) {
+  if (!any) return "none";
+  return (HtmlWriter() << "<a href=\"/trace?" << what << "=" << id << "\">" << label << "</a>").str();
 }
 
 const char* PhaseText(v1::Phase phase) {
@@ -140,8 +155,8 @@ std::vector<std::string> FingerprintChanges(const v1::Fingerprint& before, const
   return changes;
 }
 
-std::string DeviceSection(costdb::CostDb& db, const std::vector<v1::Device>& devices) {
-  std::ostringstream out;
+Markup DeviceSection(costdb::CostDb& db, const std::vector<v1::Device>& devices) {
+  HtmlWriter out;
   out << "<section id=\"devices\" aria-labelledby=\"devices-h\"><h2 id=\"devices-h\">Devices</h2>";
   if (devices.empty()) {
     out << "<p>No devices yet: the agent records this machine when it starts, and presets when a cost table is "
@@ -155,33 +170,31 @@ std::string DeviceSection(costdb::CostDb& db, const std::vector<v1::Device>& dev
   for (const v1::Device& device : devices) {
     const v1::Fingerprint& f = device.fingerprint();
     const bool preset = device.kind() == v1::Device::KIND_PRESET;
-    out << "<tr class=\"device\"><th scope=\"row\">" << HtmlEscape(device.name()) << "</th><td>"
-        << (preset ? "preset" : "measured") << "</td><td class=\"fingerprint\"><code>" << HtmlEscape(f.hash())
-        << "</code></td><td class=\"wrap\">" << HtmlEscape(preset ? "board preset " + f.board_preset() : f.cpu_model())
-        << "</td><td>"
+    out << "<tr class=\"device\"><th scope=\"row\">" << device.name() << "</th><td>" << (preset ? "preset" : "measured")
+        << "</td><td class=\"fingerprint\"><code>" << f.hash() << "</code></td><td class=\"wrap\">"
+        << (preset ? "board preset " + f.board_preset() : f.cpu_model()) << "</td><td>"
         << (preset ? "" : std::to_string(f.online_cores())) << "</td><td>"
-        << (preset ? "" : FormatBytes(static_cast<double>(f.memory_bytes()))) << "</td><td>" << HtmlEscape(f.dnnl_isa())
-        << "</td><td class=\"wrap\">" << HtmlEscape(f.kernel_release()) << "</td><td class=\"wrap history\">";
+        << (preset ? "" : FormatBytes(static_cast<double>(f.memory_bytes()))) << "</td><td>" << f.dnnl_isa()
+        << "</td><td class=\"wrap\">" << f.kernel_release() << "</td><td class=\"wrap history\">";
     Result<std::vector<costdb::FingerprintRecord>> history = db.ListFingerprintHistory(device.name());
     if (!history.ok()) {
-      out << HtmlEscape(history.status().message());
+      out << history.status().message();
     } else if (history->size() <= 1) {
-      out << "unchanged since " << HtmlEscape(history->empty() ? "" : history->front().first_seen_at);
+      out << "unchanged since " << (history->empty() ? "" : history->front().first_seen_at);
     } else {
       out << "<details><summary>" << history->size() - 1 << " change" << (history->size() > 2 ? "s" : "")
           << "</summary><ol class=\"history\">";
       for (size_t i = 0; i + 1 < history->size(); ++i) {
         const costdb::FingerprintRecord& now = (*history)[i];
         const costdb::FingerprintRecord& was = (*history)[i + 1];
-        out << "<li><time>" << HtmlEscape(now.first_seen_at) << "</time>: <code class=\"fingerprint\">"
-            << HtmlEscape(was.fingerprint.hash()) << "</code> \u2192 <code class=\"fingerprint\">"
-            << HtmlEscape(now.fingerprint.hash()) << "</code><ul>";
+        out << "<li><time>" << now.first_seen_at << "</time>: <code class=\"fingerprint\">" << was.fingerprint.hash()
+            << "</code> \u2192 <code class=\"fingerprint\">" << now.fingerprint.hash() << "</code><ul>";
         for (const std::string& change : FingerprintChanges(was.fingerprint, now.fingerprint)) {
-          out << "<li>" << HtmlEscape(change) << "</li>";
+          out << "<li>" << change << "</li>";
         }
         out << "</ul></li>";
       }
-      out << "<li><time>" << HtmlEscape(history->back().first_seen_at) << "</time>: first seen</li></ol></details>";
+      out << "<li><time>" << history->back().first_seen_at << "</time>: first seen</li></ol></details>";
     }
     out << "</td></tr>";
   }
@@ -189,8 +202,8 @@ std::string DeviceSection(costdb::CostDb& db, const std::vector<v1::Device>& dev
   return out.str();
 }
 
-std::string PowerSection(const WebViewSources& sources) {
-  std::ostringstream out;
+Markup PowerSection(const WebViewSources& sources) {
+  HtmlWriter out;
   out << "<section id=\"power\" aria-labelledby=\"power-h\"><h2 id=\"power-h\">Live power</h2>"
          "<p class=\"hint\">Read like <a href=\"/metrics\">/metrics</a>, at each page load; with JavaScript, "
          "every two seconds (counters become watts between two readings).</p>";
@@ -199,9 +212,9 @@ std::string PowerSection(const WebViewSources& sources) {
          "<th scope=\"col\">probe</th><th scope=\"col\">domain</th><th scope=\"col\">reading</th>"
          "<th scope=\"col\">power</th></tr></thead><tbody>";
   for (const ProbeReading& r : readings) {
-    out << "<tr data-metric=\"" << HtmlEscape(r.source + "|" + r.probe + "|" + r.domain) << "\" data-kind=\""
-        << (r.power ? "power" : "energy") << "\"><td>" << HtmlEscape(r.source) << (r.measured ? "" : " (estimate)")
-        << "</td><td>" << HtmlEscape(r.probe) << "</td><td>" << HtmlEscape(r.domain) << "</td><td class=\"reading\">"
+    out << "<tr data-metric=\"" << r.source + "|" + r.probe + "|" + r.domain << "\" data-kind=\""
+        << (r.power ? "power" : "energy") << "\"><td>" << r.source << (r.measured ? "" : " (estimate)") << "</td><td>"
+        << r.probe << "</td><td>" << r.domain << "</td><td class=\"reading\">"
         << (r.power ? Fixed(r.value, 3) + " W" : Fixed(r.value, 3) + " J total") << "</td><td class=\"watts\">"
         << (r.power ? Fixed(r.value, 3) + " W" : "needs two readings") << "</td></tr>";
   }
@@ -211,13 +224,13 @@ std::string PowerSection(const WebViewSources& sources) {
            "as estimates wherever they are shown.</p>";
   }
   if (sources.probe_infos) {
-    std::ostringstream missing;
+    HtmlWriter missing;
     for (const probes::ProbeInfo& info : sources.probe_infos()) {
       if (info.available) continue;
-      missing << "<li><strong>" << HtmlEscape(info.source) << "</strong> " << HtmlEscape(info.name) << ": "
-              << HtmlEscape(info.reason) << (info.fix.empty() ? "" : " Fix: " + HtmlEscape(info.fix)) << "</li>";
+      missing << "<li><strong>" << info.source << "</strong> " << info.name << ": " << info.reason
+              << (info.fix.empty() ? "" : " Fix: " + info.fix) << "</li>";
     }
-    if (!missing.str().empty()) {
+    if (!missing.empty()) {
       out << "<details><summary>What this machine cannot measure</summary><ul>" << missing.str() << "</ul></details>";
     }
   }
@@ -225,11 +238,11 @@ std::string PowerSection(const WebViewSources& sources) {
   return out.str();
 }
 
-std::string ModelsSection(costdb::CostDb& db, const WebViewSources& sources, const std::vector<v1::Device>& devices) {
-  std::ostringstream out;
+Markup ModelsSection(costdb::CostDb& db, const WebViewSources& sources, const std::vector<v1::Device>& devices) {
+  HtmlWriter out;
   out << "<section id=\"models\" aria-labelledby=\"models-h\"><h2 id=\"models-h\">Models and cost tables</h2>";
   Result<v1::ListModelsResponse> models = sources.costs->ListModels(v1::ListModelsRequest());
-  if (!models.ok()) return out.str() + ErrorBox(models.status()) + "</section>";
+  if (!models.ok()) return (out << ErrorBox(models.status()) << "</section>").str();
   // Measured tables in the database, per model: a link per device and batch size, to the table of
   // the most threads measured there.
   std::map<std::string, std::map<std::pair<std::string, uint32_t>, uint32_t>> measured_on;
@@ -246,15 +259,15 @@ std::string ModelsSection(costdb::CostDb& db, const WebViewSources& sources, con
   }
   out << "<form class=\"pick\" action=\"/costs\" method=\"get\"><label>model <select name=\"model\">";
   for (const v1::ModelInfo& m : models->models()) {
-    out << "<option>" << HtmlEscape(m.name()) << "</option>";
+    out << "<option>" << m.name() << "</option>";
   }
   out << "</select></label><label>device <select name=\"device\">";
   // Measured devices first, then the presets, as ListDevices orders them.
   for (const v1::Device& device : devices) {
-    if (device.kind() == v1::Device::KIND_MEASURED) out << "<option>" << HtmlEscape(device.name()) << "</option>";
+    if (device.kind() == v1::Device::KIND_MEASURED) out << "<option>" << device.name() << "</option>";
   }
   for (const graph::BoardPreset& preset : graph::BoardPresets()) {
-    out << "<option>" << HtmlEscape(std::string(preset.name)) << "</option>";
+    out << "<option>" << preset.name << "</option>";
   }
   out << "</select></label><label>batch <input name=\"batch\" type=\"number\" min=\"1\" value=\"1\" size=\"5\"></label>"
          "<button type=\"submit\">Show cost table</button></form>";
@@ -262,14 +275,15 @@ std::string ModelsSection(costdb::CostDb& db, const WebViewSources& sources, con
          "<th scope=\"col\">forward nodes</th><th scope=\"col\">training nodes</th><th scope=\"col\">parameters</th>"
          "<th scope=\"col\">activations</th><th scope=\"col\">cost tables</th></tr></thead><tbody>";
   for (const v1::ModelInfo& m : models->models()) {
-    out << "<tr><th scope=\"row\">" << HtmlEscape(m.name()) << "</th><td>" << m.forward_nodes() << "</td><td>"
-        << m.training_nodes() << "</td><td>" << FormatBytes(static_cast<double>(m.param_bytes())) << "</td><td>"
+    out << "<tr><th scope=\"row\">" << m.name() << "</th><td>" << m.forward_nodes() << "</td><td>" << m.training_nodes()
+        << "</td><td>" << FormatBytes(static_cast<double>(m.param_bytes())) << "</td><td>"
         << FormatBytes(static_cast<double>(m.activation_bytes())) << "</td><td>";
     for (const auto& [where, threads] : measured_on[m.name()]) {
       const auto& [device, batch] = where;
       out << "<a class=\"measured\" href=\"/costs?model=" << Url(m.name()) << "&amp;device=" << Url(device)
-          << "&amp;batch=" << batch << (threads > 0 ? "&amp;threads=" + std::to_string(threads) : "")
-          << "\">measured on " << HtmlEscape(device) << ", batch " << batch << "</a> ";
+          << "&amp;batch=" << batch;
+      if (threads > 0) out << "&amp;threads=" << threads;
+      out << "\">measured on " << device << ", batch " << batch << "</a> ";
     }
     out << "<a href=\"/costs?model=" << Url(m.name()) << "&amp;device=a72\">poet-flops a72</a></td></tr>";
   }
@@ -277,14 +291,14 @@ std::string ModelsSection(costdb::CostDb& db, const WebViewSources& sources, con
   return out.str();
 }
 
-std::string SchedulesSection(const WebViewSources& sources) {
-  std::ostringstream out;
+Markup SchedulesSection(const WebViewSources& sources) {
+  HtmlWriter out;
   out << "<section id=\"schedules\" aria-labelledby=\"schedules-h\"><h2 id=\"schedules-h\">Schedules</h2>";
   Result<v1::ListSchedulesResponse> listed = sources.solver->ListSchedules(v1::ListSchedulesRequest());
-  if (!listed.ok()) return out.str() + ErrorBox(listed.status()) + "</section>";
+  if (!listed.ok()) return (out << ErrorBox(listed.status()) << "</section>").str();
   if (listed->schedules().empty()) {
-    return out.str() +
-           "<p>No schedules yet: <code>edgecost solve</code> or SolverService.Solve stores them.</p></section>";
+    return (out << "<p>No schedules yet: <code>edgecost solve</code> or SolverService.Solve stores them.</p></section>")
+        .str();
   }
   out << "<p><a class=\"button\" id=\"schedules-csv\" href=\"/schedules.csv\" download>Download CSV</a> (a row "
          "per schedule in plain SI numbers: ram_budget_bytes, energy_j; <code>edgecost schedules --csv</code> prints "
@@ -296,21 +310,21 @@ std::string SchedulesSection(const WebViewSources& sources) {
   for (int i = listed->schedules_size() - 1; i >= 0; --i) {  // newest first
     const v1::ScheduleSummary& s = listed->schedules(i);
     const v1::ScheduleRequest& r = s.request();
-    out << "<tr" << (s.superseded() ? " class=\"superseded\"" : "") << "><td><a href=\"/schedule?id=" << s.id()
-        << "\">#" << s.id() << "</a></td><td>" << HtmlEscape(r.model().empty() ? r.graph_file() : r.model())
-        << "</td><td>" << HtmlEscape(r.device()) << "</td><td>"
-        << HtmlEscape(r.strategy().empty() ? "optimal" : r.strategy()) << "</td><td>"
+    out << "<tr";
+    if (s.superseded()) out << " class=\"superseded\"";
+    out << "><td><a href=\"/schedule?id=" << s.id() << "\">#" << s.id() << "</a></td><td>"
+        << (r.model().empty() ? r.graph_file() : r.model()) << "</td><td>" << r.device() << "</td><td>"
+        << (r.strategy().empty() ? "optimal" : r.strategy()) << "</td><td>"
         << FormatBytes(static_cast<double>(r.ram_budget_bytes())) << "</td><td>"
         << service::ScheduleStatusText(s.status()) << (s.superseded() ? " (superseded)" : "") << "</td>";
     // A failed request (infeasible, nothing found) has no schedule: no energy and nothing to trace.
     const bool has = s.status() == v1::Schedule::STATUS_OPTIMAL || s.status() == v1::Schedule::STATUS_FEASIBLE;
     if (has) {
-      out << "<td>" << FormatJoules(s.energy_j())
-          << (s.energy_source() == v1::ENERGY_SOURCE_ESTIMATED
-                  ? " <abbr class=\"estimated\" title=\"a model gave this energy, not a sensor\">ESTIMATED</abbr>"
-                  : "")
-          << "</td><td><a href=\"/trace?schedule=" << s.id()
-          << "\">trace</a></td></tr>";
+      out << "<td>" << FormatJoules(s.energy_j());
+      if (s.energy_source() == v1::ENERGY_SOURCE_ESTIMATED) {
+        out << " <abbr class=\"estimated\" title=\"a model gave this energy, not a sensor\">ESTIMATED</abbr>";
+      }
+      out << "</td><td><a href=\"/trace?schedule=" << s.id() << "\">trace</a></td></tr>";
     } else {
       out << "<td class=\"none\">no schedule</td><td class=\"none\">none</td></tr>";
     }
@@ -319,13 +333,13 @@ std::string SchedulesSection(const WebViewSources& sources) {
   return out.str();
 }
 
-std::string JobsSection(const WebViewSources& sources) {
-  std::ostringstream out;
+Markup JobsSection(const WebViewSources& sources) {
+  HtmlWriter out;
   out << "<section id=\"jobs\" aria-labelledby=\"jobs-h\"><h2 id=\"jobs-h\">Jobs</h2>"
          "<p class=\"hint\" id=\"jobs-live\" aria-live=\"polite\">Progress as of this page load; with JavaScript it "
          "follows WatchEvents.</p>";
   Result<v1::ListJobsResponse> jobs = sources.jobs->ListJobs(v1::ListJobsRequest());
-  if (!jobs.ok()) return out.str() + ErrorBox(jobs.status()) + "</section>";
+  if (!jobs.ok()) return (out << ErrorBox(jobs.status()) << "</section>").str();
   out << "<div class=\"scroll\"><table id=\"job-table\"><thead><tr><th scope=\"col\">#</th><th scope=\"col\">kind</th>"
          "<th scope=\"col\">state</th><th scope=\"col\">progress</th><th scope=\"col\">message</th>"
          "<th scope=\"col\">created</th></tr></thead><tbody>";
@@ -333,10 +347,10 @@ std::string JobsSection(const WebViewSources& sources) {
     const v1::Job& job = jobs->jobs(i);
     const int percent = static_cast<int>(job.progress() * 100 + 0.5);
     out << "<tr id=\"job-" << job.id() << "\" data-job=\"" << job.id() << "\"><td>" << job.id() << "</td><td>"
-        << HtmlEscape(job.kind()) << "</td><td class=\"state\">" << service::JobStateText(job.state())
+        << job.kind() << "</td><td class=\"state\">" << service::JobStateText(job.state())
         << "</td><td><progress max=\"100\" value=\"" << percent << "\" aria-label=\"job " << job.id()
         << " progress\"></progress> <span class=\"percent\">" << percent << "%</span></td><td class=\"message\">"
-        << HtmlEscape(job.message()) << "</td><td>" << HtmlEscape(job.created_at()) << "</td></tr>";
+        << job.message() << "</td><td>" << job.created_at() << "</td></tr>";
   }
   out << "</tbody></table></div>";
   if (jobs->jobs().empty()) out << "<p class=\"empty\">No jobs yet: JobService.StartProfile starts one.</p>";
@@ -344,22 +358,20 @@ std::string JobsSection(const WebViewSources& sources) {
   return out.str();
 }
 
-std::string RunsSection(const WebViewSources& sources) {
-  std::ostringstream out;
+Markup RunsSection(const WebViewSources& sources) {
+  HtmlWriter out;
   out << "<section id=\"runs\" aria-labelledby=\"runs-h\"><h2 id=\"runs-h\">Profile runs</h2>";
   Result<v1::ListRunsResponse> runs = sources.traces->ListRuns(v1::ListRunsRequest());
-  if (!runs.ok()) return out.str() + ErrorBox(runs.status()) + "</section>";
-  if (runs->runs().empty()) return out.str() + "<p>No profile runs yet.</p></section>";
+  if (!runs.ok()) return (out << ErrorBox(runs.status()) << "</section>").str();
+  if (runs->runs().empty()) return (out << "<p>No profile runs yet.</p></section>").str();
   out << "<div class=\"scroll\"><table id=\"run-table\"><thead><tr><th scope=\"col\">run</th>"
          "<th scope=\"col\">model</th><th scope=\"col\">status</th><th scope=\"col\">ops</th><th scope=\"col\">started</th>"
          "<th scope=\"col\">fingerprint</th><th scope=\"col\">trace</th></tr></thead><tbody>";
   for (const v1::ProfileRun& run : runs->runs()) {
     out << "<tr class=\"profile-run\"><td>#" << run.id() << "</td><td>"
-        << (run.model().empty() ? std::string("not recorded") : HtmlEscape(run.model())) << "</td><td>"
-        << HtmlEscape(run.status()) << "</td><td>" << run.ops() << "</td><td>"
-        << HtmlEscape(run.started_at()) << "</td><td class=\"fingerprint\"><code>" << HtmlEscape(run.fingerprint_hash())
-        << "</code></td><td>"
-        << (run.ops() > 0 ? "<a href=\"/trace?run=" + std::to_string(run.id()) + "\">trace</a>" : std::string("none"))
+        << (run.model().empty() ? std::string("not recorded") : run.model()) << "</td><td>" << run.status()
+        << "</td><td>" << run.ops() << "</td><td>" << run.started_at() << "</td><td class=\"fingerprint\"><code>"
+        << run.fingerprint_hash() << "</code></td><td>" << TraceLink(run.ops() > 0, "run", run.id(), "trace")
         << "</td></tr>";
   }
   out << "</tbody></table></div></section>";
@@ -367,14 +379,15 @@ std::string RunsSection(const WebViewSources& sources) {
 }
 
 // Training runs (edgecost train, JobService.StartTrain), newest first: the same columns as `train --list`.
-std::string TrainRunsSection(costdb::CostDb& db) {
-  std::ostringstream out;
+Markup TrainRunsSection(costdb::CostDb& db) {
+  HtmlWriter out;
   out << "<section id=\"train-runs\" aria-labelledby=\"train-runs-h\"><h2 id=\"train-runs-h\">Training runs</h2>";
   Result<std::vector<v1::TrainRun>> runs = db.ListTrainRuns("", 100);
-  if (!runs.ok()) return out.str() + ErrorBox(runs.status()) + "</section>";
+  if (!runs.ok()) return (out << ErrorBox(runs.status()) << "</section>").str();
   if (runs->empty()) {
-    return out.str() + "<p>No training runs yet: <code>edgecost train</code> or JobService.StartTrain stores them.</p>"
-                       "</section>";
+    return (out << "<p>No training runs yet: <code>edgecost train</code> or JobService.StartTrain stores them.</p>"
+                   "</section>")
+        .str();
   }
   out << "<div class=\"scroll\"><table id=\"train-runs-table\"><caption>Per step: predicted from the cost table, "
          "measured as the median of the undisturbed steps after the first; the latest 100</caption><thead><tr>"
@@ -386,9 +399,8 @@ std::string TrainRunsSection(costdb::CostDb& db) {
   for (auto it = runs->rbegin(); it != runs->rend(); ++it) {
     const v1::TrainRun& run = *it;
     out << "<tr class=\"train-run" << (run.disturbed() ? " disturbed" : "") << "\" id=\"train-run-" << run.id()
-        << "\"><td><a href=\"/train_run?id=" << run.id() << "\">#" << run.id() << "</a></td><td>"
-        << HtmlEscape(run.model()) << " b" << run.batch_size() << "</td><td>"
-        << HtmlEscape(run.device()) << "</td><td>" << HtmlEscape(run.strategy());
+        << "\"><td><a href=\"/train_run?id=" << run.id() << "\">#" << run.id() << "</a></td><td>" << run.model() << " b"
+        << run.batch_size() << "</td><td>" << run.device() << "</td><td>" << run.strategy();
     if (run.schedule_id()) {
       out << " <a href=\"/schedule?id=" << run.schedule_id() << "\">#" << run.schedule_id() << "</a>";
     }
@@ -401,17 +413,15 @@ std::string TrainRunsSection(costdb::CostDb& db) {
         << (run.peak_rss_bytes() ? FormatBytes(static_cast<double>(run.peak_rss_bytes())) : std::string("not readable"))
         << "</td><td class=\"disturbed\">";
     if (run.disturbed()) {
-      out << "<strong class=\"unreliable\" title=\"" << HtmlEscape(run.disturbance()) << "\">DISTURBED "
-          << run.disturbed_steps() << "/" << run.steps() - (run.steps() > 1) << "</strong>";
+      out << "<strong class=\"unreliable\" title=\"" << run.disturbance() << "\">DISTURBED " << run.disturbed_steps()
+          << "/" << run.steps() - (run.steps() > 1) << "</strong>";
     } else if (run.disturbed_steps() > 0) {
       out << run.disturbed_steps() << " step" << (run.disturbed_steps() > 1 ? "s" : "");
     } else {
       out << "no";
     }
-    out << "</td><td class=\"wrap when\">" << HtmlEscape(run.created_at()) << "</td><td>"
-        << (run.last_step().empty() ? std::string("none")
-                                    : "<a href=\"/trace?train_run=" + std::to_string(run.id()) + "\">last step</a>")
-        << "</td></tr>";
+    out << "</td><td class=\"wrap when\">" << run.created_at() << "</td><td>"
+        << TraceLink(!run.last_step().empty(), "train_run", run.id(), "last step") << "</td></tr>";
   }
   out << "</tbody></table></div></section>";
   return out.str();
@@ -504,17 +514,15 @@ HttpResponse WebView::Asset(const HttpRequest& request) {
 }
 
 HttpResponse WebView::LoginPage(int status, std::string_view error) {
-  std::string body =
-      "<section class=\"login\" aria-labelledby=\"login-h\"><h1 id=\"login-h\">This agent needs its token</h1>"
-      "<p>Over TCP every call needs the bearer token of <code>server.token_file</code>. It is asked once and kept "
-      "for this browser session (as a session cookie that scripts cannot read).</p>";
-  if (!error.empty()) body += "<p class=\"error\" role=\"alert\">" + HtmlEscape(error) + "</p>";
-  body +=
-      "<form method=\"post\" action=\"/login\"><label for=\"token\">Token</label> "
-      "<input id=\"token\" name=\"token\" type=\"password\" autocomplete=\"current-password\" required autofocus> "
-      "<button type=\"submit\">Open</button></form></section>";
-  HttpResponse response = Html(status, Layout("Token", body));
-  return response;
+  HtmlWriter body;
+  body << "<section class=\"login\" aria-labelledby=\"login-h\"><h1 id=\"login-h\">This agent needs its token</h1>"
+          "<p>Over TCP every call needs the bearer token of <code>server.token_file</code>. It is asked once and kept "
+          "for this browser session (as a session cookie that scripts cannot read).</p>";
+  if (!error.empty()) body << "<p class=\"error\" role=\"alert\">" << error << "</p>";
+  body << "<form method=\"post\" action=\"/login\"><label for=\"token\">Token</label> "
+          "<input id=\"token\" name=\"token\" type=\"password\" autocomplete=\"current-password\" required autofocus> "
+          "<button type=\"submit\">Open</button></form></section>";
+  return Html(status, Layout("Token", body.str()));
 }
 
 HttpResponse WebView::Get(const HttpRequest& request) {
@@ -526,21 +534,22 @@ HttpResponse WebView::Get(const HttpRequest& request) {
   if (path == "/costs.csv") return CostsCsv(query);
   if (path == "/schedules.csv") return SchedulesCsv();
   if (path == "/") return Html(200, Layout("Overview", Overview()));
-  Result<std::string> page = path == "/costs"       ? CostsPage(query)
-                             : path == "/train_run" ? TrainRunPage(query)
-                                                    : SchedulePage(query);
+  Result<Markup> page = path == "/costs"       ? CostsPage(query)
+                        : path == "/train_run" ? TrainRunPage(query)
+                                               : SchedulePage(query);
   if (!page.ok()) {
     const int status = page.status().code() == ErrorCode::kNotFound          ? 404
                        : page.status().code() == ErrorCode::kInvalidArgument ? 400
                                                                              : 500;
-    return Html(status, Layout("Error", "<h1>Cannot show this</h1>" + ErrorBox(page.status()) +
-                                            "<p><a href=\"/\">Back to the overview</a></p>"));
+    HtmlWriter body;
+    body << "<h1>Cannot show this</h1>" << ErrorBox(page.status()) << "<p><a href=\"/\">Back to the overview</a></p>";
+    return Html(status, Layout("Error", body.str()));
   }
   return Html(200, std::move(page).value());
 }
 
-std::string WebView::Overview() {
-  std::ostringstream out;
+Markup WebView::Overview() {
+  HtmlWriter out;
   out << "<h1>This agent</h1>";
   Result<costdb::CostDb*> db = sources_.store->Db();
   if (!db.ok()) return ErrorBox(db.status());
@@ -602,7 +611,7 @@ HttpResponse WebView::SchedulesCsv() {
   return response;
 }
 
-Result<std::string> WebView::CostsPage(const std::string& query) {
+Result<Markup> WebView::CostsPage(const std::string& query) {
   EC_ASSIGN_OR_RETURN(const v1::GetCostTableRequest request, CostRequestOf(query));
   EC_ASSIGN_OR_RETURN(v1::CostTable table, sources_.costs->GetCostTable(request));
   const bool measured = table.cost_source() == profiler::kMeasuredSource;
@@ -663,31 +672,31 @@ Result<std::string> WebView::CostsPage(const std::string& query) {
   std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return key(a) < key(b); });
 
   const v1::TrainingGraph& g = table.graph();
-  // The table's own query, which the sort links and the CSV link repeat.
-  const std::string table_query =
-      "model=" + Url(request.model()) + "&amp;device=" + Url(table.device()) +
-      (request.cost_source().empty() ? "" : "&amp;source=" + Url(request.cost_source())) +
-      "&amp;batch=" + std::to_string(table.graph().batch_size()) +
-      (table.threads() > 0 ? "&amp;threads=" + std::to_string(table.threads()) : "");
-  const std::string base = "/costs?" + table_query + (measured ? "&amp;compare=" + Url(compare) : "");
-  auto header = [&](const std::string& id, const std::string& label, const std::string& type) {
-    const bool sorted = sort == id || (sort.empty() && id == "node");
-    return "<th scope=\"col\" data-sort=\"" + type + "\"" +
-           (sorted ? std::string(" aria-sort=\"") + (id == "node" ? "ascending" : "descending") + "\"" : "") +
-           "><a href=\"" + base + "&amp;sort=" + id + "\">" + label + "</a></th>";
+  // The table's own query, which the sort links and the CSV link repeat (text: written, & becomes &amp;).
+  const std::string table_query = "model=" + Url(request.model()) + "&device=" + Url(table.device()) +
+                                  (request.cost_source().empty() ? "" : "&source=" + Url(request.cost_source())) +
+                                  "&batch=" + std::to_string(table.graph().batch_size()) +
+                                  (table.threads() > 0 ? "&threads=" + std::to_string(table.threads()) : "");
+  const std::string base = "/costs?" + table_query + (measured ? "&compare=" + Url(compare) : "");
+  auto header = [&](std::string_view id, std::string_view label, std::string_view type) {
+    HtmlWriter th;
+    th << "<th scope=\"col\" data-sort=\"" << type << "\"";
+    if (sort == id || (sort.empty() && id == "node")) {
+      th << " aria-sort=\"" << (id == "node" ? "ascending" : "descending") << "\"";
+    }
+    return (th << "><a href=\"" << base << "&amp;sort=" << id << "\">" << label << "</a></th>").str();
   };
-  std::ostringstream out;
-  out << "<h1>" << HtmlEscape(g.model()) << " on " << HtmlEscape(table.device()) << "</h1>"
-      << "<dl class=\"facts\"><dt>cost source</dt><dd>" << HtmlEscape(table.cost_source())
-      << (measured ? "" : " (estimated)") << "</dd><dt>graph</dt><dd>" << g.nodes_size() << " nodes, derivation "
-      << HtmlEscape(g.derivation()) << ", trainable " << HtmlEscape(g.trainable()) << ", batch size " << g.batch_size()
-      << "</dd><dt>training step</dt><dd>" << FormatSeconds(total_s) << ", " << FormatJoules(total_j)
+  HtmlWriter out;
+  out << "<h1>" << g.model() << " on " << table.device() << "</h1>"
+      << "<dl class=\"facts\"><dt>cost source</dt><dd>" << table.cost_source() << (measured ? "" : " (estimated)")
+      << "</dd><dt>graph</dt><dd>" << g.nodes_size() << " nodes, derivation " << g.derivation() << ", trainable "
+      << g.trainable() << ", batch size " << g.batch_size() << "</dd><dt>training step</dt><dd>"
+      << FormatSeconds(total_s) << ", " << FormatJoules(total_j)
       << " (every node once: the floor of any schedule)</dd>";
-  if (!table.note().empty()) out << "<dt>note</dt><dd>" << HtmlEscape(table.note()) << "</dd>";
+  if (!table.note().empty()) out << "<dt>note</dt><dd>" << table.note() << "</dd>";
   if (measured) {
     out << "<dt>beside it</dt><dd>"
-        << (estimate ? "poet-flops on " + HtmlEscape(compare) + " for the same graph"
-                     : "no poet-flops estimate: " + HtmlEscape(estimate_error))
+        << (estimate ? "poet-flops on " + compare + " for the same graph" : "no poet-flops estimate: " + estimate_error)
         << "</dd>";
   }
   out << "</dl>";
@@ -710,14 +719,14 @@ Result<std::string> WebView::CostsPage(const std::string& query) {
       ci_text = " (95%: " + FormatSeconds(ci->first) + " to " + FormatSeconds(ci->second) +
                 ", n=" + std::to_string(it->second.repetitions()) + ")";
     }
-    out << "<tr class=\"node\"><td data-value=\"" << i << "\">" << i << "</td><td class=\"wrap name\">" << HtmlEscape(node.name())
+    out << "<tr class=\"node\"><td data-value=\"" << i << "\">" << i << "</td><td class=\"wrap name\">" << node.name()
         << "</td><td>" << PhaseText(node.phase()) << "</td><td data-value=\"" << c.runtime_s() << "\">"
-        << Bar(c.runtime_s(), max_s, ci, "runtime") << " <span title=\"" << HtmlEscape(ci_text) << "\">"
-        << FormatSeconds(c.runtime_s()) << "</span>"
-        << (unreliable.count(c.op_key()) ? " <strong class=\"unreliable\" title=\"" +
-                                               HtmlEscape(unreliable[c.op_key()]) + "\">unreliable</strong>"
-                                         : std::string())
-        << "</td><td data-value=\"" << c.compute_j() << "\">" << Bar(c.compute_j(), max_j, std::nullopt, "energy")
+        << Bar(c.runtime_s(), max_s, ci, "runtime") << " <span title=\"" << ci_text << "\">"
+        << FormatSeconds(c.runtime_s()) << "</span>";
+    if (auto why = unreliable.find(c.op_key()); why != unreliable.end()) {
+      out << " <strong class=\"unreliable\" title=\"" << why->second << "\">unreliable</strong>";
+    }
+    out << "</td><td data-value=\"" << c.compute_j() << "\">" << Bar(c.compute_j(), max_j, std::nullopt, "energy")
         << " " << FormatJoules(c.compute_j()) << "</td><td data-value=\"" << c.ram_bytes() << "\">"
         << Bar(static_cast<double>(c.ram_bytes()), max_bytes, std::nullopt, "memory") << " "
         << FormatBytes(static_cast<double>(c.ram_bytes())) << "</td>";
@@ -733,7 +742,7 @@ Result<std::string> WebView::CostsPage(const std::string& query) {
   return Layout(g.model() + " on " + table.device(), out.str());
 }
 
-Result<std::string> WebView::SchedulePage(const std::string& query) {
+Result<Markup> WebView::SchedulePage(const std::string& query) {
   const std::string id_text = FormValue(query, "id");
   uint64_t id = 0;
   if (id_text.empty() || id_text.size() > 18 || id_text.find_first_not_of("0123456789") != std::string::npos ||
@@ -745,13 +754,12 @@ Result<std::string> WebView::SchedulePage(const std::string& query) {
   const v1::Schedule& s = view.schedule;
   const v1::ScheduleRequest& r = s.request();
   const bool has = s.status() == v1::Schedule::STATUS_OPTIMAL || s.status() == v1::Schedule::STATUS_FEASIBLE;
-  std::ostringstream out;
-  out << "<h1>Schedule #" << id << ": " << HtmlEscape(r.model().empty() ? r.graph_file() : r.model()) << " on "
-      << HtmlEscape(view.table.device()) << "</h1><dl class=\"facts\"><dt>status</dt><dd>"
-      << service::ScheduleStatusText(s.status());
+  const std::string title = "Schedule #" + std::to_string(id);
+  HtmlWriter out;
+  out << "<h1>" << title << ": " << (r.model().empty() ? r.graph_file() : r.model()) << " on " << view.table.device()
+      << "</h1><dl class=\"facts\"><dt>status</dt><dd>" << service::ScheduleStatusText(s.status());
   if (s.status() == v1::Schedule::STATUS_FEASIBLE) {
-    out << ": <span class=\"term\" title=\"" << HtmlEscape(service::kUnprovenMeaning) << "\">"
-        << HtmlEscape(service::GapText(s)) << "</span>";
+    out << ": <span class=\"term\" title=\"" << service::kUnprovenMeaning << "\">" << service::GapText(s) << "</span>";
   }
   out << "</dd>";
   if (!s.message().empty()) {
@@ -760,10 +768,11 @@ Result<std::string> WebView::SchedulePage(const std::string& query) {
     if (s.message().find("root LP") != std::string::npos) {
       meaning += (meaning.empty() ? "" : " ") + std::string(service::kRootLpMeaning);
     }
-    out << "<dt>message</dt><dd" << (meaning.empty() ? "" : " class=\"term\" title=\"" + HtmlEscape(meaning) + "\"")
-        << ">" << HtmlEscape(s.message()) << "</dd>";
+    out << "<dt>message</dt><dd";
+    if (!meaning.empty()) out << " class=\"term\" title=\"" << meaning << "\"";
+    out << ">" << s.message() << "</dd>";
   }
-  out << "<dt>strategy</dt><dd>" << HtmlEscape(s.strategy()) << "</dd><dt>RAM</dt><dd>peak "
+  out << "<dt>strategy</dt><dd>" << s.strategy() << "</dd><dt>RAM</dt><dd>peak "
       << FormatBytes(static_cast<double>(s.peak_ram_bytes())) << " of a "
       << FormatBytes(static_cast<double>(s.ram_budget_bytes())) << " budget</dd><dt>runtime</dt><dd>"
       << FormatSeconds(s.runtime_s()) << " of a " << FormatSeconds(s.runtime_budget_s()) << " budget</dd>";
@@ -777,13 +786,12 @@ Result<std::string> WebView::SchedulePage(const std::string& query) {
         << FormatJoules(s.lower_bound_j()) << " (floor " << FormatJoules(s.floor_j()) << ")</dd><dt>operations</dt><dd>"
         << service::OperationsText(s.recomputations(), s.page_outs(), s.page_ins()) << "</dd>";
   }
-  out << "<dt>cost source</dt><dd>" << HtmlEscape(view.table.cost_source()) << "</dd></dl>";
-  if (!has)
-    return Layout("Schedule #" + std::to_string(id), out.str() + "<p>This request has no schedule to show.</p>");
+  out << "<dt>cost source</dt><dd>" << view.table.cost_source() << "</dd></dl>";
+  if (!has) return Layout(title, (out << "<p>This request has no schedule to show.</p>").str());
   if (!view.replay.valid) {
     out << "<p class=\"error\" role=\"alert\">The stored schedule does not replay on its cost table: "
-        << HtmlEscape(view.replay.violation) << "</p>";
-    return Layout("Schedule #" + std::to_string(id), out.str());
+        << view.replay.violation << "</p>";
+    return Layout(title, out.str());
   }
   out << "<p><a class=\"button\" href=\"/trace?schedule=" << id
       << "\" download>Download the predicted timeline</a> (Chrome Trace Event JSON: open it in Perfetto UI or "
@@ -798,7 +806,7 @@ Result<std::string> WebView::SchedulePage(const std::string& query) {
   if (!plan.ok()) {
     out << ErrorBox(plan.status());
   } else {
-    out << "<pre class=\"words\">" << HtmlEscape(solver::PlanInWords(*plan)) << "</pre>";
+    out << "<pre class=\"words\">" << solver::PlanInWords(*plan) << "</pre>";
   }
   out << "</section><section aria-labelledby=\"measured-h\"><h2 id=\"measured-h\">Predicted against measured</h2>";
   // Training runs of this schedule (edgecost train, JobService.StartTrain), newest last.
@@ -824,29 +832,26 @@ Result<std::string> WebView::SchedulePage(const std::string& query) {
            "<tbody>";
     for (const v1::TrainRun& run : mine) {
       out << "<tr><td><a href=\"/train_run?id=" << run.id() << "\">#" << run.id() << "</a></td><td>" << run.steps()
-          << "</td><td>"
-          << FormatSeconds(run.predicted_runtime_s()) << "</td><td>" << FormatSeconds(run.runtime_s()) << "</td><td>"
-          << FormatBytes(static_cast<double>(run.predicted_peak_bytes())) << "</td><td>"
+          << "</td><td>" << FormatSeconds(run.predicted_runtime_s()) << "</td><td>" << FormatSeconds(run.runtime_s())
+          << "</td><td>" << FormatBytes(static_cast<double>(run.predicted_peak_bytes())) << "</td><td>"
           << FormatBytes(static_cast<double>(run.peak_activation_bytes())) << "</td><td>"
           << FormatJoules(run.predicted_energy_j()) << "</td><td>" << FormatJoules(run.energy_j())
           << (run.energy_source() == v1::ENERGY_SOURCE_ESTIMATED ? " (estimated)" : "") << "</td><td>"
-          << FormatSeconds(run.paging_wait_s()) << "</td><td>" << HtmlEscape(run.created_at()) << "</td><td>"
-          << (run.last_step().empty() ? std::string("none")
-                                      : "<a href=\"/trace?train_run=" + std::to_string(run.id()) + "\">last step</a>")
-          << "</td></tr>";
+          << FormatSeconds(run.paging_wait_s()) << "</td><td>" << run.created_at() << "</td><td>"
+          << TraceLink(!run.last_step().empty(), "train_run", run.id(), "last step") << "</td></tr>";
     }
     out << "</tbody></table></div>";
   }
   out << "</section>";
-  return Layout("Schedule #" + std::to_string(id), out.str());
+  return Layout(title, out.str());
 }
 
 namespace {
 // A run on a user's data set: each epoch's training loss, and the held-out part's after it.
-std::string EpochTable(const v1::TrainRun& run) {
-  if (run.epochs_size() == 0) return "";
+Markup EpochTable(const v1::TrainRun& run) {
+  if (run.epochs_size() == 0) return {};
   const bool held_out = run.held_out_records() > 0;
-  std::ostringstream out;
+  HtmlWriter out;
   out << "<section aria-labelledby=\"epochs-h\"><h2 id=\"epochs-h\">Epochs</h2><div class=\"scroll\">"
       << "<table id=\"epoch-table\"><caption>" << run.batches_per_epoch() << " batches per epoch"
       << (held_out ? "; held out: " + std::to_string(run.held_out_records()) +
@@ -854,16 +859,14 @@ std::string EpochTable(const v1::TrainRun& run) {
                    : std::string("; no records held out (--val-split or --val-data)"))
       << "</caption><thead><tr><th scope=\"col\">epoch</th><th scope=\"col\">steps</th>"
       << "<th scope=\"col\">training loss</th>"
-      << (held_out ? "<th scope=\"col\">held-out loss</th><th scope=\"col\">held-out accuracy</th>" : "")
+      << (held_out ? Markup("<th scope=\"col\">held-out loss</th><th scope=\"col\">held-out accuracy</th>") : Markup())
       << "</tr></thead><tbody>";
   for (const v1::EpochStats& epoch : run.epochs()) {
-    char figures[96];
-    std::snprintf(figures, sizeof figures, "<td>%.4g</td>", epoch.train_loss());
-    out << "<tr><th scope=\"row\">" << epoch.epoch() << "</th><td>" << epoch.steps() << "</td>" << figures;
+    out << "<tr><th scope=\"row\">" << epoch.epoch() << "</th><td>" << epoch.steps() << "</td><td>"
+        << Loss(epoch.train_loss()) << "</td>";
     if (held_out) {
-      std::snprintf(figures, sizeof figures, "<td>%.4g</td><td>%.1f%%</td>", epoch.held_out_loss(),
-                    100 * epoch.held_out_accuracy());
-      out << figures;
+      out << "<td>" << Loss(epoch.held_out_loss()) << "</td><td>" << Fixed(100 * epoch.held_out_accuracy(), 1)
+          << "%</td>";
     }
     out << "</tr>";
   }
@@ -873,7 +876,7 @@ std::string EpochTable(const v1::TrainRun& run) {
 }  // namespace
 
 // One training run: what was predicted and measured, and its loss and step time over the steps.
-Result<std::string> WebView::TrainRunPage(const std::string& query) {
+Result<Markup> WebView::TrainRunPage(const std::string& query) {
   const std::string id_text = FormValue(query, "id");
   uint64_t id = 0;
   if (id_text.empty() || id_text.size() > 18 || id_text.find_first_not_of("0123456789") != std::string::npos ||
@@ -884,22 +887,16 @@ Result<std::string> WebView::TrainRunPage(const std::string& query) {
   EC_ASSIGN_OR_RETURN(v1::TrainRun run, db->GetTrainRun(static_cast<int64_t>(id)));
   run.set_id(id);
   const bool predicted = !run.cost_source().empty();
-  auto loss_text = [](double loss) {
-    char buffer[32];
-    std::snprintf(buffer, sizeof buffer, "%.4g", loss);
-    return std::string(buffer);
-  };
-  std::ostringstream out;
-  out << "<h1>Training run #" << id << ": " << HtmlEscape(run.model()) << " on " << HtmlEscape(run.device())
-      << "</h1><dl class=\"facts\"><dt>schedule</dt><dd>" << HtmlEscape(run.strategy());
+  HtmlWriter out;
+  out << "<h1>Training run #" << id << ": " << run.model() << " on " << run.device()
+      << "</h1><dl class=\"facts\"><dt>schedule</dt><dd>" << run.strategy();
   if (run.schedule_id()) out << " <a href=\"/schedule?id=" << run.schedule_id() << "\">#" << run.schedule_id() << "</a>";
-  out << "</dd><dt>steps</dt><dd>" << run.steps() << " of " << HtmlEscape(service::DescribeTraining(run)) << ", batch "
-      << run.batch_size()
-      << ", " << HtmlEscape(profiler::ThreadsText(run.threads())) << ", " << HtmlEscape(run.data()) << "</dd>"
+  out << "</dd><dt>steps</dt><dd>" << run.steps() << " of " << service::DescribeTraining(run) << ", batch "
+      << run.batch_size() << ", " << profiler::ThreadsText(run.threads()) << ", " << run.data() << "</dd>"
       << "<dt>step time</dt><dd>" << FormatSeconds(run.runtime_s()) << " measured"
-      << (predicted ? ", " + FormatSeconds(run.predicted_runtime_s()) + " predicted from " +
-                          HtmlEscape(run.cost_source()) + " costs"
-                    : std::string())
+      << (predicted
+              ? ", " + FormatSeconds(run.predicted_runtime_s()) + " predicted from " + run.cost_source() + " costs"
+              : std::string())
       << "</dd><dt>process memory</dt><dd>"
       << (run.peak_rss_bytes() > 0 ? FormatBytes(static_cast<double>(run.peak_rss_bytes())) + " peak (VmHWM)"
                                    : std::string("not readable here"))
@@ -909,15 +906,13 @@ Result<std::string> WebView::TrainRunPage(const std::string& query) {
       << "</dd><dt>peak activations</dt><dd>" << FormatBytes(static_cast<double>(run.peak_activation_bytes()))
       << " measured, " << FormatBytes(static_cast<double>(run.predicted_peak_bytes())) << " planned</dd>"
       << "<dt>energy</dt><dd>" << FormatJoules(run.energy_j()) << " per step"
-      << (run.energy_source() == v1::ENERGY_SOURCE_ESTIMATED ? " ESTIMATED by " + HtmlEscape(run.energy_probe())
-                                                             : " measured by " + HtmlEscape(run.energy_probe()))
-      << "</dd><dt>loss</dt><dd>" << loss_text(run.first_loss()) << " at step 1, " << loss_text(run.last_loss())
+      << (run.energy_source() == v1::ENERGY_SOURCE_ESTIMATED ? " ESTIMATED by " : " measured by ") << run.energy_probe()
+      << "</dd><dt>loss</dt><dd>" << Loss(run.first_loss()) << " at step 1, " << Loss(run.last_loss())
       << " at the last</dd>";
   if (run.disturbed()) {
-    out << "<dt>disturbed</dt><dd><strong class=\"unreliable\">DISTURBED</strong> " << HtmlEscape(run.disturbance())
-        << "</dd>";
+    out << "<dt>disturbed</dt><dd><strong class=\"unreliable\">DISTURBED</strong> " << run.disturbance() << "</dd>";
   }
-  out << "<dt>when</dt><dd>" << HtmlEscape(run.created_at()) << "</dd></dl>";
+  out << "<dt>when</dt><dd>" << run.created_at() << "</dd></dl>";
   if (!run.last_step().empty()) {
     out << "<p><a class=\"button\" href=\"/trace?train_run=" << id
         << "\" download>Download the last step's trace</a> (Chrome Trace Event JSON: open it in Perfetto UI)</p>";

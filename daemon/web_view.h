@@ -66,10 +66,10 @@ class WebView {
   static HttpResponse LoginPage(int status, std::string_view error);
 
  private:
-  std::string Overview();
-  Result<std::string> CostsPage(const std::string& query);
-  Result<std::string> SchedulePage(const std::string& query);
-  Result<std::string> TrainRunPage(const std::string& query);
+  Markup Overview();
+  Result<Markup> CostsPage(const std::string& query);
+  Result<Markup> SchedulePage(const std::string& query);
+  Result<Markup> TrainRunPage(const std::string& query);
   HttpResponse TraceDownload(const std::string& query);
   HttpResponse TrainedModelDownload(const std::string& path);
   HttpResponse CostsCsv(const std::string& query);

@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstdio>
 #include <functional>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -48,7 +47,7 @@ constexpr size_t kMaxPlottedSteps = 500;
 
 // One panel at `top`: a frame, min and max labels, the steps (1-based numbers in `steps`) as a line
 // with a dot each.
-void DrawPanel(std::ostringstream& out, const Panel& panel, double top, const std::vector<uint32_t>& steps,
+void DrawPanel(HtmlWriter& out, const Panel& panel, double top, const std::vector<uint32_t>& steps,
                const std::vector<bool>& disturbed) {
   const double width = kWidth - kLeft - kRight;
   double low = *std::min_element(panel.values.begin(), panel.values.end());
@@ -67,17 +66,17 @@ void DrawPanel(std::ostringstream& out, const Panel& panel, double top, const st
   auto x = [&](size_t i) { return kLeft + (n > 1 ? width * static_cast<double>(steps[i] - 1) / last : width / 2); };
   auto y = [&](double v) { return top + kPanelHeight - kPanelHeight * (v - low) / (high - low); };
   out << "<text x=\"" << Num(kLeft) << "\" y=\"" << Num(top - 8) << "\" font-size=\"13\" font-weight=\"bold\">"
-      << HtmlEscape(panel.title) << "</text>";
+      << panel.title << "</text>";
   out << "<rect x=\"" << Num(kLeft) << "\" y=\"" << Num(top) << "\" width=\"" << Num(width) << "\" height=\""
       << Num(kPanelHeight) << "\" fill=\"none\" stroke=\"#d0d7de\"/>";
   out << "<text x=\"" << Num(kLeft - 6) << "\" y=\"" << Num(top + 10) << "\" font-size=\"11\" text-anchor=\"end\">"
-      << HtmlEscape(panel.label(high)) << "</text>";
+      << panel.label(high) << "</text>";
   out << "<text x=\"" << Num(kLeft - 6) << "\" y=\"" << Num(top + kPanelHeight) << "\" font-size=\"11\" "
-      << "text-anchor=\"end\">" << HtmlEscape(panel.label(low)) << "</text>";
+      << "text-anchor=\"end\">" << panel.label(low) << "</text>";
   if (std::isfinite(panel.reference)) {
     out << "<line x1=\"" << Num(kLeft) << "\" x2=\"" << Num(kLeft + width) << "\" y1=\"" << Num(y(panel.reference))
         << "\" y2=\"" << Num(y(panel.reference)) << "\" stroke=\"#57606a\" stroke-dasharray=\"5 4\"><title>"
-        << HtmlEscape(panel.reference_label) << "</title></line>";
+        << panel.reference_label << "</title></line>";
   }
   out << "<polyline fill=\"none\" stroke=\"" << panel.color << "\" stroke-width=\"1.5\" points=\"";
   for (size_t i = 0; i < n; ++i) out << (i ? " " : "") << Num(x(i)) << "," << Num(y(panel.values[i]));
@@ -86,7 +85,7 @@ void DrawPanel(std::ostringstream& out, const Panel& panel, double top, const st
     const bool hollow = i < disturbed.size() && disturbed[i];
     out << "<circle cx=\"" << Num(x(i)) << "\" cy=\"" << Num(y(panel.values[i])) << "\" r=\"3\" fill=\""
         << (hollow ? "#ffffff" : panel.color) << "\" stroke=\"" << panel.color << "\"><title>step " << steps[i] << ": "
-        << HtmlEscape(panel.label(panel.values[i])) << (hollow ? " (disturbed)" : "") << "</title></circle>";
+        << panel.label(panel.values[i]) << (hollow ? " (disturbed)" : "") << "</title></circle>";
   }
   // The step axis: first and last step under the frame.
   const double axis_y = top + kPanelHeight + 14;
@@ -99,7 +98,7 @@ void DrawPanel(std::ostringstream& out, const Panel& panel, double top, const st
 
 }  // namespace
 
-std::string TrainRunSvg(const v1::TrainRun& run) {
+Markup TrainRunSvg(const v1::TrainRun& run) {
   Panel loss{"loss (mean over the batch, before each step's update)", {}, Loss, NAN, "", "#d62728"};
   Panel time{"step time: forward, loss and backward under the schedule", {},
              [](double s) { return FormatSeconds(s); }, NAN, "", "#1f77b4"};
@@ -123,14 +122,14 @@ std::string TrainRunSvg(const v1::TrainRun& run) {
     time.title = "step time, predicted " + FormatSeconds(run.predicted_runtime_s()) + " dashed";
   }
   const double height = kTitleHeight + 2 * kPanelHeight + kGap + 40;
-  std::ostringstream out;
+  HtmlWriter out;
   out << "<svg xmlns=\"http://www.w3.org/2000/svg\" viewBox=\"0 0 " << Num(kWidth) << " " << Num(height)
       << "\" width=\"" << Num(kWidth) << "\" height=\"" << Num(height)
       << "\" font-family=\"system-ui, sans-serif\" role=\"img\" aria-labelledby=\"train-plot-title\">";
   const std::string title = "Training run #" + std::to_string(run.id()) + ": " + run.model() + ", batch " +
                             std::to_string(run.batch_size()) + ", " + std::to_string(run.steps()) + " steps";
-  out << "<title id=\"train-plot-title\">" << HtmlEscape(title) << "</title>";
-  out << "<text x=\"8\" y=\"18\" font-size=\"14\" font-weight=\"bold\">" << HtmlEscape(title) << "</text>";
+  out << "<title id=\"train-plot-title\">" << title << "</title>";
+  out << "<text x=\"8\" y=\"18\" font-size=\"14\" font-weight=\"bold\">" << title << "</text>";
   if (run.step_stats().empty()) {
     out << "<text x=\"8\" y=\"40\" font-size=\"12\">no steps recorded</text></svg>";
     return out.str();

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <sstream>
 
 #include "base/markup.h"
 #include "base/units.h"
@@ -53,7 +52,7 @@ std::string Headline(const v1::Schedule& schedule) {
          FormatBytes(static_cast<double>(schedule.ram_budget_bytes())) + " RAM";
 }
 
-std::string ScheduleToSvg(const Problem& p, const v1::Schedule& schedule) {
+Markup ScheduleToSvg(const Problem& p, const v1::Schedule& schedule) {
   const int n = p.size();
   const Plan plan = PlanFromStages(schedule, n);
   const Result<Timeline> timeline = PredictTimeline(p, schedule);
@@ -67,15 +66,14 @@ std::string ScheduleToSvg(const Problem& p, const v1::Schedule& schedule) {
   const int width = std::max(left + std::max(grid, curve_w) + legend_w + 20,
                              left + 8 * static_cast<int>(headline.size()) + 20);
   const int height = curve_top + curve_h + 50;
-  std::ostringstream out;
+  HtmlWriter out;
   out << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\"" << height
       << "\" viewBox=\"0 0 " << width << " " << height
       << "\" font-family=\"sans-serif\" font-size=\"12\" role=\"img\" aria-labelledby=\"schedule-title\">\n"
-      << "<title id=\"schedule-title\">" << HtmlEscape(schedule.strategy()) << " schedule of " << n
+      << "<title id=\"schedule-title\">" << schedule.strategy() << " schedule of " << n
       << " nodes: stages down, nodes across; RAM in use over time below</title>\n"
       << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
-      << "<text class=\"headline\" x=\"" << left << "\" y=\"20\" font-size=\"14\">" << HtmlEscape(headline)
-      << "</text>\n"
+      << "<text class=\"headline\" x=\"" << left << "\" y=\"20\" font-size=\"14\">" << headline << "</text>\n"
       << "<text x=\"" << left << "\" y=\"" << top - 28 << "\">node (topological order) &#8594;</text>\n"
       << "<text x=\"20\" y=\"" << top + grid / 2 << "\" text-anchor=\"middle\" transform=\"rotate(-90 20 "
       << top + grid / 2 << ")\">stage &#8594;<title>" << kStageMeaning << "</title></text>\n"
@@ -107,8 +105,8 @@ std::string ScheduleToSvg(const Problem& p, const v1::Schedule& schedule) {
     out << "<text x=\"" << left - 5 << "\" y=\"" << top + i * cell + cell << "\" font-size=\"10\" "
         << "text-anchor=\"end\">" << i << "</text>\n"
         << "<text class=\"layer\" x=\"" << x << "\" y=\"" << y << "\" font-size=\"10\" text-anchor=\"end\" "
-        << "transform=\"rotate(-60 " << x << " " << y << ")\">"
-        << HtmlEscape(p.names[static_cast<size_t>(i)].substr(0, 18)) << "</text>\n";
+        << "transform=\"rotate(-60 " << x << " " << y << ")\">" << p.names[static_cast<size_t>(i)].substr(0, 18)
+        << "</text>\n";
   }
   int y = top;
   const int legend_x = left + std::max(grid, curve_w) + 20;
@@ -118,8 +116,8 @@ std::string ScheduleToSvg(const Problem& p, const v1::Schedule& schedule) {
     y += 20;
   }
   if (!timeline.ok()) {
-    out << "<text x=\"" << left << "\" y=\"" << curve_top + 20
-        << "\">no RAM curve: " << HtmlEscape(timeline.status().message()) << "</text>\n</svg>\n";
+    out << "<text x=\"" << left << "\" y=\"" << curve_top + 20 << "\">no RAM curve: " << timeline.status().message()
+        << "</text>\n</svg>\n";
     return out.str();
   }
   const Timeline& tl = *timeline;

@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "base/markup.h"
 #include "proto/edgecost.pb.h"
 #include "solver/problem.h"
 
@@ -13,6 +14,6 @@ namespace edgecost::solver {
 // stopped by its time limit is the best schedule found, a baseline says its name.
 std::string Headline(const v1::Schedule& schedule);
 
-std::string ScheduleToSvg(const Problem& problem, const v1::Schedule& schedule);
+Markup ScheduleToSvg(const Problem& problem, const v1::Schedule& schedule);
 
 }  // namespace edgecost::solver

@@ -129,6 +129,36 @@ TEST_F(WebViewTest, TheOverviewIsPlainHtmlWithEveryTable) {
   EXPECT_THAT(page.body, HasSubstr("<script src=\"/assets/app.js\" defer></script>"));
 }
 
+// Names come from clients and graph files: on the overview they are text, even in an attribute.
+TEST_F(WebViewTest, AHostileNameIsEscapedOnTheOverview) {
+  const std::string script = "<script>alert(1)</script>", escaped = "&lt;script&gt;alert(1)&lt;/script&gt;";
+  {
+    auto db = costdb::CostDb::Open((dir_ / "costs.db").string());
+    ASSERT_TRUE(db.ok());
+    v1::Device device;
+    device.set_name(script);
+    device.set_kind(v1::Device::KIND_MEASURED);
+    device.mutable_fingerprint()->set_hash("\"><img src=x onerror=alert(1)>");
+    ASSERT_TRUE(db->UpsertDevice(device).ok());
+    v1::TrainRun run;
+    run.set_model(script);
+    run.set_device(script);
+    run.set_steps(2);
+    run.set_disturbed(true);
+    run.set_disturbance("\"><img src=x onerror=alert(2)>");
+    ASSERT_TRUE(db->PutTrainRun(run).ok());
+  }
+  const HttpResponse page = Get("/");
+  ASSERT_EQ(page.status, 200) << page.body;
+  EXPECT_THAT(page.body, HasSubstr("<tr class=\"device\"><th scope=\"row\">" + escaped + "</th>"));
+  EXPECT_THAT(page.body, HasSubstr("<option>" + escaped + "</option>"));
+  EXPECT_THAT(page.body, HasSubstr("<td>" + escaped + " b0</td><td>" + escaped + "</td>"));
+  EXPECT_THAT(page.body, HasSubstr("<code>&quot;&gt;&lt;img src=x onerror=alert(1)&gt;</code>"));
+  EXPECT_THAT(page.body, HasSubstr("title=\"&quot;&gt;&lt;img src=x onerror=alert(2)&gt;\">DISTURBED"));
+  EXPECT_THAT(page.body, Not(HasSubstr("<script>")));
+  EXPECT_THAT(page.body, Not(HasSubstr("<img")));
+}
+
 TEST_F(WebViewTest, AssetsComeFromTheBinary) {
   for (const auto& [path, type] : {std::pair{"/assets/app.js", "text/javascript; charset=utf-8"},
                                    std::pair{"/assets/app.css", "text/css; charset=utf-8"}}) {

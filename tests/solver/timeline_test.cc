@@ -211,7 +211,7 @@ TEST(ScheduleSvg, DrawsTheRamCurveTheBudgetTheNamesAndTheBoundary) {
   Problem p = PagingProblem();
   p.names[1] = "conv<1>&relu";  // names from graph files are escaped
   const v1::Schedule s = Solved(p);
-  const std::string svg = ScheduleToSvg(p, s);
+  const std::string svg = ScheduleToSvg(p, s).text();
   EXPECT_THAT(svg, HasSubstr("<polyline class=\"ram\""));
   EXPECT_THAT(svg, HasSubstr("class=\"budget\""));
   EXPECT_THAT(svg, HasSubstr("budget 30 B"));
@@ -234,7 +234,7 @@ TEST(ScheduleSvg, DrawsTheRamCurveTheBudgetTheNamesAndTheBoundary) {
 TEST(ScheduleSvg, SaysWhatTheScheduleIsInHumanUnits) {
   const Problem p = PagingProblem();
   v1::Schedule s = Solved(p);
-  const std::string svg = ScheduleToSvg(p, s);
+  const std::string svg = ScheduleToSvg(p, s).text();
   EXPECT_THAT(svg, HasSubstr("Optimal schedule (proven): 10.2 J, peak 30 B of 30 B RAM"));
   EXPECT_THAT(svg, ::testing::ContainsRegex(R"(>[0-9.]+ (s|ms|us|ns)</text>)"));  // the time axis's end
   EXPECT_THAT(svg, HasSubstr("<title>A stage is"));
