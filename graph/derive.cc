@@ -14,8 +14,32 @@ using v1::Phase;
 
 bool OwnsParameters(const Layer& layer) { return layer.param_count > 0; }
 
+// The layers with parameters that `--trainable layers:...` names; each name must name one.
+Result<std::vector<bool>> NamedLayers(const ForwardGraph& forward, const std::vector<std::string>& names) {
+  const auto& layers = forward.layers();
+  std::vector<bool> trains(layers.size(), false);
+  for (const std::string& name : names) {
+    const Trainable alone{.mode = Trainable::Mode::kLayers, .layers = {name}};
+    bool found = false;
+    for (int i = 0; i < forward.size(); ++i) {
+      if (OwnsParameters(layers[i]) && alone.Names(i, layers[i].module)) trains[i] = found = true;
+    }
+    if (found) continue;
+    std::string some;
+    for (int i = 0, listed = 0; i < forward.size() && listed < 8; ++i) {
+      if (!OwnsParameters(layers[i])) continue;
+      some += (listed++ ? ", " : "") + (layers[i].module.empty() ? "layer" + std::to_string(i) : layers[i].module);
+    }
+    return InvalidArgument("--trainable layers: '" + name + "' names no layer with parameters in '" +
+                           forward.model() + "'; layers with parameters include " + some +
+                           " (`edgecost graph MODEL` lists them all)");
+  }
+  return trains;
+}
+
 // Which forward layers have trainable parameters under `trainable`.
-std::vector<bool> TrainableLayers(const ForwardGraph& forward, const Trainable& trainable) {
+Result<std::vector<bool>> TrainableLayers(const ForwardGraph& forward, const Trainable& trainable) {
+  if (trainable.mode == Trainable::Mode::kLayers) return NamedLayers(forward, trainable.layers);
   const auto& layers = forward.layers();
   std::vector<bool> trains(layers.size(), false);
   int remaining = trainable.last_k;
@@ -33,6 +57,8 @@ std::vector<bool> TrainableLayers(const ForwardGraph& forward, const Trainable& 
           --remaining;
         }
         break;
+      case Trainable::Mode::kLayers:
+        break;  // NamedLayers
     }
   }
   return trains;
@@ -317,6 +343,21 @@ uint64_t ActivationBytes(const v1::TrainingGraph& graph) {
 Result<Trainable> Trainable::Parse(std::string_view text) {
   if (text == "all") return Trainable{};
   if (text == "bias") return Trainable{Mode::kBias, 0};
+  if (text.starts_with("layers:")) {
+    Trainable named{Mode::kLayers, 0};
+    for (size_t start = 7, comma; start <= text.size(); start = comma + 1) {
+      comma = std::min(text.find(',', start), text.size());
+      const std::string_view name = text.substr(start, comma - start);
+      if (name.empty() || name.find_first_of(" \t:") != std::string_view::npos) {
+        return InvalidArgument("--trainable layers: needs module or layer names separated by commas, as in "
+                               "layers:classifier,features.12 or layers:layer17; got '" + std::string(text) + "'");
+      }
+      named.layers.emplace_back(name);
+    }
+    std::sort(named.layers.begin(), named.layers.end());
+    named.layers.erase(std::unique(named.layers.begin(), named.layers.end()), named.layers.end());
+    return named;
+  }
   if (text.starts_with("last:")) {
     const std::string_view digits = text.substr(5);
     int k = 0;
@@ -324,7 +365,19 @@ Result<Trainable> Trainable::Parse(std::string_view text) {
     if (error == std::errc() && end == digits.data() + digits.size() && k >= 1) return Trainable{Mode::kLastK, k};
   }
   return InvalidArgument("unknown --trainable value '" + std::string(text) +
-                         "'; use all, last:K (K >= 1 layers with parameters) or bias");
+                         "'; use all, last:K (K >= 1 layers with parameters), bias, or layers:NAME,... (modules "
+                         "or layerN)");
+}
+
+// A name is the node name's "layerN", the layer's module, or a module it lies inside.
+bool Trainable::Names(int index, const std::string& module) const {
+  for (const std::string& name : layers) {
+    if (name == "layer" + std::to_string(index)) return true;
+    if (!module.empty() && module.starts_with(name) && (module.size() == name.size() || module[name.size()] == '.')) {
+      return true;
+    }
+  }
+  return false;
 }
 
 std::string Trainable::ToString() const {
@@ -335,6 +388,11 @@ std::string Trainable::ToString() const {
       return "bias";
     case Mode::kLastK:
       return "last:" + std::to_string(last_k);
+    case Mode::kLayers: {
+      std::string text = "layers:";
+      for (size_t i = 0; i < layers.size(); ++i) text += (i ? "," : "") + layers[i];
+      return text;
+    }
   }
   return "all";
 }
@@ -351,7 +409,7 @@ Result<v1::TrainingGraph> DeriveTrainingGraph(const ForwardGraph& forward, Deriv
   graph.set_batch_size(static_cast<uint32_t>(forward.batch_size()));
   GraphWriter out(&graph);
   AddForwardNodes(forward, out, graph);
-  const std::vector<bool> trains = TrainableLayers(forward, trainable);
+  EC_ASSIGN_OR_RETURN(const std::vector<bool> trains, TrainableLayers(forward, trainable));
   if (derivation == Derivation::kPoet) {
     AddPoetBackward(forward, trains, trainable.mode == Trainable::Mode::kAll, out);
   } else {

@@ -24,13 +24,16 @@
 //
 // Trainable parameters (--trainable): `all`; `last:K`, the last K layers that own
 // parameters; `bias`, biases only (plus batch-norm shifts), as sparse on-device
-// fine-tuning does. Frozen layers get no weight-gradient node, and gradients
-// stop below the first trainable layer. The poet derivation cannot split a
+// fine-tuning does; `layers:NAME,...`, the layers of the named modules (an ONNX
+// import's PyTorch module, "features.12" with every module inside it) or node
+// names' layers ("layer17"), a sparse layer update. Frozen layers get no
+// weight-gradient node, and gradients stop below the lowest trainable layer. The poet derivation cannot split a
 // layer's gradient, so `bias` keeps its whole chain and `last:K` truncates it.
 #pragma once
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "base/status.h"
 #include "graph/forward_graph.h"
@@ -60,12 +63,15 @@ inline constexpr Derivation kDefaultDerivation = Derivation::kExact;
 uint64_t ActivationBytes(const v1::TrainingGraph& graph);
 
 struct Trainable {
-  enum class Mode { kAll, kLastK, kBias };
+  enum class Mode { kAll, kLastK, kBias, kLayers };
   Mode mode = Mode::kAll;
   int last_k = 0;
+  std::vector<std::string> layers;  // kLayers: module names or "layerN", sorted, each once
 
-  static Result<Trainable> Parse(std::string_view text);  // "all", "last:K", "bias"
+  static Result<Trainable> Parse(std::string_view text);  // "all", "last:K", "bias", "layers:A,B"
   std::string ToString() const;
+  // kLayers: whether a name in `layers` names the layer at forward `index` from `module`.
+  bool Names(int index, const std::string& module) const;
 };
 
 Result<v1::TrainingGraph> DeriveTrainingGraph(const ForwardGraph& forward, Derivation derivation,

@@ -174,6 +174,9 @@ struct Executor::Builder {
         case graph::Trainable::Mode::kLastK:
           layer_trains[static_cast<size_t>(v)] = remaining-- > 0;
           break;
+        case graph::Trainable::Mode::kLayers:
+          layer_trains[static_cast<size_t>(v)] = trainable.Names(v, node.module());
+          break;
       }
     }
     return Status::Ok();

@@ -183,6 +183,34 @@ TEST(ExactDerivation, LastKTrainsOnlyTheTopLayers) {
   EXPECT_EQ(graph->trainable(), "last:1");
 }
 
+// A sparse layer update: the named layers train (by node name or by module, with the modules
+// inside it); gradients flow down to the lowest of them and no further.
+TEST(ExactDerivation, NamedLayersTrainAndGradientsStopBelowTheLowest) {
+  const auto first = DeriveTrainingGraph(SmallCnn(), Derivation::kExact, *Trainable::Parse("layers:layer1"));
+  ASSERT_TRUE(first.ok()) << first.status().message();
+  EXPECT_TRUE(Find(*first, "layer1_Conv2dLayer.grad_weight"));
+  EXPECT_FALSE(Find(*first, "layer1_Conv2dLayer.grad_input"));  // nothing below it trains
+  EXPECT_FALSE(Find(*first, "layer4_LinearLayer.grad_weight"));
+  EXPECT_TRUE(Find(*first, "layer4_LinearLayer.grad_input"));  // on the way down to layer1
+  EXPECT_EQ(first->trainable(), "layers:layer1");
+
+  ForwardGraph named = SmallCnn();
+  named.SetModule(1, "features.0");
+  named.SetModule(4, "classifier.1");
+  const auto classifier = DeriveTrainingGraph(named, Derivation::kExact, *Trainable::Parse("layers:classifier"));
+  ASSERT_TRUE(classifier.ok()) << classifier.status().message();
+  EXPECT_TRUE(Find(*classifier, "layer4_LinearLayer.grad_weight"));
+  EXPECT_FALSE(Find(*classifier, "layer4_LinearLayer.grad_input"));
+  EXPECT_FALSE(Find(*classifier, "layer1_Conv2dLayer.grad_weight"));
+
+  // "feature" is not a module: names are whole components, never prefixes of one.
+  const auto unknown = DeriveTrainingGraph(named, Derivation::kExact, *Trainable::Parse("layers:feature"));
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.status().message().find("'feature' names no layer with parameters"), std::string::npos);
+  EXPECT_NE(unknown.status().message().find("features.0, classifier.1"), std::string::npos)
+      << unknown.status().message();
+}
+
 TEST(ExactDerivation, BiasOnlyDropsWeightGradients) {
   const auto graph = DeriveTrainingGraph(SmallCnn(), Derivation::kExact, *Trainable::Parse("bias"));
   ASSERT_TRUE(graph.ok());
@@ -221,6 +249,11 @@ TEST(Derivation, EveryZooGraphIsTopologicallyOrdered) {
       }
     }
   }
+}
+
+TEST(Trainable, NamedLayersHaveOneSpelling) {
+  EXPECT_EQ(Trainable::Parse("layers:features.12,classifier,classifier")->ToString(), "layers:classifier,features.12");
+  for (const char* bad : {"layers:", "layers:a,,b", "layers:a,", "layers:a b"}) EXPECT_FALSE(Trainable::Parse(bad).ok()) << bad;
 }
 
 TEST(Trainable, ParsesAndRejects) {

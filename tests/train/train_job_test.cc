@@ -723,7 +723,7 @@ TEST_F(TrainJobTest, EpochsOverADataSetReportHeldOutLossAndAccuracy) {
   const std::string path = (dir_ / "set.npz").string();
   std::ofstream(path, std::ios::binary) << *npz;
 
-  for (const char* trainable : {"all", "bias", "last:2"}) {
+  for (const char* trainable : {"all", "bias", "last:2", "layers:layer3,layer9"}) {
     SCOPED_TRACE(trainable);
     TrainJobOptions options = Options();
     options.graph.trainable = *graph::Trainable::Parse(trainable);
