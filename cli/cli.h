@@ -34,6 +34,12 @@ struct Context {
   mutable std::unique_ptr<costdb::Store> read_write_, read_only_;  // opened on first use
 };
 
+// --trainable's help, one wording for every command that takes it.
+inline constexpr char kTrainableHelp[] =
+    "Trained parameters: all; last:K, the last K layers with parameters; bias, biases only; or "
+    "layers:NAME,..., the named layers alone (a sparse update: an ONNX import's PyTorch modules with "
+    "the modules inside them, or node names' layerN)";
+
 // Prints "edgecost: error: ..." and returns the exit code for it.
 int Failure(const Status& status);
 int UsageError(const Status& status);

@@ -630,7 +630,7 @@ void RegisterTrainCommand(CLI::App& app, Context& ctx) {
       "train", "Run real training steps under a schedule and hold its predictions against measurements");
   cmd->add_option("--model", flags->model, "Zoo model or ONNX file")->required();
   cmd->add_option("--batch-size", flags->batch_size, "Batch size")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--trainable", flags->trainable, "Trained parameters: all, last:K or bias")->capture_default_str();
+  cmd->add_option("--trainable", flags->trainable, kTrainableHelp)->capture_default_str();
   cmd->add_option("--schedule", flags->schedule_file, "A schedule file from `edgecost solve --out` (exact derivation)");
   cmd->add_option("--schedule-id", flags->schedule_id, "A schedule stored in the cost database");
   cmd->add_option("--ram-budget", flags->ram_budget,

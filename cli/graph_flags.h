@@ -5,6 +5,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "cli/cli.h"
 #include "graph/resolve.h"
 
 namespace edgecost::cli {
@@ -34,7 +35,7 @@ struct GraphFlags {
                 "layer, to compare with POET)")
             ->capture_default_str()
             ->check(CLI::IsMember({"poet", "exact"}));
-    command->add_option("--trainable", trainable, "Trained parameters: all, last:K or bias")->capture_default_str();
+    command->add_option("--trainable", trainable, kTrainableHelp)->capture_default_str();
   }
 
   Result<graph::GraphSpec> Spec() const {

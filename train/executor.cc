@@ -122,6 +122,7 @@ struct Executor::Builder {
   // The gradient(s) each backward node's output holds: (forward node, offset in elements).
   std::vector<std::vector<std::pair<int, int64_t>>> slots;
   std::set<std::pair<int, int>> trained;  // (forward node, parameter index)
+  std::set<std::pair<int, int>> written;  // of them or not: a backward pass writes the gradient
 
   Builder(const v1::TrainingGraph& g, Executor& executor)
       : graph(g), e(executor), s(*executor.state_), n(g.nodes_size()) {}
@@ -434,17 +435,18 @@ struct Executor::Builder {
     return Status::Ok();
   }
 
-  // The parameters a backward pass gives gradients for, when they train. A layer with one
-  // parameter has it as a weight (grad_weight) or as a bias (grad_bias: add or sub of a parameter).
+  // The parameters a backward pass writes gradients for, and of those the ones that train. A layer
+  // with one parameter has it as a weight (grad_weight) or as a bias (grad_bias: add or sub of a parameter).
   void NoteTrainedParameters(int f, graph::OpKind kind, graph::GradRole role, kernels::Layer& layer) {
     const int params = static_cast<int>(layer.params().size());
-    if (params == 0 || !layer_trains[static_cast<size_t>(f)]) return;
     const bool gives_weights = role == graph::GradRole::kGradWeight ||
                                (graph::DxPassGivesParameterGradients(kind) && role == graph::GradRole::kGrad);
     const bool gives_bias = gives_weights || role == graph::GradRole::kGradBias;
     for (int i = 0; i < params; ++i) {
       const bool is_bias = params == 1 ? role == graph::GradRole::kGradBias : i >= graph::FirstBiasParameter(kind);
-      if (is_bias ? gives_bias : (gives_weights && !bias_only)) trained.insert({f, i});
+      if (!(is_bias ? gives_bias : gives_weights)) continue;
+      written.insert({f, i});
+      if (layer_trains[static_cast<size_t>(f)] && (is_bias || !bias_only)) trained.insert({f, i});
     }
   }
 
@@ -464,8 +466,8 @@ struct Executor::Builder {
   }
 
   // Layer state: what each layer allocated for itself besides its parameters and their gradients,
-  // and its tensors that no node binds to the arena (the dX of an input without a gradient, the
-  // gradient tensors of a frozen layer), which keep their own storage.
+  // and its tensors that no node binds to the arena (the dX of an input without a gradient), which
+  // keep their own storage. A gradient tensor no pass of the step writes (a frozen layer's) is freed.
   Status CountLayerState() {
     std::set<const kernels::Tensor*> bound;
     for (const NodeExec& exec : s.execs) {
@@ -480,12 +482,18 @@ struct Executor::Builder {
         }
       }
     }
-    for (const std::unique_ptr<kernels::Layer>& layer : s.layers) {
+    for (int f = 0; f < static_cast<int>(s.layers.size()); ++f) {
+      const std::unique_ptr<kernels::Layer>& layer = s.layers[static_cast<size_t>(f)];
       if (!layer) continue;
       uint64_t state = layer->owned_bytes();
       for (kernels::Tensor* p : layer->params()) state -= p->bytes();
-      for (kernels::Tensor* p : layer->grad_params()) {
+      for (int i = 0; i < static_cast<int>(layer->grad_params().size()); ++i) {
+        kernels::Tensor* p = layer->grad_params()[static_cast<size_t>(i)];
         state -= p->bytes();
+        if (!written.contains({f, i})) {
+          std::vector<float>().swap(p->data);
+          continue;
+        }
         e.grad_param_bytes_ += p->bytes();
       }
       std::vector<kernels::Tensor*> bindable = {&layer->output(), &layer->grad_output()};

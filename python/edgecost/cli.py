@@ -83,6 +83,8 @@ class Local:
             args += ["--time-limit-s", r["timeLimitS"]]
         if r.get("strategy"):
             args += ["--strategy", r["strategy"]]
+        if r.get("trainable"):
+            args += ["--trainable", r["trainable"]]
         # The solve counts the optimizer's state tensors per parameter: an optimizer keeping as many.
         args += {0: [], 1: ["--optimizer", "sgd", "--momentum", "0.9"], 2: ["--optimizer", "adam"]}[
             int(r.get("optimizerStateTensors", 0))]

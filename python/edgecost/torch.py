@@ -54,9 +54,37 @@ def optimizer_state_tensors(optimizer):
     raise ValueError(f"optimizer {type(optimizer).__name__}: edgecost counts the state of SGD, Adam and AdamW")
 
 
+def freeze(model, trainable):
+    """Trains only what `trainable` names, as edgecost's `--trainable` does, and returns the parameters that
+    train (for the optimizer); the others get requires_grad=False. "all"; "bias" (every parameter named
+    bias: biases and batch-norm shifts); "layers:A,B", the parameters of modules A and B and of the modules
+    inside them (names as `model.named_modules()` gives them, and as edgecost shows an ONNX export's)."""
+    if trainable == "all":
+        trains = lambda name: True  # noqa: E731
+    elif trainable == "bias":
+        trains = lambda name: name.rsplit(".", 1)[-1] == "bias"  # noqa: E731
+    elif trainable.startswith("layers:") and all(trainable[7:].split(",")):
+        names = trainable[7:].split(",")
+        modules = {name for name, _ in model.named_modules() if name}
+        unknown = [n for n in names if n not in modules]
+        if unknown:
+            raise ValueError(f"trainable names no module {', '.join(unknown)} of {type(model).__name__}; its modules "
+                             f"include {', '.join(sorted(modules)[:8])}")
+        trains = lambda name: any(name.startswith(n + ".") for n in names)  # noqa: E731
+    else:
+        raise ValueError(f"trainable={trainable!r}: the PyTorch bridge takes 'all', 'bias' or 'layers:MODULE,...' "
+                         "(last:K counts layers in the exported graph's order, which a module tree does not give)")
+    trained = []
+    for name, parameter in model.named_parameters():
+        parameter.requires_grad_(trains(name))
+        if trains(name):
+            trained.append(parameter)
+    return trained
+
+
 def plan(model, example_inputs, *, activation_budget=None, ram_budget=None, runtime_budget="1.5x", platform=None,
          device="this", db=None, agent=None, time_limit_s=30, progress=True, keep_files=None, accept_noisy_costs=False,
-         optimizer=None):
+         optimizer=None, trainable="all"):
     """Solves edgecost's schedule for one training step of `model` on `example_inputs`.
 
     activation_budget: the saved activations' RAM ("4MB", "3MiB", or "50%" of the plain step's peak);
@@ -68,7 +96,9 @@ def plan(model, example_inputs, *, activation_budget=None, ram_budget=None, runt
     $EDGECOST_TOKEN (default: $EDGECOST_AGENT; without either, the local edgecost binary on the
     cost database `db`). keep_files: a directory to keep the ONNX model and schedule in.
     accept_noisy_costs: build the cost table even when other work on the CPU disturbed some
-    measurements (`profile --accept-noisy`; they stay marked unreliable)."""
+    measurements (`profile --accept-noisy`; they stay marked unreliable). trainable: what trains, as
+    freeze() sets it (call it first): the plan leaves out the gradients frozen layers do not need and
+    counts gradients and optimizer state for what trains."""
     if (activation_budget is None) == (ram_budget is None):
         raise ValueError("give one of activation_budget (saved activations) or ram_budget (the whole process)")
     agent = agent or os.environ.get(AGENT_ENV)
@@ -77,11 +107,12 @@ def plan(model, example_inputs, *, activation_budget=None, ram_budget=None, runt
     with contextlib.ExitStack() as cleanup:
         workdir = keep_files or cleanup.enter_context(tempfile.TemporaryDirectory(prefix="edgecost-plan-"))
         return _plan_in(workdir, bool(keep_files), backend, model, example_inputs, activation_budget, ram_budget,
-                        runtime_budget, platform, device, time_limit_s, progress, accept_noisy_costs, optimizer)
+                        runtime_budget, platform, device, time_limit_s, progress, accept_noisy_costs, optimizer,
+                        trainable)
 
 
 def _plan_in(workdir, keep, backend, model, example_inputs, activation_budget, ram_budget, runtime_budget, platform,
-             device, time_limit_s, progress, accept_noisy_costs, optimizer):
+             device, time_limit_s, progress, accept_noisy_costs, optimizer, trainable):
     os.makedirs(workdir, exist_ok=True)
     onnx_path = os.path.join(workdir, "model.onnx")
     _export_onnx(model, example_inputs, onnx_path)
@@ -91,6 +122,7 @@ def _plan_in(workdir, keep, backend, model, example_inputs, activation_budget, r
     # Paging time counts against the runtime budget on measured costs, as `edgecost solve` does.
     request = {"model": model_name, "device": platform or device, "countPagingTime": not platform,
                "timeLimitS": time_limit_s, "optimizerStateTensors": optimizer_state_tensors(optimizer),
+               "trainable": trainable,
                **runtime_budget_fields(runtime_budget)}
     if platform:
         request["costSource"] = "poet-flops"

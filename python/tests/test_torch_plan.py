@@ -82,6 +82,24 @@ class PlanAppliedTest(unittest.TestCase):
                     progress=False)
         self.assertEqual(plan_folders(), before)
 
+    def test_a_sparse_layer_update_plans_and_trains_the_named_modules_alone(self):
+        model = Encoder()
+        trained = ec.freeze(model, "layers:head")
+        self.assertEqual([id(p) for p in trained], [id(p) for p in model.head.parameters()])
+        self.assertFalse(model.embed.weight.requires_grad)
+        with self.assertRaises(ValueError):
+            ec.freeze(Encoder(), "layers:nohead")
+        with self.assertRaises(ValueError):
+            ec.freeze(Encoder(), "last:2")
+        adamw = torch.optim.AdamW(trained)
+        plan = ec.plan(model, torch.randn(2, 8, 16), ram_budget="2GB", runtime_budget="2x", platform="a72",
+                       db=self.db, time_limit_s=2, progress=False, optimizer=adamw, trainable="layers:head")
+        self.assertEqual(plan.schedule.raw["request"]["trainable"], "layers:head")
+        memory = plan.schedule.raw["memory"]
+        head_bytes = 4 * sum(p.numel() for p in trained)
+        self.assertEqual(int(memory["optimizerBytes"]), 2 * head_bytes)  # AdamW's two moments, of the head alone
+        self.assertEqual(int(memory["gradientBytes"]), head_bytes)
+
     def test_resnet18(self):
         # In-place ReLU saves its result, which is the batch norm's output; max pool saves int64
         # indices: both paged with the module's output when the plan pages it.

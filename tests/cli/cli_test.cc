@@ -1085,6 +1085,23 @@ TEST_F(CliTest, CostsAndSolveShowTheWholeMemoryAndDeviceRamLeavesTheFixedPartsOu
   EXPECT_EQ(bytes(tera["request"]["deviceRamBytes"]), 1099511627776u);
 }
 
+// A sparse layer update: the named layers get weight gradients, the others none, and a name that
+// names no layer with parameters is refused with some that do.
+TEST_F(CliTest, ASparseLayerUpdateTrainsTheNamedLayersAlone) {
+  const nlohmann::json graph = Json("graph linear --trainable layers:layer5,layer3,layer5");
+  EXPECT_EQ(graph["trainable"], "layers:layer3,layer5");
+  std::vector<std::string> weight_gradients;
+  for (const nlohmann::json& node : graph["nodes"]) {
+    if (node.value("role", "") == "grad_weight") weight_gradients.push_back(node["name"]);
+  }
+  EXPECT_EQ(weight_gradients, (std::vector<std::string>{"layer5_LinearLayer.grad_weight",
+                                                        "layer3_LinearLayer.grad_weight"}));
+  const CommandResult unknown = Edgecost("graph linear --trainable layers:layer2");
+  EXPECT_EQ(unknown.exit_code, 1) << unknown.output;
+  EXPECT_THAT(unknown.output, HasSubstr("'layer2' names no layer with parameters"));
+  EXPECT_THAT(Edgecost("train --help").output, HasSubstr("layers:NAME"));
+}
+
 TEST_F(CliTest, SolveTakesTerabytes) {
   const nlohmann::json run =
       Json("solve --model linear --platform a72 --activation-budget 1TiB --runtime-budget 1x --no-store");
