@@ -123,6 +123,9 @@ struct Executor::Builder {
   std::vector<std::vector<std::pair<int, int64_t>>> slots;
   std::set<std::pair<int, int>> trained;  // (forward node, parameter index)
   std::set<std::pair<int, int>> written;  // of them or not: a backward pass writes the gradient
+  // By forward node: some backward pass of its layer runs; its dX pass runs.
+  std::vector<bool> has_backward = std::vector<bool>(static_cast<size_t>(n), false);
+  std::vector<bool> runs_input_pass = std::vector<bool>(static_cast<size_t>(n), false);
 
   Builder(const v1::TrainingGraph& g, Executor& executor)
       : graph(g), e(executor), s(*executor.state_), n(g.nodes_size()) {}
@@ -398,6 +401,12 @@ struct Executor::Builder {
     if (node.output_bytes() > 0) EC_RETURN_IF_ERROR(BindInputGradients(v, f, kind, *layer, exec, label));
     EC_ASSIGN_OR_RETURN(graph::GradRole role, graph::ParseGradRole(node.role()));
     NoteTrainedParameters(f, kind, role, *layer);
+    has_backward[static_cast<size_t>(f)] = true;
+    // One primitive gives dX and the parameters' gradients: its weights pass writes dX too.
+    if (role == graph::GradRole::kGrad || role == graph::GradRole::kGradInput ||
+        graph::DxPassGivesParameterGradients(kind)) {
+      runs_input_pass[static_cast<size_t>(f)] = true;
+    }
     return Status::Ok();
   }
 
@@ -466,10 +475,14 @@ struct Executor::Builder {
   }
 
   // Layer state: what each layer allocated for itself besides its parameters and their gradients,
-  // and its tensors that no node binds to the arena (the dX of an input without a gradient), which
-  // keep their own storage. A gradient tensor no pass of the step writes (a frozen layer's) is freed.
+  // and its tensors that no node binds to the arena (a gradient added from the layer's own storage),
+  // which keep their own storage. A gradient tensor no pass of the step uses is freed: a frozen
+  // layer's parameter gradients, and the dX and dY of a layer whose passes do not run.
   Status CountLayerState() {
-    std::set<const kernels::Tensor*> bound;
+    std::set<const kernels::Tensor*> bound, added;
+    for (const NodeExec& exec : s.execs) {
+      for (const NodeExec::Accumulation& add : exec.adds) added.insert(add.from);
+    }
     for (const NodeExec& exec : s.execs) {
       for (const NodeExec::Binding& b : exec.binds) {
         if (bound.insert(b.tensor).second) exec.layer->Release(*b.tensor);  // the arena holds it from now on
@@ -495,6 +508,14 @@ struct Executor::Builder {
           continue;
         }
         e.grad_param_bytes_ += p->bytes();
+      }
+      std::vector<kernels::Tensor*> unused;
+      if (!has_backward[static_cast<size_t>(f)]) unused.push_back(&layer->grad_output());
+      if (!runs_input_pass[static_cast<size_t>(f)]) {
+        for (kernels::Tensor& t : layer->grad_inputs()) unused.push_back(&t);
+      }
+      for (kernels::Tensor* t : unused) {
+        if (!bound.count(t) && !added.count(t)) layer->Release(*t);
       }
       std::vector<kernels::Tensor*> bindable = {&layer->output(), &layer->grad_output()};
       for (kernels::Tensor& t : layer->inputs()) bindable.push_back(&t);
