@@ -66,7 +66,7 @@ Result<v1::ListTrainRunsResponse> Services::ListTrainRuns(const v1::ListTrainRun
 }
 
 std::string Services::where() const {
-  return ctx_.remote.empty() ? ctx_.Store(costdb::OpenMode::kReadOnly).printable_path() : ctx_.remote;
+  return ctx_.remote.empty() ? costdb::RedactUrl(DbPath(ctx_)) : ctx_.remote;
 }
 
 }  // namespace edgecost::cli

@@ -14,15 +14,21 @@ using v1::Phase;
 
 bool OwnsParameters(const Layer& layer) { return layer.param_count > 0; }
 
+// Whether `name` names the layer at forward `index` from `module`: its node name's "layerN", its
+// module, or a module it lies inside.
+bool NamesLayer(const std::string& name, int index, const std::string& module) {
+  if (name == "layer" + std::to_string(index)) return true;
+  return !module.empty() && module.starts_with(name) && (module.size() == name.size() || module[name.size()] == '.');
+}
+
 // The layers with parameters that `--trainable layers:...` names; each name must name one.
 Result<std::vector<bool>> NamedLayers(const ForwardGraph& forward, const std::vector<std::string>& names) {
   const auto& layers = forward.layers();
   std::vector<bool> trains(layers.size(), false);
   for (const std::string& name : names) {
-    const Trainable alone{.mode = Trainable::Mode::kLayers, .layers = {name}};
     bool found = false;
     for (int i = 0; i < forward.size(); ++i) {
-      if (OwnsParameters(layers[i]) && alone.Names(i, layers[i].module)) trains[i] = found = true;
+      if (OwnsParameters(layers[i]) && NamesLayer(name, i, layers[i].module)) trains[i] = found = true;
     }
     if (found) continue;
     std::string some;
@@ -369,15 +375,9 @@ Result<Trainable> Trainable::Parse(std::string_view text) {
                          "or layerN)");
 }
 
-// A name is the node name's "layerN", the layer's module, or a module it lies inside.
 bool Trainable::Names(int index, const std::string& module) const {
-  for (const std::string& name : layers) {
-    if (name == "layer" + std::to_string(index)) return true;
-    if (!module.empty() && module.starts_with(name) && (module.size() == name.size() || module[name.size()] == '.')) {
-      return true;
-    }
-  }
-  return false;
+  return std::any_of(layers.begin(), layers.end(),
+                     [&](const std::string& name) { return NamesLayer(name, index, module); });
 }
 
 std::string Trainable::ToString() const {
