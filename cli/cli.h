@@ -39,6 +39,10 @@ inline constexpr char kTrainableHelp[] =
     "Trained parameters: all; last:K, the last K layers with parameters; bias, biases only; or "
     "layers:NAME,..., the named layers alone (a sparse update: an ONNX import's PyTorch modules with "
     "the modules inside them, or node names' layerN)";
+inline constexpr char kUpdateInBackwardHelp[] =
+    "Update each layer's parameters as soon as its gradient is complete (after its last backward node) and free "
+    "the gradient, instead of holding every gradient until the step ends: the schedule holds weight gradients as "
+    "activations, the layers in flight only; the same weights, bit for bit";
 
 // Prints "edgecost: error: ..." and returns the exit code for it.
 int Failure(const Status& status);

@@ -40,6 +40,7 @@ struct SolveFlags {
   int batch_size = 1;
   std::string derivation;
   std::string trainable = "all";
+  bool update_in_backward = false;
   std::string ram_budget;         // the training process's peak RSS: the step's fixed parts come off it
   std::string activation_budget;  // the activations' alone (the arena's peak)
   std::string runtime_budget = "1.5x";  // solver::kDefaultRuntimeBudgetMultiple, as `train`
@@ -158,6 +159,7 @@ void PrintSchedule(const v1::Schedule& s) {
             << "runtime        " << FormatSeconds(s.runtime_s()) << " of " << FormatSeconds(s.runtime_budget_s())
             << " budget\n"
             << "operations     " << service::OperationsText(s.recomputations(), s.page_outs(), s.page_ins()) << "\n"
+            << "updates        " << service::UpdatesText(s) << "\n"
             << "solve time     " << FormatSeconds(s.solve_time_s()) << " (first schedule after "
             << FormatSeconds(s.time_to_first_feasible_s()) << ")\n";
 }
@@ -205,6 +207,7 @@ Result<v1::ScheduleRequest> BuildRequest(const SolveFlags& flags) {
   optimizer.set_momentum(flags.momentum);
   EC_ASSIGN_OR_RETURN(const train::OptimizerOptions options, service::OptimizerOptionsOf(optimizer));
   request.set_optimizer_state_tensors(static_cast<uint32_t>(train::OptimizerStateTensors(options)));
+  request.set_update_in_backward(flags.update_in_backward);
   if (!flags.ram_budget.empty()) {
     if (!flags.activation_budget.empty() || flags.min_ram) {
       return InvalidArgument(
@@ -524,6 +527,7 @@ void RegisterSolveCommand(CLI::App& app, Context& ctx) {
   cmd->add_option("--derivation", flags->derivation,
                   "exact (default: what each backward really reads) or poet (POET's construction)");
   cmd->add_option("--trainable", flags->trainable, kTrainableHelp)->capture_default_str();
+  cmd->add_flag("--update-in-backward", flags->update_in_backward, kUpdateInBackwardHelp);
   cmd->add_option("--ram-budget,--device-ram", flags->ram_budget,
                   "The training process's peak RSS (VmHWM, everything it holds): parameters, gradients, the "
                   "optimizer's state (--optimizer), workspace and the rest of the process a run measured come off "

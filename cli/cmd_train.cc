@@ -36,6 +36,7 @@ struct TrainFlags {
   std::string model;
   int batch_size = 1;
   std::string trainable = "all";
+  bool update_in_backward = false;
   std::string schedule_file;
   uint64_t schedule_id = 0;
   std::string ram_budget;               // the training process's peak RSS
@@ -134,6 +135,7 @@ Result<v1::StartTrainRequest> TrainRequestOf(const TrainFlags& flags) {
   request.set_model(flags.model);
   request.set_batch_size(static_cast<uint32_t>(flags.batch_size));
   request.set_trainable(flags.trainable);
+  request.set_update_in_backward(flags.update_in_backward);
   request.set_schedule_id(flags.schedule_id);
   if (!flags.ram_budget.empty() && !flags.activation_budget.empty()) {
     return InvalidArgument(
@@ -631,6 +633,7 @@ void RegisterTrainCommand(CLI::App& app, Context& ctx) {
   cmd->add_option("--model", flags->model, "Zoo model or ONNX file")->required();
   cmd->add_option("--batch-size", flags->batch_size, "Batch size")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--trainable", flags->trainable, kTrainableHelp)->capture_default_str();
+  cmd->add_flag("--update-in-backward", flags->update_in_backward, kUpdateInBackwardHelp);
   cmd->add_option("--schedule", flags->schedule_file, "A schedule file from `edgecost solve --out` (exact derivation)");
   cmd->add_option("--schedule-id", flags->schedule_id, "A schedule stored in the cost database");
   cmd->add_option("--ram-budget", flags->ram_budget,

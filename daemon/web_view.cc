@@ -784,7 +784,8 @@ Result<Markup> WebView::SchedulePage(const std::string& query) {
         << " + recompute " << FormatJoules(e.recompute_j()) << " + page-in " << FormatJoules(e.page_in_j())
         << " + page-out " << FormatJoules(e.page_out_j()) << "</dd><dt>lower bound</dt><dd>"
         << FormatJoules(s.lower_bound_j()) << " (floor " << FormatJoules(s.floor_j()) << ")</dd><dt>operations</dt><dd>"
-        << service::OperationsText(s.recomputations(), s.page_outs(), s.page_ins()) << "</dd>";
+        << service::OperationsText(s.recomputations(), s.page_outs(), s.page_ins()) << "</dd><dt>updates</dt><dd>"
+        << service::UpdatesText(s) << "</dd>";
   }
   out << "<dt>cost source</dt><dd>" << view.table.cost_source() << "</dd></dl>";
   if (!has) return Layout(title, (out << "<p>This request has no schedule to show.</p>").str());

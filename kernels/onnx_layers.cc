@@ -398,6 +398,7 @@ class Embedding : public OpLayer {
     if (&t == &inputs_[0]) ids_.set_data_handle(data);
     if (&t == &output_) out_.set_data_handle(data);
     if (&t == &grad_output_) dy_.set_data_handle(data);
+    if (&t == grad_params_[0]) dtable_.set_data_handle(data);
     StepLayer::Bind(t, data);
   }
   void BackwardWeights() override {
@@ -447,6 +448,7 @@ class WindowBias : public OpLayer {
       const int64_t span = 2 * window->second - 1;
       table_ = &Param({span * span, heads_}, 0.02f);
       dtable_ = grad_params_[0];
+      dtable_data_ = dtable_->data.data();
     } else {
       const int64_t side = spec.attributes.at("shifted_window_side"), size = spec.attributes.at("shifted_window_size");
       const int64_t shift = spec.attributes.at("shifted_window_shift");
@@ -482,11 +484,16 @@ class WindowBias : public OpLayer {
   void BackwardWeights() override {
     if (!table_) return;
     Run(backward_weights_);  // dbias: dY summed over the windows and the batch
-    std::fill(dtable_->data.begin(), dtable_->data.end(), 0.0f);
+    std::fill_n(dtable_data_, Elements(dtable_->dims), 0.0f);
     const int64_t pairs = static_cast<int64_t>(index_.size());
     for (int64_t h = 0; h < heads_; ++h) {
-      for (int64_t p = 0; p < pairs; ++p) dtable_->data[index_[p] * heads_ + h] += dbias_->data[h * pairs + p];
+      for (int64_t p = 0; p < pairs; ++p) dtable_data_[index_[p] * heads_ + h] += dbias_->data[h * pairs + p];
     }
+  }
+  // The table's gradient is written by the loop, outside the step lists: rebound here.
+  void Bind(Tensor& t, float* data) override {
+    if (&t == dtable_) dtable_data_ = data;
+    StepLayer::Bind(t, data);
   }
   // The table is all bias: its gradient is the same in bias-only training.
   void BackwardBias() override { BackwardWeights(); }
@@ -496,6 +503,7 @@ class WindowBias : public OpLayer {
   std::vector<int64_t> index_;
   Tensor* table_ = nullptr;
   Tensor* dtable_ = nullptr;
+  float* dtable_data_ = nullptr;  // dtable_'s storage, or where it is bound
   Tensor* bias_ = nullptr;
   Tensor* dbias_ = nullptr;
 };

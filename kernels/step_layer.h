@@ -83,6 +83,7 @@ class StepLayer : public Layer {
     std::vector<Tensor*> tensors = {&output_, &grad_output_};
     for (Tensor& t : inputs_) tensors.push_back(&t);
     for (Tensor& t : grad_inputs_) tensors.push_back(&t);
+    for (Tensor* t : grad_params_) tensors.push_back(t);  // in the arena with updates in the backward pass
     for (auto* pass : {&forward_, &backward_input_, &backward_weights_, &backward_bias_, &inference_}) {
       for (Step& step : *pass) {
         for (auto& [arg, mem] : step.args) {

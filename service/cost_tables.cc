@@ -367,8 +367,10 @@ Result<SolvedRequest> SolveRequest(costdb::CostDb* db, const v1::ScheduleRequest
   }
   // The stored request names the table's thread count, so that it is solved again on that one.
   if (solved.table.threads() > 0) solved_request.set_compute_threads(solved.table.threads());
-  v1::StepMemory memory = StepMemoryOf(solved.table.graph(), /*build_large=*/request.device_ram_bytes() > 0,
-                                       static_cast<int>(request.optimizer_state_tensors()));
+  v1::StepMemory memory =
+      StepMemoryOf(solved.table.graph(), {.build_large = request.device_ram_bytes() > 0,
+                                          .optimizer_state_tensors = static_cast<int>(request.optimizer_state_tensors()),
+                                          .update_in_backward = request.update_in_backward()});
   if (db && memory.executor_known() && solved.table.cost_source() != graph::kPoetFlopsSource) {  // a device's runs
     AddProcessRest(*db, solved.table.graph().model(), solved.table.device(), solved.table.graph().batch_size(),
                    solved.table.threads(), memory);

@@ -10,6 +10,7 @@
 #include "base/units.h"
 #include "graph/derive.h"
 #include "graph/resolve.h"
+#include "graph/step_nodes.h"
 #include "train/arena.h"
 #include "solver/plan.h"
 #include "train/executor.h"
@@ -19,26 +20,6 @@ namespace {
 
 std::string Bytes(uint64_t bytes) {
   return FormatBytes(static_cast<double>(bytes)) + " (" + std::to_string(bytes) + " B)";
-}
-
-// The node bytes and distinct earlier inputs as the executor sees them, for the arena's walk.
-struct ArenaNodes {
-  std::vector<int64_t> bytes;
-  std::vector<std::vector<int>> preds;
-};
-ArenaNodes ArenaNodesOf(const v1::TrainingGraph& graph) {
-  const auto n = static_cast<size_t>(graph.nodes_size());
-  ArenaNodes nodes{std::vector<int64_t>(n), std::vector<std::vector<int>>(n)};
-  for (int v = 0; v < graph.nodes_size(); ++v) {
-    nodes.bytes[static_cast<size_t>(v)] = static_cast<int64_t>(graph.nodes(v).output_bytes());
-    std::set<int> distinct;
-    for (uint32_t u : graph.nodes(v).inputs()) {
-      if (u < static_cast<uint32_t>(v) && distinct.insert(static_cast<int>(u)).second) {
-        nodes.preds[static_cast<size_t>(v)].push_back(static_cast<int>(u));
-      }
-    }
-  }
-  return nodes;
 }
 
 // Solves, --compare and the daemon ask again for the same graph: its layers are built once.
@@ -51,12 +32,13 @@ std::mutex built_mutex;
 std::map<std::string, BuiltGraph> built;
 
 // The step's memory without optimizer state, and the bytes of the parameters that train.
-BuiltGraph StepMemoryWithoutOptimizer(const v1::TrainingGraph& graph, bool build_large);
+BuiltGraph StepMemoryWithoutOptimizer(const v1::TrainingGraph& graph, bool build_large, bool update_in_backward);
 
 }  // namespace
 
-v1::StepMemory StepMemoryOf(const v1::TrainingGraph& graph, bool build_large, int optimizer_state_tensors) {
-  BuiltGraph base = StepMemoryWithoutOptimizer(graph, build_large);
+v1::StepMemory StepMemoryOf(const v1::TrainingGraph& graph, const StepMemoryOptions& options) {
+  const int optimizer_state_tensors = options.optimizer_state_tensors;
+  BuiltGraph base = StepMemoryWithoutOptimizer(graph, options.build_large, options.update_in_backward);
   v1::StepMemory& memory = base.memory;
   memory.set_optimizer_bytes(static_cast<uint64_t>(std::max(0, optimizer_state_tensors)) * base.trained_param_bytes);
   memory.set_fixed_bytes(memory.fixed_bytes() + memory.optimizer_bytes());
@@ -68,9 +50,9 @@ v1::StepMemory StepMemoryOf(const v1::TrainingGraph& graph, bool build_large, in
 
 namespace {
 
-BuiltGraph StepMemoryWithoutOptimizer(const v1::TrainingGraph& graph, bool build_large) {
+BuiltGraph StepMemoryWithoutOptimizer(const v1::TrainingGraph& graph, bool build_large, bool update_in_backward) {
   std::mutex& mutex = built_mutex;
-  const std::string key = graph::GraphHash(graph);
+  const std::string key = graph::GraphHash(graph) + (update_in_backward ? "+update-in-backward" : "");
   {
     std::lock_guard lock(mutex);
     if (auto it = built.find(key); it != built.end()) return it->second;
@@ -80,7 +62,11 @@ BuiltGraph StepMemoryWithoutOptimizer(const v1::TrainingGraph& graph, bool build
   v1::StepMemory& memory = result.memory;
   memory.set_param_bytes(graph.param_bytes());
   memory.set_activation_total_bytes(graph::ActivationBytes(graph));
-  const ArenaNodes nodes = ArenaNodesOf(graph);
+  const graph::StepNodes nodes = graph::StepNodesOf(graph, update_in_backward);
+  for (size_t v = 0; v < nodes.bytes.size(); ++v) {
+    if (!nodes.holds_parameter_gradients[v]) continue;
+    memory.set_gradient_in_activations_bytes(memory.gradient_in_activations_bytes() + static_cast<uint64_t>(nodes.bytes[v]));
+  }
   memory.set_activation_peak_bytes(static_cast<uint64_t>(
       train::PlanMemory(nodes.bytes, nodes.preds, train::PlainPlan(nodes.preds)).peak_bytes));
   // The executor's own figures: what `train` allocates outside the arena.
@@ -94,7 +80,8 @@ BuiltGraph StepMemoryWithoutOptimizer(const v1::TrainingGraph& graph, bool build
     memory.set_note(
         "gradients and workspace not measured: building the layers of a graph this large takes seconds "
         "(`solve --ram-budget` builds them; `edgecost train` reports them as layer state)");
-  } else if (Result<std::unique_ptr<train::Executor>> executor = train::Executor::Create(graph, {}); executor.ok()) {
+  } else if (Result<std::unique_ptr<train::Executor>> executor = train::Executor::Create(graph, {.update_in_backward = update_in_backward});
+             executor.ok()) {
     memory.set_executor_known(true);
     memory.set_param_bytes((*executor)->param_bytes());
     memory.set_gradient_bytes((*executor)->grad_param_bytes());
@@ -115,7 +102,7 @@ BuiltGraph StepMemoryWithoutOptimizer(const v1::TrainingGraph& graph, bool build
 }  // namespace
 
 uint64_t ArenaRegionBytes(const v1::TrainingGraph& graph, const v1::Schedule& schedule) {
-  const ArenaNodes nodes = ArenaNodesOf(graph);
+  const graph::StepNodes nodes = graph::StepNodesOf(graph, schedule.request().update_in_backward());
   return train::LayOut(nodes.bytes, nodes.preds, solver::PlanFromStages(schedule, graph.nodes_size())).region_bytes;
 }
 
@@ -153,7 +140,12 @@ void AddProcessRest(costdb::CostDb& db, const std::string& model, const std::str
 std::string FixedPartsText(const v1::StepMemory& memory) {
   std::string text = "parameters " + Bytes(memory.param_bytes());
   if (memory.executor_known()) {
-    text += " + gradients " + Bytes(memory.gradient_bytes()) + " + optimizer state " + Bytes(memory.optimizer_bytes()) +
+    text += " + gradients " + Bytes(memory.gradient_bytes());
+    if (memory.gradient_in_activations_bytes() > 0) {
+      text += " (and " + FormatBytes(static_cast<double>(memory.gradient_in_activations_bytes())) +
+              " held with the activations until each layer's update)";
+    }
+    text += " + optimizer state " + Bytes(memory.optimizer_bytes()) +
             " + workspace " + Bytes(memory.workspace_bytes());
   }
   if (memory.process_rest_from_run() != 0) {

@@ -21,13 +21,20 @@ namespace edgecost::service {
 // when asked (`build_large`, as --ram-budget does).
 inline constexpr uint64_t kMaxLayersBuiltUnasked = uint64_t{32} << 20;
 
+struct StepMemoryOptions {
+  bool build_large = false;  // build a graph above kMaxLayersBuiltUnasked
+  // State tensors the optimizer keeps per trained parameter (train::OptimizerStateTensors).
+  int optimizer_state_tensors = 0;
+  bool update_in_backward = false;  // weight gradients as activations (graph/step_nodes.h)
+};
+
 // A graph the executor cannot build (POET's derivation, a graph file without
 // op kinds), or a large one not asked for, keeps its parameters and activations
-// and says what is unknown. Figures are kept per graph for the process. The optimizer keeps
-// `optimizer_state_tensors` tensors per trained parameter (train::OptimizerStateTensors).
-v1::StepMemory StepMemoryOf(const v1::TrainingGraph& graph, bool build_large = false, int optimizer_state_tensors = 0);
+// and says what is unknown. Figures are kept per graph for the process.
+v1::StepMemory StepMemoryOf(const v1::TrainingGraph& graph, const StepMemoryOptions& options = {});
 
 // The bytes of the activation arena's region under `schedule` (train::LayOut): at least its peak.
+// Weight gradients count as the schedule's request says (update_in_backward).
 uint64_t ArenaRegionBytes(const v1::TrainingGraph& graph, const v1::Schedule& schedule);
 
 // The latest training run of `model` on `device` at this batch and thread count that measured

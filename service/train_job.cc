@@ -433,6 +433,7 @@ Result<TrainJobOptions> TrainJobOptionsOf(const v1::StartTrainRequest& request, 
     EC_ASSIGN_OR_RETURN(options.graph.trainable, graph::Trainable::Parse(request.trainable()));
   }
   options.schedule_id = request.schedule_id();
+  options.solve.set_update_in_backward(request.update_in_backward());
   if (request.ram_budget_bytes() > 0 || request.device_ram_bytes() > 0) {
     options.solve.set_ram_budget_bytes(request.ram_budget_bytes());
     options.solve.set_device_ram_bytes(request.device_ram_bytes());
@@ -623,6 +624,7 @@ struct TrainSetup {
   uint64_t schedule_id = 0;
   std::optional<v1::CostTable> table;  // the predictions' costs, when there are
   std::optional<v1::TrainRun> earlier_process;  // the run whose process predicts this one's
+  bool update_in_backward = false;  // the schedule's (solved for it), else the options'
 };
 
 // A schedule solved for the options' budgets, and the table it was solved from.
@@ -680,6 +682,7 @@ Status ChooseSchedule(costdb::CostDb& db, const TrainJobOptions& options, TrainS
                       std::vector<std::string>& notes) {
   std::optional<v1::Schedule> schedule;
   setup.schedule_id = options.schedule_id;
+  setup.update_in_backward = options.solve.update_in_backward();
   if (!options.schedule_file.empty()) {
     EC_ASSIGN_OR_RETURN(schedule, ReadScheduleFile(options.schedule_file));
     EC_ASSIGN_OR_RETURN(setup.schedule_id, StoredScheduleOf(db, *schedule));
@@ -693,6 +696,12 @@ Status ChooseSchedule(costdb::CostDb& db, const TrainJobOptions& options, TrainS
   }
   if (schedule) {
     EC_RETURN_IF_ERROR(CheckScheduleOptimizer(*schedule, setup.optimizer));
+    if (options.solve.update_in_backward() && !schedule->request().update_in_backward()) {
+      return FailedPrecondition(
+          "the schedule was solved with every update after the step; updates in the backward pass hold weight "
+          "gradients as activations, which it did not plan: solve it again with --update-in-backward");
+    }
+    setup.update_in_backward = schedule->request().update_in_backward();
     if (!setup.table) {
       EC_ASSIGN_OR_RETURN(setup.table, ScheduleCostTable(&db, *schedule));
     }
@@ -1040,10 +1049,9 @@ class TrainingSession {
     EC_RETURN_IF_ERROR(watch_->BeginWindow());
     EC_ASSIGN_OR_RETURN(const train::Batch batch, data_.BatchFor(s));
     EC_RETURN_IF_ERROR(executor_.SetBatch(batch));
-    EC_ASSIGN_OR_RETURN(train::StepStats stats, executor_.Step(setup_.checked ? &setup_.checked->plan : nullptr));
-    const double update_start = SteadyNowS();
-    executor_.Update(train::LearningRateAt(lr_schedule_, options_.lr, s));
-    const double update_s = SteadyNowS() - update_start;
+    EC_ASSIGN_OR_RETURN(train::StepStats stats,
+                        executor_.TrainStep(setup_.checked ? &setup_.checked->plan : nullptr,
+                                            train::LearningRateAt(lr_schedule_, options_.lr, s)));
     EC_RETURN_IF_ERROR(watch_->WaitSinceLastS().status());  // brings the window's wait up to now
     const double window_s = SteadyNowS() - window_start_s;
     EC_ASSIGN_OR_RETURN(v1::Interference interference, watch_->EndWindow(window_s));
@@ -1055,7 +1063,7 @@ class TrainingSession {
     step.set_step(static_cast<uint32_t>(s + 1));
     step.set_loss(stats.loss);
     step.set_runtime_s(stats.runtime_s);
-    step.set_update_s(update_s);
+    step.set_update_s(stats.update_s);
     step.set_peak_activation_bytes(stats.peak_activation_bytes);
     step.set_paged_out_bytes(stats.paged_out_bytes);
     step.set_paged_in_bytes(stats.paged_in_bytes);
@@ -1066,7 +1074,6 @@ class TrainingSession {
     *step.mutable_interference() = interference;
     step.set_disturbed(!verdict.clean);
     step.set_disturbance(verdict.reason);
-    stats.events.push_back({-1, train::TraceEvent::Kind::kUpdate, executor_.ClockS() - update_s, update_s});
     return stats;
   }
 
@@ -1241,6 +1248,12 @@ Status Verify(const TrainSetup& setup, train::DataSource& data, train::Executor&
     result.notes.push_back("--verify compares a schedule's gradients with the plain step's; this run has no schedule");
     return Status::Ok();
   }
+  if (setup.update_in_backward) {
+    result.notes.push_back(
+        "--verify compares gradients, which updates in the backward pass free as they are applied; the executor's "
+        "tests prove those updates bit-identical to the step and update after it");
+    return Status::Ok();
+  }
   log("verifying: the plain step and the scheduled step on one batch ...");
   EC_ASSIGN_OR_RETURN(const train::Batch batch, data.BatchFor(0));
   EC_RETURN_IF_ERROR(executor.SetBatch(batch));
@@ -1267,7 +1280,8 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
   EC_ASSIGN_OR_RETURN(std::unique_ptr<train::Executor> executor,
                       train::Executor::Create(setup.graph, {.seed = options.seed,
                                                             .paging_dir = setup.paging_dir,
-                                                            .trace = true}));  // the last step goes into the record
+                                                            .trace = true,  // the last step goes into the record
+                                                            .update_in_backward = setup.update_in_backward}));
   if (setup.onnx && options.init == "file") {
     // Weights the importer cannot map yet (behind a Transpose, in an embedding) leave the run on
     // weights from the seed, said loudly; a run that writes its weights (--out) needs the file's.

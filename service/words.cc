@@ -59,4 +59,14 @@ std::string GapText(const v1::Schedule& s) {
   return text;
 }
 
+std::string UpdatesText(const v1::Schedule& s) {
+  if (!s.request().update_in_backward()) return "after the step: every gradient held until then";
+  std::string text = "in the backward pass: each layer right after its last backward node, its gradients freed then";
+  if (s.memory().gradient_in_activations_bytes() > 0) {
+    text += " (weight gradients of " + FormatBytes(static_cast<double>(s.memory().gradient_in_activations_bytes())) +
+            " in all, held with the activations while in flight)";
+  }
+  return text;
+}
+
 }  // namespace edgecost::service

@@ -23,6 +23,10 @@ std::string OperationsText(uint64_t recomputations, uint64_t page_outs, uint64_t
 // "at most 0.19% above optimal (203 uJ); 13.9% of the energy above the floor unproven".
 std::string GapText(const v1::Schedule& schedule);
 
+// When a schedule's parameters are updated: "after the step (every gradient held until then)", or
+// in the backward pass, each layer after its last backward node, with the gradients' bytes.
+std::string UpdatesText(const v1::Schedule& schedule);
+
 // One plain sentence for each term of the solver's output, for help texts and tooltips.
 inline constexpr const char* kUnprovenMeaning =
     "The floor is the energy of computing every node once, which no schedule goes below; of what this schedule "

@@ -150,7 +150,7 @@ double EvictionLowerBoundJ(const Problem& p, double integer_time_limit_s) {
     for (const auto& [i, share] : row.shares) {
       const size_t k = static_cast<size_t>(i);
       if (recompute[k] >= 0 || page[k] >= 0) continue;
-      if (p.allow_remat) {
+      if (p.Recomputable(i)) {
         recompute[k] = lp.AddColumn(p.compute_j[k], 1);
         runtime_row.emplace_back(recompute[k], p.runtime_s[k]);
       }

@@ -94,7 +94,9 @@ Plan BuildPlan(const Problem& p, const std::vector<Policy>& policies, const std:
   std::vector<int> recomputed_at(static_cast<size_t>(n), -1);   // kRecomputeOnce: the stage it was recomputed in
   auto policy = [&](int u) {
     const bool long_lived = last_use[static_cast<size_t>(u)] >= u + 2;
-    return long_lived ? policies[static_cast<size_t>(u)] : Policy::kKeep;
+    const Policy told = policies[static_cast<size_t>(u)];
+    const bool recomputes = told == Policy::kRecompute || told == Policy::kRecomputeOnce;
+    return long_lived && !(recomputes && !p.Recomputable(u)) ? told : Policy::kKeep;
   };
   // The last stage a paged or recomputed-once tensor stays resident through
   // before it is let go: its hold if told, else u + 2 (paged) or u + 1.
@@ -266,7 +268,7 @@ struct Uses {
     auto add = [&](Policy alternative, int hold) {
       if (alternative == s.policies[su] && hold == s.hold[su]) return;
       if ((alternative == Policy::kPage && !p.allow_paging) ||
-          (alternative != Policy::kKeep && alternative != Policy::kPage && !p.allow_remat)) {
+          (alternative != Policy::kKeep && alternative != Policy::kPage && !p.Recomputable(u))) {
         return;
       }
       moves.emplace_back(alternative, hold);
@@ -321,7 +323,7 @@ bool Reduce(const Uses& uses, PolicySchedule& s, std::set<std::pair<int, Policy>
                                                                         [u](int r) { return r >= u + 2; })));
       std::vector<std::pair<Policy, double>> options;
       if (p.allow_paging) options.push_back({Policy::kPage, p.page_out_j[su] + later_uses * p.page_in_j[su]});
-      if (p.allow_remat) {
+      if (p.Recomputable(u)) {
         options.push_back({Policy::kRecomputeOnce, p.compute_j[su]});
         options.push_back({Policy::kRecompute, later_uses * p.compute_j[su]});
       }

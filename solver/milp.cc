@@ -302,7 +302,7 @@ Formulation Build(const Problem& p, const MilpOptions& options, Model& m) {
     f.x[t][t] = m.AddFixedOne(E(p.compute_j[static_cast<size_t>(t)]));
     for (int i = 0; i < t; ++i) {
       const bool has_consumers = !succs[static_cast<size_t>(i)].empty() || !prune;
-      if (p.allow_remat && has_consumers) f.x[t][i] = m.AddBinary(E(p.compute_j[static_cast<size_t>(i)]));
+      if (p.Recomputable(i) && has_consumers) f.x[t][i] = m.AddBinary(E(p.compute_j[static_cast<size_t>(i)]));
       if (lu(i) >= t) f.s[t][i] = m.AddBinary(0);
       if (p.allow_paging) {
         if (lu(i) >= t + 1 && t >= i + 2) f.d[t][i] = m.AddBinary(0);

@@ -5,12 +5,40 @@
 #include <numeric>
 
 #include "graph/cost_checks.h"
+#include "graph/step_nodes.h"
 
 namespace edgecost::solver {
 
 double Problem::PlainRuntimeS() const { return std::accumulate(runtime_s.begin(), runtime_s.end(), 0.0); }
 
 double Problem::FloorJ() const { return std::accumulate(compute_j.begin(), compute_j.end(), 0.0); }
+
+namespace {
+
+// Weight gradients held as activations: their bytes, and paging priced per byte as the table's
+// largest node pages, where throughput outweighs latency (their own costs were measured for an
+// output of 0 bytes).
+void HoldGradients(const graph::StepNodes& step, Problem& p) {
+  const auto largest = static_cast<size_t>(std::max_element(p.ram_bytes.begin(), p.ram_bytes.end()) - p.ram_bytes.begin());
+  const double reference = std::max<double>(1, static_cast<double>(p.ram_bytes[largest]));
+  const double in_j_per_byte = p.page_in_j[largest] / reference, out_j_per_byte = p.page_out_j[largest] / reference;
+  const double in_s_per_byte = p.page_in_s.empty() ? 0 : p.page_in_s[largest] / reference;
+  const double out_s_per_byte = p.page_out_s.empty() ? 0 : p.page_out_s[largest] / reference;
+  for (int i = 0; i < p.size(); ++i) {
+    const auto at = static_cast<size_t>(i);
+    if (!step.holds_parameter_gradients[at]) continue;
+    p.ram_bytes[at] = step.bytes[at];
+    const auto b = static_cast<double>(step.bytes[at]);
+    p.page_in_j[at] = b * in_j_per_byte;
+    p.page_out_j[at] = b * out_j_per_byte;
+    if (!p.page_in_s.empty()) {
+      p.page_in_s[at] = b * in_s_per_byte;
+      p.page_out_s[at] = b * out_s_per_byte;
+    }
+  }
+}
+
+}  // namespace
 
 Result<Problem> ProblemFromCostTable(const v1::CostTable& table, const v1::ScheduleRequest& request) {
   const v1::TrainingGraph& graph = table.graph();
@@ -25,7 +53,6 @@ Result<Problem> ProblemFromCostTable(const v1::CostTable& table, const v1::Sched
   EC_RETURN_IF_ERROR(graph::CheckRamBudget(request.device_ram_bytes(), "the device's RAM"));
   Problem p;
   const int n = graph.nodes_size();
-  p.preds.resize(static_cast<size_t>(n));
   const v1::PagingCost& paging = table.paging();
   const bool paging_times = paging.page_in_throughput_bytes_per_s() > 0 && paging.page_out_throughput_bytes_per_s() > 0;
   for (int i = 0; i < n; ++i) {
@@ -43,10 +70,15 @@ Result<Problem> ProblemFromCostTable(const v1::CostTable& table, const v1::Sched
       p.page_in_s.push_back(paging.page_in_latency_s() + bytes / paging.page_in_throughput_bytes_per_s());
       p.page_out_s.push_back(paging.page_out_latency_s() + bytes / paging.page_out_throughput_bytes_per_s());
     }
-    std::vector<int>& preds = p.preds[static_cast<size_t>(i)];
-    for (uint32_t input : node.inputs()) preds.push_back(static_cast<int>(input));
-    std::sort(preds.begin(), preds.end());
-    preds.erase(std::unique(preds.begin(), preds.end()), preds.end());  // POET lists some edges twice
+  }
+  // Edges deduplicated (POET lists some twice); with updates in the backward pass, a weight
+  // gradient is an activation read by its layer's anchor (graph/step_nodes.h).
+  const graph::StepNodes step = graph::StepNodesOf(graph, request.update_in_backward());
+  p.preds = step.preds;
+  if (request.update_in_backward()) {
+    HoldGradients(step, p);
+    p.recomputable.assign(static_cast<size_t>(n), true);
+    for (int i = 0; i < n; ++i) p.recomputable[static_cast<size_t>(i)] = !p.backward[static_cast<size_t>(i)];
   }
   if (request.ram_budget_bytes() == 0) return InvalidArgument("a RAM budget is required");
   p.ram_budget_bytes = static_cast<int64_t>(request.ram_budget_bytes());

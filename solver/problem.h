@@ -34,8 +34,13 @@ struct Problem {
   bool allow_paging = true;
   bool allow_remat = true;
   bool count_paging_time = false;  // paging time counts against the runtime budget
+  // By node, when not empty: whether a stage after its own may compute it again. With updates in
+  // the backward pass no backward node may: its recomputation would read weights already updated
+  // (forward nodes are recomputed for backward nodes above their layers, whose updates come later).
+  std::vector<bool> recomputable;
 
   int size() const { return static_cast<int>(names.size()); }
+  bool Recomputable(int i) const { return allow_remat && (recomputable.empty() || recomputable[static_cast<size_t>(i)]); }
   // Runtime of one plain training step: every node computed once.
   double PlainRuntimeS() const;
   // Energy of computing every node once: no schedule can cost less.

@@ -77,6 +77,9 @@ class Replayer {
         return Fail(t, i, "on storage in the next stage but never paged out").valid;
       }
       if (i < t && R[i] && !p_.allow_remat) return Fail(t, i, "recomputation is disabled for this problem").valid;
+      if (i < t && R[i] && !p_.Recomputable(i)) {
+        return Fail(t, i, "a backward node is recomputed after its layer's update (updates in the backward pass)").valid;
+      }
     }
     // Memory walk, in node order.
     int64_t memory = 0;

@@ -7,12 +7,14 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <optional>
 #include <set>
 
 #include "base/clock.h"
 #include "graph/derive.h"
 #include "graph/forward_graph.h"
+#include "graph/step_nodes.h"
 #include "kernels/layers.h"
 #include "profiler/node_work.h"
 #include "train/pager.h"
@@ -88,6 +90,21 @@ struct Executor::State {
   ArenaLayout layout;
   Batch batch;
   std::vector<std::pair<int, int>> trained;  // (forward node, parameter index)
+  // Updates as gradients arrive: by node, the trained parameters updated after it (indices in
+  // `trained`); those updated after the step; where each one's gradient is (a node's buffer and
+  // the offset in it, or node -1: the layer's own tensor). By forward node: its layer's nodes.
+  std::vector<std::vector<size_t>> updates_after;
+  std::vector<size_t> updates_at_end;
+  struct GradAt {
+    int node = -1;
+    int64_t offset = 0, elements = 0;
+  };
+  std::vector<GradAt> grad_at;
+  std::vector<int> update_anchor;
+  std::vector<bool> grad_in_arena_node;  // by node: its output is parameter gradients
+  std::vector<std::vector<int>> weight_readers;  // by forward node: it and its backward nodes that read the weights
+  std::vector<int> update_stage;                 // by anchor: the stage after whose computation of it the layer updates
+  Status plan_keeps_weights = Status::Ok();  // the laid-out plan reads no weight after its update
   // Tied weights (graph/onnx/weights.cc): `node`'s weight is a copy of `owner`'s parameter
   // `owner_param`; both start equal and get the sum of their gradients, so they stay equal.
   struct Tie {
@@ -126,6 +143,8 @@ struct Executor::Builder {
   // By forward node: some backward pass of its layer runs; its dX pass runs.
   std::vector<bool> has_backward = std::vector<bool>(static_cast<size_t>(n), false);
   std::vector<bool> runs_input_pass = std::vector<bool>(static_cast<size_t>(n), false);
+  graph::StepNodes step_nodes;
+  std::map<std::pair<int, int>, State::GradAt> grad_in_arena;  // (forward node, parameter index)
 
   Builder(const v1::TrainingGraph& g, Executor& executor)
       : graph(g), e(executor), s(*executor.state_), n(g.nodes_size()) {}
@@ -137,16 +156,15 @@ struct Executor::Builder {
     s.execs.resize(static_cast<size_t>(n));
     s.layers.resize(static_cast<size_t>(n));
     for (int v = 0; v < n; ++v) {
-      const v1::TrainingNode& node = graph.nodes(v);
-      e.bytes_[static_cast<size_t>(v)] = static_cast<int64_t>(node.output_bytes());
-      std::set<int> distinct;
-      for (uint32_t u : node.inputs()) {
+      for (uint32_t u : graph.nodes(v).inputs()) {
         if (u >= static_cast<uint32_t>(v)) return InvalidArgument("node " + std::to_string(v) + " reads a later node");
-        if (distinct.insert(static_cast<int>(u)).second) {
-          e.preds_[static_cast<size_t>(v)].push_back(static_cast<int>(u));
-          s.succs[u].push_back(v);
-        }
       }
+    }
+    step_nodes = graph::StepNodesOf(graph, e.options_.update_in_backward);
+    e.bytes_ = step_nodes.bytes;
+    e.preds_ = step_nodes.preds;
+    for (int v = 0; v < n; ++v) {
+      for (int u : e.preds_[static_cast<size_t>(v)]) s.succs[static_cast<size_t>(u)].push_back(v);
     }
     return Status::Ok();
   }
@@ -400,7 +418,10 @@ struct Executor::Builder {
     }
     if (node.output_bytes() > 0) EC_RETURN_IF_ERROR(BindInputGradients(v, f, kind, *layer, exec, label));
     EC_ASSIGN_OR_RETURN(graph::GradRole role, graph::ParseGradRole(node.role()));
-    NoteTrainedParameters(f, kind, role, *layer);
+    const std::vector<int> writes = NoteTrainedParameters(f, kind, role, *layer);
+    if (step_nodes.holds_parameter_gradients[static_cast<size_t>(v)]) {
+      EC_RETURN_IF_ERROR(BindParameterGradients(v, f, writes, *layer, exec, label));
+    }
     has_backward[static_cast<size_t>(f)] = true;
     // One primitive gives dX and the parameters' gradients: its weights pass writes dX too.
     if (role == graph::GradRole::kGrad || role == graph::GradRole::kGradInput ||
@@ -446,7 +467,8 @@ struct Executor::Builder {
 
   // The parameters a backward pass writes gradients for, and of those the ones that train. A layer
   // with one parameter has it as a weight (grad_weight) or as a bias (grad_bias: add or sub of a parameter).
-  void NoteTrainedParameters(int f, graph::OpKind kind, graph::GradRole role, kernels::Layer& layer) {
+  std::vector<int> NoteTrainedParameters(int f, graph::OpKind kind, graph::GradRole role, kernels::Layer& layer) {
+    std::vector<int> writes;
     const int params = static_cast<int>(layer.params().size());
     const bool gives_weights = role == graph::GradRole::kGradWeight ||
                                (graph::DxPassGivesParameterGradients(kind) && role == graph::GradRole::kGrad);
@@ -455,7 +477,52 @@ struct Executor::Builder {
       const bool is_bias = params == 1 ? role == graph::GradRole::kGradBias : i >= graph::FirstBiasParameter(kind);
       if (!(is_bias ? gives_bias : gives_weights)) continue;
       written.insert({f, i});
+      writes.push_back(i);
       if (layer_trains[static_cast<size_t>(f)] && (is_bias || !bias_only)) trained.insert({f, i});
+    }
+    return writes;
+  }
+
+  // Updates as gradients arrive: a weight-gradient node's output is the gradients it writes, one
+  // after another in parameter order, in the arena until its layer's update.
+  Status BindParameterGradients(int v, int f, const std::vector<int>& writes, kernels::Layer& layer, NodeExec& exec,
+                                const std::string& label) {
+    int64_t offset = 0;
+    for (int i : writes) {
+      kernels::Tensor& grad = *layer.grad_params()[static_cast<size_t>(i)];
+      exec.binds.push_back({&grad, v, offset});
+      grad_in_arena[{f, i}] = {v, offset, Elements(grad.dims)};
+      offset += Elements(grad.dims);
+    }
+    if (offset * 4 != e.bytes_[static_cast<size_t>(v)]) {
+      return InvalidArgument(label + " holds " + std::to_string(e.bytes_[static_cast<size_t>(v)]) +
+                             " B of parameter gradients, but its pass writes " + std::to_string(offset * 4) +
+                             " B; derive the graph again with this edgecost");
+    }
+    return Status::Ok();
+  }
+
+  // Which trained parameter is updated where, and each layer's nodes, for the check of a plan.
+  void PlanUpdates() {
+    s.updates_after.assign(static_cast<size_t>(n), {});
+    s.update_anchor = step_nodes.update_anchor;
+    s.grad_in_arena_node = step_nodes.holds_parameter_gradients;
+    s.weight_readers.assign(static_cast<size_t>(n), {});
+    for (int v = 0; v < n; ++v) {
+      const v1::TrainingNode& node = graph.nodes(v);
+      const bool backward = node.phase() == v1::PHASE_BACKWARD;
+      const int f = backward ? node.forward_of() : v;
+      // Weight and bias passes read activations and dY alone.
+      const bool reads_weights = !backward || node.role() == graph::GradRoleName(graph::GradRole::kGradInput) ||
+                                 node.role() == graph::GradRoleName(graph::GradRole::kGrad);
+      if (f >= 0 && f < n && reads_weights) s.weight_readers[static_cast<size_t>(f)].push_back(v);
+    }
+    for (size_t i = 0; i < s.trained.size(); ++i) {
+      const auto [f, index] = s.trained[i];
+      const int anchor = step_nodes.update_anchor[static_cast<size_t>(f)];
+      (anchor >= 0 ? s.updates_after[static_cast<size_t>(anchor)] : s.updates_at_end).push_back(i);
+      const auto in_arena = grad_in_arena.find({f, index});
+      s.grad_at.push_back(in_arena == grad_in_arena.end() ? State::GradAt{} : in_arena->second);
     }
   }
 
@@ -502,12 +569,13 @@ struct Executor::Builder {
       for (kernels::Tensor* p : layer->params()) state -= p->bytes();
       for (int i = 0; i < static_cast<int>(layer->grad_params().size()); ++i) {
         kernels::Tensor* p = layer->grad_params()[static_cast<size_t>(i)];
-        state -= p->bytes();
+        const auto bytes = static_cast<uint64_t>(Elements(p->dims)) * sizeof(float);  // its storage may be released
+        state -= bytes;
         if (!written.contains({f, i})) {
           std::vector<float>().swap(p->data);
           continue;
         }
-        e.grad_param_bytes_ += p->bytes();
+        if (!bound.count(p)) e.grad_param_bytes_ += bytes;  // else in the arena
       }
       std::vector<kernels::Tensor*> unused;
       if (!has_backward[static_cast<size_t>(f)]) unused.push_back(&layer->grad_output());
@@ -580,6 +648,7 @@ Result<std::unique_ptr<Executor>> Executor::Create(const v1::TrainingGraph& grap
   EC_RETURN_IF_ERROR(builder.CheckBindings());
   EC_RETURN_IF_ERROR(builder.CountLayerState());
   s.trained.assign(builder.trained.begin(), builder.trained.end());
+  builder.PlanUpdates();
   EC_RETURN_IF_ERROR(builder.TieWeights());
   EC_RETURN_IF_ERROR(e->SetOptimizer({}));
   s.arena = std::make_unique<Arena>(builder.n);
@@ -714,7 +783,94 @@ Status Executor::Release(int node, StepStats& stats) {
   return Status::Ok();
 }
 
-Result<StepStats> Executor::Step(const solver::Plan* plan_or_null) {
+Result<StepStats> Executor::Step(const solver::Plan* plan) {
+  if (options_.update_in_backward) {
+    return FailedPrecondition(
+        "this executor updates each layer in the backward pass and frees its gradients there: call TrainStep");
+  }
+  return Run(plan, std::nullopt);
+}
+
+Result<StepStats> Executor::TrainStep(const solver::Plan* plan, double lr) {
+  if (options_.update_in_backward) return Run(plan, lr);
+  EC_ASSIGN_OR_RETURN(StepStats stats, Run(plan, std::nullopt));
+  const double start = SteadyNowS();
+  Update(lr);
+  stats.update_s = SteadyNowS() - start;
+  if (options_.trace) stats.events.push_back({-1, TraceEvent::Kind::kUpdate, start - state_->origin_s, stats.update_s});
+  return stats;
+}
+
+// Laid out once per schedule, with the check that no node reads a weight after its update.
+Status Executor::LayOutPlan(const solver::Plan& plan) {
+  State& s = *state_;
+  const int n = plan.size();
+  s.planned = PlanMemory(bytes_, preds_, plan);
+  s.layout = LayOut(bytes_, preds_, plan);
+  s.laid_out = plan;
+  s.laid_out_pages = false;
+  for (int t = 0; t < n && !s.laid_out_pages; ++t) {
+    for (int i = 0; i < n && !s.laid_out_pages; ++i) s.laid_out_pages = plan.page_in[t][i] || plan.page_out[t][i];
+  }
+  s.plan_keeps_weights = PlaceUpdates(plan);
+  return s.plan_keeps_weights.ok() ? Status::Ok() : s.plan_keeps_weights;
+}
+
+// Each layer is updated after its anchor's last computation (a recomputed anchor reads the old
+// weights too), where its gradient must still be held, and no node reads its weights later.
+Status Executor::PlaceUpdates(const solver::Plan& plan) {
+  State& s = *state_;
+  const int n = plan.size();
+  s.update_stage.assign(static_cast<size_t>(n), -1);
+  const std::string resolve = ": solve the schedule with updates in the backward pass (--update-in-backward)";
+  for (int f = 0; f < n && options_.update_in_backward; ++f) {
+    const int anchor = s.update_anchor[static_cast<size_t>(f)];
+    if (anchor < 0) continue;
+    int last = anchor;
+    for (int t = anchor + 1; t < n; ++t) last = plan.compute[t][anchor] ? t : last;
+    s.update_stage[static_cast<size_t>(anchor)] = last;
+    for (int g : preds_[static_cast<size_t>(anchor)]) {
+      if (!s.grad_in_arena_node[static_cast<size_t>(g)]) continue;
+      for (int t = anchor; t <= last; ++t) {
+        if (plan.compute[t][anchor] && !plan.resident[t][g] && !plan.compute[t][g]) {
+          return FailedPrecondition("stage " + std::to_string(t) + " computes node " + std::to_string(anchor) +
+                                    " without the gradients of node " + std::to_string(g) + " ('" +
+                                    graph_.nodes(g).name() + "'), which its layer's update needs" + resolve);
+        }
+      }
+    }
+    for (int t = last + 1; t < n; ++t) {
+      for (int u : s.weight_readers[static_cast<size_t>(f)]) {
+        if (!plan.compute[t][u]) continue;
+        return FailedPrecondition("stage " + std::to_string(t) + " computes node " + std::to_string(u) + " ('" +
+                                  graph_.nodes(u).name() + "') after its layer's update in stage " +
+                                  std::to_string(last) + ", with the new weights" + resolve);
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+void Executor::ApplyUpdates(const std::vector<size_t>& params, double lr, int node, StepStats& stats) {
+  if (params.empty()) return;
+  State& s = *state_;
+  const double start = SteadyNowS();
+  const auto scale = static_cast<float>(1.0 / static_cast<double>(std::max<int64_t>(1, s.label_rows)));
+  for (size_t i : params) {
+    const auto [f, index] = s.trained[i];
+    kernels::Layer& layer = *s.layers[static_cast<size_t>(f)];
+    const State::GradAt& at = s.grad_at[i];
+    const std::span<const float> grad =
+        at.node < 0 ? std::span<const float>(layer.grad_params()[static_cast<size_t>(index)]->data)
+                    : std::span<const float>(s.arena->Get(at.node) + at.offset, static_cast<size_t>(at.elements));
+    s.optimizer->Apply(i, {layer.params()[static_cast<size_t>(index)]->data, grad}, scale, lr);
+  }
+  const double end = SteadyNowS();
+  stats.update_s += end - start;
+  if (options_.trace) stats.events.push_back({node, TraceEvent::Kind::kUpdate, start - s.origin_s, end - start});
+}
+
+Result<StepStats> Executor::Run(const solver::Plan* plan_or_null, std::optional<double> update_lr) {
   State& s = *state_;
   const solver::Plan& plan = plan_or_null ? *plan_or_null : s.plain;
   const int n = graph_.nodes_size();
@@ -728,14 +884,9 @@ Result<StepStats> Executor::Step(const solver::Plan* plan_or_null) {
   // nodes: a fifth of a small model's step).
   const bool plain = plan_or_null == nullptr || plan_or_null == &s.plain;
   if (!(plain && s.laid_out_plain) && (!s.laid_out || !SamePlan(*s.laid_out, plan))) {
-    s.planned = PlanMemory(bytes_, preds_, plan);
-    s.layout = LayOut(bytes_, preds_, plan);
-    s.laid_out = plan;
-    s.laid_out_pages = false;
-    for (int t = 0; t < n && !s.laid_out_pages; ++t) {
-      for (int i = 0; i < n && !s.laid_out_pages; ++i) s.laid_out_pages = plan.page_in[t][i] || plan.page_out[t][i];
-    }
+    EC_RETURN_IF_ERROR(LayOutPlan(plan));
   }
+  EC_RETURN_IF_ERROR(s.plan_keeps_weights);
   s.laid_out_plain = plain;
   const bool pages = s.laid_out_pages;
   // A pager whose I/O failed is replaced: its files go with it, and the next step starts clean.
@@ -762,6 +913,7 @@ Result<StepStats> Executor::Step(const solver::Plan* plan_or_null) {
   s.stats_updated.assign(static_cast<size_t>(n), false);
   const double start = SteadyNowS();
   const double cpu_start = ThreadCpuS();
+  if (update_lr) s.optimizer->BeginStep();
   Status status = Status::Ok();
   for (int t = 0; t < n && status.ok(); ++t) {
     const bool has_next = t + 1 < n;
@@ -788,6 +940,9 @@ Result<StepStats> Executor::Step(const solver::Plan* plan_or_null) {
       ++j;
       status = Compute(k, t, stats);
       if (!status.ok()) break;
+      if (update_lr && s.update_stage[static_cast<size_t>(k)] == t) {
+        ApplyUpdates(s.updates_after[static_cast<size_t>(k)], *update_lr, k, stats);
+      }
       for (int u : preds_[static_cast<size_t>(k)]) {
         if (has_next && plan.resident[t + 1][u]) continue;
         bool used_later = false;
@@ -827,6 +982,10 @@ Result<StepStats> Executor::Step(const solver::Plan* plan_or_null) {
     std::vector<float>& b = s.layers[static_cast<size_t>(tie.node)]->grad_params()[0]->data;
     for (size_t i = 0; i < a.size(); ++i) a[i] = b[i] = a[i] + b[i];
   }
+  if (update_lr) {
+    ApplyUpdates(s.updates_at_end, *update_lr, -1, stats);
+    ++s.updates;
+  }
   stats.runtime_s = SteadyNowS() - start;
   stats.cpu_s = ThreadCpuS() - cpu_start;
   stats.loss = s.loss / static_cast<double>(std::max<int64_t>(1, s.label_rows));
@@ -862,6 +1021,7 @@ Status Executor::SetOptimizer(const OptimizerOptions& options) {
 }
 
 void Executor::Update(double lr) {
+  if (options_.update_in_backward) return;  // TrainStep updated inside the step
   State& s = *state_;
   std::vector<ParamSlot> slots;
   slots.reserve(s.trained.size());

@@ -24,6 +24,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -72,6 +73,10 @@ struct ExecutorOptions {
   uint32_t seed = 1;       // parameter initialisation (node i's layer gets seed + i)
   std::string paging_dir;  // needed for schedules that page
   bool trace = false;      // keep every node's timing as TraceEvents
+  // Updates as gradients arrive (graph/step_nodes.h): TrainStep updates each layer after its last
+  // backward node, and its weight gradients live in the arena only until then. Plans must be
+  // solved for it (ScheduleRequest.update_in_backward): a weight gradient is a node output there.
+  bool update_in_backward = false;
 };
 
 // A trained parameter's gradient, for comparisons.
@@ -117,11 +122,16 @@ class Executor {
   // leaving the parameter gradients; no update. A plan is checked for shape here;
   // its validity against budgets is the caller's (the solver's simulator).
   Result<StepStats> Step(const solver::Plan* plan);
+  // A training step and its update with learning rate `lr`: Step then Update, or with
+  // update_in_backward each layer's update inside the step, bit for bit the same parameters.
+  // StepStats.update_s is the time the updates took.
+  Result<StepStats> TrainStep(const solver::Plan* plan, double lr);
   // Replaces the optimizer (plain SGD until then) and its state; before the first update.
   Status SetOptimizer(const OptimizerOptions& options);
   // The optimizer's update from the last step's gradients with learning rate `lr`, on the batch-mean
   // gradient (the loss is summed over rows). Ends the training step: the next Step draws new dropout
   // masks, while Steps without an Update in between (the same step under other schedules) reuse them.
+  // With update_in_backward, TrainStep updates and Update does nothing.
   void Update(double lr);
   int64_t updates() const;
   // Checkpoints: the optimizer, whose state is saved and restored with the parameters, and the
@@ -129,6 +139,7 @@ class Executor {
   // draws the dropout masks and takes the update the uninterrupted run would have.
   Optimizer& optimizer();
   void RestoreUpdates(int64_t updates);
+  // With update_in_backward, a gradient held in the arena is gone after the step: its values are empty.
   std::vector<ParamGradient> Gradients() const;
   // The forward pass alone in inference mode (batch norm with its running statistics, no dropout),
   // on buffers of its own outside the arena: held-out loss and accuracy. `batch` is a full batch;
@@ -154,6 +165,12 @@ class Executor {
   struct NodeExec;
   struct Builder;  // Create's steps
   Executor() = default;
+  // Step and TrainStep: the step under `plan`, with the updates inside it when `update_lr` is set.
+  Result<StepStats> Run(const solver::Plan* plan, std::optional<double> update_lr);
+  Status LayOutPlan(const solver::Plan& plan);
+  Status PlaceUpdates(const solver::Plan& plan);
+  // Updates the trained parameters `params` (indices in State::trained) from their gradients.
+  void ApplyUpdates(const std::vector<size_t>& params, double lr, int node, StepStats& stats);
   Status Compute(int node, int stage, StepStats& stats);
   Status Release(int node, StepStats& stats);
   Status Bind(const NodeExec& exec);

@@ -167,15 +167,18 @@ std::vector<std::vector<float>*> Optimizer::state_tensors() {
 }
 
 void Optimizer::Step(std::span<const ParamSlot> params, float grad_scale, double lr) {
-  ++steps_taken_;
+  BeginStep();
+  for (size_t i = 0; i < params.size(); ++i) Apply(i, params[i], grad_scale, lr);
+}
+
+void Optimizer::BeginStep() { ++steps_taken_; }
+
+void Optimizer::Apply(size_t index, const ParamSlot& param, float grad_scale, double lr) {
   const auto wd = static_cast<float>(weight_decay_);
   if (options_.kind == OptimizerKind::kSgd) {
-    const bool first = steps_taken_ == 1;
-    for (size_t i = 0; i < params.size(); ++i) {
-      SgdStep(params[i].values, params[i].grad_sum, first_.empty() ? nullptr : first_[i].data(), first, grad_scale,
-              static_cast<float>(lr), wd, static_cast<float>(options_.momentum),
-              static_cast<float>(1.0 - options_.dampening), options_.nesterov);
-    }
+    SgdStep(param.values, param.grad_sum, first_.empty() ? nullptr : first_[index].data(), steps_taken_ == 1,
+            grad_scale, static_cast<float>(lr), wd, static_cast<float>(options_.momentum),
+            static_cast<float>(1.0 - options_.dampening), options_.nesterov);
     return;
   }
   // Scalars as PyTorch computes them: in double, used in float.
@@ -183,13 +186,11 @@ void Optimizer::Step(std::span<const ParamSlot> params, float grad_scale, double
   const double bias_correction1 = 1.0 - std::pow(options_.beta1, t);
   const double bias_correction2 = 1.0 - std::pow(options_.beta2, t);
   const bool decoupled = options_.kind == OptimizerKind::kAdamW;
-  for (size_t i = 0; i < params.size(); ++i) {
-    AdamStep(params[i].values, params[i].grad_sum, first_[i].data(), second_[i].data(), grad_scale,
-             decoupled ? 0.0f : wd, decoupled ? static_cast<float>(1.0 - lr * weight_decay_) : 1.0f,
-             static_cast<float>(options_.beta1), static_cast<float>(options_.beta2),
-             static_cast<float>(lr / bias_correction1), static_cast<float>(std::sqrt(bias_correction2)),
-             static_cast<float>(options_.eps));
-  }
+  AdamStep(param.values, param.grad_sum, first_[index].data(), second_[index].data(), grad_scale,
+           decoupled ? 0.0f : wd, decoupled ? static_cast<float>(1.0 - lr * weight_decay_) : 1.0f,
+           static_cast<float>(options_.beta1), static_cast<float>(options_.beta2),
+           static_cast<float>(lr / bias_correction1), static_cast<float>(std::sqrt(bias_correction2)),
+           static_cast<float>(options_.eps));
 }
 
 Result<LrScheduleKind> ParseLrScheduleKind(const std::string& name) {

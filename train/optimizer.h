@@ -56,6 +56,11 @@ class Optimizer {
 
   // One update of every parameter with learning rate `lr`; the gradient used is grad_sum * grad_scale.
   void Step(std::span<const ParamSlot> params, float grad_scale, double lr);
+  // The same update one parameter at a time, as gradients arrive (graph/step_nodes.h): BeginStep
+  // once, then Apply to each parameter (`index` in the constructor's order) in any order; the
+  // result is Step's, bit for bit.
+  void BeginStep();
+  void Apply(size_t index, const ParamSlot& param, float grad_scale, double lr);
 
   const OptimizerOptions& options() const { return options_; }
   uint64_t state_bytes() const;

@@ -12,6 +12,7 @@
 #include <functional>
 #include <iterator>
 #include <map>
+#include <regex>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -1100,6 +1101,32 @@ TEST_F(CliTest, ASparseLayerUpdateTrainsTheNamedLayersAlone) {
   EXPECT_EQ(unknown.exit_code, 1) << unknown.output;
   EXPECT_THAT(unknown.output, HasSubstr("'layer2' names no layer with parameters"));
   EXPECT_THAT(Edgecost("train --help").output, HasSubstr("layers:NAME"));
+}
+
+// Updates as gradients arrive through the front end: the schedule plans weight gradients as
+// activations and says so, train runs it to the losses of the update after the step, and a schedule
+// solved without it is refused for such a run.
+TEST_F(CliTest, UpdatesInTheBackwardPassAreSolvedForAndTrained) {
+  const std::string after = SolveLinearSchedule();
+  const std::string in_backward = (dir_ / "in_backward.json").string();
+  const CommandResult solved = Edgecost(
+      "solve --model linear --platform a72 --derivation exact --batch-size 2 --activation-budget 120kB "
+      "--runtime-budget 3x --time-limit-s 5 --update-in-backward --out " + in_backward);
+  ASSERT_EQ(solved.exit_code, 0) << solved.output;
+  EXPECT_THAT(solved.output, HasSubstr("updates        in the backward pass"));
+  EXPECT_THAT(solved.output, HasSubstr("held with the activations until each layer's update"));
+  const std::string train = "train --model linear --batch-size 2 --steps 3 --threads 1 --optimizer adam --lr 0.01 ";
+  const CommandResult plain = Edgecost(train + "--schedule " + after);
+  const CommandResult run = Edgecost(train + "--schedule " + in_backward);
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const std::regex loss("step 3/3  loss ([0-9.]+)");
+  std::smatch a, b;
+  ASSERT_TRUE(std::regex_search(plain.output, a, loss) && std::regex_search(run.output, b, loss)) << run.output;
+  EXPECT_EQ(a[1], b[1]);
+  const CommandResult refused = Edgecost(train + "--update-in-backward --schedule " + after);
+  EXPECT_EQ(refused.exit_code, 1) << refused.output;
+  EXPECT_THAT(refused.output, HasSubstr("solve it again with --update-in-backward"));
 }
 
 TEST_F(CliTest, SolveTakesTerabytes) {

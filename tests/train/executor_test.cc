@@ -78,7 +78,8 @@ Batch SyntheticBatch(const Executor& e, uint32_t seed) {
   return batch;
 }
 
-solver::Problem ProblemFor(const v1::TrainingGraph& graph, int64_t ram_budget_bytes, double runtime_multiple) {
+solver::Problem ProblemFor(const v1::TrainingGraph& graph, int64_t ram_budget_bytes, double runtime_multiple,
+                           bool update_in_backward = false) {
   auto source = graph::MakePoetFlopsSource("a72");
   EXPECT_TRUE(source.ok());
   auto table = (*source)->CostTableFor(graph);
@@ -86,6 +87,7 @@ solver::Problem ProblemFor(const v1::TrainingGraph& graph, int64_t ram_budget_by
   v1::ScheduleRequest request;
   request.set_ram_budget_bytes(static_cast<uint64_t>(ram_budget_bytes));
   request.set_runtime_budget_multiple(runtime_multiple);
+  request.set_update_in_backward(update_in_backward);
   auto problem = solver::ProblemFromCostTable(*table, request);
   EXPECT_TRUE(problem.ok()) << problem.status().message();
   return *problem;
@@ -343,6 +345,97 @@ TEST_F(ExecutorTest, FiftyRandomHeuristicSchedulesGiveThePlainGradients) {
   EXPECT_EQ(checked, 50);
   EXPECT_GT(paged, 10);
   EXPECT_GT(recomputed, 10);
+}
+
+// Updates as gradients arrive: each layer updated after its last backward node, under the plain
+// step, every strategy and random heuristic schedules solved for it, gives the parameters of the
+// step followed by the update, bit for bit, for every optimizer and sparse update; weight
+// gradients then live in the arena, so the executor's own gradient buffers shrink to what batch
+// norm's dX pass writes.
+TEST_F(ExecutorTest, UpdatesInTheBackwardPassGiveTheWeightsOfTheUpdateAfterTheStep) {
+  std::mt19937 rng(23);
+  const std::vector<OptimizerOptions> optimizers = {
+      {.kind = OptimizerKind::kSgd, .momentum = 0.9}, {.kind = OptimizerKind::kAdam}, {.kind = OptimizerKind::kAdamW}};
+  int plans = 0, reshaped = 0;  // graphs checked; steps that recomputed or paged
+  for (const graph::ForwardGraph& forward : {TinyCnn(), TinyAttention()})
+    for (const char* trainable : {"all", "bias", "last:1"}) {
+      SCOPED_TRACE(forward.model() + " --trainable " + trainable);
+      auto parsed = graph::Trainable::Parse(trainable);
+      ASSERT_TRUE(parsed.ok());
+      auto derived = graph::DeriveTrainingGraph(forward, graph::Derivation::kExact, *parsed);
+      ASSERT_TRUE(derived.ok()) << derived.status().message();
+      const v1::TrainingGraph& graph = *derived;
+      const OptimizerOptions& optimizer = optimizers[static_cast<size_t>(plans % 3)];
+      auto after = Make(graph);
+      auto in_backward =
+          Executor::Create(graph, {.seed = 5, .paging_dir = (dir_ / "paging").string(), .update_in_backward = true});
+      ASSERT_TRUE(after && in_backward.ok()) << in_backward.status().message();
+      Executor& e = **in_backward;
+      ASSERT_TRUE(after->SetOptimizer(optimizer).ok() && e.SetOptimizer(optimizer).ok());
+      EXPECT_LT(e.grad_param_bytes(), after->grad_param_bytes());
+      EXPECT_FALSE(e.Step(nullptr).ok()) << "a step without its update would lose the gradients it frees";
+      // Plans: the plain step, then schedules of every strategy and random policies, one per step.
+      const solver::Problem problem = ProblemFor(graph, int64_t{1} << 40, 1000, true);
+      const int64_t plain_peak = solver::Simulate(problem, solver::PlanFromStages(*solver::Solve(
+                                     problem, {.strategy = "checkpoint-all", .search_min_ram = false}), problem.size()))
+                                     .peak_ram_bytes;
+      // Strategies under a budget between the least any schedule needs and the plain peak.
+      const solver::Problem tight =
+          ProblemFor(graph, (solver::MemoryLowerBound(problem) + plain_peak) / 2, 1000, true);
+      std::vector<std::optional<solver::Plan>> steps = {std::nullopt};
+      for (const char* strategy : {"optimal", "sqrt", "revolve", "paging-only"}) {
+        auto schedule = solver::Solve(tight, {.strategy = strategy, .time_limit_s = 5, .search_min_ram = false});
+        if (schedule.ok() && schedule->stages_size() > 0) steps.push_back(solver::PlanFromStages(*schedule, problem.size()));
+      }
+      std::uniform_int_distribution<int> policy(0, 3);
+      for (int i = 0; i < 4; ++i) {
+        std::vector<solver::Policy> policies(static_cast<size_t>(problem.size()));
+        for (auto& p : policies) p = static_cast<solver::Policy>(policy(rng));
+        const solver::Plan plan = solver::BuildPlan(problem, policies);
+        ASSERT_TRUE(solver::Simulate(problem, plan).valid);
+        steps.push_back(plan);
+      }
+      for (size_t k = 0; k < steps.size(); ++k) {
+        const Batch batch = SyntheticBatch(e, static_cast<uint32_t>(40 + k));
+        ASSERT_TRUE(after->SetBatch(batch).ok() && e.SetBatch(batch).ok());
+        const solver::Plan* plan = steps[k] ? &*steps[k] : nullptr;
+        auto reference = after->TrainStep(nullptr, 0.05);
+        auto stats = e.TrainStep(plan, 0.05);
+        ASSERT_TRUE(reference.ok() && stats.ok()) << stats.status().message();
+        EXPECT_EQ(stats->loss, reference->loss);
+        EXPECT_LE(stats->peak_activation_bytes, stats->planned_peak_bytes);
+        reshaped += stats->recomputations + stats->page_ins > 0;
+        for (const ParamGradient& g : after->Gradients()) {
+          const std::vector<float>* want = after->Parameter(g.node, g.index);
+          const std::vector<float>* got = e.Parameter(g.node, g.index);
+          ASSERT_TRUE(want && got && want->size() == got->size());
+          EXPECT_EQ(0, std::memcmp(want->data(), got->data(), want->size() * sizeof(float)))
+              << "step " << k << ": node " << g.node << " parameter " << g.index << " differs";
+        }
+      }
+      EXPECT_EQ(e.updates(), after->updates());
+      ++plans;
+    }
+  EXPECT_EQ(plans, 6);
+  EXPECT_GT(reshaped, 12);
+}
+
+// A schedule solved with every update after the step keeps no weight gradient for the layer's
+// update: the step stops with an error before it updates anything.
+TEST_F(ExecutorTest, AScheduleNotSolvedForUpdatesInTheBackwardPassIsRefused) {
+  const v1::TrainingGraph graph = Exact(TinyCnn());
+  auto e = Executor::Create(graph, {.seed = 5, .update_in_backward = true});
+  ASSERT_TRUE(e.ok());
+  ASSERT_TRUE((*e)->SetBatch(SyntheticBatch(**e, 3)).ok());
+  const solver::Problem problem = ProblemFor(graph, int64_t{1} << 40, 1000);
+  auto schedule = solver::Solve(problem, {.strategy = "checkpoint-all", .search_min_ram = false});
+  ASSERT_TRUE(schedule.ok());
+  const std::vector<float> before = *(*e)->Parameter(1, 0);
+  const solver::Plan plan = solver::PlanFromStages(*schedule, problem.size());
+  auto stats = (*e)->TrainStep(&plan, 0.05);
+  ASSERT_FALSE(stats.ok());
+  EXPECT_NE(stats.status().message().find("--update-in-backward"), std::string::npos) << stats.status().message();
+  EXPECT_EQ(*(*e)->Parameter(1, 0), before);
 }
 
 // Laid out largest first, the arena's region stays close to the planned peak: what the

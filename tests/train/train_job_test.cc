@@ -564,7 +564,7 @@ TEST_F(TrainJobTest, OptimizerStateCountsInTheRunAndInTheStepsMemory) {
   ASSERT_TRUE(adam.ok()) << adam.status().message();
   auto graph = graph::LoadTrainingGraph({"linear", 2, graph::Derivation::kExact, {}});
   ASSERT_TRUE(graph.ok()) << graph.status().message();
-  const v1::StepMemory memory = StepMemoryOf(*graph, false, 2);
+  const v1::StepMemory memory = StepMemoryOf(*graph, {.optimizer_state_tensors = 2});
   ASSERT_TRUE(memory.executor_known()) << memory.note();
   EXPECT_EQ(memory.optimizer_bytes(), 2 * memory.param_bytes());  // every parameter trains
   EXPECT_EQ(memory.fixed_bytes(), StepMemoryOf(*graph).fixed_bytes() + memory.optimizer_bytes());
@@ -581,7 +581,7 @@ TEST_F(TrainJobTest, OptimizerStateCountsInTheRunAndInTheStepsMemory) {
   // Biases alone train: their state only.
   auto bias = graph::LoadTrainingGraph({"linear", 2, graph::Derivation::kExact, *graph::Trainable::Parse("bias")});
   ASSERT_TRUE(bias.ok()) << bias.status().message();
-  const v1::StepMemory bias_memory = StepMemoryOf(*bias, false, 1);
+  const v1::StepMemory bias_memory = StepMemoryOf(*bias, {.optimizer_state_tensors = 1});
   EXPECT_GT(bias_memory.optimizer_bytes(), 0u);
   EXPECT_LT(bias_memory.optimizer_bytes(), memory.optimizer_bytes() / 2 / 10);
 
