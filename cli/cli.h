@@ -96,6 +96,7 @@ void RegisterSolveCommand(CLI::App& app, Context& ctx);
 void RegisterProbesCommand(CLI::App& app, Context& ctx);
 void RegisterTraceCommand(CLI::App& app, Context& ctx);
 void RegisterTrainCommand(CLI::App& app, Context& ctx);
+void RegisterChooseUpdateCommand(CLI::App& app, Context& ctx);
 void RegisterCalibrateCommand(CLI::App& app, Context& ctx);
 
 }  // namespace edgecost::cli

@@ -18,6 +18,7 @@
 #include "cli/cli.h"
 #include "cli/services.h"
 #include "cli/table.h"
+#include "cli/train_flags.h"
 #include "costdb/costdb.h"
 #include "daemon/client.h"
 #include "proto/json.h"
@@ -32,55 +33,6 @@ namespace edgecost::cli {
 namespace {
 
 
-struct TrainFlags {
-  std::string model;
-  int batch_size = 1;
-  std::string trainable = "all";
-  bool update_in_backward = false;
-  std::string schedule_file;
-  uint64_t schedule_id = 0;
-  std::string ram_budget;               // the training process's peak RSS
-  std::string activation_budget;        // the activations' alone
-  std::string runtime_budget = "1.5x";  // solver::kDefaultRuntimeBudgetMultiple, as `solve`
-  std::string strategy = "optimal";
-  std::string cost_source = "auto";
-  bool count_paging_time = true;  // measured: the I/O thread cannot hide paging behind compute (README)
-  double time_limit_s = 60;
-  int steps = 10;
-  double lr = 0.01;
-  // The optimizer and the learning-rate schedule, as torch.optim names them; unset: PyTorch's defaults.
-  std::string optimizer = "sgd";
-  double momentum = 0, dampening = 0;
-  bool nesterov = false;
-  std::optional<double> weight_decay, eps, lr_gamma;
-  std::string betas;  // "B1,B2"
-  std::string lr_schedule = "none";
-  uint32_t lr_step_size = 0, lr_t_max = 0, warmup_steps = 0;
-  double lr_min = 0;
-  int threads = 0;
-  uint32_t seed = 1;
-  std::string data_file;
-  int epochs = 0;
-  std::string mean, std_dev;  // comma-separated per channel
-  std::string data_keys = "x,y";
-  double val_split = 0;
-  std::string val_data;
-  std::string init = "file";
-  std::string out_onnx;
-  std::string out_npz;
-  std::string checkpoint_path;
-  int checkpoint_every = 100;
-  bool resume = false;
-  bool verify = false;
-  std::string trace_path;
-  std::string svg_path;  // loss and step time over the steps
-  std::string paging_dir;
-  bool no_store = false;
-  bool no_store_schedule = false;  // a profile's paging steps: their schedule is not the user's
-  bool json = false;
-  std::string probes_config;
-  bool accept_noisy = false;
-};
 
 // The optimizer and schedule flags as the request's messages; the service checks their values.
 Status SetTrainingRule(const TrainFlags& flags, v1::TrainOptimizer& optimizer, v1::LrSchedule& schedule) {
@@ -128,8 +80,8 @@ Result<std::vector<float>> ParseFloatList(const std::string& text, const std::st
 }
 
 // --ram-budget (the whole process) or --activation-budget, as a solve request's budget fields.
-// The flags as the one request a train job is (v1::StartTrainRequest), locally or on an agent:
-// service::TrainJobOptionsOf maps it to options with one set of defaults.
+}  // namespace
+
 Result<v1::StartTrainRequest> TrainRequestOf(const TrainFlags& flags) {
   v1::StartTrainRequest request;
   request.set_model(flags.model);
@@ -184,6 +136,8 @@ Result<v1::StartTrainRequest> TrainRequestOf(const TrainFlags& flags) {
   request.set_seed(flags.seed);
   return request;
 }
+
+namespace {
 
 std::string Percent(double measured, double predicted) {
   if (!(predicted > 0)) return "";
@@ -615,6 +569,56 @@ int RunTrainWorker(const std::string& request_path, const std::string& out_onnx,
   return kExitOk;
 }
 
+// What `train` and `choose-update` both take: the model, how it trains, and its data.
+void AddTrainingFlags(CLI::App* cmd, const std::shared_ptr<TrainFlags>& flags) {
+  cmd->add_option("--model", flags->model, "Zoo model or ONNX file")->required();
+  cmd->add_option("--batch-size", flags->batch_size, "Batch size")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_flag("--update-in-backward", flags->update_in_backward, kUpdateInBackwardHelp);
+  cmd->add_option("--lr", flags->lr,
+                  "Learning rate (of the batch-mean loss's gradient, as PyTorch's mean-reduced "
+                  "CrossEntropyLoss)")
+      ->capture_default_str();
+  cmd->add_option("--optimizer", flags->optimizer,
+                  "sgd, adam or adamw, as torch.optim.SGD, Adam and AdamW (PyTorch 1.13): the same update rules "
+                  "and defaults")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"sgd", "adam", "adamw"}));
+  cmd->add_option("--momentum", flags->momentum, "SGD: momentum factor (0: none; one state tensor per parameter)")
+      ->capture_default_str();
+  cmd->add_option("--dampening", flags->dampening, "SGD: dampening of the momentum")->capture_default_str();
+  cmd->add_flag("--nesterov", flags->nesterov, "SGD: Nesterov momentum (needs --momentum and --dampening 0)");
+  cmd->add_option("--weight-decay", flags->weight_decay,
+                  "Weight decay: SGD and Adam add it times the weight to the gradient (L2), AdamW shrinks the weight "
+                  "by lr times it (decoupled); default 0, AdamW 0.01");
+  cmd->add_option("--betas", flags->betas, "Adam(W): B1,B2, the moments' decay (default 0.9,0.999)");
+  cmd->add_option("--eps", flags->eps, "Adam(W): added to the second moment's root (default 1e-8)");
+  cmd->add_option("--threads", flags->threads, "oneDNN threads (default: all cores)");
+  cmd->add_option("--seed", flags->seed, "Seed of the parameters and the synthetic data")->capture_default_str();
+  cmd->add_option("--data", flags->data_file,
+                  "Train on a data set instead of a synthetic batch, its format from the path: a folder with one "
+                  "subfolder of PNG/JPEG images per class (resized to the model's input), an .npz with arrays x "
+                  "and y, x.npy with y.npy beside it (or INPUTS.npy,LABELS.npy), or a CIFAR-10 .bin file. Shuffled "
+                  "every epoch (from --seed); the last partial batch is dropped. With --remote: a path on the agent, "
+                  "inside a directory of its config's [train] data_dirs");
+  cmd->add_option("--mean", flags->mean,
+                  "With --data: per-channel mean subtracted, e.g. 0.485,0.456,0.406 (pixels are first x/255)");
+  cmd->add_option("--std", flags->std_dev,
+                  "With --data: per-channel standard deviation divided by, e.g. "
+                  "0.229,0.224,0.225 (default: none, pixels are x/255)");
+  cmd->add_option("--data-keys", flags->data_keys, "With an .npz: the names of its inputs and labels arrays")
+      ->capture_default_str();
+  cmd->add_option("--val-split", flags->val_split,
+                  "With --data: the fraction held out (every 1/f-th record, before shuffling) for the loss and "
+                  "accuracy printed after each epoch")
+      ->check(CLI::Range(0.0, 0.99));
+  cmd->add_option("--val-data", flags->val_data, "With --data: a held-out data set of its own (same formats)");
+  cmd->add_option("--init", flags->init,
+                  "Where the parameters start: file (an ONNX model's own initializers; a zoo model has none and "
+                  "draws them from --seed) or random (drawn from --seed)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"file", "random"}));
+}
+
 void RegisterTrainCommand(CLI::App& app, Context& ctx) {
   auto worker_request = std::make_shared<std::string>();
   auto worker_out = std::make_shared<std::string>();
@@ -630,10 +634,8 @@ void RegisterTrainCommand(CLI::App& app, Context& ctx) {
   auto flags = std::make_shared<TrainFlags>();
   CLI::App* cmd = app.add_subcommand(
       "train", "Run real training steps under a schedule and hold its predictions against measurements");
-  cmd->add_option("--model", flags->model, "Zoo model or ONNX file")->required();
-  cmd->add_option("--batch-size", flags->batch_size, "Batch size")->capture_default_str()->check(CLI::PositiveNumber);
+  AddTrainingFlags(cmd, flags);
   cmd->add_option("--trainable", flags->trainable, kTrainableHelp)->capture_default_str();
-  cmd->add_flag("--update-in-backward", flags->update_in_backward, kUpdateInBackwardHelp);
   cmd->add_option("--schedule", flags->schedule_file, "A schedule file from `edgecost solve --out` (exact derivation)");
   cmd->add_option("--schedule-id", flags->schedule_id, "A schedule stored in the cost database");
   cmd->add_option("--ram-budget", flags->ram_budget,
@@ -660,24 +662,6 @@ void RegisterTrainCommand(CLI::App& app, Context& ctx) {
   cmd->add_option("--epochs", flags->epochs, "With --data: passes over its training records, instead of --steps")
       ->check(CLI::PositiveNumber)
       ->excludes(steps);
-  cmd->add_option("--lr", flags->lr,
-                  "Learning rate (of the batch-mean loss's gradient, as PyTorch's mean-reduced "
-                  "CrossEntropyLoss)")
-      ->capture_default_str();
-  cmd->add_option("--optimizer", flags->optimizer,
-                  "sgd, adam or adamw, as torch.optim.SGD, Adam and AdamW (PyTorch 1.13): the same update rules "
-                  "and defaults")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"sgd", "adam", "adamw"}));
-  cmd->add_option("--momentum", flags->momentum, "SGD: momentum factor (0: none; one state tensor per parameter)")
-      ->capture_default_str();
-  cmd->add_option("--dampening", flags->dampening, "SGD: dampening of the momentum")->capture_default_str();
-  cmd->add_flag("--nesterov", flags->nesterov, "SGD: Nesterov momentum (needs --momentum and --dampening 0)");
-  cmd->add_option("--weight-decay", flags->weight_decay,
-                  "Weight decay: SGD and Adam add it times the weight to the gradient (L2), AdamW shrinks the weight "
-                  "by lr times it (decoupled); default 0, AdamW 0.01");
-  cmd->add_option("--betas", flags->betas, "Adam(W): B1,B2, the moments' decay (default 0.9,0.999)");
-  cmd->add_option("--eps", flags->eps, "Adam(W): added to the second moment's root (default 1e-8)");
   cmd->add_option("--lr-schedule", flags->lr_schedule,
                   "The learning rate per step: none, step (StepLR: x --lr-gamma every --lr-step-size steps) or cosine "
                   "(CosineAnnealingLR: down to --lr-min over --lr-t-max steps)")
@@ -693,31 +677,6 @@ void RegisterTrainCommand(CLI::App& app, Context& ctx) {
   cmd->add_option("--warmup-steps", flags->warmup_steps,
                   "Linear warm-up before the schedule: step t < N uses lr x (t+1)/(N+1); the schedule then starts")
       ->capture_default_str();
-  cmd->add_option("--threads", flags->threads, "oneDNN threads (default: all cores)");
-  cmd->add_option("--seed", flags->seed, "Seed of the parameters and the synthetic data")->capture_default_str();
-  cmd->add_option("--data", flags->data_file,
-                  "Train on a data set instead of a synthetic batch, its format from the path: a folder with one "
-                  "subfolder of PNG/JPEG images per class (resized to the model's input), an .npz with arrays x "
-                  "and y, x.npy with y.npy beside it (or INPUTS.npy,LABELS.npy), or a CIFAR-10 .bin file. Shuffled "
-                  "every epoch (from --seed); the last partial batch is dropped. With --remote: a path on the agent, "
-                  "inside a directory of its config's [train] data_dirs");
-  cmd->add_option("--mean", flags->mean,
-                  "With --data: per-channel mean subtracted, e.g. 0.485,0.456,0.406 (pixels are first x/255)");
-  cmd->add_option("--std", flags->std_dev,
-                  "With --data: per-channel standard deviation divided by, e.g. "
-                  "0.229,0.224,0.225 (default: none, pixels are x/255)");
-  cmd->add_option("--data-keys", flags->data_keys, "With an .npz: the names of its inputs and labels arrays")
-      ->capture_default_str();
-  cmd->add_option("--val-split", flags->val_split,
-                  "With --data: the fraction held out (every 1/f-th record, before shuffling) for the loss and "
-                  "accuracy printed after each epoch")
-      ->check(CLI::Range(0.0, 0.99));
-  cmd->add_option("--val-data", flags->val_data, "With --data: a held-out data set of its own (same formats)");
-  cmd->add_option("--init", flags->init,
-                  "Where the parameters start: file (an ONNX model's own initializers; a zoo model has none and "
-                  "draws them from --seed) or random (drawn from --seed)")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"file", "random"}));
   cmd->add_option("--out", flags->out_onnx,
                   "ONNX models: write the model with its trained weights here (.onnx), and a NumPy .npz state dict "
                   "beside it. With --remote: fetched from the agent once the job ends");

@@ -39,6 +39,7 @@ int main(int argc, char** argv) {
   RegisterProfileCommand(app, ctx);
   RegisterCalibrateCommand(app, ctx);
   RegisterTrainCommand(app, ctx);
+  RegisterChooseUpdateCommand(app, ctx);
   RegisterServeCommand(app, ctx);
   RegisterJobsCommand(app, ctx);
   RegisterDbCommand(app, ctx);

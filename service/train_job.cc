@@ -601,6 +601,37 @@ std::string EpochLine(const v1::EpochStats& epoch, int64_t batches_per_epoch, in
   return line;
 }
 
+Result<train::DataSource> OpenTrainingData(const TrainJobOptions& options, const train::Executor& executor,
+                                           std::vector<std::string>& notes) {
+  if (options.data_file.empty()) {
+    if (options.epochs > 0 || options.val_split > 0 || !options.val_data.empty()) {
+      return InvalidArgument("--epochs, --val-split and --val-data need a data set (--data)");
+    }
+    return train::DataSource::Synthetic(executor.input_elements(), executor.label_rows(), executor.classes(),
+                                        options.seed, executor.input_id_limit());
+  }
+  train::ModelInput model{executor.input_dims(), executor.classes()};
+  int64_t elements = 1;
+  for (int64_t d : model.dims) elements *= d;
+  if (model.dims.empty() || elements != executor.input_elements()) {
+    model.dims = {executor.label_rows(), executor.input_elements() / std::max<int64_t>(1, executor.label_rows())};
+  }
+  EC_ASSIGN_OR_RETURN(train::DataSource data, train::DataSource::Open({.path = options.data_file,
+                                                                       .mean = options.mean,
+                                                                       .std = options.std,
+                                                                       .input_key = options.input_key,
+                                                                       .label_key = options.label_key,
+                                                                       .val_split = options.val_split,
+                                                                       .val_path = options.val_data,
+                                                                       .seed = options.seed},
+                                                                      model));
+  if (data.dropped_per_epoch() > 0) {
+    notes.push_back("each epoch leaves out its last partial batch (" + std::to_string(data.dropped_per_epoch()) +
+                    " of " + std::to_string(data.train_records()) + " records; PyTorch's drop_last=True)");
+  }
+  return data;
+}
+
 std::string NpzPathFor(const std::string& onnx_path) {
   std::filesystem::path path(onnx_path);
   if (path.extension() == ".onnx") return path.replace_extension(".npz").string();
@@ -798,37 +829,6 @@ Result<TrainSetup> SetUpTraining(const TrainJobOptions& options, const Log& log,
   return setup;
 }
 
-// The training data: the user's (--data), else synthetic batches from the seed.
-Result<train::DataSource> OpenTrainingData(const TrainJobOptions& options, const train::Executor& executor,
-                                           std::vector<std::string>& notes) {
-  if (options.data_file.empty()) {
-    if (options.epochs > 0 || options.val_split > 0 || !options.val_data.empty()) {
-      return InvalidArgument("--epochs, --val-split and --val-data need a data set (--data)");
-    }
-    return train::DataSource::Synthetic(executor.input_elements(), executor.label_rows(), executor.classes(),
-                                        options.seed, executor.input_id_limit());
-  }
-  train::ModelInput model{executor.input_dims(), executor.classes()};
-  int64_t elements = 1;
-  for (int64_t d : model.dims) elements *= d;
-  if (model.dims.empty() || elements != executor.input_elements()) {
-    model.dims = {executor.label_rows(), executor.input_elements() / std::max<int64_t>(1, executor.label_rows())};
-  }
-  EC_ASSIGN_OR_RETURN(train::DataSource data, train::DataSource::Open({.path = options.data_file,
-                                                                       .mean = options.mean,
-                                                                       .std = options.std,
-                                                                       .input_key = options.input_key,
-                                                                       .label_key = options.label_key,
-                                                                       .val_split = options.val_split,
-                                                                       .val_path = options.val_data,
-                                                                       .seed = options.seed},
-                                                                      model));
-  if (data.dropped_per_epoch() > 0) {
-    notes.push_back("each epoch leaves out its last partial batch (" + std::to_string(data.dropped_per_epoch()) +
-                    " of " + std::to_string(data.train_records()) + " records; PyTorch's drop_last=True)");
-  }
-  return data;
-}
 
 // What the run is: model, schedule, data, optimizer; and a loud note when the cost table was
 // profiled at another thread count than the run uses.

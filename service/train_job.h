@@ -26,6 +26,7 @@
 #include "solver/problem.h"
 #include "solver/simulator.h"
 #include "train/data.h"
+#include "train/executor.h"
 #include "train/optimizer.h"
 
 namespace edgecost::service {
@@ -128,6 +129,10 @@ std::string DescribeTraining(const v1::TrainRun& run);
 Status EvaluateHeldOut(const train::DataSource& data, train::Executor& executor, v1::EpochStats& epoch);
 // The line `train` prints after an epoch.
 std::string EpochLine(const v1::EpochStats& epoch, int64_t batches_per_epoch, int64_t held_out_records);
+
+// The training data: the user's (--data, with its held-out part), else synthetic batches from the seed.
+Result<train::DataSource> OpenTrainingData(const TrainJobOptions& options, const train::Executor& executor,
+                                           std::vector<std::string>& notes);
 
 // The .npz written beside an ONNX model: its path with .npz for .onnx (or added).
 std::string NpzPathFor(const std::string& onnx_path);

@@ -1217,6 +1217,49 @@ TEST_F(CliTest, FineTunesOnRealDigitsUnderHalfItsActivationPeak) {
       << "PyTorch and edgecost disagree on the held-out digits";
 }
 
+// A sparse update chosen under a budget on a transfer task (a CNN pretrained on the digits 0-4,
+// fine-tuned on the 5-9s): the probe ranks the new head first, the choice holds its budget, and
+// training the chosen layers alone learns the new digits. A scores file replaces the probe, and
+// names only layers the model has.
+TEST_F(CliTest, ChoosesASparseUpdateUnderItsBudgetOnRealDigits) {
+  const std::string data = (dir_ / "digits").string();
+  const CommandResult prepared = Run("/usr/bin/python3 tests/train/digits.py prepare " + data + " --split classes");
+  if (prepared.exit_code == 3 || prepared.exit_code == 127) GTEST_SKIP() << prepared.output.substr(0, 300);
+  ASSERT_EQ(prepared.exit_code, 0) << prepared.output;
+  const std::string args = "--model " + data + "/digits_cnn.onnx --batch-size 32 --threads 1 --data " + data +
+                           "/finetune.npz --val-data " + data + "/heldout.npz --optimizer adamw --lr 0.003 ";
+  const CommandResult chosen = EdgecostStdout("choose-update " + args + "--ram-budget 60% --json");
+  ASSERT_EQ(chosen.exit_code, 0) << chosen.output;
+  const nlohmann::json choice = nlohmann::json::parse(chosen.output, nullptr, false);
+  ASSERT_FALSE(choice.is_discarded()) << chosen.output;
+  const auto bytes = [&](const char* key) { return std::stoull(choice[key].get<std::string>()); };
+  EXPECT_LE(bytes("chosenBytes"), bytes("budgetBytes"));
+  EXPECT_EQ(bytes("budgetBytes"), bytes("fullUpdateBytes") * 60 / 100);
+  EXPECT_EQ(choice["candidates"][0]["layer"], "classifier") << chosen.output;
+  const std::string trainable = choice["trainable"];
+  EXPECT_THAT(trainable, HasSubstr("classifier"));
+  const CommandResult trained =
+      EdgecostStdout("train " + args + "--epochs 3 --no-store --json --trainable " + trainable);
+  ASSERT_EQ(trained.exit_code, 0) << trained.output;
+  const nlohmann::json run = nlohmann::json::parse(trained.output, nullptr, false);
+  ASSERT_FALSE(run.is_discarded()) << trained.output;
+  EXPECT_GE(run["epochs"].back().value("heldOutAccuracy", 0.0), 0.9);
+
+  const std::string scores = (dir_ / "scores.csv").string();
+  std::ofstream(scores) << "# layer,score\nfeatures.10,2\nclassifier,1\n";
+  const CommandResult given = Edgecost("choose-update " + args + "--ram-budget 100% --scores " + scores);
+  ASSERT_EQ(given.exit_code, 0) << given.output;
+  EXPECT_THAT(given.output, HasSubstr("--trainable layers:classifier,features.10"));
+  EXPECT_THAT(given.output, HasSubstr("no: no score in"));
+  std::ofstream(scores) << "features.99,1\n";
+  const CommandResult unknown = Edgecost("choose-update " + args + "--ram-budget 100% --scores " + scores);
+  EXPECT_EQ(unknown.exit_code, 1) << unknown.output;
+  EXPECT_THAT(unknown.output, HasSubstr("'features.99' is no layer with parameters"));
+  const CommandResult tight = Edgecost("choose-update " + args + "--ram-budget 10%");
+  EXPECT_EQ(tight.exit_code, 1) << tight.output;
+  EXPECT_THAT(tight.output, HasSubstr("the least any layer alone needs is"));
+}
+
 // A run killed with SIGKILL between or during checkpoints resumes with --resume and ends at the
 // weights of a run that was never stopped, bit for bit (the final checkpoints' tensors compared);
 // a checkpoint of other settings is refused, naming them.

@@ -1,11 +1,13 @@
 #!/usr/bin/python3
 """Real data for the fine-tuning proof: scikit-learn's 8x8 handwritten digits (1,797 images).
 
-  digits.py prepare DIR [--batch N]
+  digits.py prepare DIR [--batch N] [--split records|classes]
       Splits the digits (seeded): 500 to pretrain a small CNN in PyTorch for one epoch, 997 to
       fine-tune it on the device, 300 held out. Writes DIR/digits_cnn.onnx (exported in training
       mode, batch N), DIR/finetune.npz and DIR/heldout.npz (x: float32 N x 1 x 8 x 8 in [0, 1],
-      y: int64), and prints the pretrained model's held-out accuracy.
+      y: int64), and prints the pretrained model's held-out accuracy. With --split classes, a
+      transfer task: pretrained for five epochs on the digits 0-4, fine-tuned on 600 of the 5-9s,
+      the other 5-9s held out.
   digits.py accuracy DIR WEIGHTS.npz
       Loads a state dict written by `edgecost train --out` into the same CNN and prints its
       accuracy on DIR/heldout.npz in eval mode (running batch-norm statistics), as a fraction.
@@ -43,12 +45,15 @@ class DigitsCnn(nn.Module):
         return self.classifier(torch.flatten(self.features(x), 1))
 
 
-def splits():
+def splits(by_class=False):
     digits = sklearn.datasets.load_digits()
     x = (digits.images / 16.0).astype(np.float32)[:, None, :, :]
     y = digits.target.astype(np.int64)
     order = np.random.RandomState(0).permutation(len(y))
     x, y = x[order], y[order]
+    if by_class:
+        old, new = y < 5, y >= 5
+        return [(x[old], y[old]), (x[new][:600], y[new][:600]), (x[new][600:], y[new][600:])]
     cut = [0, PRETRAIN, PRETRAIN + FINETUNE, len(y)]
     return [(x[a:b], y[a:b]) for a, b in zip(cut, cut[1:])]
 
@@ -60,20 +65,22 @@ def accuracy(model, x, y):
     return float((predicted == y).mean())
 
 
-def prepare(out_dir, batch):
-    (x_pre, y_pre), finetune, heldout = splits()
+def prepare(out_dir, batch, by_class):
+    (x_pre, y_pre), finetune, heldout = splits(by_class)
     torch.manual_seed(0)
     model = DigitsCnn()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
     model.train()
-    for start in range(0, len(y_pre) - batch + 1, batch):
-        optimizer.zero_grad()
-        loss = loss_fn(model(torch.from_numpy(x_pre[start:start + batch])),
-                       torch.from_numpy(y_pre[start:start + batch]))
-        loss.backward()
-        optimizer.step()
-    print(f"pretrained on {len(y_pre)} digits for one epoch: held-out accuracy "
+    epochs = 5 if by_class else 1
+    for _ in range(epochs):
+        for start in range(0, len(y_pre) - batch + 1, batch):
+            optimizer.zero_grad()
+            loss = loss_fn(model(torch.from_numpy(x_pre[start:start + batch])),
+                           torch.from_numpy(y_pre[start:start + batch]))
+            loss.backward()
+            optimizer.step()
+    print(f"pretrained on {len(y_pre)} digits for {epochs} epoch(s): held-out accuracy "
           f"{accuracy(model, *heldout):.4f}")
     os.makedirs(out_dir, exist_ok=True)
     model.train()
@@ -104,12 +111,13 @@ def main():
     p = sub.add_parser("prepare")
     p.add_argument("dir")
     p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--split", choices=("records", "classes"), default="records")
     a = sub.add_parser("accuracy")
     a.add_argument("dir")
     a.add_argument("weights")
     args = parser.parse_args()
     if args.command == "prepare":
-        prepare(args.dir, args.batch)
+        prepare(args.dir, args.batch, args.split == "classes")
     else:
         trained_accuracy(args.dir, args.weights)
 
