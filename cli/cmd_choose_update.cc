@@ -16,6 +16,7 @@ struct ChooseFlags {
   double runtime_budget_multiple = 0;
   int probe_steps = 10;
   std::string scores_file;
+  std::string shares = "0.25,0.5";
 };
 
 std::string Score(double score) {
@@ -68,6 +69,12 @@ int RunChooseUpdate(const TrainFlags& flags, const ChooseFlags& choose, const Co
   options.runtime_budget_multiple = choose.runtime_budget_multiple;
   options.probe_steps = choose.probe_steps;
   options.scores_file = choose.scores_file;
+  options.shares.clear();
+  if (choose.shares != "none") {
+    Result<std::vector<float>> shares = ParseFloatList(choose.shares, "--shares");
+    if (!shares.ok()) return UsageError(shares.status());
+    options.shares.assign(shares->begin(), shares->end());
+  }
   Result<v1::UpdateChoice> choice =
       service::ChooseUpdate(options, [](const std::string& line) { std::cerr << line << "\n"; });
   if (!choice.ok()) return Failure(choice.status());
@@ -98,6 +105,10 @@ void RegisterChooseUpdateCommand(CLI::App& app, Context& ctx) {
                   "--data, scored by the held-out loss drop")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--shares", choose->shares,
+                  "Shares of a convolution's or linear layer's output channels tried beside the whole layer (a "
+                  "sparse tensor update, NAME:SHARE), or none")
+      ->capture_default_str();
   cmd->add_option("--scores", choose->scores_file, "LAYER,SCORE lines instead of the probe (a higher score first)");
   cmd->add_flag("--json", flags->json, "Print the choice as protobuf JSON (UpdateChoice)");
   cmd->footer(

@@ -61,7 +61,8 @@ Status SetTrainingRule(const TrainFlags& flags, v1::TrainOptimizer& optimizer, v
   return Status::Ok();
 }
 
-// "0.485,0.456,0.406" as numbers; empty: none.
+}  // namespace
+
 Result<std::vector<float>> ParseFloatList(const std::string& text, const std::string& flag) {
   std::vector<float> values;
   size_t at = 0;
@@ -78,9 +79,6 @@ Result<std::vector<float>> ParseFloatList(const std::string& text, const std::st
   }
   return values;
 }
-
-// --ram-budget (the whole process) or --activation-budget, as a solve request's budget fields.
-}  // namespace
 
 Result<v1::StartTrainRequest> TrainRequestOf(const TrainFlags& flags) {
   v1::StartTrainRequest request;

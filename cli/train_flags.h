@@ -5,6 +5,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -65,6 +66,9 @@ struct TrainFlags {
 
 // The model, how it trains and its data: the flags both commands take.
 void AddTrainingFlags(CLI::App* cmd, const std::shared_ptr<TrainFlags>& flags);
+
+// "0.485,0.456,0.406": numbers separated by commas, for `flag`.
+Result<std::vector<float>> ParseFloatList(const std::string& text, const std::string& flag);
 
 // The flags as the one request a train job is (v1::StartTrainRequest), locally or on an agent:
 // service::TrainJobOptionsOf maps it to options with one set of defaults.

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
+#include <cstdlib>
 #include <optional>
 #include <vector>
 
@@ -16,7 +18,11 @@ bool OwnsParameters(const Layer& layer) { return layer.param_count > 0; }
 
 // Whether `name` names the layer at forward `index` from `module`: its node name's "layerN", its
 // module, or a module it lies inside.
-bool NamesLayer(const std::string& name, int index, const std::string& module) {
+// A --trainable layers: entry's name without its share ("features.3:0.25").
+std::string_view BaseName(std::string_view entry) { return entry.substr(0, entry.find(':')); }
+
+bool NamesLayer(std::string_view entry, int index, const std::string& module) {
+  const std::string_view name = BaseName(entry);
   if (name == "layer" + std::to_string(index)) return true;
   return !module.empty() && module.starts_with(name) && (module.size() == name.size() || module[name.size()] == '.');
 }
@@ -36,7 +42,7 @@ Result<std::vector<bool>> NamedLayers(const ForwardGraph& forward, const std::ve
       if (!OwnsParameters(layers[i])) continue;
       some += (listed++ ? ", " : "") + (layers[i].module.empty() ? "layer" + std::to_string(i) : layers[i].module);
     }
-    return InvalidArgument("--trainable layers: '" + name + "' names no layer with parameters in '" +
+    return InvalidArgument("--trainable layers: '" + std::string(BaseName(name)) + "' names no layer with parameters in '" +
                            forward.model() + "'; layers with parameters include " + some +
                            " (`edgecost graph MODEL` lists them all)");
   }
@@ -147,7 +153,8 @@ void AddPoetBackward(const ForwardGraph& forward, const std::vector<bool>& train
   }
 }
 
-void AddExactBackward(const ForwardGraph& forward, const std::vector<bool>& trains, bool bias_only, GraphWriter& out) {
+void AddExactBackward(const ForwardGraph& forward, const std::vector<bool>& trains,
+                      const std::vector<int64_t>& updated_channels, bool bias_only, GraphWriter& out) {
   const auto& layers = forward.layers();
   const int n = forward.size();
   // needs_grad[v]: v's output depends on a trainable parameter, so its gradient is needed.
@@ -248,8 +255,13 @@ void AddExactBackward(const ForwardGraph& forward, const std::vector<bool>& trai
           out.AddGrad(name + ".grad_bias", kind, GradRole::kGradBias, {layer.bias_count}, 0,
                       reads(BackwardPass::kBias), v, y_elements + relu_flops);
         } else if (trains[v]) {
-          out.AddGrad(name + ".grad_weight", kind, GradRole::kGradWeight, {layer.param_count}, 0,
-                      reads(BackwardPass::kWeights), v, layer.flops + relu_flops);
+          // A sparse tensor update computes and holds the gradient of its share of the output channels.
+          const int64_t channels = layer.kind == OpKind::kConv2d ? layer.output_shape[1] : layer.output_shape.back();
+          const int64_t share = updated_channels[static_cast<size_t>(v)] > 0 ? updated_channels[static_cast<size_t>(v)]
+                                                                               : channels;
+          out.AddGrad(name + ".grad_weight", kind, GradRole::kGradWeight, {layer.param_count / channels * share}, 0,
+                      reads(BackwardPass::kWeights), v,
+                      (layer.flops + relu_flops) * static_cast<double>(share) / static_cast<double>(channels));
         }
         if (x_needs_grad) grad_input(GradRole::kGradInput, reads(BackwardPass::kInput), layer.flops + relu_flops);
         break;
@@ -346,6 +358,25 @@ uint64_t ActivationBytes(const v1::TrainingGraph& graph) {
   return bytes;
 }
 
+namespace {
+
+// The share after a layers: entry's colon: a number in (0, 1]; 1 without one.
+Result<double> ParseShare(std::string_view entry) {
+  const size_t colon = entry.find(':');
+  if (colon == std::string_view::npos) return 1.0;
+  const std::string text(entry.substr(colon + 1));
+  char* end = nullptr;
+  const double share = std::strtod(text.c_str(), &end);
+  if (text.empty() || end != text.c_str() + text.size() || !(share > 0 && share <= 1)) {
+    return InvalidArgument("--trainable layers: '" + std::string(entry) +
+                           "': after the colon, the share of the layer's output channels to update, above 0 and at "
+                           "most 1 (features.3:0.25)");
+  }
+  return share;
+}
+
+}  // namespace
+
 Result<Trainable> Trainable::Parse(std::string_view text) {
   if (text == "all") return Trainable{};
   if (text == "bias") return Trainable{Mode::kBias, 0};
@@ -353,12 +384,14 @@ Result<Trainable> Trainable::Parse(std::string_view text) {
     Trainable named{Mode::kLayers, 0};
     for (size_t start = 7, comma; start <= text.size(); start = comma + 1) {
       comma = std::min(text.find(',', start), text.size());
-      const std::string_view name = text.substr(start, comma - start);
-      if (name.empty() || name.find_first_of(" \t:") != std::string_view::npos) {
+      const std::string_view entry = text.substr(start, comma - start);
+      const std::string_view name = BaseName(entry);
+      if (name.empty() || name.find_first_of(" \t") != std::string_view::npos) {
         return InvalidArgument("--trainable layers: needs module or layer names separated by commas, as in "
                                "layers:classifier,features.12 or layers:layer17; got '" + std::string(text) + "'");
       }
-      named.layers.emplace_back(name);
+      EC_ASSIGN_OR_RETURN(const double share, ParseShare(entry));
+      named.layers.push_back(std::string(name) + (share < 1 ? std::string(entry.substr(name.size())) : ""));
     }
     std::sort(named.layers.begin(), named.layers.end());
     named.layers.erase(std::unique(named.layers.begin(), named.layers.end()), named.layers.end());
@@ -380,6 +413,15 @@ bool Trainable::Names(int index, const std::string& module) const {
                      [&](const std::string& name) { return NamesLayer(name, index, module); });
 }
 
+double Trainable::ChannelShare(int index, const std::string& module) const {
+  double share = 0;
+  for (const std::string& entry : layers) {
+    const Result<double> parsed = ParseShare(entry);  // checked by Parse
+    if (NamesLayer(entry, index, module)) share = std::max(share, parsed.ok() ? *parsed : 1.0);
+  }
+  return share > 0 ? share : 1.0;
+}
+
 std::string Trainable::ToString() const {
   switch (mode) {
     case Mode::kAll:
@@ -397,6 +439,35 @@ std::string Trainable::ToString() const {
   return "all";
 }
 
+namespace {
+
+// A sparse tensor update: by forward layer, the output channels whose weights update (0: all). The
+// forward node says how many (update_channels), which its kernel's weights pass and gradient node follow.
+Result<std::vector<int64_t>> UpdatedChannels(const ForwardGraph& forward, const std::vector<bool>& trains,
+                                             const Trainable& trainable, Derivation derivation) {
+  std::vector<int64_t> updated_channels(static_cast<size_t>(forward.size()), 0);
+  for (int i = 0; i < forward.size(); ++i) {
+    const Layer& layer = forward.layers()[i];
+    const double share = trains[i] ? trainable.ChannelShare(i, layer.module) : 1.0;
+    if (share >= 1) continue;
+    const auto groups = layer.attributes.find("groups");
+    const bool grouped = groups != layer.attributes.end() && groups->second != 1;
+    if (derivation != Derivation::kExact || layer.attributes.count("tied_node") ||
+        !((layer.kind == OpKind::kConv2d && !grouped) || layer.kind == OpKind::kLinear ||
+          layer.kind == OpKind::kLinearRelu)) {
+      return InvalidArgument("--trainable layers: a share of output channels updates a convolution (not grouped) or "
+                             "a linear layer whose weight is its own, in the exact derivation; layer " + std::to_string(i) + " ('" +
+                             layer.module + "') is " + std::string(OpKindName(layer.kind)));
+    }
+    const int64_t channels = layer.kind == OpKind::kConv2d ? layer.output_shape[1] : layer.output_shape.back();
+    const auto updated = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(share * static_cast<double>(channels))));
+    if (updated < channels) updated_channels[static_cast<size_t>(i)] = updated;
+  }
+  return updated_channels;
+}
+
+}  // namespace
+
 Result<v1::TrainingGraph> DeriveTrainingGraph(const ForwardGraph& forward, Derivation derivation,
                                               const Trainable& trainable) {
   if (forward.size() < 2 || forward.layers().back().kind != OpKind::kCrossEntropyLoss) {
@@ -410,10 +481,17 @@ Result<v1::TrainingGraph> DeriveTrainingGraph(const ForwardGraph& forward, Deriv
   GraphWriter out(&graph);
   AddForwardNodes(forward, out, graph);
   EC_ASSIGN_OR_RETURN(const std::vector<bool> trains, TrainableLayers(forward, trainable));
+  EC_ASSIGN_OR_RETURN(const std::vector<int64_t> updated_channels,
+                      UpdatedChannels(forward, trains, trainable, derivation));
+  for (int i = 0; i < forward.size(); ++i) {
+    if (updated_channels[static_cast<size_t>(i)] > 0) {
+      (*graph.mutable_nodes(i)->mutable_attributes())["update_channels"] = updated_channels[static_cast<size_t>(i)];
+    }
+  }
   if (derivation == Derivation::kPoet) {
     AddPoetBackward(forward, trains, trainable.mode == Trainable::Mode::kAll, out);
   } else {
-    AddExactBackward(forward, trains, trainable.mode == Trainable::Mode::kBias, out);
+    AddExactBackward(forward, trains, updated_channels, trainable.mode == Trainable::Mode::kBias, out);
   }
   for (v1::TrainingNode& node : *graph.mutable_nodes()) {
     if (node.forward_of() >= 0) node.set_module(graph.nodes(node.forward_of()).module());

@@ -26,7 +26,10 @@
 // parameters; `bias`, biases only (plus batch-norm shifts), as sparse on-device
 // fine-tuning does; `layers:NAME,...`, the layers of the named modules (an ONNX
 // import's PyTorch module, "features.12" with every module inside it) or node
-// names' layers ("layer17"), a sparse layer update. Frozen layers get no
+// names' layers ("layer17"), a sparse layer update; "NAME:0.25" updates the first quarter of a
+// convolution's (not grouped) or linear layer's output channels alone (a sparse tensor update, the
+// forward node's attribute update_channels: its weight-gradient node's output and FLOPs are that
+// share of the layer's). Frozen layers get no
 // weight-gradient node, and gradients stop below the lowest trainable layer. The poet derivation cannot split a
 // layer's gradient, so `bias` keeps its whole chain and `last:K` truncates it.
 #pragma once
@@ -66,12 +69,16 @@ struct Trainable {
   enum class Mode { kAll, kLastK, kBias, kLayers };
   Mode mode = Mode::kAll;
   int last_k = 0;
-  std::vector<std::string> layers;  // kLayers: module names or "layerN", sorted, each once
+  // kLayers: module names or "layerN", sorted, each once; "NAME:SHARE" updates the first SHARE
+  // (0 < SHARE < 1) of the layer's output channels alone, a sparse tensor update.
+  std::vector<std::string> layers;
 
-  static Result<Trainable> Parse(std::string_view text);  // "all", "last:K", "bias", "layers:A,B"
+  static Result<Trainable> Parse(std::string_view text);  // "all", "last:K", "bias", "layers:A,B:0.25"
   std::string ToString() const;
   // kLayers: whether a name in `layers` names the layer at forward `index` from `module`.
   bool Names(int index, const std::string& module) const;
+  // kLayers: the share of that layer's output channels updated (the largest of the names naming it), 1 for all.
+  double ChannelShare(int index, const std::string& module) const;
 };
 
 Result<v1::TrainingGraph> DeriveTrainingGraph(const ForwardGraph& forward, Derivation derivation,

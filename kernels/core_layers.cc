@@ -76,9 +76,11 @@ class Conv2d : public StepLayer {
     const int64_t groups = attribute("groups", 1);
     const bool bias = attribute("no_bias", 0) == 0;
     const int64_t in_channels = spec.input_shapes[0][1], out_channels = spec.output_shape[1];
+    // A sparse tensor update: the weights pass gives the first `updated` output channels' gradients.
+    const int64_t updated = attribute("update_channels", out_channels);
     Tensor& w = Param({out_channels, in_channels / groups, kh, kw},
-                      std::sqrt(2.0f / static_cast<float>(in_channels / groups * kh * kw)));
-    Tensor* bias_t = bias ? &Param({out_channels}, 0.01f) : nullptr;
+                      std::sqrt(2.0f / static_cast<float>(in_channels / groups * kh * kw)), updated);
+    Tensor* bias_t = bias ? &Param({out_channels}, 0.01f, updated) : nullptr;
     // Grouped weights are (groups, out/groups, in/groups, k, k): the same memory as PyTorch's.
     const memory::desc w_md =
         groups == 1 ? Plain(w.dims) : Plain({groups, out_channels / groups, in_channels / groups, kh, kw});
@@ -126,6 +128,10 @@ class Conv2d : public StepLayer {
     Add(backward_input_, data, data_args);
     CopyOut(backward_input_, data_args[DNNL_ARG_DIFF_SRC], grad_inputs_[0], x_md);
 
+    if (updated < out_channels) {
+      AddPartialWeightsPass(x, x_md, bias, strides, pad_l, pad_rr, updated);
+      return;
+    }
     StartStaging(0);
     // oneDNN's JIT depthwise weight gradient takes only some windows and sizes (not 5x5, nor maps
     // smaller than the window: EfficientNet's late blocks); elsewhere it falls back to a GEMM per
@@ -165,6 +171,39 @@ class Conv2d : public StepLayer {
     const Dims& y = output_.dims;
     if (bias) AddReduceSum(backward_bias_, Mem(grad_output_), Mem(*grad_params_[1], Plain({1, y[1], 1, 1})));
   }
+
+ private:
+  // The weights pass of a sparse tensor update: dW (and the bias's) of the first `updated` output
+  // channels from dY's first channels, read in place (N, updated, H, W inside N, C, H, W). Only
+  // --trainable layers: updates a share, so there is no bias-only pass.
+  void AddPartialWeightsPass(Tensor& x, const memory::desc& x_md, bool bias, const memory::dims& strides,
+                             const memory::dims& pad_l, const memory::dims& pad_r, int64_t updated) {
+    const Dims& y = output_.dims;
+    const memory::desc dy_md({y[0], updated, y[2], y[3]}, memory::data_type::f32,
+                             {y[1] * y[2] * y[3], y[2] * y[3], y[3], 1});
+    const memory::desc dw_md = Plain(grad_params_[0]->dims);
+    const memory::desc db_md = bias ? Plain(grad_params_[1]->dims) : memory::desc();
+    const auto any = [](const memory::desc& md) {
+      return memory::desc(md.dims(), memory::data_type::f32, memory::format_tag::any);
+    };
+    const memory::desc dense_dy = any(Plain({y[0], updated, y[2], y[3]}));
+    dnnl::convolution_forward::primitive_desc hint(
+        dnnl::convolution_forward::desc(prop_kind::forward_training, algorithm::convolution_direct, any(x_md),
+                                        any(dw_md), db_md, dense_dy, strides, pad_l, pad_r),
+        attr_, backend_.engine());
+    dnnl::convolution_backward_weights::primitive_desc weights(
+        dnnl::convolution_backward_weights::desc(algorithm::convolution_direct, any(x_md), any(dw_md), db_md,
+                                                 dense_dy, strides, pad_l, pad_r),
+        attr_, backend_.engine(), hint);
+    StartStaging(weights.scratchpad_desc().get_size());
+    std::unordered_map<int, memory> args = {
+        {DNNL_ARG_SRC, StagedIn(backward_weights_, x, x_md, weights.src_desc())},
+        {DNNL_ARG_DIFF_DST, StagedIn(backward_weights_, grad_output_, dy_md, weights.diff_dst_desc())},
+        {DNNL_ARG_DIFF_WEIGHTS, StagedOut(*grad_params_[0], dw_md, weights.diff_weights_desc())}};
+    if (bias) args[DNNL_ARG_DIFF_BIAS] = Mem(*grad_params_[1]);
+    Add(backward_weights_, weights, args);
+    CopyOut(backward_weights_, args[DNNL_ARG_DIFF_WEIGHTS], *grad_params_[0], dw_md);
+  }
 };
 
 // Fully connected, optionally with a fused ReLU (the transformer's FFN), or without bias (QKV).
@@ -182,8 +221,11 @@ class Linear : public StepLayer {
     const int64_t out = Elements(spec.output_shape) / x_dims[0];
     InitInputs({x_dims});
     InitOutput({x_dims[0], out});
-    Tensor& w = Param({out, in}, std::sqrt(2.0f / static_cast<float>(in)));
-    Tensor* bias_t = bias ? &Param({out}, 0.01f) : nullptr;
+    // A sparse tensor update: the weights pass gives the first `updated` outputs' gradients.
+    const auto update_channels = spec.attributes.find("update_channels");
+    const int64_t updated = update_channels == spec.attributes.end() ? out : update_channels->second;
+    Tensor& w = Param({out, in}, std::sqrt(2.0f / static_cast<float>(in)), updated);
+    Tensor* bias_t = bias ? &Param({out}, 0.01f, updated) : nullptr;
     Tensor& x = inputs_[0];
     const memory::desc bias_md = bias ? Plain({out}) : memory::desc();
     dnnl::inner_product_forward::primitive_desc fwd(
@@ -220,6 +262,25 @@ class Linear : public StepLayer {
         backend_.engine(), fwd);
     Add(backward_input_, data,
         {{DNNL_ARG_DIFF_DST, dz}, {DNNL_ARG_WEIGHTS, Mem(w)}, {DNNL_ARG_DIFF_SRC, Mem(grad_inputs_[0])}});
+    if (updated < out) {  // dY's first columns, copied dense (rows x updated) for the GEMM
+      const memory::desc dz_md({x.dims[0], updated}, memory::data_type::f32, {out, 1});
+      const memory::desc part_md = Plain({x.dims[0], updated}), dw_md = Plain(grad_params_[0]->dims);
+      const memory::desc db_md = bias ? Plain({updated}) : memory::desc();
+      dnnl::inner_product_forward::primitive_desc hint(
+          dnnl::inner_product_forward::desc(prop_kind::forward_training, Plain(x.dims), dw_md, db_md, part_md), attr_,
+          backend_.engine());
+      dnnl::inner_product_backward_weights::primitive_desc part(
+          dnnl::inner_product_backward_weights::desc(Plain(x.dims), dw_md, db_md, part_md), attr_, backend_.engine(),
+          hint);
+      StartStaging(part.scratchpad_desc().get_size());
+      memory dense = Staged(part_md);
+      AddReorder(backward_weights_, memory(dz_md, backend_.engine(), dz.get_data_handle()), dense);
+      std::unordered_map<int, memory> args = {
+          {DNNL_ARG_SRC, Mem(x)}, {DNNL_ARG_DIFF_DST, dense}, {DNNL_ARG_DIFF_WEIGHTS, Mem(*grad_params_[0])}};
+      if (bias) args[DNNL_ARG_DIFF_BIAS] = Mem(*grad_params_[1]);
+      Add(backward_weights_, part, args);
+      return;
+    }
     dnnl::inner_product_backward_weights::primitive_desc weights(
         dnnl::inner_product_backward_weights::desc(Plain(x.dims), Plain(w.dims), bias_md, Plain(output_.dims)), attr_,
         backend_.engine(), fwd);

@@ -153,10 +153,13 @@ class StepLayer : public Layer {
     grad_output_ = Tensor(shape);
     Normal(grad_output_, 0.01f);
   }
-  Tensor& Param(Dims dims, float stddev) {
+  // A parameter and its gradient; a sparse tensor update's gradient covers the first `grad_rows`
+  // rows (output channels) alone.
+  Tensor& Param(Dims dims, float stddev, int64_t grad_rows = 0) {
     Tensor& p = Own(dims);
     Normal(p, stddev);
     params_.push_back(&p);
+    if (grad_rows > 0) dims[0] = grad_rows;
     grad_params_.push_back(&Own(dims));
     return p;
   }

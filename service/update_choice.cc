@@ -62,6 +62,23 @@ std::vector<v1::UpdateCandidate> CandidatesOf(const v1::TrainingGraph& graph) {
   return candidates;
 }
 
+// "NAME:SHARE" beside each layer a share of output channels can update (the derivation's rule).
+Status AddShares(const Model& model, const std::vector<double>& shares, std::vector<v1::UpdateCandidate>& candidates) {
+  const size_t layers = candidates.size();
+  for (size_t i = 0; i < layers; ++i) {
+    for (double share : shares) {
+      if (!(share > 0 && share < 1)) return InvalidArgument("a share is above 0 and below 1, not " + std::to_string(share));
+      char name[160];
+      std::snprintf(name, sizeof name, "%s:%g", candidates[i].layer().c_str(), share);
+      if (!GraphTraining(model, {name}).ok()) break;  // not a convolution or linear layer
+      v1::UpdateCandidate& c = candidates.emplace_back();
+      c.set_layer(name);
+      c.set_param_bytes(candidates[i].param_bytes());
+    }
+  }
+  return Status::Ok();
+}
+
 // The step's memory: parameters, gradients, optimizer state, workspace and the plain step's activations.
 uint64_t StepBytes(const v1::TrainingGraph& graph, const UpdateChoiceOptions& options, int state_tensors) {
   const v1::StepMemory memory =
@@ -154,10 +171,10 @@ class Probe {
 };
 
 // The full update's measured costs on this device, by node name; empty when none are measured.
-std::map<std::string, v1::NodeCost> MeasuredCosts(costdb::CostDb& db, const v1::TrainingGraph& full, int threads,
-                                                  std::string& note) {
+std::map<std::string, v1::NodeCost> MeasuredCosts(costdb::CostDb& db, const std::string& model,
+                                                  const v1::TrainingGraph& full, int threads, std::string& note) {
   v1::GetCostTableRequest request;
-  request.set_model(full.model());
+  request.set_model(model);
   request.set_device("this");
   request.set_cost_source("measured");
   request.set_batch_size(full.batch_size());
@@ -213,12 +230,13 @@ Result<v1::UpdateChoice> ChooseUpdate(const UpdateChoiceOptions& options,
   EC_ASSIGN_OR_RETURN(const v1::TrainingGraph full, GraphTraining(model, graph::Trainable{}));
   std::vector<v1::UpdateCandidate> candidates = CandidatesOf(full);
   if (candidates.empty()) return InvalidArgument("'" + full.model() + "' has no layer with parameters");
+  EC_RETURN_IF_ERROR(AddShares(model, options.shares, candidates));
   choice.set_full_update_bytes(StepBytes(full, options, state_tensors));
   choice.set_budget_bytes(options.budget_bytes > 0 ? options.budget_bytes
                                                    : static_cast<uint64_t>(options.budget_fraction *
                                                                            static_cast<double>(choice.full_update_bytes())));
   std::string note;
-  const std::map<std::string, v1::NodeCost> costs = MeasuredCosts(*db, full, threads, note);
+  const std::map<std::string, v1::NodeCost> costs = MeasuredCosts(*db, model.spec.model_or_file, full, threads, note);
   choice.set_note(note);
   const StepCost full_cost = CostOf(full, costs);
   choice.set_full_step_s(full_cost.s);
@@ -257,11 +275,17 @@ Result<v1::UpdateChoice> ChooseUpdate(const UpdateChoiceOptions& options,
     return a.score() / static_cast<double>(a.alone_bytes()) > b.score() / static_cast<double>(b.alone_bytes());
   });
 
-  // Best score per byte first, each kept while the set fits.
+  // Best score per byte first, each kept while the set fits; a layer once, whole or at one share.
   std::vector<std::string> chosen;
+  std::map<std::string, std::string> chosen_as;  // layer -> the candidate that chose it
   for (v1::UpdateCandidate& c : candidates) {
+    const std::string layer = c.layer().substr(0, c.layer().find(':'));
     if (c.score() <= 0) {
       if (c.reason().empty()) c.set_reason("its update alone did not lower the held-out loss");
+      continue;
+    }
+    if (chosen_as.count(layer)) {
+      c.set_reason("chosen as " + chosen_as[layer]);
       continue;
     }
     std::vector<std::string> trial = chosen;
@@ -279,6 +303,7 @@ Result<v1::UpdateChoice> ChooseUpdate(const UpdateChoiceOptions& options,
     } else {
       c.set_chosen(true);
       chosen = trial;
+      chosen_as[layer] = c.layer();
       choice.set_chosen_bytes(c.with_bytes());
       choice.set_chosen_step_s(cost.s);
       choice.set_chosen_step_j(cost.j);

@@ -25,6 +25,9 @@ struct UpdateChoiceOptions {
   double budget_fraction = 0;
   double runtime_budget_multiple = 0;  // of the full update's step on measured costs; 0: none
   int probe_steps = 10;
+  // Shares of a layer's output channels tried beside the whole layer (a sparse tensor update of a
+  // convolution or linear layer: its weight gradient and optimizer state shrink to the share).
+  std::vector<double> shares = {0.25, 0.5};
   std::string scores_file;  // "LAYER,SCORE" lines instead of the probe
 };
 

@@ -10,6 +10,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <span>
 
 #include "base/clock.h"
 #include "graph/derive.h"
@@ -40,6 +41,13 @@ int64_t Elements(const kernels::Dims& dims) {
   int64_t n = 1;
   for (int64_t d : dims) n *= d;
   return n;
+}
+
+// The values a trained parameter's update changes: all, or a sparse tensor update's first output
+// channels (its gradient's rows).
+std::span<float> UpdatedValues(kernels::Layer& layer, int index) {
+  std::vector<float>& values = layer.params()[static_cast<size_t>(index)]->data;
+  return std::span<float>(values).first(static_cast<size_t>(Elements(layer.grad_params()[static_cast<size_t>(index)]->dims)));
 }
 
 // The backward pass a node of the profiler's pass runs, for graph::BackwardReads.
@@ -863,7 +871,7 @@ void Executor::ApplyUpdates(const std::vector<size_t>& params, double lr, int no
     const std::span<const float> grad =
         at.node < 0 ? std::span<const float>(layer.grad_params()[static_cast<size_t>(index)]->data)
                     : std::span<const float>(s.arena->Get(at.node) + at.offset, static_cast<size_t>(at.elements));
-    s.optimizer->Apply(i, {layer.params()[static_cast<size_t>(index)]->data, grad}, scale, lr);
+    s.optimizer->Apply(i, {UpdatedValues(layer, index), grad}, scale, lr);
   }
   const double end = SteadyNowS();
   stats.update_s += end - start;
@@ -1014,7 +1022,7 @@ Status Executor::SetOptimizer(const OptimizerOptions& options) {
   State& s = *state_;
   std::vector<size_t> elements;
   for (const auto& [node, index] : s.trained) {
-    elements.push_back(s.layers[static_cast<size_t>(node)]->params()[static_cast<size_t>(index)]->data.size());
+    elements.push_back(UpdatedValues(*s.layers[static_cast<size_t>(node)], index).size());
   }
   s.optimizer = std::make_unique<Optimizer>(options, elements);
   return Status::Ok();
@@ -1028,7 +1036,7 @@ void Executor::Update(double lr) {
   for (const auto& [node, index] : s.trained) {
     kernels::Layer& layer = *s.layers[static_cast<size_t>(node)];
     slots.push_back(
-        {layer.params()[static_cast<size_t>(index)]->data, layer.grad_params()[static_cast<size_t>(index)]->data});
+        {UpdatedValues(layer, index), layer.grad_params()[static_cast<size_t>(index)]->data});
   }
   s.optimizer->Step(slots, static_cast<float>(1.0 / static_cast<double>(std::max<int64_t>(1, s.label_rows))), lr);
   ++s.updates;
@@ -1046,7 +1054,7 @@ void Executor::RestoreUpdates(int64_t updates) {
 uint64_t Executor::trained_param_bytes() const {
   uint64_t bytes = 0;
   for (const auto& [node, index] : state_->trained) {
-    bytes += state_->layers[static_cast<size_t>(node)]->params()[static_cast<size_t>(index)]->bytes();
+    bytes += UpdatedValues(*state_->layers[static_cast<size_t>(node)], index).size_bytes();
   }
   return bytes;
 }

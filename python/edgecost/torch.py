@@ -63,6 +63,10 @@ def freeze(model, trainable):
         trains = lambda name: True  # noqa: E731
     elif trainable == "bias":
         trains = lambda name: name.rsplit(".", 1)[-1] == "bias"  # noqa: E731
+    elif trainable.startswith("layers:") and ":" in trainable[7:]:
+        raise ValueError(f"trainable={trainable!r}: a share of a layer's output channels (NAME:SHARE) is a sparse "
+                         "tensor update edgecost's executor runs; PyTorch's autograd computes whole weight gradients, "
+                         "so the bridge trains whole modules (layers:NAME,...)")
     elif trainable.startswith("layers:") and all(trainable[7:].split(",")):
         names = trainable[7:].split(",")
         modules = {name for name, _ in model.named_modules() if name}

@@ -420,6 +420,62 @@ TEST_F(ExecutorTest, UpdatesInTheBackwardPassGiveTheWeightsOfTheUpdateAfterTheSt
   EXPECT_GT(reshaped, 12);
 }
 
+// A sparse tensor update (--trainable layers:NAME:SHARE): the weights pass computes the gradients
+// of the first output channels alone, the same values as those rows of the whole layer's gradient;
+// the update changes those rows and leaves the others as they were; the gradient and the optimizer
+// state hold that share.
+TEST_F(ExecutorTest, ASparseTensorUpdateTrainsTheFirstOutputChannelsAlone) {
+  const graph::ForwardGraph forward = TinyCnn();
+  // layer4 is the second convolution (4 -> 4 channels, with bias), layer9 the linear layer with a
+  // fused ReLU (16 -> 12), layer11 the last linear layer (12 -> 5).
+  auto whole_trainable = graph::Trainable::Parse("layers:layer4,layer9,layer11");
+  auto share_trainable = graph::Trainable::Parse("layers:layer4:0.5,layer9:0.5,layer11:0.4");
+  ASSERT_TRUE(whole_trainable.ok() && share_trainable.ok());
+  auto whole_graph = graph::DeriveTrainingGraph(forward, graph::Derivation::kExact, *whole_trainable);
+  auto share_graph = graph::DeriveTrainingGraph(forward, graph::Derivation::kExact, *share_trainable);
+  ASSERT_TRUE(whole_graph.ok() && share_graph.ok()) << share_graph.status().message();
+  EXPECT_EQ(share_graph->nodes(4).attributes().at("update_channels"), 2);
+  EXPECT_EQ(share_graph->nodes(9).attributes().at("update_channels"), 6);
+  EXPECT_EQ(share_graph->nodes(11).attributes().at("update_channels"), 2);  // ceil(0.4 x 5)
+  auto whole = Make(*whole_graph), share = Make(*share_graph);
+  ASSERT_TRUE(whole && share);
+  const OptimizerOptions adamw{.kind = OptimizerKind::kAdamW};
+  ASSERT_TRUE(whole->SetOptimizer(adamw).ok() && share->SetOptimizer(adamw).ok());
+  EXPECT_LT(share->grad_param_bytes(), whole->grad_param_bytes());
+  EXPECT_LT(share->optimizer_state_bytes(), whole->optimizer_state_bytes());
+  const Batch batch = SyntheticBatch(*whole, 9);
+  ASSERT_TRUE(whole->SetBatch(batch).ok() && share->SetBatch(batch).ok());
+  ASSERT_TRUE(whole->Step(nullptr).ok());
+  const std::vector<float> before = *share->Parameter(4, 0);
+  ASSERT_TRUE(share->TrainStep(nullptr, 0.01).ok());
+  const std::vector<ParamGradient> full = whole->Gradients(), part = share->Gradients();
+  ASSERT_EQ(full.size(), part.size());
+  for (size_t i = 0; i < full.size(); ++i) {
+    SCOPED_TRACE("node " + std::to_string(full[i].node) + " parameter " + std::to_string(full[i].index));
+    ASSERT_LT(part[i].values.size(), full[i].values.size());
+    for (size_t k = 0; k < part[i].values.size(); ++k) {
+      EXPECT_NEAR(part[i].values[k], full[i].values[k], 1e-5f * (1 + std::abs(full[i].values[k])));
+    }
+  }
+  const std::vector<float>& after = *share->Parameter(4, 0);
+  const size_t updated = 2 * 4 * 3 * 3;  // two output channels of 4 x 3 x 3 weights
+  for (size_t k = 0; k < after.size(); ++k) {
+    if (k < updated) {
+      EXPECT_NE(after[k], before[k]) << k;
+    } else {
+      EXPECT_EQ(after[k], before[k]) << k;
+    }
+  }
+  // What a share cannot update: a batch norm.
+  auto refused = graph::DeriveTrainingGraph(forward, graph::Derivation::kExact,
+                                            *graph::Trainable::Parse("layers:layer2:0.5"));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("is batchnorm2d"), std::string::npos) << refused.status().message();
+  EXPECT_FALSE(graph::Trainable::Parse("layers:layer4:0").ok());
+  EXPECT_FALSE(graph::Trainable::Parse("layers:layer4:x").ok());
+  EXPECT_EQ(graph::Trainable::Parse("layers:layer4:1")->ToString(), "layers:layer4");
+}
+
 // A schedule solved with every update after the step keeps no weight gradient for the layer's
 // update: the step stops with an error before it updates anything.
 TEST_F(ExecutorTest, AScheduleNotSolvedForUpdatesInTheBackwardPassIsRefused) {
