@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <csignal>
+#include <fstream>
 #include <iostream>
 
 #include "base/units.h"
@@ -114,6 +115,39 @@ void PrintJson(const google::protobuf::Message& message) {
     return;
   }
   std::cout << *json;
+}
+
+CLI::Option* AddTrainableOption(CLI::App* command, std::string& trainable) {
+  return command
+      ->add_option("--trainable", trainable,
+                   "Trained parameters: all; last:K, the last K layers with parameters; bias, biases only; "
+                   "layers:NAME,..., the named layers alone (a sparse update: an ONNX import's PyTorch modules with "
+                   "the modules inside them, or node names' layerN), NAME:SHARE for the first SHARE of a "
+                   "convolution's or linear layer's output channels (a sparse tensor update); or @FILE, one NAME "
+                   "or NAME:SHARE per line (`edgecost choose-update --out`)")
+      ->capture_default_str()
+      ->transform(
+          [](std::string value) {
+            if (!value.starts_with("@")) return value;
+            Result<std::string> read = TrainableOfFile(value.substr(1));
+            if (!read.ok()) throw CLI::ValidationError(read.status().message());
+            return *read;
+          },
+          "", "@FILE");
+}
+
+Result<std::string> TrainableOfFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return NotFound("@" + path + ": cannot read the file");
+  std::string layers, line;
+  while (std::getline(in, line)) {
+    line.erase(0, line.find_first_not_of(" \t"));
+    line.erase(line.find_last_not_of(" \t\r") + 1);
+    if (line.empty() || line[0] == '#') continue;
+    layers += (layers.empty() ? "" : ",") + line;
+  }
+  if (layers.empty()) return InvalidArgument("@" + path + ": the file names no layer");
+  return "layers:" + layers;
 }
 
 }  // namespace edgecost::cli

@@ -34,11 +34,11 @@ struct Context {
   mutable std::unique_ptr<costdb::Store> read_write_, read_only_;  // opened on first use
 };
 
-// --trainable's help, one wording for every command that takes it.
-inline constexpr char kTrainableHelp[] =
-    "Trained parameters: all; last:K, the last K layers with parameters; bias, biases only; or "
-    "layers:NAME,..., the named layers alone (a sparse update: an ONNX import's PyTorch modules with "
-    "the modules inside them, or node names' layerN)";
+// --trainable for every command that takes it: one wording, and @FILE read here (a file of this
+// machine: `choose-update --out`'s, one NAME or NAME:SHARE per line) into layers:NAME,...
+CLI::Option* AddTrainableOption(CLI::App* command, std::string& trainable);
+// The text of such a file as a --trainable value.
+Result<std::string> TrainableOfFile(const std::string& path);
 inline constexpr char kUpdateInBackwardHelp[] =
     "Update each layer's parameters as soon as its gradient is complete (after its last backward node) and free "
     "the gradient, instead of holding every gradient until the step ends: the schedule holds weight gradients as "

@@ -5,6 +5,7 @@
 #include "cli/cli.h"
 #include "cli/table.h"
 #include "cli/train_flags.h"
+#include "base/files.h"
 #include "base/units.h"
 #include "service/update_choice.h"
 
@@ -13,7 +14,8 @@ namespace {
 
 struct ChooseFlags {
   std::string budget;
-  double runtime_budget_multiple = 0;
+  double runtime_budget_multiple = 0, energy_budget_multiple = 0;
+  std::string out;  // the chosen layers, one per line: what --trainable @FILE reads
   int probe_steps = 10;
   std::string scores_file;
   std::string shares = "0.25,0.5";
@@ -67,6 +69,7 @@ int RunChooseUpdate(const TrainFlags& flags, const ChooseFlags& choose, const Co
   service::UpdateChoiceOptions options{.train = *mapped};
   if (Status s = service::ParseUpdateBudget(choose.budget, options); !s.ok()) return UsageError(s);
   options.runtime_budget_multiple = choose.runtime_budget_multiple;
+  options.energy_budget_multiple = choose.energy_budget_multiple;
   options.probe_steps = choose.probe_steps;
   options.scores_file = choose.scores_file;
   options.shares.clear();
@@ -78,6 +81,16 @@ int RunChooseUpdate(const TrainFlags& flags, const ChooseFlags& choose, const Co
   Result<v1::UpdateChoice> choice =
       service::ChooseUpdate(options, [](const std::string& line) { std::cerr << line << "\n"; });
   if (!choice.ok()) return Failure(choice.status());
+  if (!choose.out.empty()) {
+    std::string lines = "# edgecost choose-update: --trainable @" + choose.out + " trains these\n";
+    const std::string& layers = choice->trainable();
+    for (size_t at = layers.find(':') + 1; at <= layers.size();) {
+      const size_t comma = std::min(layers.find(',', at), layers.size());
+      lines += layers.substr(at, comma - at) + "\n";
+      at = comma + 1;
+    }
+    if (Status s = WriteFileAtomically(choose.out, lines); !s.ok()) return Failure(s);
+  }
   if (flags.json) {
     PrintJson(*choice);
   } else {
@@ -100,6 +113,9 @@ void RegisterChooseUpdateCommand(CLI::App& app, Context& ctx) {
       ->required();
   cmd->add_option("--runtime-budget", choose->runtime_budget_multiple,
                   "A multiple of the full update's step on this device's measured costs (profile first)");
+  cmd->add_option("--energy-budget", choose->energy_budget_multiple,
+                  "A multiple of the full update's step energy on this device's measured costs");
+  cmd->add_option("--out", choose->out, "Write the chosen layers, one per line, for `train --trainable @FILE`");
   cmd->add_option("--probe-steps", choose->probe_steps,
                   "Steps the probe trains each layer alone for, from the model's weights on the first batches of "
                   "--data, scored by the held-out loss drop")
@@ -117,7 +133,8 @@ void RegisterChooseUpdateCommand(CLI::App& app, Context& ctx) {
       "Example:\n"
       "  edgecost choose-update --model cnn.onnx --batch-size 32 --data tune.npz --val-split 0.2 \\\n"
       "      --optimizer adamw --lr 0.001 --ram-budget 25%\n"
-      "  edgecost train --model cnn.onnx ... --trainable layers:...   # the chosen line");
+      "      --out chosen.txt\n"
+      "  edgecost train --model cnn.onnx ... --trainable @chosen.txt");
   cmd->callback([flags, choose, &ctx] { ctx.exit_code = RunChooseUpdate(*flags, *choose, ctx); });
 }
 

@@ -526,7 +526,7 @@ void RegisterSolveCommand(CLI::App& app, Context& ctx) {
   cmd->add_option("--batch-size", flags->batch_size, "Batch size")->capture_default_str();
   cmd->add_option("--derivation", flags->derivation,
                   "exact (default: what each backward really reads) or poet (POET's construction)");
-  cmd->add_option("--trainable", flags->trainable, kTrainableHelp)->capture_default_str();
+  AddTrainableOption(cmd, flags->trainable);
   cmd->add_flag("--update-in-backward", flags->update_in_backward, kUpdateInBackwardHelp);
   cmd->add_option("--ram-budget,--device-ram", flags->ram_budget,
                   "The training process's peak RSS (VmHWM, everything it holds): parameters, gradients, the "

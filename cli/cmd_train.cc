@@ -633,7 +633,7 @@ void RegisterTrainCommand(CLI::App& app, Context& ctx) {
   CLI::App* cmd = app.add_subcommand(
       "train", "Run real training steps under a schedule and hold its predictions against measurements");
   AddTrainingFlags(cmd, flags);
-  cmd->add_option("--trainable", flags->trainable, kTrainableHelp)->capture_default_str();
+  AddTrainableOption(cmd, flags->trainable);
   cmd->add_option("--schedule", flags->schedule_file, "A schedule file from `edgecost solve --out` (exact derivation)");
   cmd->add_option("--schedule-id", flags->schedule_id, "A schedule stored in the cost database");
   cmd->add_option("--ram-budget", flags->ram_budget,

@@ -35,7 +35,7 @@ struct GraphFlags {
                 "layer, to compare with POET)")
             ->capture_default_str()
             ->check(CLI::IsMember({"poet", "exact"}));
-    command->add_option("--trainable", trainable, kTrainableHelp)->capture_default_str();
+    AddTrainableOption(command, trainable);
   }
 
   Result<graph::GraphSpec> Spec() const {

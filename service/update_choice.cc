@@ -237,6 +237,9 @@ Result<v1::UpdateChoice> ChooseUpdate(const UpdateChoiceOptions& options,
                                                                            static_cast<double>(choice.full_update_bytes())));
   std::string note;
   const std::map<std::string, v1::NodeCost> costs = MeasuredCosts(*db, model.spec.model_or_file, full, threads, note);
+  if (costs.empty() && (options.runtime_budget_multiple > 0 || options.energy_budget_multiple > 0)) {
+    return FailedPrecondition("a runtime or energy budget needs the device's measured costs: " + note);
+  }
   choice.set_note(note);
   const StepCost full_cost = CostOf(full, costs);
   choice.set_full_step_s(full_cost.s);
@@ -300,6 +303,9 @@ Result<v1::UpdateChoice> ChooseUpdate(const UpdateChoiceOptions& options,
     } else if (options.runtime_budget_multiple > 0 && cost.known &&
                cost.s > options.runtime_budget_multiple * full_cost.s) {
       c.set_reason("the step would take " + FormatSeconds(cost.s) + ", over the runtime budget");
+    } else if (options.energy_budget_multiple > 0 && cost.known &&
+               cost.j > options.energy_budget_multiple * full_cost.j) {
+      c.set_reason("the step would spend " + FormatJoules(cost.j) + ", over the energy budget");
     } else {
       c.set_chosen(true);
       chosen = trial;

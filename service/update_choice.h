@@ -23,7 +23,8 @@ struct UpdateChoiceOptions {
   // the plain step's activations), or a share of the full update's (0 < budget_fraction <= 1).
   uint64_t budget_bytes = 0;
   double budget_fraction = 0;
-  double runtime_budget_multiple = 0;  // of the full update's step on measured costs; 0: none
+  double runtime_budget_multiple = 0;  // of the full update's step time on measured costs; 0: none
+  double energy_budget_multiple = 0;   // of the full update's step energy on measured costs; 0: none
   int probe_steps = 10;
   // Shares of a layer's output channels tried beside the whole layer (a sparse tensor update of a
   // convolution or linear layer: its weight gradient and optimizer state shrink to the share).

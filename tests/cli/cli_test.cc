@@ -1245,6 +1245,14 @@ TEST_F(CliTest, ChoosesASparseUpdateUnderItsBudgetOnRealDigits) {
   ASSERT_FALSE(run.is_discarded()) << trained.output;
   EXPECT_GE(run["epochs"].back().value("heldOutAccuracy", 0.0), 0.9);
 
+  // The choice as a file that --trainable @FILE reads.
+  const std::string file = (dir_ / "chosen.txt").string();
+  ASSERT_EQ(Edgecost("choose-update " + args + "--ram-budget 60% --out " + file).exit_code, 0);
+  EXPECT_EQ(Json("graph " + data + "/digits_cnn.onnx --trainable @" + file)["trainable"], trainable);
+  const CommandResult missing = Edgecost("graph " + data + "/digits_cnn.onnx --trainable @" + file + ".gone");
+  EXPECT_EQ(missing.exit_code, 2) << missing.output;
+  EXPECT_THAT(missing.output, HasSubstr("cannot read the file"));
+
   const std::string scores = (dir_ / "scores.csv").string();
   std::ofstream(scores) << "# layer,score\nfeatures.10,2\nclassifier,1\n";
   const CommandResult given = Edgecost("choose-update " + args + "--ram-budget 100% --scores " + scores);
