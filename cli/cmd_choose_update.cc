@@ -57,6 +57,13 @@ void PrintChoice(const v1::UpdateChoice& choice) {
               << " (the full update: " << FormatSeconds(choice.full_step_s()) << ", "
               << FormatJoules(choice.full_step_j()) << ")\n";
   }
+  if (choice.runtime_budget_s() > 0) {
+    char runtime[32];
+    std::snprintf(runtime, sizeof runtime, "%.3fms", choice.runtime_budget_s() * 1e3);
+    std::cout << "train with     --trainable " << choice.trainable() << " --activation-budget "
+              << choice.activation_bytes() << "B --runtime-budget " << runtime
+              << " (a schedule holds its activations within the step time; profile it first with this --trainable)\n";
+  }
   if (!choice.note().empty()) std::cout << "note           " << choice.note() << "\n";
 }
 

@@ -8,16 +8,17 @@
 #include <map>
 #include <optional>
 #include <set>
-#include <sstream>
 
+#include "base/clock.h"
 #include "base/units.h"
 #include "graph/derive.h"
 #include "graph/resolve.h"
-#include "profiler/fingerprint.h"
 #include "service/cost_tables.h"
 #include "service/models.h"
 #include "service/onnx_weights.h"
 #include "service/step_memory.h"
+#include "solver/problem.h"
+#include "solver/solve.h"
 #include "train/executor.h"
 
 namespace edgecost::service {
@@ -77,32 +78,6 @@ Status AddShares(const Model& model, const std::vector<double>& shares, std::vec
     }
   }
   return Status::Ok();
-}
-
-// The step's memory: parameters, gradients, optimizer state, workspace and the plain step's activations.
-uint64_t StepBytes(const v1::TrainingGraph& graph, const UpdateChoiceOptions& options, int state_tensors) {
-  const v1::StepMemory memory =
-      StepMemoryOf(graph, {.build_large = true,
-                           .optimizer_state_tensors = state_tensors,
-                           .update_in_backward = options.train.solve.update_in_backward()});
-  return memory.fixed_bytes() + memory.activation_peak_bytes();
-}
-
-// A step's time and energy on the full update's measured costs, node by node (a sparse update's
-// graph is the full one without some backward nodes).
-struct StepCost {
-  double s = 0, j = 0;
-  bool known = false;
-};
-StepCost CostOf(const v1::TrainingGraph& graph, const std::map<std::string, v1::NodeCost>& costs) {
-  StepCost cost{0, 0, !costs.empty()};
-  for (const v1::TrainingNode& node : graph.nodes()) {
-    const auto it = costs.find(node.name());
-    if (it == costs.end()) return {};
-    cost.s += it->second.runtime_s();
-    cost.j += it->second.compute_j();
-  }
-  return cost;
 }
 
 Result<std::map<std::string, double>> ReadScores(const std::string& path, const std::vector<v1::UpdateCandidate>& all) {
@@ -170,9 +145,9 @@ class Probe {
   std::optional<train::DataSource> data_;  // opened once, for the first executor's input shape
 };
 
-// The full update's measured costs on this device, by node name; empty when none are measured.
-std::map<std::string, v1::NodeCost> MeasuredCosts(costdb::CostDb& db, const std::string& model,
-                                                  const v1::TrainingGraph& full, int threads, std::string& note) {
+// The full update's measured cost table on this device; nullopt (and why, in `note`) when there is none.
+std::optional<v1::CostTable> MeasuredTable(costdb::CostDb& db, const std::string& model, const v1::TrainingGraph& full,
+                                           int threads, std::string& note) {
   v1::GetCostTableRequest request;
   request.set_model(model);
   request.set_device("this");
@@ -182,15 +157,105 @@ std::map<std::string, v1::NodeCost> MeasuredCosts(costdb::CostDb& db, const std:
   request.set_trainable("all");
   request.set_threads(static_cast<uint32_t>(threads));
   Result<v1::CostTable> table = ResolveCostTable(&db, request);
-  std::map<std::string, v1::NodeCost> costs;
-  if (!table.ok() || table->graph().nodes_size() != table->costs_size()) {
-    note = "step time and energy unknown (" + (table.ok() ? std::string("a table of other nodes") : table.status().message()) +
-           "): `edgecost profile` measures them";
-    return costs;
+  if (!table.ok()) {
+    note = "step time and energy unknown (" + table.status().message() + "): `edgecost profile` measures them";
+    return std::nullopt;
   }
-  for (int i = 0; i < table->costs_size(); ++i) costs[table->graph().nodes(i).name()] = table->costs(i);
-  return costs;
+  return *table;
 }
+
+// What a set of trained layers costs: the step's memory (parameters, gradients, optimizer state,
+// workspace, activations) and, on measured costs, its time and energy. With a runtime budget the
+// activations are the least a schedule holds within it (recomputation and paging, as `solve
+// --min-ram` finds them) and the step is that schedule's; else the plain step's.
+class SetCosts {
+ public:
+  struct Cost {
+    uint64_t bytes = 0, activation_bytes = 0;
+    double step_s = 0, step_j = 0;  // 0: unknown
+  };
+
+  SetCosts(const UpdateChoiceOptions& options, int state_tensors, std::optional<v1::CostTable> full)
+      : options_(options), state_tensors_(state_tensors), full_(std::move(full)) {
+    for (int i = 0; full_ && i < full_->costs_size(); ++i) {
+      const v1::TrainingNode& node = full_->graph().nodes(i);
+      by_name_[node.name()] = i;
+      const auto [at, added] = dearest_backward_.emplace(node.forward_of(), i);
+      if (!added && full_->graph().nodes(at->second).flops() < node.flops()) at->second = i;
+    }
+  }
+  bool measured() const { return full_.has_value(); }
+  void set_runtime_budget_s(double s) { runtime_budget_s_ = s; }
+
+  Result<Cost> Of(const v1::TrainingGraph& graph) const {
+    const v1::StepMemory memory = StepMemoryOf(graph, {.build_large = true,
+                                                       .optimizer_state_tensors = state_tensors_,
+                                                       .update_in_backward = options_.train.solve.update_in_backward()});
+    Cost cost{memory.fixed_bytes() + memory.activation_peak_bytes(), memory.activation_peak_bytes()};
+    const std::optional<v1::CostTable> table = TableOf(graph);
+    if (!table) return cost;
+    for (const v1::NodeCost& node : table->costs()) {
+      cost.step_s += node.runtime_s();
+      cost.step_j += node.compute_j();
+    }
+    if (runtime_budget_s_ <= 0) return cost;
+    v1::ScheduleRequest request;
+    request.set_ram_budget_bytes(1);
+    request.set_runtime_budget_s(runtime_budget_s_);
+    request.set_update_in_backward(options_.train.solve.update_in_backward());
+    request.set_count_paging_time(table->paging().page_in_throughput_bytes_per_s() > 0);
+    EC_ASSIGN_OR_RETURN(solver::Problem problem, solver::ProblemFromCostTable(*table, request));
+    const Result<int64_t> least = solver::MinFeasibleRam(problem, solver::Deadline{SteadyNowS() + 5});
+    if (!least.ok()) return cost;  // no schedule within the budget: the plain step, refused by its time
+    problem.ram_budget_bytes = *least;
+    Result<v1::Schedule> schedule =
+        solver::Solve(problem, {.strategy = "greedy", .time_limit_s = 5, .search_min_ram = false});
+    if (!schedule.ok() || schedule->stages_size() == 0) return cost;
+    cost.activation_bytes = std::min<uint64_t>(memory.activation_peak_bytes(), schedule->peak_ram_bytes());
+    cost.bytes = memory.fixed_bytes() + cost.activation_bytes;
+    cost.step_s = schedule->runtime_s();
+    cost.step_j = schedule->energy().total_j();
+    return cost;
+  }
+
+ private:
+  // The full update's costs of `graph`'s nodes (a sparse update's graph is the full one with fewer
+  // backward nodes, and a share's weight pass costs its share of the whole one's).
+  std::optional<v1::CostTable> TableOf(const v1::TrainingGraph& graph) const {
+    if (!full_) return std::nullopt;
+    v1::CostTable table = *full_;
+    *table.mutable_graph() = graph;
+    table.clear_costs();
+    for (const v1::TrainingNode& node : graph.nodes()) {
+      // A node the full update does not have (a layer's weights pass alone, where the full update's
+      // one pass gives dX too): its layer's dearest backward node, by FLOPs.
+      int from = -1;
+      if (const auto named = by_name_.find(node.name()); named != by_name_.end()) {
+        from = named->second;
+      } else if (const auto dearest = dearest_backward_.find(node.forward_of()); dearest != dearest_backward_.end()) {
+        from = dearest->second;
+      }
+      if (from < 0) return std::nullopt;
+      v1::NodeCost& cost = *table.add_costs() = full_->costs(from);
+      cost.set_node(static_cast<uint32_t>(node.index()));
+      const v1::TrainingNode& whole = full_->graph().nodes(from);
+      if (whole.flops() > 0 && node.flops() < whole.flops()) {
+        const double share = node.flops() / whole.flops();
+        cost.set_runtime_s(cost.runtime_s() * share);
+        cost.set_compute_j(cost.compute_j() * share);
+      }
+      cost.set_ram_bytes(node.output_bytes());
+    }
+    return table;
+  }
+
+  const UpdateChoiceOptions& options_;
+  const int state_tensors_;
+  const std::optional<v1::CostTable> full_;
+  std::map<std::string, int> by_name_;
+  std::map<int, int> dearest_backward_;  // by forward node: its backward node of most FLOPs
+  double runtime_budget_s_ = 0;
+};
 
 }  // namespace
 
@@ -210,43 +275,12 @@ Status ParseUpdateBudget(const std::string& text, UpdateChoiceOptions& options) 
   return Status::Ok();
 }
 
-Result<v1::UpdateChoice> ChooseUpdate(const UpdateChoiceOptions& options,
-                                      const std::function<void(const std::string&)>& log) {
-  if ((options.budget_bytes > 0) == (options.budget_fraction > 0)) {
-    return InvalidArgument("give the budget once: bytes of the step's memory, or a share of the full update's (25%)");
-  }
-  if (options.probe_steps < 1 && options.scores_file.empty()) return InvalidArgument("--probe-steps must be at least 1");
-  EC_ASSIGN_OR_RETURN(costdb::CostDb * db, options.train.database->Db());
-  Model model;
-  EC_ASSIGN_OR_RETURN(model.spec, ResolveModel(db, options.train.graph));
-  if (graph::CarriesCosts(model.spec)) return InvalidArgument("'" + model.spec.model_or_file + "' has no layers to train");
-  EC_ASSIGN_OR_RETURN(model.onnx, graph::LoadOnnxModel(model.spec));
-  const int threads = options.train.threads > 0 ? options.train.threads : omp_get_num_procs();
-  omp_set_num_threads(threads);
-  EC_ASSIGN_OR_RETURN(const train::OptimizerOptions optimizer, OptimizerOptionsOf(options.train.optimizer));
-  const int state_tensors = train::OptimizerStateTensors(optimizer);
+namespace {
 
-  v1::UpdateChoice choice;
-  EC_ASSIGN_OR_RETURN(const v1::TrainingGraph full, GraphTraining(model, graph::Trainable{}));
-  std::vector<v1::UpdateCandidate> candidates = CandidatesOf(full);
-  if (candidates.empty()) return InvalidArgument("'" + full.model() + "' has no layer with parameters");
-  EC_RETURN_IF_ERROR(AddShares(model, options.shares, candidates));
-  choice.set_full_update_bytes(StepBytes(full, options, state_tensors));
-  choice.set_budget_bytes(options.budget_bytes > 0 ? options.budget_bytes
-                                                   : static_cast<uint64_t>(options.budget_fraction *
-                                                                           static_cast<double>(choice.full_update_bytes())));
-  std::string note;
-  const std::map<std::string, v1::NodeCost> costs = MeasuredCosts(*db, model.spec.model_or_file, full, threads, note);
-  if (costs.empty() && (options.runtime_budget_multiple > 0 || options.energy_budget_multiple > 0)) {
-    return FailedPrecondition("a runtime or energy budget needs the device's measured costs: " + note);
-  }
-  choice.set_note(note);
-  const StepCost full_cost = CostOf(full, costs);
-  choice.set_full_step_s(full_cost.s);
-  choice.set_full_step_j(full_cost.j);
-
-  // Scores: the user's, or the probe's.
-  std::vector<std::string> notes;
+// Each candidate's score: the user's, or the probe's held-out loss drop.
+Status Score(const Model& model, const UpdateChoiceOptions& options, const v1::TrainingGraph& full,
+             std::vector<v1::UpdateCandidate>& candidates, v1::UpdateChoice& choice, std::vector<std::string>& notes,
+             const std::function<void(const std::string&)>& log) {
   if (!options.scores_file.empty()) {
     EC_ASSIGN_OR_RETURN(const auto scores, ReadScores(options.scores_file, candidates));
     for (v1::UpdateCandidate& c : candidates) {
@@ -255,30 +289,35 @@ Result<v1::UpdateChoice> ChooseUpdate(const UpdateChoiceOptions& options,
       if (it == scores.end()) c.set_reason("no score in " + options.scores_file);
     }
     choice.set_score_source(options.scores_file);
-  } else {
-    Probe probe(model, options);
-    EC_ASSIGN_OR_RETURN(const double before, probe.HeldOutLoss(full, 0, notes));
-    choice.set_held_out_loss(before);
-    for (size_t i = 0; i < candidates.size(); ++i) {
-      v1::UpdateCandidate& c = candidates[i];
-      log("probe " + std::to_string(i + 1) + "/" + std::to_string(candidates.size()) + ": " + c.layer() + " alone, " +
-          std::to_string(options.probe_steps) + " steps ...");
-      EC_ASSIGN_OR_RETURN(const v1::TrainingGraph graph, GraphTraining(model, {c.layer()}));
-      EC_ASSIGN_OR_RETURN(const double after, probe.HeldOutLoss(graph, options.probe_steps, notes));
-      c.set_score(before - after);
-    }
-    choice.set_score_source("probe: the held-out loss drop of " + std::to_string(options.probe_steps) +
-                            " steps training each layer alone from the model's weights");
+    return Status::Ok();
   }
+  Probe probe(model, options);
+  EC_ASSIGN_OR_RETURN(const double before, probe.HeldOutLoss(full, 0, notes));
+  choice.set_held_out_loss(before);
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    v1::UpdateCandidate& c = candidates[i];
+    log("probe " + std::to_string(i + 1) + "/" + std::to_string(candidates.size()) + ": " + c.layer() + " alone, " +
+        std::to_string(options.probe_steps) + " steps ...");
+    EC_ASSIGN_OR_RETURN(const v1::TrainingGraph graph, GraphTraining(model, {c.layer()}));
+    EC_ASSIGN_OR_RETURN(const double after, probe.HeldOutLoss(graph, options.probe_steps, notes));
+    c.set_score(before - after);
+  }
+  choice.set_score_source("probe: the held-out loss drop of " + std::to_string(options.probe_steps) +
+                          " steps training each layer alone from the model's weights");
+  return Status::Ok();
+}
+
+// Best score per byte first, each kept while the set fits its budgets; a layer once, whole or at one share.
+Result<std::vector<std::string>> Select(const Model& model, const UpdateChoiceOptions& options, const SetCosts& costs,
+                                        std::vector<v1::UpdateCandidate>& candidates, v1::UpdateChoice& choice) {
   for (v1::UpdateCandidate& c : candidates) {
     EC_ASSIGN_OR_RETURN(const v1::TrainingGraph graph, GraphTraining(model, {c.layer()}));
-    c.set_alone_bytes(StepBytes(graph, options, state_tensors));
+    EC_ASSIGN_OR_RETURN(const SetCosts::Cost alone, costs.Of(graph));
+    c.set_alone_bytes(alone.bytes);
   }
   std::stable_sort(candidates.begin(), candidates.end(), [](const v1::UpdateCandidate& a, const v1::UpdateCandidate& b) {
     return a.score() / static_cast<double>(a.alone_bytes()) > b.score() / static_cast<double>(b.alone_bytes());
   });
-
-  // Best score per byte first, each kept while the set fits; a layer once, whole or at one share.
   std::vector<std::string> chosen;
   std::map<std::string, std::string> chosen_as;  // layer -> the candidate that chose it
   for (v1::UpdateCandidate& c : candidates) {
@@ -294,27 +333,69 @@ Result<v1::UpdateChoice> ChooseUpdate(const UpdateChoiceOptions& options,
     std::vector<std::string> trial = chosen;
     trial.push_back(c.layer());
     EC_ASSIGN_OR_RETURN(const v1::TrainingGraph graph, GraphTraining(model, trial));
-    c.set_with_bytes(StepBytes(graph, options, state_tensors));
-    const StepCost cost = CostOf(graph, costs);
-    c.set_with_step_s(cost.s);
-    c.set_with_step_j(cost.j);
-    if (c.with_bytes() > choice.budget_bytes()) {
-      c.set_reason("the step would hold " + FormatBytes(static_cast<double>(c.with_bytes())) + ", over the budget");
-    } else if (options.runtime_budget_multiple > 0 && cost.known &&
-               cost.s > options.runtime_budget_multiple * full_cost.s) {
-      c.set_reason("the step would take " + FormatSeconds(cost.s) + ", over the runtime budget");
-    } else if (options.energy_budget_multiple > 0 && cost.known &&
-               cost.j > options.energy_budget_multiple * full_cost.j) {
-      c.set_reason("the step would spend " + FormatJoules(cost.j) + ", over the energy budget");
+    EC_ASSIGN_OR_RETURN(const SetCosts::Cost cost, costs.Of(graph));
+    c.set_with_bytes(cost.bytes);
+    c.set_with_step_s(cost.step_s);
+    c.set_with_step_j(cost.step_j);
+    if (cost.bytes > choice.budget_bytes()) {
+      c.set_reason("the step would hold " + FormatBytes(static_cast<double>(cost.bytes)) + ", over the budget");
+    } else if (options.runtime_budget_multiple > 0 && cost.step_s > options.runtime_budget_multiple * choice.full_step_s()) {
+      c.set_reason("the step would take " + FormatSeconds(cost.step_s) + ", over the runtime budget");
+    } else if (options.energy_budget_multiple > 0 && cost.step_j > options.energy_budget_multiple * choice.full_step_j()) {
+      c.set_reason("the step would spend " + FormatJoules(cost.step_j) + ", over the energy budget");
     } else {
       c.set_chosen(true);
       chosen = trial;
       chosen_as[layer] = c.layer();
-      choice.set_chosen_bytes(c.with_bytes());
-      choice.set_chosen_step_s(cost.s);
-      choice.set_chosen_step_j(cost.j);
+      choice.set_chosen_bytes(cost.bytes);
+      choice.set_activation_bytes(cost.activation_bytes);
+      choice.set_chosen_step_s(cost.step_s);
+      choice.set_chosen_step_j(cost.step_j);
     }
   }
+  return chosen;
+}
+
+}  // namespace
+
+Result<v1::UpdateChoice> ChooseUpdate(const UpdateChoiceOptions& options,
+                                      const std::function<void(const std::string&)>& log) {
+  if ((options.budget_bytes > 0) == (options.budget_fraction > 0)) {
+    return InvalidArgument("give the budget once: bytes of the step's memory, or a share of the full update's (25%)");
+  }
+  if (options.probe_steps < 1 && options.scores_file.empty()) return InvalidArgument("--probe-steps must be at least 1");
+  EC_ASSIGN_OR_RETURN(costdb::CostDb * db, options.train.database->Db());
+  Model model;
+  EC_ASSIGN_OR_RETURN(model.spec, ResolveModel(db, options.train.graph));
+  if (graph::CarriesCosts(model.spec)) return InvalidArgument("'" + model.spec.model_or_file + "' has no layers to train");
+  EC_ASSIGN_OR_RETURN(model.onnx, graph::LoadOnnxModel(model.spec));
+  const int threads = options.train.threads > 0 ? options.train.threads : omp_get_num_procs();
+  omp_set_num_threads(threads);
+  EC_ASSIGN_OR_RETURN(const train::OptimizerOptions optimizer, OptimizerOptionsOf(options.train.optimizer));
+
+  v1::UpdateChoice choice;
+  EC_ASSIGN_OR_RETURN(const v1::TrainingGraph full, GraphTraining(model, graph::Trainable{}));
+  std::vector<v1::UpdateCandidate> candidates = CandidatesOf(full);
+  if (candidates.empty()) return InvalidArgument("'" + full.model() + "' has no layer with parameters");
+  EC_RETURN_IF_ERROR(AddShares(model, options.shares, candidates));
+  std::string note;
+  SetCosts costs(options, train::OptimizerStateTensors(optimizer),
+                 MeasuredTable(*db, model.spec.model_or_file, full, threads, note));
+  if (!costs.measured() && (options.runtime_budget_multiple > 0 || options.energy_budget_multiple > 0)) {
+    return FailedPrecondition("a runtime or energy budget needs the device's measured costs: " + note);
+  }
+  EC_ASSIGN_OR_RETURN(const SetCosts::Cost whole, costs.Of(full));  // the plain full update
+  choice.set_full_update_bytes(whole.bytes);
+  choice.set_full_step_s(whole.step_s);
+  choice.set_full_step_j(whole.step_j);
+  choice.set_budget_bytes(options.budget_bytes > 0 ? options.budget_bytes
+                                                   : static_cast<uint64_t>(options.budget_fraction *
+                                                                           static_cast<double>(whole.bytes)));
+  costs.set_runtime_budget_s(options.runtime_budget_multiple * whole.step_s);
+  choice.set_runtime_budget_s(options.runtime_budget_multiple * whole.step_s);
+  std::vector<std::string> notes = {note};
+  EC_RETURN_IF_ERROR(Score(model, options, full, candidates, choice, notes, log));
+  EC_ASSIGN_OR_RETURN(std::vector<std::string> chosen, Select(model, options, costs, candidates, choice));
   *choice.mutable_candidates() = {candidates.begin(), candidates.end()};
   if (chosen.empty()) {
     uint64_t least = UINT64_MAX;
@@ -329,7 +410,7 @@ Result<v1::UpdateChoice> ChooseUpdate(const UpdateChoiceOptions& options,
   choice.set_trainable(graph.trainable());
   std::set<std::string> said;  // each probe's executor says the same about its weights and data
   for (const std::string& n : notes) {
-    if (said.insert(n).second) choice.set_note(choice.note() + (choice.note().empty() ? "" : "; ") + n);
+    if (!n.empty() && said.insert(n).second) choice.set_note(choice.note() + (choice.note().empty() ? "" : "; ") + n);
   }
   return choice;
 }

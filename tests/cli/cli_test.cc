@@ -1266,6 +1266,17 @@ TEST_F(CliTest, ChoosesASparseUpdateUnderItsBudgetOnRealDigits) {
   const CommandResult tight = Edgecost("choose-update " + args + "--ram-budget 10%");
   EXPECT_EQ(tight.exit_code, 1) << tight.output;
   EXPECT_THAT(tight.output, HasSubstr("the least any layer alone needs is"));
+
+  // On measured costs, a runtime budget lets a schedule hold the set's activations: the step's time
+  // and energy are named, and the line to train it.
+  const CommandResult unmeasured = Edgecost("choose-update " + args + "--ram-budget 60% --runtime-budget 3");
+  EXPECT_EQ(unmeasured.exit_code, 1) << unmeasured.output;
+  EXPECT_THAT(unmeasured.output, HasSubstr("needs the device's measured costs"));
+  ASSERT_EQ(Edgecost("profile --model " + data + "/digits_cnn.onnx --batch-size 32 --threads 1 --accept-noisy").exit_code, 0);
+  const CommandResult scheduled = Edgecost("choose-update " + args + "--ram-budget 60% --runtime-budget 3 --shares none");
+  ASSERT_EQ(scheduled.exit_code, 0) << scheduled.output;
+  EXPECT_THAT(scheduled.output, ::testing::ContainsRegex("step +[0-9.]+ [mu]s, [0-9.]+ [mu]J \\(the full update: "));
+  EXPECT_THAT(scheduled.output, ::testing::ContainsRegex("train with +--trainable layers:classifier[^ ]* --activation-budget [0-9]+B --runtime-budget [0-9.]+ms"));
 }
 
 // A run killed with SIGKILL between or during checkpoints resumes with --resume and ends at the
