@@ -100,7 +100,7 @@ struct Executor::State {
   std::vector<std::pair<int, int>> trained;  // (forward node, parameter index)
   // Updates as gradients arrive: by node, the trained parameters updated after it (indices in
   // `trained`); those updated after the step; where each one's gradient is (a node's buffer and
-  // the offset in it, or node -1: the layer's own tensor). By forward node: its layer's nodes.
+  // the offset in it, or node -1: the layer's own tensor).
   std::vector<std::vector<size_t>> updates_after;
   std::vector<size_t> updates_at_end;
   struct GradAt {

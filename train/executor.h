@@ -10,7 +10,7 @@
 // them; Evaluate runs the forward pass alone in inference mode with those running ones.
 //
 // What stays outside the arena: parameters and their gradients (outside the RAM
-// budget, as in POET), and layer state: batch-norm statistics (the batch's and the running ones), max-pooling's
+// budget, as in POET; with update_in_backward the weight gradients are in the arena), and layer state: batch-norm statistics (the batch's and the running ones), max-pooling's
 // argmax workspace, dropout masks (drawn per step from the seed, the step and the node, so that
 // a recomputation within a step uses the same mask), the oneDNN
 // scratchpad all layers share (the largest one need), the temporaries of some backward kernels (a product's dY * B

@@ -91,6 +91,8 @@ class PlanAppliedTest(unittest.TestCase):
             ec.freeze(Encoder(), "layers:nohead")
         with self.assertRaises(ValueError):
             ec.freeze(Encoder(), "last:2")
+        with self.assertRaisesRegex(ValueError, "sparse tensor update"):
+            ec.freeze(Encoder(), "layers:head:0.25")
         adamw = torch.optim.AdamW(trained)
         plan = ec.plan(model, torch.randn(2, 8, 16), ram_budget="2GB", runtime_budget="2x", platform="a72",
                        db=self.db, time_limit_s=2, progress=False, optimizer=adamw, trainable="layers:head")
