@@ -153,7 +153,44 @@ def _plan_in(workdir, keep, backend, model, example_inputs, activation_budget, r
     schedule = Schedule(message)
     if schedule.status not in ("STATUS_OPTIMAL", "STATUS_FEASIBLE"):
         raise cli.EdgecostError(f"no schedule meets the budgets ({schedule.status}): {schedule.raw.get('message', '')}")
-    return Plan(schedule, model_name=model_name, schedule_path=schedule_path)
+    return Plan(schedule, model_name=model_name, schedule_path=schedule_path,
+                signature=model_signature(model, example_inputs))
+
+
+PLAN_FORMAT = "edgecost-torch-plan/1"
+
+
+def model_signature(model, example_inputs):
+    """What a plan depends on in `model`: each module's name and type, each parameter's name and shape,
+    and the example inputs' shapes and types. A plan loaded for another signature is refused."""
+    inputs = example_inputs if isinstance(example_inputs, tuple) else (example_inputs,)
+    return {"modules": [[name, type(m).__name__] for name, m in model.named_modules()],
+            "parameters": [[name, list(p.shape)] for name, p in model.named_parameters()],
+            "inputs": [[list(x.shape), str(x.dtype)] for x in inputs if torch.is_tensor(x)]}
+
+
+def _signature_changes(saved, now, limit=5):
+    """What differs between two signatures, in words (at most `limit` items per kind)."""
+    changes = []
+    for kind in ("modules", "parameters", "inputs"):
+        before = [tuple(map(str, x)) for x in saved.get(kind, [])]
+        after = [tuple(map(str, x)) for x in now.get(kind, [])]
+        gone = [x for x in before if x not in after][:limit]
+        new = [x for x in after if x not in before][:limit]
+        if gone or new:
+            changes.append(f"{kind}: " + "; ".join([f"was {' '.join(x)}" for x in gone] + [f"now {' '.join(x)}" for x in new]))
+    return changes
+
+
+def load_plan(path):
+    """A plan `Plan.save` (or `python3 -m edgecost.torch`) wrote: nothing is exported or solved here.
+    `apply` then checks it was planned for the model it is applied to."""
+    with open(path) as f:
+        saved = json.load(f)
+    if saved.get("format") != PLAN_FORMAT:
+        raise ValueError(f"{path} is not an edgecost plan of the PyTorch bridge ({PLAN_FORMAT})")
+    return Plan(Schedule(saved["schedule"]), model_name=saved.get("model_name", ""), schedule_path=path,
+                signature=saved.get("signature"))
 
 
 def _storage_key(tensor):
@@ -612,8 +649,9 @@ def _default_loss(output):
 class Plan:
     """A solved schedule and how it runs in PyTorch."""
 
-    def __init__(self, schedule, model_name="", schedule_path=""):
+    def __init__(self, schedule, model_name="", schedule_path="", signature=None):
         self.schedule, self.model_name, self.schedule_path = schedule, model_name, schedule_path
+        self.signature = signature  # model_signature() of what was planned; None: not checked
         self.reports = []          # a StepReport per training step run under the plan
         self.report_steps = False  # print each step's report
         self.realization = None
@@ -674,10 +712,30 @@ class Plan:
             lines += ["  moved: " + n for n in r.notes]
         return "\n".join(lines)
 
+    def save(self, path):
+        """Writes the plan (the schedule with its costs, and what it was planned for) to `path`, for
+        `load_plan` in the process that trains: planning once, training anywhere."""
+        with open(path, "w") as f:
+            json.dump({"format": PLAN_FORMAT, "model_name": self.model_name, "signature": self.signature,
+                       "schedule": self.schedule.raw}, f)
+        return path
+
+    def check_model(self, model):
+        """Refuses a model other than the one planned, saying what changed."""
+        if self.signature is None:
+            return
+        # The modules and parameters; the inputs' shapes are the batch's, seen only when it runs.
+        planned = {kind: self.signature.get(kind, []) for kind in ("modules", "parameters")}
+        changes = _signature_changes(planned, model_signature(model, ()))
+        if changes:
+            raise ValueError(f"the plan {self.model_name} was made for another model; plan it again: " + " | ".join(changes))
+
     def apply(self, model, page_dir=None, report_steps=None):
-        """Makes `model` run under the plan (in place) and returns it; `remove(model)` undoes it."""
+        """Makes `model` run under the plan (in place) and returns it; `remove(model)` undoes it. A
+        loaded plan is checked against the model first."""
         if id(model) in self._runtimes:
             return model
+        self.check_model(model)
         if report_steps is not None:
             self.report_steps = report_steps
         self._runtimes[id(model)] = _Runtime(self, model, self.realize(model), page_dir)
@@ -759,3 +817,39 @@ def _keep_everything():
 
 
 __all__ = ["plan", "Plan", "StepReport", "VerifyResult", "Schedule", "PAGE", "RECOMPUTE"]
+
+
+def _main(argv=None):
+    """Plans ahead of time, outside the training process: `python3 -m edgecost.torch MODULE:FUNCTION
+    --activation-budget 50% --out plan.json`, where FUNCTION() returns (model, example_inputs)."""
+    import argparse
+    import importlib
+    parser = argparse.ArgumentParser(prog="python3 -m edgecost.torch", description=_main.__doc__)
+    parser.add_argument("factory", help="MODULE:FUNCTION returning (model, example_inputs)")
+    parser.add_argument("--out", required=True, help="where the plan goes, for edgecost.torch.load_plan")
+    budget = parser.add_mutually_exclusive_group(required=True)
+    budget.add_argument("--activation-budget", help='the saved activations: "4MB" or "50%%" of the plain peak')
+    budget.add_argument("--ram-budget", help="the training process's peak RSS")
+    parser.add_argument("--runtime-budget", default="1.5x")
+    parser.add_argument("--optimizer", help="sgd, adam or adamw: its state counts in --ram-budget")
+    parser.add_argument("--trainable", default="all")
+    parser.add_argument("--platform", help="a board preset's estimated costs instead of measuring this machine")
+    parser.add_argument("--db", help="the cost database (default: edgecost's)")
+    parser.add_argument("--time-limit-s", type=float, default=30)
+    args = parser.parse_args(argv)
+    module_name, _, function = args.factory.partition(":")
+    if not function:
+        parser.error(f"{args.factory}: give MODULE:FUNCTION")
+    model, example_inputs = getattr(importlib.import_module(module_name), function)()
+    if args.trainable != "all":
+        freeze(model, args.trainable)
+    made = plan(model, example_inputs, activation_budget=args.activation_budget, ram_budget=args.ram_budget,
+                runtime_budget=args.runtime_budget, platform=args.platform, db=args.db,
+                time_limit_s=args.time_limit_s, optimizer=args.optimizer, trainable=args.trainable)
+    made.save(args.out)
+    print(made.describe())
+    print(f"written {args.out}: edgecost.torch.load_plan({args.out!r}).apply(model) in the training process")
+
+
+if __name__ == "__main__":
+    _main()

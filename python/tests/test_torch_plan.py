@@ -28,6 +28,25 @@ class Encoder(torch.nn.Module):
         return self.head(self.encoder(self.embed(x)).mean(dim=1))
 
 
+class SmallNet(torch.nn.Module):
+    def __init__(self, hidden=64):
+        super().__init__()
+        layers = [torch.nn.Linear(16, hidden), torch.nn.ReLU()]
+        for _ in range(5):
+            layers += [torch.nn.Linear(hidden, hidden), torch.nn.ReLU()]
+        self.body = torch.nn.Sequential(*layers)
+        self.head = torch.nn.Linear(hidden, 4)
+
+    def forward(self, x):
+        return self.head(self.body(x))
+
+
+def small_net():
+    """For `python3 -m edgecost.torch tests.test_torch_plan:small_net`."""
+    torch.manual_seed(0)
+    return SmallNet(), torch.randn(32, 16)
+
+
 class PlanAppliedTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -81,6 +100,31 @@ class PlanAppliedTest(unittest.TestCase):
             ec.plan(model, torch.randn(2, 8, 16), ram_budget="1kB", platform="a72", db=self.db, time_limit_s=2,
                     progress=False)
         self.assertEqual(plan_folders(), before)
+
+    def test_a_plan_made_ahead_of_time_loads_and_checks_its_model(self):
+        """Planned in another process from MODULE:FUNCTION, saved, loaded without exporting or solving,
+        applied to the same model with the same gradients; a changed model is refused, naming the change."""
+        import subprocess
+        path = os.path.join(self.tmp.name, "small.plan.json")
+        here = os.path.dirname(os.path.abspath(__file__))
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(here, ".."), os.path.join(here, "..", "..")]))
+        done = subprocess.run([sys.executable, "-m", "edgecost.torch", "python.tests.test_torch_plan:small_net",
+                               "--activation-budget", "50%", "--runtime-budget", "2x", "--platform", "a72",
+                               "--db", self.db, "--time-limit-s", "2", "--out", path],
+                              capture_output=True, text=True, env=env, cwd=os.path.join(here, "..", ".."))
+        self.assertEqual(done.returncode, 0, done.stderr[-2000:])
+        self.assertIn("written", done.stdout)
+        loaded = ec.load_plan(path)
+        model, batch = small_net()
+        result = loaded.verify(model, batch)
+        self.assertTrue(result.ok, f"max relative error {result.max_relative_error}")
+        self.assertLessEqual(result.saved_peak_bytes, loaded.predicted_peak_bytes)
+        with self.assertRaisesRegex(ValueError, "was made for another model.*parameters: was body.0.weight"):
+            loaded.apply(SmallNet(hidden=48))
+        with open(os.path.join(self.tmp.name, "other.json"), "w") as f:
+            f.write("{}")
+        with self.assertRaisesRegex(ValueError, "not an edgecost plan"):
+            ec.load_plan(os.path.join(self.tmp.name, "other.json"))
 
     def test_a_sparse_layer_update_plans_and_trains_the_named_modules_alone(self):
         model = Encoder()
