@@ -11,6 +11,7 @@ import resource
 import tempfile
 import threading
 import time
+import warnings
 import weakref
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -131,7 +132,7 @@ def _plan_in(workdir, keep, backend, model, example_inputs, activation_budget, r
     if platform:
         request["costSource"] = "poet-flops"
     elif device == "this" and not backend.has_measured_costs(model_name):
-        backend.profile(model_name, accept_noisy=accept_noisy_costs, progress=progress)
+        _profile(backend, model_name, accept_noisy_costs, progress)
     if activation_budget is not None:
         budget = str(activation_budget).strip()
         if budget.endswith("%"):
@@ -191,6 +192,26 @@ def load_plan(path):
         raise ValueError(f"{path} is not an edgecost plan of the PyTorch bridge ({PLAN_FORMAT})")
     return Plan(Schedule(saved["schedule"]), model_name=saved.get("model_name", ""), schedule_path=path,
                 signature=saved.get("signature"))
+
+
+def _profile(backend, model_name, accept_noisy, progress):
+    """Profiles this machine; a table refused for a few disturbed ops (other work on the CPU) is
+    measured once more, then kept with those ops marked unreliable, said loudly."""
+    try:
+        backend.profile(model_name, accept_noisy=accept_noisy, progress=progress)
+        return
+    except cli.EdgecostError as refused:
+        if accept_noisy or "--accept-noisy" not in str(refused):
+            raise
+    try:
+        backend.profile(model_name, progress=progress)
+    except cli.EdgecostError as refused_again:
+        if "--accept-noisy" not in str(refused_again):
+            raise
+        warnings.warn("edgecost: other work on this machine disturbed some measurements twice; the cost table keeps "
+                      "them marked unreliable (profile again on a quiet machine for better predictions)",
+                      RuntimeWarning, stacklevel=3)
+        backend.profile(model_name, accept_noisy=True, progress=progress)
 
 
 def _storage_key(tensor):
@@ -462,6 +483,12 @@ class _Runtime:
         self.plan.reports.append(report)
         if self.plan.report_steps:
             print("edgecost:", report, flush=True)
+        budget = self.plan.schedule.budget_bytes
+        if budget and report.saved_peak_bytes > budget:
+            warnings.warn(f"edgecost: step {step} held {report.saved_peak_bytes / 1e6:.3f} MB of saved activations, over "
+                          f"the plan's budget of {budget / 1e6:.3f} MB (predicted {report.predicted_peak_bytes / 1e6:.3f}"
+                          " MB): the model saves tensors its export does not show; plan with a lower budget",
+                          RuntimeWarning, stacklevel=2)
 
     # --- saved tensors
     def _enter_module(self, module, inputs):

@@ -47,6 +47,36 @@ def small_net():
     return SmallNet(), torch.randn(32, 16)
 
 
+class ProfileRetryTest(unittest.TestCase):
+    def test_a_table_refused_for_disturbed_ops_is_measured_again_then_kept_marked(self):
+        from edgecost import cli
+
+        class Busy:
+            def __init__(self, refusals):
+                self.calls, self.refusals = [], refusals
+
+            def profile(self, model, accept_noisy=False, progress=True):
+                self.calls.append(accept_noisy)
+                if not accept_noisy and len(self.calls) <= self.refusals:
+                    raise cli.EdgecostError("busy  1 op measured while the CPU was busy: re-run when the device is "
+                                            "idle, or `--accept-noisy`")
+
+        once = Busy(refusals=1)
+        ec._profile(once, "m", accept_noisy=False, progress=False)
+        self.assertEqual(once.calls, [False, False])
+        twice = Busy(refusals=2)
+        with self.assertWarnsRegex(RuntimeWarning, "disturbed some measurements twice"):
+            ec._profile(twice, "m", accept_noisy=False, progress=False)
+        self.assertEqual(twice.calls, [False, False, True])
+
+        class Broken:
+            def profile(self, model, accept_noisy=False, progress=True):
+                raise cli.EdgecostError("no such model")
+
+        with self.assertRaisesRegex(cli.EdgecostError, "no such model"):
+            ec._profile(Broken(), "m", accept_noisy=False, progress=False)
+
+
 class PlanAppliedTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
