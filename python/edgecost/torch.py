@@ -4,10 +4,11 @@ budgets; `Plan.apply()` makes autograd keep, recompute or page each saved tensor
 
 import contextlib
 import copy
+import dataclasses
+import functools
 import hashlib
 import json
 import os
-import resource
 import tempfile
 import threading
 import time
@@ -21,6 +22,7 @@ from torch.utils.checkpoint import checkpoint
 
 from edgecost import cli
 from edgecost.agent import AGENT_ENV, Agent, parse_bytes, runtime_budget_fields
+from edgecost.process import can_fork, file_pagemap, peak_rss_bytes, rss_bytes, run_forked, step_peak_bytes
 from edgecost.realize import realize, realized_stages
 from edgecost.schedule import PAGE, RECOMPUTE, Schedule
 
@@ -90,11 +92,14 @@ def freeze(model, trainable):
 def plan(model, example_inputs, *, activation_budget=None, ram_budget=None, runtime_budget="1.5x", platform=None,
          device="this", db=None, agent=None, time_limit_s=30, progress=True, keep_files=None, accept_noisy_costs=False,
          optimizer=None, trainable="all"):
-    """Solves edgecost's schedule for one training step of `model` on `example_inputs`.
+    """Solves edgecost's schedule for one training step of `model` on `example_inputs`. The export and
+    the trial steps run in forked copies of this process, and edgecost in its own: planning never
+    raises the peak RSS of the process that trains.
 
     activation_budget: the saved activations' RAM ("4MB", "3MiB", or "50%" of the plain step's peak);
-    ram_budget: instead, the training process's peak RSS, with the state of `optimizer` (a torch.optim
-    object or "sgd", "adam", "adamw") counted. runtime_budget: "1.5x" the plain step, or "120ms".
+    ram_budget: instead, the training process's peak RSS: its RSS now, the state `optimizer` (a
+    torch.optim object or "sgd", "adam", "adamw") will add, and a step's own rise, measured in forked
+    copies of this process until a plan fits. runtime_budget: "1.5x" the plain step, or "120ms".
     platform: a board preset ("a72") whose estimated costs are used instead of measuring `device`
     ("this": this machine, profiled first when its costs are missing). agent: a running agent
     (`edgecost serve`) to plan through, "unix:PATH" or "http://HOST:PORT" with the token in
@@ -106,21 +111,37 @@ def plan(model, example_inputs, *, activation_budget=None, ram_budget=None, runt
     counts gradients and optimizer state for what trains."""
     if (activation_budget is None) == (ram_budget is None):
         raise ValueError("give one of activation_budget (saved activations) or ram_budget (the whole process)")
+    ram_budget_bytes = parse_bytes(ram_budget) if ram_budget is not None else 0
     agent = agent or os.environ.get(AGENT_ENV)
     backend = Agent(agent) if agent else cli.Local(db, progress)
+    memory = ProcessMemory(baseline_rss_bytes=rss_bytes(), ram_budget_bytes=ram_budget_bytes,
+                           optimizer_state_bytes=_optimizer_state_bytes(optimizer, model))
+    resident_code = file_pagemap() if can_fork() else None  # of this process, which the trial steps stand for
     # Without keep_files the exported model lives in a temporary folder, removed also after an error.
     with contextlib.ExitStack() as cleanup:
         workdir = keep_files or cleanup.enter_context(tempfile.TemporaryDirectory(prefix="edgecost-plan-"))
-        return _plan_in(workdir, bool(keep_files), backend, model, example_inputs, activation_budget, ram_budget,
-                        runtime_budget, platform, device, time_limit_s, progress, accept_noisy_costs, optimizer,
-                        trainable)
+
+        def planned():
+            made = _plan_in(workdir, bool(keep_files), backend, model, example_inputs, activation_budget, memory,
+                            runtime_budget, platform, device, time_limit_s, progress, accept_noisy_costs,
+                            optimizer, trainable, resident_code)
+            made.realize(model)
+            return made.saved(), made.realization, made.replay
+        # The solver's messages and the realization are parsed in a forked copy too: what they leave
+        # in the heap would stay in the training process's RSS.
+        saved, realization, replay = run_forked(planned) if can_fork() else planned()
+        made = Plan.from_saved(saved)
+        made.realization, made.replay, made._realized_for = realization, replay, model
+        return made
 
 
-def _plan_in(workdir, keep, backend, model, example_inputs, activation_budget, ram_budget, runtime_budget, platform,
-             device, time_limit_s, progress, accept_noisy_costs, optimizer, trainable):
+def _plan_in(workdir, keep, backend, model, example_inputs, activation_budget, memory, runtime_budget, platform,
+             device, time_limit_s, progress, accept_noisy_costs, optimizer, trainable, resident_code):
     os.makedirs(workdir, exist_ok=True)
     onnx_path = os.path.join(workdir, "model.onnx")
-    _export_onnx(model, example_inputs, onnx_path)
+    # The exporter's peak (several times the model's step) stays in the forked copy.
+    export = functools.partial(_export_onnx, model, example_inputs, onnx_path)
+    run_forked(export) if can_fork() else export()
     with open(onnx_path, "rb") as f:
         model_name = "torch-" + type(model).__name__ + "-" + hashlib.sha256(f.read()).hexdigest()[:16]
     backend.add_model(model_name, onnx_path)
@@ -133,29 +154,119 @@ def _plan_in(workdir, keep, backend, model, example_inputs, activation_budget, r
         request["costSource"] = "poet-flops"
     elif device == "this" and not backend.has_measured_costs(model_name):
         _profile(backend, model_name, accept_noisy_costs, progress)
-    if activation_budget is not None:
-        budget = str(activation_budget).strip()
-        if budget.endswith("%"):
-            # Any schedule carries the plain step's memory; checkpoint-all is the quickest to solve.
-            unbounded = {k: v for k, v in request.items() if k != "runtimeBudgetS"}
-            plain = backend.solve(dict(unbounded, ramBudgetBytes=str(1 << 50), strategy="checkpoint-all",
-                                       runtimeBudgetMultiple=100.0))
-            request["ramBudgetBytes"] = str(int(int(plain["memory"]["activationPeakBytes"]) * float(budget[:-1]) / 100))
-        else:
-            request["ramBudgetBytes"] = str(parse_bytes(budget))
-    else:
-        request["deviceRamBytes"] = str(parse_bytes(ram_budget))
-    message = backend.solve(request)
-    schedule_path = ""
-    if keep:
-        schedule_path = os.path.join(workdir, "schedule.json")
-        with open(schedule_path, "w") as f:
-            json.dump(message, f)
-    schedule = Schedule(message)
-    if schedule.status not in ("STATUS_OPTIMAL", "STATUS_FEASIBLE"):
-        raise cli.EdgecostError(f"no schedule meets the budgets ({schedule.status}): {schedule.raw.get('message', '')}")
-    return Plan(schedule, model_name=model_name, schedule_path=schedule_path,
-                signature=model_signature(model, example_inputs))
+    budget = str(activation_budget).strip() if activation_budget is not None else ""
+    plain_peak = 0
+    if memory.ram_budget_bytes or budget.endswith("%"):
+        # Any schedule carries the plain step's memory; checkpoint-all is the quickest to solve.
+        unbounded = {k: v for k, v in request.items() if k != "runtimeBudgetS"}
+        plain = backend.solve(dict(unbounded, ramBudgetBytes=str(1 << 50), strategy="checkpoint-all",
+                                   runtimeBudgetMultiple=100.0))
+        plain_peak = int(plain["memory"]["activationPeakBytes"])
+    trial = _TrialSteps(model, example_inputs, optimizer, os.path.join(workdir, "pages"), resident_code)
+    memory.plain_peak_rise_bytes = trial.peak_rise_bytes(None)
+
+    def solved(activation_budget_bytes):
+        message = backend.solve(dict(request, ramBudgetBytes=str(activation_budget_bytes)))
+        if keep:
+            with open(os.path.join(workdir, "schedule.json"), "w") as f:
+                json.dump(message, f)
+        schedule = Schedule(message)
+        if schedule.status not in ("STATUS_OPTIMAL", "STATUS_FEASIBLE"):
+            raise cli.EdgecostError(f"no schedule meets the budgets ({schedule.status}): {message.get('message', '')}"
+                                    + memory.fixed_part_text())
+        made = Plan(schedule, model_name=model_name, schedule_path=os.path.join(workdir, "schedule.json") if keep else "",
+                    signature=model_signature(model, example_inputs), memory=memory)
+        memory.peak_rise_bytes = trial.peak_rise_bytes(made)
+        return made
+
+    if not memory.ram_budget_bytes:
+        return solved(int(plain_peak * float(budget[:-1]) / 100) if budget.endswith("%") else parse_bytes(budget))
+    return _fitted_to_process(solved, plain_peak, memory)
+
+
+def _fitted_to_process(solved, plain_peak, memory):
+    """The plan whose measured step keeps the process under its RAM budget: the activation budget
+    starts at the plain peak less what the plain step goes over, and is lowered by each trial's excess."""
+    room = memory.ram_budget_bytes - memory.baseline_rss_bytes
+    if room <= 0:
+        raise ValueError(f"ram_budget {memory.ram_budget_bytes / 1e6:.1f} MB leaves no room for a step:"
+                         + memory.fixed_part_text())
+    activation_budget = plain_peak - max(0, memory.plain_peak_rise_bytes - room)
+    for _ in range(4):
+        if activation_budget <= 0:
+            break
+        made = solved(activation_budget)
+        excess = memory.peak_rise_bytes - room
+        if excess <= 0:
+            return made
+        activation_budget -= excess
+    raise cli.EdgecostError(f"no plan kept a trial step under ram_budget {memory.ram_budget_bytes / 1e6:.1f} MB:"
+                            + memory.fixed_part_text())
+
+
+def _optimizer_state_bytes(optimizer, model):
+    """What the optimizer's state will add: its state tensors for each parameter that trains and has none yet."""
+    per_parameter = optimizer_state_tensors(optimizer)
+    has_state = getattr(optimizer, "state", {})
+    return sum(per_parameter * p.numel() * p.element_size() for p in model.parameters()
+               if p.requires_grad and not has_state.get(p))
+
+
+@dataclass
+class ProcessMemory:
+    """The training process's memory as a plan predicts it: measured in forked copies of the process
+    that planned, so it holds PyTorch's own allocations and the optimizer's state as well as the
+    saved activations."""
+    baseline_rss_bytes: int = 0      # the planning process's RSS when plan() was called
+    optimizer_state_bytes: int = 0   # what the optimizer's state adds at its first step (within the rises)
+    plain_peak_rise_bytes: int = 0   # how far plain training steps raise the peak RSS over the RSS before them
+    peak_rise_bytes: int = 0         # the same, under the plan
+    ram_budget_bytes: int = 0        # the process's peak RSS asked for (0: an activation budget was)
+
+    def peak_rss_bytes(self, rss_before_steps, plain=False):
+        """The process's peak RSS predicted from its RSS before its first step."""
+        return rss_before_steps + (self.plain_peak_rise_bytes if plain else self.peak_rise_bytes)
+
+    def fixed_part_text(self):
+        return (f" the process holds {self.baseline_rss_bytes / 1e6:.1f} MB before training, and plain steps raise "
+                f"its peak by {self.plain_peak_rise_bytes / 1e6:.1f} MB (the optimizer's state "
+                f"{self.optimizer_state_bytes / 1e6:.1f} MB of it)")
+
+
+class _TrialSteps:
+    """Training steps of the model (forward, backward of the outputs' sum, the optimizer's update) run
+    in forked copies of the planning process, measured by how far they raise its peak RSS: plain
+    steps, or steps under a plan. Three, as the user's loop: the first step allocates the gradients
+    and the optimizer's state, the next ones show what the allocator keeps between steps."""
+    STEPS = 3
+
+    def __init__(self, model, example_inputs, optimizer, page_dir, resident_code):
+        self.model, self.optimizer, self.page_dir, self.resident_code = model, optimizer, page_dir, resident_code
+        self.inputs = example_inputs if isinstance(example_inputs, tuple) else (example_inputs,)
+
+    def _optimizer(self):
+        if self.optimizer is None or isinstance(self.optimizer, torch.optim.Optimizer):
+            return self.optimizer
+        kinds = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam, "adamw": torch.optim.AdamW}
+        return kinds[self.optimizer.lower()]([p for p in self.model.parameters() if p.requires_grad], lr=1e-9)
+
+    def peak_rise_bytes(self, plan):
+        if not can_fork():
+            return 0
+        if plan is not None:
+            plan.realize(self.model)  # `edgecost check` runs here, not in the measured copy
+
+        def steps():
+            optimizer = self._optimizer()
+            if plan is not None:
+                plan.apply(self.model, page_dir=self.page_dir)
+            for _ in range(self.STEPS):
+                for p in self.model.parameters():
+                    p.grad = None
+                _default_loss(self.model(*self.inputs)).backward()
+                if optimizer is not None:
+                    optimizer.step()
+        return step_peak_bytes(steps, self.resident_code)[0]
 
 
 PLAN_FORMAT = "edgecost-torch-plan/1"
@@ -190,8 +301,7 @@ def load_plan(path):
         saved = json.load(f)
     if saved.get("format") != PLAN_FORMAT:
         raise ValueError(f"{path} is not an edgecost plan of the PyTorch bridge ({PLAN_FORMAT})")
-    return Plan(Schedule(saved["schedule"]), model_name=saved.get("model_name", ""), schedule_path=path,
-                signature=saved.get("signature"))
+    return Plan.from_saved(saved, path)
 
 
 def _profile(backend, model_name, accept_noisy, progress):
@@ -231,15 +341,21 @@ class StepReport:
                                   # copies of them (batch-norm statistics, max-pool indices): layer state
                                   # to edgecost, outside its activation peak
     paged_bytes: int              # written to storage this step
-    peak_rss_bytes: int           # the process's peak so far
+    peak_rss_bytes: int           # the process's peak so far (VmHWM)
     predicted_step_time_s: float  # for what runs (the realized stages replayed by `edgecost check`)
     predicted_peak_bytes: int     # the same replay's activation peak
+    predicted_peak_rss_bytes: int = 0        # VmHWM predicted from the RSS before the first planned step
+    predicted_plain_peak_rss_bytes: int = 0  # the same for plain steps: the difference is the plan's saving
 
     def __str__(self):
-        return (f"step {self.step}: {self.step_time_s * 1e3:.1f} ms (predicted {self.predicted_step_time_s * 1e3:.1f} ms), "
-                f"saved activations peak {self.saved_peak_bytes / 1e6:.3f} MB (predicted {self.predicted_peak_bytes / 1e6:.3f} MB)"
-                f" + op state {self.state_peak_bytes / 1e6:.3f} MB, paged {self.paged_bytes / 1e6:.2f} MB, "
-                f"peak RSS {self.peak_rss_bytes / 1e6:.0f} MB")
+        rss = f"peak RSS {self.peak_rss_bytes / 1e6:.1f} MB"
+        if self.predicted_peak_rss_bytes:
+            rss += (f" (predicted {self.predicted_peak_rss_bytes / 1e6:.1f} MB; plain steps "
+                    f"{self.predicted_plain_peak_rss_bytes / 1e6:.1f} MB)")
+        return (f"step {self.step}: {rss}, {self.step_time_s * 1e3:.1f} ms (predicted "
+                f"{self.predicted_step_time_s * 1e3:.1f} ms), saved activations peak {self.saved_peak_bytes / 1e6:.3f} MB "
+                f"(predicted {self.predicted_peak_bytes / 1e6:.3f} MB) + op state {self.state_peak_bytes / 1e6:.3f} MB, "
+                f"paged {self.paged_bytes / 1e6:.2f} MB")
 
 
 class _Counter:
@@ -392,6 +508,7 @@ class _Runtime:
         self.plan, self.model, self.realization = plan, model, realization
         self.counter = _Counter()
         self.page_dir = page_dir or tempfile.mkdtemp(prefix="edgecost-pages-")
+        os.makedirs(self.page_dir, exist_ok=True)
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="edgecost-pager")
         # Storage of a module output to page -> (weak ref to that output, {view: weak _PageFile}). While the
         # output object lives its storage cannot be freed and its address reused by another tensor;
@@ -408,6 +525,7 @@ class _Runtime:
         self.last_write = None
         self.step = 0
         self.step_start = None
+        self.rss_before_first_step = None
         self.invocations = []
         self.handles = []
         self.hooks_context = None
@@ -455,6 +573,8 @@ class _Runtime:
         self.counter.start_step()
         self.paged_bytes = 0
         self.step += 1
+        if self.rss_before_first_step is None:
+            self.rss_before_first_step = rss_bytes()
         self.step_start = time.perf_counter()
         self.hooks_context = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
         self.hooks_context.__enter__()
@@ -474,15 +594,24 @@ class _Runtime:
         torch.autograd.Variable._execution_engine.queue_callback(lambda: self._end_step(step))
 
     def _end_step(self, step):
+        memory = self.plan.memory
+        measured = bool(memory.peak_rise_bytes)
         report = StepReport(
             step=step, step_time_s=time.perf_counter() - self.step_start, saved_peak_bytes=self.counter.peak,
             state_peak_bytes=self.counter.state_peak,
-            paged_bytes=self.paged_bytes, peak_rss_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+            paged_bytes=self.paged_bytes, peak_rss_bytes=peak_rss_bytes(),
             predicted_step_time_s=self.plan.realized_step_time_s,
-            predicted_peak_bytes=self.plan.realized_peak_bytes)
+            predicted_peak_bytes=self.plan.realized_peak_bytes,
+            predicted_peak_rss_bytes=memory.peak_rss_bytes(self.rss_before_first_step) if measured else 0,
+            predicted_plain_peak_rss_bytes=memory.peak_rss_bytes(self.rss_before_first_step, plain=True) if measured else 0)
         self.plan.reports.append(report)
         if self.plan.report_steps:
             print("edgecost:", report, flush=True)
+        if memory.ram_budget_bytes and report.peak_rss_bytes > memory.ram_budget_bytes:
+            warnings.warn(f"edgecost: step {step} took the process's peak RSS to {report.peak_rss_bytes / 1e6:.1f} MB, over "
+                          f"the plan's ram_budget of {memory.ram_budget_bytes / 1e6:.1f} MB (predicted "
+                          f"{report.predicted_peak_rss_bytes / 1e6:.1f} MB): the process grew after planning (plan "
+                          "later, or with a lower budget)", RuntimeWarning, stacklevel=2)
         budget = self.plan.schedule.budget_bytes
         if budget and report.saved_peak_bytes > budget:
             warnings.warn(f"edgecost: step {step} held {report.saved_peak_bytes / 1e6:.3f} MB of saved activations, over "
@@ -676,9 +805,10 @@ def _default_loss(output):
 class Plan:
     """A solved schedule and how it runs in PyTorch."""
 
-    def __init__(self, schedule, model_name="", schedule_path="", signature=None):
+    def __init__(self, schedule, model_name="", schedule_path="", signature=None, memory=None):
         self.schedule, self.model_name, self.schedule_path = schedule, model_name, schedule_path
         self.signature = signature  # model_signature() of what was planned; None: not checked
+        self.memory = memory or ProcessMemory()
         self.reports = []          # a StepReport per training step run under the plan
         self.report_steps = False  # print each step's report
         self.realization = None
@@ -739,13 +869,29 @@ class Plan:
             lines += ["  moved: " + n for n in r.notes]
         return "\n".join(lines)
 
+    def saved(self):
+        """The plan as `save` writes it: the schedule with its costs, what it was planned for, and
+        the process memory measured for it."""
+        return {"format": PLAN_FORMAT, "model_name": self.model_name, "signature": self.signature,
+                "process_memory": dataclasses.asdict(self.memory), "schedule": self.schedule.raw}
+
+    @classmethod
+    def from_saved(cls, saved, path=""):
+        return cls(Schedule(saved["schedule"]), model_name=saved.get("model_name", ""), schedule_path=path,
+                   signature=saved.get("signature"), memory=ProcessMemory(**saved.get("process_memory", {})))
+
     def save(self, path):
-        """Writes the plan (the schedule with its costs, and what it was planned for) to `path`, for
-        `load_plan` in the process that trains: planning once, training anywhere."""
+        """Writes the plan to `path`, for `load_plan` in the process that trains: planning once,
+        training anywhere."""
         with open(path, "w") as f:
-            json.dump({"format": PLAN_FORMAT, "model_name": self.model_name, "signature": self.signature,
-                       "schedule": self.schedule.raw}, f)
+            json.dump(self.saved(), f)
         return path
+
+    def report(self):
+        """The last step against the plan's predictions, the process's peak RSS first."""
+        if not self.reports:
+            return "no step has run under the plan yet"
+        return str(self.reports[-1])
 
     def check_model(self, model):
         """Refuses a model other than the one planned, saying what changed."""

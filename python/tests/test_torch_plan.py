@@ -220,6 +220,65 @@ class PlanAppliedTest(unittest.TestCase):
         self.assertEqual(model.features[0][1].num_batches_tracked.item(), 2)
 
 
+class ProcessMemoryTest(unittest.TestCase):
+    """The training process's real memory, each configuration in a fresh process with a user's own
+    loop (AdamW, cross-entropy), through python/examples/bench_process_memory.py's worker."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.db = os.path.join(cls.tmp.name, "costs.db")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def run_worker(self, config, model="resnet18"):
+        import json
+        import subprocess
+        bench = os.path.join(os.path.dirname(__file__), "..", "examples", "bench_process_memory.py")
+        done = subprocess.run([sys.executable, bench, "--worker", config, "--model", model, "--batch", "16",
+                               "--size", "64", "--steps", "3", "--runtime-budget", "3x", "--platform", "a72",
+                               "--db", self.db], capture_output=True, text=True)
+        self.assertEqual(done.returncode, 0, done.stderr[-3000:])
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    def test_the_plan_predicts_the_process_peak(self):
+        """Measured against the peak RSS its trial steps predicted. Which of two processes (or trials)
+        peaks higher varies by tens of MB with glibc's heap layout, so the saving is the benchmark's."""
+        plain, planned = self.run_worker("plain"), self.run_worker("50%")
+        print(f"\nResNet18, batch 16, 64x64, AdamW: VmHWM plain {plain['peak_rss'] / 1e6:.1f} MB (predicted "
+              f"{planned['predicted_plain_peak_rss'] / 1e6:.1f} MB), planned at 50% {planned['peak_rss'] / 1e6:.1f} MB "
+              f"(predicted {planned['predicted_peak_rss'] / 1e6:.1f} MB)")
+        self.assertTrue(planned["identical"])
+        for measured, predicted in ((plain["peak_rss"], planned["predicted_plain_peak_rss"]),
+                                    (planned["peak_rss"], planned["predicted_peak_rss"])):
+            self.assertLess(abs(measured - predicted), 0.1 * measured)
+
+    def test_planning_leaves_the_training_process_peak_alone(self):
+        """The export (several times a step's memory) and the trial steps run in forked copies."""
+        import subprocess
+        script = f"""
+import sys, warnings
+sys.path.insert(0, {os.path.join(os.path.dirname(__file__), '..')!r})
+warnings.filterwarnings("ignore")
+import torch, torchvision
+import edgecost.torch as ec
+from edgecost.process import peak_rss_bytes, rss_bytes
+model, batch = torchvision.models.mobilenet_v2(num_classes=10), torch.randn(8, 3, 64, 64)
+before = peak_rss_bytes()
+plan = ec.plan(model, batch, activation_budget="50%", runtime_budget="3x", platform="a72", db={self.db!r},
+               time_limit_s=5, progress=False)
+print(before, peak_rss_bytes(), plan.memory.plain_peak_rise_bytes, plan.memory.peak_rise_bytes)
+"""
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+        self.assertEqual(done.returncode, 0, done.stderr[-3000:])
+        before, after, plain_rise, planned_rise = map(int, done.stdout.split()[-4:])
+        self.assertLess(after - before, 8 << 20, "planning raised the process's peak RSS")
+        self.assertGreater(plain_rise, 0)
+        self.assertGreater(planned_rise, 0)
+
+
 class RealizedStagesTest(unittest.TestCase):
     def test_checkpoint_and_paging_as_stages(self):
         from edgecost.realize import Realization, realized_stages

@@ -1,0 +1,115 @@
+"""The training process's own memory (Linux /proc), and work run in a forked copy of it, so that
+planning and trial steps never raise the peak RSS of the process that trains."""
+
+import os
+import pickle
+import traceback
+
+
+PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
+
+
+def _status_bytes(field):
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def rss_bytes():
+    """The resident set now (VmRSS)."""
+    return _status_bytes("VmRSS")
+
+
+def peak_rss_bytes():
+    """The resident set's high-water mark (VmHWM): what the device must have had free."""
+    return _status_bytes("VmHWM")
+
+
+def reset_peak_rss():
+    """Sets VmHWM to the RSS now (Linux 4.0's clear_refs 5); False where that is not allowed."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def can_fork():
+    return hasattr(os, "fork") and os.path.exists("/proc/self/status")
+
+
+def run_forked(work):
+    """work() in a forked copy of this process, returning its (picklable) result or raising its
+    error. The copy runs torch at one thread: GNU OpenMP's thread pool does not survive a fork."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the copy: never returns into the caller's code
+        os.close(read_end)
+        status = 0
+        try:
+            import torch
+            torch.set_num_threads(1)
+            payload = pickle.dumps(("ok", work()))
+        except BaseException as error:  # noqa: B902 - everything goes back to the parent
+            status = 1
+            try:
+                payload = pickle.dumps(("error", error))
+            except Exception:
+                payload = pickle.dumps(("error", RuntimeError("".join(traceback.format_exception(error)))))
+        with os.fdopen(write_end, "wb") as out:
+            out.write(payload)
+        os._exit(status)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as result:
+        payload = result.read()
+    _, wait_status = os.waitpid(pid, 0)
+    if not payload:
+        raise RuntimeError(f"the forked planning process died ({os.waitstatus_to_exitcode(wait_status)}) "
+                           "before it could say why")
+    kind, value = pickle.loads(payload)
+    if kind == "error":
+        raise value
+    return value
+
+
+def file_pagemap():
+    """/proc/self/pagemap's entries for each file mapping (the libraries' code and data), as bytes:
+    few, large objects, which leave nothing behind in the heap once freed."""
+    entries = {}
+    with open("/proc/self/maps") as maps, open("/proc/self/pagemap", "rb") as pagemap:
+        for line in maps:
+            fields = line.split()
+            if len(fields) < 6 or fields[4] == "0":  # inode 0: anonymous memory
+                continue
+            start, end = (int(x, 16) // PAGE_BYTES for x in fields[0].split("-"))
+            pagemap.seek(start * 8)
+            entries[fields[0]] = pagemap.read((end - start) * 8)
+    return entries
+
+
+def _present(entries):
+    import numpy
+    return numpy.frombuffer(entries, dtype="<i8") < 0  # bit 63: the page is present
+
+
+def step_peak_bytes(step, pagemap_here=None):
+    """How far one call of step() would raise the peak RSS of the process that took `pagemap_here`
+    (file_pagemap(); default: this one), measured in a forked copy; with what step() returned. A
+    fork maps none of the libraries' code resident before it: of the code pages the copy reads in
+    again, only those that process lacks are counted."""
+    pagemap_here = pagemap_here if pagemap_here is not None else file_pagemap()
+
+    def measure():
+        reset_peak_rss()
+        before, code_before = rss_bytes(), _status_bytes("RssFile")
+        returned = step()
+        rise = peak_rss_bytes() - before - (_status_bytes("RssFile") - code_before)
+        new_pages = 0
+        for mapping, entries in file_pagemap().items():
+            present, here = _present(entries), pagemap_here.get(mapping, b"")
+            new_pages += int((present & ~_present(here)).sum() if len(here) == len(entries) else present.sum())
+        return rise + new_pages * PAGE_BYTES, returned
+    return run_forked(measure)
