@@ -95,21 +95,27 @@ def _present(entries):
     return numpy.frombuffer(entries, dtype="<i8") < 0  # bit 63: the page is present
 
 
-def step_peak_bytes(step, pagemap_here=None):
-    """How far one call of step() would raise the peak RSS of the process that took `pagemap_here`
-    (file_pagemap(); default: this one), measured in a forked copy; with what step() returned. A
-    fork maps none of the libraries' code resident before it: of the code pages the copy reads in
-    again, only those that process lacks are counted."""
-    pagemap_here = pagemap_here if pagemap_here is not None else file_pagemap()
+class PeakMeter:
+    """In a forked copy of a process that took `pagemap_here` (file_pagemap()), how far the work
+    since the meter started raises the peak RSS that process would see, phase by phase. A fork maps
+    none of the libraries' code resident before it: of the code pages the copy reads in again, only
+    those the process lacks count (code_pages_bytes)."""
 
-    def measure():
+    def __init__(self, pagemap_here):
+        self.pagemap_here = pagemap_here
         reset_peak_rss()
-        before, code_before = rss_bytes(), _status_bytes("RssFile")
-        returned = step()
-        rise = peak_rss_bytes() - before - (_status_bytes("RssFile") - code_before)
+        self.rss_before, self.file_before = rss_bytes(), _status_bytes("RssFile")
+
+    def phase_peak_bytes(self):
+        """The peak rise since the last call (without the code read in again), and starts the next phase."""
+        peak = peak_rss_bytes() - self.rss_before
+        reset_peak_rss()
+        return peak
+
+    def code_pages_bytes(self):
+        """What to add to each phase's peak: the code pages the process lacks, less all the copy read in."""
         new_pages = 0
         for mapping, entries in file_pagemap().items():
-            present, here = _present(entries), pagemap_here.get(mapping, b"")
+            present, here = _present(entries), self.pagemap_here.get(mapping, b"")
             new_pages += int((present & ~_present(here)).sum() if len(here) == len(entries) else present.sum())
-        return rise + new_pages * PAGE_BYTES, returned
-    return run_forked(measure)
+        return new_pages * PAGE_BYTES - (_status_bytes("RssFile") - self.file_before)

@@ -22,7 +22,7 @@ from torch.utils.checkpoint import checkpoint
 
 from edgecost import cli
 from edgecost.agent import AGENT_ENV, Agent, parse_bytes, runtime_budget_fields
-from edgecost.process import can_fork, file_pagemap, peak_rss_bytes, rss_bytes, run_forked, step_peak_bytes
+from edgecost.process import PeakMeter, can_fork, file_pagemap, peak_rss_bytes, rss_bytes, run_forked
 from edgecost.realize import realize, realized_stages
 from edgecost.schedule import PAGE, RECOMPUTE, Schedule
 
@@ -114,15 +114,15 @@ def plan(model, example_inputs, *, activation_budget=None, ram_budget=None, runt
     ram_budget_bytes = parse_bytes(ram_budget) if ram_budget is not None else 0
     agent = agent or os.environ.get(AGENT_ENV)
     backend = Agent(agent) if agent else cli.Local(db, progress)
-    memory = ProcessMemory(baseline_rss_bytes=rss_bytes(), ram_budget_bytes=ram_budget_bytes,
-                           optimizer_state_bytes=_optimizer_state_bytes(optimizer, model))
+    trials = Trials(baseline_rss_bytes=rss_bytes(), ram_budget_bytes=ram_budget_bytes,
+                    optimizer_state_bytes=_optimizer_state_bytes(optimizer, model))
     resident_code = file_pagemap() if can_fork() else None  # of this process, which the trial steps stand for
     # Without keep_files the exported model lives in a temporary folder, removed also after an error.
     with contextlib.ExitStack() as cleanup:
         workdir = keep_files or cleanup.enter_context(tempfile.TemporaryDirectory(prefix="edgecost-plan-"))
 
         def planned():
-            made = _plan_in(workdir, bool(keep_files), backend, model, example_inputs, activation_budget, memory,
+            made = _plan_in(workdir, bool(keep_files), backend, model, example_inputs, activation_budget, trials,
                             runtime_budget, platform, device, time_limit_s, progress, accept_noisy_costs,
                             optimizer, trainable, resident_code)
             made.realize(model)
@@ -130,12 +130,21 @@ def plan(model, example_inputs, *, activation_budget=None, ram_budget=None, runt
         # The solver's messages and the realization are parsed in a forked copy too: what they leave
         # in the heap would stay in the training process's RSS.
         saved, realization, replay = run_forked(planned) if can_fork() else planned()
-        made = Plan.from_saved(saved)
-        made.realization, made.replay, made._realized_for = realization, replay, model
-        return made
+    made = Plan.from_saved(saved)
+    made.realization, made.replay, made._realized_for = realization, replay, model
+    t = made.trials
+    if t.runtime_budget_s and t.planned.step_s > t.runtime_budget_s:
+        warnings.warn(f"edgecost: trial steps under the plan take {t.planned.step_s * 1e3:.1f} ms, over the runtime budget "
+                      f"of {t.runtime_budget_s * 1e3:.1f} ms at the fewest recomputations edgecost's costs allow: the rest "
+                      "is the bridge's hooks, per module, which no schedule lowers", RuntimeWarning, stacklevel=2)
+    if made.trials.peaks_in_optimizer():
+        warnings.warn("edgecost: the process peaks in optimizer.step(), where no activation is held: a plan lowers "
+                      "backward's peak, not the process's (" + made.trials.text().strip() + ")", RuntimeWarning,
+                      stacklevel=2)
+    return made
 
 
-def _plan_in(workdir, keep, backend, model, example_inputs, activation_budget, memory, runtime_budget, platform,
+def _plan_in(workdir, keep, backend, model, example_inputs, activation_budget, trials, runtime_budget, platform,
              device, time_limit_s, progress, accept_noisy_costs, optimizer, trainable, resident_code):
     os.makedirs(workdir, exist_ok=True)
     onnx_path = os.path.join(workdir, "model.onnx")
@@ -148,60 +157,69 @@ def _plan_in(workdir, keep, backend, model, example_inputs, activation_budget, m
     # Paging time counts against the runtime budget on measured costs, as `edgecost solve` does.
     request = {"model": model_name, "device": platform or device, "countPagingTime": not platform,
                "timeLimitS": time_limit_s, "optimizerStateTensors": optimizer_state_tensors(optimizer),
-               "trainable": trainable,
-               **runtime_budget_fields(runtime_budget)}
+               "trainable": trainable}
     if platform:
         request["costSource"] = "poet-flops"
     elif device == "this" and not backend.has_measured_costs(model_name):
         _profile(backend, model_name, accept_noisy_costs, progress)
     budget = str(activation_budget).strip() if activation_budget is not None else ""
     plain_peak = 0
-    if memory.ram_budget_bytes or budget.endswith("%"):
+    if trials.ram_budget_bytes or budget.endswith("%"):
         # Any schedule carries the plain step's memory; checkpoint-all is the quickest to solve.
-        unbounded = {k: v for k, v in request.items() if k != "runtimeBudgetS"}
-        plain = backend.solve(dict(unbounded, ramBudgetBytes=str(1 << 50), strategy="checkpoint-all",
+        plain = backend.solve(dict(request, ramBudgetBytes=str(1 << 50), strategy="checkpoint-all",
                                    runtimeBudgetMultiple=100.0))
         plain_peak = int(plain["memory"]["activationPeakBytes"])
     trial = _TrialSteps(model, example_inputs, optimizer, os.path.join(workdir, "pages"), resident_code)
-    memory.plain_peak_rise_bytes = trial.peak_rise_bytes(None)
+    trials.plain = trial.run(None)
+    runtime = runtime_budget_fields(runtime_budget)
+    trials.runtime_budget_s = runtime.get("runtimeBudgetS") or runtime["runtimeBudgetMultiple"] * trials.plain.step_s
 
-    def solved(activation_budget_bytes):
-        message = backend.solve(dict(request, ramBudgetBytes=str(activation_budget_bytes)))
+    def solved(activation_budget_bytes, runtime):
+        message = backend.solve(dict(request, ramBudgetBytes=str(activation_budget_bytes), **runtime))
         if keep:
             with open(os.path.join(workdir, "schedule.json"), "w") as f:
                 json.dump(message, f)
         schedule = Schedule(message)
         if schedule.status not in ("STATUS_OPTIMAL", "STATUS_FEASIBLE"):
             raise cli.EdgecostError(f"no schedule meets the budgets ({schedule.status}): {message.get('message', '')}"
-                                    + memory.fixed_part_text())
+                                    + trials.text())
         made = Plan(schedule, model_name=model_name, schedule_path=os.path.join(workdir, "schedule.json") if keep else "",
-                    signature=model_signature(model, example_inputs), memory=memory)
-        memory.peak_rise_bytes = trial.peak_rise_bytes(made)
+                    signature=model_signature(model, example_inputs), trials=trials)
+        trials.planned = trial.run(made)
         return made
 
-    if not memory.ram_budget_bytes:
-        return solved(int(plain_peak * float(budget[:-1]) / 100) if budget.endswith("%") else parse_bytes(budget))
-    return _fitted_to_process(solved, plain_peak, memory)
+    if trials.ram_budget_bytes:
+        room = trials.ram_budget_bytes - trials.baseline_rss_bytes
+        if room <= trials.plain.optimizer_peak_rise_bytes:
+            raise ValueError(f"ram_budget {trials.ram_budget_bytes / 1e6:.1f} MB: the optimizer's step alone goes "
+                             "over it, whatever the activations:" + trials.text())
+        activation_budget = plain_peak - max(0, trials.plain.peak_rise_bytes - room)
+    else:
+        room = None
+        activation_budget = int(plain_peak * float(budget[:-1]) / 100) if budget.endswith("%") else parse_bytes(budget)
+    return _fitted(solved, activation_budget, runtime, room, trials)
 
 
-def _fitted_to_process(solved, plain_peak, memory):
-    """The plan whose measured step keeps the process under its RAM budget: the activation budget
-    starts at the plain peak less what the plain step goes over, and is lowered by each trial's excess."""
-    room = memory.ram_budget_bytes - memory.baseline_rss_bytes
-    if room <= 0:
-        raise ValueError(f"ram_budget {memory.ram_budget_bytes / 1e6:.1f} MB leaves no room for a step:"
-                         + memory.fixed_part_text())
-    activation_budget = plain_peak - max(0, memory.plain_peak_rise_bytes - room)
+def _fitted(solved, activation_budget, runtime, room, trials):
+    """The plan whose trial steps, on PyTorch's own kernels, keep within the runtime budget and (with a
+    ram_budget) the process's room: each trial's excess lowers the activation budget, each overrun
+    tightens the runtime budget the solver plans with on edgecost's costs, down to one plain step.
+    A step no plan brings within time (the hooks' own cost on a small model) is left to plan() to warn about."""
     for _ in range(4):
         if activation_budget <= 0:
             break
-        made = solved(activation_budget)
-        excess = memory.peak_rise_bytes - room
-        if excess <= 0:
+        made = solved(activation_budget, runtime)
+        excess_bytes = trials.planned.peak_rise_bytes - room if room is not None else 0
+        overrun = trials.planned.step_s / trials.runtime_budget_s if trials.runtime_budget_s else 0
+        tighter = {k: v / overrun for k, v in runtime.items()} if overrun > 1 else runtime
+        can_tighten = tighter.get("runtimeBudgetMultiple", 1.0) >= 1.0
+        if excess_bytes <= 0 and (overrun <= 1 or not can_tighten):
             return made
-        activation_budget -= excess
-    raise cli.EdgecostError(f"no plan kept a trial step under ram_budget {memory.ram_budget_bytes / 1e6:.1f} MB:"
-                            + memory.fixed_part_text())
+        activation_budget -= max(0, excess_bytes)
+        runtime = tighter if can_tighten else runtime
+    raise cli.EdgecostError("no plan kept its trial steps within the budgets (ram_budget "
+                            f"{trials.ram_budget_bytes / 1e6:.1f} MB, runtime {trials.runtime_budget_s * 1e3:.1f} ms);"
+                            + trials.text())
 
 
 def _optimizer_state_bytes(optimizer, model):
@@ -213,32 +231,53 @@ def _optimizer_state_bytes(optimizer, model):
 
 
 @dataclass
-class ProcessMemory:
-    """The training process's memory as a plan predicts it: measured in forked copies of the process
-    that planned, so it holds PyTorch's own allocations and the optimizer's state as well as the
-    saved activations."""
+class Trial:
+    """Training steps run in a forked copy of the planning process, on PyTorch's own kernels."""
+    peak_rise_bytes: int = 0            # how far the steps raise the peak RSS over the RSS before them
+    backward_peak_rise_bytes: int = 0   # the same within forward and backward
+    optimizer_peak_rise_bytes: int = 0  # the same within optimizer.step()
+    step_s: float = 0.0                 # the fastest forward and backward after the first step
+
+
+@dataclass
+class Trials:
+    """What a plan predicts for the training process, from trial steps in forked copies of the
+    process that planned: PyTorch's own allocations, kernels and optimizer, not only the activations."""
     baseline_rss_bytes: int = 0      # the planning process's RSS when plan() was called
     optimizer_state_bytes: int = 0   # what the optimizer's state adds at its first step (within the rises)
-    plain_peak_rise_bytes: int = 0   # how far plain training steps raise the peak RSS over the RSS before them
-    peak_rise_bytes: int = 0         # the same, under the plan
     ram_budget_bytes: int = 0        # the process's peak RSS asked for (0: an activation budget was)
+    runtime_budget_s: float = 0.0    # the runtime budget in the trial steps' seconds
+    threads: int = 1                 # the trial steps' (a forked copy runs torch at one thread)
+    plain: Trial = dataclasses.field(default_factory=Trial)
+    planned: Trial = dataclasses.field(default_factory=Trial)
+
+    @classmethod
+    def from_dict(cls, saved):
+        return cls(**{k: Trial(**v) if k in ("plain", "planned") else v for k, v in saved.items()})
 
     def peak_rss_bytes(self, rss_before_steps, plain=False):
         """The process's peak RSS predicted from its RSS before its first step."""
-        return rss_before_steps + (self.plain_peak_rise_bytes if plain else self.peak_rise_bytes)
+        return rss_before_steps + (self.plain if plain else self.planned).peak_rise_bytes
 
-    def fixed_part_text(self):
-        return (f" the process holds {self.baseline_rss_bytes / 1e6:.1f} MB before training, and plain steps raise "
-                f"its peak by {self.plain_peak_rise_bytes / 1e6:.1f} MB (the optimizer's state "
-                f"{self.optimizer_state_bytes / 1e6:.1f} MB of it)")
+    def peaks_in_optimizer(self):
+        """Whether the plain steps peak in optimizer.step(), where no activation is held (above what
+        backward left resident)."""
+        return self.plain.optimizer_peak_rise_bytes > 1.01 * self.plain.backward_peak_rise_bytes > 0
+
+    def text(self):
+        return (f" the process holds {self.baseline_rss_bytes / 1e6:.1f} MB before training; plain trial steps raise its "
+                f"peak by {self.plain.peak_rise_bytes / 1e6:.1f} MB ({self.plain.optimizer_peak_rise_bytes / 1e6:.1f} MB "
+                f"in the optimizer's step, whose state is {self.optimizer_state_bytes / 1e6:.1f} MB) and take "
+                f"{self.plain.step_s * 1e3:.1f} ms, steps under the last plan {self.planned.peak_rise_bytes / 1e6:.1f} MB "
+                f"and {self.planned.step_s * 1e3:.1f} ms")
 
 
 class _TrialSteps:
     """Training steps of the model (forward, backward of the outputs' sum, the optimizer's update) run
-    in forked copies of the planning process, measured by how far they raise its peak RSS: plain
-    steps, or steps under a plan. Three, as the user's loop: the first step allocates the gradients
-    and the optimizer's state, the next ones show what the allocator keeps between steps."""
-    STEPS = 3
+    in forked copies of the planning process: plain, or under a plan. Four, as the user's loop: the
+    first allocates the gradients and the optimizer's state, the next show what the allocator keeps
+    between steps and are timed."""
+    STEPS = 4
 
     def __init__(self, model, example_inputs, optimizer, page_dir, resident_code):
         self.model, self.optimizer, self.page_dir, self.resident_code = model, optimizer, page_dir, resident_code
@@ -250,9 +289,9 @@ class _TrialSteps:
         kinds = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam, "adamw": torch.optim.AdamW}
         return kinds[self.optimizer.lower()]([p for p in self.model.parameters() if p.requires_grad], lr=1e-9)
 
-    def peak_rise_bytes(self, plan):
+    def run(self, plan):
         if not can_fork():
-            return 0
+            return Trial()
         if plan is not None:
             plan.realize(self.model)  # `edgecost check` runs here, not in the measured copy
 
@@ -260,13 +299,24 @@ class _TrialSteps:
             optimizer = self._optimizer()
             if plan is not None:
                 plan.apply(self.model, page_dir=self.page_dir)
+            meter = PeakMeter(self.resident_code)
+            in_backward = in_optimizer = 0
+            times = []
             for _ in range(self.STEPS):
                 for p in self.model.parameters():
                     p.grad = None
+                start = time.perf_counter()
                 _default_loss(self.model(*self.inputs)).backward()
+                times.append(time.perf_counter() - start)
+                in_backward = max(in_backward, meter.phase_peak_bytes())
                 if optimizer is not None:
                     optimizer.step()
-        return step_peak_bytes(steps, self.resident_code)[0]
+                    in_optimizer = max(in_optimizer, meter.phase_peak_bytes())
+            code = meter.code_pages_bytes()
+            return Trial(peak_rise_bytes=max(in_backward, in_optimizer) + code, backward_peak_rise_bytes=in_backward + code,
+                         optimizer_peak_rise_bytes=in_optimizer + code if in_optimizer else 0,
+                         step_s=min(times[1:]))
+        return run_forked(steps)
 
 
 PLAN_FORMAT = "edgecost-torch-plan/1"
@@ -342,8 +392,9 @@ class StepReport:
                                   # to edgecost, outside its activation peak
     paged_bytes: int              # written to storage this step
     peak_rss_bytes: int           # the process's peak so far (VmHWM)
-    predicted_step_time_s: float  # for what runs (the realized stages replayed by `edgecost check`)
-    predicted_peak_bytes: int     # the same replay's activation peak
+    predicted_step_time_s: float  # the plan's trial steps on PyTorch's kernels (Trials.threads); without
+                                  # trials, edgecost check's replay of the realized stages on edgecost's costs
+    predicted_peak_bytes: int     # that replay's activation peak
     predicted_peak_rss_bytes: int = 0        # VmHWM predicted from the RSS before the first planned step
     predicted_plain_peak_rss_bytes: int = 0  # the same for plain steps: the difference is the plan's saving
 
@@ -594,22 +645,22 @@ class _Runtime:
         torch.autograd.Variable._execution_engine.queue_callback(lambda: self._end_step(step))
 
     def _end_step(self, step):
-        memory = self.plan.memory
-        measured = bool(memory.peak_rise_bytes)
+        trials = self.plan.trials
+        measured = bool(trials.planned.peak_rise_bytes)
         report = StepReport(
             step=step, step_time_s=time.perf_counter() - self.step_start, saved_peak_bytes=self.counter.peak,
             state_peak_bytes=self.counter.state_peak,
             paged_bytes=self.paged_bytes, peak_rss_bytes=peak_rss_bytes(),
-            predicted_step_time_s=self.plan.realized_step_time_s,
+            predicted_step_time_s=trials.planned.step_s if measured else self.plan.realized_step_time_s,
             predicted_peak_bytes=self.plan.realized_peak_bytes,
-            predicted_peak_rss_bytes=memory.peak_rss_bytes(self.rss_before_first_step) if measured else 0,
-            predicted_plain_peak_rss_bytes=memory.peak_rss_bytes(self.rss_before_first_step, plain=True) if measured else 0)
+            predicted_peak_rss_bytes=trials.peak_rss_bytes(self.rss_before_first_step) if measured else 0,
+            predicted_plain_peak_rss_bytes=trials.peak_rss_bytes(self.rss_before_first_step, plain=True) if measured else 0)
         self.plan.reports.append(report)
         if self.plan.report_steps:
             print("edgecost:", report, flush=True)
-        if memory.ram_budget_bytes and report.peak_rss_bytes > memory.ram_budget_bytes:
+        if trials.ram_budget_bytes and report.peak_rss_bytes > trials.ram_budget_bytes:
             warnings.warn(f"edgecost: step {step} took the process's peak RSS to {report.peak_rss_bytes / 1e6:.1f} MB, over "
-                          f"the plan's ram_budget of {memory.ram_budget_bytes / 1e6:.1f} MB (predicted "
+                          f"the plan's ram_budget of {trials.ram_budget_bytes / 1e6:.1f} MB (predicted "
                           f"{report.predicted_peak_rss_bytes / 1e6:.1f} MB): the process grew after planning (plan "
                           "later, or with a lower budget)", RuntimeWarning, stacklevel=2)
         budget = self.plan.schedule.budget_bytes
@@ -805,10 +856,10 @@ def _default_loss(output):
 class Plan:
     """A solved schedule and how it runs in PyTorch."""
 
-    def __init__(self, schedule, model_name="", schedule_path="", signature=None, memory=None):
+    def __init__(self, schedule, model_name="", schedule_path="", signature=None, trials=None):
         self.schedule, self.model_name, self.schedule_path = schedule, model_name, schedule_path
         self.signature = signature  # model_signature() of what was planned; None: not checked
-        self.memory = memory or ProcessMemory()
+        self.trials = trials or Trials()  # what trial steps in forked copies measured for the process
         self.reports = []          # a StepReport per training step run under the plan
         self.report_steps = False  # print each step's report
         self.realization = None
@@ -860,6 +911,12 @@ class Plan:
                  f"{s.budget_bytes / 1e6:.3f} MB, plain {s.plain_activation_peak_bytes / 1e6:.3f} MB), "
                  f"energy {s.energy_j:.4g} J ({s.energy_source})"]
         lines += ["  " + d.describe() for d in s.changed()]
+        t = self.trials
+        if t.planned.step_s:
+            lines.append(f"trial steps (PyTorch, {t.threads} thread{'s' if t.threads > 1 else ''}, in forked copies): "
+                         f"plain {t.plain.step_s * 1e3:.1f} ms raising the peak RSS by {t.plain.peak_rise_bytes / 1e6:.1f} MB, "
+                         f"planned {t.planned.step_s * 1e3:.1f} ms (budget {t.runtime_budget_s * 1e3:.1f} ms) raising it by "
+                         f"{t.planned.peak_rise_bytes / 1e6:.1f} MB")
         if self.realization is not None:
             r = self.realization
             lines.append(f"as run: checkpointed {', '.join(map(str, r.segments)) or 'nothing'}; paged outputs of "
@@ -871,14 +928,14 @@ class Plan:
 
     def saved(self):
         """The plan as `save` writes it: the schedule with its costs, what it was planned for, and
-        the process memory measured for it."""
+        what its trial steps measured."""
         return {"format": PLAN_FORMAT, "model_name": self.model_name, "signature": self.signature,
-                "process_memory": dataclasses.asdict(self.memory), "schedule": self.schedule.raw}
+                "trials": dataclasses.asdict(self.trials), "schedule": self.schedule.raw}
 
     @classmethod
     def from_saved(cls, saved, path=""):
         return cls(Schedule(saved["schedule"]), model_name=saved.get("model_name", ""), schedule_path=path,
-                   signature=saved.get("signature"), memory=ProcessMemory(**saved.get("process_memory", {})))
+                   signature=saved.get("signature"), trials=Trials.from_dict(saved.get("trials", {})))
 
     def save(self, path):
         """Writes the plan to `path`, for `load_plan` in the process that trains: planning once,
@@ -989,7 +1046,7 @@ def _keep_everything():
     return Realization(segments=[], paged_modules=[], actions={})
 
 
-__all__ = ["plan", "Plan", "StepReport", "VerifyResult", "Schedule", "PAGE", "RECOMPUTE"]
+__all__ = ["plan", "load_plan", "Plan", "StepReport", "Trial", "Trials", "VerifyResult", "Schedule", "PAGE", "RECOMPUTE"]
 
 
 def _main(argv=None):

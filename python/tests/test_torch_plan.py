@@ -253,7 +253,29 @@ class ProcessMemoryTest(unittest.TestCase):
         self.assertTrue(planned["identical"])
         for measured, predicted in ((plain["peak_rss"], planned["predicted_plain_peak_rss"]),
                                     (planned["peak_rss"], planned["predicted_peak_rss"])):
-            self.assertLess(abs(measured - predicted), 0.1 * measured)
+            self.assertLess(abs(measured - predicted), 0.15 * measured)  # heap layout: +-30 MB run to run
+
+    def test_trials_over_a_budget_lower_the_activation_budget_and_tighten_the_runtime(self):
+        trials = ec.Trials(ram_budget_bytes=100, runtime_budget_s=1.0)
+        asked = []
+        # Each trial's process rise and step time, in the order the plans are solved.
+        outcomes = iter([(70, 0.5), (55, 2.0), (40, 0.9)])
+
+        def solved(activation_budget, runtime):
+            asked.append((activation_budget, runtime["runtimeBudgetMultiple"]))
+            rise, step_s = next(outcomes)
+            trials.planned = ec.Trial(peak_rise_bytes=rise, step_s=step_s)
+            return len(asked)
+
+        self.assertEqual(ec._fitted(solved, 30, {"runtimeBudgetMultiple": 3.0}, 50, trials), 3)
+        self.assertEqual(asked, [(30, 3.0), (10, 3.0), (5, 1.5)])
+        # A step over time at the tightest budget a schedule can have (one plain step) is kept.
+        trials.planned = ec.Trial(peak_rise_bytes=40, step_s=2.0)
+        self.assertEqual(ec._fitted(lambda b, r: r, 5, {"runtimeBudgetMultiple": 1.0}, 50, trials),
+                         {"runtimeBudgetMultiple": 1.0})
+        trials.planned = ec.Trial(peak_rise_bytes=60, step_s=0.1)
+        with self.assertRaisesRegex(Exception, "no plan kept its trial steps within the budgets"):
+            ec._fitted(lambda b, r: None, 5, {"runtimeBudgetMultiple": 3.0}, 50, trials)
 
     def test_planning_leaves_the_training_process_peak_alone(self):
         """The export (several times a step's memory) and the trial steps run in forked copies."""
@@ -269,7 +291,7 @@ model, batch = torchvision.models.mobilenet_v2(num_classes=10), torch.randn(8, 3
 before = peak_rss_bytes()
 plan = ec.plan(model, batch, activation_budget="50%", runtime_budget="3x", platform="a72", db={self.db!r},
                time_limit_s=5, progress=False)
-print(before, peak_rss_bytes(), plan.memory.plain_peak_rise_bytes, plan.memory.peak_rise_bytes)
+print(before, peak_rss_bytes(), plan.trials.plain.peak_rise_bytes, plan.trials.planned.peak_rise_bytes)
 """
         done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
         self.assertEqual(done.returncode, 0, done.stderr[-3000:])
