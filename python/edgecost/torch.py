@@ -205,6 +205,7 @@ def _fitted(solved, activation_budget, runtime, room, trials):
     ram_budget) the process's room: each trial's excess lowers the activation budget, each overrun
     tightens the runtime budget the solver plans with on edgecost's costs, down to one plain step.
     A step no plan brings within time (the hooks' own cost on a small model) is left to plan() to warn about."""
+    fits = None  # the last plan within the RAM budget, and its trial
     for _ in range(4):
         if activation_budget <= 0:
             break
@@ -213,10 +214,15 @@ def _fitted(solved, activation_budget, runtime, room, trials):
         overrun = trials.planned.step_s / trials.runtime_budget_s if trials.runtime_budget_s else 0
         tighter = {k: v / overrun for k, v in runtime.items()} if overrun > 1 else runtime
         can_tighten = tighter.get("runtimeBudgetMultiple", 1.0) >= 1.0
-        if excess_bytes <= 0 and (overrun <= 1 or not can_tighten):
-            return made
+        if excess_bytes <= 0:
+            fits = made, trials.planned
+            if overrun <= 1 or not can_tighten:
+                return made
         activation_budget -= max(0, excess_bytes)
         runtime = tighter if can_tighten else runtime
+    if fits is not None:  # over time still: plan() says so
+        made, trials.planned = fits
+        return made
     raise cli.EdgecostError("no plan kept its trial steps within the budgets (ram_budget "
                             f"{trials.ram_budget_bytes / 1e6:.1f} MB, runtime {trials.runtime_budget_s * 1e3:.1f} ms);"
                             + trials.text())
@@ -391,6 +397,8 @@ class StepReport:
                                   # copies of them (batch-norm statistics, max-pool indices): layer state
                                   # to edgecost, outside its activation peak
     paged_bytes: int              # written to storage this step
+    paged_files: int              # the files written this step
+    read_ahead_files: int         # of those, read back before autograd asked for them
     peak_rss_bytes: int           # the process's peak so far (VmHWM)
     predicted_step_time_s: float  # the plan's trial steps on PyTorch's kernels (Trials.threads); without
                                   # trials, edgecost check's replay of the realized stages on edgecost's costs
@@ -406,7 +414,7 @@ class StepReport:
         return (f"step {self.step}: {rss}, {self.step_time_s * 1e3:.1f} ms (predicted "
                 f"{self.predicted_step_time_s * 1e3:.1f} ms), saved activations peak {self.saved_peak_bytes / 1e6:.3f} MB "
                 f"(predicted {self.predicted_peak_bytes / 1e6:.3f} MB) + op state {self.state_peak_bytes / 1e6:.3f} MB, "
-                f"paged {self.paged_bytes / 1e6:.2f} MB")
+                f"paged {self.paged_bytes / 1e6:.2f} MB in {self.paged_files} files ({self.read_ahead_files} read ahead)")
 
 
 class _Counter:
@@ -484,30 +492,44 @@ class _Kept:
 
 
 class _PageFile:
-    """One tensor on storage: written on the pager's thread, read back when autograd asks. Counted
-    while it is being written and, once read back, until autograd drops it (after the backward op)."""
+    """One tensor on storage: written on the pager's thread, read back on it ahead of backward (the
+    file paged out before this one is read while backward uses this one), and waited for only when
+    autograd asks before it is back. Counted while it is being written and from its read until
+    autograd drops it (after the backward op)."""
 
     def __init__(self, tensor, path, pager):
-        self.path, self.nbytes, self.counter = path, _storage_bytes(tensor), pager.counter
+        self.path, self.nbytes, self.counter, self.executor = path, _storage_bytes(tensor), pager.counter, pager.executor
         self.key = ("writing", path)
         self.read_key = None
+        self.loading = None  # the read, once started
+        self.position = 0    # the leaf module running when it was written (Runtime.leaf_position)
+        self.read_ahead_set = False
         self.counter.add(self.key, self.nbytes)  # resident until written
-        self.future = pager.executor.submit(self._write, tensor)
+        self.future = self.executor.submit(self._write, tensor)
 
     def _write(self, tensor):
         torch.save(tensor.detach(), self.path)
         self.counter.remove(self.key)
 
-    def read(self):
+    def _load(self):
         self.future.result()
-        if self.read_key is None:
+        return torch.load(self.path)
+
+    def prefetch(self):
+        if self.loading is None:
             self.read_key = ("read", self.path)
             self.counter.add(self.read_key, self.nbytes)
-        return torch.load(self.path)
+            self.loading = self.executor.submit(self._load)
+
+    def read(self):
+        self.prefetch()
+        return self.loading.result()
 
     def __del__(self):
         with contextlib.suppress(Exception):
             self.future.result()
+            if self.loading is not None:
+                self.loading.result()
             if self.read_key is not None:
                 self.counter.remove(self.read_key)
             os.unlink(self.path)
@@ -574,6 +596,9 @@ class _Runtime:
         self.paged_bytes = 0
         self.file_number = 0
         self.last_write = None
+        self.page_files = []  # this step's, in the order written: backward reads them about in reverse
+        self.read_ahead = 0   # files read before autograd asked for them, this step
+        self.leaf_position = 0  # leaf modules entered in this step's forward
         self.step = 0
         self.step_start = None
         self.rss_before_first_step = None
@@ -616,6 +641,9 @@ class _Runtime:
             invocation.release()
         self.invocations = []
         self.paged_outputs.clear()
+        self.page_files = []
+        self.read_ahead = 0
+        self.leaf_position = 0
         self.calls = []
         # The batch too: the caller holds it through the step, so autograd's reference costs nothing
         # (the plan reads it again for backward).
@@ -650,7 +678,8 @@ class _Runtime:
         report = StepReport(
             step=step, step_time_s=time.perf_counter() - self.step_start, saved_peak_bytes=self.counter.peak,
             state_peak_bytes=self.counter.state_peak,
-            paged_bytes=self.paged_bytes, peak_rss_bytes=peak_rss_bytes(),
+            paged_bytes=self.paged_bytes, paged_files=len(self.page_files), read_ahead_files=self.read_ahead,
+            peak_rss_bytes=peak_rss_bytes(),
             predicted_step_time_s=trials.planned.step_s if measured else self.plan.realized_step_time_s,
             predicted_peak_bytes=self.plan.realized_peak_bytes,
             predicted_peak_rss_bytes=trials.peak_rss_bytes(self.rss_before_first_step) if measured else 0,
@@ -674,6 +703,7 @@ class _Runtime:
     def _enter_module(self, module, inputs):
         if self.hooks_context is not None and module in self.own_modules:
             leaf = not any(True for _ in module.children())
+            self.leaf_position += leaf
             self.calls.append((module, leaf, {_storage_key(t) for t in inputs if torch.is_tensor(t)}, []))
 
     def _leave_module(self, module, inputs, output):
@@ -681,6 +711,8 @@ class _Runtime:
             return
         _, leaf, input_keys, pending = self.calls.pop()
         outputs = [t for t in (output if isinstance(output, (tuple, list)) else (output,)) if torch.is_tensor(t)]
+        if leaf and outputs:
+            self._read_ahead(outputs[0], self.leaf_position)
         output_keys = {_storage_key(t) for t in outputs}
         saved = [kept for kept in (ref() for ref in pending) if kept is not None and kept.file is None]
         if leaf:
@@ -714,6 +746,26 @@ class _Runtime:
         output, _ = self.paged_outputs.get(_storage_key(tensor), (None, None))
         return output is not None and output() is not None
 
+    def _read_ahead(self, output, position):
+        """Has backward read the files written up to `position` two leaf modules back while it
+        computes the gradient of `output` (leaf module `position`'s): each is back one module before
+        the backward that reads it first (the consumer's), as the plan's page-ins are one stage ahead."""
+        files = [f for f in (ref() for ref in self.page_files) if f is not None and not f.read_ahead_set
+                 and f.position <= position - 2]
+        if not files or not output.requires_grad:
+            return
+        for f in files:
+            f.read_ahead_set = True
+        files = [weakref.ref(f) for f in files]  # the hook lives as long as `output`, the files not
+
+        def read(grad):
+            for f in (ref() for ref in files):
+                # Not above the activation peak predicted for what runs: that waits for autograd.
+                if f is not None and f.loading is None and self.counter.now + f.nbytes <= self.plan.realized_peak_bytes:
+                    f.prefetch()
+                    self.read_ahead += 1
+        output.register_hook(read)
+
     def _page_file(self, tensor):
         """The file `tensor` is written to: one per view of a paged output, one per other tensor."""
         output, files = self.paged_outputs.get(_storage_key(tensor), (None, {}))
@@ -729,6 +781,8 @@ class _Runtime:
                 self.last_write.result()
             self.file_number += 1
             file = _PageFile(tensor, os.path.join(self.page_dir, f"{self.file_number}.pt"), self)
+            file.position = self.leaf_position
+            self.page_files.append(weakref.ref(file))
             files[view] = weakref.ref(file)
             self.last_write = file.future
             self.paged_bytes += file.nbytes
