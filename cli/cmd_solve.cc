@@ -4,6 +4,7 @@
 #include <iostream>
 #include <limits>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "base/heartbeat.h"
@@ -59,6 +60,7 @@ struct SolveFlags {
   bool json = false;
   std::string out_path;
   std::string svg_path;
+  std::string node_runtimes_path;  // a JSON array of each node's seconds (ScheduleRequest.node_runtime_s)
   CLI::Option* platform_option = nullptr;  // to refuse --platform with --device instead of ignoring it
   CLI::Option* count_paging_option = nullptr;  // given, or the default by cost source
 };
@@ -176,6 +178,20 @@ void PrintMemory(const v1::Schedule& s) {
   }
 }
 
+// --node-runtimes FILE: a JSON array with each node's seconds, in node order.
+Result<std::vector<double>> ReadNodeRuntimes(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return NotFound("cannot read --node-runtimes " + path);
+  const nlohmann::json doc = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!doc.is_array()) return InvalidArgument(path + " is not a JSON array of each node's seconds");
+  std::vector<double> runtimes;
+  for (const nlohmann::json& value : doc) {
+    if (!value.is_number()) return InvalidArgument(path + ": entry " + std::to_string(runtimes.size()) + " is not a number");
+    runtimes.push_back(value.get<double>());
+  }
+  return runtimes;
+}
+
 Result<v1::ScheduleRequest> BuildRequest(const SolveFlags& flags) {
   v1::ScheduleRequest request;
   if (!flags.graph_file.empty()) {
@@ -208,6 +224,10 @@ Result<v1::ScheduleRequest> BuildRequest(const SolveFlags& flags) {
   EC_ASSIGN_OR_RETURN(const train::OptimizerOptions options, service::OptimizerOptionsOf(optimizer));
   request.set_optimizer_state_tensors(static_cast<uint32_t>(train::OptimizerStateTensors(options)));
   request.set_update_in_backward(flags.update_in_backward);
+  if (!flags.node_runtimes_path.empty()) {
+    EC_ASSIGN_OR_RETURN(const std::vector<double> runtimes, ReadNodeRuntimes(flags.node_runtimes_path));
+    request.mutable_node_runtime_s()->Assign(runtimes.begin(), runtimes.end());
+  }
   if (!flags.ram_budget.empty()) {
     if (!flags.activation_budget.empty() || flags.min_ram) {
       return InvalidArgument(
@@ -543,6 +563,9 @@ void RegisterSolveCommand(CLI::App& app, Context& ctx) {
   cmd->add_option("--runtime-budget", flags->runtime_budget,
                   "Multiple of a plain step (7.6x) or seconds (1.2s); the default is train's too")
       ->capture_default_str();
+  cmd->add_option("--node-runtimes", flags->node_runtimes_path,
+                  "A JSON array of each node's measured seconds, in node order, that replace the cost table's "
+                  "(energies kept at each node's power): the PyTorch bridge's times on PyTorch's kernels");
   cmd->add_flag("--no-paging", flags->no_paging, "Recompute only");
   cmd->add_flag("--no-remat", flags->no_remat, "Page only");
   flags->count_paging_option = cmd->add_flag("--count-paging-time,!--no-count-paging-time", flags->count_paging_time,

@@ -155,9 +155,43 @@ v1::GetCostTableRequest CostTableRequestFor(const v1::ScheduleRequest& request) 
   return table;
 }
 
+namespace {
+
+// ScheduleRequest.node_runtime_s applied to `table`: the caller's times, each node at its stated power.
+Result<v1::CostTable> WithCallerRuntimes(v1::CostTable table, const v1::ScheduleRequest& request) {
+  if (request.node_runtime_s().empty()) return table;
+  if (request.node_runtime_s_size() != table.costs_size()) {
+    return InvalidArgument("node_runtime_s has " + std::to_string(request.node_runtime_s_size()) +
+                           " times; the training graph of " + request.model() + " has " +
+                           std::to_string(table.costs_size()) + " nodes, one time each in node order");
+  }
+  double caller_s = 0;
+  for (int i = 0; i < table.costs_size(); ++i) {
+    const double runtime_s = request.node_runtime_s(i);
+    if (!std::isfinite(runtime_s) || runtime_s < 0) {
+      return InvalidArgument("node_runtime_s[" + std::to_string(i) + "] is " + std::to_string(runtime_s) +
+                             ": a node's time is a finite number of seconds, 0 or more");
+    }
+    v1::NodeCost& cost = *table.mutable_costs(i);
+    const double power_w = cost.runtime_s() > 0 ? cost.compute_j() / cost.runtime_s() : 0;
+    cost.set_compute_j(power_w * runtime_s);
+    cost.set_runtime_s(runtime_s);
+    caller_s += runtime_s;
+  }
+  table.set_note(table.note() + (table.note().empty() ? "" : "; ") + "runtimes are the caller's (" +
+                 FormatSeconds(caller_s) + " for one computation of every node), energies at each node's power above");
+  return table;
+}
+
+}  // namespace
+
 Result<v1::CostTable> CostTableForRequest(costdb::CostDb* db, const v1::ScheduleRequest& request) {
-  if (!request.graph_file().empty()) return graph::ReadCostTableFile(request.graph_file());
-  return ResolveCostTable(db, CostTableRequestFor(request));
+  if (!request.graph_file().empty()) {
+    EC_ASSIGN_OR_RETURN(v1::CostTable table, graph::ReadCostTableFile(request.graph_file()));
+    return WithCallerRuntimes(std::move(table), request);
+  }
+  EC_ASSIGN_OR_RETURN(v1::CostTable table, ResolveCostTable(db, CostTableRequestFor(request)));
+  return WithCallerRuntimes(std::move(table), request);
 }
 
 Result<v1::Schedule> ReadScheduleFile(const std::string& path) {

@@ -90,6 +90,11 @@ class Local:
             int(r.get("optimizerStateTensors", 0))]
         with tempfile.TemporaryDirectory(prefix="edgecost-solve-") as workdir:
             path = os.path.join(workdir, "schedule.json")
+            if r.get("nodeRuntimeS"):
+                times = os.path.join(workdir, "node_runtimes.json")
+                with open(times, "w") as f:
+                    json.dump(r["nodeRuntimeS"], f)
+                args += ["--node-runtimes", times]
             run(args + ["--out", path], db=self.db, progress=self.progress)
             with open(path) as f:
                 return json.load(f)

@@ -115,7 +115,8 @@ def plan(model, example_inputs, *, activation_budget=None, ram_budget=None, runt
     agent = agent or os.environ.get(AGENT_ENV)
     backend = Agent(agent) if agent else cli.Local(db, progress)
     trials = Trials(baseline_rss_bytes=rss_bytes(), ram_budget_bytes=ram_budget_bytes,
-                    optimizer_state_bytes=_optimizer_state_bytes(optimizer, model))
+                    optimizer_state_bytes=_optimizer_state_bytes(optimizer, model),
+                    training_threads=torch.get_num_threads())
     resident_code = file_pagemap() if can_fork() else None  # of this process, which the trial steps stand for
     # Without keep_files the exported model lives in a temporary folder, removed also after an error.
     with contextlib.ExitStack() as cleanup:
@@ -163,14 +164,18 @@ def _plan_in(workdir, keep, backend, model, example_inputs, activation_budget, t
     elif device == "this" and not backend.has_measured_costs(model_name):
         _profile(backend, model_name, accept_noisy_costs, progress)
     budget = str(activation_budget).strip() if activation_budget is not None else ""
-    plain_peak = 0
-    if trials.ram_budget_bytes or budget.endswith("%"):
-        # Any schedule carries the plain step's memory; checkpoint-all is the quickest to solve.
-        plain = backend.solve(dict(request, ramBudgetBytes=str(1 << 50), strategy="checkpoint-all",
-                                   runtimeBudgetMultiple=100.0))
-        plain_peak = int(plain["memory"]["activationPeakBytes"])
+    # Any schedule carries the plain step's memory and the graph's nodes; checkpoint-all is the quickest to solve.
+    plain = Schedule(backend.solve(dict(request, ramBudgetBytes=str(1 << 50), strategy="checkpoint-all",
+                                        runtimeBudgetMultiple=100.0)))
+    plain_peak = plain.plain_activation_peak_bytes
     trial = _TrialSteps(model, example_inputs, optimizer, os.path.join(workdir, "pages"), resident_code)
     trials.plain = trial.run(None)
+    # This machine's PyTorch times where the training runs as the trials do; a board preset's, or more
+    # threads than a forked copy can run, keep edgecost's costs.
+    trials.node_times = bool(not platform and device == "this" and trials.plain.step_s
+                             and trials.training_threads == trials.threads)
+    if trials.node_times:
+        request["nodeRuntimeS"] = _node_runtimes(plain, trials.plain)
     runtime = runtime_budget_fields(runtime_budget)
     trials.runtime_budget_s = runtime.get("runtimeBudgetS") or runtime["runtimeBudgetMultiple"] * trials.plain.step_s
 
@@ -243,6 +248,8 @@ class Trial:
     backward_peak_rise_bytes: int = 0   # the same within forward and backward
     optimizer_peak_rise_bytes: int = 0  # the same within optimizer.step()
     step_s: float = 0.0                 # the fastest forward and backward after the first step
+    module_forward_s: dict = dataclasses.field(default_factory=dict)   # leaf module name -> seconds
+    module_backward_s: dict = dataclasses.field(default_factory=dict)  # (plain trials only)
 
 
 @dataclass
@@ -254,6 +261,8 @@ class Trials:
     ram_budget_bytes: int = 0        # the process's peak RSS asked for (0: an activation budget was)
     runtime_budget_s: float = 0.0    # the runtime budget in the trial steps' seconds
     threads: int = 1                 # the trial steps' (a forked copy runs torch at one thread)
+    training_threads: int = 1        # torch's in the process that planned
+    node_times: bool = False         # the plan was solved on node times from the plain trial (PyTorch's kernels)
     plain: Trial = dataclasses.field(default_factory=Trial)
     planned: Trial = dataclasses.field(default_factory=Trial)
 
@@ -278,12 +287,89 @@ class Trials:
                 f"and {self.planned.step_s * 1e3:.1f} ms")
 
 
+class _ModuleTimes:
+    """Each leaf module's forward and backward seconds in the steps run inside it (the fastest of
+    them), from global module hooks and a gradient hook on each leaf's output: autograd runs one op
+    at a time, so the time from one leaf output's gradient to the next is the backward of the module
+    that output came from."""
+
+    def __init__(self, model):
+        self.names = {m: name for name, m in model.named_modules() if name and not any(True for _ in m.children())}
+        self.forward, self.backward = {}, {}  # name -> fastest seconds over steps
+        self.step_forward, self.step_backward, self.started, self.last = {}, {}, {}, None
+
+    def __enter__(self):
+        self.handles = [torch.nn.modules.module.register_module_forward_pre_hook(self._pre),
+                        torch.nn.modules.module.register_module_forward_hook(self._post)]
+        return self
+
+    def __exit__(self, *exc):
+        for handle in self.handles:
+            handle.remove()
+
+    def _pre(self, module, inputs):
+        if module in self.names:
+            self.started[module] = time.perf_counter()
+
+    def _post(self, module, inputs, output):
+        name, start = self.names.get(module), self.started.pop(module, None)
+        if name is None or start is None:
+            return
+        self.step_forward[name] = self.step_forward.get(name, 0.0) + time.perf_counter() - start
+        first = next((t for t in (output if isinstance(output, (tuple, list)) else (output,))
+                      if torch.is_tensor(t) and t.requires_grad), None)
+        if first is not None:
+            first.register_hook(lambda grad: self._gradient(name))
+
+    def _gradient(self, name):
+        now = time.perf_counter()
+        if self.last is not None:
+            self.step_backward[self.last[0]] = self.step_backward.get(self.last[0], 0.0) + now - self.last[1]
+        self.last = (name, now)
+
+    def end_step(self):
+        self._gradient(None)  # the last module's backward ends with the step's
+        for step, fastest in ((self.step_forward, self.forward), (self.step_backward, self.backward)):
+            for name, seconds in step.items():
+                if name is not None:
+                    fastest[name] = min(fastest.get(name, seconds), seconds)
+        self.step_forward, self.step_backward, self.last = {}, {}, None
+
+
+def _node_runtimes(schedule, trial):
+    """Seconds for each node of `schedule`'s graph on PyTorch's kernels: a leaf module's measured
+    forward (backward) time shared among its forward (backward) nodes as edgecost's costs share it;
+    nodes outside leaf modules at the same PyTorch-to-edgecost ratio; all scaled so a plain step
+    adds up to the trial's."""
+    times = [0.0] * len(schedule.decisions)
+    grouped = {}
+    for d in schedule.decisions:
+        grouped.setdefault((d.module, d.backward), []).append(d)
+    measured_s = estimated_s = 0.0
+    for (module, backward), nodes in grouped.items():
+        module_s = (trial.module_backward_s if backward else trial.module_forward_s).get(module)
+        if module_s is None:
+            continue
+        total = sum(d.runtime_s for d in nodes)
+        for d in nodes:
+            times[d.node] = module_s * (d.runtime_s / total if total > 0 else 1 / len(nodes))
+        measured_s += module_s
+        estimated_s += total
+    ratio = measured_s / estimated_s if estimated_s > 0 else 1.0
+    for d in schedule.decisions:
+        if (d.module, d.backward) not in grouped or not times[d.node]:
+            times[d.node] = times[d.node] or d.runtime_s * ratio
+    scale = trial.step_s / sum(times) if sum(times) > 0 else 1.0
+    return [t * scale for t in times]
+
+
 class _TrialSteps:
     """Training steps of the model (forward, backward of the outputs' sum, the optimizer's update) run
-    in forked copies of the planning process: plain, or under a plan. Four, as the user's loop: the
-    first allocates the gradients and the optimizer's state, the next show what the allocator keeps
-    between steps and are timed."""
-    STEPS = 4
+    in forked copies of the planning process: plain, or under a plan. As the user's loop: the first
+    allocates the gradients and the optimizer's state, the next show what the allocator keeps
+    between steps and are timed; plain trials then time each leaf module in two more."""
+    STEPS = 3
+    MODULE_STEPS = 2
 
     def __init__(self, model, example_inputs, optimizer, page_dir, resident_code):
         self.model, self.optimizer, self.page_dir, self.resident_code = model, optimizer, page_dir, resident_code
@@ -308,12 +394,16 @@ class _TrialSteps:
             meter = PeakMeter(self.resident_code)
             in_backward = in_optimizer = 0
             times = []
-            for _ in range(self.STEPS):
+            module_times = _ModuleTimes(self.model)
+            for step in range(self.STEPS + (self.MODULE_STEPS if plan is None else 0)):
                 for p in self.model.parameters():
                     p.grad = None
-                start = time.perf_counter()
-                _default_loss(self.model(*self.inputs)).backward()
-                times.append(time.perf_counter() - start)
+                with module_times if step >= self.STEPS else contextlib.nullcontext():
+                    start = time.perf_counter()
+                    _default_loss(self.model(*self.inputs)).backward()
+                    times.append(time.perf_counter() - start)
+                if step >= self.STEPS:
+                    module_times.end_step()
                 in_backward = max(in_backward, meter.phase_peak_bytes())
                 if optimizer is not None:
                     optimizer.step()
@@ -321,7 +411,8 @@ class _TrialSteps:
             code = meter.code_pages_bytes()
             return Trial(peak_rise_bytes=max(in_backward, in_optimizer) + code, backward_peak_rise_bytes=in_backward + code,
                          optimizer_peak_rise_bytes=in_optimizer + code if in_optimizer else 0,
-                         step_s=min(times[1:]))
+                         step_s=min(times[1:self.STEPS]), module_forward_s=module_times.forward,
+                         module_backward_s=module_times.backward)
         return run_forked(steps)
 
 

@@ -301,6 +301,36 @@ print(before, peak_rss_bytes(), plan.trials.plain.peak_rise_bytes, plan.trials.p
         self.assertGreater(planned_rise, 0)
 
 
+class NodeTimesTest(unittest.TestCase):
+    def test_each_leaf_module_is_timed_forward_and_backward(self):
+        model, batch = small_net()
+        times = ec._ModuleTimes(model)
+        for _ in range(2):
+            with times:
+                model(batch).sum().backward()
+            times.end_step()
+        leaves = [name for name, m in model.named_modules() if name and not list(m.children())]
+        self.assertEqual(sorted(times.forward), sorted(leaves))
+        self.assertEqual(sorted(times.backward), sorted(leaves))
+        self.assertTrue(all(t > 0 for t in (*times.forward.values(), *times.backward.values())))
+
+    def test_module_times_are_shared_among_its_nodes_and_add_up_to_the_step(self):
+        from edgecost.schedule import Schedule
+        node = lambda i, module, runtime, phase="PHASE_FORWARD": (  # noqa: E731
+            {"index": i, "name": f"n{i}", "phase": phase, "module": module, "inputs": [i - 1] if i else []},
+            {"node": i, "runtimeS": runtime})
+        nodes, costs = zip(node(0, "", 1.0), node(1, "a", 1.0), node(2, "a", 3.0), node(3, "b", 2.0),
+                           node(4, "a", 2.0, "PHASE_BACKWARD"))
+        schedule = Schedule({"costTable": {"graph": {"nodes": list(nodes)}, "costs": list(costs)}, "stages": []})
+        # a's forward measured 8 s (edgecost: 4), b's 6 s (2), a's backward 2 s; the batch's copy unmeasured.
+        trial = ec.Trial(step_s=19.0, module_forward_s={"a": 8.0, "b": 6.0}, module_backward_s={"a": 2.0})
+        times = ec._node_runtimes(schedule, trial)
+        # Measured 16 s where edgecost says 8: the batch's copy at that ratio, 2 s; all add up to 18, scaled to 19.
+        expected = [2.0, 2.0, 6.0, 6.0, 2.0]
+        for got, want in zip(times, expected):
+            self.assertAlmostEqual(got, want * 19.0 / 18.0)
+
+
 class RealizedStagesTest(unittest.TestCase):
     def test_checkpoint_and_paging_as_stages(self):
         from edgecost.realize import Realization, realized_stages

@@ -149,5 +149,35 @@ TEST_F(TableThreads, ExportAndImportCarryTheCount) {
   EXPECT_EQ((*tables)[1].key.threads, 2u);
 }
 
+// ScheduleRequest.node_runtime_s (the PyTorch bridge's times on its own kernels) replaces each node's
+// runtime, its energy kept at the power the table states; a list of the wrong length is refused.
+TEST(CallerRuntimes, ReplaceTheTablesAtEachNodesPower) {
+  v1::ScheduleRequest request;
+  request.set_model("linear");
+  request.set_device("a72");
+  auto table = CostTableForRequest(nullptr, request);
+  ASSERT_TRUE(table.ok()) << table.status().message();
+  for (int i = 0; i < table->costs_size(); ++i) request.add_node_runtime_s(0.001 * (i + 1));
+  auto timed = CostTableForRequest(nullptr, request);
+  ASSERT_TRUE(timed.ok()) << timed.status().message();
+  for (int i = 0; i < table->costs_size(); ++i) {
+    const v1::NodeCost& before = table->costs(i);
+    const v1::NodeCost& after = timed->costs(i);
+    EXPECT_DOUBLE_EQ(after.runtime_s(), 0.001 * (i + 1));
+    if (before.runtime_s() > 0) {
+      EXPECT_NEAR(after.compute_j() / after.runtime_s(), before.compute_j() / before.runtime_s(), 1e-9);
+    }
+    EXPECT_EQ(after.ram_bytes(), before.ram_bytes());
+  }
+  EXPECT_THAT(timed->note(), HasSubstr("runtimes are the caller's"));
+  request.add_node_runtime_s(1.0);
+  auto refused = CostTableForRequest(nullptr, request);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(refused.status().message(), HasSubstr("one time each in node order"));
+  request.mutable_node_runtime_s()->RemoveLast();
+  request.set_node_runtime_s(0, -1.0);
+  EXPECT_FALSE(CostTableForRequest(nullptr, request).ok());
+}
+
 }  // namespace
 }  // namespace edgecost::service
