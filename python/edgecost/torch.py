@@ -139,9 +139,10 @@ def plan(model, example_inputs, *, activation_budget=None, ram_budget=None, runt
                       f"of {t.runtime_budget_s * 1e3:.1f} ms at the fewest recomputations edgecost's costs allow: the rest "
                       "is the bridge's hooks, per module, which no schedule lowers", RuntimeWarning, stacklevel=2)
     if made.trials.peaks_in_optimizer():
-        warnings.warn("edgecost: the process peaks in optimizer.step(), where no activation is held: a plan lowers "
-                      "backward's peak, not the process's (" + made.trials.text().strip() + ")", RuntimeWarning,
-                      stacklevel=2)
+        warnings.warn("edgecost: the process peaks in optimizer.step(), where no activation is held, with the "
+                      "optimizer's state on top of what backward left in the heap: a plan lowers the process's peak "
+                      "only by what it keeps backward from leaving (" + made.trials.text().strip() + ")",
+                      RuntimeWarning, stacklevel=2)
     return made
 
 
