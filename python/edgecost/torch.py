@@ -208,7 +208,7 @@ def _plan_in(workdir, keep, backend, model, example_inputs, activation_budget, t
 def _fitted(solved, activation_budget, runtime, room, trials):
     """The plan whose trial steps, on PyTorch's own kernels, keep within the runtime budget and (with a
     ram_budget) the process's room: each trial's excess lowers the activation budget, each overrun
-    tightens the runtime budget the solver plans with on edgecost's costs, down to one plain step.
+    tightens the runtime budget the solver plans with, down to one plain step.
     A step no plan brings within time (the hooks' own cost on a small model) is left to plan() to warn about."""
     fits = None  # the last plan within the RAM budget, and its trial
     for _ in range(4):
