@@ -74,8 +74,8 @@ class Local:
         """A ScheduleRequest (protobuf JSON) solved by `edgecost solve`; the Schedule it writes."""
         r = request
         costs = ["--platform", r["device"]] if r.get("costSource") == "poet-flops" else ["--device", r["device"]]
-        budget = (["--activation-budget", f"{r['ramBudgetBytes']}B"] if "ramBudgetBytes" in r
-                  else ["--ram-budget", f"{r['deviceRamBytes']}B"])
+        budget = (["--min-ram"] if r.get("minRam") else ["--activation-budget", f"{r['ramBudgetBytes']}B"]
+                  if "ramBudgetBytes" in r else ["--ram-budget", f"{r['deviceRamBytes']}B"])
         runtime = f"{r['runtimeBudgetMultiple']}x" if "runtimeBudgetMultiple" in r else f"{r['runtimeBudgetS']}s"
         args = ["solve", "--model", r["model"], *costs, *budget, "--runtime-budget", runtime,
                 "--count-paging-time" if r.get("countPagingTime") else "--no-count-paging-time"]

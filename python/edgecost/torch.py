@@ -181,7 +181,9 @@ def _plan_in(workdir, keep, backend, model, example_inputs, activation_budget, t
     trials.runtime_budget_s = runtime.get("runtimeBudgetS") or runtime["runtimeBudgetMultiple"] * trials.plain.step_s
 
     def solved(activation_budget_bytes, runtime):
-        message = backend.solve(dict(request, ramBudgetBytes=str(activation_budget_bytes), **runtime))
+        """The plan at that activation budget (None: the smallest with a schedule), tried."""
+        budget = {"minRam": True} if activation_budget_bytes is None else {"ramBudgetBytes": str(activation_budget_bytes)}
+        message = backend.solve(dict(request, **budget, **runtime))
         if keep:
             with open(os.path.join(workdir, "schedule.json"), "w") as f:
                 json.dump(message, f)
@@ -212,9 +214,17 @@ def _fitted(solved, activation_budget, runtime, room, trials):
     A step no plan brings within time (the hooks' own cost on a small model) is left to plan() to warn about."""
     fits = None  # the last plan within the RAM budget, and its trial
     for _ in range(4):
+        if activation_budget is None:
+            break  # the smallest was tried
         if activation_budget <= 0:
-            break
-        made = solved(activation_budget, runtime)
+            activation_budget = None  # lowered past any schedule: the smallest one, tried once
+        try:
+            made = solved(activation_budget, runtime)
+        except cli.EdgecostError as refused:
+            if activation_budget is None or "infeasible" not in str(refused).lower():
+                raise
+            activation_budget = 0  # below the smallest schedule: that one next
+            continue
         excess_bytes = trials.planned.peak_rise_bytes - room if room is not None else 0
         overrun = trials.planned.step_s / trials.runtime_budget_s if trials.runtime_budget_s else 0
         tighter = {k: v / overrun for k, v in runtime.items()} if overrun > 1 else runtime
@@ -223,7 +233,8 @@ def _fitted(solved, activation_budget, runtime, room, trials):
             fits = made, trials.planned
             if overrun <= 1 or not can_tighten:
                 return made
-        activation_budget -= max(0, excess_bytes)
+        if activation_budget is not None:
+            activation_budget -= max(0, excess_bytes)
         runtime = tighter if can_tighten else runtime
     if fits is not None:  # over time still: plan() says so
         made, trials.planned = fits

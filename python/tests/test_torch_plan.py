@@ -273,9 +273,24 @@ class ProcessMemoryTest(unittest.TestCase):
         trials.planned = ec.Trial(peak_rise_bytes=40, step_s=2.0)
         self.assertEqual(ec._fitted(lambda b, r: r, 5, {"runtimeBudgetMultiple": 1.0}, 50, trials),
                          {"runtimeBudgetMultiple": 1.0})
+        # Lowered past any schedule, the smallest one (None) is tried once before giving up.
         trials.planned = ec.Trial(peak_rise_bytes=60, step_s=0.1)
+        tried = []
         with self.assertRaisesRegex(Exception, "no plan kept its trial steps within the budgets"):
-            ec._fitted(lambda b, r: None, 5, {"runtimeBudgetMultiple": 3.0}, 50, trials)
+            ec._fitted(lambda b, r: tried.append(b), 5, {"runtimeBudgetMultiple": 3.0}, 50, trials)
+        self.assertEqual(tried, [5, None])
+        # A budget below every schedule (the solver: infeasible) goes to the smallest schedule.
+        from edgecost import cli
+
+        def below_the_smallest(budget, runtime):
+            tried.append(budget)
+            if budget is not None:
+                raise cli.EdgecostError("status         infeasible (proven)")
+            trials.planned = ec.Trial(peak_rise_bytes=45, step_s=0.1)
+            return "smallest"
+        tried.clear()
+        self.assertEqual(ec._fitted(below_the_smallest, 5, {"runtimeBudgetMultiple": 3.0}, 50, trials), "smallest")
+        self.assertEqual(tried, [5, None])
 
     def test_planning_leaves_the_training_process_peak_alone(self):
         """The export (several times a step's memory) and the trial steps run in forked copies."""
