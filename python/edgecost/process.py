@@ -7,6 +7,7 @@ import traceback
 
 
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
+FORKED_THREADS = 1  # torch's threads in a forked copy: GNU OpenMP's thread pool does not survive a fork
 
 
 def _status_bytes(field):
@@ -43,7 +44,7 @@ def can_fork():
 
 def run_forked(work):
     """work() in a forked copy of this process, returning its (picklable) result or raising its
-    error. The copy runs torch at one thread: GNU OpenMP's thread pool does not survive a fork."""
+    error. The copy runs torch at FORKED_THREADS."""
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:  # the copy: never returns into the caller's code
@@ -51,7 +52,7 @@ def run_forked(work):
         status = 0
         try:
             import torch
-            torch.set_num_threads(1)
+            torch.set_num_threads(FORKED_THREADS)
             payload = pickle.dumps(("ok", work()))
         except BaseException as error:  # noqa: B902 - everything goes back to the parent
             status = 1

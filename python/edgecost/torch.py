@@ -22,7 +22,7 @@ from torch.utils.checkpoint import checkpoint
 
 from edgecost import cli
 from edgecost.agent import AGENT_ENV, Agent, parse_bytes, runtime_budget_fields
-from edgecost.process import PeakMeter, can_fork, file_pagemap, peak_rss_bytes, rss_bytes, run_forked
+from edgecost.process import FORKED_THREADS, PeakMeter, can_fork, file_pagemap, peak_rss_bytes, rss_bytes, run_forked
 from edgecost.realize import realize, realized_stages
 from edgecost.schedule import PAGE, RECOMPUTE, Schedule
 
@@ -174,7 +174,7 @@ def _plan_in(workdir, keep, backend, model, example_inputs, activation_budget, t
     # This machine's PyTorch times where the training runs as the trials do; a board preset's, or more
     # threads than a forked copy can run, keep edgecost's costs.
     trials.node_times = bool(not platform and device == "this" and trials.plain.step_s
-                             and trials.training_threads == trials.threads)
+                             and trials.training_threads == FORKED_THREADS)
     if trials.node_times:
         request["nodeRuntimeS"] = _node_runtimes(plain, trials.plain)
     runtime = runtime_budget_fields(runtime_budget)
@@ -271,7 +271,6 @@ class Trials:
     optimizer_state_bytes: int = 0   # what the optimizer's state adds at its first step (within the rises)
     ram_budget_bytes: int = 0        # the process's peak RSS asked for (0: an activation budget was)
     runtime_budget_s: float = 0.0    # the runtime budget in the trial steps' seconds
-    threads: int = 1                 # the trial steps' (a forked copy runs torch at one thread)
     training_threads: int = 1        # torch's in the process that planned
     node_times: bool = False         # the plan was solved on node times from the plain trial (PyTorch's kernels)
     plain: Trial = dataclasses.field(default_factory=Trial)
@@ -279,7 +278,8 @@ class Trials:
 
     @classmethod
     def from_dict(cls, saved):
-        return cls(**{k: Trial(**v) if k in ("plain", "planned") else v for k, v in saved.items()})
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: Trial(**v) if k in ("plain", "planned") else v for k, v in saved.items() if k in known})
 
     def peak_rss_bytes(self, rss_before_steps, plain=False):
         """The process's peak RSS predicted from its RSS before its first step."""
@@ -699,7 +699,7 @@ class _Runtime:
         self.file_number = 0
         self.last_write = None
         self.page_files = []  # this step's, in the order written: backward reads them about in reverse
-        self.read_ahead = 0   # files read before autograd asked for them, this step
+        self.files_read_ahead = 0  # files read before autograd asked for them, this step
         self.leaf_position = 0  # leaf modules entered in this step's forward
         self.step = 0
         self.step_start = None
@@ -744,7 +744,7 @@ class _Runtime:
         self.invocations = []
         self.paged_outputs.clear()
         self.page_files = []
-        self.read_ahead = 0
+        self.files_read_ahead = 0
         self.leaf_position = 0
         self.calls = []
         # The batch too: the caller holds it through the step, so autograd's reference costs nothing
@@ -780,7 +780,7 @@ class _Runtime:
         report = StepReport(
             step=step, step_time_s=time.perf_counter() - self.step_start, saved_peak_bytes=self.counter.peak,
             state_peak_bytes=self.counter.state_peak,
-            paged_bytes=self.paged_bytes, paged_files=len(self.page_files), read_ahead_files=self.read_ahead,
+            paged_bytes=self.paged_bytes, paged_files=len(self.page_files), read_ahead_files=self.files_read_ahead,
             peak_rss_bytes=peak_rss_bytes(),
             predicted_step_time_s=trials.planned.step_s if measured else self.plan.realized_step_time_s,
             predicted_peak_bytes=self.plan.realized_peak_bytes,
@@ -865,7 +865,7 @@ class _Runtime:
                 # Not above the activation peak predicted for what runs: that waits for autograd.
                 if f is not None and f.loading is None and self.counter.now + f.nbytes <= self.plan.realized_peak_bytes:
                     f.prefetch()
-                    self.read_ahead += 1
+                    self.files_read_ahead += 1
         output.register_hook(read)
 
     def _page_file(self, tensor):
@@ -1069,7 +1069,7 @@ class Plan:
         lines += ["  " + d.describe() for d in s.changed()]
         t = self.trials
         if t.planned.step_s:
-            lines.append(f"trial steps (PyTorch, {t.threads} thread{'s' if t.threads > 1 else ''}, in forked copies): "
+            lines.append(f"trial steps (PyTorch at {FORKED_THREADS} thread, in forked copies): "
                          f"plain {t.plain.step_s * 1e3:.1f} ms raising the peak RSS by {t.plain.peak_rise_bytes / 1e6:.1f} MB, "
                          f"planned {t.planned.step_s * 1e3:.1f} ms (budget {t.runtime_budget_s * 1e3:.1f} ms) raising it by "
                          f"{t.planned.peak_rise_bytes / 1e6:.1f} MB")

@@ -73,8 +73,7 @@ def worker(args):
         budget = ({"activation_budget": args.worker} if args.worker.endswith("%")
                   else {"ram_budget": f"{args.worker}B"})
         plan = edgecost.torch.plan(model, batch, runtime_budget=args.runtime_budget, platform=args.platform,
-                                   db=args.db, optimizer=optimizer, progress=False, time_limit_s=20,
-                                   accept_noisy_costs=True, **budget)
+                                   db=args.db, optimizer=optimizer, progress=False, time_limit_s=20, **budget)
         plan.apply(model)
     rss_before = rss_bytes()
     times = []
