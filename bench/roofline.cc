@@ -9,6 +9,7 @@
 #include <sstream>
 #include <vector>
 
+#include "kernels/layers.h"
 #include "oneapi/dnnl/dnnl.hpp"
 
 namespace edgecost::bench {
@@ -20,13 +21,6 @@ constexpr int kRepeats = 10;  // fastest of: what the machine does when no other
 double SecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
-
-// Sets the OpenMP team for the scope, as the profiler and the executor do.
-struct TeamScope {
-  int saved = omp_get_max_threads();
-  explicit TeamScope(int threads) { omp_set_num_threads(std::max(1, threads)); }
-  ~TeamScope() { omp_set_num_threads(saved); }
-};
 
 }  // namespace
 
@@ -57,7 +51,7 @@ double RooflineShare(const StepWork& work, const Machine& machine, double step_s
 }
 
 double MeasurePeakFlopsPerS(int threads) {
-  TeamScope team(threads);
+  kernels::TeamScope team(threads);
   constexpr int64_t kN = 1024;
   using tag = dnnl::memory::format_tag;
   using dt = dnnl::memory::data_type;
@@ -79,7 +73,7 @@ double MeasurePeakFlopsPerS(int threads) {
 }
 
 double MeasureBandwidthBytesPerS(int threads, size_t triad_bytes) {
-  TeamScope team(threads);
+  kernels::TeamScope team(threads);
   const size_t n = triad_bytes / sizeof(double);
   std::unique_ptr<double[]> a(new double[n]), b(new double[n]), c(new double[n]);
   // Touched by the threads that run the triad, so every page is resident before it is timed.

@@ -72,6 +72,9 @@ int ThreadsOf(const TrainBenchOptions& options) {
   return threads > 0 ? threads : static_cast<int>(std::thread::hardware_concurrency());
 }
 
+// The schedules' batch size: the first asked for.
+int BatchOf(const TrainBenchOptions& options) { return options.batch_sizes.empty() ? 2 : options.batch_sizes.front(); }
+
 // PyTorch's median step time, or a reason it could not be measured.
 // `which`: resnet18_cifar, or torchvision's resnet18 (10 classes), exported to `onnx_path` when given.
 struct TorchFigures {
@@ -85,7 +88,7 @@ Result<TorchFigures> TorchStep(const TrainBenchOptions& options, const std::file
   std::ofstream(script) << kTorchScript;
   EC_ASSIGN_OR_RETURN(bench::CommandOutput run,
                       bench::RunCommand(options.python + " " + script.string() + " " +
-                                        std::to_string(ThreadsOf(options)) + " " + std::to_string(options.batch_size) +
+                                        std::to_string(ThreadsOf(options)) + " " + std::to_string(BatchOf(options)) +
                                         " " + std::to_string(options.steps) + " " + which + " " + onnx_path));
   const std::string& output = run.output;
   const size_t at = output.find("median_step_s ");
@@ -146,16 +149,93 @@ std::string Fixed(double value, int digits) {
 
 std::string Share(double fraction) { return fraction > 0 ? Fixed(100 * fraction, 1) + "%" : "-"; }
 
+// One row of the table: edgecost's and PyTorch's steps of one model at one batch and thread count.
+void PrintVsRow(std::ostream& out, const std::string& model, const StepTimes& edgecost, const StepTimes& pytorch,
+                const bench::StepWork& work, const bench::Machine& machine) {
+  const auto seconds = [](double s) { return s > 0 ? FormatSeconds(s) : std::string("-"); };
+  out << std::left << std::setw(20) << model << std::right << std::setw(11) << seconds(edgecost.fastest_s)
+      << std::setw(10) << seconds(edgecost.median_s) << std::setw(11) << seconds(pytorch.fastest_s) << std::setw(10)
+      << seconds(pytorch.median_s) << std::setw(9)
+      << (edgecost.fastest_s > 0 && pytorch.fastest_s > 0 ? Fixed(pytorch.fastest_s / edgecost.fastest_s, 2) + "x"
+                                                          : "-")
+      << std::setw(10) << Fixed(work.flops / 1e9, 3) << std::setw(10) << Fixed(work.bytes / 1e6, 1) << std::setw(8)
+      << Fixed(work.flops / work.bytes, 1) << std::setw(10) << Fixed(bench::AttainableFlopsPerS(work, machine) / 1e9, 1)
+      << std::setw(9) << Share(bench::RooflineShare(work, machine, edgecost.fastest_s)) << std::setw(9)
+      << Share(bench::RooflineShare(work, machine, pytorch.fastest_s)) << std::setw(6) << Fixed(bench::LoadAverage(), 2)
+      << "\n";
+}
+
+// The warm-up steps before the timed ones, as export_models.py --time: the first steps build and warm up.
+constexpr int kVsWarmupSteps = 2;
+
+// edgecost's plain steps of one model, printed beside PyTorch's (`torch`).
+void VsRow(std::ostream& out, const std::string& name, const std::string& argument, const bench::TorchTimes& torch,
+           int batch, int threads, int steps, costdb::Store& store, const bench::Machine& machine) {
+  graph::GraphSpec spec;
+  spec.model_or_file = argument;
+  spec.batch_size = batch;
+  spec.derivation = graph::Derivation::kExact;
+  Result<v1::TrainingGraph> graph = graph::LoadTrainingGraph(spec);
+  if (!graph.ok()) {
+    out << name << ": not imported: " << graph.status().message() << "\n";
+    return;
+  }
+  TrainJobOptions train;
+  train.database = &store;
+  train.graph = spec;
+  train.steps = steps + kVsWarmupSteps;
+  train.threads = threads;
+  train.store = false;
+  train.accept_noisy = true;  // a shared machine: the fastest step is reported
+  Result<TrainJobResult> trained = RunTrainJob(train, nullptr, nullptr, [](const std::string&) {});
+  std::string weights_note;
+  if (!trained.ok()) {  // PyTorch's weights where the executor can read them from the file, else drawn
+    weights_note = "  " + name + ": edgecost's weights drawn at random, not PyTorch's (" +
+                   trained.status().message() + ")\n";
+    train.init = "random";
+    trained = RunTrainJob(train, nullptr, nullptr, [](const std::string&) {});
+  }
+  StepTimes pytorch;
+  for (const bench::TorchTime& time : torch.models) {
+    if (time.model == name) pytorch = {time.fastest_s, time.median_s};
+  }
+  PrintVsRow(out, name, trained.ok() ? StepTimesOf(trained->run, kVsWarmupSteps) : StepTimes{}, pytorch,
+             bench::StepWorkOf(*graph), machine);
+  if (!trained.ok()) {
+    out << "  edgecost did not train " << name << ": " << trained.status().message() << "\n";
+  } else {
+    out << weights_note;
+  }
+}
+
+// PyTorch's steps of every model in one process, on OpenBLAS held to the threads compared.
+bench::TorchTimes TimePyTorch(std::ostream& out, const TrainBenchOptions& options, const std::string& openblas_dir,
+                              const std::string& models, int threads, int batch, int steps) {
+  std::string environment = "OPENBLAS_NUM_THREADS=" + std::to_string(threads) + " ";
+  if (!openblas_dir.empty()) environment += "LD_LIBRARY_PATH=" + openblas_dir + " ";
+  Result<bench::CommandOutput> run =
+      bench::RunCommand(environment + options.python + " tests/graph/export_models.py --time" + models +
+                        " --threads " + std::to_string(threads) + " --batch " + std::to_string(batch) + " --steps " +
+                        std::to_string(steps));
+  if (!run.ok() || run->exit_status != 0) {
+    out << "PyTorch MISSING or failed (" << options.python << "; apt-get install python3-torch "
+        << "python3-torchvision): " << (run.ok() ? run->output.substr(0, 300) : "") << "\n";
+    return {};
+  }
+  bench::TorchTimes torch = bench::ParseTorchTimes(run->output);
+  out << "PyTorch " << torch.version << " loaded " << bench::DescribeBlas(torch.blas)
+      << ", OPENBLAS_NUM_THREADS=" << threads << "\n";
+  return torch;
+}
+
 Status RunVsPyTorch(std::ostream& out, const TrainBenchOptions& options) {
-  constexpr int kWarmupSteps = 2;  // as export_models.py --time: the first steps build and warm up
   bench::Scratch scratch("edgecost_vs_pytorch");
   costdb::Store store((scratch.dir / "bench.db").string(), costdb::OpenMode::kReadWrite);
   const int steps = options.steps;
   const unsigned cores = std::thread::hardware_concurrency();
   const dnnl::version_t* dnnl = dnnl::version();
-  out << "edgecost against PyTorch: plain training steps (forward, loss, backward, SGD update), batch "
-      << options.batch_size << ", fastest and median of " << steps << " steps after " << kWarmupSteps
-      << " warm-up steps\n"
+  out << "edgecost against PyTorch: plain training steps (forward, loss, backward, SGD update), fastest and median of "
+      << steps << " steps after " << kVsWarmupSteps << " warm-up steps\n"
       << "FIGURES FROM A SHARED MACHINE (" << cores << " cores, load average " << Fixed(bench::LoadAverage(), 2)
       << " at start): other tasks may slow either side; the fastest step is the least disturbed\n"
       << "edgecost: oneDNN " << dnnl->major << "." << dnnl->minor << "." << dnnl->patch << ", ISA "
@@ -169,9 +249,9 @@ Status RunVsPyTorch(std::ostream& out, const TrainBenchOptions& options) {
   // Exported once, with the weights export_models.py --time seeds PyTorch's models with.
   struct Model {
     std::string name, argument;
-    bench::StepWork work;
   };
   std::vector<Model> models;
+  std::string models_text;
   for (const std::string& name : options.models) {
     // Always the export: a zoo model of the same name is not the module PyTorch times.
     Result<std::string> argument = bench::ExportModel(name, options.python, scratch.dir);
@@ -179,18 +259,9 @@ Status RunVsPyTorch(std::ostream& out, const TrainBenchOptions& options) {
       out << name << ": not measured: " << argument.status().message() << "\n";
       continue;
     }
-    graph::GraphSpec spec;
-    spec.model_or_file = *argument;
-    spec.batch_size = options.batch_size;
-    spec.derivation = graph::Derivation::kExact;
-    Result<v1::TrainingGraph> graph = graph::LoadTrainingGraph(spec);
-    if (!graph.ok()) {
-      out << name << ": not imported: " << graph.status().message() << "\n";
-      continue;
-    }
-    models.push_back({name, *argument, bench::StepWorkOf(*graph)});
+    models.push_back({name, *argument});
+    models_text += " " + name;
   }
-
   if (models.empty()) {
     out << "no model to compare: exporting needs PyTorch (apt-get install python3-torch python3-torchvision)\n";
     return Status::Ok();
@@ -202,74 +273,21 @@ Status RunVsPyTorch(std::ostream& out, const TrainBenchOptions& options) {
         << threads << " thread(s): peak " << Fixed(machine.peak_flops_per_s / 1e9, 1)
         << " GFLOP/s (oneDNN f32 GEMM 1024^3, fastest of 10), memory bandwidth "
         << Fixed(machine.bandwidth_bytes_per_s / 1e9, 1) << " GB/s (triad over 3 x 128 MiB, fastest of 10)\n";
-
-    // PyTorch: every model in one process, on OpenBLAS held to the threads compared.
-    std::string models_text;
-    for (const Model& model : models) models_text += " " + model.name;
-    std::string environment = "OPENBLAS_NUM_THREADS=" + std::to_string(threads) + " ";
-    if (!openblas_dir.empty()) environment += "LD_LIBRARY_PATH=" + openblas_dir + " ";
-    Result<bench::CommandOutput> torch_run =
-        bench::RunCommand(environment + options.python + " tests/graph/export_models.py --time" + models_text +
-                          " --threads " + std::to_string(threads) + " --steps " + std::to_string(steps));
-    bench::TorchTimes torch;
-    if (!torch_run.ok() || torch_run->exit_status != 0) {
-      out << "PyTorch MISSING or failed (" << options.python << "; apt-get install python3-torch "
-          << "python3-torchvision): " << (torch_run.ok() ? torch_run->output.substr(0, 300) : "") << "\n";
-    } else {
-      torch = bench::ParseTorchTimes(torch_run->output);
-      out << "PyTorch " << torch.version << " loaded " << bench::DescribeBlas(torch.blas)
-          << ", OPENBLAS_NUM_THREADS=" << threads << "\n";
-    }
-
-    out << std::left << std::setw(20) << "model" << std::right << std::setw(11) << "edgecost" << std::setw(10)
-        << "median" << std::setw(11) << "PyTorch" << std::setw(10) << "median" << std::setw(9) << "ec/PyT"
-        << std::setw(10) << "GFLOP" << std::setw(10) << "MB moved" << std::setw(8) << "FLOP/B" << std::setw(10)
-        << "roof GF/s" << std::setw(9) << "ec roof" << std::setw(9) << "PyT roof" << std::setw(6) << "load"
-        << "\n";
-    for (const Model& model : models) {
-      TrainJobOptions train;
-      train.database = &store;
-      train.graph.model_or_file = model.argument;
-      train.graph.batch_size = options.batch_size;
-      train.graph.derivation = graph::Derivation::kExact;
-      train.steps = steps + kWarmupSteps;
-      train.threads = threads;
-      train.store = false;
-      train.accept_noisy = true;  // a shared machine: the fastest step is reported
-      Result<TrainJobResult> trained = RunTrainJob(train, nullptr, nullptr, [](const std::string&) {});
-      std::string weights_note;
-      if (!trained.ok()) {  // PyTorch's weights where the executor can read them from the file, else drawn
-        weights_note = "  " + model.name + ": edgecost's weights drawn at random, not PyTorch's (" +
-                       trained.status().message() + ")\n";
-        train.init = "random";
-        trained = RunTrainJob(train, nullptr, nullptr, [](const std::string&) {});
-      }
-      const StepTimes edgecost = trained.ok() ? StepTimesOf(trained->run, kWarmupSteps) : StepTimes{};
-      StepTimes pytorch;
-      for (const bench::TorchTime& time : torch.models) {
-        if (time.model == model.name) pytorch = {time.fastest_s, time.median_s};
-      }
-      const auto seconds = [](double s) { return s > 0 ? FormatSeconds(s) : std::string("-"); };
-      out << std::left << std::setw(20) << model.name << std::right << std::setw(11) << seconds(edgecost.fastest_s)
-          << std::setw(10) << seconds(edgecost.median_s) << std::setw(11) << seconds(pytorch.fastest_s) << std::setw(10)
-          << seconds(pytorch.median_s) << std::setw(9)
-          << (edgecost.fastest_s > 0 && pytorch.fastest_s > 0 ? Fixed(pytorch.fastest_s / edgecost.fastest_s, 2) + "x"
-                                                              : "-")
-          << std::setw(10) << Fixed(model.work.flops / 1e9, 3) << std::setw(10) << Fixed(model.work.bytes / 1e6, 1)
-          << std::setw(8) << Fixed(model.work.flops / model.work.bytes, 1) << std::setw(10)
-          << Fixed(bench::AttainableFlopsPerS(model.work, machine) / 1e9, 1) << std::setw(9)
-          << Share(bench::RooflineShare(model.work, machine, edgecost.fastest_s)) << std::setw(9)
-          << Share(bench::RooflineShare(model.work, machine, pytorch.fastest_s)) << std::setw(6)
-          << Fixed(bench::LoadAverage(), 2) << "\n";
-      if (!trained.ok()) {
-        out << "  edgecost did not train " << model.name << ": " << trained.status().message() << "\n";
-      } else {
-        out << weights_note;
+    for (const int batch : options.batch_sizes) {
+      out << "batch " << batch << ", " << threads << " thread(s): ";
+      const bench::TorchTimes torch = TimePyTorch(out, options, openblas_dir, models_text, threads, batch, steps);
+      out << std::left << std::setw(20) << "model" << std::right << std::setw(11) << "edgecost" << std::setw(10)
+          << "median" << std::setw(11) << "PyTorch" << std::setw(10) << "median" << std::setw(9) << "ec/PyT"
+          << std::setw(10) << "GFLOP" << std::setw(10) << "MB moved" << std::setw(8) << "FLOP/B" << std::setw(10)
+          << "roof GF/s" << std::setw(9) << "ec roof" << std::setw(9) << "PyT roof" << std::setw(6) << "load"
+          << "\n";
+      for (const Model& model : models) {
+        VsRow(out, model.name, model.argument, torch, batch, threads, steps, store, machine);
       }
     }
   }
   out << "\nedgecost and PyTorch: the fastest of the steps (median beside it). ec/PyT = edgecost's speed over "
-         "PyTorch's\n(PyTorch's fastest step / edgecost's; above 1 edgecost is faster; issue 32 asks for 1.5). "
+         "PyTorch's\n(PyTorch's fastest step / edgecost's; above 1 edgecost is faster; issue 44 asks for 2). "
          "GFLOP and MB moved\nper step from edgecost's training graph (node FLOPs; bytes each node reads and "
          "writes, an upper bound on\nthe traffic); roof = min(peak, bandwidth x FLOP/B); ec roof, PyT roof = "
          "achieved FLOP/s (fastest step) / roof.\nA share above 100% means the peak or bandwidth was measured while "
@@ -284,13 +302,13 @@ Status RunTrainBenchmark(std::ostream& out, const TrainBenchOptions& options) {
   if (options.vs_pytorch) return RunVsPyTorch(out, options);
   bench::Scratch scratch("edgecost_train_bench");
   costdb::Store store((scratch.dir / "bench.db").string(), costdb::OpenMode::kReadWrite);
-  out << "train benchmark: resnet18_cifar, batch " << options.batch_size << ", " << ThreadsOf(options) << " thread(s), "
+  out << "train benchmark: resnet18_cifar, batch " << BatchOf(options) << ", " << ThreadsOf(options) << " thread(s), "
       << options.steps << " steps per schedule (median of steps 2..N); the machine may be shared: timings are noisy\n";
 
   ProfileJobOptions profile;
   profile.database = &store;
   profile.graph.model_or_file = "resnet18_cifar";
-  profile.graph.batch_size = options.batch_size;
+  profile.graph.batch_size = BatchOf(options);
   profile.graph.derivation = graph::Derivation::kExact;
   profile.threads = ThreadsOf(options);
   profile.min_window_s = options.min_window_s;
@@ -350,7 +368,7 @@ Status RunTrainBenchmark(std::ostream& out, const TrainBenchOptions& options) {
     v1::GetCostTableRequest request;
     request.set_model("resnet18_cifar");
     request.set_cost_source(kMeasuredInStepSource);
-    request.set_batch_size(static_cast<uint32_t>(options.batch_size));
+    request.set_batch_size(static_cast<uint32_t>(BatchOf(options)));
     request.set_derivation("exact");
     Result<v1::CostTable> in_step = ResolveCostTable(&db, request);
     if (in_step.ok()) {
@@ -434,7 +452,7 @@ Status RunTrainBenchmark(std::ostream& out, const TrainBenchOptions& options) {
     return Status::Ok();
   }
   const v1::TrainRun& run = tv_run->run;
-  out << "torchvision resnet18 through ONNX (batch " << options.batch_size << ", 32x32): edgecost's plain step "
+  out << "torchvision resnet18 through ONNX (batch " << BatchOf(options) << ", 32x32): edgecost's plain step "
       << FormatSeconds(run.runtime_s()) << " (CPU " << FormatSeconds(tv_run->median_cpu_s)
       << "; isolated-op prediction " << FormatSeconds(run.predicted_runtime_s()) << ", error "
       << Pct(run.runtime_s(), run.predicted_runtime_s()) << " by wall, "

@@ -23,7 +23,7 @@ namespace edgecost::service {
 
 struct TrainBenchOptions {
   std::vector<int> threads = {1};  // the schedules use the first; vs_pytorch each (0: all cores)
-  int batch_size = 2;
+  std::vector<int> batch_sizes = {2};  // the schedules use the first; vs_pytorch each
   int steps = 20;              // per schedule; vs_pytorch: steps timed after 2 warm-up steps (the CLI: 15 unless set)
   double min_window_s = 0.05;  // profiling window per op
   std::string python = "/usr/bin/python3";

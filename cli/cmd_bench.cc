@@ -78,7 +78,13 @@ void RegisterBenchCommand(CLI::App& app, Context& ctx) {
                    "the first")
       ->delimiter(',')
       ->capture_default_str();
-  train->add_option("--batch-size", train_options->batch_size, "Batch size")->capture_default_str();
+  CLI::Option* batch_sizes =
+      train
+          ->add_option("--batch-size", train_options->batch_sizes,
+                       "Batch size; --vs-pytorch measures each of a list (default 2,8,32), the schedules the first")
+          ->delimiter(',')
+          ->capture_default_str()
+          ->check(CLI::PositiveNumber);
   CLI::Option* steps = train->add_option("--steps", train_options->steps, "Steps per schedule (--vs-pytorch: 15)")
                            ->capture_default_str()
                            ->check(CLI::Range(2, 100000));
@@ -91,9 +97,10 @@ void RegisterBenchCommand(CLI::App& app, Context& ctx) {
       ->capture_default_str();
   train->footer(
       "Examples:\n  edgecost bench train\n  edgecost bench train --vs-pytorch\n"
-      "  edgecost bench train --vs-pytorch --threads 1,0 --models resnet18_tv,mobilenet_v2");
-  train->callback([train_options, steps, &ctx] {
+      "  edgecost bench train --vs-pytorch --threads 1,0 --batch-size 2,8 --models resnet18_tv,mobilenet_v2");
+  train->callback([train_options, steps, batch_sizes, &ctx] {
     if (train_options->vs_pytorch && steps->count() == 0) train_options->steps = 15;
+    if (train_options->vs_pytorch && batch_sizes->count() == 0) train_options->batch_sizes = {2, 8, 32};
     const Status status = service::RunTrainBenchmark(std::cout, *train_options);
     ctx.exit_code = status.ok() ? kExitOk : Failure(status);
   });

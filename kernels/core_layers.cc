@@ -8,10 +8,11 @@ namespace edgecost::kernels::detail {
 namespace {
 
 // Whether a convolution runs faster on the layouts oneDNN chooses, reorders at its edges included,
-// than on plain NCHW. Grouped ones do (MobileNetV2 at 64x64, batch 2, 1 thread: its 17 depthwise
-// convolutions from 13.7 ms to 0.3 ms a step); ungrouped ones lose more to the reorders than
-// the JIT kernels gain (the whole step 5% slower), so they stay on NCHW.
-bool PrefersBlocked(int64_t groups) { return groups > 1; }
+// than on plain NCHW. On NCHW oneDNN lowers a convolution to GEMM: over im2col copies of the input
+// for a window wider than one pixel, and for a grouped one a tiny GEMM per group; its JIT direct
+// kernels on blocked layouts beat both, reorders included. A 1x1 ungrouped convolution is one GEMM
+// over NCHW as it lies, which the reorders would only slow down.
+bool PrefersBlocked(int64_t groups, int64_t window_pixels) { return groups > 1 || window_pixels > 1; }
 
 float* Data(const memory& m) { return static_cast<float*>(m.get_data_handle()); }
 
@@ -94,7 +95,7 @@ class Conv2d : public StepLayer {
     // oneDNN's JIT convolutions run on blocked layouts; on plain NCHW it falls back to GEMM over
     // im2col, which for a depthwise convolution is one tiny GEMM per channel (10x slower). Such a
     // layer lets oneDNN choose the layouts and reorders at the edges of each pass (staged copies).
-    const bool choose_layouts = PrefersBlocked(groups);
+    const bool choose_layouts = PrefersBlocked(groups, kh * kw);
     const auto any = [&](const memory::desc& md) {
       return choose_layouts ? memory::desc(md.dims(), memory::data_type::f32, memory::format_tag::any) : md;
     };

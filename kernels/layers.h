@@ -16,6 +16,7 @@
 #include <vector>
 
 #include <oneapi/dnnl/dnnl.hpp>
+#include <omp.h>
 
 #include "base/status.h"
 
@@ -24,7 +25,7 @@ namespace edgecost::kernels {
 // The kernels' revision, part of a device's fingerprint: costs measured on other kernels are
 // stale (after issue 32's faster depthwise and batch-norm passes, the old costs predicted
 // resnet18_cifar's step 43% too slow). Raise it when a kernel's time or memory changes.
-inline constexpr uint32_t kKernelsRevision = 1;
+inline constexpr uint32_t kKernelsRevision = 2;
 
 using Dims = std::vector<int64_t>;
 
@@ -108,6 +109,20 @@ class Layer {
   uint64_t scratchpad_bytes_ = 0;
   uint64_t workspace_bytes_ = 0;
   uint64_t owned_bytes_ = 0;
+};
+
+// The OpenMP team for a scope, restored after it. oneDNN sizes its parallel regions (and some
+// kernels their blocking, when a primitive is created) by it, so a layer is built and run on the
+// same team: the profiler's NodeWork::team_threads, which the executor follows.
+class TeamScope {
+ public:
+  explicit TeamScope(int threads) : saved_(omp_get_max_threads()) { omp_set_num_threads(threads < 1 ? 1 : threads); }
+  ~TeamScope() { omp_set_num_threads(saved_); }
+  TeamScope(const TeamScope&) = delete;
+  TeamScope& operator=(const TeamScope&) = delete;
+
+ private:
+  int saved_;
 };
 
 // The oneDNN engine and stream every layer runs on (CPU), and the one scratchpad

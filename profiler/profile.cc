@@ -29,19 +29,6 @@ int64_t ResidentBytes() {
   return resident * ::sysconf(_SC_PAGESIZE);
 }
 
-// The OpenMP thread count for one op, restored afterwards: oneDNN sizes its
-// parallel regions (and some kernels their blocking) by it.
-class TeamScope {
- public:
-  explicit TeamScope(int threads) : saved_(omp_get_max_threads()) { omp_set_num_threads(std::max(1, threads)); }
-  ~TeamScope() { omp_set_num_threads(saved_); }
-  TeamScope(const TeamScope&) = delete;
-  TeamScope& operator=(const TeamScope&) = delete;
-
- private:
-  int saved_;
-};
-
 // How disturbed an attempt was, to keep the least disturbed one.
 double DisturbanceScore(const v1::Interference& i) {
   const double total = i.total_repetitions();
@@ -183,7 +170,7 @@ Result<ProfileSummary> ProfileGraph(costdb::CostDb& db, kernels::Backend& backen
     bool shared = false;
   };
   auto measure = [&](const NodeWork& work) -> Result<Attempt> {
-    TeamScope team(work.team_threads);
+    kernels::TeamScope team(work.team_threads);
     const int64_t resident_before = ResidentBytes();
     EC_ASSIGN_OR_RETURN(NodeRunner runner, NodeRunner::Create(backend, work));
     std::unique_ptr<InterferenceWatch> watch = make_watch();
@@ -449,7 +436,7 @@ std::unique_ptr<probes::CounterSource> OpenTeamCounters(int threads) {
   std::vector<pid_t> tids;
   {
     // Every thread of the team, as oneDNN's parallel regions will use it.
-    TeamScope team(threads);
+    kernels::TeamScope team(threads);
     std::mutex mutex;
 #pragma omp parallel
     {

@@ -79,6 +79,7 @@ struct Executor::NodeExec {
   std::vector<Accumulation> adds;
   bool zero_output = false;  // the kernel writes only part of its output
   bool loss = false;
+  int team_threads = 1;  // the profiler's team for the node (NodeWork::team_threads)
 };
 
 struct Executor::State {
@@ -304,9 +305,10 @@ struct Executor::Builder {
 
   Status BindNode(int v, uint32_t seed) {
     const v1::TrainingNode& node = graph.nodes(v);
-    EC_ASSIGN_OR_RETURN(profiler::NodeWork work, profiler::WorkForNode(graph, v, 1));
+    EC_ASSIGN_OR_RETURN(profiler::NodeWork work, profiler::WorkForNode(graph, v, omp_get_max_threads()));
     NodeExec& exec = s.execs[static_cast<size_t>(v)];
     exec.pass = work.pass;
+    exec.team_threads = work.team_threads;
     const std::string label = "node " + std::to_string(v) + " ('" + node.name() + "')";
     if (node.phase() != v1::PHASE_BACKWARD) return BindForward(v, work, seed, exec, label);
     switch (work.pass) {
@@ -333,6 +335,7 @@ struct Executor::Builder {
       exec.kind = NodeExec::Kind::kInput;
       return Status::Ok();
     }
+    kernels::TeamScope team(work.team_threads);  // the team the profiler builds it on
     EC_ASSIGN_OR_RETURN(s.layers[static_cast<size_t>(v)],
                         kernels::MakeLayer(s.backend, work.spec, seed + static_cast<uint32_t>(v)));
     kernels::Layer& layer = *s.layers[static_cast<size_t>(v)];
@@ -361,6 +364,7 @@ struct Executor::Builder {
 
   Status BindGradSum(int v, const profiler::NodeWork& work, uint32_t seed, NodeExec& exec) {
     const v1::TrainingNode& node = graph.nodes(v);
+    kernels::TeamScope team(work.team_threads);
     EC_ASSIGN_OR_RETURN(s.layers[static_cast<size_t>(v)],
                         kernels::MakeGradSum(s.backend, work.spec.output_shape, work.sum_parts, seed));
     kernels::Layer& layer = *s.layers[static_cast<size_t>(v)];
@@ -728,6 +732,7 @@ Status Executor::Compute(int k, int stage, StepStats& stats) {
       break;
     case NodeExec::Kind::kLayer: {
       EC_RETURN_IF_ERROR(Bind(exec));
+      const kernels::TeamScope team(exec.team_threads);
       if (exec.zero_output) std::memset(s.arena->Get(k), 0, static_cast<size_t>(bytes_[ki]));
       switch (exec.pass) {
         case Pass::kForward:

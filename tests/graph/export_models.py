@@ -5,7 +5,7 @@ Run by the ONNX model tests (tests/graph/onnx_models_test.cc) during the test ru
 python3-torch and python3-torchvision: nothing is downloaded. Usage:
 
   /usr/bin/python3 tests/graph/export_models.py OUT_DIR [MODEL ...] [--opset N] [--eval]
-  /usr/bin/python3 tests/graph/export_models.py --time [MODEL ...] [--threads N] [--steps N]
+  /usr/bin/python3 tests/graph/export_models.py --time [MODEL ...] [--threads N] [--steps N] [--batch N]
   /usr/bin/python3 tests/graph/export_models.py OUT_DIR --suite
 
 `--suite` exports what tests/graph/onnx_models_test.cc reads in one run: every model (opset 13) but
@@ -454,14 +454,17 @@ def loaded_blas():
     return sorted(os.path.realpath(p) for p in paths) or ["none"]
 
 
-def time_step(name, steps):
+def time_step(name, steps, batch=None):
     """Median and fastest seconds of a training step: forward, cross-entropy loss, backward, SGD update.
-    The fastest is what a step costs without preemption on a shared machine."""
+    The fastest is what a step costs without preemption on a shared machine. `batch` replaces the
+    example's batch (its first axis)."""
     make, example = MODELS[name]
     torch.manual_seed(0)
     model = make()
     model.train()
     x = example()
+    if batch:
+        x = torch.randn(batch, *x.shape[1:])
     logits = model(x)
     labels = torch.randint(0, logits.shape[-1], (logits.shape[0],))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -489,6 +492,7 @@ def main():
     parser.add_argument("--heavy", action="store_true")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--batch", type=int, help="--time: the batch size (default: each example's)")
     args = parser.parse_args()
     if args.list:
         print("\n".join(name for name in MODELS if name not in FAMILY_MODELS))
@@ -504,7 +508,7 @@ def main():
         torch.randn(64, 64) @ torch.randn(64, 64)  # loads the BLAS before it is looked for
         print("# blas " + " ".join(loaded_blas()), flush=True)
         for name in names or [name for name in MODELS if name not in FAMILY_MODELS]:
-            median_s, min_s = time_step(name, args.steps)
+            median_s, min_s = time_step(name, args.steps, args.batch)
             print(f"{name} {median_s:.6f} {min_s:.6f}", flush=True)
         return 0
     if not args.out_dir:
