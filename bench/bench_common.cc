@@ -35,9 +35,11 @@ Result<CommandOutput> RunCommand(const std::string& command) {
   return result;
 }
 
-Result<std::string> ExportModel(const std::string& model, const std::string& python, const fs::path& dir) {
+Result<std::string> ExportModel(const std::string& model, const std::string& python, const fs::path& dir,
+                                int batch) {
   const std::string exported = (dir / (model + ".onnx")).string();
-  Result<CommandOutput> run = RunCommand(python + " tests/graph/export_models.py " + dir.string() + " " + model);
+  Result<CommandOutput> run = RunCommand(python + " tests/graph/export_models.py " + dir.string() + " " + model +
+                                         (batch > 0 ? " --batch " + std::to_string(batch) : ""));
   if (run.ok() && run->exit_status == 0 && fs::exists(exported)) return exported;
   return Unavailable("cannot export '" + model + "': run from the repository with " + python +
                      " and python3-torch installed (tests/graph/export_models.py --list names the models)");

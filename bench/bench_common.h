@@ -26,8 +26,10 @@ struct CommandOutput {
 // Runs `command` through the shell, stderr folded into stdout.
 Result<CommandOutput> RunCommand(const std::string& command);
 
-// The ONNX file tests/graph/export_models.py (run from the repository) exports `model` to in `dir`, with `python`.
-Result<std::string> ExportModel(const std::string& model, const std::string& python, const std::filesystem::path& dir);
+// The ONNX file tests/graph/export_models.py (run from the repository) exports `model` to in `dir`, with `python`,
+// at `batch` (0: its example's).
+Result<std::string> ExportModel(const std::string& model, const std::string& python, const std::filesystem::path& dir,
+                                int batch = 0);
 
 // `model` as `train` and `profile` name it: a zoo name as is, or an ONNX file exported into
 // `dir` by tests/graph/export_models.py (run from the repository) with `python`.

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
+#include <map>
 #include <sstream>
 #include <thread>
 
@@ -246,23 +247,28 @@ Status RunVsPyTorch(std::ostream& out, const TrainBenchOptions& options) {
            "the system's default BLAS\n";
   }
 
-  // Exported once, with the weights export_models.py --time seeds PyTorch's models with.
+  // Exported once per batch (some exports fix their batch), with the weights export_models.py --time
+  // seeds PyTorch's models with. Always the export: a zoo model of the same name is not the module
+  // PyTorch times.
   struct Model {
     std::string name, argument;
   };
-  std::vector<Model> models;
+  std::map<int, std::vector<Model>> exports;  // by batch size
   std::string models_text;
-  for (const std::string& name : options.models) {
-    // Always the export: a zoo model of the same name is not the module PyTorch times.
-    Result<std::string> argument = bench::ExportModel(name, options.python, scratch.dir);
-    if (!argument.ok()) {
-      out << name << ": not measured: " << argument.status().message() << "\n";
-      continue;
+  for (const int batch : options.batch_sizes) {
+    const std::filesystem::path dir = scratch.dir / ("batch" + std::to_string(batch));
+    std::filesystem::create_directories(dir);
+    for (const std::string& name : options.models) {
+      Result<std::string> argument = bench::ExportModel(name, options.python, dir, batch);
+      if (!argument.ok()) {
+        out << name << " at batch " << batch << ": not measured: " << argument.status().message() << "\n";
+        continue;
+      }
+      exports[batch].push_back({name, *argument});
     }
-    models.push_back({name, *argument});
-    models_text += " " + name;
   }
-  if (models.empty()) {
+  for (const std::string& name : options.models) models_text += " " + name;
+  if (exports.empty()) {
     out << "no model to compare: exporting needs PyTorch (apt-get install python3-torch python3-torchvision)\n";
     return Status::Ok();
   }
@@ -281,7 +287,7 @@ Status RunVsPyTorch(std::ostream& out, const TrainBenchOptions& options) {
           << std::setw(10) << "GFLOP" << std::setw(10) << "MB moved" << std::setw(8) << "FLOP/B" << std::setw(10)
           << "roof GF/s" << std::setw(9) << "ec roof" << std::setw(9) << "PyT roof" << std::setw(6) << "load"
           << "\n";
-      for (const Model& model : models) {
+      for (const Model& model : exports[batch]) {
         VsRow(out, model.name, model.argument, torch, batch, threads, steps, store, machine);
       }
     }

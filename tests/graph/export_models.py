@@ -4,7 +4,7 @@
 Run by the ONNX model tests (tests/graph/onnx_models_test.cc) during the test run, with Debian's
 python3-torch and python3-torchvision: nothing is downloaded. Usage:
 
-  /usr/bin/python3 tests/graph/export_models.py OUT_DIR [MODEL ...] [--opset N] [--eval]
+  /usr/bin/python3 tests/graph/export_models.py OUT_DIR [MODEL ...] [--opset N] [--eval] [--batch N]
   /usr/bin/python3 tests/graph/export_models.py --time [MODEL ...] [--threads N] [--steps N] [--batch N]
   /usr/bin/python3 tests/graph/export_models.py OUT_DIR --suite
 
@@ -428,8 +428,14 @@ def forward_order(name, model):
     return params
 
 
-def export(name, out_dir, opset, eval_mode):
-    make, example = MODELS[name]
+def example_input(name, batch=None):
+    """The model's example input; `batch` replaces its batch (the first axis)."""
+    x = MODELS[name][1]()
+    return torch.randn(batch, *x.shape[1:]) if batch else x
+
+
+def export(name, out_dir, opset, eval_mode, batch=None):
+    make = MODELS[name][0]
     torch.manual_seed(0)
     model = make()
     path = os.path.join(out_dir, name + ".onnx")
@@ -438,7 +444,7 @@ def export(name, out_dir, opset, eval_mode):
         model.eval()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        torch.onnx.export(model, example(), path, input_names=["input"], output_names=["logits"],
+        torch.onnx.export(model, example_input(name, batch), path, input_names=["input"], output_names=["logits"],
                           opset_version=opset, training=mode, do_constant_folding=eval_mode)
     # The qualified names of its modules, which the importer recovers from the export's scopes.
     with open(os.path.join(out_dir, name + ".modules"), "w") as f:
@@ -456,15 +462,11 @@ def loaded_blas():
 
 def time_step(name, steps, batch=None):
     """Median and fastest seconds of a training step: forward, cross-entropy loss, backward, SGD update.
-    The fastest is what a step costs without preemption on a shared machine. `batch` replaces the
-    example's batch (its first axis)."""
-    make, example = MODELS[name]
+    The fastest is what a step costs without preemption on a shared machine."""
     torch.manual_seed(0)
-    model = make()
+    model = MODELS[name][0]()
     model.train()
-    x = example()
-    if batch:
-        x = torch.randn(batch, *x.shape[1:])
+    x = example_input(name, batch)
     logits = model(x)
     labels = torch.randint(0, logits.shape[-1], (logits.shape[0],))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -492,7 +494,7 @@ def main():
     parser.add_argument("--heavy", action="store_true")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--batch", type=int, help="--time: the batch size (default: each example's)")
+    parser.add_argument("--batch", type=int, help="the batch size exported or timed (default: each example's)")
     args = parser.parse_args()
     if args.list:
         print("\n".join(name for name in MODELS if name not in FAMILY_MODELS))
@@ -527,7 +529,7 @@ def main():
     for name in args.models or [name for name in MODELS if name not in FAMILY_MODELS]:
         if name not in MODELS:
             parser.error(f"unknown model '{name}'; --list prints the names")
-        export(name, args.out_dir, args.opset, args.eval)
+        export(name, args.out_dir, args.opset, args.eval, args.batch)
     return 0
 
 
