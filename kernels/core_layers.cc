@@ -14,6 +14,9 @@ namespace {
 // over NCHW as it lies, which the reorders would only slow down.
 bool PrefersBlocked(int64_t groups, int64_t window_pixels) { return groups > 1 || window_pixels > 1; }
 
+// Rows of the GEMM's reduction (batch x output pixels) each thread of a minibatch split needs.
+constexpr int64_t kMinReductionRowsPerThread = 64;
+
 float* Data(const memory& m) { return static_cast<float*>(m.get_data_handle()); }
 
 struct DepthwiseShape {
@@ -107,10 +110,16 @@ class Conv2d : public StepLayer {
         dnnl::convolution_backward_data::desc(algorithm::convolution_direct, any(x_md), any(w_md), any(y_md), strides,
                                               pad_l, pad_rr),
         attr_, backend_.engine(), fwd);
-    dnnl::convolution_backward_weights::primitive_desc weights(
-        dnnl::convolution_backward_weights::desc(algorithm::convolution_direct, any(x_md), any(w_md), b_md, any(y_md),
-                                                 strides, pad_l, pad_rr),
-        attr_, backend_.engine(), fwd);
+    // oneDNN fixes a primitive's thread count when it is created: the weight gradient gets the
+    // team its node runs on (NodeWork::team_threads), which may be smaller than the layer's.
+    const int threads = omp_get_max_threads();
+    const auto weights = [&] {
+      const TeamScope team(WeightGradientRepaysTeam(spec, threads) ? threads : 1);
+      return dnnl::convolution_backward_weights::primitive_desc(
+          dnnl::convolution_backward_weights::desc(algorithm::convolution_direct, any(x_md), any(w_md), b_md,
+                                                   any(y_md), strides, pad_l, pad_rr),
+          attr_, backend_.engine(), fwd);
+    }();
     StartStaging(std::max({fwd.scratchpad_desc().get_size(), data.scratchpad_desc().get_size(),
                            weights.scratchpad_desc().get_size()}));
 
@@ -787,3 +796,19 @@ std::unique_ptr<Layer> MakeGradSumLayer(Backend& backend, const Dims& shape, int
 }
 
 }  // namespace edgecost::kernels::detail
+
+namespace edgecost::kernels {
+
+bool WeightGradientRepaysTeam(const LayerSpec& spec, int threads) {
+  if (spec.kind != graph::OpKindName(graph::OpKind::kConv2d) || threads <= 1) return true;
+  const auto attribute = [&](const char* name, int64_t fallback) {
+    auto it = spec.attributes.find(name);
+    return it == spec.attributes.end() ? fallback : it->second;
+  };
+  const int64_t kh = attribute("kernel", 1);
+  if (detail::PrefersBlocked(attribute("groups", 1), kh * attribute("kernel_w", kh))) return true;
+  const Dims& y = spec.output_shape;
+  return y[0] * y[2] * y[3] >= detail::kMinReductionRowsPerThread * threads;
+}
+
+}  // namespace edgecost::kernels

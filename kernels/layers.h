@@ -157,6 +157,12 @@ class Backend {
 // without a kernel is an Unimplemented error naming it.
 Result<std::unique_ptr<Layer>> MakeLayer(Backend& backend, const LayerSpec& spec, uint32_t seed = 1);
 
+// Whether the weight gradient of the layer `spec` describes gains from `threads` threads. A 1x1
+// ungrouped convolution's is one GEMM over NCHW (see PrefersBlocked) that oneDNN splits by the
+// minibatch, summing a weight-sized buffer per thread: on maps of a few pixels the sum costs more
+// than the split saves. Other layers' weight gradients split their output.
+bool WeightGradientRepaysTeam(const LayerSpec& spec, int threads);
+
 // The sum of k gradients of the same shape (grad_sum nodes): inputs() are the parts.
 Result<std::unique_ptr<Layer>> MakeGradSum(Backend& backend, const Dims& shape, int parts, uint32_t seed = 1);
 

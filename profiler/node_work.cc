@@ -123,7 +123,10 @@ Result<NodeWork> WorkForNode(const v1::TrainingGraph& graph, int index, int thre
   }
   key << "/f32/onednn/t" << threads;
   sig.set_key(key.str());
-  work.team_threads = node.flops() < kTeamMinFlops ? 1 : std::max(1, threads);
+  const bool repays_team =
+      node.flops() >= kTeamMinFlops &&
+      (work.pass != Pass::kBackwardWeights || kernels::WeightGradientRepaysTeam(work.spec, threads));
+  work.team_threads = repays_team ? std::max(1, threads) : 1;
   return work;
 }
 

@@ -29,7 +29,8 @@ struct NodeWork {
   v1::OpSignature signature;
   // Threads the op runs on: `threads`, or 1 for an op too small to repay a
   // team (a 200-float ReLU on two threads is mostly barrier, and a busy core
-  // stalls that barrier for a whole time slice).
+  // stalls that barrier for a whole time slice) and for a weight gradient that
+  // a team slows down (kernels::WeightGradientRepaysTeam).
   int team_threads = 1;
 };
 

@@ -569,11 +569,30 @@ TEST(NodeWork, TinyOpsRunOnOneThreadAndLargeOnesOnTheTeam) {
     auto work = WorkForNode(*graph, i, 2);
     ASSERT_TRUE(work.ok());
     if (work->pass == Pass::kNone) continue;
-    EXPECT_EQ(work->team_threads, graph->nodes(i).flops() < kTeamMinFlops ? 1 : 2) << graph->nodes(i).name();
+    const bool slowed = work->pass == Pass::kBackwardWeights && !kernels::WeightGradientRepaysTeam(work->spec, 2);
+    EXPECT_EQ(work->team_threads, graph->nodes(i).flops() < kTeamMinFlops || slowed ? 1 : 2) << graph->nodes(i).name();
     (work->team_threads == 1 ? single : team)++;
   }
   EXPECT_GT(single, 0);
   EXPECT_GT(team, 0);
+}
+
+// A 1x1 convolution's weight gradient splits the minibatch: a team only where the batch times the
+// output pixels give each thread enough rows. Windowed and grouped convolutions split their output.
+TEST(NodeWork, WeightGradientsOfOneByOneConvolutionsOnTinyMapsRunOnOneThread) {
+  const auto conv = [](int64_t kernel, int64_t groups, int64_t batch, int64_t side) {
+    return kernels::LayerSpec{.kind = "conv2d",
+                              .attributes = {{"kernel", kernel}, {"stride", 1}, {"padding", kernel / 2},
+                                             {"groups", groups}, {"no_bias", 1}},
+                              .input_shapes = {{batch, 160, side, side}},
+                              .output_shape = {batch, 960, side, side}};
+  };
+  EXPECT_FALSE(kernels::WeightGradientRepaysTeam(conv(1, 1, 2, 2), 2));  // 8 rows
+  EXPECT_TRUE(kernels::WeightGradientRepaysTeam(conv(1, 1, 2, 2), 1));
+  EXPECT_TRUE(kernels::WeightGradientRepaysTeam(conv(1, 1, 2, 32), 2));  // 2048 rows
+  EXPECT_TRUE(kernels::WeightGradientRepaysTeam(conv(3, 1, 2, 2), 2));   // blocked: splits its output
+  const kernels::LayerSpec linear{.kind = "linear", .input_shapes = {{2, 160}}, .output_shape = {2, 960}};
+  EXPECT_TRUE(kernels::WeightGradientRepaysTeam(linear, 2));
 }
 
 // A process spinning on one core, as a busy device's other work.
