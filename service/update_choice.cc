@@ -200,14 +200,14 @@ class SetCosts {
     }
     if (runtime_budget_s_ <= 0) return cost;
     v1::ScheduleRequest request;
-    request.set_ram_budget_bytes(1);
+    request.set_activation_budget_bytes(1);
     request.set_runtime_budget_s(runtime_budget_s_);
     request.set_update_in_backward(options_.train.solve.update_in_backward());
     request.set_count_paging_time(table->paging().page_in_throughput_bytes_per_s() > 0);
     EC_ASSIGN_OR_RETURN(solver::Problem problem, solver::ProblemFromCostTable(*table, request));
     const Result<int64_t> least = solver::MinFeasibleRam(problem, solver::Deadline{SteadyNowS() + 5});
     if (!least.ok()) return cost;  // no schedule within the budget: the plain step, refused by its time
-    problem.ram_budget_bytes = *least;
+    problem.activation_budget_bytes = *least;
     Result<v1::Schedule> schedule =
         solver::Solve(problem, {.strategy = "greedy", .time_limit_s = 5, .search_min_ram = false});
     if (!schedule.ok() || schedule->stages_size() == 0) return cost;

@@ -757,10 +757,10 @@ TEST_F(CliTest, TrainRunsAScheduleAndRefusesATamperedOne) {
   // The budget edited below the schedule's peak: refused, naming the stage, and nothing stored.
   std::ifstream in(schedule);
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const std::string budget = "\"ramBudgetBytes\": \"20000\"";
+  const std::string budget = "\"activationBudgetBytes\": \"20000\"";
   const size_t at = text.find(budget);
   ASSERT_NE(at, std::string::npos) << text.substr(0, 400);
-  text.replace(at, budget.size(), "\"ramBudgetBytes\": \"100\"");
+  text.replace(at, budget.size(), "\"activationBudgetBytes\": \"100\"");
   const std::string tampered = (dir_ / "tampered.json").string();
   std::ofstream(tampered) << text;
   const CommandResult refused = Edgecost("train --model linear --batch-size 2 --schedule " + tampered + " --steps 3");
@@ -790,7 +790,7 @@ TEST_F(CliTest, TrainRunsAScheduleAndRefusesATamperedOne) {
   const CommandResult schedules_csv = Edgecost("schedules --csv");
   ASSERT_EQ(schedules_csv.exit_code, 0) << schedules_csv.output;
   EXPECT_THAT(schedules_csv.output,
-              ::testing::StartsWith("schedule,model,device,cost_source,strategy,batch_size,ram_budget_bytes,"));
+              ::testing::StartsWith("schedule,model,device,cost_source,strategy,batch_size,activation_budget_bytes,"));
   EXPECT_THAT(schedules_csv.output, HasSubstr("\n1,linear,a72,poet-flops,optimal,2,20000,3,,0,"));
   EXPECT_EQ(Edgecost("schedules --csv --json").exit_code, 2);
   EXPECT_EQ(Edgecost("train --model linear --steps 0").exit_code, 2);
@@ -1068,8 +1068,8 @@ TEST_F(CliTest, CostsAndSolveShowTheWholeMemoryAndDeviceRamLeavesTheFixedPartsOu
   const uint64_t device_ram = fixed + peak / 2;
   const nlohmann::json solve = Json("solve --model resnet18_cifar --platform a72 --ram-budget " +
                                     std::to_string(device_ram) + "B --runtime-budget 2x --time-limit-s 2");
-  EXPECT_EQ(bytes(solve["request"]["ramBudgetBytes"]), peak / 2) << "the activations get what the fixed parts leave";
-  EXPECT_EQ(bytes(solve["request"]["deviceRamBytes"]), device_ram);
+  EXPECT_EQ(bytes(solve["request"]["activationBudgetBytes"]), peak / 2) << "the activations get what the fixed parts leave";
+  EXPECT_EQ(bytes(solve["request"]["processRamBudgetBytes"]), device_ram);
   EXPECT_LE(bytes(solve["peakRamBytes"]), peak / 2);
   const CommandResult text = Edgecost("solve --model resnet18_cifar --platform a72 --ram-budget " +
                                       std::to_string(device_ram) + "B --runtime-budget 2x --time-limit-s 2");
@@ -1083,7 +1083,7 @@ TEST_F(CliTest, CostsAndSolveShowTheWholeMemoryAndDeviceRamLeavesTheFixedPartsOu
   EXPECT_THAT(tight.output, HasSubstr("no room is left for activations"));
   EXPECT_EQ(Edgecost("solve --model resnet18_cifar --ram-budget 1TB --activation-budget 1MB").exit_code, 2);
   const nlohmann::json tera = Json("solve --model linear --platform a72 --ram-budget 1TiB --no-store");
-  EXPECT_EQ(bytes(tera["request"]["deviceRamBytes"]), 1099511627776u);
+  EXPECT_EQ(bytes(tera["request"]["processRamBudgetBytes"]), 1099511627776u);
 }
 
 // A sparse layer update: the named layers get weight gradients, the others none, and a name that
@@ -1132,7 +1132,7 @@ TEST_F(CliTest, UpdatesInTheBackwardPassAreSolvedForAndTrained) {
 TEST_F(CliTest, SolveTakesTerabytes) {
   const nlohmann::json run =
       Json("solve --model linear --platform a72 --activation-budget 1TiB --runtime-budget 1x --no-store");
-  EXPECT_EQ(run["request"]["ramBudgetBytes"], "1099511627776");
+  EXPECT_EQ(run["request"]["activationBudgetBytes"], "1099511627776");
 }
 
 }  // namespace

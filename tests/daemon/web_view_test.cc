@@ -88,7 +88,7 @@ class WebViewTest : public edgecost::testing::TempDirTest {
     v1::ScheduleRequest request;
     request.set_model("linear");
     request.set_device("a72");
-    request.set_ram_budget_bytes(200000);
+    request.set_activation_budget_bytes(200000);
     request.set_runtime_budget_multiple(1.5);
     request.set_time_limit_s(20);
     auto solved = service::SolveRequest(&*db, request, true);
