@@ -174,7 +174,7 @@ std::string BudgetLabel(const v1::ScheduleRequest& request) {
   }
   std::string label = "activation budget " + BytesText(request.activation_budget_bytes());
   if (request.activation_budget_percent() > 0) {
-    label += " (" + Fixed(request.activation_budget_percent(), 1) + "% of the plain step's activation peak)";
+    label += " (" + service::PercentText(request.activation_budget_percent()) + " of the plain step's activation peak)";
   }
   return label;
 }

@@ -306,7 +306,7 @@ Markup SchedulesSection(const WebViewSources& sources) {
          "the same)</p>";
   out << "<div class=\"scroll\"><table id=\"schedule-table\"><thead><tr><th scope=\"col\">#</th>"
          "<th scope=\"col\">model</th><th scope=\"col\">device</th><th scope=\"col\">strategy</th>"
-         "<th scope=\"col\">RAM budget</th><th scope=\"col\">status</th><th scope=\"col\">energy</th>"
+         "<th scope=\"col\">budget</th><th scope=\"col\">status</th><th scope=\"col\">energy</th>"
          "<th scope=\"col\">trace</th></tr></thead><tbody>";
   for (int i = listed->schedules_size() - 1; i >= 0; --i) {  // newest first
     const v1::ScheduleSummary& s = listed->schedules(i);
@@ -316,7 +316,7 @@ Markup SchedulesSection(const WebViewSources& sources) {
     out << "><td><a href=\"/schedule?id=" << s.id() << "\">#" << s.id() << "</a></td><td>"
         << (r.model().empty() ? r.graph_file() : r.model()) << "</td><td>" << r.device() << "</td><td>"
         << (r.strategy().empty() ? "optimal" : r.strategy()) << "</td><td>"
-        << FormatBytes(static_cast<double>(r.activation_budget_bytes())) << "</td><td>"
+        << service::BudgetAsGiven(r) << "</td><td>"
         << service::ScheduleStatusText(s.status()) << (s.superseded() ? " (superseded)" : "") << "</td>";
     // A failed request (infeasible, nothing found) has no schedule: no energy and nothing to trace.
     const bool has = s.status() == v1::Schedule::STATUS_OPTIMAL || s.status() == v1::Schedule::STATUS_FEASIBLE;
@@ -393,7 +393,8 @@ Markup TrainRunsSection(costdb::CostDb& db) {
   out << "<div class=\"scroll\"><table id=\"train-runs-table\"><caption>Per step: predicted from the cost table, "
          "measured as the median of the undisturbed steps after the first; the latest 100</caption><thead><tr>"
          "<th scope=\"col\">run</th><th scope=\"col\">model</th><th scope=\"col\">device</th>"
-         "<th scope=\"col\">schedule</th><th scope=\"col\">steps</th><th scope=\"col\">step predicted</th>"
+         "<th scope=\"col\">schedule</th><th scope=\"col\">budget</th><th scope=\"col\">steps</th>"
+         "<th scope=\"col\">step predicted</th><th scope=\"col\">measured</th><th scope=\"col\">energy predicted</th>"
          "<th scope=\"col\">measured</th><th scope=\"col\">process predicted</th>"
          "<th scope=\"col\">peak RSS</th><th scope=\"col\">disturbed</th><th scope=\"col\">when</th>"
          "<th scope=\"col\">trace</th></tr></thead><tbody>";
@@ -405,9 +406,12 @@ Markup TrainRunsSection(costdb::CostDb& db) {
     if (run.schedule_id()) {
       out << " <a href=\"/schedule?id=" << run.schedule_id() << "\">#" << run.schedule_id() << "</a>";
     }
-    out << "</td><td>" << run.steps() << "</td><td>"
+    out << "</td><td>" << service::BudgetAsGiven(run) << "</td><td>" << run.steps() << "</td><td>"
         << (run.cost_source().empty() ? std::string("none") : FormatSeconds(run.predicted_runtime_s())) << "</td><td>"
         << FormatSeconds(run.runtime_s()) << "</td><td>"
+        << (run.cost_source().empty() ? std::string("none") : FormatJoules(run.predicted_energy_j())) << "</td><td>"
+        << FormatJoules(run.energy_j()) << (run.energy_source() == v1::ENERGY_SOURCE_ESTIMATED ? " ESTIMATED" : "")
+        << "</td><td>"
         << (run.process_rest_from_run() ? FormatBytes(static_cast<double>(run.predicted_process_bytes()))
                                         : std::string("none"))
         << "</td><td>"
@@ -773,9 +777,18 @@ Result<Markup> WebView::SchedulePage(const std::string& query) {
     if (!meaning.empty()) out << " class=\"term\" title=\"" << meaning << "\"";
     out << ">" << s.message() << "</dd>";
   }
-  out << "<dt>strategy</dt><dd>" << s.strategy() << "</dd><dt>RAM</dt><dd>peak "
-      << FormatBytes(static_cast<double>(s.peak_ram_bytes())) << " of a "
-      << FormatBytes(static_cast<double>(s.activation_budget_bytes())) << " budget</dd><dt>runtime</dt><dd>"
+  out << "<dt>strategy</dt><dd>" << s.strategy() << "</dd>";
+  if (s.request().process_ram_budget_bytes() > 0) {
+    out << "<dt>RAM budget</dt><dd>" << FormatBytes(static_cast<double>(s.request().process_ram_budget_bytes()))
+        << " for the training process's peak RSS; what its fixed parts leave is the activation budget</dd>";
+  }
+  out << "<dt>activations</dt><dd>peak " << FormatBytes(static_cast<double>(s.peak_ram_bytes())) << " of a "
+      << FormatBytes(static_cast<double>(s.activation_budget_bytes())) << " activation budget"
+      << (s.request().activation_budget_percent() > 0
+              ? " (" + service::PercentText(s.request().activation_budget_percent()) +
+                    " of the plain step's activation peak)"
+              : std::string())
+      << "</dd><dt>runtime</dt><dd>"
       << FormatSeconds(s.runtime_s()) << " of a " << FormatSeconds(s.runtime_budget_s()) << " budget</dd>";
   if (has) {
     const v1::EnergyBreakdown& e = s.energy();

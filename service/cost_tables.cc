@@ -611,7 +611,8 @@ Result<v1::ListSchedulesResponse> ListSchedules(costdb::CostDb& db, const v1::Li
 std::string SchedulesCsv(const v1::ListSchedulesResponse& listed) {
   std::ostringstream out;
   out << "schedule,model,device,cost_source,strategy,batch_size,activation_budget_bytes,runtime_budget_multiple,"
-         "runtime_budget_s,count_paging_time,status,energy_j,energy_estimated,superseded\n";
+         "runtime_budget_s,count_paging_time,status,energy_j,energy_estimated,superseded,process_ram_budget_bytes,"
+         "activation_budget_percent\n";
   for (const v1::ScheduleSummary& s : listed.schedules()) {
     const v1::ScheduleRequest& r = s.request();
     const bool has = s.status() == v1::Schedule::STATUS_OPTIMAL || s.status() == v1::Schedule::STATUS_FEASIBLE;
@@ -621,7 +622,8 @@ std::string SchedulesCsv(const v1::ListSchedulesResponse& listed) {
         << (r.has_runtime_budget_multiple() ? CsvNumber(r.runtime_budget_multiple()) : "") << ','
         << (r.has_runtime_budget_s() ? CsvNumber(r.runtime_budget_s()) : "") << ',' << (r.count_paging_time() ? 1 : 0)
         << ',' << CsvField(std::string(ScheduleStatusText(s.status()))) << ',' << (has ? CsvNumber(s.energy_j()) : "")
-        << ',' << (s.energy_source() == v1::ENERGY_SOURCE_ESTIMATED ? 1 : 0) << ',' << (s.superseded() ? 1 : 0) << '\n';
+        << ',' << (s.energy_source() == v1::ENERGY_SOURCE_ESTIMATED ? 1 : 0) << ',' << (s.superseded() ? 1 : 0) << ','
+        << r.process_ram_budget_bytes() << ',' << CsvNumber(r.activation_budget_percent()) << '\n';
   }
   return out.str();
 }

@@ -675,9 +675,7 @@ std::string BudgetText(const v1::ScheduleRequest& request) {
     return FormatBytes(static_cast<double>(request.process_ram_budget_bytes())) + " of process memory (RAM budget)";
   }
   if (request.activation_budget_percent() > 0) {
-    std::ostringstream percent;
-    percent << request.activation_budget_percent();
-    return percent.str() + "% of the plain step's activation peak (activation budget)";
+    return PercentText(request.activation_budget_percent()) + " of the plain step's activation peak (activation budget)";
   }
   return FormatBytes(static_cast<double>(request.activation_budget_bytes())) + " of activations (activation budget)";
 }

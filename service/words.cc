@@ -70,14 +70,16 @@ std::string UpdatesText(const v1::Schedule& s) {
   return text;
 }
 
+std::string PercentText(double percent) {
+  std::ostringstream text;
+  text << percent << "%";
+  return text.str();
+}
+
 std::string BudgetAsGiven(uint64_t process_ram_budget_bytes, uint64_t activation_budget_bytes,
                           double activation_budget_percent) {
   if (process_ram_budget_bytes > 0) return "RAM " + FormatBytes(static_cast<double>(process_ram_budget_bytes));
-  if (activation_budget_percent > 0) {
-    std::ostringstream percent;
-    percent << activation_budget_percent;
-    return "activations " + percent.str() + "%";
-  }
+  if (activation_budget_percent > 0) return "activations " + PercentText(activation_budget_percent);
   if (activation_budget_bytes > 0) return "activations " + FormatBytes(static_cast<double>(activation_budget_bytes));
   return "-";
 }

@@ -33,6 +33,7 @@ std::string UpdatesText(const v1::Schedule& schedule);
 std::string BudgetAsGiven(uint64_t process_ram_budget_bytes, uint64_t activation_budget_bytes,
                           double activation_budget_percent);
 std::string BudgetAsGiven(const v1::ScheduleRequest& request);
+std::string PercentText(double percent);  // "50%", "12.5%"
 std::string BudgetAsGiven(const v1::TrainRun& run);
 
 // One plain sentence for each term of the solver's output, for help texts and tooltips.

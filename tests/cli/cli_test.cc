@@ -292,7 +292,7 @@ TEST_F(CliTest, SolveSaysWhyABudgetCannotBeMet) {
   const CommandResult small = Edgecost("solve --model resnet18_cifar --platform a72 --activation-budget 100kB");
   EXPECT_EQ(small.exit_code, 1) << small.output;
   EXPECT_THAT(small.output, HasSubstr("infeasible"));
-  EXPECT_THAT(small.output, HasSubstr("smallest RAM"));
+  EXPECT_THAT(small.output, HasSubstr("smallest       activation budget"));
   const CommandResult fast =
       Edgecost("solve --model resnet18_cifar --platform a72 --activation-budget 3MB --runtime-budget 0.5x");
   EXPECT_EQ(fast.exit_code, 2) << fast.output;
@@ -552,7 +552,9 @@ TEST_F(CliTest, ConsistencyAUserNotices) {
                (dir_ / "s.json").string());
   ASSERT_EQ(solve.exit_code, 0) << solve.output;
   EXPECT_THAT(solve.output, HasSubstr("J ESTIMATED"));
-  EXPECT_THAT(solve.output, ::testing::ContainsRegex("RAM budget 10.0 kB \\(10000 B\\)"));
+  // The activation budget is called so, not "RAM budget" (the whole process's, --ram-budget).
+  EXPECT_THAT(solve.output, ::testing::ContainsRegex("activation budget 10.0 kB \\(10000 B\\)"));
+  EXPECT_THAT(solve.output, Not(HasSubstr("RAM budget")));
   EXPECT_THAT(Edgecost("check " + (dir_ / "s.json").string() + " --json").output, HasSubstr("\"valid\": true"));
   EXPECT_THAT(Edgecost("graph linear --json").output, HasSubstr("\"index\": 0"));  // zero values printed
   EXPECT_THAT(Edgecost("probes --json").output, HasSubstr("\"energySources\""));
@@ -659,19 +661,42 @@ TEST_F(CliTest, TrainSaysWhenItsCostTableWasProfiledAtOtherThreads) {
   ASSERT_EQ(same.exit_code, 0) << same.output;
   // Planning and listing, unlike a run's predictions, refuse a count without a table, naming those stored.
   const CommandResult solve = Edgecost(
-      "solve --model linear --batch-size 2 --device this --cost-source measured --compute-threads 2 "
+      "solve --model linear --batch-size 2 --device this --cost-source measured --threads 2 "
       "--activation-budget 1MB --no-store");
   EXPECT_EQ(solve.exit_code, 1) << solve.output;
   EXPECT_THAT(solve.output, HasSubstr("it has tables at 1 thread"));
   EXPECT_THAT(solve.output, HasSubstr("--threads 2"));
   // The default cost source, auto, takes the 2-thread run's in-step table, and says so.
   const CommandResult automatic = Edgecost(
-      "solve --model linear --batch-size 2 --device this --compute-threads 2 --activation-budget 1MB --no-store");
+      "solve --model linear --batch-size 2 --device this --threads 2 --activation-budget 1MB --no-store");
   EXPECT_EQ(automatic.exit_code, 0) << automatic.output;
   EXPECT_THAT(automatic.output, HasSubstr("cost source auto: measured-in-step"));
   const CommandResult costs = Edgecost("costs linear --batch-size 2 --device this --threads 2 --summary");
   EXPECT_EQ(costs.exit_code, 1) << costs.output;
   EXPECT_THAT(costs.output, HasSubstr("it has tables at 1 thread"));
+  // The old spelling of solve's --threads works, with a word of the new one.
+  const CommandResult old_flag = Edgecost(
+      "solve --model linear --batch-size 2 --device this --compute-threads 2 --activation-budget 1MB --no-store");
+  EXPECT_EQ(old_flag.exit_code, 0) << old_flag.output;
+  EXPECT_THAT(old_flag.output, HasSubstr("`solve --compute-threads` is deprecated; use --threads"));
+  // At batch 1, where nothing was profiled, the tables stored are named with the command that shows each.
+  const CommandResult batch_one = Edgecost("costs linear --device this --summary");
+  EXPECT_EQ(batch_one.exit_code, 1) << batch_one.output;
+  EXPECT_THAT(batch_one.output, HasSubstr("batch size 2 at 1 thread"));
+  EXPECT_THAT(batch_one.output, HasSubstr("`edgecost costs linear --device this --batch-size 2 --threads 1`"));
+  // A schedule solved on the 2-thread table, trained on 1 thread, whose table is stored: the advice is
+  // to solve again on it, not to profile what has been profiled.
+  const std::string two_thread_schedule = (dir_ / "two.json").string();
+  ASSERT_EQ(Edgecost("solve --model linear --batch-size 2 --device this --threads 2 --activation-budget 1MB --out " +
+                     two_thread_schedule)
+                .exit_code,
+            0);
+  const CommandResult mismatch = Edgecost("train --model linear --batch-size 2 --steps 2 --threads 1 --accept-noisy "
+                                          "--schedule " + two_thread_schedule);
+  ASSERT_EQ(mismatch.exit_code, 0) << mismatch.output;
+  EXPECT_THAT(mismatch.output, HasSubstr("THREAD MISMATCH: the schedule's cost table was profiled at 2 threads"));
+  EXPECT_THAT(mismatch.output, HasSubstr("a table at 1 thread is stored: solve the schedule again on it"));
+  EXPECT_THAT(mismatch.output, Not(HasSubstr("run `edgecost profile")));
   const CommandResult one = Edgecost("costs linear --batch-size 2 --device this --threads 1 --summary");
   ASSERT_EQ(one.exit_code, 0) << one.output;
   EXPECT_THAT(one.output, HasSubstr("measured at 1 thread"));
@@ -743,10 +768,13 @@ TEST_F(CliTest, TrainRunsAScheduleAndRefusesATamperedOne) {
   std::ifstream svg_file(svg);
   const std::string plot((std::istreambuf_iterator<char>(svg_file)), std::istreambuf_iterator<char>());
   EXPECT_THAT(plot, ::testing::StartsWith("<svg "));
-  EXPECT_THAT(plot, HasSubstr("Training run #1: linear, batch 2, 3 steps"));
-  size_t dots = 0;
-  for (size_t at = plot.find("<circle"); at != std::string::npos; at = plot.find("<circle", at + 1)) ++dots;
+  EXPECT_THAT(plot, HasSubstr("Run #1: linear, batch 2, 3 steps"));
+  size_t dots = 0;  // a dot, or an outlier's triangle at the step-time panel's top edge
+  for (const char* mark : {"<circle", "<path class=\"outlier\""}) {
+    for (size_t at = plot.find(mark); at != std::string::npos; at = plot.find(mark, at + 1)) ++dots;
+  }
   EXPECT_EQ(dots, 6u) << plot;
+  EXPECT_THAT(run.output, HasSubstr("ETA"));  // the step lines say when the run ends, as profile's do
   EXPECT_THAT(run.output, HasSubstr("peak activations"));
   EXPECT_THAT(run.output, HasSubstr("gradients bit-identical to the plain step's"));
   EXPECT_THAT(run.output, HasSubstr("ESTIMATED"));
@@ -819,13 +847,13 @@ TEST_F(CliTest, CostsAndSolveShowTheMeasuredInStepTableAsked) {
   EXPECT_EQ(preset_source.exit_code, 2) << preset_source.output;
   EXPECT_THAT(preset_source.output, HasSubstr("measured-in-step"));
   const CommandResult solved = Edgecost(
-      "solve --model linear --batch-size 2 --device this --compute-threads 1 --cost-source measured-in-step "
+      "solve --model linear --batch-size 2 --device this --threads 1 --cost-source measured-in-step "
       "--activation-budget 1MB --no-store");
   ASSERT_EQ(solved.exit_code, 0) << solved.output;
   EXPECT_THAT(solved.output, ::testing::ContainsRegex("energy +[0-9.]+ [mun]?J ESTIMATED ="));
   // Stored, it is listed with its energy ESTIMATED, under the name the device list gives this machine.
   const CommandResult stored = Edgecost(
-      "solve --model linear --batch-size 2 --device this --compute-threads 1 --cost-source measured-in-step "
+      "solve --model linear --batch-size 2 --device this --threads 1 --cost-source measured-in-step "
       "--activation-budget 1MB");
   ASSERT_EQ(stored.exit_code, 0) << stored.output;
   char host[256] = {};
@@ -920,7 +948,7 @@ class SolveInputTest : public CliTest {
     EXPECT_THAT(compare.output, ::testing::Not(HasSubstr("+-")));
     const CommandResult min_ram = Edgecost("solve " + input + " --runtime-budget 2x --time-limit-s 2 --min-ram");
     ASSERT_EQ(min_ram.exit_code, 0) << min_ram.output;
-    EXPECT_THAT(min_ram.output, HasSubstr("smallest RAM"));
+    EXPECT_THAT(min_ram.output, HasSubstr("smallest       activation budget"));
     EXPECT_THAT(min_ram.output, HasSubstr("energy "));
   }
 };
@@ -950,7 +978,7 @@ TEST_F(SolveInputTest, MeasuredCosts) {
   // About the solve inputs, not about how quiet the machine is.
   const CommandResult profile = Edgecost("profile --model linear --threads 1 --min-window-s 0.002 --accept-noisy");
   ASSERT_EQ(profile.exit_code, 0) << profile.output;
-  SolveEveryWay("--model linear --device this --compute-threads 1", "6kB");
+  SolveEveryWay("--model linear --device this --threads 1", "6kB");
 }
 
 // A model imported once is named like a zoo model: every way to solve works on it, as on the file.
@@ -1020,7 +1048,7 @@ TEST_F(CliTest, AStoredModelIsNamedLikeAZooModelEverywhere) {
   EXPECT_EQ(Edgecost("costs mlp-rec --device this --threads 1 --summary").exit_code, 0);
   const std::string schedule = (dir_ / "s.json").string();
   const CommandResult solve = Edgecost(
-      "solve --model mlp-rec --device this --compute-threads 1 --min-ram --runtime-budget 2x --time-limit-s 2 --out " +
+      "solve --model mlp-rec --device this --threads 1 --min-ram --runtime-budget 2x --time-limit-s 2 --out " +
       schedule);
   ASSERT_EQ(solve.exit_code, 0) << solve.output;
   EXPECT_EQ(Edgecost("check " + schedule).exit_code, 0);
@@ -1073,8 +1101,15 @@ TEST_F(CliTest, CostsAndSolveShowTheWholeMemoryAndDeviceRamLeavesTheFixedPartsOu
   EXPECT_LE(bytes(solve["peakRamBytes"]), peak / 2);
   const CommandResult text = Edgecost("solve --model resnet18_cifar --platform a72 --ram-budget " +
                                       std::to_string(device_ram) + "B --runtime-budget 2x --time-limit-s 2");
-  EXPECT_THAT(text.output, HasSubstr("RAM budget "));
+  // The problem line names the RAM budget as given, not the activation budget derived from it.
+  EXPECT_THAT(text.output, ::testing::ContainsRegex("nodes, RAM budget [0-9.]+ [kMG]B \\(" + std::to_string(device_ram) +
+                                                    " B\\) \\(activation budget"));
   EXPECT_THAT(text.output, HasSubstr("(this schedule's peak)"));
+  // The old spelling of --ram-budget still works, with a warning that names the new one.
+  const CommandResult old_flag = Edgecost("solve --model resnet18_cifar --platform a72 --device-ram " +
+                                          std::to_string(device_ram) + "B --runtime-budget 2x --time-limit-s 2 --no-store");
+  EXPECT_EQ(old_flag.exit_code, 0) << old_flag.output;
+  EXPECT_THAT(old_flag.output, HasSubstr("`solve --device-ram` is deprecated; use --ram-budget"));
 
   const CommandResult tight = Edgecost("solve --model resnet18_cifar --platform a72 --ram-budget " +
                                        std::to_string(fixed) + "B --runtime-budget 2x");
