@@ -17,6 +17,9 @@ constexpr DeprecatedFlag kDeprecatedFlags[] = {
     {"solve", "--device-ram", "--ram-budget", "the RAM budget, the training process's peak RSS"},
     {"solve", "--compute-threads", "--threads", "the compute threads of the cost table"},
     {"bench solver", "--threads", "--solver-threads", "the MILP solver's threads"},
+    // The step's memory (parameters, gradients, optimizer state, workspace, activations), not the
+    // process's peak RSS that --ram-budget is elsewhere.
+    {"choose-update", "--ram-budget", "--memory-budget", "the training step's memory"},
 };
 
 const CLI::App* Subcommand(const CLI::App& app, const std::string& name) {

@@ -762,8 +762,8 @@ Status ChooseSchedule(costdb::CostDb& db, const TrainJobOptions& options, TrainS
     setup.run_threads_table_stored =
         std::find(stored.begin(), stored.end(), static_cast<uint32_t>(setup.threads)) != stored.end();
     const solver::Replay& replay = setup.checked->replay;
-    log("schedule: " + (schedule->strategy().empty() ? std::string("?") : schedule->strategy()) + ", replayed: peak " +
-        FormatBytes(static_cast<double>(replay.peak_ram_bytes)) + " of " +
+    log("schedule: " + (schedule->strategy().empty() ? std::string("?") : schedule->strategy()) + ", replayed: activation peak " +
+        FormatBytes(static_cast<double>(replay.peak_ram_bytes)) + " of the activation budget " +
         FormatBytes(static_cast<double>(setup.checked->problem.activation_budget_bytes)) + ", " +
         OperationsText(replay.recomputations, replay.page_outs, replay.page_ins));
     return Status::Ok();

@@ -264,13 +264,13 @@ Status ParseUpdateBudget(const std::string& text, UpdateChoiceOptions& options) 
     char* end = nullptr;
     const double percent = std::strtod(text.c_str(), &end);
     if (end != text.c_str() + text.size() - 1 || !(percent > 0 && percent <= 100)) {
-      return InvalidArgument("--ram-budget " + text + ": a share is a number above 0 and at most 100, then %");
+      return InvalidArgument("--memory-budget " + text + ": a share is a number above 0 and at most 100, then %");
     }
     options.budget_fraction = percent / 100;
     return Status::Ok();
   }
   EC_ASSIGN_OR_RETURN(const int64_t bytes, ParseBytes(text));
-  if (bytes <= 0) return InvalidArgument("--ram-budget must be positive");
+  if (bytes <= 0) return InvalidArgument("--memory-budget must be positive");
   options.budget_bytes = static_cast<uint64_t>(bytes);
   return Status::Ok();
 }

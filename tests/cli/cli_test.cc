@@ -1263,7 +1263,7 @@ TEST_F(CliTest, ChoosesASparseUpdateUnderItsBudgetOnRealDigits) {
   ASSERT_EQ(prepared.exit_code, 0) << prepared.output;
   const std::string args = "--model " + data + "/digits_cnn.onnx --batch-size 32 --threads 1 --data " + data +
                            "/finetune.npz --val-data " + data + "/heldout.npz --optimizer adamw --lr 0.003 ";
-  const CommandResult chosen = EdgecostStdout("choose-update " + args + "--ram-budget 60% --json");
+  const CommandResult chosen = EdgecostStdout("choose-update " + args + "--memory-budget 60% --json");
   ASSERT_EQ(chosen.exit_code, 0) << chosen.output;
   const nlohmann::json choice = nlohmann::json::parse(chosen.output, nullptr, false);
   ASSERT_FALSE(choice.is_discarded()) << chosen.output;
@@ -1282,7 +1282,7 @@ TEST_F(CliTest, ChoosesASparseUpdateUnderItsBudgetOnRealDigits) {
 
   // The choice as a file that --trainable @FILE reads.
   const std::string file = (dir_ / "chosen.txt").string();
-  ASSERT_EQ(Edgecost("choose-update " + args + "--ram-budget 60% --out " + file).exit_code, 0);
+  ASSERT_EQ(Edgecost("choose-update " + args + "--memory-budget 60% --out " + file).exit_code, 0);
   EXPECT_EQ(Json("graph " + data + "/digits_cnn.onnx --trainable @" + file)["trainable"], trainable);
   const CommandResult missing = Edgecost("graph " + data + "/digits_cnn.onnx --trainable @" + file + ".gone");
   EXPECT_EQ(missing.exit_code, 2) << missing.output;
@@ -1290,25 +1290,27 @@ TEST_F(CliTest, ChoosesASparseUpdateUnderItsBudgetOnRealDigits) {
 
   const std::string scores = (dir_ / "scores.csv").string();
   std::ofstream(scores) << "# layer,score\nfeatures.10,2\nclassifier,1\n";
-  const CommandResult given = Edgecost("choose-update " + args + "--ram-budget 100% --scores " + scores);
+  const CommandResult given = Edgecost("choose-update " + args + "--memory-budget 100% --scores " + scores);
   ASSERT_EQ(given.exit_code, 0) << given.output;
   EXPECT_THAT(given.output, HasSubstr("--trainable layers:classifier,features.10"));
   EXPECT_THAT(given.output, HasSubstr("no: no score in"));
   std::ofstream(scores) << "features.99,1\n";
-  const CommandResult unknown = Edgecost("choose-update " + args + "--ram-budget 100% --scores " + scores);
+  const CommandResult unknown = Edgecost("choose-update " + args + "--memory-budget 100% --scores " + scores);
   EXPECT_EQ(unknown.exit_code, 1) << unknown.output;
   EXPECT_THAT(unknown.output, HasSubstr("'features.99' is no layer with parameters"));
   const CommandResult tight = Edgecost("choose-update " + args + "--ram-budget 10%");
   EXPECT_EQ(tight.exit_code, 1) << tight.output;
   EXPECT_THAT(tight.output, HasSubstr("the least any layer alone needs is"));
+  // The step's memory was once --ram-budget here, which is the process's peak RSS elsewhere: still read.
+  EXPECT_THAT(tight.output, HasSubstr("`choose-update --ram-budget` is deprecated; use --memory-budget"));
 
   // On measured costs, a runtime budget lets a schedule hold the set's activations: the step's time
   // and energy are named, and the line to train it.
-  const CommandResult unmeasured = Edgecost("choose-update " + args + "--ram-budget 60% --runtime-budget 3");
+  const CommandResult unmeasured = Edgecost("choose-update " + args + "--memory-budget 60% --runtime-budget 3");
   EXPECT_EQ(unmeasured.exit_code, 1) << unmeasured.output;
   EXPECT_THAT(unmeasured.output, HasSubstr("needs the device's measured costs"));
   ASSERT_EQ(Edgecost("profile --model " + data + "/digits_cnn.onnx --batch-size 32 --threads 1 --accept-noisy").exit_code, 0);
-  const CommandResult scheduled = Edgecost("choose-update " + args + "--ram-budget 60% --runtime-budget 3 --shares none");
+  const CommandResult scheduled = Edgecost("choose-update " + args + "--memory-budget 60% --runtime-budget 3 --shares none");
   ASSERT_EQ(scheduled.exit_code, 0) << scheduled.output;
   EXPECT_THAT(scheduled.output, ::testing::ContainsRegex("step +[0-9.]+ [mu]s, [0-9.]+ [mu]J \\(the full update: "));
   EXPECT_THAT(scheduled.output, ::testing::ContainsRegex("train with +--trainable layers:classifier[^ ]* --activation-budget [0-9]+B --runtime-budget [0-9.]+ms"));
