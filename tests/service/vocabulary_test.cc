@@ -160,14 +160,14 @@ v1::TrainRun RunWithSteps(const std::vector<double>& step_s) {
 // One 8.26 s step among 40 ms ones: the axis stays at the bulk, the outlier is marked at its edge.
 TEST(TrainRunPlot, AnOutlierIsMarkedNotAllowedToSetTheAxis) {
   const std::string svg =
-      TrainRunSvg(RunWithSteps({0.041, 0.039, 8.26, 0.040, 0.042, 0.041, 0.038, 0.040})).str();
+      TrainRunSvg(RunWithSteps({0.041, 0.039, 8.26, 0.040, 0.042, 0.041, 0.038, 0.040})).text();
   EXPECT_THAT(svg, HasSubstr("class=\"outlier\""));
   EXPECT_THAT(svg, HasSubstr("1 step off the axis"));
   EXPECT_THAT(svg, HasSubstr("up to 8.26 s"));
   EXPECT_THAT(svg, HasSubstr("class=\"axis-high\""));
   EXPECT_THAT(svg, Not(HasSubstr(">8.26 s</text>")));  // not the axis's top label
 
-  const std::string even = TrainRunSvg(RunWithSteps({0.041, 0.039, 0.060, 0.040})).str();
+  const std::string even = TrainRunSvg(RunWithSteps({0.041, 0.039, 0.060, 0.040})).text();
   EXPECT_THAT(even, Not(HasSubstr("class=\"outlier\"")));
 }
 
