@@ -814,7 +814,7 @@ TEST_F(CliTest, TrainRunsAScheduleAndRefusesATamperedOne) {
   ASSERT_EQ(schedules.exit_code, 0) << schedules.output;
   EXPECT_THAT(schedules.output,
               ::testing::ContainsRegex(
-                  "\n1 +linear +a72 +poet-flops +optimal +20.0 kB +3.00x +optimal \\(proven\\) +[0-9.]+ mJ ESTIMATED"));
+                  "\n1 +linear +a72 +poet-flops +optimal +activations 20.0 kB +3.00x +optimal \\(proven\\) +[0-9.]+ mJ ESTIMATED"));
   const CommandResult schedules_csv = Edgecost("schedules --csv");
   ASSERT_EQ(schedules_csv.exit_code, 0) << schedules_csv.output;
   EXPECT_THAT(schedules_csv.output,
@@ -863,7 +863,7 @@ TEST_F(CliTest, CostsAndSolveShowTheMeasuredInStepTableAsked) {
   EXPECT_THAT(listed.output, ::testing::ContainsRegex(std::string("\n1 +linear +") + host +
                                                       " +measured-in-step .* [0-9.]+ [mun]?J ESTIMATED"));
   EXPECT_THAT(listed.output, Not(HasSubstr(" this ")));
-  EXPECT_THAT(Edgecost("schedules --csv").output, ::testing::ContainsRegex(",1,0\n$"));  // energy_estimated, superseded
+  EXPECT_THAT(Edgecost("schedules --csv").output, ::testing::ContainsRegex(",1,0,0,0\n$"));  // energy_estimated, superseded, no RAM budget, no percent
 }
 
 // A run measured on a busy machine is listed marked, with the reason; `train` takes --accept-noisy.

@@ -347,7 +347,7 @@ TEST_F(WebViewTest, MeasuredCostsSitBesidePoetFlopsWithIntervalsAndDevicesShowWh
   EXPECT_THAT(page.body, HasSubstr("(95%: "));
   const HttpResponse overview = Get("/");
   EXPECT_THAT(overview.body,
-              HasSubstr("href=\"/costs?" + table_query + "\">measured on " + HtmlEscape(device) + ", batch 2</a>"));
+              HasSubstr("href=\"/costs?" + table_query + "\">measured on " + HtmlEscape(device) + ", batch 2, 1 thread</a>"));
   EXPECT_THAT(overview.body, HasSubstr("id=\"run-table\""));
   EXPECT_THAT(overview.body, HasSubstr("/trace?run=1"));
 
