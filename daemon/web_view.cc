@@ -394,9 +394,9 @@ Markup TrainRunsSection(costdb::CostDb& db) {
          "measured as the median of the undisturbed steps after the first; the latest 100</caption><thead><tr>"
          "<th scope=\"col\">run</th><th scope=\"col\">model</th><th scope=\"col\">device</th>"
          "<th scope=\"col\">schedule</th><th scope=\"col\">budget</th><th scope=\"col\">steps</th>"
-         "<th scope=\"col\">step predicted</th><th scope=\"col\">measured</th><th scope=\"col\">energy predicted</th>"
-         "<th scope=\"col\">measured</th><th scope=\"col\">process predicted</th>"
-         "<th scope=\"col\">peak RSS</th><th scope=\"col\">disturbed</th><th scope=\"col\">when</th>"
+         // Measured over predicted in one cell: the table fits 1280 px with its budget and energy.
+         "<th scope=\"col\">step time<br>(predicted)</th><th scope=\"col\">energy<br>(predicted)</th>"
+         "<th scope=\"col\">peak RSS<br>(predicted)</th><th scope=\"col\">disturbed</th><th scope=\"col\">when</th>"
          "<th scope=\"col\">trace</th></tr></thead><tbody>";
   for (auto it = runs->rbegin(); it != runs->rend(); ++it) {
     const v1::TrainRun& run = *it;
@@ -406,17 +406,21 @@ Markup TrainRunsSection(costdb::CostDb& db) {
     if (run.schedule_id()) {
       out << " <a href=\"/schedule?id=" << run.schedule_id() << "\">#" << run.schedule_id() << "</a>";
     }
+    // The prediction under its measurement, closing the cell: "(none)" without one.
+    const auto predicted = [&out](bool known, const std::string& value) {
+      out << "<br><span class=\"predicted\">(" << (known ? value : std::string("none")) << ")</span></td>";
+    };
+    const bool table = !run.cost_source().empty();
     out << "</td><td>" << service::BudgetAsGiven(run) << "</td><td>" << run.steps() << "</td><td>"
-        << (run.cost_source().empty() ? std::string("none") : FormatSeconds(run.predicted_runtime_s())) << "</td><td>"
-        << FormatSeconds(run.runtime_s()) << "</td><td>"
-        << (run.cost_source().empty() ? std::string("none") : FormatJoules(run.predicted_energy_j())) << "</td><td>"
-        << FormatJoules(run.energy_j()) << (run.energy_source() == v1::ENERGY_SOURCE_ESTIMATED ? " ESTIMATED" : "")
-        << "</td><td>"
-        << (run.process_rest_from_run() ? FormatBytes(static_cast<double>(run.predicted_process_bytes()))
-                                        : std::string("none"))
-        << "</td><td>"
-        << (run.peak_rss_bytes() ? FormatBytes(static_cast<double>(run.peak_rss_bytes())) : std::string("not readable"))
-        << "</td><td class=\"disturbed\">";
+        << FormatSeconds(run.runtime_s());
+    predicted(table, FormatSeconds(run.predicted_runtime_s()));
+    out << "<td>" << FormatJoules(run.energy_j());
+    if (run.energy_source() == v1::ENERGY_SOURCE_ESTIMATED) out << "<br>ESTIMATED";
+    predicted(table, FormatJoules(run.predicted_energy_j()));
+    out << "<td>"
+        << (run.peak_rss_bytes() ? FormatBytes(static_cast<double>(run.peak_rss_bytes())) : std::string("not readable"));
+    predicted(run.process_rest_from_run() != 0, FormatBytes(static_cast<double>(run.predicted_process_bytes())));
+    out << "<td class=\"disturbed\">";
     if (run.disturbed()) {
       out << "<strong class=\"unreliable\" title=\"" << run.disturbance() << "\">DISTURBED " << run.disturbed_steps()
           << "/" << run.steps() - (run.steps() > 1) << "</strong>";
