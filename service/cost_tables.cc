@@ -427,6 +427,8 @@ Result<v1::ListModelsResponse> DescribeZoo(int batch_size) {
   return response;
 }
 
+namespace {
+
 // The plain step's activation peak, the checkpoint-all schedule's: what a percent activation budget
 // is a share of (as the Python package reads "50%").
 Result<uint64_t> PlainActivationPeak(const v1::CostTable& table, v1::ScheduleRequest request) {
@@ -440,13 +442,8 @@ Result<uint64_t> PlainActivationPeak(const v1::CostTable& table, v1::ScheduleReq
   return plain.peak_ram_bytes();
 }
 
-Result<SolvedRequest> SolveRequest(costdb::CostDb* db, const v1::ScheduleRequest& request, bool store,
-                                   const std::atomic<bool>* stop,
-                                   const std::function<void(const solver::Progress&)>& on_progress) {
-  const auto start = std::chrono::steady_clock::now();
-  SolvedRequest solved;
-  v1::ScheduleRequest solved_request = request;
-  if (request.min_ram() && request.activation_budget_bytes() == 0) solved_request.set_activation_budget_bytes(1);  // searched below
+// One budget per request: the RAM budget, the activation budget (bytes or a percentage), or min_ram.
+Status CheckOneBudget(const v1::ScheduleRequest& request) {
   const int budgets = (request.process_ram_budget_bytes() > 0) + (request.activation_budget_percent() != 0) +
                       (request.activation_budget_bytes() > 0 || request.min_ram());
   if (budgets > 1) {
@@ -457,6 +454,19 @@ Result<SolvedRequest> SolveRequest(costdb::CostDb* db, const v1::ScheduleRequest
   if (!(request.activation_budget_percent() >= 0) || !std::isfinite(request.activation_budget_percent())) {
     return InvalidArgument("activation_budget_percent must be a positive percentage of the plain step's activation peak");
   }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<SolvedRequest> SolveRequest(costdb::CostDb* db, const v1::ScheduleRequest& request, bool store,
+                                   const std::atomic<bool>* stop,
+                                   const std::function<void(const solver::Progress&)>& on_progress) {
+  const auto start = std::chrono::steady_clock::now();
+  SolvedRequest solved;
+  v1::ScheduleRequest solved_request = request;
+  if (request.min_ram() && request.activation_budget_bytes() == 0) solved_request.set_activation_budget_bytes(1);  // searched below
+  EC_RETURN_IF_ERROR(CheckOneBudget(request));
   EC_ASSIGN_OR_RETURN(solved.table, CostTableForRequest(db, request));
   if (request.activation_budget_percent() > 0) {
     EC_ASSIGN_OR_RETURN(const uint64_t plain_peak, PlainActivationPeak(solved.table, request));
