@@ -798,6 +798,8 @@ TEST_F(CliTest, TrainRunsAScheduleAndRefusesATamperedOne) {
   const CommandResult runs = Edgecost("runs");
   ASSERT_EQ(runs.exit_code, 0) << runs.output;
   EXPECT_THAT(runs.output, HasSubstr("identical"));
+  EXPECT_THAT(runs.output, HasSubstr("activations 20.0 kB"));  // the budget as the schedule was asked for
+  EXPECT_THAT(runs.output, HasSubstr("energy predicted"));
   EXPECT_THAT(Edgecost("runs --json").output, HasSubstr("\"stepStats\""));
   const CommandResult csv = Edgecost("runs --csv");
   ASSERT_EQ(csv.exit_code, 0) << csv.output;
