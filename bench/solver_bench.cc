@@ -152,7 +152,7 @@ Status RunSolverBenchmark(std::ostream& out, const SolverBenchOptions& options) 
     if (!options.only.empty() && instance.model.find(options.only) == std::string::npos) continue;
     EC_ASSIGN_OR_RETURN(v1::CostTable table, LoadInstance(instance));
     v1::ScheduleRequest request;
-    request.set_ram_budget_bytes(1);
+    request.set_activation_budget_bytes(1);
     request.set_runtime_budget_multiple(instance.runtime_multiple);
     request.set_disable_paging(instance.remat_only);
     EC_ASSIGN_OR_RETURN(Problem problem, ProblemFromCostTable(table, request));
@@ -163,10 +163,10 @@ Status RunSolverBenchmark(std::ostream& out, const SolverBenchOptions& options) 
       ram = static_cast<int64_t>(instance.ram * static_cast<double>(outputs));
     } else if (instance.budget == Budget::kOfCheckpointAllPeak) {
       Problem all = problem;
-      all.ram_budget_bytes = std::numeric_limits<int64_t>::max() / 4;
+      all.activation_budget_bytes = std::numeric_limits<int64_t>::max() / 4;
       ram = static_cast<int64_t>(instance.ram * static_cast<double>(CheckpointAll(all).replay.peak_ram_bytes));
     }
-    problem.ram_budget_bytes = ram;
+    problem.activation_budget_bytes = ram;
     char name[128];
     std::snprintf(name, sizeof name, "%s/%s %lld B %.1fx%s", instance.model.c_str(), instance.platform.c_str(),
                   static_cast<long long>(ram), instance.runtime_multiple, instance.remat_only ? " remat" : "");

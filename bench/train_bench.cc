@@ -329,7 +329,7 @@ Status RunTrainBenchmark(std::ostream& out, const TrainBenchOptions& options) {
 
   struct Config {
     std::string name;
-    uint64_t ram_budget_bytes = 0;
+    uint64_t activation_budget_bytes = 0;
     double runtime_multiple = 0;
     std::string strategy;
   };
@@ -352,9 +352,9 @@ Status RunTrainBenchmark(std::ostream& out, const TrainBenchOptions& options) {
     train.graph = profile.graph;
     train.steps = options.steps;
     train.threads = ThreadsOf(options);
-    train.verify = config.ram_budget_bytes > 0;
-    if (config.ram_budget_bytes > 0) {
-      train.solve.set_ram_budget_bytes(config.ram_budget_bytes);
+    train.verify = config.activation_budget_bytes > 0;
+    if (config.activation_budget_bytes > 0) {
+      train.solve.set_activation_budget_bytes(config.activation_budget_bytes);
       train.solve.set_runtime_budget_multiple(config.runtime_multiple);
       train.solve.set_strategy(config.strategy);
       train.solve.set_time_limit_s(30);
@@ -365,7 +365,7 @@ Status RunTrainBenchmark(std::ostream& out, const TrainBenchOptions& options) {
       continue;
     }
     const v1::TrainRun& run = trained->run;
-    if (config.ram_budget_bytes == 0) {
+    if (config.activation_budget_bytes == 0) {
       plain_step_s = run.runtime_s();
       plain_cpu_s = trained->median_cpu_s;
     }
@@ -391,8 +391,8 @@ Status RunTrainBenchmark(std::ostream& out, const TrainBenchOptions& options) {
       }
     }
     out << std::left << std::setw(30) << config.name << std::right << std::setw(11)
-        << (run.ram_budget_bytes() && run.ram_budget_bytes() < (1ull << 40)
-                ? FormatBytes(static_cast<double>(run.ram_budget_bytes()))
+        << (run.activation_budget_bytes() && run.activation_budget_bytes() < (1ull << 40)
+                ? FormatBytes(static_cast<double>(run.activation_budget_bytes()))
                 : "-")
         << std::setw(11) << FormatBytes(static_cast<double>(run.predicted_peak_bytes())) << std::setw(11)
         << FormatBytes(static_cast<double>(run.peak_activation_bytes())) << std::setw(12)
@@ -410,7 +410,7 @@ Status RunTrainBenchmark(std::ostream& out, const TrainBenchOptions& options) {
                                        : "DIFFER")
         << "\n";
     const bool within = run.peak_activation_bytes() <= run.predicted_peak_bytes() &&
-                        (run.ram_budget_bytes() == 0 || run.predicted_peak_bytes() <= run.ram_budget_bytes());
+                        (run.activation_budget_bytes() == 0 || run.predicted_peak_bytes() <= run.activation_budget_bytes());
     if (!within) out << "  MEMORY TARGET NOT MET: measured peak above planned peak or budget\n";
   }
   out << "\nmemory: measured = the arena's peak live activation bytes (exact); planned = the simulator's peak.\n"

@@ -1,6 +1,8 @@
 #include "cli/cli.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdlib>
 #include <csignal>
 #include <fstream>
 #include <iostream>
@@ -12,6 +14,26 @@
 #include "service/step_memory.h"
 
 namespace edgecost::cli {
+
+Result<ActivationBudget> ParseActivationBudget(const std::string& text) {
+  ActivationBudget budget;
+  if (text.ends_with("%")) {
+    char* end = nullptr;
+    const std::string number = text.substr(0, text.size() - 1);
+    budget.percent = std::strtod(number.c_str(), &end);
+    if (number.empty() || end != number.c_str() + number.size() || !(budget.percent > 0) ||
+        !std::isfinite(budget.percent)) {
+      return InvalidArgument("--activation-budget " + text +
+                             ": a percentage is a positive number of percent of the plain step's activation peak, "
+                             "e.g. 50%");
+    }
+    return budget;
+  }
+  EC_ASSIGN_OR_RETURN(const int64_t bytes, ParseBytes(text));
+  if (bytes <= 0) return InvalidArgument("--activation-budget must be positive");
+  budget.bytes = static_cast<uint64_t>(bytes);
+  return budget;
+}
 
 int Failure(const Status& status) {
   std::cerr << "edgecost: error: " << status.message() << "\n";

@@ -44,6 +44,14 @@ inline constexpr char kUpdateInBackwardHelp[] =
     "the gradient, instead of holding every gradient until the step ends: the schedule holds weight gradients as "
     "activations, the layers in flight only; the same weights, bit for bit";
 
+// --activation-budget: bytes ("9MB") or a percentage of the plain step's activation peak ("50%", as
+// the Python package takes it); sets one of the two.
+struct ActivationBudget {
+  uint64_t bytes = 0;
+  double percent = 0;
+};
+Result<ActivationBudget> ParseActivationBudget(const std::string& text);
+
 // Prints "edgecost: error: ..." and returns the exit code for it.
 int Failure(const Status& status);
 int UsageError(const Status& status);

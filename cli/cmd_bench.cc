@@ -146,7 +146,7 @@ void RegisterBenchCommand(CLI::App& app, Context& ctx) {
       ->check(CLI::PositiveNumber);
   solve->add_option("--poet-time-limit-s", solver_options->poet_time_limit_s,
                     "Time limit of POET's formulation per instance, before scaling");
-  solve->add_option("--threads", solver_options->threads, "CBC threads")->check(CLI::PositiveNumber);
+  solve->add_option("--solver-threads", solver_options->threads, "The MILP solver's (CBC's) threads")->check(CLI::PositiveNumber);
   solve->add_option("--only", solver_options->only, "Only the instances of models whose name contains this");
   solve->callback([solver_options, &ctx] {
     solver_options->progress = &std::cerr;  // a line every few seconds while an instance is solved

@@ -114,7 +114,7 @@ void RegisterChooseUpdateCommand(CLI::App& app, Context& ctx) {
   CLI::App* cmd = app.add_subcommand(
       "choose-update", "Choose the layers a fine-tuning run updates under a memory budget (a sparse update)");
   AddTrainingFlags(cmd, flags);
-  cmd->add_option("--ram-budget", choose->budget,
+  cmd->add_option("--memory-budget", choose->budget,
                   "The step's memory for the update: parameters, gradients, optimizer state, workspace and "
                   "activations, in bytes (600kB) or as a share of the full update's (25%)")
       ->required();
@@ -139,7 +139,7 @@ void RegisterChooseUpdateCommand(CLI::App& app, Context& ctx) {
       "layers are added best score per byte first while the step's memory stays within the budget.\n"
       "Example:\n"
       "  edgecost choose-update --model cnn.onnx --batch-size 32 --data tune.npz --val-split 0.2 \\\n"
-      "      --optimizer adamw --lr 0.001 --ram-budget 25%\n"
+      "      --optimizer adamw --lr 0.001 --memory-budget 25%\n"
       "      --out chosen.txt\n"
       "  edgecost train --model cnn.onnx ... --trainable @chosen.txt");
   cmd->callback([flags, choose, &ctx] { ctx.exit_code = RunChooseUpdate(*flags, *choose, ctx); });

@@ -370,18 +370,18 @@ int RunMeasuredCosts(const CostsFlags& flags, const graph::GraphSpec& spec, cons
   auto opened = ctx.Store(costdb::OpenMode::kReadOnly).Db();
   if (!opened.ok()) return Failure(opened.status());
   costdb::CostDb* db = *opened;
-  Result<v1::CostTable> measured = InStep(flags) ? service::ResolveCostTable(&*db, [&] {
-    v1::GetCostTableRequest request;  // kept by `edgecost train` from the node times inside real steps
-    request.set_model(flags.graph.model_or_file);
-    request.set_device(flags.device);
-    request.set_cost_source(service::kMeasuredInStepSource);
-    request.set_batch_size(static_cast<uint32_t>(flags.graph.batch_size));
-    if (flags.graph.derivation_option->count() > 0) request.set_derivation(flags.graph.derivation);
-    request.set_trainable(flags.graph.trainable);
-    request.set_threads(static_cast<uint32_t>(flags.threads));
-    return request;
-  }())
-                                                : profiler::LoadMeasuredCostTable(*db, spec, flags.device, flags.threads);
+  // As GetCostTable resolves it, so that a table missing at this batch size or thread count names
+  // those stored, each with its command.
+  v1::GetCostTableRequest request;
+  request.set_model(flags.graph.model_or_file);
+  request.set_device(flags.device);
+  // measured-in-step: kept by `edgecost train` from the node times inside real steps
+  request.set_cost_source(InStep(flags) ? service::kMeasuredInStepSource : profiler::kMeasuredSource);
+  request.set_batch_size(static_cast<uint32_t>(flags.graph.batch_size));
+  if (flags.graph.derivation_option->count() > 0) request.set_derivation(flags.graph.derivation);
+  request.set_trainable(flags.graph.trainable);
+  request.set_threads(static_cast<uint32_t>(flags.threads));
+  Result<v1::CostTable> measured = service::ResolveCostTable(&*db, request);
   if (!measured.ok()) return Failure(measured.status());
   *measured->mutable_memory() = service::StepMemoryOf(measured->graph());
   if (flags.csv) {

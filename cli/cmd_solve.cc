@@ -89,7 +89,7 @@ class ProgressPrinter {
     const double now_s = beat_.ElapsedS();
     if (p.min_feasible_ram_bytes > 0) {  // once, at once: the MILP may search the whole time limit
       printed_s_ = now_s;
-      out_ << "progress       " << FormatSeconds(now_s) << ": no heuristic meets this RAM budget; the smallest "
+      out_ << "progress       " << FormatSeconds(now_s) << ": no heuristic meets this budget; the smallest "
            << "activation budget with a schedule is about " << BytesText(static_cast<uint64_t>(p.min_feasible_ram_bytes))
            << " (the MILP searches on at this one)\n" << std::flush;
       return;
@@ -144,7 +144,7 @@ void PrintSchedule(const v1::Schedule& s) {
   if (!s.message().empty()) std::cout << "               " << s.message() << "\n";
   if (!HasSchedule(s)) {
     if (s.min_feasible_ram_bytes() > 0) {
-      std::cout << "smallest RAM   " << BytesText(s.min_feasible_ram_bytes())
+      std::cout << "smallest       activation budget " << BytesText(s.min_feasible_ram_bytes())
                 << " has a schedule at this runtime budget (found by the heuristics)\n";
     }
     return;
@@ -156,8 +156,8 @@ void PrintSchedule(const v1::Schedule& s) {
             << energy(e.page_out_j()) << "\n"
             << "lower bound    " << energy(s.lower_bound_j()) << " (floor " << energy(s.floor_j())
             << ": every node computed once)\n"
-            << "peak RAM       " << BytesText(s.peak_ram_bytes()) << " of " << BytesText(s.ram_budget_bytes())
-            << " budget\n"
+            << "activations    peak " << BytesText(s.peak_ram_bytes()) << " of " << BytesText(s.activation_budget_bytes())
+            << " activation budget\n"
             << "runtime        " << FormatSeconds(s.runtime_s()) << " of " << FormatSeconds(s.runtime_budget_s())
             << " budget\n"
             << "operations     " << service::OperationsText(s.recomputations(), s.page_outs(), s.page_ins()) << "\n"
@@ -166,14 +166,27 @@ void PrintSchedule(const v1::Schedule& s) {
             << FormatSeconds(s.time_to_first_feasible_s()) << ")\n";
 }
 
+// The budget as the user gave it: "RAM budget 60.0 MB (activation budget ...)" or "activation budget 9.00 MB".
+std::string BudgetLabel(const v1::ScheduleRequest& request) {
+  if (request.process_ram_budget_bytes() > 0) {
+    return "RAM budget " + BytesText(request.process_ram_budget_bytes()) + " (activation budget " +
+           BytesText(request.activation_budget_bytes()) + ")";
+  }
+  std::string label = "activation budget " + BytesText(request.activation_budget_bytes());
+  if (request.activation_budget_percent() > 0) {
+    label += " (" + service::PercentText(request.activation_budget_percent()) + " of the plain step's activation peak)";
+  }
+  return label;
+}
+
 // The whole memory next to the schedule's activations, and how --ram-budget was split.
 void PrintMemory(const v1::Schedule& s) {
   if (!s.has_memory()) return;
   const v1::StepMemory& m = s.memory();
   PrintStepMemory(m, HasSchedule(s) ? std::optional<uint64_t>(s.peak_ram_bytes()) : std::nullopt);
-  if (s.request().device_ram_bytes() > 0) {
-    std::cout << "RAM budget     " << BytesText(s.request().device_ram_bytes()) << " = fixed parts "
-              << BytesText(m.fixed_bytes()) << " + activation budget " << BytesText(s.request().ram_budget_bytes())
+  if (s.request().process_ram_budget_bytes() > 0) {
+    std::cout << "RAM budget     " << BytesText(s.request().process_ram_budget_bytes()) << " = fixed parts "
+              << BytesText(m.fixed_bytes()) << " + activation budget " << BytesText(s.request().activation_budget_bytes())
               << "\n";
   }
 }
@@ -217,7 +230,7 @@ Result<v1::ScheduleRequest> BuildRequest(const SolveFlags& flags) {
     return InvalidArgument("--threads picks the measured cost table of that many compute threads: it needs --device");
   }
   request.set_compute_threads(static_cast<uint32_t>(std::max(0, flags.threads)));
-  request.set_threads(static_cast<uint32_t>(std::max(1, flags.solver_threads)));
+  request.set_solver_threads(static_cast<uint32_t>(std::max(1, flags.solver_threads)));
   v1::TrainOptimizer optimizer;
   optimizer.set_kind(flags.optimizer);
   optimizer.set_momentum(flags.momentum);
@@ -235,16 +248,17 @@ Result<v1::ScheduleRequest> BuildRequest(const SolveFlags& flags) {
     }
     EC_ASSIGN_OR_RETURN(int64_t ram, ParseBytes(flags.ram_budget));
     if (ram <= 0) return InvalidArgument("--ram-budget must be positive");
-    request.set_device_ram_bytes(static_cast<uint64_t>(ram));
+    request.set_process_ram_budget_bytes(static_cast<uint64_t>(ram));
   } else if (flags.activation_budget.empty() && !flags.min_ram) {
     return InvalidArgument(
         "--ram-budget is required (the whole process's memory, e.g. 30MB or 2.5GiB), unless --activation-budget "
         "gives the activations' alone or --min-ram searches for it");
   }
   if (!flags.activation_budget.empty()) {
-    EC_ASSIGN_OR_RETURN(int64_t ram, ParseBytes(flags.activation_budget));
-    if (ram <= 0) return InvalidArgument("--activation-budget must be positive");
-    request.set_ram_budget_bytes(static_cast<uint64_t>(ram));
+    if (flags.min_ram) return InvalidArgument("--min-ram searches the activation budget: give it or --activation-budget");
+    EC_ASSIGN_OR_RETURN(const ActivationBudget budget, ParseActivationBudget(flags.activation_budget));
+    request.set_activation_budget_bytes(budget.bytes);
+    request.set_activation_budget_percent(budget.percent);
   }
   request.set_compare(flags.compare);
   request.set_min_ram(flags.min_ram);
@@ -278,7 +292,7 @@ void PrintComparison(const v1::Schedule& optimal) {
                {"vs optimal"},
                {"recompute"},
                {"page in/out"},
-               {"peak RAM"},
+               {"activation peak"},
                {"runtime"}});
   const double optimal_j = HasSchedule(optimal) ? optimal.energy().total_j() : 0;
   std::vector<const v1::Schedule*> rows = {&optimal};
@@ -304,7 +318,7 @@ void PrintComparison(const v1::Schedule& optimal) {
 
 // --min-ram: the smallest budget found, before the schedule solved at it.
 void PrintMinRam(const v1::Schedule& s, const solver::Problem* problem, const std::string& runtime_budget) {
-  std::cout << "smallest RAM   " << BytesText(s.min_feasible_ram_bytes()) << " has a schedule at " << runtime_budget
+  std::cout << "smallest       activation budget " << BytesText(s.min_feasible_ram_bytes()) << " has a schedule at " << runtime_budget
             << ", found by the heuristics and baselines";
   if (problem) {
     std::cout << "; no schedule needs less than " << BytesText(solver::MemoryLowerBound(*problem))
@@ -337,7 +351,7 @@ int RunRemoteSolve(const SolveFlags& flags, const Context& ctx, const v1::Schedu
     PrintJson(schedule);
   } else {
     std::cout << "problem        " << request.model() << " on " << request.device() << " via " << ctx.remote
-              << ", RAM budget " << BytesText(schedule.request().ram_budget_bytes()) << ", runtime budget "
+              << ", " << BudgetLabel(schedule.request()) << ", runtime budget "
               << flags.runtime_budget << (schedule.request().count_paging_time() ? " with paging time counted" : "")
               << "\n";
     if (request.compute_threads() == 0 && schedule.request().compute_threads() > 0) {
@@ -402,7 +416,7 @@ int RunSolve(const SolveFlags& flags, const Context& ctx) {
     const std::string where = table.device().empty() ? " from " + flags.graph_file : " on " + table.device();
     std::cout << "problem        " << table.graph().model() << where << " (" << table.cost_source()
               << (table.threads() > 0 ? ", " + profiler::ThreadsText(table.threads()) : "") << "), "
-              << solved->problem.size() << " nodes, RAM budget " << BytesText(schedule.request().ram_budget_bytes())
+              << solved->problem.size() << " nodes, " << BudgetLabel(schedule.request())
               << ", runtime budget " << flags.runtime_budget
               << (schedule.request().count_paging_time() ? " with paging time counted" : "") << "\n";
     if (!flags.device.empty() && !table.note().empty()) std::cout << "costs          " << table.note() << "\n";
@@ -444,7 +458,7 @@ int RunCheck(const std::string& path, bool json, const Context& ctx) {
     *result.mutable_energy() = replay.energy;
     result.set_energy_source(schedule.energy_source());
     result.set_peak_ram_bytes(static_cast<uint64_t>(replay.peak_ram_bytes));
-    result.set_ram_budget_bytes(static_cast<uint64_t>(problem->ram_budget_bytes));
+    result.set_activation_budget_bytes(static_cast<uint64_t>(problem->activation_budget_bytes));
     result.set_runtime_s(replay.runtime_s);
     result.set_runtime_budget_s(problem->runtime_budget_s);
     result.set_claimed_energy_j(schedule.energy().total_j());
@@ -456,7 +470,7 @@ int RunCheck(const std::string& path, bool json, const Context& ctx) {
     return kExitFailure;
   }
   std::cout << "valid          energy " << EnergyText(replay.energy.total_j(), schedule.energy_source())
-            << ", peak RAM " << BytesText(replay.peak_ram_bytes) << " of " << BytesText(problem->ram_budget_bytes)
+            << ", activation peak " << BytesText(replay.peak_ram_bytes) << " of activation budget " << BytesText(problem->activation_budget_bytes)
             << ", runtime " << FormatSeconds(replay.runtime_s) << " of " << FormatSeconds(problem->runtime_budget_s)
             << "\n";
   if (std::fabs(replay.energy.total_j() - schedule.energy().total_j()) >
@@ -506,7 +520,7 @@ int RunSchedules(const SchedulesFlags& flags, const Context& ctx) {
                {"device", Table::Align::kLeft},
                {"costs", Table::Align::kLeft},
                {"strategy", Table::Align::kLeft},
-               {"RAM budget"},
+               {"budget"},
                {"runtime budget"},
                {"status", Table::Align::kLeft},
                {"energy"}});
@@ -517,7 +531,7 @@ int RunSchedules(const SchedulesFlags& flags, const Context& ctx) {
                                                                          : "1x";
     const bool has = s.status() == v1::Schedule::STATUS_OPTIMAL || s.status() == v1::Schedule::STATUS_FEASIBLE;
     table.AddRow({std::to_string(s.id()), r.model().empty() ? r.graph_file() : r.model(), r.device(), r.cost_source(),
-                  r.strategy().empty() ? "optimal" : r.strategy(), FormatBytes(static_cast<double>(r.ram_budget_bytes())),
+                  r.strategy().empty() ? "optimal" : r.strategy(), service::BudgetAsGiven(r),
                   runtime_budget,
                   std::string(service::ScheduleStatusText(s.status())) + (s.superseded() ? ", superseded" : ""),
                   has ? EnergyText(s.energy_j(), s.energy_source()) : "no schedule"});
@@ -548,8 +562,8 @@ void RegisterSolveCommand(CLI::App& app, Context& ctx) {
                   "exact (default: what each backward really reads) or poet (POET's construction)");
   AddTrainableOption(cmd, flags->trainable);
   cmd->add_flag("--update-in-backward", flags->update_in_backward, kUpdateInBackwardHelp);
-  cmd->add_option("--ram-budget,--device-ram", flags->ram_budget,
-                  "The training process's peak RSS (VmHWM, everything it holds): parameters, gradients, the "
+  cmd->add_option("--ram-budget", flags->ram_budget,
+                  "The RAM budget: the training process's peak RSS (VmHWM, everything it holds): parameters, gradients, the "
                   "optimizer's state (--optimizer), workspace and the rest of the process a run measured come off "
                   "it, and what is left is the activation budget (e.g. 60MB, 4GiB)");
   cmd->add_option("--optimizer", flags->optimizer,
@@ -559,7 +573,8 @@ void RegisterSolveCommand(CLI::App& app, Context& ctx) {
       ->check(CLI::IsMember({"sgd", "adam", "adamw"}));
   cmd->add_option("--momentum", flags->momentum, "With --optimizer sgd: its momentum (above 0 keeps a buffer)");
   cmd->add_option("--activation-budget", flags->activation_budget,
-                  "RAM for the activations alone (the arena's peak): 3MB, 2.5MiB, 3000000B, 1TiB");
+                  "The activation budget: RAM for the saved activations alone (the arena's peak): 3MB, 2.5MiB, "
+                  "3000000B, or 50% of the plain step's activation peak");
   cmd->add_option("--runtime-budget", flags->runtime_budget,
                   "Multiple of a plain step (7.6x) or seconds (1.2s); the default is train's too")
       ->capture_default_str();
@@ -573,7 +588,7 @@ void RegisterSolveCommand(CLI::App& app, Context& ctx) {
                 "(--device), as measured steps show that overlap does not hide paging; no on a board preset, "
                 "POET's formulation)");
   cmd->add_option("--time-limit-s", flags->time_limit_s, "Solver time limit")->capture_default_str();
-  cmd->add_option("--threads,--compute-threads", flags->threads,
+  cmd->add_option("--threads", flags->threads,
                   "With --device: the compute threads the training will run on, whose cost table plans it "
                   "(default: all cores for this device; for another, its only thread count, else the most, stated); "
                   "the same as profile's and train's --threads")

@@ -92,15 +92,14 @@ Result<v1::StartTrainRequest> TrainRequestOf(const TrainFlags& flags) {
         "--ram-budget is the whole process's memory, --activation-budget the activations': give one");
   }
   if (!flags.ram_budget.empty() || !flags.activation_budget.empty()) {
-    const bool whole = !flags.ram_budget.empty();
-    EC_ASSIGN_OR_RETURN(const int64_t bytes, ParseBytes(whole ? flags.ram_budget : flags.activation_budget));
-    if (bytes <= 0) {
-      return InvalidArgument(std::string(whole ? "--ram-budget" : "--activation-budget") + " must be positive");
-    }
-    if (whole) {
-      request.set_device_ram_bytes(static_cast<uint64_t>(bytes));
+    if (!flags.ram_budget.empty()) {
+      EC_ASSIGN_OR_RETURN(const int64_t bytes, ParseBytes(flags.ram_budget));
+      if (bytes <= 0) return InvalidArgument("--ram-budget must be positive");
+      request.set_process_ram_budget_bytes(static_cast<uint64_t>(bytes));
     } else {
-      request.set_ram_budget_bytes(static_cast<uint64_t>(bytes));
+      EC_ASSIGN_OR_RETURN(const ActivationBudget budget, ParseActivationBudget(flags.activation_budget));
+      request.set_activation_budget_bytes(budget.bytes);
+      request.set_activation_budget_percent(budget.percent);
     }
     EC_ASSIGN_OR_RETURN(const RuntimeBudget runtime, ParseRuntimeBudget(flags.runtime_budget));
     if (runtime.kind == RuntimeBudget::Kind::kMultiple) {
@@ -175,8 +174,8 @@ void PrintRun(const service::TrainJobResult& result, bool accepted_noisy) {
   table.AddRow({"peak activations", FormatBytes(static_cast<double>(run.predicted_peak_bytes())),
                 FormatBytes(static_cast<double>(run.peak_activation_bytes())),
                 "the arena's live bytes" +
-                    std::string(run.ram_budget_bytes() > 0
-                                    ? ", budget " + FormatBytes(static_cast<double>(run.ram_budget_bytes()))
+                    std::string(run.activation_budget_bytes() > 0
+                                    ? ", budget " + FormatBytes(static_cast<double>(run.activation_budget_bytes()))
                                     : "")});
   if (run.peak_rss_bytes() > 0) {
     const auto bytes = [](uint64_t b) { return FormatBytes(static_cast<double>(b)); };
@@ -247,14 +246,27 @@ void PrintHeldOut(const v1::TrainRun& run) {
 
 // "step 3/10  loss 2.301  12.3 ms", over itself on a terminal. Into a file or a pipe, a line for the
 // first and last steps and one every 2 s between: a log a person reads, not one line per step.
+// "step 7/100  loss 2.3012  41.2 ms  elapsed 3.10 s  ETA 40.2 s", as profile's progress. The ETA is
+// the wall time per step since the first step seen (a resumed run starts later), which also holds
+// the data loading and the update that the step's own time leaves out.
 void PrintStepLine(uint32_t step, uint32_t steps, double loss, double step_s) {
   static const bool tty = ::isatty(STDERR_FILENO);
   static auto last_line = std::chrono::steady_clock::time_point();
+  static auto first_seen = std::chrono::steady_clock::time_point();
+  static uint32_t first_step = 0;
   const auto now = std::chrono::steady_clock::now();
+  if (first_step == 0 || step < first_step) {
+    first_step = step;
+    first_seen = now;
+  }
   if (!tty && step != 1 && step != steps && now - last_line < std::chrono::seconds(2)) return;
   last_line = now;
+  const double elapsed_s = std::chrono::duration<double>(now - first_seen).count();
+  const double per_step_s = step > first_step ? elapsed_s / (step - first_step) : step_s;
+  const double eta_s = per_step_s * (steps > step ? steps - step : 0);
   std::cerr << (tty ? "\r" : "") << "step " << step << "/" << steps << "  loss " << Number(loss) << "  "
-            << FormatSeconds(step_s) << (tty ? "\033[K" : "") << ((!tty || step == steps) ? "\n" : "") << std::flush;
+            << FormatSeconds(step_s) << "  elapsed " << FormatSeconds(elapsed_s) << "  ETA " << FormatSeconds(eta_s)
+            << (tty ? "\033[K" : "") << ((!tty || step == steps) ? "\n" : "") << std::flush;
 }
 
 // Trained by a daemon as a job, followed through WatchEvents until it ends; Ctrl-C cancels it.
@@ -387,7 +399,8 @@ int RunTrain(const TrainFlags& flags, const Context& ctx) {
 // `runs --csv`: a row per run in plain SI numbers, for spreadsheets and pandas.
 void PrintRunsCsv(const std::vector<v1::TrainRun>& runs) {
   const auto number = service::CsvNumber;
-  std::cout << "run,model,batch_size,device,strategy,schedule_id,steps,threads,cost_source,ram_budget_bytes,"
+  std::cout << "run,model,batch_size,device,strategy,schedule_id,steps,threads,cost_source,activation_budget_bytes,"
+               "process_ram_budget_bytes,activation_budget_percent,"
                "predicted_runtime_s,runtime_s,predicted_peak_bytes,peak_activation_bytes,paging_wait_s,"
                "predicted_energy_j,energy_j,energy_estimated,predicted_process_bytes,peak_rss_bytes,"
                "first_loss,last_loss,disturbed,disturbed_steps,created_at\n";
@@ -395,7 +408,8 @@ void PrintRunsCsv(const std::vector<v1::TrainRun>& runs) {
     std::cout << run.id() << ',' << service::CsvField(run.model()) << ',' << run.batch_size() << ','
               << service::CsvField(run.device()) << ',' << service::CsvField(run.strategy()) << ',' << run.schedule_id()
               << ',' << run.steps() << ',' << run.threads() << ',' << service::CsvField(run.cost_source()) << ','
-              << run.ram_budget_bytes() << ',' << number(run.predicted_runtime_s()) << ',' << number(run.runtime_s())
+              << run.activation_budget_bytes() << ',' << run.process_ram_budget_bytes() << ','
+              << number(run.activation_budget_percent()) << ',' << number(run.predicted_runtime_s()) << ',' << number(run.runtime_s())
               << ',' << run.predicted_peak_bytes() << ',' << run.peak_activation_bytes() << ','
               << number(run.paging_wait_s()) << ',' << number(run.predicted_energy_j()) << ',' << number(run.energy_j())
               << ',' << (run.energy_source() == v1::ENERGY_SOURCE_ESTIMATED ? 1 : 0) << ','
@@ -458,7 +472,7 @@ int RunRuns(const std::string& model, int limit, bool json, bool csv, const Cont
     table.AddRow(
         {std::to_string(run.id()), run.model() + " b" + std::to_string(run.batch_size()),
          run.strategy() + (run.schedule_id() ? " #" + std::to_string(run.schedule_id()) : std::string()),
-         run.ram_budget_bytes() ? FormatBytes(static_cast<double>(run.ram_budget_bytes())) : "-",
+         service::BudgetAsGiven(run),
          std::to_string(run.steps()), run.cost_source().empty() ? "-" : FormatSeconds(run.predicted_runtime_s()),
          FormatSeconds(run.runtime_s()), Percent(run.runtime_s(), run.predicted_runtime_s()),
          FormatBytes(static_cast<double>(run.predicted_peak_bytes())),
@@ -637,10 +651,11 @@ void RegisterTrainCommand(CLI::App& app, Context& ctx) {
   cmd->add_option("--schedule", flags->schedule_file, "A schedule file from `edgecost solve --out` (exact derivation)");
   cmd->add_option("--schedule-id", flags->schedule_id, "A schedule stored in the cost database");
   cmd->add_option("--ram-budget", flags->ram_budget,
-                  "Solve a schedule first for this training process's peak RSS (VmHWM: everything it holds, "
+                  "Solve a schedule first for the RAM budget: this training process's peak RSS (VmHWM: everything it holds, "
                   "the binary, the model, parameters, gradients, optimizer state, kernels and activations): 60MB, 1GiB");
   cmd->add_option("--activation-budget", flags->activation_budget,
-                  "Or for the activations alone (the arena's peak): 1.2MB, 3MiB");
+                  "Or the activation budget: the saved activations alone (the arena's peak): 1.2MB, 3MiB, or 50% "
+                  "of the plain step's activation peak");
   cmd->add_option("--runtime-budget", flags->runtime_budget,
                   "With a budget: a multiple of a plain step or seconds; the default is solve's too")
       ->capture_default_str();

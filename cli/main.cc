@@ -1,9 +1,12 @@
 // edgecost: measure what training costs on a device, and schedule it to fit.
 #include <iostream>
+#include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
 #include "cli/cli.h"
+#include "cli/deprecated_flags.h"
 
 int main(int argc, char** argv) {
   using namespace edgecost::cli;
@@ -45,8 +48,13 @@ int main(int argc, char** argv) {
   RegisterDbCommand(app, ctx);
   RegisterBenchCommand(app, ctx);
 
+  // Renamed flags keep working: rewritten here, in one place, with a warning.
+  std::vector<std::string> args =
+      ReplaceDeprecatedFlags(app, std::vector<std::string>(argv + 1, argv + argc), std::cerr);
+  std::vector<char*> current_argv = {argv[0]};
+  for (std::string& arg : args) current_argv.push_back(arg.data());
   try {
-    app.parse(argc, argv);
+    app.parse(static_cast<int>(current_argv.size()), current_argv.data());
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {

@@ -24,9 +24,12 @@ Status FromTwirp(const std::string& body, unsigned http_status) {
   }
   if (code == "invalid_argument" || code == "malformed" || code == "bad_route") return InvalidArgument(message);
   if (code == "not_found") return NotFound(message);
-  if (code == "unauthenticated" || code == "permission_denied") {
+  // The token is the advice only where the refusal is about it: a data set outside the agent's
+  // [train] data_dirs is refused as permission_denied too, and no token lets it in.
+  if (code == "unauthenticated" || (code == "permission_denied" && message.find("token") != std::string::npos)) {
     return PermissionDenied(message + " (set $EDGECOST_TOKEN to the daemon's token)");
   }
+  if (code == "permission_denied") return PermissionDenied(message);
   if (code == "failed_precondition") return FailedPrecondition(message);
   if (code == "unavailable") return Unavailable(message);
   if (code == "resource_exhausted") return ResourceExhausted(message);

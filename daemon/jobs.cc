@@ -354,12 +354,19 @@ Status CheckTrainRequest(const v1::StartTrainRequest& request, costdb::Store& st
       request.runtime_budget_multiple() > 1e6) {
     return InvalidArgument("runtime_budget_multiple must be at least 1");
   }
-  if (request.schedule_id() != 0 && (request.ram_budget_bytes() != 0 || request.device_ram_bytes() != 0)) {
-    return InvalidArgument("give schedule_id or a budget (device_ram_bytes or ram_budget_bytes), not both");
+  const int budgets = (request.activation_budget_bytes() != 0) + (request.process_ram_budget_bytes() != 0) +
+                      (request.activation_budget_percent() != 0);
+  if (request.schedule_id() != 0 && budgets > 0) {
+    return InvalidArgument(
+        "give schedule_id or a budget (process_ram_budget_bytes, activation_budget_bytes or "
+        "activation_budget_percent), not both");
   }
-  if (request.ram_budget_bytes() != 0 && request.device_ram_bytes() != 0) {
-    return InvalidArgument("give device_ram_bytes (the whole process) or ram_budget_bytes (the activations), not both");
+  if (budgets > 1) {
+    return InvalidArgument(
+        "give one budget: process_ram_budget_bytes (the RAM budget, the whole process) or activation_budget_bytes or "
+        "activation_budget_percent (the activation budget)");
   }
+  if (!(request.activation_budget_percent() >= 0)) return InvalidArgument("activation_budget_percent must be positive");
   if (!request.strategy().empty() && !solver::ParseStrategy(request.strategy()).ok()) {
     return InvalidArgument("unknown strategy '" + request.strategy() + "'; use " + solver::StrategyNames());
   }

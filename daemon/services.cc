@@ -91,16 +91,17 @@ Result<v1::PagingCost> CostService::GetPagingCosts(const v1::GetPagingCostsReque
 }
 
 Result<v1::Schedule> SolverService::Solve(const v1::ScheduleRequest& request) {
-  if (request.ram_budget_bytes() == 0 && !request.min_ram() && request.device_ram_bytes() == 0) {
+  if (request.activation_budget_bytes() == 0 && request.activation_budget_percent() == 0 && !request.min_ram() &&
+      request.process_ram_budget_bytes() == 0) {
     return InvalidArgument(
-        "ram_budget_bytes is required (or device_ram_bytes, the whole process's RAM), unless min_ram asks for the "
-        "smallest one");
+        "a budget is required: activation_budget_bytes or activation_budget_percent (the saved activations), or "
+        "process_ram_budget_bytes (the whole process's RAM), unless min_ram asks for the smallest one");
   }
   // Reading files on a caller's behalf would expose whatever the daemon's user can read.
   if (!request.graph_file().empty()) return InvalidArgument("graph_file is read by the local CLI only; name a model");
   EC_RETURN_IF_ERROR(graph::CheckModelName(request.model()));
-  if (request.threads() > Cores()) {
-    return InvalidArgument("threads is at most " + std::to_string(Cores()) + " here, the number of cores");
+  if (request.solver_threads() > Cores()) {
+    return InvalidArgument("solver_threads is at most " + std::to_string(Cores()) + " here, the number of cores");
   }
   if (request.time_limit_s() > kMaxTimeLimitS) {
     return InvalidArgument("time_limit_s is at most " + std::to_string(static_cast<int>(kMaxTimeLimitS)) +

@@ -11,6 +11,7 @@
 #include <optional>
 #include <random>
 #include <set>
+#include <tuple>
 
 #include <google/protobuf/text_format.h>
 
@@ -243,9 +244,8 @@ Markup ModelsSection(costdb::CostDb& db, const WebViewSources& sources, const st
   out << "<section id=\"models\" aria-labelledby=\"models-h\"><h2 id=\"models-h\">Models and cost tables</h2>";
   Result<v1::ListModelsResponse> models = sources.costs->ListModels(v1::ListModelsRequest());
   if (!models.ok()) return (out << ErrorBox(models.status()) << "</section>").str();
-  // Measured tables in the database, per model: a link per device and batch size, to the table of
-  // the most threads measured there.
-  std::map<std::string, std::map<std::pair<std::string, uint32_t>, uint32_t>> measured_on;
+  // Measured tables in the database, per model: a link per device, batch size and thread count.
+  std::map<std::string, std::set<std::tuple<std::string, uint32_t, uint32_t>>> measured_on;
   std::set<std::string> measured_devices;
   for (const v1::Device& device : devices) {
     if (device.kind() == v1::Device::KIND_MEASURED) measured_devices.insert(device.name());
@@ -253,8 +253,7 @@ Markup ModelsSection(costdb::CostDb& db, const WebViewSources& sources, const st
   if (Result<std::vector<costdb::StoredCostTable>> tables = db.ListCostTables(); tables.ok()) {
     for (const costdb::StoredCostTable& t : *tables) {
       if (t.key.cost_source != profiler::kMeasuredSource || !measured_devices.contains(t.key.device)) continue;
-      uint32_t& threads = measured_on[t.key.model][{t.key.device, t.key.batch_size}];
-      threads = std::max(threads, t.key.threads);
+      measured_on[t.key.model].insert({t.key.device, t.key.batch_size, t.key.threads});
     }
   }
   out << "<form class=\"pick\" action=\"/costs\" method=\"get\"><label>model <select name=\"model\">";
@@ -270,7 +269,9 @@ Markup ModelsSection(costdb::CostDb& db, const WebViewSources& sources, const st
     out << "<option>" << preset.name << "</option>";
   }
   out << "</select></label><label>batch <input name=\"batch\" type=\"number\" min=\"1\" value=\"1\" size=\"5\"></label>"
-         "<button type=\"submit\">Show cost table</button></form>";
+         "<label>threads <input name=\"threads\" type=\"number\" min=\"1\" placeholder=\"all\" size=\"4\" "
+         "title=\"The compute threads the table was measured at; empty: all cores of this device, or the most stored\">"
+         "</label><button type=\"submit\">Show cost table</button></form>";
   out << "<div class=\"scroll\"><table id=\"model-table\"><thead><tr><th scope=\"col\">model</th>"
          "<th scope=\"col\">forward nodes</th><th scope=\"col\">training nodes</th><th scope=\"col\">parameters</th>"
          "<th scope=\"col\">activations</th><th scope=\"col\">cost tables</th></tr></thead><tbody>";
@@ -278,12 +279,12 @@ Markup ModelsSection(costdb::CostDb& db, const WebViewSources& sources, const st
     out << "<tr><th scope=\"row\">" << m.name() << "</th><td>" << m.forward_nodes() << "</td><td>" << m.training_nodes()
         << "</td><td>" << FormatBytes(static_cast<double>(m.param_bytes())) << "</td><td>"
         << FormatBytes(static_cast<double>(m.activation_bytes())) << "</td><td>";
-    for (const auto& [where, threads] : measured_on[m.name()]) {
-      const auto& [device, batch] = where;
+    for (const auto& [device, batch, threads] : measured_on[m.name()]) {
       out << "<a class=\"measured\" href=\"/costs?model=" << Url(m.name()) << "&amp;device=" << Url(device)
           << "&amp;batch=" << batch;
       if (threads > 0) out << "&amp;threads=" << threads;
-      out << "\">measured on " << device << ", batch " << batch << "</a> ";
+      out << "\">measured on " << device << ", batch " << batch
+          << (threads > 0 ? ", " + profiler::ThreadsText(threads) : std::string()) << "</a> ";
     }
     out << "<a href=\"/costs?model=" << Url(m.name()) << "&amp;device=a72\">poet-flops a72</a></td></tr>";
   }
@@ -301,11 +302,11 @@ Markup SchedulesSection(const WebViewSources& sources) {
         .str();
   }
   out << "<p><a class=\"button\" id=\"schedules-csv\" href=\"/schedules.csv\" download>Download CSV</a> (a row "
-         "per schedule in plain SI numbers: ram_budget_bytes, energy_j; <code>edgecost schedules --csv</code> prints "
+         "per schedule in plain SI numbers: activation_budget_bytes, energy_j; <code>edgecost schedules --csv</code> prints "
          "the same)</p>";
   out << "<div class=\"scroll\"><table id=\"schedule-table\"><thead><tr><th scope=\"col\">#</th>"
          "<th scope=\"col\">model</th><th scope=\"col\">device</th><th scope=\"col\">strategy</th>"
-         "<th scope=\"col\">RAM budget</th><th scope=\"col\">status</th><th scope=\"col\">energy</th>"
+         "<th scope=\"col\">budget</th><th scope=\"col\">status</th><th scope=\"col\">energy</th>"
          "<th scope=\"col\">trace</th></tr></thead><tbody>";
   for (int i = listed->schedules_size() - 1; i >= 0; --i) {  // newest first
     const v1::ScheduleSummary& s = listed->schedules(i);
@@ -315,7 +316,7 @@ Markup SchedulesSection(const WebViewSources& sources) {
     out << "><td><a href=\"/schedule?id=" << s.id() << "\">#" << s.id() << "</a></td><td>"
         << (r.model().empty() ? r.graph_file() : r.model()) << "</td><td>" << r.device() << "</td><td>"
         << (r.strategy().empty() ? "optimal" : r.strategy()) << "</td><td>"
-        << FormatBytes(static_cast<double>(r.ram_budget_bytes())) << "</td><td>"
+        << service::BudgetAsGiven(r) << "</td><td>"
         << service::ScheduleStatusText(s.status()) << (s.superseded() ? " (superseded)" : "") << "</td>";
     // A failed request (infeasible, nothing found) has no schedule: no energy and nothing to trace.
     const bool has = s.status() == v1::Schedule::STATUS_OPTIMAL || s.status() == v1::Schedule::STATUS_FEASIBLE;
@@ -392,9 +393,10 @@ Markup TrainRunsSection(costdb::CostDb& db) {
   out << "<div class=\"scroll\"><table id=\"train-runs-table\"><caption>Per step: predicted from the cost table, "
          "measured as the median of the undisturbed steps after the first; the latest 100</caption><thead><tr>"
          "<th scope=\"col\">run</th><th scope=\"col\">model</th><th scope=\"col\">device</th>"
-         "<th scope=\"col\">schedule</th><th scope=\"col\">steps</th><th scope=\"col\">step predicted</th>"
-         "<th scope=\"col\">measured</th><th scope=\"col\">process predicted</th>"
-         "<th scope=\"col\">peak RSS</th><th scope=\"col\">disturbed</th><th scope=\"col\">when</th>"
+         "<th scope=\"col\">schedule</th><th scope=\"col\">budget</th><th scope=\"col\">steps</th>"
+         // Measured over predicted in one cell: the table fits 1280 px with its budget and energy.
+         "<th scope=\"col\">step time<br>(predicted)</th><th scope=\"col\">energy<br>(predicted)</th>"
+         "<th scope=\"col\">peak RSS<br>(predicted)</th><th scope=\"col\">disturbed</th><th scope=\"col\">when</th>"
          "<th scope=\"col\">trace</th></tr></thead><tbody>";
   for (auto it = runs->rbegin(); it != runs->rend(); ++it) {
     const v1::TrainRun& run = *it;
@@ -404,14 +406,21 @@ Markup TrainRunsSection(costdb::CostDb& db) {
     if (run.schedule_id()) {
       out << " <a href=\"/schedule?id=" << run.schedule_id() << "\">#" << run.schedule_id() << "</a>";
     }
-    out << "</td><td>" << run.steps() << "</td><td>"
-        << (run.cost_source().empty() ? std::string("none") : FormatSeconds(run.predicted_runtime_s())) << "</td><td>"
-        << FormatSeconds(run.runtime_s()) << "</td><td>"
-        << (run.process_rest_from_run() ? FormatBytes(static_cast<double>(run.predicted_process_bytes()))
-                                        : std::string("none"))
-        << "</td><td>"
-        << (run.peak_rss_bytes() ? FormatBytes(static_cast<double>(run.peak_rss_bytes())) : std::string("not readable"))
-        << "</td><td class=\"disturbed\">";
+    // The prediction under its measurement, closing the cell: "(none)" without one.
+    const auto predicted = [&out](bool known, const std::string& value) {
+      out << "<br><span class=\"predicted\">(" << (known ? value : std::string("none")) << ")</span></td>";
+    };
+    const bool table = !run.cost_source().empty();
+    out << "</td><td>" << service::BudgetAsGiven(run) << "</td><td>" << run.steps() << "</td><td>"
+        << FormatSeconds(run.runtime_s());
+    predicted(table, FormatSeconds(run.predicted_runtime_s()));
+    out << "<td>" << FormatJoules(run.energy_j());
+    if (run.energy_source() == v1::ENERGY_SOURCE_ESTIMATED) out << "<br>ESTIMATED";
+    predicted(table, FormatJoules(run.predicted_energy_j()));
+    out << "<td>"
+        << (run.peak_rss_bytes() ? FormatBytes(static_cast<double>(run.peak_rss_bytes())) : std::string("not readable"));
+    predicted(run.process_rest_from_run() != 0, FormatBytes(static_cast<double>(run.predicted_process_bytes())));
+    out << "<td class=\"disturbed\">";
     if (run.disturbed()) {
       out << "<strong class=\"unreliable\" title=\"" << run.disturbance() << "\">DISTURBED " << run.disturbed_steps()
           << "/" << run.steps() - (run.steps() > 1) << "</strong>";
@@ -772,9 +781,18 @@ Result<Markup> WebView::SchedulePage(const std::string& query) {
     if (!meaning.empty()) out << " class=\"term\" title=\"" << meaning << "\"";
     out << ">" << s.message() << "</dd>";
   }
-  out << "<dt>strategy</dt><dd>" << s.strategy() << "</dd><dt>RAM</dt><dd>peak "
-      << FormatBytes(static_cast<double>(s.peak_ram_bytes())) << " of a "
-      << FormatBytes(static_cast<double>(s.ram_budget_bytes())) << " budget</dd><dt>runtime</dt><dd>"
+  out << "<dt>strategy</dt><dd>" << s.strategy() << "</dd>";
+  if (s.request().process_ram_budget_bytes() > 0) {
+    out << "<dt>RAM budget</dt><dd>" << FormatBytes(static_cast<double>(s.request().process_ram_budget_bytes()))
+        << " for the training process's peak RSS; what its fixed parts leave is the activation budget</dd>";
+  }
+  out << "<dt>activations</dt><dd>peak " << FormatBytes(static_cast<double>(s.peak_ram_bytes())) << " of a "
+      << FormatBytes(static_cast<double>(s.activation_budget_bytes())) << " activation budget"
+      << (s.request().activation_budget_percent() > 0
+              ? " (" + service::PercentText(s.request().activation_budget_percent()) +
+                    " of the plain step's activation peak)"
+              : std::string())
+      << "</dd><dt>runtime</dt><dd>"
       << FormatSeconds(s.runtime_s()) << " of a " << FormatSeconds(s.runtime_budget_s()) << " budget</dd>";
   if (has) {
     const v1::EnergyBreakdown& e = s.energy();

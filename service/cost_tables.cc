@@ -30,7 +30,52 @@ namespace {
 // How `auto` says which source it chose, at the start of a table's note.
 constexpr char kAutoNotePrefix[] = "cost source auto: ";
 
+// The tables stored for the request's model and device at other batch sizes, thread counts or
+// derivations, each with the command that shows it: a lookup that found none names what exists.
+std::string StoredTablesText(costdb::CostDb& db, const v1::GetCostTableRequest& request) {
+  const std::string asked_device = request.device().empty() ? "this" : request.device();
+  const std::string device = asked_device == "this" ? profiler::ThisDeviceName() : asked_device;
+  Result<std::vector<costdb::StoredCostTable>> listed = db.ListCostTables(device);
+  if (!listed.ok()) return "";
+  std::set<std::string> commands;
+  for (const costdb::StoredCostTable& stored : *listed) {
+    const costdb::CostTableKey& key = stored.key;
+    if (key.model != request.model()) continue;
+    std::string command = "edgecost costs " + key.model + " --device " + asked_device;
+    if (key.cost_source != profiler::kMeasuredSource) command += " --source " + key.cost_source;
+    command += " --batch-size " + std::to_string(key.batch_size);
+    if (key.threads > 0) command += " --threads " + std::to_string(key.threads);
+    if (key.derivation != "exact") command += " --derivation " + key.derivation;
+    if (key.trainable != "all") command += " --trainable " + key.trainable;
+    commands.insert("batch size " + std::to_string(key.batch_size) +
+                    (key.threads > 0 ? " at " + profiler::ThreadsText(key.threads) : std::string()) + " (" +
+                    key.cost_source + ", `" + command + "`)");
+  }
+  if (commands.empty()) return "";
+  constexpr size_t kMostNamed = 6;
+  std::string text = "tables stored for " + request.model() + " on " + device + ": ";
+  size_t named = 0;
+  for (const std::string& c : commands) {
+    if (named++ == kMostNamed) break;
+    text += (named > 1 ? "; " : "") + c;
+  }
+  if (commands.size() > kMostNamed) text += "; and " + std::to_string(commands.size() - kMostNamed) + " more";
+  return text + " (solve and train take the same --batch-size and --threads)";
+}
+
+Result<v1::CostTable> ResolveCostTableAsAsked(costdb::CostDb* db, const v1::GetCostTableRequest& request);
+
 }  // namespace
+
+Result<v1::CostTable> ResolveCostTable(costdb::CostDb* db, const v1::GetCostTableRequest& request) {
+  Result<v1::CostTable> table = ResolveCostTableAsAsked(db, request);
+  if (table.ok() || db == nullptr) return table;
+  const ErrorCode code = table.status().code();
+  if (code != ErrorCode::kNotFound && code != ErrorCode::kFailedPrecondition) return table;
+  const std::string stored = StoredTablesText(*db, request);
+  if (stored.empty()) return table;
+  return Status(code, table.status().message() + "; " + stored);
+}
 
 Result<std::string> AutoCostSource(costdb::CostDb& db, costdb::CostTableKey key, uint32_t threads, std::string* why) {
   key.cost_source = kMeasuredInStepSource;
@@ -46,18 +91,20 @@ Result<std::string> AutoCostSource(costdb::CostDb& db, costdb::CostTableKey key,
   return std::string(profiler::kMeasuredSource);
 }
 
-Result<v1::CostTable> ResolveCostTable(costdb::CostDb* db, const v1::GetCostTableRequest& request) {
+namespace {
+
+Result<v1::CostTable> ResolveCostTableAsAsked(costdb::CostDb* db, const v1::GetCostTableRequest& request) {
   if (request.model().empty()) return InvalidArgument("model is required");
   if (request.cost_source() == kAutoCostSource) {
     if (graph::FindBoardPreset(request.device()).ok()) {  // a preset's default: its analytic costs
       v1::GetCostTableRequest preset = request;
       preset.clear_cost_source();
-      return ResolveCostTable(db, preset);
+      return ResolveCostTableAsAsked(db, preset);
     }
     // measured-in-step where its table is, at the thread count asked (or the one chosen for 0)
     v1::GetCostTableRequest in_step = request;
     in_step.set_cost_source(kMeasuredInStepSource);
-    Result<v1::CostTable> table = ResolveCostTable(db, in_step);
+    Result<v1::CostTable> table = ResolveCostTableAsAsked(db, in_step);
     std::string why;
     if (table.ok()) {
       why = kAutoNotePrefix + std::string("measured-in-step, the node times inside real training steps") +
@@ -68,7 +115,7 @@ Result<v1::CostTable> ResolveCostTable(costdb::CostDb* db, const v1::GetCostTabl
             table.status().message();
       v1::GetCostTableRequest measured = request;
       measured.set_cost_source(profiler::kMeasuredSource);
-      table = ResolveCostTable(db, measured);
+      table = ResolveCostTableAsAsked(db, measured);
     }
     if (table.ok()) table->set_note(why + (table->note().empty() ? "" : "; " + table->note()));
     return table;
@@ -143,6 +190,8 @@ Result<v1::CostTable> ResolveCostTable(costdb::CostDb* db, const v1::GetCostTabl
   return graph::LoadCostTable(spec, device, source);
 }
 
+}  // namespace
+
 v1::GetCostTableRequest CostTableRequestFor(const v1::ScheduleRequest& request) {
   v1::GetCostTableRequest table;
   table.set_model(request.model());
@@ -151,7 +200,7 @@ v1::GetCostTableRequest CostTableRequestFor(const v1::ScheduleRequest& request) 
   table.set_batch_size(request.batch_size());
   table.set_derivation(request.derivation());
   table.set_trainable(request.trainable());
-  table.set_threads(request.compute_threads());  // not request.threads(): that is the solver's
+  table.set_threads(request.compute_threads());  // not solver_threads
   return table;
 }
 
@@ -378,20 +427,52 @@ Result<v1::ListModelsResponse> DescribeZoo(int batch_size) {
   return response;
 }
 
+namespace {
+
+// The plain step's activation peak, the checkpoint-all schedule's: what a percent activation budget
+// is a share of (as the Python package reads "50%").
+Result<uint64_t> PlainActivationPeak(const v1::CostTable& table, v1::ScheduleRequest request) {
+  request.set_activation_budget_bytes(uint64_t{1} << 50);
+  request.set_runtime_budget_multiple(1e6);  // no recomputation: only the memory is asked about
+  EC_ASSIGN_OR_RETURN(const solver::Problem problem, solver::ProblemFromCostTable(table, request));
+  solver::SolveOptions options;
+  options.strategy = "checkpoint-all";
+  EC_ASSIGN_OR_RETURN(const v1::Schedule plain, solver::Solve(problem, options));
+  if (!HasSchedule(plain)) return Internal("the plain step has no schedule: " + plain.message());
+  return plain.peak_ram_bytes();
+}
+
+// One budget per request: the RAM budget, the activation budget (bytes or a percentage), or min_ram.
+Status CheckOneBudget(const v1::ScheduleRequest& request) {
+  const int budgets = (request.process_ram_budget_bytes() > 0) + (request.activation_budget_percent() != 0) +
+                      (request.activation_budget_bytes() > 0 || request.min_ram());
+  if (budgets > 1) {
+    return InvalidArgument(
+        "give one budget: the RAM budget (process_ram_budget_bytes, --ram-budget: the whole process), or the activation "
+        "budget (activation_budget_bytes or activation_budget_percent, --activation-budget), or min_ram (--min-ram)");
+  }
+  if (!(request.activation_budget_percent() >= 0) || !std::isfinite(request.activation_budget_percent())) {
+    return InvalidArgument("activation_budget_percent must be a positive percentage of the plain step's activation peak");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Result<SolvedRequest> SolveRequest(costdb::CostDb* db, const v1::ScheduleRequest& request, bool store,
                                    const std::atomic<bool>* stop,
                                    const std::function<void(const solver::Progress&)>& on_progress) {
   const auto start = std::chrono::steady_clock::now();
   SolvedRequest solved;
   v1::ScheduleRequest solved_request = request;
-  if (request.min_ram() && request.ram_budget_bytes() == 0) solved_request.set_ram_budget_bytes(1);  // searched below
-  if (request.device_ram_bytes() > 0 && (request.ram_budget_bytes() > 0 || request.min_ram())) {
-    return InvalidArgument(
-        "give the whole process's RAM (device_ram_bytes, --ram-budget) or the activations' (ram_budget_bytes, "
-        "--activation-budget, "
-        "--min-ram), not both");
-  }
+  if (request.min_ram() && request.activation_budget_bytes() == 0) solved_request.set_activation_budget_bytes(1);  // searched below
+  EC_RETURN_IF_ERROR(CheckOneBudget(request));
   EC_ASSIGN_OR_RETURN(solved.table, CostTableForRequest(db, request));
+  if (request.activation_budget_percent() > 0) {
+    EC_ASSIGN_OR_RETURN(const uint64_t plain_peak, PlainActivationPeak(solved.table, request));
+    solved_request.set_activation_budget_bytes(
+        std::max<uint64_t>(1, static_cast<uint64_t>(static_cast<double>(plain_peak) * request.activation_budget_percent() / 100)));
+  }
   // One name for a device everywhere: "this" is stored as the name the device list shows.
   if (request.device() == "this" && !solved.table.device().empty()) solved_request.set_device(solved.table.device());
   // `auto` is stored as what it chose, so that the request is solved again on the same source.
@@ -402,47 +483,47 @@ Result<SolvedRequest> SolveRequest(costdb::CostDb* db, const v1::ScheduleRequest
   // The stored request names the table's thread count, so that it is solved again on that one.
   if (solved.table.threads() > 0) solved_request.set_compute_threads(solved.table.threads());
   v1::StepMemory memory =
-      StepMemoryOf(solved.table.graph(), {.build_large = request.device_ram_bytes() > 0,
+      StepMemoryOf(solved.table.graph(), {.build_large = request.process_ram_budget_bytes() > 0,
                                           .optimizer_state_tensors = static_cast<int>(request.optimizer_state_tensors()),
                                           .update_in_backward = request.update_in_backward()});
   if (db && memory.executor_known() && solved.table.cost_source() != graph::kPoetFlopsSource) {  // a device's runs
     AddProcessRest(*db, solved.table.graph().model(), solved.table.device(), solved.table.graph().batch_size(),
                    solved.table.threads(), memory);
   }
-  if (request.device_ram_bytes() > 0) {
-    EC_ASSIGN_OR_RETURN(const uint64_t activations, ActivationBudget(memory, request.device_ram_bytes()));
-    solved_request.set_ram_budget_bytes(activations);
+  if (request.process_ram_budget_bytes() > 0) {
+    EC_ASSIGN_OR_RETURN(const uint64_t activations, ActivationBudget(memory, request.process_ram_budget_bytes()));
+    solved_request.set_activation_budget_bytes(activations);
   }
   EC_ASSIGN_OR_RETURN(solved.problem, solver::ProblemFromCostTable(solved.table, solved_request));
   solver::SolveOptions options;
   if (!request.strategy().empty()) options.strategy = request.strategy();
   if (request.time_limit_s() > 0) options.time_limit_s = request.time_limit_s();
-  if (request.threads() > 0) options.threads = static_cast<int>(request.threads());
+  if (request.solver_threads() > 0) options.threads = static_cast<int>(request.solver_threads());
   options.stop = stop;
   options.on_progress = on_progress;
   auto elapsed_s = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
   if (request.min_ram()) {
     EC_ASSIGN_OR_RETURN(const int64_t ram,
                         solver::MinFeasibleRam(solved.problem, {SteadyNowS() + 0.5 * options.time_limit_s, stop}));
-    solved.problem.ram_budget_bytes = ram;
-    solved_request.set_ram_budget_bytes(static_cast<uint64_t>(ram));
+    solved.problem.activation_budget_bytes = ram;
+    solved_request.set_activation_budget_bytes(static_cast<uint64_t>(ram));
     options.time_limit_s = std::max(0.0, options.time_limit_s - elapsed_s());
   }
   EC_ASSIGN_OR_RETURN(solved.schedule, solver::Solve(solved.problem, options));
   // A process budget holds the arena's region, which a layout may make larger than the schedule's
   // peak: solved again with the activation budget lowered by the excess until the region fits.
-  for (int retry = 0; retry < kArenaRetries && request.device_ram_bytes() > 0 && HasSchedule(solved.schedule);
+  for (int retry = 0; retry < kArenaRetries && request.process_ram_budget_bytes() > 0 && HasSchedule(solved.schedule);
        ++retry) {
     const uint64_t region = ArenaRegionBytes(solved.table.graph(), solved.schedule);
-    if (memory.fixed_bytes() + region <= request.device_ram_bytes()) break;
-    const uint64_t excess = memory.fixed_bytes() + region - request.device_ram_bytes();
-    const uint64_t budget = solved_request.ram_budget_bytes();
+    if (memory.fixed_bytes() + region <= request.process_ram_budget_bytes()) break;
+    const uint64_t excess = memory.fixed_bytes() + region - request.process_ram_budget_bytes();
+    const uint64_t budget = solved_request.activation_budget_bytes();
     if (excess >= budget) break;
-    solved_request.set_ram_budget_bytes(budget - excess);
-    solved.problem.ram_budget_bytes = static_cast<int64_t>(budget - excess);
+    solved_request.set_activation_budget_bytes(budget - excess);
+    solved.problem.activation_budget_bytes = static_cast<int64_t>(budget - excess);
     EC_ASSIGN_OR_RETURN(solved.schedule, solver::Solve(solved.problem, options));
   }
-  if (request.min_ram()) solved.schedule.set_min_feasible_ram_bytes(solved_request.ram_budget_bytes());
+  if (request.min_ram()) solved.schedule.set_min_feasible_ram_bytes(solved_request.activation_budget_bytes());
   if (request.compare()) {
     for (solver::Strategy kind : solver::kBaselinesAndGreedy) {
       if (kind == solver::Strategy::kPagingOnly && !solved.problem.allow_paging) continue;
@@ -539,18 +620,20 @@ Result<v1::ListSchedulesResponse> ListSchedules(costdb::CostDb& db, const v1::Li
 
 std::string SchedulesCsv(const v1::ListSchedulesResponse& listed) {
   std::ostringstream out;
-  out << "schedule,model,device,cost_source,strategy,batch_size,ram_budget_bytes,runtime_budget_multiple,"
-         "runtime_budget_s,count_paging_time,status,energy_j,energy_estimated,superseded\n";
+  out << "schedule,model,device,cost_source,strategy,batch_size,activation_budget_bytes,runtime_budget_multiple,"
+         "runtime_budget_s,count_paging_time,status,energy_j,energy_estimated,superseded,process_ram_budget_bytes,"
+         "activation_budget_percent\n";
   for (const v1::ScheduleSummary& s : listed.schedules()) {
     const v1::ScheduleRequest& r = s.request();
     const bool has = s.status() == v1::Schedule::STATUS_OPTIMAL || s.status() == v1::Schedule::STATUS_FEASIBLE;
     out << s.id() << ',' << CsvField(r.model().empty() ? r.graph_file() : r.model()) << ',' << CsvField(r.device())
         << ',' << CsvField(r.cost_source()) << ',' << CsvField(r.strategy().empty() ? "optimal" : r.strategy()) << ','
-        << std::max(1u, r.batch_size()) << ',' << r.ram_budget_bytes() << ','
+        << std::max(1u, r.batch_size()) << ',' << r.activation_budget_bytes() << ','
         << (r.has_runtime_budget_multiple() ? CsvNumber(r.runtime_budget_multiple()) : "") << ','
         << (r.has_runtime_budget_s() ? CsvNumber(r.runtime_budget_s()) : "") << ',' << (r.count_paging_time() ? 1 : 0)
         << ',' << CsvField(std::string(ScheduleStatusText(s.status()))) << ',' << (has ? CsvNumber(s.energy_j()) : "")
-        << ',' << (s.energy_source() == v1::ENERGY_SOURCE_ESTIMATED ? 1 : 0) << ',' << (s.superseded() ? 1 : 0) << '\n';
+        << ',' << (s.energy_source() == v1::ENERGY_SOURCE_ESTIMATED ? 1 : 0) << ',' << (s.superseded() ? 1 : 0) << ','
+        << r.process_ram_budget_bytes() << ',' << CsvNumber(r.activation_budget_percent()) << '\n';
   }
   return out.str();
 }

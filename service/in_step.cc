@@ -42,8 +42,8 @@ std::vector<std::string> StepsArguments(const TrainJobOptions& train, const std:
     if (!value->empty()) argv.insert(argv.end(), {flag, *value});
   }
   if (!train.store_schedule) argv.push_back("--no-store-schedule");
-  if (train.solve.ram_budget_bytes() > 0) {
-    argv.insert(argv.end(), {"--activation-budget", std::to_string(train.solve.ram_budget_bytes()) + "B", "--strategy",
+  if (train.solve.activation_budget_bytes() > 0) {
+    argv.insert(argv.end(), {"--activation-budget", std::to_string(train.solve.activation_budget_bytes()) + "B", "--strategy",
                              train.solve.strategy(), "--runtime-budget",
                              std::to_string(train.solve.runtime_budget_s()) + "s"});
   }
@@ -105,7 +105,7 @@ Result<TrainJobResult> RunInStepPaging(const InStepProfileOptions& options, uint
   log("in-step: " + std::to_string(kPagingSteps) + " steps paging at " +
       FormatBytes(static_cast<double>(activation_budget_bytes)) + " of activations, for the paging thread's times ...");
   TrainJobOptions train = StepsOptions(options, kPagingSteps);
-  train.solve.set_ram_budget_bytes(activation_budget_bytes);
+  train.solve.set_activation_budget_bytes(activation_budget_bytes);
   train.solve.set_strategy("paging-only");
   train.solve.set_runtime_budget_s(kPagingRuntimeBudgetS);
   train.solve.set_count_paging_time(true);

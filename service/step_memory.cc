@@ -155,14 +155,14 @@ std::string FixedPartsText(const v1::StepMemory& memory) {
   return text;
 }
 
-Result<uint64_t> ActivationBudget(const v1::StepMemory& memory, uint64_t device_ram_bytes) {
-  if (memory.fixed_bytes() >= device_ram_bytes) {
+Result<uint64_t> ActivationBudget(const v1::StepMemory& memory, uint64_t process_ram_budget_bytes) {
+  if (memory.fixed_bytes() >= process_ram_budget_bytes) {
     return FailedPrecondition("the step's fixed parts alone take " + Bytes(memory.fixed_bytes()) + " (" +
-                              FixedPartsText(memory) + "), at least the RAM budget of " + Bytes(device_ram_bytes) +
+                              FixedPartsText(memory) + "), at least the RAM budget of " + Bytes(process_ram_budget_bytes) +
                               ": no room is left for activations; give more --ram-budget, train fewer parameters "
                               "(--trainable), or a smaller model");
   }
-  return device_ram_bytes - memory.fixed_bytes();
+  return process_ram_budget_bytes - memory.fixed_bytes();
 }
 
 }  // namespace edgecost::service

@@ -47,9 +47,9 @@ std::optional<v1::TrainRun> LatestProcessRun(costdb::CostDb& db, const std::stri
 void AddProcessRest(costdb::CostDb& db, const std::string& model, const std::string& device, uint32_t batch_size,
                     uint32_t threads, v1::StepMemory& memory);
 
-// The activation budget that leaves a training process's peak RSS of `device_ram_bytes`
+// The activation budget that leaves a training process's peak RSS of `process_ram_budget_bytes`
 // (--ram-budget) for the step's fixed parts; refused when they alone reach it.
-Result<uint64_t> ActivationBudget(const v1::StepMemory& memory, uint64_t device_ram_bytes);
+Result<uint64_t> ActivationBudget(const v1::StepMemory& memory, uint64_t process_ram_budget_bytes);
 
 // "parameters 1.2 MB + gradients ... + rest of the process 30 MB": the fixed parts, which add up
 // to memory.fixed_bytes.

@@ -125,7 +125,7 @@ Result<v1::Trace> ScheduleTrace(const solver::Problem& p, const v1::Schedule& sc
                 {"energy_j", schedule.energy().total_j()},
                 {"predicted_runtime_s", timeline.runtime_s},
                 {"peak_ram_bytes", timeline.peak_bytes},
-                {"ram_budget_bytes", timeline.budget_bytes},
+                {"activation_budget_bytes", timeline.budget_bytes},
                 {"paging", timeline.paging_times_known ? "overlaps computation on one storage queue"
                                                        : "no paging times in the cost table: marks, not slices"}};
   return Finish(std::move(metadata), std::move(events), std::move(other), title);

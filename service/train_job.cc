@@ -65,8 +65,9 @@ Result<uint32_t> PredictionThreads(costdb::CostDb& db, const costdb::CostTableKe
   notes.push_back("THREAD MISMATCH: this run uses " + profiler::ThreadsText(asked) + " and no " + key.cost_source +
                   " cost table of " + key.model + " was measured at that count (stored: " + counts +
                   "); its predictions come from the " + profiler::ThreadsText(nearest) +
-                  " table and are not this run's. Run `edgecost profile --model " + key.model + " --threads " +
-                  std::to_string(asked) + "` to predict it");
+                  " table and are not this run's. Run `edgecost profile --model " + key.model +
+                  (key.batch_size != 1 ? " --batch-size " + std::to_string(key.batch_size) : std::string()) +
+                  " --threads " + std::to_string(asked) + "` to predict it");
   return nearest;
 }
 
@@ -173,9 +174,9 @@ Status CheckOutputs(const TrainJobOptions& options) {
 Status CheckScheduleOptimizer(const v1::Schedule& schedule, const train::OptimizerOptions& optimizer) {
   const auto tensors = static_cast<uint32_t>(train::OptimizerStateTensors(optimizer));
   const uint32_t solved_for = schedule.request().optimizer_state_tensors();
-  if (schedule.request().device_ram_bytes() == 0 || tensors <= solved_for) return Status::Ok();
+  if (schedule.request().process_ram_budget_bytes() == 0 || tensors <= solved_for) return Status::Ok();
   return FailedPrecondition(
-      "the schedule was solved for a process of " + FormatBytes(static_cast<double>(schedule.request().device_ram_bytes())) +
+      "the schedule was solved for a process of " + FormatBytes(static_cast<double>(schedule.request().process_ram_budget_bytes())) +
       " with an optimizer that keeps " + std::to_string(solved_for) + " state tensor" + (solved_for == 1 ? "" : "s") +
       " per parameter; this run's " + train::OptimizerKindName(optimizer.kind) + " keeps " + std::to_string(tensors) +
       ", which the budget does not hold: solve again with `--optimizer " + train::OptimizerKindName(optimizer.kind) +
@@ -188,7 +189,7 @@ Result<uint64_t> StoredScheduleOf(costdb::CostDb& db, const v1::Schedule& file) 
   EC_ASSIGN_OR_RETURN(std::vector<costdb::StoredSchedule> stored,
                       db.ListSchedules(file.request().model(), file.request().device()));
   for (auto it = stored.rbegin(); it != stored.rend(); ++it) {
-    if (it->request.ram_budget_bytes() != file.request().ram_budget_bytes()) continue;
+    if (it->request.activation_budget_bytes() != file.request().activation_budget_bytes()) continue;
     EC_ASSIGN_OR_RETURN(const v1::Schedule candidate, db.GetSchedule(it->id));
     if (candidate.stages_size() != file.stages_size() || candidate.peak_ram_bytes() != file.peak_ram_bytes()) continue;
     bool same = true;
@@ -434,9 +435,11 @@ Result<TrainJobOptions> TrainJobOptionsOf(const v1::StartTrainRequest& request, 
   }
   options.schedule_id = request.schedule_id();
   options.solve.set_update_in_backward(request.update_in_backward());
-  if (request.ram_budget_bytes() > 0 || request.device_ram_bytes() > 0) {
-    options.solve.set_ram_budget_bytes(request.ram_budget_bytes());
-    options.solve.set_device_ram_bytes(request.device_ram_bytes());
+  if (request.activation_budget_bytes() > 0 || request.process_ram_budget_bytes() > 0 ||
+      request.activation_budget_percent() > 0) {
+    options.solve.set_activation_budget_bytes(request.activation_budget_bytes());
+    options.solve.set_process_ram_budget_bytes(request.process_ram_budget_bytes());
+    options.solve.set_activation_budget_percent(request.activation_budget_percent());
     if (request.runtime_budget_s() > 0) {
       options.solve.set_runtime_budget_s(request.runtime_budget_s());
     } else {
@@ -654,9 +657,28 @@ struct TrainSetup {
   std::optional<CheckedRun> checked;  // with a schedule
   uint64_t schedule_id = 0;
   std::optional<v1::CostTable> table;  // the predictions' costs, when there are
+  // A table of `table`'s key at the run's own thread count is stored: a mismatch is then the
+  // schedule's, solved on another count, and solving again, not profiling, is the advice.
+  bool run_threads_table_stored = false;
   std::optional<v1::TrainRun> earlier_process;  // the run whose process predicts this one's
   bool update_in_backward = false;  // the schedule's (solved for it), else the options'
 };
+
+bool AsksForBudget(const v1::ScheduleRequest& request) {
+  return request.activation_budget_bytes() > 0 || request.process_ram_budget_bytes() > 0 ||
+         request.activation_budget_percent() > 0;
+}
+
+// "60.0 MB of process memory": the budget as the request gives it.
+std::string BudgetText(const v1::ScheduleRequest& request) {
+  if (request.process_ram_budget_bytes() > 0) {
+    return FormatBytes(static_cast<double>(request.process_ram_budget_bytes())) + " of process memory (RAM budget)";
+  }
+  if (request.activation_budget_percent() > 0) {
+    return PercentText(request.activation_budget_percent()) + " of the plain step's activation peak (activation budget)";
+  }
+  return FormatBytes(static_cast<double>(request.activation_budget_bytes())) + " of activations (activation budget)";
+}
 
 // A schedule solved for the options' budgets, and the table it was solved from.
 Result<SolvedRequest> SolveForBudgets(costdb::CostDb& db, const TrainJobOptions& options, const TrainSetup& setup,
@@ -679,9 +701,7 @@ Result<SolvedRequest> SolveForBudgets(costdb::CostDb& db, const TrainJobOptions&
   request.set_derivation("exact");
   request.set_trainable(setup.spec.trainable.ToString());
   log("solving a schedule (" + (request.strategy().empty() ? std::string("optimal") : request.strategy()) + ") for " +
-      (request.device_ram_bytes() > 0
-           ? FormatBytes(static_cast<double>(request.device_ram_bytes())) + " of process memory"
-           : FormatBytes(static_cast<double>(request.ram_budget_bytes())) + " of activations") +
+      BudgetText(request) +
       " ...");
   // The smallest RAM budget the heuristics meet is said as soon as they know it, not after the time limit.
   auto say_min_ram = [&log, said = false](const solver::Progress& p) mutable {
@@ -719,7 +739,7 @@ Status ChooseSchedule(costdb::CostDb& db, const TrainJobOptions& options, TrainS
     EC_ASSIGN_OR_RETURN(setup.schedule_id, StoredScheduleOf(db, *schedule));
   } else if (options.schedule_id != 0) {
     EC_ASSIGN_OR_RETURN(schedule, db.GetSchedule(static_cast<int64_t>(options.schedule_id)));
-  } else if (options.solve.ram_budget_bytes() > 0 || options.solve.device_ram_bytes() > 0) {
+  } else if (AsksForBudget(options.solve)) {
     EC_ASSIGN_OR_RETURN(SolvedRequest solved, SolveForBudgets(db, options, setup, log, notes));
     schedule = solved.schedule;
     setup.schedule_id = static_cast<uint64_t>(solved.schedule_id);
@@ -737,10 +757,14 @@ Status ChooseSchedule(costdb::CostDb& db, const TrainJobOptions& options, TrainS
       EC_ASSIGN_OR_RETURN(setup.table, ScheduleCostTable(&db, *schedule));
     }
     EC_ASSIGN_OR_RETURN(setup.checked, CheckScheduleAgainstGraph(setup.graph, *schedule, *setup.table));
+    EC_ASSIGN_OR_RETURN(const std::vector<uint32_t> stored,
+                        db.CostTableThreads(PredictionKey(setup.graph, setup.table->cost_source())));
+    setup.run_threads_table_stored =
+        std::find(stored.begin(), stored.end(), static_cast<uint32_t>(setup.threads)) != stored.end();
     const solver::Replay& replay = setup.checked->replay;
-    log("schedule: " + (schedule->strategy().empty() ? std::string("?") : schedule->strategy()) + ", replayed: peak " +
-        FormatBytes(static_cast<double>(replay.peak_ram_bytes)) + " of " +
-        FormatBytes(static_cast<double>(setup.checked->problem.ram_budget_bytes)) + ", " +
+    log("schedule: " + (schedule->strategy().empty() ? std::string("?") : schedule->strategy()) + ", replayed: activation peak " +
+        FormatBytes(static_cast<double>(replay.peak_ram_bytes)) + " of the activation budget " +
+        FormatBytes(static_cast<double>(setup.checked->problem.activation_budget_bytes)) + ", " +
         OperationsText(replay.recomputations, replay.page_outs, replay.page_ins));
     return Status::Ok();
   }
@@ -773,7 +797,7 @@ Result<TrainSetup> SetUpTraining(const TrainJobOptions& options, const Log& log,
   // Checked now, before anything is built; again once --epochs give the steps (cosine's t_max).
   EC_RETURN_IF_ERROR(LrScheduleOptionsOf(options.lr_schedule, options.steps, options.lr).status());
   const int sources = !options.schedule_file.empty() + (options.schedule_id != 0) +
-                      (options.solve.ram_budget_bytes() > 0 || options.solve.device_ram_bytes() > 0);
+                      (AsksForBudget(options.solve));
   if (sources > 1) return InvalidArgument("give one schedule: --schedule FILE, --schedule-id N, or budgets to solve");
   if (options.init != "file" && options.init != "random") {
     return InvalidArgument("--init must be file (the model's own weights) or random (drawn from --seed), not '" +
@@ -862,10 +886,17 @@ void DescribeRun(const TrainJobOptions& options, const TrainSetup& setup, const 
   const int threads = setup.threads;
   if (const int profiled = setup.table ? ProfiledThreads(*setup.table) : 0;
       profiled > 0 && profiled != threads && !stated) {
-    notes.push_back("THREAD MISMATCH: the cost table was profiled at " +
+    const std::string run_threads = std::to_string(threads);
+    const std::string advice =
+        setup.run_threads_table_stored
+            ? "a table at " + profiler::ThreadsText(static_cast<uint32_t>(threads)) +
+                  " is stored: solve the schedule again on it (`edgecost solve --device this --threads " + run_threads +
+                  "` with its budgets, or `edgecost train` with the budgets and --threads " + run_threads + ")"
+            : "run " + profiler::ProfileCommand(graph, setup.spec.model_or_file, threads) + " to predict this run";
+    notes.push_back("THREAD MISMATCH: the schedule's cost table was profiled at " +
                     profiler::ThreadsText(static_cast<uint32_t>(profiled)) + " and this run uses " +
-                    std::to_string(threads) + ": its predictions are for " + std::to_string(profiled) +
-                    "; run `edgecost profile --threads " + std::to_string(threads) + "` to predict this run");
+                    profiler::ThreadsText(static_cast<uint32_t>(threads)) + ": its predictions are for " +
+                    std::to_string(profiled) + "; " + advice);
   }
 }
 
@@ -880,7 +911,10 @@ uint64_t PredictRun(const TrainSetup& setup, const train::Executor& executor, v1
   if (checked) {
     const solver::Replay& r = checked->replay;
     const solver::Problem& p = checked->problem;
-    run.set_ram_budget_bytes(static_cast<uint64_t>(p.ram_budget_bytes));
+    run.set_activation_budget_bytes(static_cast<uint64_t>(p.activation_budget_bytes));
+    // As the user gave it: the activation budget above may be derived from it.
+    run.set_process_ram_budget_bytes(checked->schedule.request().process_ram_budget_bytes());
+    run.set_activation_budget_percent(checked->schedule.request().activation_budget_percent());
     run.set_runtime_budget_s(p.runtime_budget_s);
     // As the executor runs it: paging on its I/O thread, on the critical path where compute waits.
     run.set_predicted_runtime_s(solver::OverlappedRuntimeS(p, checked->plan));

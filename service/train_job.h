@@ -37,7 +37,7 @@ struct TrainJobOptions {
   costdb::Store* database = nullptr;  // the cost database; required
   graph::GraphSpec graph;  // the derivation is always exact: the executor runs real gradients
   // The schedule, at most one of: a protobuf JSON file (`edgecost solve --out`), a
-  // stored schedule, or a request solved now (ram_budget_bytes > 0). None: the plain step.
+  // stored schedule, or a request solved now (activation_budget_bytes > 0). None: the plain step.
   std::string schedule_file;
   uint64_t schedule_id = 0;
   v1::ScheduleRequest solve;

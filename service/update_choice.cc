@@ -200,14 +200,14 @@ class SetCosts {
     }
     if (runtime_budget_s_ <= 0) return cost;
     v1::ScheduleRequest request;
-    request.set_ram_budget_bytes(1);
+    request.set_activation_budget_bytes(1);
     request.set_runtime_budget_s(runtime_budget_s_);
     request.set_update_in_backward(options_.train.solve.update_in_backward());
     request.set_count_paging_time(table->paging().page_in_throughput_bytes_per_s() > 0);
     EC_ASSIGN_OR_RETURN(solver::Problem problem, solver::ProblemFromCostTable(*table, request));
     const Result<int64_t> least = solver::MinFeasibleRam(problem, solver::Deadline{SteadyNowS() + 5});
     if (!least.ok()) return cost;  // no schedule within the budget: the plain step, refused by its time
-    problem.ram_budget_bytes = *least;
+    problem.activation_budget_bytes = *least;
     Result<v1::Schedule> schedule =
         solver::Solve(problem, {.strategy = "greedy", .time_limit_s = 5, .search_min_ram = false});
     if (!schedule.ok() || schedule->stages_size() == 0) return cost;
@@ -264,13 +264,13 @@ Status ParseUpdateBudget(const std::string& text, UpdateChoiceOptions& options) 
     char* end = nullptr;
     const double percent = std::strtod(text.c_str(), &end);
     if (end != text.c_str() + text.size() - 1 || !(percent > 0 && percent <= 100)) {
-      return InvalidArgument("--ram-budget " + text + ": a share is a number above 0 and at most 100, then %");
+      return InvalidArgument("--memory-budget " + text + ": a share is a number above 0 and at most 100, then %");
     }
     options.budget_fraction = percent / 100;
     return Status::Ok();
   }
   EC_ASSIGN_OR_RETURN(const int64_t bytes, ParseBytes(text));
-  if (bytes <= 0) return InvalidArgument("--ram-budget must be positive");
+  if (bytes <= 0) return InvalidArgument("--memory-budget must be positive");
   options.budget_bytes = static_cast<uint64_t>(bytes);
   return Status::Ok();
 }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <sstream>
 
 #include "base/units.h"
 
@@ -67,6 +68,29 @@ std::string UpdatesText(const v1::Schedule& s) {
             " in all, held with the activations while in flight)";
   }
   return text;
+}
+
+std::string PercentText(double percent) {
+  std::ostringstream text;
+  text << percent << "%";
+  return text.str();
+}
+
+std::string BudgetAsGiven(uint64_t process_ram_budget_bytes, uint64_t activation_budget_bytes,
+                          double activation_budget_percent) {
+  if (process_ram_budget_bytes > 0) return "RAM " + FormatBytes(static_cast<double>(process_ram_budget_bytes));
+  if (activation_budget_percent > 0) return "activations " + PercentText(activation_budget_percent);
+  if (activation_budget_bytes > 0) return "activations " + FormatBytes(static_cast<double>(activation_budget_bytes));
+  return "-";
+}
+
+std::string BudgetAsGiven(const v1::ScheduleRequest& request) {
+  return BudgetAsGiven(request.process_ram_budget_bytes(), request.activation_budget_bytes(),
+                       request.activation_budget_percent());
+}
+
+std::string BudgetAsGiven(const v1::TrainRun& run) {
+  return BudgetAsGiven(run.process_ram_budget_bytes(), run.activation_budget_bytes(), run.activation_budget_percent());
 }
 
 }  // namespace edgecost::service

@@ -27,6 +27,15 @@ std::string GapText(const v1::Schedule& schedule);
 // in the backward pass, each layer after its last backward node, with the gradients' bytes.
 std::string UpdatesText(const v1::Schedule& schedule);
 
+// A budget as its user gave it, short, the same in every table: "RAM 60.0 MB" (the RAM budget, the
+// training process's peak RSS), "activations 9.00 MB" or "activations 50%" (the activation budget,
+// a share of the plain step's activation peak); "-" for none.
+std::string BudgetAsGiven(uint64_t process_ram_budget_bytes, uint64_t activation_budget_bytes,
+                          double activation_budget_percent);
+std::string BudgetAsGiven(const v1::ScheduleRequest& request);
+std::string PercentText(double percent);  // "50%", "12.5%"
+std::string BudgetAsGiven(const v1::TrainRun& run);
+
 // One plain sentence for each term of the solver's output, for help texts and tooltips.
 inline constexpr const char* kUnprovenMeaning =
     "The floor is the energy of computing every node once, which no schedule goes below; of what this schedule "

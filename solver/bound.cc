@@ -113,7 +113,7 @@ std::vector<EvictionRow> EvictionRows(const Problem& p) {
     for (int u : p.preds[static_cast<size_t>(v)]) last_use[static_cast<size_t>(u)] = v;  // preds in order: v grows
   }
   std::vector<EvictionRow> rows;
-  const double budget = static_cast<double>(p.ram_budget_bytes);
+  const double budget = static_cast<double>(p.activation_budget_bytes);
   for (int t = 0; t < n; ++t) {
     const auto& reads = p.preds[static_cast<size_t>(t)];
     double held = static_cast<double>(p.ram_bytes[static_cast<size_t>(t)]);

@@ -55,7 +55,7 @@ Result<PlanExplanation> ExplainPlan(const Problem& p, const v1::Schedule& schedu
   plan.plain_runtime_s = p.PlainRuntimeS();
   plan.runtime_s = timeline.runtime_s;
   plan.peak_ram_bytes = timeline.peak_bytes;
-  plan.ram_budget_bytes = p.ram_budget_bytes;
+  plan.activation_budget_bytes = p.activation_budget_bytes;
   for (const TimelineStep& step : timeline.steps) {
     LayerPlan& layer = layers[static_cast<size_t>(step.node)];
     plan.energy_j += step.energy_j;

@@ -32,7 +32,7 @@ struct PlanExplanation {
   double energy_j = 0;  // the schedule
   double runtime_s = 0;
   int64_t peak_ram_bytes = 0;
-  int64_t ram_budget_bytes = 0;
+  int64_t activation_budget_bytes = 0;
 };
 
 // Refuses a schedule that does not replay on `problem`.

@@ -284,7 +284,7 @@ Formulation Build(const Problem& p, const MilpOptions& options, Model& m) {
   for (double j : p.compute_j) mean_j += j;
   mean_j /= n;
   f.energy_scale = mean_j > 0 ? mean_j : 1;
-  f.bytes_scale = static_cast<double>(std::max<int64_t>(1, p.ram_budget_bytes));
+  f.bytes_scale = static_cast<double>(std::max<int64_t>(1, p.activation_budget_bytes));
   auto E = [&](double joules) { return joules / f.energy_scale; };
   auto B = [&](int i) { return static_cast<double>(p.ram_bytes[static_cast<size_t>(i)]) / f.bytes_scale; };
   auto lu = [&](int i) { return prune ? last_use[static_cast<size_t>(i)] : n; };

@@ -49,8 +49,8 @@ Result<Problem> ProblemFromCostTable(const v1::CostTable& table, const v1::Sched
   // Whatever path a table came by (a file, the database, a request), the solver
   // never sees a negative or non-finite cost: its searches assume a floor.
   EC_RETURN_IF_ERROR(graph::ValidateCostTable(table, "the cost table of " + graph.model()));
-  EC_RETURN_IF_ERROR(graph::CheckRamBudget(request.ram_budget_bytes(), "a RAM budget"));
-  EC_RETURN_IF_ERROR(graph::CheckRamBudget(request.device_ram_bytes(), "the device's RAM"));
+  EC_RETURN_IF_ERROR(graph::CheckRamBudget(request.activation_budget_bytes(), "an activation budget"));
+  EC_RETURN_IF_ERROR(graph::CheckRamBudget(request.process_ram_budget_bytes(), "the device's RAM"));
   Problem p;
   const int n = graph.nodes_size();
   const v1::PagingCost& paging = table.paging();
@@ -80,8 +80,8 @@ Result<Problem> ProblemFromCostTable(const v1::CostTable& table, const v1::Sched
     p.recomputable.assign(static_cast<size_t>(n), true);
     for (int i = 0; i < n; ++i) p.recomputable[static_cast<size_t>(i)] = !p.backward[static_cast<size_t>(i)];
   }
-  if (request.ram_budget_bytes() == 0) return InvalidArgument("a RAM budget is required");
-  p.ram_budget_bytes = static_cast<int64_t>(request.ram_budget_bytes());
+  if (request.activation_budget_bytes() == 0) return InvalidArgument("an activation budget is required");
+  p.activation_budget_bytes = static_cast<int64_t>(request.activation_budget_bytes());
   switch (request.runtime_budget_case()) {
     case v1::ScheduleRequest::kRuntimeBudgetMultiple:
       if (!(request.runtime_budget_multiple() > 0) || !std::isfinite(request.runtime_budget_multiple())) {

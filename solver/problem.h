@@ -29,7 +29,7 @@ struct Problem {
   // preds[v]: distinct nodes whose output v reads; every u in preds[v] has u < v.
   std::vector<std::vector<int>> preds;
 
-  int64_t ram_budget_bytes = 0;
+  int64_t activation_budget_bytes = 0;
   double runtime_budget_s = 0;
   bool allow_paging = true;
   bool allow_remat = true;

@@ -137,10 +137,10 @@ class Replayer {
 
   bool Check(int t, int k, int64_t memory) {
     replay_.peak_ram_bytes = std::max(replay_.peak_ram_bytes, memory);
-    if (memory <= p_.ram_budget_bytes) return true;
+    if (memory <= p_.activation_budget_bytes) return true;
     Fail(t, k,
          std::string(k < 0 ? "resident outputs at the stage's start take " : "memory after computing it is ") +
-             std::to_string(memory) + " B, over the budget of " + std::to_string(p_.ram_budget_bytes) + " B");
+             std::to_string(memory) + " B, over the budget of " + std::to_string(p_.activation_budget_bytes) + " B");
     return false;
   }
 

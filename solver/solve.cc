@@ -20,7 +20,7 @@ v1::Schedule Base(const Problem& p, const std::string& strategy) {
   s.set_strategy(strategy);
   s.set_floor_j(p.FloorJ());
   s.set_lower_bound_j(p.FloorJ());  // every node must be computed at least once
-  s.set_ram_budget_bytes(static_cast<uint64_t>(p.ram_budget_bytes));
+  s.set_activation_budget_bytes(static_cast<uint64_t>(p.activation_budget_bytes));
   s.set_runtime_budget_s(p.runtime_budget_s);
   return s;
 }
@@ -64,14 +64,14 @@ v1::Schedule NoSchedule(const Problem& p, const std::string& strategy, v1::Sched
 // Cases no schedule can meet, provable without search.
 std::string ObviouslyInfeasible(const Problem& p) {
   const int64_t least = MemoryLowerBound(p);
-  if (least > p.ram_budget_bytes) {
+  if (least > p.activation_budget_bytes) {
     // Readable, and exact where it is compared with the budget.
     auto bytes = [](int64_t b) {
       return b < 1000 ? std::to_string(b) + " B"
                       : FormatBytes(static_cast<double>(b)) + " (" + std::to_string(b) + " B)";
     };
     return "some node needs " + bytes(least) + " for its inputs and output together, more than the " +
-           bytes(p.ram_budget_bytes) + " budget";
+           bytes(p.activation_budget_bytes) + " budget";
   }
   if (p.PlainRuntimeS() > p.runtime_budget_s * (1 + 1e-12)) {
     return "one plain training step takes " + FormatSeconds(p.PlainRuntimeS()) + ", more than the " +
@@ -155,7 +155,7 @@ Result<int64_t> MinFeasibleRam(const Problem& problem, const Deadline& deadline)
   // Whether any heuristic meets `budget`; the smallest peak any of them reaches is kept
   // (a schedule with peak P is valid at every budget from P up).
   auto feasible = [&](int64_t budget) {
-    p.ram_budget_bytes = budget;
+    p.activation_budget_bytes = budget;
     bool any = false;
     for (Strategy kind : kBaselinesAndGreedy) {
       if (kind == Strategy::kPagingOnly && !p.allow_paging) continue;

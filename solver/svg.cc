@@ -49,7 +49,7 @@ std::string Headline(const v1::Schedule& schedule) {
   return what + ": " + FormatJoules(schedule.energy().total_j()) +
          (schedule.energy_source() == v1::ENERGY_SOURCE_ESTIMATED ? " ESTIMATED" : "") + ", peak " +
          FormatBytes(static_cast<double>(schedule.peak_ram_bytes())) + " of " +
-         FormatBytes(static_cast<double>(schedule.ram_budget_bytes())) + " RAM";
+         FormatBytes(static_cast<double>(schedule.activation_budget_bytes())) + " RAM";
 }
 
 Markup ScheduleToSvg(const Problem& p, const v1::Schedule& schedule) {

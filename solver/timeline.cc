@@ -27,7 +27,7 @@ Result<Timeline> PredictTimeline(const Problem& p, const v1::Schedule& schedule)
   const int n = p.size();
   const Plan plan = PlanFromStages(schedule, n);
   Timeline timeline;
-  timeline.budget_bytes = p.ram_budget_bytes;
+  timeline.budget_bytes = p.activation_budget_bytes;
   timeline.paging_times_known = !p.page_in_s.empty() && !p.page_out_s.empty();
   for (int i = 0; i < n; ++i) {
     if (p.backward[static_cast<size_t>(i)]) {

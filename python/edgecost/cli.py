@@ -9,6 +9,23 @@ import tempfile
 from pathlib import Path
 
 
+def _budget_flags(request):
+    """`edgecost solve`'s budget flags for a ScheduleRequest: the activation budget (bytes or a
+    percentage of the plain step's activation peak), the RAM budget (the whole process), or --min-ram.
+    The deprecated JSON names ramBudgetBytes and deviceRamBytes are read too."""
+    r = request
+    if r.get("minRam"):
+        return ["--min-ram"]
+    if r.get("activationBudgetPercent"):
+        return ["--activation-budget", f"{r['activationBudgetPercent']}%"]
+    for name, flag in (("activationBudgetBytes", "--activation-budget"), ("ramBudgetBytes", "--activation-budget"),
+                       ("processRamBudgetBytes", "--ram-budget"), ("deviceRamBytes", "--ram-budget")):
+        if int(r.get(name) or 0):
+            return [flag, f"{r[name]}B"]
+    raise ValueError("the request gives no budget: activationBudgetBytes, activationBudgetPercent, "
+                     "processRamBudgetBytes or minRam")
+
+
 class EdgecostError(RuntimeError):
     """The edgecost binary failed or could not be found."""
 
@@ -74,8 +91,7 @@ class Local:
         """A ScheduleRequest (protobuf JSON) solved by `edgecost solve`; the Schedule it writes."""
         r = request
         costs = ["--platform", r["device"]] if r.get("costSource") == "poet-flops" else ["--device", r["device"]]
-        budget = (["--min-ram"] if r.get("minRam") else ["--activation-budget", f"{r['ramBudgetBytes']}B"]
-                  if "ramBudgetBytes" in r else ["--ram-budget", f"{r['deviceRamBytes']}B"])
+        budget = _budget_flags(r)
         runtime = f"{r['runtimeBudgetMultiple']}x" if "runtimeBudgetMultiple" in r else f"{r['runtimeBudgetS']}s"
         args = ["solve", "--model", r["model"], *costs, *budget, "--runtime-budget", runtime,
                 "--count-paging-time" if r.get("countPagingTime") else "--no-count-paging-time"]

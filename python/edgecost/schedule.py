@@ -57,7 +57,8 @@ class Schedule:
         self.step_time_s = float(message.get("runtimeS", 0.0))
         self.runtime_budget_s = float(message.get("runtimeBudgetS", 0.0))
         self.peak_bytes = int(message.get("peakRamBytes", 0))
-        self.budget_bytes = int(message.get("ramBudgetBytes", 0))
+        # The activation budget; files written before the rename call it ramBudgetBytes.
+        self.budget_bytes = int(message.get("activationBudgetBytes", message.get("ramBudgetBytes", 0)))
         self.energy_j = float((message.get("energy") or {}).get("totalJ", 0.0))
         self.energy_source = message.get("energySource", "")
         self.plain_activation_peak_bytes = int(memory.get("activationPeakBytes", 0))

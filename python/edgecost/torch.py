@@ -166,7 +166,7 @@ def _plan_in(workdir, keep, backend, model, example_inputs, activation_budget, t
         _profile(backend, model_name, accept_noisy_costs, progress)
     budget = str(activation_budget).strip() if activation_budget is not None else ""
     # Any schedule carries the plain step's memory and the graph's nodes; checkpoint-all is the quickest to solve.
-    plain = Schedule(backend.solve(dict(request, ramBudgetBytes=str(1 << 50), strategy="checkpoint-all",
+    plain = Schedule(backend.solve(dict(request, activationBudgetBytes=str(1 << 50), strategy="checkpoint-all",
                                         runtimeBudgetMultiple=100.0)))
     plain_peak = plain.plain_activation_peak_bytes
     trial = _TrialSteps(model, example_inputs, optimizer, os.path.join(workdir, "pages"), resident_code)
@@ -182,7 +182,7 @@ def _plan_in(workdir, keep, backend, model, example_inputs, activation_budget, t
 
     def solved(activation_budget_bytes, runtime):
         """The plan at that activation budget (None: the smallest with a schedule), tried."""
-        budget = {"minRam": True} if activation_budget_bytes is None else {"ramBudgetBytes": str(activation_budget_bytes)}
+        budget = {"minRam": True} if activation_budget_bytes is None else {"activationBudgetBytes": str(activation_budget_bytes)}
         message = backend.solve(dict(request, **budget, **runtime))
         if keep:
             with open(os.path.join(workdir, "schedule.json"), "w") as f:
@@ -1185,8 +1185,9 @@ def _replay(schedule, stages):
     """`edgecost check` on `schedule` with `stages` instead of its own, budgets lifted so the replay
     runs to the end and reports runtime, peak and energy whether or not they fit."""
     message = dict(schedule.raw, stages=stages)
-    request = {k: v for k, v in (message.get("request") or {}).items() if k not in ("runtimeBudgetMultiple", "deviceRamBytes")}
-    message["request"] = dict(request, ramBudgetBytes=str(1 << 62), runtimeBudgetS=1e12)
+    lifted = ("runtimeBudgetMultiple", "processRamBudgetBytes", "activationBudgetPercent")
+    request = {k: v for k, v in (message.get("request") or {}).items() if k not in lifted}
+    message["request"] = dict(request, activationBudgetBytes=str(1 << 62), runtimeBudgetS=1e12)
     with tempfile.TemporaryDirectory(prefix="edgecost-realized-") as workdir:
         path = os.path.join(workdir, "realized.json")
         with open(path, "w") as f:

@@ -66,6 +66,19 @@ class AgentPlanTest(unittest.TestCase):
         self.assertEqual(job["state"], "STATE_SUCCEEDED")
         self.assertTrue(agent.has_measured_costs("tiny"))
 
+    def test_budget_names_over_rpc(self):
+        agent = Agent(self.address)
+        request = {"model": "linear", "device": "a72", "runtimeBudgetMultiple": 2, "timeLimitS": 5}
+        half = agent.call("SolverService", "Solve", dict(request, activationBudgetPercent=50))
+        self.assertEqual(half["request"]["activationBudgetPercent"], 50)
+        self.assertGreater(int(half["request"]["activationBudgetBytes"]), 0)
+        # The deprecated name of the activation budget is still read, as the activation budget.
+        old = agent.call("SolverService", "Solve", dict(request, ramBudgetBytes="200000"))
+        self.assertEqual(old["request"]["activationBudgetBytes"], "200000")
+        self.assertEqual(old["request"]["processRamBudgetBytes"], "0")
+        with self.assertRaisesRegex(cli.EdgecostError, "give one budget"):
+            agent.call("SolverService", "Solve", dict(request, activationBudgetPercent=50, activationBudgetBytes="1"))
+
     def test_errors_and_budgets(self):
         with self.assertRaisesRegex(cli.EdgecostError, "not_found"):
             Agent(self.address).call("CostService", "GetCostTable", {"model": "no-such-model"})

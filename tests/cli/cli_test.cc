@@ -292,7 +292,7 @@ TEST_F(CliTest, SolveSaysWhyABudgetCannotBeMet) {
   const CommandResult small = Edgecost("solve --model resnet18_cifar --platform a72 --activation-budget 100kB");
   EXPECT_EQ(small.exit_code, 1) << small.output;
   EXPECT_THAT(small.output, HasSubstr("infeasible"));
-  EXPECT_THAT(small.output, HasSubstr("smallest RAM"));
+  EXPECT_THAT(small.output, HasSubstr("smallest       activation budget"));
   const CommandResult fast =
       Edgecost("solve --model resnet18_cifar --platform a72 --activation-budget 3MB --runtime-budget 0.5x");
   EXPECT_EQ(fast.exit_code, 2) << fast.output;
@@ -552,7 +552,9 @@ TEST_F(CliTest, ConsistencyAUserNotices) {
                (dir_ / "s.json").string());
   ASSERT_EQ(solve.exit_code, 0) << solve.output;
   EXPECT_THAT(solve.output, HasSubstr("J ESTIMATED"));
-  EXPECT_THAT(solve.output, ::testing::ContainsRegex("RAM budget 10.0 kB \\(10000 B\\)"));
+  // The activation budget is called so, not "RAM budget" (the whole process's, --ram-budget).
+  EXPECT_THAT(solve.output, ::testing::ContainsRegex("activation budget 10.0 kB \\(10000 B\\)"));
+  EXPECT_THAT(solve.output, Not(HasSubstr("RAM budget")));
   EXPECT_THAT(Edgecost("check " + (dir_ / "s.json").string() + " --json").output, HasSubstr("\"valid\": true"));
   EXPECT_THAT(Edgecost("graph linear --json").output, HasSubstr("\"index\": 0"));  // zero values printed
   EXPECT_THAT(Edgecost("probes --json").output, HasSubstr("\"energySources\""));
@@ -659,19 +661,42 @@ TEST_F(CliTest, TrainSaysWhenItsCostTableWasProfiledAtOtherThreads) {
   ASSERT_EQ(same.exit_code, 0) << same.output;
   // Planning and listing, unlike a run's predictions, refuse a count without a table, naming those stored.
   const CommandResult solve = Edgecost(
-      "solve --model linear --batch-size 2 --device this --cost-source measured --compute-threads 2 "
+      "solve --model linear --batch-size 2 --device this --cost-source measured --threads 2 "
       "--activation-budget 1MB --no-store");
   EXPECT_EQ(solve.exit_code, 1) << solve.output;
   EXPECT_THAT(solve.output, HasSubstr("it has tables at 1 thread"));
   EXPECT_THAT(solve.output, HasSubstr("--threads 2"));
   // The default cost source, auto, takes the 2-thread run's in-step table, and says so.
   const CommandResult automatic = Edgecost(
-      "solve --model linear --batch-size 2 --device this --compute-threads 2 --activation-budget 1MB --no-store");
+      "solve --model linear --batch-size 2 --device this --threads 2 --activation-budget 1MB --no-store");
   EXPECT_EQ(automatic.exit_code, 0) << automatic.output;
   EXPECT_THAT(automatic.output, HasSubstr("cost source auto: measured-in-step"));
   const CommandResult costs = Edgecost("costs linear --batch-size 2 --device this --threads 2 --summary");
   EXPECT_EQ(costs.exit_code, 1) << costs.output;
   EXPECT_THAT(costs.output, HasSubstr("it has tables at 1 thread"));
+  // The old spelling of solve's --threads works, with a word of the new one.
+  const CommandResult old_flag = Edgecost(
+      "solve --model linear --batch-size 2 --device this --compute-threads 2 --activation-budget 1MB --no-store");
+  EXPECT_EQ(old_flag.exit_code, 0) << old_flag.output;
+  EXPECT_THAT(old_flag.output, HasSubstr("`solve --compute-threads` is deprecated; use --threads"));
+  // At batch 1, where nothing was profiled, the tables stored are named with the command that shows each.
+  const CommandResult batch_one = Edgecost("costs linear --device this --summary");
+  EXPECT_EQ(batch_one.exit_code, 1) << batch_one.output;
+  EXPECT_THAT(batch_one.output, HasSubstr("batch size 2 at 1 thread"));
+  EXPECT_THAT(batch_one.output, HasSubstr("`edgecost costs linear --device this --batch-size 2 --threads 1`"));
+  // A schedule solved on the 2-thread table, trained on 1 thread, whose table is stored: the advice is
+  // to solve again on it, not to profile what has been profiled.
+  const std::string two_thread_schedule = (dir_ / "two.json").string();
+  ASSERT_EQ(Edgecost("solve --model linear --batch-size 2 --device this --threads 2 --activation-budget 1MB --out " +
+                     two_thread_schedule)
+                .exit_code,
+            0);
+  const CommandResult mismatch = Edgecost("train --model linear --batch-size 2 --steps 2 --threads 1 --accept-noisy "
+                                          "--schedule " + two_thread_schedule);
+  ASSERT_EQ(mismatch.exit_code, 0) << mismatch.output;
+  EXPECT_THAT(mismatch.output, HasSubstr("THREAD MISMATCH: the schedule's cost table was profiled at 2 threads"));
+  EXPECT_THAT(mismatch.output, HasSubstr("a table at 1 thread is stored: solve the schedule again on it"));
+  EXPECT_THAT(mismatch.output, Not(HasSubstr("run `edgecost profile")));
   const CommandResult one = Edgecost("costs linear --batch-size 2 --device this --threads 1 --summary");
   ASSERT_EQ(one.exit_code, 0) << one.output;
   EXPECT_THAT(one.output, HasSubstr("measured at 1 thread"));
@@ -743,10 +768,13 @@ TEST_F(CliTest, TrainRunsAScheduleAndRefusesATamperedOne) {
   std::ifstream svg_file(svg);
   const std::string plot((std::istreambuf_iterator<char>(svg_file)), std::istreambuf_iterator<char>());
   EXPECT_THAT(plot, ::testing::StartsWith("<svg "));
-  EXPECT_THAT(plot, HasSubstr("Training run #1: linear, batch 2, 3 steps"));
-  size_t dots = 0;
-  for (size_t at = plot.find("<circle"); at != std::string::npos; at = plot.find("<circle", at + 1)) ++dots;
+  EXPECT_THAT(plot, HasSubstr("Run #1: linear, batch 2, 3 steps"));
+  size_t dots = 0;  // a dot, or an outlier's triangle at the step-time panel's top edge
+  for (const char* mark : {"<circle", "<path class=\"outlier\""}) {
+    for (size_t at = plot.find(mark); at != std::string::npos; at = plot.find(mark, at + 1)) ++dots;
+  }
   EXPECT_EQ(dots, 6u) << plot;
+  EXPECT_THAT(run.output, HasSubstr("ETA"));  // the step lines say when the run ends, as profile's do
   EXPECT_THAT(run.output, HasSubstr("peak activations"));
   EXPECT_THAT(run.output, HasSubstr("gradients bit-identical to the plain step's"));
   EXPECT_THAT(run.output, HasSubstr("ESTIMATED"));
@@ -757,10 +785,10 @@ TEST_F(CliTest, TrainRunsAScheduleAndRefusesATamperedOne) {
   // The budget edited below the schedule's peak: refused, naming the stage, and nothing stored.
   std::ifstream in(schedule);
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const std::string budget = "\"ramBudgetBytes\": \"20000\"";
+  const std::string budget = "\"activationBudgetBytes\": \"20000\"";
   const size_t at = text.find(budget);
   ASSERT_NE(at, std::string::npos) << text.substr(0, 400);
-  text.replace(at, budget.size(), "\"ramBudgetBytes\": \"100\"");
+  text.replace(at, budget.size(), "\"activationBudgetBytes\": \"100\"");
   const std::string tampered = (dir_ / "tampered.json").string();
   std::ofstream(tampered) << text;
   const CommandResult refused = Edgecost("train --model linear --batch-size 2 --schedule " + tampered + " --steps 3");
@@ -770,6 +798,8 @@ TEST_F(CliTest, TrainRunsAScheduleAndRefusesATamperedOne) {
   const CommandResult runs = Edgecost("runs");
   ASSERT_EQ(runs.exit_code, 0) << runs.output;
   EXPECT_THAT(runs.output, HasSubstr("identical"));
+  EXPECT_THAT(runs.output, HasSubstr("activations 20.0 kB"));  // the budget as the schedule was asked for
+  EXPECT_THAT(runs.output, HasSubstr("energy predicted"));
   EXPECT_THAT(Edgecost("runs --json").output, HasSubstr("\"stepStats\""));
   const CommandResult csv = Edgecost("runs --csv");
   ASSERT_EQ(csv.exit_code, 0) << csv.output;
@@ -786,11 +816,11 @@ TEST_F(CliTest, TrainRunsAScheduleAndRefusesATamperedOne) {
   ASSERT_EQ(schedules.exit_code, 0) << schedules.output;
   EXPECT_THAT(schedules.output,
               ::testing::ContainsRegex(
-                  "\n1 +linear +a72 +poet-flops +optimal +20.0 kB +3.00x +optimal \\(proven\\) +[0-9.]+ mJ ESTIMATED"));
+                  "\n1 +linear +a72 +poet-flops +optimal +activations 20.0 kB +3.00x +optimal \\(proven\\) +[0-9.]+ mJ ESTIMATED"));
   const CommandResult schedules_csv = Edgecost("schedules --csv");
   ASSERT_EQ(schedules_csv.exit_code, 0) << schedules_csv.output;
   EXPECT_THAT(schedules_csv.output,
-              ::testing::StartsWith("schedule,model,device,cost_source,strategy,batch_size,ram_budget_bytes,"));
+              ::testing::StartsWith("schedule,model,device,cost_source,strategy,batch_size,activation_budget_bytes,"));
   EXPECT_THAT(schedules_csv.output, HasSubstr("\n1,linear,a72,poet-flops,optimal,2,20000,3,,0,"));
   EXPECT_EQ(Edgecost("schedules --csv --json").exit_code, 2);
   EXPECT_EQ(Edgecost("train --model linear --steps 0").exit_code, 2);
@@ -819,13 +849,13 @@ TEST_F(CliTest, CostsAndSolveShowTheMeasuredInStepTableAsked) {
   EXPECT_EQ(preset_source.exit_code, 2) << preset_source.output;
   EXPECT_THAT(preset_source.output, HasSubstr("measured-in-step"));
   const CommandResult solved = Edgecost(
-      "solve --model linear --batch-size 2 --device this --compute-threads 1 --cost-source measured-in-step "
+      "solve --model linear --batch-size 2 --device this --threads 1 --cost-source measured-in-step "
       "--activation-budget 1MB --no-store");
   ASSERT_EQ(solved.exit_code, 0) << solved.output;
   EXPECT_THAT(solved.output, ::testing::ContainsRegex("energy +[0-9.]+ [mun]?J ESTIMATED ="));
   // Stored, it is listed with its energy ESTIMATED, under the name the device list gives this machine.
   const CommandResult stored = Edgecost(
-      "solve --model linear --batch-size 2 --device this --compute-threads 1 --cost-source measured-in-step "
+      "solve --model linear --batch-size 2 --device this --threads 1 --cost-source measured-in-step "
       "--activation-budget 1MB");
   ASSERT_EQ(stored.exit_code, 0) << stored.output;
   char host[256] = {};
@@ -835,7 +865,7 @@ TEST_F(CliTest, CostsAndSolveShowTheMeasuredInStepTableAsked) {
   EXPECT_THAT(listed.output, ::testing::ContainsRegex(std::string("\n1 +linear +") + host +
                                                       " +measured-in-step .* [0-9.]+ [mun]?J ESTIMATED"));
   EXPECT_THAT(listed.output, Not(HasSubstr(" this ")));
-  EXPECT_THAT(Edgecost("schedules --csv").output, ::testing::ContainsRegex(",1,0\n$"));  // energy_estimated, superseded
+  EXPECT_THAT(Edgecost("schedules --csv").output, ::testing::ContainsRegex(",1,0,0,0\n$"));  // energy_estimated, superseded, no RAM budget, no percent
 }
 
 // A run measured on a busy machine is listed marked, with the reason; `train` takes --accept-noisy.
@@ -920,7 +950,7 @@ class SolveInputTest : public CliTest {
     EXPECT_THAT(compare.output, ::testing::Not(HasSubstr("+-")));
     const CommandResult min_ram = Edgecost("solve " + input + " --runtime-budget 2x --time-limit-s 2 --min-ram");
     ASSERT_EQ(min_ram.exit_code, 0) << min_ram.output;
-    EXPECT_THAT(min_ram.output, HasSubstr("smallest RAM"));
+    EXPECT_THAT(min_ram.output, HasSubstr("smallest       activation budget"));
     EXPECT_THAT(min_ram.output, HasSubstr("energy "));
   }
 };
@@ -950,7 +980,7 @@ TEST_F(SolveInputTest, MeasuredCosts) {
   // About the solve inputs, not about how quiet the machine is.
   const CommandResult profile = Edgecost("profile --model linear --threads 1 --min-window-s 0.002 --accept-noisy");
   ASSERT_EQ(profile.exit_code, 0) << profile.output;
-  SolveEveryWay("--model linear --device this --compute-threads 1", "6kB");
+  SolveEveryWay("--model linear --device this --threads 1", "6kB");
 }
 
 // A model imported once is named like a zoo model: every way to solve works on it, as on the file.
@@ -1020,7 +1050,7 @@ TEST_F(CliTest, AStoredModelIsNamedLikeAZooModelEverywhere) {
   EXPECT_EQ(Edgecost("costs mlp-rec --device this --threads 1 --summary").exit_code, 0);
   const std::string schedule = (dir_ / "s.json").string();
   const CommandResult solve = Edgecost(
-      "solve --model mlp-rec --device this --compute-threads 1 --min-ram --runtime-budget 2x --time-limit-s 2 --out " +
+      "solve --model mlp-rec --device this --threads 1 --min-ram --runtime-budget 2x --time-limit-s 2 --out " +
       schedule);
   ASSERT_EQ(solve.exit_code, 0) << solve.output;
   EXPECT_EQ(Edgecost("check " + schedule).exit_code, 0);
@@ -1068,13 +1098,20 @@ TEST_F(CliTest, CostsAndSolveShowTheWholeMemoryAndDeviceRamLeavesTheFixedPartsOu
   const uint64_t device_ram = fixed + peak / 2;
   const nlohmann::json solve = Json("solve --model resnet18_cifar --platform a72 --ram-budget " +
                                     std::to_string(device_ram) + "B --runtime-budget 2x --time-limit-s 2");
-  EXPECT_EQ(bytes(solve["request"]["ramBudgetBytes"]), peak / 2) << "the activations get what the fixed parts leave";
-  EXPECT_EQ(bytes(solve["request"]["deviceRamBytes"]), device_ram);
+  EXPECT_EQ(bytes(solve["request"]["activationBudgetBytes"]), peak / 2) << "the activations get what the fixed parts leave";
+  EXPECT_EQ(bytes(solve["request"]["processRamBudgetBytes"]), device_ram);
   EXPECT_LE(bytes(solve["peakRamBytes"]), peak / 2);
   const CommandResult text = Edgecost("solve --model resnet18_cifar --platform a72 --ram-budget " +
                                       std::to_string(device_ram) + "B --runtime-budget 2x --time-limit-s 2");
-  EXPECT_THAT(text.output, HasSubstr("RAM budget "));
+  // The problem line names the RAM budget as given, not the activation budget derived from it.
+  EXPECT_THAT(text.output, ::testing::ContainsRegex("nodes, RAM budget [0-9.]+ [kMG]B \\(" + std::to_string(device_ram) +
+                                                    " B\\) \\(activation budget"));
   EXPECT_THAT(text.output, HasSubstr("(this schedule's peak)"));
+  // The old spelling of --ram-budget still works, with a warning that names the new one.
+  const CommandResult old_flag = Edgecost("solve --model resnet18_cifar --platform a72 --device-ram " +
+                                          std::to_string(device_ram) + "B --runtime-budget 2x --time-limit-s 2 --no-store");
+  EXPECT_EQ(old_flag.exit_code, 0) << old_flag.output;
+  EXPECT_THAT(old_flag.output, HasSubstr("`solve --device-ram` is deprecated; use --ram-budget"));
 
   const CommandResult tight = Edgecost("solve --model resnet18_cifar --platform a72 --ram-budget " +
                                        std::to_string(fixed) + "B --runtime-budget 2x");
@@ -1083,7 +1120,7 @@ TEST_F(CliTest, CostsAndSolveShowTheWholeMemoryAndDeviceRamLeavesTheFixedPartsOu
   EXPECT_THAT(tight.output, HasSubstr("no room is left for activations"));
   EXPECT_EQ(Edgecost("solve --model resnet18_cifar --ram-budget 1TB --activation-budget 1MB").exit_code, 2);
   const nlohmann::json tera = Json("solve --model linear --platform a72 --ram-budget 1TiB --no-store");
-  EXPECT_EQ(bytes(tera["request"]["deviceRamBytes"]), 1099511627776u);
+  EXPECT_EQ(bytes(tera["request"]["processRamBudgetBytes"]), 1099511627776u);
 }
 
 // A sparse layer update: the named layers get weight gradients, the others none, and a name that
@@ -1132,7 +1169,7 @@ TEST_F(CliTest, UpdatesInTheBackwardPassAreSolvedForAndTrained) {
 TEST_F(CliTest, SolveTakesTerabytes) {
   const nlohmann::json run =
       Json("solve --model linear --platform a72 --activation-budget 1TiB --runtime-budget 1x --no-store");
-  EXPECT_EQ(run["request"]["ramBudgetBytes"], "1099511627776");
+  EXPECT_EQ(run["request"]["activationBudgetBytes"], "1099511627776");
 }
 
 }  // namespace
@@ -1228,7 +1265,7 @@ TEST_F(CliTest, ChoosesASparseUpdateUnderItsBudgetOnRealDigits) {
   ASSERT_EQ(prepared.exit_code, 0) << prepared.output;
   const std::string args = "--model " + data + "/digits_cnn.onnx --batch-size 32 --threads 1 --data " + data +
                            "/finetune.npz --val-data " + data + "/heldout.npz --optimizer adamw --lr 0.003 ";
-  const CommandResult chosen = EdgecostStdout("choose-update " + args + "--ram-budget 60% --json");
+  const CommandResult chosen = EdgecostStdout("choose-update " + args + "--memory-budget 60% --json");
   ASSERT_EQ(chosen.exit_code, 0) << chosen.output;
   const nlohmann::json choice = nlohmann::json::parse(chosen.output, nullptr, false);
   ASSERT_FALSE(choice.is_discarded()) << chosen.output;
@@ -1247,7 +1284,7 @@ TEST_F(CliTest, ChoosesASparseUpdateUnderItsBudgetOnRealDigits) {
 
   // The choice as a file that --trainable @FILE reads.
   const std::string file = (dir_ / "chosen.txt").string();
-  ASSERT_EQ(Edgecost("choose-update " + args + "--ram-budget 60% --out " + file).exit_code, 0);
+  ASSERT_EQ(Edgecost("choose-update " + args + "--memory-budget 60% --out " + file).exit_code, 0);
   EXPECT_EQ(Json("graph " + data + "/digits_cnn.onnx --trainable @" + file)["trainable"], trainable);
   const CommandResult missing = Edgecost("graph " + data + "/digits_cnn.onnx --trainable @" + file + ".gone");
   EXPECT_EQ(missing.exit_code, 2) << missing.output;
@@ -1255,25 +1292,27 @@ TEST_F(CliTest, ChoosesASparseUpdateUnderItsBudgetOnRealDigits) {
 
   const std::string scores = (dir_ / "scores.csv").string();
   std::ofstream(scores) << "# layer,score\nfeatures.10,2\nclassifier,1\n";
-  const CommandResult given = Edgecost("choose-update " + args + "--ram-budget 100% --scores " + scores);
+  const CommandResult given = Edgecost("choose-update " + args + "--memory-budget 100% --scores " + scores);
   ASSERT_EQ(given.exit_code, 0) << given.output;
   EXPECT_THAT(given.output, HasSubstr("--trainable layers:classifier,features.10"));
   EXPECT_THAT(given.output, HasSubstr("no: no score in"));
   std::ofstream(scores) << "features.99,1\n";
-  const CommandResult unknown = Edgecost("choose-update " + args + "--ram-budget 100% --scores " + scores);
+  const CommandResult unknown = Edgecost("choose-update " + args + "--memory-budget 100% --scores " + scores);
   EXPECT_EQ(unknown.exit_code, 1) << unknown.output;
   EXPECT_THAT(unknown.output, HasSubstr("'features.99' is no layer with parameters"));
   const CommandResult tight = Edgecost("choose-update " + args + "--ram-budget 10%");
   EXPECT_EQ(tight.exit_code, 1) << tight.output;
   EXPECT_THAT(tight.output, HasSubstr("the least any layer alone needs is"));
+  // The step's memory was once --ram-budget here, which is the process's peak RSS elsewhere: still read.
+  EXPECT_THAT(tight.output, HasSubstr("`choose-update --ram-budget` is deprecated; use --memory-budget"));
 
   // On measured costs, a runtime budget lets a schedule hold the set's activations: the step's time
   // and energy are named, and the line to train it.
-  const CommandResult unmeasured = Edgecost("choose-update " + args + "--ram-budget 60% --runtime-budget 3");
+  const CommandResult unmeasured = Edgecost("choose-update " + args + "--memory-budget 60% --runtime-budget 3");
   EXPECT_EQ(unmeasured.exit_code, 1) << unmeasured.output;
   EXPECT_THAT(unmeasured.output, HasSubstr("needs the device's measured costs"));
   ASSERT_EQ(Edgecost("profile --model " + data + "/digits_cnn.onnx --batch-size 32 --threads 1 --accept-noisy").exit_code, 0);
-  const CommandResult scheduled = Edgecost("choose-update " + args + "--ram-budget 60% --runtime-budget 3 --shares none");
+  const CommandResult scheduled = Edgecost("choose-update " + args + "--memory-budget 60% --runtime-budget 3 --shares none");
   ASSERT_EQ(scheduled.exit_code, 0) << scheduled.output;
   EXPECT_THAT(scheduled.output, ::testing::ContainsRegex("step +[0-9.]+ [mu]s, [0-9.]+ [mu]J \\(the full update: "));
   EXPECT_THAT(scheduled.output, ::testing::ContainsRegex("train with +--trainable layers:classifier[^ ]* --activation-budget [0-9]+B --runtime-budget [0-9.]+ms"));

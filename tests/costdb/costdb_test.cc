@@ -813,7 +813,7 @@ TEST_P(StoreTest, SchedulesRoundTripAndSupersede) {
   request.set_model("net");
   request.set_device("a72");
   request.set_cost_source("poet-flops");
-  request.set_ram_budget_bytes(3000000);
+  request.set_activation_budget_bytes(3000000);
   request.set_runtime_budget_multiple(1.2);
   const auto id = db.PutScheduleRequest(request);
   ASSERT_TRUE(id.ok());

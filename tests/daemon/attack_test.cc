@@ -48,7 +48,7 @@ const std::string kLongName(256, 'A');
 // The methods that take a model, and the other fields each needs.
 const std::vector<std::pair<std::string, std::string>> kModelMethods = {
     {"CostService/GetCostTable", R"(,"device":"a72")"},
-    {"SolverService/Solve", R"(,"device":"a72","ramBudgetBytes":"4000")"},
+    {"SolverService/Solve", R"(,"device":"a72","activationBudgetBytes":"4000")"},
     {"JobService/StartProfile", ""}};
 
 class AttackTest : public ::testing::Test {
@@ -60,7 +60,7 @@ class AttackTest : public ::testing::Test {
     pid_ =
         SpawnServe({"--db", Db(), "serve", "--socket", Socket()}, Socket(), "/nonexistent-sysfs", dir_ / "serve.log");
     const std::string stored =
-        CallJson(Socket(), "SolverService/Solve", R"({"model":"linear","device":"a72","ramBudgetBytes":"4000"})");
+        CallJson(Socket(), "SolverService/Solve", R"({"model":"linear","device":"a72","activationBudgetBytes":"4000"})");
     ASSERT_THAT(stored, EndsWith(" 200"));
     baseline_id_ = stored.substr(stored.find("\"id\":\"") + 6);
     baseline_id_ = baseline_id_.substr(0, baseline_id_.find('"'));
@@ -122,7 +122,7 @@ TEST_F(AttackTest, ALongModelNameIsRefusedByEveryMethod) {
 TEST_F(AttackTest, ASolveNamingAGraphFileIsRefused) {
   const std::string answer = CallJson(
       Socket(), "SolverService/Solve",
-      R"({"model":"linear","device":"a72","ramBudgetBytes":"100000","runtimeBudgetMultiple":2,"graphFile":"foo"})");
+      R"({"model":"linear","device":"a72","activationBudgetBytes":"100000","runtimeBudgetMultiple":2,"graphFile":"foo"})");
   EXPECT_THAT(answer, HasSubstr("graph_file is read by the local CLI only"));
   EXPECT_THAT(answer, EndsWith(" 400"));
   ExpectStillServing();
@@ -253,7 +253,7 @@ TEST_F(AttackTest, ABudgetAbove2To62IsRefusedAndNothingStored) {
   for (const char* budget : {"9223372036854775808", "18446744073709551615", "4611686018427387905"}) {
     const std::string answer =
         CallJson(Socket(), "SolverService/Solve",
-                 std::string(R"({"model":"linear","device":"a72","runtimeBudgetMultiple":2,"ramBudgetBytes":")") +
+                 std::string(R"({"model":"linear","device":"a72","runtimeBudgetMultiple":2,"activationBudgetBytes":")") +
                      budget + "\"}");
     EXPECT_THAT(answer, HasSubstr("above the largest budget")) << budget;
     EXPECT_THAT(answer, EndsWith(" 400")) << budget;
@@ -308,7 +308,7 @@ TEST(NegativeCosts, ASolveOnThemEndsAndTheDaemonStillStops) {
   const pid_t pid = SpawnServe({"--db", db, "serve", "--socket", socket}, socket, "/nonexistent-sysfs", dir / "serve.log");
   for (const char* strategy : {"optimal", "greedy"}) {
     const std::string answer = CallJson(socket, "SolverService/Solve",
-                                        std::string(R"({"model":"linear","device":"board","ramBudgetBytes":"4000",)") +
+                                        std::string(R"({"model":"linear","device":"board","activationBudgetBytes":"4000",)") +
                                             R"("runtimeBudgetMultiple":2,"timeLimitS":5,"strategy":")" + strategy +
                                             "\"}");
     EXPECT_THAT(answer, HasSubstr("'compute_j' is -5")) << strategy;

@@ -213,13 +213,13 @@ TEST_F(DaemonIdentityTest, AShmTruncatedUnderTheDaemonEndsItWithTheReason) {
   const std::string db = (dir_ / "real/costs.db").string(), socket = (dir_ / "a.sock").string();
   const pid_t pid = Serve(db, socket);
   ASSERT_TRUE(Serving(socket)) << Log();
-  ASSERT_THAT(CallJson(socket, "SolverService/Solve", R"({"model":"linear","device":"a72","ramBudgetBytes":"4000"})"),
+  ASSERT_THAT(CallJson(socket, "SolverService/Solve", R"({"model":"linear","device":"a72","activationBudgetBytes":"4000"})"),
               EndsWith(" 200"));
   ASSERT_TRUE(fs::exists(db + "-shm"));
   fs::resize_file(db + "-shm", 0);
   fs::permissions(db + "-shm", fs::perms::owner_read | fs::perms::group_read | fs::perms::others_read);
   CallJson(socket, "JobService/ListJobs", "{}");
-  CallJson(socket, "SolverService/Solve", R"({"model":"linear","device":"a72","ramBudgetBytes":"5000"})");
+  CallJson(socket, "SolverService/Solve", R"({"model":"linear","device":"a72","activationBudgetBytes":"5000"})");
   int status = 0;
   const std::string ended = PollUntil([&] { return ::waitpid(pid, &status, WNOHANG) == pid ? "ended" : "running"; },
                                       [](const std::string& s) { return s == "ended"; });

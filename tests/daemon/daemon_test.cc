@@ -94,13 +94,13 @@ TEST_F(DaemonTest, ErrorsAreTwirpErrorsAndTheDaemonKeepsServing) {
   EXPECT_THAT(Call("CostService/GetCostTable", R"({"model":"/etc/passwd.json"})"),
               HasSubstr("is a file name: name a model"));
   EXPECT_THAT(Call("SolverService/Solve", R"({"model":"resnet18_cifar","device":"a72"})"),
-              HasSubstr("ram_budget_bytes is required"));
+              HasSubstr("a budget is required"));
   // Found by the libFuzzer run: NaN decodes from JSON ("NaN") and protobuf alike.
   EXPECT_THAT(Call("SolverService/Solve",
-                   R"({"model":"linear","device":"a72","ramBudgetBytes":"4000","runtimeBudgetMultiple":"NaN"})"),
+                   R"({"model":"linear","device":"a72","activationBudgetBytes":"4000","runtimeBudgetMultiple":"NaN"})"),
               HasSubstr("must be a positive number"));
   EXPECT_THAT(
-      Call("SolverService/Solve", R"({"model":"linear","device":"a72","ramBudgetBytes":"4000","threads":100000})"),
+      Call("SolverService/Solve", R"({"model":"linear","device":"a72","activationBudgetBytes":"4000","threads":100000})"),
       HasSubstr("threads is at most"));
   // TCP needs the token.
   const std::string url = "http://127.0.0.1:" + std::to_string(port_) + "/twirp/edgecost.v1.CostService/ListModels";
@@ -115,7 +115,7 @@ TEST_F(DaemonTest, ErrorsAreTwirpErrorsAndTheDaemonKeepsServing) {
 TEST_F(DaemonTest, SolveStoresTheScheduleForLater) {
   const std::string solved =
       Call("SolverService/Solve",
-           R"({"model":"resnet18_cifar","device":"a72","derivation":"poet","ramBudgetBytes":"3000000",)"
+           R"({"model":"resnet18_cifar","device":"a72","derivation":"poet","activationBudgetBytes":"3000000",)"
            R"("runtimeBudgetMultiple":7.6})");
   EXPECT_THAT(solved, HasSubstr("STATUS_OPTIMAL"));
   EXPECT_THAT(solved, HasSubstr("7.88951"));
@@ -149,7 +149,7 @@ TEST_F(DaemonTest, ProfileJobRunsOffTheIoThreadsAndReportsEvents) {
 }
 
 TEST_F(DaemonTest, ChangedHardwareAndSighupRegenerateStoredSchedules) {
-  Call("SolverService/Solve", R"({"model":"linear","device":"a72","ramBudgetBytes":"4000","runtimeBudgetMultiple":2})");
+  Call("SolverService/Solve", R"({"model":"linear","device":"a72","activationBudgetBytes":"4000","runtimeBudgetMultiple":2})");
   // The sequence of the newest event in a WatchEvents answer: `"sequence":"N"`.
   auto last_sequence = [](const std::string& answer, const std::string& otherwise) {
     const size_t at = answer.rfind("\"sequence\":\"");

@@ -148,7 +148,7 @@ TEST_F(RpcTest, EveryMethodInProtobuf) {
   v1::ScheduleRequest solve;
   solve.set_model("linear");
   solve.set_device("a72");
-  solve.set_ram_budget_bytes(4000);
+  solve.set_activation_budget_bytes(4000);
   solve.set_runtime_budget_multiple(2);
   const auto schedule = Remote<v1::Schedule>("SolverService/Solve", solve);
   ASSERT_GT(schedule.id(), 0u);
@@ -208,7 +208,7 @@ TEST_F(RpcTest, AModelAddedOverRpcIsSolvedProfiledAndTrainedByName) {
   v1::ScheduleRequest solve;
   solve.set_model("rpc-mlp");
   solve.set_device("a72");
-  solve.set_ram_budget_bytes(2000);
+  solve.set_activation_budget_bytes(2000);
   solve.set_runtime_budget_multiple(2);
   const auto schedule = Remote<v1::Schedule>("SolverService/Solve", solve);
   EXPECT_TRUE(schedule.status() == v1::Schedule::STATUS_OPTIMAL || schedule.status() == v1::Schedule::STATUS_FEASIBLE)
@@ -375,7 +375,7 @@ TEST_F(RpcTest, WatchersWaitWithoutHoldingWorkers) {
   v1::ScheduleRequest solve;  // its stored schedule is the event
   solve.set_model("linear");
   solve.set_device("a72");
-  solve.set_ram_budget_bytes(5000);
+  solve.set_activation_budget_bytes(5000);
   const auto schedule = Remote<v1::Schedule>("SolverService/Solve", solve);
   for (std::thread& t : watchers) t.join();
   for (const auto& answer : answers) {
@@ -415,7 +415,7 @@ TEST(RpcSolves, RunOnTheirOwnPoolAndAnswerAtShutdown) {
   v1::ScheduleRequest request;
   request.set_model("resnet18_cifar");
   request.set_device("a72");
-  request.set_ram_budget_bytes(1'500'000);
+  request.set_activation_budget_bytes(1'500'000);
   request.set_runtime_budget_multiple(1.5);
   request.set_time_limit_s(120);
   constexpr int kSolves = 5;  // one running, four waiting: the limit for one solver thread
@@ -432,7 +432,7 @@ TEST(RpcSolves, RunOnTheirOwnPoolAndAnswerAtShutdown) {
               HasSubstr(all_in));
 
   const std::string sixth =
-      CallJson(socket, "SolverService/Solve", R"({"model":"linear","device":"a72","ramBudgetBytes":"4000"})");
+      CallJson(socket, "SolverService/Solve", R"({"model":"linear","device":"a72","activationBudgetBytes":"4000"})");
   EXPECT_THAT(sixth, HasSubstr("resource_exhausted"));
   EXPECT_THAT(sixth, ::testing::EndsWith(" 429"));
   EXPECT_THAT(CallJson(socket, "CostService/ListModels", "{}"), ::testing::EndsWith(" 200"));

@@ -99,7 +99,7 @@ TEST_F(ServicesTest, SolverServiceStoresEmitsAndChecksWhatCrossesTheWire) {
   v1::ScheduleRequest request;
   request.set_model("linear");
   request.set_device("a72");
-  request.set_ram_budget_bytes(4000);
+  request.set_activation_budget_bytes(4000);
   auto schedule = solver.Solve(request);
   ASSERT_TRUE(schedule.ok()) << schedule.status().message();
   ASSERT_GT(schedule->id(), 0u);
@@ -123,7 +123,7 @@ TEST_F(ServicesTest, SolverServiceStoresEmitsAndChecksWhatCrossesTheWire) {
   bad.set_time_limit_s(SolverService::kMaxTimeLimitS + 1);
   EXPECT_EQ(solver.Solve(bad).status().code(), ErrorCode::kInvalidArgument);
   bad = request;
-  bad.set_ram_budget_bytes(0);
+  bad.set_activation_budget_bytes(0);
   EXPECT_EQ(solver.Solve(bad).status().code(), ErrorCode::kInvalidArgument);
 }
 
@@ -135,7 +135,7 @@ TEST_F(ServicesTest, SolverServiceComparesAndFindsTheSmallestBudget) {
   v1::ScheduleRequest request;
   request.set_model("linear");
   request.set_device("a72");
-  request.set_ram_budget_bytes(5000);
+  request.set_activation_budget_bytes(5000);
   request.set_runtime_budget_multiple(2);
   request.set_time_limit_s(2);
   request.set_compare(true);
@@ -149,12 +149,12 @@ TEST_F(ServicesTest, SolverServiceComparesAndFindsTheSmallestBudget) {
   }
 
   request.set_compare(false);
-  request.set_ram_budget_bytes(0);
+  request.set_activation_budget_bytes(0);
   request.set_min_ram(true);
   auto smallest = solver.Solve(request);
   ASSERT_TRUE(smallest.ok()) << smallest.status().message();
   EXPECT_GT(smallest->min_feasible_ram_bytes(), 0u);
-  EXPECT_EQ(smallest->request().ram_budget_bytes(), smallest->min_feasible_ram_bytes());
+  EXPECT_EQ(smallest->request().activation_budget_bytes(), smallest->min_feasible_ram_bytes());
   EXPECT_LE(smallest->peak_ram_bytes(), smallest->min_feasible_ram_bytes());
   EXPECT_LE(smallest->min_feasible_ram_bytes(), compared->compared(1).peak_ram_bytes());  // paging-only's peak
 }

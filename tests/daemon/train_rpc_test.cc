@@ -23,6 +23,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using namespace test_support;
 
 std::string ReadAll(const fs::path& path) {
@@ -183,6 +184,7 @@ TEST_F(TrainRpcTest, DataOutsideTheAllowedDirectoriesIsRefused) {
     EXPECT_EQ(refused.code(), ErrorCode::kPermissionDenied) << refused.message();
     EXPECT_THAT(refused.message(), HasSubstr((dir_ / "data").string()));  // the allowed directories are named
     EXPECT_THAT(refused.message(), HasSubstr("[train] data_dirs"));
+    EXPECT_THAT(refused.message(), Not(HasSubstr("EDGECOST_TOKEN")));  // no token lets a data set in
   }
   // Issue 40 #2: a name the loader would split otherwise than the check (a folder named "y.npy," in
   // the data directory makes "x.npy,y.npy,z.npy" read labels from "y.npy,/..."): refused whole.

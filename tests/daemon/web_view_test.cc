@@ -88,7 +88,7 @@ class WebViewTest : public edgecost::testing::TempDirTest {
     v1::ScheduleRequest request;
     request.set_model("linear");
     request.set_device("a72");
-    request.set_ram_budget_bytes(200000);
+    request.set_activation_budget_bytes(200000);
     request.set_runtime_budget_multiple(1.5);
     request.set_time_limit_s(20);
     auto solved = service::SolveRequest(&*db, request, true);
@@ -347,7 +347,7 @@ TEST_F(WebViewTest, MeasuredCostsSitBesidePoetFlopsWithIntervalsAndDevicesShowWh
   EXPECT_THAT(page.body, HasSubstr("(95%: "));
   const HttpResponse overview = Get("/");
   EXPECT_THAT(overview.body,
-              HasSubstr("href=\"/costs?" + table_query + "\">measured on " + HtmlEscape(device) + ", batch 2</a>"));
+              HasSubstr("href=\"/costs?" + table_query + "\">measured on " + HtmlEscape(device) + ", batch 2, 1 thread</a>"));
   EXPECT_THAT(overview.body, HasSubstr("id=\"run-table\""));
   EXPECT_THAT(overview.body, HasSubstr("/trace?run=1"));
 

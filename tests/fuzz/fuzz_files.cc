@@ -45,7 +45,7 @@ void FuzzGraphFile(const std::string& text) {
   uint64_t total_bytes = 0;
   for (const v1::NodeCost& cost : table->costs()) total_bytes += cost.ram_bytes();
   v1::ScheduleRequest request;
-  request.set_ram_budget_bytes(total_bytes / 2 + 1);
+  request.set_activation_budget_bytes(total_bytes / 2 + 1);
   request.set_runtime_budget_multiple(1.5);
   Result<solver::Problem> problem = solver::ProblemFromCostTable(*table, request);
   if (!problem.ok()) return;

@@ -22,8 +22,8 @@ seed 2 list_models ListModelsRequest '' '{}'
 seed 3 get_cost_table GetCostTableRequest 'model: "resnet18_cifar" device: "m4" batch_size: 2 trainable: "last:2"' \
   '{"model":"resnet18_cifar","device":"m4","batchSize":2,"trainable":"last:2"}'
 seed 4 get_paging_costs GetPagingCostsRequest 'device: "a72"' '{"device":"a72"}'
-seed 5 solve ScheduleRequest 'model: "linear" device: "a72" ram_budget_bytes: 4000 runtime_budget_multiple: 2' \
-  '{"model":"linear","device":"a72","ramBudgetBytes":"4000","runtimeBudgetMultiple":2}'
+seed 5 solve ScheduleRequest 'model: "linear" device: "a72" activation_budget_bytes: 4000 runtime_budget_multiple: 2' \
+  '{"model":"linear","device":"a72","activationBudgetBytes":"4000","runtimeBudgetMultiple":2}'
 seed 6 get_schedule GetScheduleRequest 'id: 1' '{"id":"1"}'
 seed 7 list_schedules ListSchedulesRequest 'model: "linear"' '{"model":"linear"}'
 seed 8 start_profile StartProfileRequest 'model: "linear" threads: 1' '{"model":"linear","threads":1}'

@@ -208,33 +208,33 @@ TEST_P(OnnxModelsTest, ImportsDerivesProfilesAndSolvesAtHalfItsPeak) {
   ASSERT_TRUE(table.ok()) << table.status().message();
   v1::ScheduleRequest request;
   request.set_runtime_budget_multiple(2.0);
-  request.set_ram_budget_bytes(uint64_t{1} << 50);  // replaced below, by half the checkpoint-all peak
+  request.set_activation_budget_bytes(uint64_t{1} << 50);  // replaced below, by half the checkpoint-all peak
   auto problem = solver::ProblemFromCostTable(*table, request);
   ASSERT_TRUE(problem.ok()) << problem.status().message();
   const int64_t peak = solver::CheckpointAll(*problem).replay.peak_ram_bytes;
   const int64_t floor = solver::MemoryLowerBound(*problem);
-  problem->ram_budget_bytes = peak / 2;
+  problem->activation_budget_bytes = peak / 2;
   if (model == "squeezenet1_1") {
     // Its first ReLU's backward reads Y and dY and writes dX, three 2x64x31x31 tensors: 58% of the
     // checkpoint-all peak, which no schedule goes below (PyTorch runs that ReLU in place).
     EXPECT_GT(floor, peak / 2);
-    problem->ram_budget_bytes = floor + floor / 20;
+    problem->activation_budget_bytes = floor + floor / 20;
   }
   if (model == "alexnet") {
     // The same: its first ReLU's backward holds three 2x64x15x15 tensors, 55% of the peak.
     EXPECT_GT(floor, peak / 2);
-    problem->ram_budget_bytes = floor + floor / 20;
+    problem->activation_budget_bytes = floor + floor / 20;
   }
-  ASSERT_GE(problem->ram_budget_bytes, floor);
+  ASSERT_GE(problem->activation_budget_bytes, floor);
   std::printf("%s: checkpoint-all peak %lld bytes, budget %lld bytes\n", model.c_str(), static_cast<long long>(peak),
-              static_cast<long long>(problem->ram_budget_bytes));
+              static_cast<long long>(problem->activation_budget_bytes));
   solver::SolveOptions solve;
   solve.strategy = "greedy";  // the MILP over hundreds of nodes takes minutes, not test seconds
   solve.time_limit_s = 2;
   auto schedule = solver::Solve(*problem, solve);
   ASSERT_TRUE(schedule.ok()) << schedule.status().message();
   ASSERT_TRUE(solver::FillFromReplay(*problem, *schedule).ok());
-  EXPECT_LE(schedule->peak_ram_bytes(), static_cast<uint64_t>(problem->ram_budget_bytes));
+  EXPECT_LE(schedule->peak_ram_bytes(), static_cast<uint64_t>(problem->activation_budget_bytes));
   EXPECT_GT(schedule->peak_ram_bytes(), 0u);
 
   // The schedule runs: one real training step under it holds no more than the budget and gives
@@ -254,7 +254,7 @@ TEST_P(OnnxModelsTest, ImportsDerivesProfilesAndSolvesAtHalfItsPeak) {
   const solver::Plan plan = solver::PlanFromStages(*schedule, problem->size());
   auto scheduled = e.Step(&plan);
   ASSERT_TRUE(scheduled.ok()) << scheduled.status().message();
-  EXPECT_LE(scheduled->peak_activation_bytes, static_cast<uint64_t>(problem->ram_budget_bytes));
+  EXPECT_LE(scheduled->peak_activation_bytes, static_cast<uint64_t>(problem->activation_budget_bytes));
   const std::vector<train::ParamGradient> gradients = e.Gradients();
   ASSERT_EQ(gradients.size(), plain_gradients.size());
   for (size_t i = 0; i < gradients.size(); ++i) {

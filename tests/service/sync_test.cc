@@ -89,7 +89,7 @@ class Sync : public edgecost::testing::TempDirTest {
     request.set_model(kModel);
     request.set_device("board");
     request.set_cost_source(profiler::kMeasuredSource);
-    request.set_ram_budget_bytes(1ull << 30);
+    request.set_activation_budget_bytes(1ull << 30);
     request.set_runtime_budget_multiple(2);
     request.set_time_limit_s(5);
     request.set_compute_threads(threads);

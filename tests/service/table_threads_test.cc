@@ -106,10 +106,10 @@ TEST_F(TableThreads, SolvingRecordsTheCountOfItsTable) {
   request.set_model("linear");
   request.set_device("board");
   request.set_cost_source(profiler::kMeasuredSource);
-  request.set_ram_budget_bytes(1ull << 30);
+  request.set_activation_budget_bytes(1ull << 30);
   request.set_runtime_budget_multiple(2);
   request.set_time_limit_s(5);
-  request.set_threads(2);  // the solver's threads: not the table's
+  request.set_solver_threads(2);  // not the table's
   request.set_compute_threads(1);
   auto solved = SolveRequest(&*db_, request, /*store=*/true);
   ASSERT_TRUE(solved.ok()) << solved.status().message();

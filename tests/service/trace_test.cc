@@ -33,11 +33,11 @@ class TraceTest : public edgecost::testing::TempDirTest {
   }
 
   // Solves and stores a schedule for a zoo model on a preset; returns its id.
-  int64_t StoreSchedule(const std::string& model, uint64_t ram_budget_bytes, double runtime_multiple) {
+  int64_t StoreSchedule(const std::string& model, uint64_t activation_budget_bytes, double runtime_multiple) {
     v1::ScheduleRequest request;
     request.set_model(model);
     request.set_device("a72");
-    request.set_ram_budget_bytes(ram_budget_bytes);
+    request.set_activation_budget_bytes(activation_budget_bytes);
     request.set_runtime_budget_multiple(runtime_multiple);
     request.set_time_limit_s(20);
     auto solved = SolveRequest(&*db_, request, /*store=*/true);
@@ -80,7 +80,7 @@ TEST_F(TraceTest, AStoredScheduleIsATimelineOnTracksWithRamAsACounter) {
   for (const auto& e : json["traceEvents"]) {
     if (e["ph"] == "C") {
       peak = std::max<int64_t>(peak, e["args"]["in_use_bytes"].get<int64_t>());
-      EXPECT_EQ(e["args"]["budget_bytes"].get<uint64_t>(), s.ram_budget_bytes());
+      EXPECT_EQ(e["args"]["budget_bytes"].get<uint64_t>(), s.activation_budget_bytes());
     }
   }
   EXPECT_EQ(static_cast<uint64_t>(peak), s.peak_ram_bytes());
@@ -93,7 +93,7 @@ TEST_F(TraceTest, WithoutPagingTimesPagingIsMarkedNotGivenAMadeUpDuration) {
   auto table = CostTableForRequest(nullptr, r);
   ASSERT_TRUE(table.ok());
   table->clear_paging();
-  r.set_ram_budget_bytes(3500);
+  r.set_activation_budget_bytes(3500);
   r.set_runtime_budget_multiple(1.0);
   auto problem = solver::ProblemFromCostTable(*table, r);
   ASSERT_TRUE(problem.ok());

@@ -34,9 +34,9 @@ v1::CostTable Table() {
   return *table;
 }
 
-v1::ScheduleRequest Request(uint64_t ram_budget_bytes) {
+v1::ScheduleRequest Request(uint64_t activation_budget_bytes) {
   v1::ScheduleRequest request;
-  request.set_ram_budget_bytes(ram_budget_bytes);
+  request.set_activation_budget_bytes(activation_budget_bytes);
   request.set_runtime_budget_multiple(1.5);
   return request;
 }
@@ -46,8 +46,8 @@ Problem Base() {
   auto p = ProblemFromCostTable(Table(), Request(1));
   EXPECT_TRUE(p.ok()) << p.status().message();
   Problem all = *p;
-  all.ram_budget_bytes = int64_t{1} << 50;
-  p->ram_budget_bytes = CheckpointAll(all).replay.peak_ram_bytes / 2;
+  all.activation_budget_bytes = int64_t{1} << 50;
+  p->activation_budget_bytes = CheckpointAll(all).replay.peak_ram_bytes / 2;
   return *p;
 }
 
@@ -175,7 +175,7 @@ TEST(Adversarial, ProblemFromCostTableRefusesWhatNoDeviceMeasures) {
     EXPECT_THAT(p.status().message(), HasSubstr("above the largest budget"));
   }
   v1::ScheduleRequest request = Request(1000000);
-  request.set_device_ram_bytes(uint64_t{1} << 63);
+  request.set_process_ram_budget_bytes(uint64_t{1} << 63);
   EXPECT_FALSE(ProblemFromCostTable(good, request).ok());
 }
 

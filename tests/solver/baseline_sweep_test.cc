@@ -44,7 +44,7 @@ Problem Load(std::string_view model, std::string_view preset) {
   auto table = graph::LoadCostTable(spec, preset, graph::kPoetFlopsSource);
   EXPECT_TRUE(table.ok()) << table.status().message();
   v1::ScheduleRequest request;
-  request.set_ram_budget_bytes(1);
+  request.set_activation_budget_bytes(1);
   request.set_runtime_budget_multiple(1.5);
   auto p = ProblemFromCostTable(*table, request);
   EXPECT_TRUE(p.ok()) << p.status().message();
@@ -54,7 +54,7 @@ Problem Load(std::string_view model, std::string_view preset) {
 void Sweep(std::string_view model, std::string_view preset, int step_percent) {
   const Problem base = Load(model, preset);
   Problem all = base;
-  all.ram_budget_bytes = std::numeric_limits<int64_t>::max() / 4;
+  all.activation_budget_bytes = std::numeric_limits<int64_t>::max() / 4;
   const int64_t peak = CheckpointAll(all).replay.peak_ram_bytes;
   ASSERT_GT(peak, 0);
   for (const Mode& mode : kModes) {
@@ -63,7 +63,7 @@ void Sweep(std::string_view model, std::string_view preset, int step_percent) {
     p.allow_remat = mode.remat;
     int64_t smallest_peak = std::numeric_limits<int64_t>::max();
     for (int percent = 20; percent <= 100; percent += step_percent) {
-      p.ram_budget_bytes = peak / 100 * percent;
+      p.activation_budget_bytes = peak / 100 * percent;
       SCOPED_TRACE(std::string(model) + "/" + std::string(preset) + ", " + mode.name + ", " + std::to_string(percent) +
                    "% of the checkpoint-all peak");
       double best_j = std::numeric_limits<double>::infinity();
@@ -98,7 +98,7 @@ void Sweep(std::string_view model, std::string_view preset, int step_percent) {
     if (smallest_peak == std::numeric_limits<int64_t>::max()) continue;
     ASSERT_TRUE(min_ram.ok()) << min_ram.status().message();
     EXPECT_LE(*min_ram, smallest_peak);
-    p.ram_budget_bytes = *min_ram;  // and a schedule exists there
+    p.activation_budget_bytes = *min_ram;  // and a schedule exists there
     auto at_min = Solve(p, {"optimal", 0.01, 1, false});
     ASSERT_TRUE(at_min.ok());
     EXPECT_TRUE(HasSchedule(*at_min)) << at_min->message();
@@ -110,9 +110,9 @@ void Sweep(std::string_view model, std::string_view preset, int step_percent) {
 TEST(EvictionBound, ProvesMoreThanTheFloorBeforeAnyMilp) {
   Problem p = Load("resnet18_cifar", "a72");
   Problem all = p;
-  all.ram_budget_bytes = std::numeric_limits<int64_t>::max() / 4;
+  all.activation_budget_bytes = std::numeric_limits<int64_t>::max() / 4;
   const int64_t peak = CheckpointAll(all).replay.peak_ram_bytes;
-  p.ram_budget_bytes = peak / 2;
+  p.activation_budget_bytes = peak / 2;
   const double bound_j = EvictionLowerBoundJ(p);
   EXPECT_GT(bound_j, p.FloorJ() * (1 + 1e-6));
   auto s = Solve(p, {"optimal", 0.01, 1, false});
@@ -133,11 +133,11 @@ TEST(GreedyWithExchanges, NeverWorseThanGreedyAndRepeatable) {
   for (const char* model : {"linear", "vgg16_cifar"}) {
     Problem p = Load(model, "a72");
     Problem all = p;
-    all.ram_budget_bytes = std::numeric_limits<int64_t>::max() / 4;
+    all.activation_budget_bytes = std::numeric_limits<int64_t>::max() / 4;
     const int64_t peak = CheckpointAll(all).replay.peak_ram_bytes;
     for (int percent : {60, 75, 90}) {
       SCOPED_TRACE(std::string(model) + " at " + std::to_string(percent) + "% of the checkpoint-all peak");
-      p.ram_budget_bytes = peak / 100 * percent;
+      p.activation_budget_bytes = peak / 100 * percent;
       const double forever = std::numeric_limits<double>::infinity();
       const std::optional<Candidate> greedy = Greedy(p);
       if (!greedy) {  // below what greedy reaches: so is where it starts

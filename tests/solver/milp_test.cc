@@ -29,7 +29,7 @@ Problem Zoo(std::string_view model) {
   auto table = graph::LoadCostTable(spec, "a72", graph::kPoetFlopsSource);
   EXPECT_TRUE(table.ok()) << table.status().message();
   v1::ScheduleRequest request;
-  request.set_ram_budget_bytes(1);
+  request.set_activation_budget_bytes(1);
   request.set_runtime_budget_multiple(4);  // room for random schedules' recomputations
   auto p = ProblemFromCostTable(*table, request);
   EXPECT_TRUE(p.ok()) << p.status().message();
@@ -56,10 +56,10 @@ int CheckRandomSchedules(Problem p, int count, uint32_t seed, int kinds = 4) {
       hold[static_cast<size_t>(u)] = std::min(last_use[static_cast<size_t>(u)], u + 2 + static_cast<int>(random() % 8));
     }
     const Plan plan = BuildPlan(p, policies, hold);
-    p.ram_budget_bytes = std::numeric_limits<int64_t>::max() / 4;
+    p.activation_budget_bytes = std::numeric_limits<int64_t>::max() / 4;
     const Replay unlimited = Simulate(p, plan);
     if (!unlimited.valid) continue;
-    p.ram_budget_bytes = unlimited.peak_ram_bytes;
+    p.activation_budget_bytes = unlimited.peak_ram_bytes;
     if (!Simulate(p, plan).valid) continue;
     const BrokenRows broken = MilpRowsBrokenBy(p, plan);
     if (broken.model > 0) continue;  // not one of the MILP's schedules (kept past its last use, say)
@@ -103,10 +103,10 @@ TEST(MilpCuts, KeepEveryValidScheduleOfSmallGraphs) {
 TEST(MilpCuts, KeepTheHeuristicsSchedules) {
   for (std::string_view model : {"vgg16_cifar", "resnet18_cifar"}) {
     Problem p = Zoo(model);
-    p.ram_budget_bytes = std::numeric_limits<int64_t>::max() / 4;
+    p.activation_budget_bytes = std::numeric_limits<int64_t>::max() / 4;
     const int64_t peak = CheckpointAll(p).replay.peak_ram_bytes;
     for (int percent : {60, 80}) {
-      p.ram_budget_bytes = peak / 100 * percent;
+      p.activation_budget_bytes = peak / 100 * percent;
       SCOPED_TRACE(std::string(model) + " at " + std::to_string(percent) + "%");
       int checked = 0;
       // Half a second of the local search: whatever it reached must fit too.

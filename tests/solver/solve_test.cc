@@ -121,7 +121,7 @@ class Enumerator {
 double BruteForce(const Problem& p) { return Enumerator(p).Best(); }
 
 void ExpectMatchesBruteForce(Problem p, const std::string& name) {
-  SCOPED_TRACE(name + ", budget " + std::to_string(p.ram_budget_bytes));
+  SCOPED_TRACE(name + ", budget " + std::to_string(p.activation_budget_bytes));
   const double best = BruteForce(p);
   // The eviction bound: never above the optimum, never below the floor.
   const double bound_j = EvictionLowerBoundJ(p);
@@ -150,7 +150,7 @@ TEST(SolveAgainstEnumeration, ChainsWithRecomputation) {
     base.allow_paging = false;
     for (int64_t budget : {10, 20, 30, 40, 60}) {
       Problem p = base;
-      p.ram_budget_bytes = budget;
+      p.activation_budget_bytes = budget;
       ExpectMatchesBruteForce(p, "chain of " + std::to_string(2 * forward));
     }
   }
@@ -165,7 +165,7 @@ TEST(SolveAgainstEnumeration, DiamondAndSkipConnection) {
     for (int64_t budget : {20, 30, 40}) {
       Problem p = graph;
       p.allow_paging = false;
-      p.ram_budget_bytes = budget;
+      p.activation_budget_bytes = budget;
       ExpectMatchesBruteForce(p, name);
     }
   }
@@ -178,7 +178,7 @@ TEST(SolveAgainstEnumeration, PagingWithAndWithoutRecomputation) {
       Problem p = TrainingChain(forward, 0);
       p.allow_remat = remat;
       for (int64_t budget : {20, 30, 40}) {
-        p.ram_budget_bytes = budget;
+        p.activation_budget_bytes = budget;
         ExpectMatchesBruteForce(
             p, "chain of " + std::to_string(2 * forward) + (remat ? ", paging and recomputation" : ", paging only"));
       }
@@ -217,7 +217,7 @@ TEST(Greedy, ExchangesTradeOneTensorsMemoryForAnothers) {
   p.page_in_j = {0.35, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2};
   p.page_out_j = p.page_in_j;  // paging 0: 20 B for 0.7 J; paging 1 or 2: 10 B for 0.4 J
   const int64_t all_kept = CheckpointAll(p).replay.peak_ram_bytes;
-  p.ram_budget_bytes = all_kept - 10;
+  p.activation_budget_bytes = all_kept - 10;
 
   const std::optional<Candidate> greedy = Greedy(p);
   ASSERT_TRUE(greedy && greedy->replay.valid);
@@ -304,7 +304,7 @@ TEST(Solve, PoetReadmeInstance) {
   auto table = graph::ReadCostTableFile(edgecost::testing::PoetInstance("resnet18_cifar", "a72"));
   ASSERT_TRUE(table.ok()) << table.status().message();
   v1::ScheduleRequest request;
-  request.set_ram_budget_bytes(3000000);
+  request.set_activation_budget_bytes(3000000);
   request.set_runtime_budget_multiple(7.6);
   auto p = ProblemFromCostTable(*table, request);
   ASSERT_TRUE(p.ok());
@@ -320,7 +320,7 @@ TEST(Problem, RuntimeBudgetsMustBePositiveNumbers) {
   ASSERT_TRUE(table.ok()) << table.status().message();
   for (double bad : {0.0, -1.0, std::nan(""), std::numeric_limits<double>::infinity()}) {
     v1::ScheduleRequest request;
-    request.set_ram_budget_bytes(3000000);
+    request.set_activation_budget_bytes(3000000);
     request.set_runtime_budget_multiple(bad);
     EXPECT_EQ(ProblemFromCostTable(*table, request).status().code(), ErrorCode::kInvalidArgument) << bad;
     request.set_runtime_budget_s(bad);
@@ -334,7 +334,7 @@ TEST(Solve, AStopEndsTheSearchWithAValidSchedule) {
   auto table = graph::ReadCostTableFile(edgecost::testing::PoetInstance("resnet18_cifar", "a72"));
   ASSERT_TRUE(table.ok()) << table.status().message();
   v1::ScheduleRequest request;
-  request.set_ram_budget_bytes(1500000);  // far from provable: a 55% gap after 60 s
+  request.set_activation_budget_bytes(1500000);  // far from provable: a 55% gap after 60 s
   request.set_runtime_budget_multiple(1.5);
   auto p = ProblemFromCostTable(*table, request);
   ASSERT_TRUE(p.ok());
@@ -370,7 +370,7 @@ TEST(Solve, KeepsItsTimeLimitOnALargeGraph) {
   uint64_t activations = 0;
   for (const auto& cost : table->costs()) activations += cost.ram_bytes();
   v1::ScheduleRequest request;
-  request.set_ram_budget_bytes(activations * 4 / 10);
+  request.set_activation_budget_bytes(activations * 4 / 10);
   request.set_runtime_budget_multiple(1.5);
   auto p = ProblemFromCostTable(*table, request);
   ASSERT_TRUE(p.ok());

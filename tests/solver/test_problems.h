@@ -22,7 +22,7 @@ inline Problem Graph(int n, const std::vector<std::pair<int, int>>& edges, int64
   }
   p.preds.resize(static_cast<size_t>(n));
   for (auto [u, v] : edges) p.preds[static_cast<size_t>(v)].push_back(u);
-  p.ram_budget_bytes = ram_budget;
+  p.activation_budget_bytes = ram_budget;
   p.runtime_budget_s = 100.0 * n;
   return p;
 }

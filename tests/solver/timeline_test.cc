@@ -51,7 +51,7 @@ void ExpectAgreesWithReplay(const Problem& p, const v1::Schedule& s, const Timel
   const Replay replay = Simulate(p, s);
   ASSERT_TRUE(replay.valid) << replay.violation;
   EXPECT_EQ(t.peak_bytes, replay.peak_ram_bytes);
-  EXPECT_EQ(t.budget_bytes, p.ram_budget_bytes);
+  EXPECT_EQ(t.budget_bytes, p.activation_budget_bytes);
   EXPECT_DOUBLE_EQ(t.runtime_s, replay.runtime_s);
   // Every step once, with the energy the replay counts.
   std::map<StepKind, int> counts;
@@ -82,7 +82,7 @@ void ExpectAgreesWithReplay(const Problem& p, const v1::Schedule& s, const Timel
     if (i > 0) {
       EXPECT_GE(t.memory[i].time_s, t.memory[i - 1].time_s);
     }
-    EXPECT_LE(t.memory[i].bytes, p.ram_budget_bytes);
+    EXPECT_LE(t.memory[i].bytes, p.activation_budget_bytes);
     max_bytes = std::max(max_bytes, t.memory[i].bytes);
   }
   EXPECT_EQ(max_bytes, t.peak_bytes);
@@ -248,7 +248,7 @@ TEST(ScheduleSvg, SaysWhatTheScheduleIsInHumanUnits) {
   s.set_energy_source(v1::ENERGY_SOURCE_ESTIMATED);
   EXPECT_THAT(Headline(s), HasSubstr(" ESTIMATED, peak "));
   s.set_peak_ram_bytes(4692992);
-  s.set_ram_budget_bytes(4700000);
+  s.set_activation_budget_bytes(4700000);
   EXPECT_THAT(Headline(s), ::testing::EndsWith("peak 4.69 MB of 4.70 MB RAM"));
 }
 

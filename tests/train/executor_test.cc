@@ -78,14 +78,14 @@ Batch SyntheticBatch(const Executor& e, uint32_t seed) {
   return batch;
 }
 
-solver::Problem ProblemFor(const v1::TrainingGraph& graph, int64_t ram_budget_bytes, double runtime_multiple,
+solver::Problem ProblemFor(const v1::TrainingGraph& graph, int64_t activation_budget_bytes, double runtime_multiple,
                            bool update_in_backward = false) {
   auto source = graph::MakePoetFlopsSource("a72");
   EXPECT_TRUE(source.ok());
   auto table = (*source)->CostTableFor(graph);
   EXPECT_TRUE(table.ok()) << table.status().message();
   v1::ScheduleRequest request;
-  request.set_ram_budget_bytes(static_cast<uint64_t>(ram_budget_bytes));
+  request.set_activation_budget_bytes(static_cast<uint64_t>(activation_budget_bytes));
   request.set_runtime_budget_multiple(runtime_multiple);
   request.set_update_in_backward(update_in_backward);
   auto problem = solver::ProblemFromCostTable(*table, request);
@@ -235,7 +235,7 @@ TEST_F(ExecutorTest, EveryStrategyGivesThePlainGradients) {
         ASSERT_TRUE(stats.ok());
         EXPECT_EQ(stats->planned_peak_bytes, schedule->peak_ram_bytes())
             << "the executor plans as the simulator replays";
-        EXPECT_LE(stats->peak_activation_bytes, schedule->ram_budget_bytes());
+        EXPECT_LE(stats->peak_activation_bytes, schedule->activation_budget_bytes());
         EXPECT_EQ(stats->page_outs, schedule->page_outs());
         EXPECT_EQ(stats->page_ins, schedule->page_ins());
         EXPECT_EQ(stats->recomputations, schedule->recomputations());

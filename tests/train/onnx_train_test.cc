@@ -188,7 +188,7 @@ TEST_P(OnnxTrainTest, SchedulesGiveThePlainGradientsBitForBit) {
   auto table = (*source)->CostTableFor(graph_);
   ASSERT_TRUE(table.ok()) << table.status().message();
   v1::ScheduleRequest request;
-  request.set_ram_budget_bytes(uint64_t{1} << 40);
+  request.set_activation_budget_bytes(uint64_t{1} << 40);
   request.set_runtime_budget_multiple(1000);
   auto problem = solver::ProblemFromCostTable(*table, request);
   ASSERT_TRUE(problem.ok()) << problem.status().message();

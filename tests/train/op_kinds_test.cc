@@ -276,13 +276,13 @@ Batch MakeBatch(const Executor& e, uint32_t seed) {
   return batch;
 }
 
-solver::Problem ProblemFor(const v1::TrainingGraph& graph, int64_t ram_budget_bytes) {
+solver::Problem ProblemFor(const v1::TrainingGraph& graph, int64_t activation_budget_bytes) {
   auto source = graph::MakePoetFlopsSource("a72");
   EXPECT_TRUE(source.ok());
   auto table = (*source)->CostTableFor(graph);
   EXPECT_TRUE(table.ok()) << table.status().message();
   v1::ScheduleRequest request;
-  request.set_ram_budget_bytes(static_cast<uint64_t>(ram_budget_bytes));
+  request.set_activation_budget_bytes(static_cast<uint64_t>(activation_budget_bytes));
   request.set_runtime_budget_multiple(1000);
   auto problem = solver::ProblemFromCostTable(*table, request);
   EXPECT_TRUE(problem.ok()) << problem.status().message();

@@ -37,14 +37,14 @@ class TrainJobTest : public testing::TempDirTest {
   std::string PagingDir() const { return (dir_ / "paging").string(); }
 
   // A schedule for the zoo's linear model from POET's a72 constants, exact derivation.
-  v1::Schedule Solve(const std::string& strategy, uint64_t ram_budget_bytes, int batch_size = 2) {
+  v1::Schedule Solve(const std::string& strategy, uint64_t activation_budget_bytes, int batch_size = 2) {
     v1::ScheduleRequest request;
     request.set_model("linear");
     request.set_device("a72");
     request.set_cost_source("poet-flops");
     request.set_batch_size(static_cast<uint32_t>(batch_size));
     request.set_derivation("exact");
-    request.set_ram_budget_bytes(ram_budget_bytes);
+    request.set_activation_budget_bytes(activation_budget_bytes);
     request.set_runtime_budget_multiple(100);
     request.set_strategy(strategy);
     request.set_time_limit_s(5);
@@ -162,7 +162,7 @@ TEST_F(TrainJobTest, AScheduleRunsAndItsRecordHoldsPredictionsNextToMeasurements
 TEST_F(TrainJobTest, AScheduleOverItsBudgetIsRefusedBeforeAnythingRuns) {
   v1::Schedule schedule = Solve("checkpoint-all", 1ull << 30);
   ASSERT_GT(schedule.peak_ram_bytes(), 0u);
-  schedule.mutable_request()->set_ram_budget_bytes(schedule.peak_ram_bytes() - 4);  // edited to a smaller budget
+  schedule.mutable_request()->set_activation_budget_bytes(schedule.peak_ram_bytes() - 4);  // edited to a smaller budget
   TrainJobOptions options = Options();
   options.schedule_file = Write(schedule, "tampered.json");
   auto result = Run(options);
@@ -245,7 +245,7 @@ TEST_F(TrainJobTest, InStepTimesBecomeACostTableTheSolverPlansWith) {
   solve.set_device("this");
   solve.set_cost_source(kMeasuredInStepSource);
   solve.set_batch_size(2);
-  solve.set_ram_budget_bytes(1ull << 30);
+  solve.set_activation_budget_bytes(1ull << 30);
   solve.set_runtime_budget_multiple(1.5);
   solve.set_time_limit_s(5);
   solve.set_compute_threads(1);
@@ -533,7 +533,7 @@ TEST_F(TrainJobTest, AProcessBudgetTakesTheRestAnEarlierRunMeasuredOff) {
   request.set_runtime_budget_multiple(100);
   request.set_time_limit_s(5);
   // The plain step's whole process as the latest run measured it: the solve takes its rest off.
-  request.set_device_ram_bytes(tensors + second->run.process_rest_bytes());
+  request.set_process_ram_budget_bytes(tensors + second->run.process_rest_bytes());
   auto solved = SolveRequest(&*db, request, false);
   ASSERT_TRUE(solved.ok()) << solved.status().message();
   const v1::StepMemory& memory = solved->schedule.memory();
@@ -541,10 +541,10 @@ TEST_F(TrainJobTest, AProcessBudgetTakesTheRestAnEarlierRunMeasuredOff) {
   EXPECT_EQ(memory.process_rest_bytes(), second->run.process_rest_bytes());
   EXPECT_EQ(memory.fixed_bytes(), memory.param_bytes() + memory.gradient_bytes() + memory.optimizer_bytes() +
                                       memory.workspace_bytes() + memory.process_rest_bytes());
-  EXPECT_LE(solved->schedule.request().ram_budget_bytes(), request.device_ram_bytes() - memory.fixed_bytes());
-  EXPECT_LE(solved->schedule.peak_ram_bytes(), solved->schedule.request().ram_budget_bytes());
+  EXPECT_LE(solved->schedule.request().activation_budget_bytes(), request.process_ram_budget_bytes() - memory.fixed_bytes());
+  EXPECT_LE(solved->schedule.peak_ram_bytes(), solved->schedule.request().activation_budget_bytes());
   EXPECT_LE(memory.fixed_bytes() + ArenaRegionBytes(solved->table.graph(), solved->schedule),
-            request.device_ram_bytes());  // the arena's layout within the process budget too
+            request.process_ram_budget_bytes());  // the arena's layout within the process budget too
 }
 
 // Issue 29: the optimizer's state is one tensor per trained parameter with momentum and two with
@@ -687,7 +687,7 @@ TEST_F(TrainJobTest, InStepProfilingStoresATableThatAddsUpToTheStepAndAutoPrefer
   solve.set_device("this");
   solve.set_cost_source(kAutoCostSource);
   solve.set_batch_size(2);
-  solve.set_ram_budget_bytes(1ull << 30);
+  solve.set_activation_budget_bytes(1ull << 30);
   solve.set_runtime_budget_multiple(1.5);
   solve.set_time_limit_s(5);
   solve.set_compute_threads(1);

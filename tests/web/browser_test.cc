@@ -216,10 +216,11 @@ constexpr const char* kScrolledAway = R"js((() => {
   return bad;
 })())js";
 
-// Text of the schedule picture (but the slanted layer names) that overlaps other
-// text or leaves the picture.
-constexpr const char* kSvgOverlaps = R"js((() => {
-  const svg = document.querySelector('#schedule-picture svg'), box = svg.getBoundingClientRect(), bad = [];
+// Text of a picture (but the schedule's slanted layer names) that overlaps other text or leaves the
+// picture.
+std::string SvgOverlaps(const std::string& svg_selector) {
+  return "((selector) => {" + std::string(R"js(
+  const svg = document.querySelector(selector), box = svg.getBoundingClientRect(), bad = [];
   const texts = Array.from(svg.querySelectorAll('text:not(.layer)')).map(t => [t.textContent, t.getBoundingClientRect()]);
   for (const [t, r] of texts) {
     if (r.left < box.left - 0.5 || r.right > box.right + 0.5) bad.push('"' + t + '" leaves the picture');
@@ -233,7 +234,15 @@ constexpr const char* kSvgOverlaps = R"js((() => {
     }
   }
   return bad;
-})())js";
+})js") + ")(" + json(svg_selector).dump() + ")";
+}
+
+// The smallest font size of a picture's text as drawn on the screen, in CSS pixels: an SVG scaled
+// down to a phone's width scales its labels with it.
+std::string SmallestDrawnFontPx(const std::string& svg_selector) {
+  return "Math.min(...Array.from(document.querySelectorAll(" + json(svg_selector + " text").dump() +
+         ")).map(t => parseFloat(getComputedStyle(t).fontSize) * t.getScreenCTM().a))";
+}
 
 class BrowserTest : public ::testing::Test {
  protected:
@@ -307,7 +316,7 @@ TEST_F(BrowserTest, ThePageShowsDevicesCostsASchedulePictureAndLiveJobs) {
   // A stored schedule to look at.
   const std::string solved = CallJson(
       Socket(), "SolverService/Solve",
-      R"({"model":"linear","device":"a72","ramBudgetBytes":"200000","runtimeBudgetMultiple":1.5,"timeLimitS":20})");
+      R"({"model":"linear","device":"a72","activationBudgetBytes":"200000","runtimeBudgetMultiple":1.5,"timeLimitS":20})");
   ASSERT_THAT(solved, ::testing::EndsWith(" 200")) << solved;
   const std::string schedule_id = json::parse(solved.substr(0, solved.rfind(' '))).at("id");
 
@@ -386,7 +395,9 @@ TEST_F(BrowserTest, ThePageShowsDevicesCostsASchedulePictureAndLiveJobs) {
       page.Eval("document.querySelector('#train-runs-table tr.train-run a[href^=\"/train_run\"]').getAttribute('href')");
   ASSERT_TRUE(page.Navigate(Url(train_run_href)));
   EXPECT_EQ(page.Eval("document.querySelectorAll('#train-run-plot svg polyline').length"), 2);
-  EXPECT_EQ(page.Eval("document.querySelectorAll('#train-run-plot svg circle').length"), 6);
+  // A dot per step and panel, or an outlier's triangle at the step-time panel's top edge.
+  EXPECT_EQ(page.Eval("document.querySelectorAll('#train-run-plot svg circle, #train-run-plot svg path.outlier').length"),
+            6);
   EXPECT_THAT(page.Eval("document.querySelector('#train-run-plot svg').textContent").get<std::string>(),
               ::testing::AllOf(::testing::HasSubstr("step time"), ::testing::ContainsRegex("[0-9] [mu]?s")));
 
@@ -435,7 +446,7 @@ TEST_F(BrowserTest, ThePageShowsDevicesCostsASchedulePictureAndLiveJobs) {
   // A failed request is listed as having no schedule: no energy, nothing to trace.
   const std::string failed = CallJson(
       Socket(), "SolverService/Solve",
-      R"({"model":"linear","device":"a72","ramBudgetBytes":"1000","runtimeBudgetMultiple":1.5,"timeLimitS":20})");
+      R"({"model":"linear","device":"a72","activationBudgetBytes":"1000","runtimeBudgetMultiple":1.5,"timeLimitS":20})");
   ASSERT_THAT(failed, ::testing::EndsWith(" 200")) << failed;
   const std::string failed_id = json::parse(failed.substr(0, failed.rfind(' '))).at("id");
   ASSERT_TRUE(page.Navigate(Url("/")));
@@ -472,8 +483,14 @@ TEST_F(BrowserTest, ThePageShowsDevicesCostsASchedulePictureAndLiveJobs) {
         EXPECT_THAT(page.Eval(kScrolledAway).get<std::vector<std::string>>(), ::testing::IsEmpty());
       }
       if (name == "schedule") {
-        EXPECT_THAT(page.Eval(kSvgOverlaps).get<std::vector<std::string>>(), ::testing::IsEmpty());
+        EXPECT_THAT(page.Eval(SvgOverlaps("#schedule-picture svg")).get<std::vector<std::string>>(), ::testing::IsEmpty());
         EXPECT_LE(page.Eval("document.querySelector('#schedule-picture svg').getBoundingClientRect().right").get<double>(),
+                  width);
+      }
+      if (name == "train-run") {  // its labels stay readable on a phone, and apart
+        EXPECT_GE(page.Eval(SmallestDrawnFontPx("#train-run-plot svg")).get<double>(), 10.0);
+        EXPECT_THAT(page.Eval(SvgOverlaps("#train-run-plot svg")).get<std::vector<std::string>>(), ::testing::IsEmpty());
+        EXPECT_LE(page.Eval("document.querySelector('#train-run-plot svg').getBoundingClientRect().right").get<double>(),
                   width);
       }
       page.Screenshot(fs::path(EDGECOST_BUILD_DIR) /
