@@ -92,7 +92,24 @@ Status RenameDeprecated(const google::protobuf::Descriptor* descriptor, google::
 
 // The JSON with deprecated field names replaced, or unchanged (also when it is no JSON object:
 // the parser below then says what is wrong with it).
+// Whether `json` may hold a deprecated name (as lowerCamel or as the proto's snake_case spelled it).
+bool MayHoldDeprecatedName(const std::string& json) {
+  for (const DeprecatedJsonName& alias : kDeprecatedJsonNames) {
+    std::string snake;
+    for (const char* c = alias.old_name; *c; ++c) {
+      if (std::isupper(static_cast<unsigned char>(*c))) snake += '_';
+      snake += static_cast<char>(std::tolower(static_cast<unsigned char>(*c)));
+    }
+    for (const std::string& name : {std::string(alias.old_name), snake}) {
+      if (json.find('"' + name + '"') != std::string::npos) return true;
+    }
+  }
+  return false;
+}
+
 Result<std::string> WithCurrentNames(const std::string& json, const google::protobuf::Descriptor* descriptor) {
+  // Most JSON holds no deprecated name: it is parsed once, by the caller, not here as well.
+  if (!MayHoldDeprecatedName(json)) return json;
   google::protobuf::Struct object;
   if (!google::protobuf::util::JsonStringToMessage(json, &object).ok()) return json;
   bool renamed = false;

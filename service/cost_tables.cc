@@ -459,12 +459,21 @@ Status CheckOneBudget(const v1::ScheduleRequest& request) {
 
 }  // namespace
 
-Result<SolvedRequest> SolveRequest(costdb::CostDb* db, const v1::ScheduleRequest& request, bool store,
-                                   const std::atomic<bool>* stop,
-                                   const std::function<void(const solver::Progress&)>& on_progress) {
-  const auto start = std::chrono::steady_clock::now();
-  SolvedRequest solved;
-  v1::ScheduleRequest solved_request = request;
+namespace {
+
+// What solving a request needs from the database, read before the solver runs: the cost table, the
+// request as it will be stored, the step's memory and the problem.
+struct PreparedSolve {
+  SolvedRequest solved;  // table and problem
+  v1::ScheduleRequest request;
+  v1::StepMemory memory;
+};
+
+Result<PreparedSolve> PrepareSolve(costdb::CostDb* db, const v1::ScheduleRequest& request) {
+  PreparedSolve prepared;
+  SolvedRequest& solved = prepared.solved;
+  v1::ScheduleRequest& solved_request = prepared.request;
+  solved_request = request;
   if (request.min_ram() && request.activation_budget_bytes() == 0) solved_request.set_activation_budget_bytes(1);  // searched below
   EC_RETURN_IF_ERROR(CheckOneBudget(request));
   EC_ASSIGN_OR_RETURN(solved.table, CostTableForRequest(db, request));
@@ -482,7 +491,8 @@ Result<SolvedRequest> SolveRequest(costdb::CostDb* db, const v1::ScheduleRequest
   }
   // The stored request names the table's thread count, so that it is solved again on that one.
   if (solved.table.threads() > 0) solved_request.set_compute_threads(solved.table.threads());
-  v1::StepMemory memory =
+  v1::StepMemory& memory = prepared.memory;
+  memory =
       StepMemoryOf(solved.table.graph(), {.build_large = request.process_ram_budget_bytes() > 0,
                                           .optimizer_state_tensors = static_cast<int>(request.optimizer_state_tensors()),
                                           .update_in_backward = request.update_in_backward()});
@@ -495,6 +505,17 @@ Result<SolvedRequest> SolveRequest(costdb::CostDb* db, const v1::ScheduleRequest
     solved_request.set_activation_budget_bytes(activations);
   }
   EC_ASSIGN_OR_RETURN(solved.problem, solver::ProblemFromCostTable(solved.table, solved_request));
+  return prepared;
+}
+
+// The prepared request solved, with no database: a forked child may run it.
+Status SolvePrepared(PreparedSolve& prepared, const std::atomic<bool>* stop,
+                     const std::function<void(const solver::Progress&)>& on_progress) {
+  const auto start = std::chrono::steady_clock::now();
+  SolvedRequest& solved = prepared.solved;
+  v1::ScheduleRequest& solved_request = prepared.request;
+  const v1::ScheduleRequest request = prepared.request;
+  const v1::StepMemory& memory = prepared.memory;
   solver::SolveOptions options;
   if (!request.strategy().empty()) options.strategy = request.strategy();
   if (request.time_limit_s() > 0) options.time_limit_s = request.time_limit_s();
@@ -539,27 +560,40 @@ Result<SolvedRequest> SolveRequest(costdb::CostDb* db, const v1::ScheduleRequest
   solved.schedule.set_graph_hash(graph::GraphHash(solved.table.graph()));
   solved.schedule.set_energy_source(solved.table.energy_source());
   *solved.schedule.mutable_memory() = memory;
-  if (db && store) {
-    EC_ASSIGN_OR_RETURN(int64_t request_id, db->PutScheduleRequest(solved_request));
-    EC_ASSIGN_OR_RETURN(int64_t table_id, StoreCostTable(*db, solved.table));
-    EC_ASSIGN_OR_RETURN(solved.schedule_id, db->PutSchedule(request_id, table_id, solved.schedule));
-  }
-  return solved;
+  return Status::Ok();
 }
 
-Result<SolvedRequest> SolveRequestInChild(const std::string& db_path, const v1::ScheduleRequest& request, bool store,
+Status StoreSolved(costdb::CostDb& db, const v1::ScheduleRequest& request, SolvedRequest& solved) {
+  EC_ASSIGN_OR_RETURN(int64_t request_id, db.PutScheduleRequest(request));
+  EC_ASSIGN_OR_RETURN(int64_t table_id, StoreCostTable(db, solved.table));
+  EC_ASSIGN_OR_RETURN(solved.schedule_id, db.PutSchedule(request_id, table_id, solved.schedule));
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<SolvedRequest> SolveRequest(costdb::CostDb* db, const v1::ScheduleRequest& request, bool store,
+                                   const std::atomic<bool>* stop,
+                                   const std::function<void(const solver::Progress&)>& on_progress) {
+  EC_ASSIGN_OR_RETURN(PreparedSolve prepared, PrepareSolve(db, request));
+  EC_RETURN_IF_ERROR(SolvePrepared(prepared, stop, on_progress));
+  if (db && store) EC_RETURN_IF_ERROR(StoreSolved(*db, prepared.request, prepared.solved));
+  return prepared.solved;
+}
+
+Result<SolvedRequest> SolveRequestInChild(costdb::CostDb& db, const v1::ScheduleRequest& request, bool store,
                                           const std::function<void(const solver::Progress&)>& on_progress) {
+  // The database is read and written here, never in the child: SQLite's state does not survive a
+  // fork (a database another process holds in WAL mode fails there with "locking protocol").
+  EC_ASSIGN_OR_RETURN(PreparedSolve prepared, PrepareSolve(&db, request));
   IsolationLimits limits;  // the caller's own work on its own data: no resource limits, no filter
   limits.memory_bytes = 0;
   limits.cpu_s = 0;
   limits.seccomp = false;
   limits.wall_s = kSolveInChildWallS;
   Result<std::string> bytes = RunIsolated([&]() -> Result<std::string> {
-    EC_ASSIGN_OR_RETURN(costdb::CostDb db, costdb::CostDb::Open(db_path, costdb::OpenMode::kReadWrite));
-    EC_ASSIGN_OR_RETURN(SolvedRequest solved, SolveRequest(&db, request, store, nullptr, on_progress));
-    v1::Schedule portable = PortableSchedule(solved.schedule, solved.table);
-    portable.set_id(static_cast<uint64_t>(solved.schedule_id));
-    return portable.SerializeAsString();
+    EC_RETURN_IF_ERROR(SolvePrepared(prepared, nullptr, on_progress));
+    return prepared.solved.schedule.SerializeAsString();
   }, limits);
   if (!bytes.ok()) {
     // The child's own errors come through as they were; a crash reads after what ran.
@@ -568,14 +602,9 @@ Result<SolvedRequest> SolveRequestInChild(const std::string& db_path, const v1::
     }
     return bytes.status();
   }
-  v1::Schedule portable;
-  if (!portable.ParseFromString(*bytes)) return Internal("the solver's process returned no schedule");
-  SolvedRequest solved;
-  solved.table = portable.cost_table();
-  solved.schedule_id = static_cast<int64_t>(portable.id());
-  portable.clear_cost_table();
-  portable.clear_cost_digest();
-  solved.schedule = std::move(portable);
+  SolvedRequest& solved = prepared.solved;
+  if (!solved.schedule.ParseFromString(*bytes)) return Internal("the solver's process returned no schedule");
+  if (store) EC_RETURN_IF_ERROR(StoreSolved(db, solved.schedule.request(), solved));
   return solved;
 }
 

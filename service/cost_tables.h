@@ -57,11 +57,11 @@ Result<SolvedRequest> SolveRequest(costdb::CostDb* db, const v1::ScheduleRequest
                                    const std::atomic<bool>* stop = nullptr,
                                    const std::function<void(const solver::Progress&)>& on_progress = {});
 
-// SolveRequest in a child process (forked) on its own connection to `db_path`, so that the caller's
-// process holds none of the solver's memory: a training process whose peak is its budget. Only
-// where no other thread of the caller may hold a lock (the CLI, not the daemon). `problem` is
-// left empty.
-Result<SolvedRequest> SolveRequestInChild(const std::string& db_path, const v1::ScheduleRequest& request, bool store,
+// SolveRequest with the solver in a child process (forked), so that the caller's process holds none
+// of the solver's memory: a training process whose peak is its budget. The caller reads and writes
+// `db`; the child never touches it. Only where no other thread of the caller may hold a lock (the
+// CLI, not the daemon).
+Result<SolvedRequest> SolveRequestInChild(costdb::CostDb& db, const v1::ScheduleRequest& request, bool store,
                                           const std::function<void(const solver::Progress&)>& on_progress = {});
 
 // A schedule file as `edgecost solve --out` writes it: the schedule with the

@@ -711,7 +711,7 @@ Result<SolvedRequest> SolveForBudgets(costdb::CostDb& db, const TrainJobOptions&
         FormatBytes(static_cast<double>(p.min_feasible_ram_bytes)) + " (the MILP searches on at this one)");
   };
   EC_ASSIGN_OR_RETURN(SolvedRequest solved, options.solve_in_child
-                                                ? SolveRequestInChild(options.database->path(), request, store_schedule, say_min_ram)
+                                                ? SolveRequestInChild(db, request, store_schedule, say_min_ram)
                                                 : SolveRequest(&db, request, store_schedule, nullptr, say_min_ram));
   if (!HasSchedule(solved.schedule)) {
     std::string hint;

@@ -174,6 +174,21 @@ TEST_F(TrainRpcTest, TheCliTrainsRemotelyPrintsProgressAndFetchesTheModel) {
   EXPECT_EQ(ReadAll(dir_ / "cli/model.npz").substr(0, 2), "PK");
 }
 
+// A remote train that solves for a budget first: its solver runs in a child of the job's process,
+// which must leave the database alone (SQLite's state does not survive a fork, and the agent holds
+// the same database: the child's open failed with "locking protocol").
+TEST_F(TrainRpcTest, ARemoteTrainSolvesForItsActivationBudget) {
+  const std::string cli = std::string(EDGECOST_BIN) + " --remote " + Remote();
+  const testing::CommandResult profiled = testing::RunShell(
+      cli + " profile --model digits --batch-size 32 --threads 1 --min-window-s 0.005 --accept-noisy");
+  ASSERT_EQ(profiled.exit_code, 0) << profiled.output;
+  const testing::CommandResult trained =
+      testing::RunShell(cli + " train --model digits --batch-size 32 --threads 1 --steps 2 --activation-budget 50%");
+  ASSERT_EQ(trained.exit_code, 0) << trained.output;
+  EXPECT_THAT(trained.output, HasSubstr("50% of the plain step's activation peak"));
+  EXPECT_THAT(trained.output, Not(HasSubstr("locking protocol")));
+}
+
 TEST_F(TrainRpcTest, DataOutsideTheAllowedDirectoriesIsRefused) {
   for (const std::string& path : {(dir_ / "outside/secret.npz").string(), std::string("../outside/secret.npz"),
                                   (dir_ / "data/../outside/secret.npz").string(), std::string("escape.npz"),
