@@ -10,41 +10,15 @@
 #include "profiler/profile.h"
 #include "service/cost_export.h"
 #include "service/cost_tables.h"
-#include "tests/temp_dir.h"
+#include "tests/service/measured_tables.h"
 
 namespace edgecost::service {
 namespace {
 
 using ::testing::HasSubstr;
 
-class TableThreads : public edgecost::testing::TempDirTest {
+class TableThreads : public MeasuredTablesTest {
  protected:
-  void SetUp() override {
-    edgecost::testing::TempDirTest::SetUp();
-    auto db = costdb::CostDb::Open((dir_ / "edgecost.db").string());
-    ASSERT_TRUE(db.ok()) << db.status().message();
-    db_.emplace(std::move(*db));
-  }
-
-  // The zoo's linear model with measured-looking costs of `device`, measured at `threads`.
-  void Store(const std::string& device, uint32_t threads) {
-    v1::Device record;
-    record.set_name(device);
-    record.set_kind(v1::Device::KIND_MEASURED);
-    record.mutable_fingerprint()->set_hash("fp-" + device);
-    ASSERT_TRUE(db_->UpsertDevice(record).ok());
-    graph::GraphSpec spec;
-    spec.model_or_file = "linear";
-    auto table = graph::LoadCostTable(spec, "a72", graph::kPoetFlopsSource);
-    ASSERT_TRUE(table.ok()) << table.status().message();
-    table->set_device(device);
-    table->set_fingerprint_hash("fp-" + device);
-    table->set_cost_source(profiler::kMeasuredSource);
-    table->set_threads(threads);
-    table->set_note("t" + std::to_string(threads));
-    ASSERT_TRUE(db_->PutCostTable(*table).ok());
-  }
-
   Result<v1::CostTable> Lookup(const std::string& device, uint32_t threads) {
     v1::GetCostTableRequest request;
     request.set_model("linear");
@@ -52,8 +26,6 @@ class TableThreads : public edgecost::testing::TempDirTest {
     request.set_threads(threads);
     return ResolveCostTable(&*db_, request);
   }
-
-  std::optional<costdb::CostDb> db_;
 };
 
 TEST_F(TableThreads, EachCountIsReadAndTheDefaultIsStated) {

@@ -14,7 +14,7 @@
 #include "service/words.h"
 #include "solver/problem.h"
 #include "solver/solve.h"
-#include "tests/temp_dir.h"
+#include "tests/service/measured_tables.h"
 
 namespace edgecost::service {
 namespace {
@@ -64,34 +64,8 @@ TEST(BudgetAsGiven, SaysWhichBudgetInTheUsersUnits) {
   EXPECT_EQ(BudgetAsGiven(v1::ScheduleRequest()), "-");
 }
 
-class StoredTables : public edgecost::testing::TempDirTest {
+class StoredTables : public MeasuredTablesTest {
  protected:
-  void SetUp() override {
-    edgecost::testing::TempDirTest::SetUp();
-    auto db = costdb::CostDb::Open((dir_ / "edgecost.db").string());
-    ASSERT_TRUE(db.ok()) << db.status().message();
-    db_.emplace(std::move(*db));
-  }
-
-  // The zoo's linear model at `batch` with measured-looking costs of "board" at `threads`.
-  void Store(int batch, uint32_t threads) {
-    v1::Device record;
-    record.set_name("board");
-    record.set_kind(v1::Device::KIND_MEASURED);
-    record.mutable_fingerprint()->set_hash("fp-board");
-    ASSERT_TRUE(db_->UpsertDevice(record).ok());
-    graph::GraphSpec spec;
-    spec.model_or_file = "linear";
-    spec.batch_size = batch;
-    auto table = graph::LoadCostTable(spec, "a72", graph::kPoetFlopsSource);
-    ASSERT_TRUE(table.ok()) << table.status().message();
-    table->set_device("board");
-    table->set_fingerprint_hash("fp-board");
-    table->set_cost_source(profiler::kMeasuredSource);
-    table->set_threads(threads);
-    ASSERT_TRUE(db_->PutCostTable(*table).ok());
-  }
-
   v1::ScheduleRequest Request() const {
     v1::ScheduleRequest request;
     request.set_model("linear");
@@ -101,13 +75,11 @@ class StoredTables : public edgecost::testing::TempDirTest {
     request.set_time_limit_s(5);
     return request;
   }
-
-  std::optional<costdb::CostDb> db_;
 };
 
 // After `profile --batch-size 16`, asking at batch 1 names the table at 16 and the command that shows it.
 TEST_F(StoredTables, AMissingBatchSizeNamesTheStoredOnesAndTheirCommand) {
-  Store(16, 2);
+  Store("board", 2, 16);
   v1::GetCostTableRequest request;
   request.set_model("linear");
   request.set_device("board");
@@ -121,7 +93,7 @@ TEST_F(StoredTables, AMissingBatchSizeNamesTheStoredOnesAndTheirCommand) {
 }
 
 TEST_F(StoredTables, APercentActivationBudgetIsAShareOfThePlainPeak) {
-  Store(1, 1);
+  Store("board", 1);
   v1::ScheduleRequest request = Request();
   request.set_activation_budget_percent(60);
   auto solved = SolveRequest(&*db_, request, /*store=*/false);
