@@ -131,6 +131,15 @@ int ForwardGraph::BatchNorm2d(int x, double epsilon) {
   return Append(std::move(layer));
 }
 
+void ForwardGraph::FuseActivationIntoBatchNorm(int batch_norm, OpKind activation) {
+  Layer& layer = layers_.at(static_cast<size_t>(batch_norm));
+  if (layer.kind != OpKind::kBatchNorm2d || (activation != OpKind::kRelu && activation != OpKind::kRelu6)) {
+    Fail("only a batch norm takes a fused ReLU or ReLU6");
+  }
+  layer.kind = activation == OpKind::kRelu ? OpKind::kBatchNormRelu : OpKind::kBatchNormRelu6;
+  layer.flops += static_cast<double>(NumElements(layer.output_shape));  // a comparison each, as Relu and kRelu6 count
+}
+
 int ForwardGraph::Relu(int x) {
   const Shape in = shape(x);
   return Append(
@@ -295,6 +304,8 @@ double UnaryFlopsPerElement(OpKind kind) {
     case OpKind::kInput:
     case OpKind::kConv2d:
     case OpKind::kBatchNorm2d:
+    case OpKind::kBatchNormRelu:
+    case OpKind::kBatchNormRelu6:
     case OpKind::kRelu:
     case OpKind::kMaxPool2d:
     case OpKind::kAvgPool2d:

@@ -17,6 +17,17 @@ bool PrefersBlocked(int64_t groups, int64_t window_pixels) { return groups > 1 |
 // Rows of the GEMM's reduction (batch x output pixels) each thread of a minibatch split needs.
 constexpr int64_t kMinReductionRowsPerThread = 64;
 
+// Whether a convolution runs as one GEMM over the whole batch: a 1x1 ungrouped one (stride 1, no
+// padding) on maps of at most kMaxFoldedPixels. oneDNN runs it on NCHW as one GEMM per image, whose
+// few columns (a 2x2 map's 4) leave it at a tenth of the GEMM's peak with the weights read once per
+// image; staged channel-major, (C, N H W), the batch's columns are one GEMM's.
+constexpr int64_t kMaxFoldedPixels = 64;
+bool FoldsBatchIntoOneGemm(int64_t batch, int64_t groups, int64_t kernel_pixels, int64_t stride, int64_t padding,
+                           int64_t out_pixels) {
+  return batch > 1 && groups == 1 && kernel_pixels == 1 && stride == 1 && padding == 0 &&
+         out_pixels <= kMaxFoldedPixels;
+}
+
 float* Data(const memory& m) { return static_cast<float*>(m.get_data_handle()); }
 
 struct DepthwiseShape {
@@ -90,6 +101,11 @@ class Conv2d : public StepLayer {
         groups == 1 ? Plain(w.dims) : Plain({groups, out_channels / groups, in_channels / groups, kh, kw});
     const memory::desc b_md = bias ? Plain(bias_t->dims) : memory::desc();
     Tensor& x = inputs_[0];
+    if (updated == out_channels && FoldsBatchIntoOneGemm(x.dims[0], groups, kh * kw, s, std::max(ph, pw),
+                                                         spec.output_shape[2] * spec.output_shape[3])) {
+      BuildFoldedGemm(w, bias_t);
+      return;
+    }
     // Same padding on both sides when it fits, else as much on the right as the output size needs.
     const memory::dims strides = {s, s}, pad_l = {ph, pw};
     const memory::dims pad_rr = {(spec.output_shape[2] - 1) * s + kh - x.dims[2] - ph,
@@ -183,6 +199,62 @@ class Conv2d : public StepLayer {
   }
 
  private:
+  // The passes of a convolution that FoldsBatchIntoOneGemm, with P pixels per map: X, as (N, C, P),
+  // is staged channel-major, (C, N P), and so are dY, Y and dX; then Y = W X, dX = W^T dY and
+  // dW = dY X^T are one matmul each, and db sums dY over all but the channels.
+  void BuildFoldedGemm(Tensor& w, Tensor* bias_t) {
+    const Dims& x_dims = inputs_[0].dims;
+    const int64_t n = x_dims[0], in = x_dims[1], out = output_.dims[1], pixels = x_dims[2] * x_dims[3];
+    const int64_t columns = n * pixels;
+    const auto f32 = memory::data_type::f32;
+    const auto plain = [&](int64_t c) { return memory::desc({n, c, pixels}, f32, {c * pixels, pixels, 1}); };
+    const auto folded = [&](int64_t c) { return memory::desc({n, c, pixels}, f32, {pixels, columns, 1}); };
+    const memory::desc w_md = Plain({out, in}), w_t({in, out}, f32, {1, in});
+    const memory::desc x_mat = Plain({in, columns}), x_t({columns, in}, f32, {1, columns});
+    const memory::desc y_mat = Plain({out, columns});
+    const memory::desc b_md = bias_t ? Plain({out, 1}) : memory::desc();
+    const auto matmul = [&](const memory::desc& a, const memory::desc& b, const memory::desc& bias,
+                            const memory::desc& c) {
+      return dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, b, bias, c), attr_, backend_.engine());
+    };
+    const auto fwd = matmul(w_md, x_mat, b_md, y_mat);
+    const auto data = matmul(w_t, y_mat, memory::desc(), x_mat);
+    const auto weights = matmul(y_mat, x_t, memory::desc(), w_md);
+    StartStaging(std::max({fwd.scratchpad_desc().get_size(), data.scratchpad_desc().get_size(),
+                           weights.scratchpad_desc().get_size()}));
+    Tensor& x = inputs_[0];
+    memory x_folded = StagedIn(forward_, x, plain(in), folded(in));
+    memory y_folded = Staged(folded(out));
+    std::unordered_map<int, memory> fwd_args = {{DNNL_ARG_SRC, Mem(w, w_md)},
+                                                {DNNL_ARG_WEIGHTS, StagedView(x_folded, x_mat)},
+                                                {DNNL_ARG_DST, StagedView(y_folded, y_mat)}};
+    if (bias_t) fwd_args[DNNL_ARG_BIAS] = Mem(*bias_t, b_md);
+    Add(forward_, fwd, fwd_args);
+    CopyOut(forward_, y_folded, output_, plain(out));
+
+    StartStaging(0);
+    memory dy_folded = StagedIn(backward_input_, grad_output_, plain(out), folded(out));
+    memory dx_folded = Staged(folded(in));
+    Add(backward_input_, data,
+        {{DNNL_ARG_SRC, Mem(w, w_t)},
+         {DNNL_ARG_WEIGHTS, StagedView(dy_folded, y_mat)},
+         {DNNL_ARG_DST, StagedView(dx_folded, x_mat)}});
+    CopyOut(backward_input_, dx_folded, grad_inputs_[0], plain(in));
+
+    StartStaging(0);
+    memory x_again = StagedIn(backward_weights_, x, plain(in), folded(in));
+    memory dy_again = StagedIn(backward_weights_, grad_output_, plain(out), folded(out));
+    Add(backward_weights_, weights,
+        {{DNNL_ARG_SRC, StagedView(dy_again, y_mat)},
+         {DNNL_ARG_WEIGHTS, StagedView(x_again, x_t)},
+         {DNNL_ARG_DST, Mem(*grad_params_[0], w_md)}});
+    if (bias_t) {
+      const memory::desc per_channel = Plain({1, out, 1, 1});
+      AddReduceSum(backward_weights_, Mem(grad_output_), Mem(*grad_params_[1], per_channel));
+      AddReduceSum(backward_bias_, Mem(grad_output_), Mem(*grad_params_[1], per_channel));
+    }
+  }
+
   // The weights pass of a sparse tensor update: dW (and the bias's) of the first `updated` output
   // channels from dY's first channels, read in place (N, updated, H, W inside N, C, H, W). Only
   // --trainable layers: updates a share, so there is no bias-only pass.
@@ -307,14 +379,29 @@ struct BatchNormShape {
   float epsilon;
 };
 
+// The kernels below with kActivation apply the activation a batch norm may have fused
+// (kBatchNormRelu, kBatchNormRelu6): y = min(max(z, 0), upper) of the normalized z, its gradient
+// passing where 0 < z < upper, as PyTorch's ReLU and ReLU6 (hardtanh) pass theirs. The backward
+// passes recompute z from X by the forward's very arithmetic (Normalized, ForwardScale), so the
+// mask is the forward's bit for bit. Without it, `upper` is unused and the loops are a plain
+// batch norm's.
+inline float Normalized(float x, float mean, float scale, float shift) { return (x - mean) * scale + shift; }
+// Selects on values, not std::min and std::max's references, so that the loops vectorize.
+inline float Activated(float z, float upper) {
+  const float positive = z > 0.0f ? z : 0.0f;
+  return positive < upper ? positive : upper;
+}
+inline float ForwardScale(float gamma, float variance, float epsilon) { return gamma / std::sqrt(variance + epsilon); }
+
 // Batch norm's training forward on NCHW, one channel at a time so that the channel's values stay
 // in cache across the three passes (mean, variance about the mean, normalization). oneDNN 2.6's
 // kernel for plain layouts (ncsp_bnorm) is slower: MobileNetV2 at 1 thread spends 3.7 ms a step
 // in its batch norms, forward and backward, against 1.4 ms here.
 // Sums run in double, in a fixed order per channel whatever the thread count (reproducible).
 // The variance is the biased one (divided by N H W), as oneDNN's and as PyTorch normalizes with.
-void BatchNormForward(const BatchNormShape& d, const float* x, const float* gamma, const float* beta, float* mean,
-                      float* variance, float* y) {
+template <bool kActivation>
+void BatchNormForward(const BatchNormShape& d, float upper, const float* x, const float* gamma,
+                      const float* beta, float* mean, float* variance, float* y) {
   const double count = static_cast<double>(d.n * d.hw);
 #pragma omp parallel for schedule(static)
   for (int64_t c = 0; c < d.c; ++c) {
@@ -337,53 +424,87 @@ void BatchNormForward(const BatchNormShape& d, const float* x, const float* gamm
     const float v = static_cast<float>(squares / count);
     mean[c] = m;
     variance[c] = v;
-    const float scale = gamma[c] / std::sqrt(v + d.epsilon), shift = beta[c];
+    const float scale = ForwardScale(gamma[c], v, d.epsilon), shift = beta[c];
     for (int64_t n = 0; n < d.n; ++n) {
       const float* plane = x + (n * d.c + c) * d.hw;
       float* out = y + (n * d.c + c) * d.hw;
+      if constexpr (kActivation) {
 #pragma omp simd
-      for (int64_t k = 0; k < d.hw; ++k) out[k] = (plane[k] - m) * scale + shift;
+        for (int64_t k = 0; k < d.hw; ++k) out[k] = Activated(Normalized(plane[k], m, scale, shift), upper);
+      } else {
+#pragma omp simd
+        for (int64_t k = 0; k < d.hw; ++k) out[k] = Normalized(plane[k], m, scale, shift);
+      }
     }
   }
 }
 
+// dY where the fused activation passes the gradient (0 < z < upper), else 0; dY itself without one.
+template <bool kActivation>
+float Masked(float upper, float dy, float x, float mean, float scale, float shift) {
+  if constexpr (!kActivation) return dy;
+  const float z = Normalized(x, mean, scale, shift);
+  return dy * static_cast<float>((z > 0.0f) & (z < upper));  // a product, not a branch: it vectorizes
+}
+
 // Its backward at the forward's batch statistics: with xhat = (x - mean) / sqrt(var + eps) and M = N H W,
-// dbeta = sum dY, dgamma = sum dY xhat, dX = gamma / sqrt(var + eps) (dY - dbeta / M - xhat dgamma / M).
-void BatchNormBackward(const BatchNormShape& d, const float* x, const float* dy, const float* gamma,
-                       const float* mean, const float* variance, float* dx, float* dgamma, float* dbeta) {
+// dbeta = sum dY, dgamma = sum dY xhat, dX = gamma / sqrt(var + eps) (dY - dbeta / M - xhat dgamma / M),
+// dY masked by the fused activation's gradient.
+template <bool kActivation>
+void BatchNormBackward(const BatchNormShape& d, float upper, const float* x, const float* dy,
+                       const float* gamma, const float* beta, const float* mean, const float* variance, float* dx,
+                       float* dgamma, float* dbeta) {
   const double count = static_cast<double>(d.n * d.hw);
 #pragma omp parallel for schedule(static)
   for (int64_t c = 0; c < d.c; ++c) {
     const float m = mean[c], inv_std = 1.0f / std::sqrt(variance[c] + d.epsilon);
+    const float forward_scale = ForwardScale(gamma[c], variance[c], d.epsilon), shift = beta[c];
+    // With an activation, the first pass keeps the masked dY in dX for the second to read (and to
+    // overwrite), instead of computing the mask twice.
     double sum_dy = 0, sum_dy_centered = 0;
     for (int64_t n = 0; n < d.n; ++n) {
       const float* plane = x + (n * d.c + c) * d.hw;
       const float* grad = dy + (n * d.c + c) * d.hw;
+      if (kActivation && dx) {
+        float* masked = dx + (n * d.c + c) * d.hw;
+#pragma omp simd reduction(+ : sum_dy, sum_dy_centered)
+        for (int64_t k = 0; k < d.hw; ++k) {
+          const float g = Masked<kActivation>(upper, grad[k], plane[k], m, forward_scale, shift);
+          masked[k] = g;
+          sum_dy += g;
+          sum_dy_centered += static_cast<double>(g) * (plane[k] - m);
+        }
+        continue;
+      }
 #pragma omp simd reduction(+ : sum_dy, sum_dy_centered)
       for (int64_t k = 0; k < d.hw; ++k) {
-        sum_dy += grad[k];
-        sum_dy_centered += static_cast<double>(grad[k]) * (plane[k] - m);
+        const float g = Masked<kActivation>(upper, grad[k], plane[k], m, forward_scale, shift);
+        sum_dy += g;
+        sum_dy_centered += static_cast<double>(g) * (plane[k] - m);
       }
     }
     const float db = static_cast<float>(sum_dy), dg = static_cast<float>(sum_dy_centered) * inv_std;
     dbeta[c] = db;
+    if (!dx) continue;  // the bias's gradient alone
     dgamma[c] = dg;
     const float scale = gamma[c] * inv_std;
     const float mean_dy = static_cast<float>(sum_dy / count);
     const float per_centered = static_cast<float>(sum_dy_centered / count) * inv_std * inv_std;
     for (int64_t n = 0; n < d.n; ++n) {
       const float* plane = x + (n * d.c + c) * d.hw;
-      const float* grad = dy + (n * d.c + c) * d.hw;
       float* out = dx + (n * d.c + c) * d.hw;
+      const float* grad = kActivation ? out : dy + (n * d.c + c) * d.hw;
 #pragma omp simd
       for (int64_t k = 0; k < d.hw; ++k) out[k] = scale * (grad[k] - mean_dy - (plane[k] - m) * per_centered);
     }
   }
 }
 
+// Batch norm, `kind` kBatchNorm2d, or with the activation that follows it fused: kBatchNormRelu,
+// kBatchNormRelu6.
 class BatchNorm2d : public StepLayer {
  public:
-  BatchNorm2d(Backend& b, const LayerSpec& spec, uint32_t seed) : StepLayer(b, seed) {
+  BatchNorm2d(Backend& b, const LayerSpec& spec, uint32_t seed, graph::OpKind kind) : StepLayer(b, seed) {
     InitInputs(spec.input_shapes);
     InitOutput(spec.output_shape);
     const int64_t channels = spec.input_shapes[0][1];
@@ -405,6 +526,9 @@ class BatchNorm2d : public StepLayer {
     // Training passes: our own loops, one channel at a time (see BatchNormForward); inference
     // (running statistics, one pass) stays oneDNN's.
     const BatchNormShape shape{x.dims[0], channels, values_per_channel_ / x.dims[0], kEpsilon};
+    const bool fused = kind != graph::OpKind::kBatchNorm2d;
+    const float upper = kind == graph::OpKind::kBatchNormRelu6 ? 6.0f : std::numeric_limits<float>::infinity();
+    const auto forward = fused ? BatchNormForward<true> : BatchNormForward<false>;
     forward_.push_back({dnnl::primitive(),
                         {{DNNL_ARG_SRC, Mem(x)},
                          {DNNL_ARG_DST, Mem(output_)},
@@ -413,33 +537,42 @@ class BatchNorm2d : public StepLayer {
                          {DNNL_ARG_MEAN, Mem(mean)},
                          {DNNL_ARG_VARIANCE, Mem(variance)}},
                         nullptr,
-                        [shape](const std::unordered_map<int, memory>& a) {
-                          BatchNormForward(shape, Data(a.at(DNNL_ARG_SRC)), Data(a.at(DNNL_ARG_SCALE)),
-                                           Data(a.at(DNNL_ARG_SHIFT)), Data(a.at(DNNL_ARG_MEAN)),
-                                           Data(a.at(DNNL_ARG_VARIANCE)), Data(a.at(DNNL_ARG_DST)));
+                        [shape, upper, forward](const std::unordered_map<int, memory>& a) {
+                          forward(shape, upper, Data(a.at(DNNL_ARG_SRC)), Data(a.at(DNNL_ARG_SCALE)),
+                                  Data(a.at(DNNL_ARG_SHIFT)), Data(a.at(DNNL_ARG_MEAN)),
+                                  Data(a.at(DNNL_ARG_VARIANCE)), Data(a.at(DNNL_ARG_DST)));
                         }});
     // One kernel gives dX, dgamma and dbeta: the input and weight passes run it. Bias-only
-    // training needs dbeta alone, the sum of dY over all but the channel axis, which reads no X.
+    // training needs dbeta alone: the sum of dY over all but the channel axis, which reads no X
+    // unless an activation's mask applies (then the kernel runs without dX).
+    const auto backward = fused ? BatchNormBackward<true> : BatchNormBackward<false>;
+    const auto add_backward = [&](std::vector<Step>& pass, bool dx) {
+      pass.push_back({dnnl::primitive(),
+                      {{DNNL_ARG_SRC, Mem(x)},
+                       {DNNL_ARG_MEAN, Mem(mean)},
+                       {DNNL_ARG_VARIANCE, Mem(variance)},
+                       {DNNL_ARG_DIFF_DST, Mem(grad_output_)},
+                       {DNNL_ARG_SCALE, Mem(scale)},
+                       {DNNL_ARG_SHIFT, Mem(*params_[1])},
+                       {DNNL_ARG_DIFF_SRC, Mem(grad_inputs_[0])},
+                       {DNNL_ARG_DIFF_SCALE, Mem(*grad_params_[0])},
+                       {DNNL_ARG_DIFF_SHIFT, Mem(*grad_params_[1])}},
+                      nullptr,
+                      [shape, upper, backward, dx](const std::unordered_map<int, memory>& a) {
+                        backward(shape, upper, Data(a.at(DNNL_ARG_SRC)), Data(a.at(DNNL_ARG_DIFF_DST)),
+                                 Data(a.at(DNNL_ARG_SCALE)), Data(a.at(DNNL_ARG_SHIFT)), Data(a.at(DNNL_ARG_MEAN)),
+                                 Data(a.at(DNNL_ARG_VARIANCE)), dx ? Data(a.at(DNNL_ARG_DIFF_SRC)) : nullptr,
+                                 Data(a.at(DNNL_ARG_DIFF_SCALE)), Data(a.at(DNNL_ARG_DIFF_SHIFT)));
+                      }});
+    };
+    add_backward(backward_input_, true);
+    add_backward(backward_weights_, true);
     std::vector<int64_t> per_channel(x.dims.size(), 1);  // (1, C, 1, ...) at the input's rank: 2-D inputs too
     per_channel[1] = channels;
-    AddReduceSum(backward_bias_, Mem(grad_output_), Mem(*grad_params_[1], Plain(per_channel)));
-    for (auto* pass : {&backward_input_, &backward_weights_}) {
-      pass->push_back({dnnl::primitive(),
-                       {{DNNL_ARG_SRC, Mem(x)},
-                        {DNNL_ARG_MEAN, Mem(mean)},
-                        {DNNL_ARG_VARIANCE, Mem(variance)},
-                        {DNNL_ARG_DIFF_DST, Mem(grad_output_)},
-                        {DNNL_ARG_SCALE, Mem(scale)},
-                        {DNNL_ARG_DIFF_SRC, Mem(grad_inputs_[0])},
-                        {DNNL_ARG_DIFF_SCALE, Mem(*grad_params_[0])},
-                        {DNNL_ARG_DIFF_SHIFT, Mem(*grad_params_[1])}},
-                       nullptr,
-                       [shape](const std::unordered_map<int, memory>& a) {
-                         BatchNormBackward(shape, Data(a.at(DNNL_ARG_SRC)), Data(a.at(DNNL_ARG_DIFF_DST)),
-                                           Data(a.at(DNNL_ARG_SCALE)), Data(a.at(DNNL_ARG_MEAN)),
-                                           Data(a.at(DNNL_ARG_VARIANCE)), Data(a.at(DNNL_ARG_DIFF_SRC)),
-                                           Data(a.at(DNNL_ARG_DIFF_SCALE)), Data(a.at(DNNL_ARG_DIFF_SHIFT)));
-                       }});
+    if (fused) {
+      add_backward(backward_bias_, false);
+    } else {
+      AddReduceSum(backward_bias_, Mem(grad_output_), Mem(*grad_params_[1], Plain(per_channel)));
     }
     dnnl::batch_normalization_forward::primitive_desc inference(
         dnnl::batch_normalization_forward::desc(prop_kind::forward_inference, Plain(x.dims), kEpsilon,
@@ -452,6 +585,13 @@ class BatchNorm2d : public StepLayer {
          {DNNL_ARG_SHIFT, Mem(*params_[1])},
          {DNNL_ARG_MEAN, Mem(*running_mean_)},
          {DNNL_ARG_VARIANCE, Mem(*running_variance_)}});
+    if (fused) {
+      const algorithm clip = algorithm::eltwise_clip_v2;
+      dnnl::eltwise_forward::primitive_desc act(
+          dnnl::eltwise_forward::desc(prop_kind::forward_inference, clip, Plain(output_.dims), 0.0f, upper), attr_,
+          backend_.engine());
+      Add(inference_, act, {{DNNL_ARG_SRC, Mem(output_)}, {DNNL_ARG_DST, Mem(output_)}});
+    }
     Forward();  // batch statistics for the backward pass
   }
 
@@ -765,7 +905,9 @@ std::unique_ptr<Layer> MakeCoreLayer(graph::OpKind kind, Backend& backend, const
     case OpKind::kQkvProjection:
       return std::make_unique<Linear>(backend, spec, seed, false, false);
     case OpKind::kBatchNorm2d:
-      return std::make_unique<BatchNorm2d>(backend, spec, seed);
+    case OpKind::kBatchNormRelu:
+    case OpKind::kBatchNormRelu6:
+      return std::make_unique<BatchNorm2d>(backend, spec, seed, kind);
     case OpKind::kRelu:
       return std::make_unique<Relu>(backend, spec, seed);
     case OpKind::kMaxPool2d:
@@ -805,9 +947,14 @@ bool WeightGradientRepaysTeam(const LayerSpec& spec, int threads) {
     auto it = spec.attributes.find(name);
     return it == spec.attributes.end() ? fallback : it->second;
   };
-  const int64_t kh = attribute("kernel", 1);
-  if (detail::PrefersBlocked(attribute("groups", 1), kh * attribute("kernel_w", kh))) return true;
+  const int64_t kh = attribute("kernel", 1), kernel_pixels = kh * attribute("kernel_w", kh);
+  const int64_t groups = attribute("groups", 1);
+  if (detail::PrefersBlocked(groups, kernel_pixels)) return true;
   const Dims& y = spec.output_shape;
+  const int64_t padding = std::max(attribute("padding", 0), attribute("padding_w", 0));
+  if (detail::FoldsBatchIntoOneGemm(y[0], groups, kernel_pixels, attribute("stride", 1), padding, y[2] * y[3])) {
+    return true;  // a matmul, which splits its output between threads
+  }
   return y[0] * y[2] * y[3] >= detail::kMinReductionRowsPerThread * threads;
 }
 

@@ -67,6 +67,8 @@ Result<std::unique_ptr<Layer>> MakeLayer(Backend& backend, const LayerSpec& spec
       case OpKind::kLinearRelu:
       case OpKind::kQkvProjection:
       case OpKind::kBatchNorm2d:
+      case OpKind::kBatchNormRelu:
+      case OpKind::kBatchNormRelu6:
       case OpKind::kRelu:
       case OpKind::kMaxPool2d:
       case OpKind::kAvgPool2d:

@@ -25,7 +25,7 @@ namespace edgecost::kernels {
 // The kernels' revision, part of a device's fingerprint: costs measured on other kernels are
 // stale (after issue 32's faster depthwise and batch-norm passes, the old costs predicted
 // resnet18_cifar's step 43% too slow). Raise it when a kernel's time or memory changes.
-inline constexpr uint32_t kKernelsRevision = 2;
+inline constexpr uint32_t kKernelsRevision = 3;
 
 using Dims = std::vector<int64_t>;
 
@@ -160,7 +160,8 @@ Result<std::unique_ptr<Layer>> MakeLayer(Backend& backend, const LayerSpec& spec
 // Whether the weight gradient of the layer `spec` describes gains from `threads` threads. A 1x1
 // ungrouped convolution's is one GEMM over NCHW (see PrefersBlocked) that oneDNN splits by the
 // minibatch, summing a weight-sized buffer per thread: on maps of a few pixels the sum costs more
-// than the split saves. Other layers' weight gradients split their output.
+// than the split saves. Other layers' weight gradients, and a 1x1 convolution's over a batch of
+// small maps (one matmul, FoldsBatchIntoOneGemm), split their output.
 bool WeightGradientRepaysTeam(const LayerSpec& spec, int threads);
 
 // The sum of k gradients of the same shape (grad_sum nodes): inputs() are the parts.

@@ -202,6 +202,17 @@ class StepLayer : public Layer {
     staged_.push_back({m, offset});
     return m;
   }
+  // The staged copy `staged` seen through `md`, another description of its bytes (moved with it).
+  memory StagedView(const memory& staged, const memory::desc& md) {
+    for (const auto& [mem, offset] : staged_) {
+      if (mem.get() != staged.get()) continue;
+      const uint64_t at = offset;
+      memory view(md, backend_.engine(), mem.get_data_handle());
+      staged_.push_back({view, at});
+      return view;
+    }
+    throw std::logic_error("StagedView of a memory that is not staged");
+  }
   bool IsStaged(const memory& m) const {
     for (const auto& [mem, offset] : staged_) {
       if (mem.get() == m.get()) return true;

@@ -15,6 +15,8 @@ Shape ShapeOf(const onnx::ValueInfoProto& v) {
   return shape;
 }
 
+}  // namespace
+
 // The nn.Module a PyTorch export's node came from. The exporter names nodes by scope, one path
 // component per module, each the child's name under its own parent's component:
 // "/features/features.1/conv/conv.0/conv.0.0/Conv" is module features.1.conv.0.0, and
@@ -38,11 +40,12 @@ std::string ModuleOf(const onnx::NodeProto& node) {
   return module.size() <= kMaxModuleNameBytes ? module : "";
 }
 
-}  // namespace
-
 Result<ForwardGraph> Importer::Run() {
   for (const onnx::OperatorSetIdProto& o : model_.opset_import()) {
     if (o.domain().empty() || o.domain() == "ai.onnx") opset_ = static_cast<int>(o.version());
+  }
+  for (const onnx::StringStringEntryProto& entry : model_.metadata_props()) {
+    if (entry.key() == kRunsOnKey && entry.value() == kRunsOnPyTorch) fuse_into_batch_norm_ = false;
   }
   EC_RETURN_IF_ERROR(ReadInitializers());
   ReadInferredShapes();

@@ -27,8 +27,14 @@ namespace edgecost::graph::onnx_import {
 Status CheckOpsAndOpset(const onnx::ModelProto& model, const std::string& origin);
 // "N unsupported op kind(s), each with its first node: ...", then the supported ones.
 std::string UnsupportedOpsError(const std::map<std::string, std::string>& first_node_of_op);
+// The model metadata (ONNX metadata_props) edgecost.torch sets on the models it plans: they train on
+// PyTorch's kernels, which run a batch norm and its activation as two ops, so the importer fuses none.
+inline constexpr char kRunsOnKey[] = "edgecost.runs_on";
+inline constexpr char kRunsOnPyTorch[] = "pytorch";
 // "node 3 ('/features/Conv')"
 std::string NodeWhere(const onnx::NodeProto& node, int index);
+// The qualified name of the nn.Module a PyTorch export's node came from ("features.1.conv.0.0"), or "".
+std::string ModuleOf(const onnx::NodeProto& node);
 
 // import.cc: parsing, the op check, rebatching, ONNX's shape inference and the walk, in this process
 // (what the isolated child runs).
@@ -87,6 +93,7 @@ class Importer {
   Status ImportUnary(const onnx::NodeProto& node, int index, const Inputs& in, OpKind kind,
                      std::map<std::string, int64_t> attributes = {});
   bool TryFuseProductWithInput(const onnx::NodeProto& node, const Value* x, OpKind kind);
+  bool TryFuseIntoBatchNorm(const onnx::NodeProto& node, const Value* x, OpKind activation);
   Status ImportAlias(const onnx::NodeProto& node, int index, const Inputs& in);
   Status ImportDropout(const onnx::NodeProto& node, int index, const Inputs& in);
   Status ImportRelu(const onnx::NodeProto& node, int index, const Inputs& in);
@@ -168,6 +175,9 @@ class Importer {
   std::string origin_;
   ForwardGraph graph_;
   int opset_ = 13;
+  // False for a model that trains on PyTorch's kernels (kRunsOnPyTorch): its graph keeps PyTorch's
+  // ops, so that plans map onto them one for one.
+  bool fuse_into_batch_norm_ = true;
   // Values computed by constant folding so far, and their bound over a whole import.
   int64_t folded_elements_ = 0;
   static constexpr int64_t kMaxFoldedElements = int64_t{16} << 20;

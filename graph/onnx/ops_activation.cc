@@ -62,10 +62,23 @@ Status Importer::ImportDropout(const onnx::NodeProto& node, int index, const Inp
   return Status::Ok();
 }
 
+// A batch norm whose output only `node` reads takes `node`'s activation into its own passes (the
+// layer keeps the batch norm's module), unless the model trains on PyTorch's kernels.
+bool Importer::TryFuseIntoBatchNorm(const onnx::NodeProto& node, const Value* x, OpKind activation) {
+  int consumer = -1;
+  if (!fuse_into_batch_norm_ || !x || graph_.layers().at(static_cast<size_t>(Act(x))).kind != OpKind::kBatchNorm2d ||
+      SoleConsumer(node.input(0), &consumer) != &node) {
+    return false;
+  }
+  graph_.FuseActivationIntoBatchNorm(Act(x), activation);
+  SetActivation(node, Act(x));
+  return true;
+}
+
 Status Importer::ImportRelu(const onnx::NodeProto& node, int index, const Inputs& in) {
   const Value* x = ActivationInput(in, 0);
   if (!x) return NodeError(node, index, "expects an activation");
-  SetActivation(node, graph_.Relu(Act(x)));
+  if (!TryFuseIntoBatchNorm(node, x, OpKind::kRelu)) SetActivation(node, graph_.Relu(Act(x)));
   return Status::Ok();
 }
 
@@ -85,9 +98,9 @@ Status Importer::ImportClip(const onnx::NodeProto& node, int index, const Inputs
   const Value* x = ActivationInput(in, 0);
   if (!x) return NodeError(node, index, "expects an activation");
   if (lo == 0 && hi == 6) {
-    SetActivation(node, graph_.Unary(OpKind::kRelu6, Act(x)));
+    if (!TryFuseIntoBatchNorm(node, x, OpKind::kRelu6)) SetActivation(node, graph_.Unary(OpKind::kRelu6, Act(x)));
   } else if (lo == 0 && hi >= std::numeric_limits<float>::max()) {
-    SetActivation(node, graph_.Relu(Act(x)));
+    if (!TryFuseIntoBatchNorm(node, x, OpKind::kRelu)) SetActivation(node, graph_.Relu(Act(x)));
   } else {
     return Unsupported(node, index, "only Clip(0, 6) (ReLU6) and Clip(0) (ReLU) are supported");
   }

@@ -38,6 +38,28 @@ def _export_onnx(model, example_inputs, path):
     inputs = example_inputs if isinstance(example_inputs, tuple) else (example_inputs,)
     torch.onnx.export(exported, inputs, path, training=torch.onnx.TrainingMode.TRAINING,
                       do_constant_folding=False, opset_version=13)
+    _mark_runs_on_pytorch(path)
+
+
+def _mark_runs_on_pytorch(path):
+    """Tells edgecost's importer that the model trains on PyTorch's kernels (graph/onnx/importer.h,
+    kRunsOnKey): it then fuses no batch norm with its activation, so plans map onto PyTorch's ops.
+    One metadata_props entry (ModelProto field 14: key 1, value 2) appended to the serialized model,
+    which protobuf reads as if it had been written with the rest."""
+    def field(number, payload):
+        return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+    entry = field(1, b"edgecost.runs_on") + field(2, b"pytorch")
+    with open(path, "ab") as f:
+        f.write(field(14, entry))
+
+
+def _varint(value):
+    out = bytearray()
+    while True:
+        byte, value = value & 0x7F, value >> 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
 
 
 def optimizer_state_tensors(optimizer):

@@ -1,6 +1,9 @@
 // ONNX import of small models exported by torch.onnx.export (tests/graph/data/make_onnx.py).
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <iterator>
+
 #include "graph/derive.h"
 #include "graph/onnx/import.h"
 #include "graph/resolve.h"
@@ -20,14 +23,32 @@ TEST(OnnxImport, ResidualCnnBecomesAForwardGraphWithALoss) {
   EXPECT_EQ(g->model(), "small_resnet");
   EXPECT_EQ(g->batch_size(), 2);
   EXPECT_EQ(Kinds(*g),
-            (std::vector<OpKind>{OpKind::kInput, OpKind::kConv2d, OpKind::kBatchNorm2d, OpKind::kRelu,
-                                 OpKind::kMaxPool2d, OpKind::kConv2d, OpKind::kBatchNorm2d, OpKind::kAdd, OpKind::kRelu,
+            (std::vector<OpKind>{OpKind::kInput, OpKind::kConv2d, OpKind::kBatchNormRelu, OpKind::kMaxPool2d,
+                                 OpKind::kConv2d, OpKind::kBatchNorm2d, OpKind::kAdd, OpKind::kRelu,
                                  OpKind::kAvgPool2d, OpKind::kFlatten, OpKind::kLinear, OpKind::kCrossEntropyLoss}));
-  EXPECT_EQ(g->shape(4), (Shape{2, 8, 8, 8}));                 // max pool 3x3, stride 2, padding 1
-  EXPECT_EQ(g->layers()[7].inputs, (std::vector<int>{4, 6}));  // the residual
-  EXPECT_EQ(g->layers()[4].attributes.at("padding"), 1);
-  EXPECT_EQ(g->shape(12), (Shape{10}));  // loss over the 10 logits
+  EXPECT_EQ(g->shape(3), (Shape{2, 8, 8, 8}));                 // max pool 3x3, stride 2, padding 1
+  EXPECT_EQ(g->layers()[6].inputs, (std::vector<int>{3, 5}));  // the residual
+  EXPECT_EQ(g->layers()[3].attributes.at("padding"), 1);
+  EXPECT_EQ(g->shape(11), (Shape{10}));  // loss over the 10 logits
   EXPECT_EQ(g->layers()[1].param_count, 8 * 3 * 9 + 8);
+}
+
+// A model edgecost.torch plans trains on PyTorch's kernels: its batch norms stay apart from their
+// activations, as PyTorch runs them (the metadata entry python/edgecost/torch.py appends).
+TEST(OnnxImport, AModelThatRunsOnPyTorchKeepsItsBatchNormsApart) {
+  std::ifstream in("tests/graph/data/small_resnet.onnx", std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_FALSE(bytes.empty());
+  // ModelProto's metadata_props (field 14), one entry: key (1) "edgecost.runs_on", value (2) "pytorch".
+  const std::string entry = std::string("\x0a\x10") + "edgecost.runs_on" + "\x12\x07" + "pytorch";
+  const std::string marked = bytes + "\x72" + static_cast<char>(entry.size()) + entry;
+  auto fused = ImportOnnxBytes(bytes, "small_resnet.onnx", "small_resnet");
+  auto apart = ImportOnnxBytes(marked, "small_resnet.onnx", "small_resnet");
+  ASSERT_TRUE(fused.ok() && apart.ok()) << apart.status().message();
+  EXPECT_EQ(Kinds(*fused)[2], OpKind::kBatchNormRelu);
+  EXPECT_EQ(Kinds(*apart)[2], OpKind::kBatchNorm2d);
+  EXPECT_EQ(Kinds(*apart)[3], OpKind::kRelu);
+  EXPECT_EQ(apart->size(), fused->size() + 1);
 }
 
 TEST(OnnxImport, TrainingGraphOfAnMlp) {

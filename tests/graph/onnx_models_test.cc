@@ -105,24 +105,24 @@ class OnnxModelsTest : public edgecost::testing::TempDirTest, public ::testing::
 
 // What each model must contain: the op kinds that make it what it is.
 const std::map<std::string, std::set<std::string>> kSignatureKinds = {
-    {"mobilenet_v2", {"conv2d", "relu6", "batchnorm2d", "add"}},
+    {"mobilenet_v2", {"conv2d", "batchnorm2d_relu6", "batchnorm2d", "add"}},
     {"mobilenet_v3_small", {"conv2d", "hardswish", "hardsigmoid", "mul"}},
     {"efficientnet_b0", {"conv2d", "silu", "sigmoid", "mul"}},
     {"shufflenet_v2_x0_5", {"concat", "transpose", "reshape", "slice", "reduce_mean"}},
     {"squeezenet1_1", {"concat", "maxpool2d"}},
-    {"densenet121", {"concat", "batchnorm2d", "avgpool2d", "maxpool2d"}},
+    {"densenet121", {"concat", "batchnorm2d_relu", "avgpool2d", "maxpool2d"}},
     {"convnext_tiny", {"conv2d", "layernorm", "gelu", "mul", "transpose"}},
     {"inception_v3", {"conv2d", "concat", "avgpool2d", "maxpool2d"}},
     {"vit_b_16", {"conv2d", "concat", "add_broadcast", "layernorm", "gelu", "matmul", "softmax"}},
     {"swin_t", {"conv2d", "slice", "concat", "add_broadcast", "layernorm", "gelu", "matmul", "softmax"}},
     {"maxvit_t", {"conv2d", "batchnorm2d", "add_broadcast", "layernorm", "gelu", "matmul", "softmax", "dropout"}},
     {"alexnet", {"conv2d", "relu", "maxpool2d", "concat", "dropout", "linear"}},
-    {"googlenet", {"conv2d", "batchnorm2d", "concat", "maxpool2d", "dropout", "linear"}},
-    {"mnasnet0_5", {"conv2d", "batchnorm2d", "relu", "add", "dropout"}},
+    {"googlenet", {"conv2d", "batchnorm2d_relu", "concat", "maxpool2d", "dropout", "linear"}},
+    {"mnasnet0_5", {"conv2d", "batchnorm2d_relu", "batchnorm2d", "add", "dropout"}},
     {"regnet_y_400mf", {"conv2d", "batchnorm2d", "sigmoid", "mul", "add"}},
-    {"resnet18_tv", {"conv2d", "batchnorm2d", "maxpool2d", "add", "linear"}},
+    {"resnet18_tv", {"conv2d", "batchnorm2d_relu", "batchnorm2d", "maxpool2d", "add", "linear"}},
     {"transformer_encoder", {"matmul", "softmax", "layernorm", "transpose", "dropout", "reduce_mean"}},
-    {"kws_lstm", {"conv2d", "batchnorm2d", "maxpool2d", "transpose", "lstm", "slice"}},
+    {"kws_lstm", {"conv2d", "batchnorm2d_relu", "maxpool2d", "transpose", "lstm", "slice"}},
     {"sensor_gru", {"relu", "gru", "slice", "concat"}},
     {"small_gpt", {"embedding", "causal_mask", "softmax", "layernorm", "gelu", "matmul", "dropout"}},
     {"small_unet", {"conv2d", "maxpool2d", "resize", "concat", "transpose"}},
@@ -220,8 +220,9 @@ TEST_P(OnnxModelsTest, ImportsDerivesProfilesAndSolvesAtHalfItsPeak) {
     EXPECT_GT(floor, peak / 2);
     problem->activation_budget_bytes = floor + floor / 20;
   }
-  if (model == "alexnet") {
-    // The same: its first ReLU's backward holds three 2x64x15x15 tensors, 55% of the peak.
+  if (model == "alexnet" || model == "kws_lstm") {
+    // The same: alexnet's first ReLU's backward holds three 2x64x15x15 tensors, 55% of the peak;
+    // kws_lstm's first batch norm's (its ReLU fused) three 2x16x50x10 tensors, 56%.
     EXPECT_GT(floor, peak / 2);
     problem->activation_budget_bytes = floor + floor / 20;
   }

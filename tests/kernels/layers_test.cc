@@ -72,6 +72,12 @@ TEST(LayerGradients, Conv2d) {
   CheckLayer({"conv2d", {{"kernel", 3}, {"stride", 2}, {"padding", 1}}, {{2, 3, 5, 5}}, {2, 4, 3, 3}});
 }
 
+// A 1x1 convolution on a map of a few pixels runs as one GEMM over the batch (FoldsBatchIntoOneGemm),
+// with a bias and without.
+TEST(LayerGradients, Conv2dOneByOneOnASmallMap) {
+  CheckLayer({"conv2d", {{"kernel", 1}, {"stride", 1}, {"padding", 0}}, {{3, 5, 2, 2}}, {3, 4, 2, 2}});
+  CheckLayer({"conv2d", {{"kernel", 1}, {"stride", 1}, {"padding", 0}, {"no_bias", 1}}, {{3, 5, 3, 3}}, {3, 6, 3, 3}});
+}
 // Inception's factorized convolutions: a 1x3 window padded on the width alone, and a 3x1 one.
 TEST(LayerGradients, Conv2dRectangular) {
   CheckLayer({"conv2d",
@@ -91,6 +97,8 @@ TEST(LayerGradients, LinearRelu) { CheckLayer({"linear_relu", {}, {{3, 6}}, {3, 
 TEST(LayerGradients, QkvProjection) { CheckLayer({"qkv_projection", {}, {{4, 6}}, {12, 2, 2}}); }
 
 TEST(LayerGradients, BatchNorm2d) { CheckLayer({"batchnorm2d", {}, {{3, 2, 3, 3}}, {3, 2, 3, 3}}); }
+TEST(LayerGradients, BatchNormRelu) { CheckLayer({"batchnorm2d_relu", {}, {{3, 2, 3, 3}}, {3, 2, 3, 3}}); }
+TEST(LayerGradients, BatchNormRelu6) { CheckLayer({"batchnorm2d_relu6", {}, {{3, 2, 3, 3}}, {3, 2, 3, 3}}); }
 
 TEST(LayerGradients, Relu) { CheckLayer({"relu", {}, {{2, 3, 4}}, {2, 3, 4}}); }
 
@@ -554,6 +562,53 @@ TEST(Layers, LayersShareOneScratchpadTheSizeOfTheLargestNeed) {
     for (size_t k = 0; k < layers[i]->grad_params().size(); ++k) {
       EXPECT_EQ(layers[i]->grad_params()[k]->data, (*alone)->grad_params()[k]->data);
     }
+  }
+}
+
+// A batch norm with its activation fused computes what the batch norm then the activation compute,
+// bit for bit: its output, dX, dgamma and dbeta, and the bias-only pass's dbeta. The scale is large
+// enough that ReLU6's upper bound cuts too.
+TEST(Layers, FusedBatchNormActivationIsBatchNormThenActivationBitForBit) {
+  for (const auto& [fused_kind, activation_kind] :
+       std::vector<std::pair<std::string, std::string>>{{"batchnorm2d_relu", "relu"}, {"batchnorm2d_relu6", "relu6"}}) {
+    SCOPED_TRACE(fused_kind);
+    const Dims shape = {4, 3, 5, 5};
+    Backend backend;
+    auto fused = MakeLayer(backend, {fused_kind, {}, {shape}, shape}, 3);
+    auto norm = MakeLayer(backend, {"batchnorm2d", {}, {shape}, shape}, 3);
+    auto activation = MakeLayer(backend, {activation_kind, {}, {shape}, shape}, 3);
+    ASSERT_TRUE(fused.ok() && norm.ok() && activation.ok());
+    Layer &f = **fused, &bn = **norm, &act = **activation;
+    for (Layer* layer : {&f, &bn}) std::fill(layer->params()[0]->data.begin(), layer->params()[0]->data.end(), 8.0f);
+    bn.inputs()[0].data = f.inputs()[0].data;
+    std::mt19937 rng(5);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (float& g : f.grad_output().data) g = normal(rng);
+    act.grad_output().data = f.grad_output().data;
+
+    f.Forward();
+    bn.Forward();
+    act.inputs()[0].data = bn.output().data;
+    act.Forward();
+    EXPECT_EQ(f.output().data, act.output().data);
+    int64_t clipped_above = 0;
+    for (float y : f.output().data) clipped_above += y == 6.0f;
+    if (activation_kind == "relu6") {
+      EXPECT_GT(clipped_above, 0);
+    }
+
+    f.BackwardInput();
+    act.BackwardInput();
+    bn.grad_output().data = act.grad_inputs()[0].data;
+    bn.BackwardInput();
+    EXPECT_EQ(f.grad_inputs()[0].data, bn.grad_inputs()[0].data);
+    EXPECT_EQ(f.grad_params()[0]->data, bn.grad_params()[0]->data);
+    EXPECT_EQ(f.grad_params()[1]->data, bn.grad_params()[1]->data);
+
+    const std::vector<float> dbeta = bn.grad_params()[1]->data;
+    std::fill(f.grad_params()[1]->data.begin(), f.grad_params()[1]->data.end(), 0.0f);
+    f.BackwardBias();
+    EXPECT_EQ(f.grad_params()[1]->data, dbeta);
   }
 }
 

@@ -577,8 +577,9 @@ TEST(NodeWork, TinyOpsRunOnOneThreadAndLargeOnesOnTheTeam) {
   EXPECT_GT(team, 0);
 }
 
-// A 1x1 convolution's weight gradient splits the minibatch: a team only where the batch times the
-// output pixels give each thread enough rows. Windowed and grouped convolutions split their output.
+// A 1x1 convolution's weight gradient on one image's map splits its pixels: a team only where they
+// give each thread enough rows. On a batch of small maps it is one matmul over the batch, and
+// windowed and grouped convolutions split their output: a team.
 TEST(NodeWork, WeightGradientsOfOneByOneConvolutionsOnTinyMapsRunOnOneThread) {
   const auto conv = [](int64_t kernel, int64_t groups, int64_t batch, int64_t side) {
     return kernels::LayerSpec{.kind = "conv2d",
@@ -587,9 +588,10 @@ TEST(NodeWork, WeightGradientsOfOneByOneConvolutionsOnTinyMapsRunOnOneThread) {
                               .input_shapes = {{batch, 160, side, side}},
                               .output_shape = {batch, 960, side, side}};
   };
-  EXPECT_FALSE(kernels::WeightGradientRepaysTeam(conv(1, 1, 2, 2), 2));  // 8 rows
-  EXPECT_TRUE(kernels::WeightGradientRepaysTeam(conv(1, 1, 2, 2), 1));
-  EXPECT_TRUE(kernels::WeightGradientRepaysTeam(conv(1, 1, 2, 32), 2));  // 2048 rows
+  EXPECT_FALSE(kernels::WeightGradientRepaysTeam(conv(1, 1, 1, 4), 2));  // 16 rows
+  EXPECT_TRUE(kernels::WeightGradientRepaysTeam(conv(1, 1, 1, 4), 1));
+  EXPECT_TRUE(kernels::WeightGradientRepaysTeam(conv(1, 1, 1, 32), 2));  // 1024 rows
+  EXPECT_TRUE(kernels::WeightGradientRepaysTeam(conv(1, 1, 2, 2), 2));   // one matmul over the batch
   EXPECT_TRUE(kernels::WeightGradientRepaysTeam(conv(3, 1, 2, 2), 2));   // blocked: splits its output
   const kernels::LayerSpec linear{.kind = "linear", .input_shapes = {{2, 160}}, .output_shape = {2, 960}};
   EXPECT_TRUE(kernels::WeightGradientRepaysTeam(linear, 2));

@@ -3,7 +3,7 @@
 // product), a one-block BERT (embeddings, attention, GELU, LayerNorm), a one-layer ViT (its class
 // token expanded to the batch, nn.MultiheadAttention), a two-stage Swin and a one-block MaxViT (relative
 // position biases, shifted-window masks, patch merging, Einsum attention), all tiny and without dropout
-// (tests/graph/export_models.py). The loss falls over 50 steps on a fixed batch; schedules give
+// (tests/graph/export_models.py). The loss falls over 80 steps on a fixed batch; schedules give
 // the plain step's gradients bit for bit; and one step's gradients match PyTorch's own, computed
 // in float64 with the same weights and batch (tests/train/torch_gradients.py). Skipped, with the
 // reason, where Debian's PyTorch is missing.
@@ -166,9 +166,9 @@ class OnnxTrainTest : public testing::TempDirTest, public ::testing::WithParamIn
   Batch batch_;
 };
 
-TEST_P(OnnxTrainTest, LossFallsOverFiftyStepsOnAFixedBatch) {
+TEST_P(OnnxTrainTest, LossFallsOverEightyStepsOnAFixedBatch) {
   double first = 0, last = 0;
-  for (int step = 0; step < 50; ++step) {
+  for (int step = 0; step < 80; ++step) {
     auto stats = executor_->Step(nullptr);
     ASSERT_TRUE(stats.ok()) << stats.status().message();
     ASSERT_TRUE(std::isfinite(stats->loss)) << "step " << step;
