@@ -39,7 +39,7 @@ struct DepthwiseShape {
 // each sum vectorized across channels, which stays efficient on the 2x2 maps of late blocks where a
 // loop over a map's width would run two iterations. Blocks of channels go to threads; each sum runs
 // in a fixed order whatever the thread count, so gradients are reproducible.
-void DepthwiseBackwardWeights(const DepthwiseShape& d, const float* x, const float* dy, float* dw, float* db) {
+EDGECOST_VECTOR_CLONES void DepthwiseBackwardWeights(const DepthwiseShape& d, const float* x, const float* dy, float* dw, float* db) {
   constexpr int64_t kBlock = 64;
   const int64_t blocks = (d.c + kBlock - 1) / kBlock;
 #pragma omp parallel for schedule(static)
@@ -400,7 +400,7 @@ inline float ForwardScale(float gamma, float variance, float epsilon) { return g
 // Sums run in double, in a fixed order per channel whatever the thread count (reproducible).
 // The variance is the biased one (divided by N H W), as oneDNN's and as PyTorch normalizes with.
 template <bool kActivation>
-void BatchNormForward(const BatchNormShape& d, float upper, const float* x, const float* gamma,
+EDGECOST_VECTOR_CLONES void BatchNormForward(const BatchNormShape& d, float upper, const float* x, const float* gamma,
                       const float* beta, float* mean, float* variance, float* y) {
   const double count = static_cast<double>(d.n * d.hw);
 #pragma omp parallel for schedule(static)
@@ -451,7 +451,7 @@ float Masked(float upper, float dy, float x, float mean, float scale, float shif
 // dbeta = sum dY, dgamma = sum dY xhat, dX = gamma / sqrt(var + eps) (dY - dbeta / M - xhat dgamma / M),
 // dY masked by the fused activation's gradient.
 template <bool kActivation>
-void BatchNormBackward(const BatchNormShape& d, float upper, const float* x, const float* dy,
+EDGECOST_VECTOR_CLONES void BatchNormBackward(const BatchNormShape& d, float upper, const float* x, const float* dy,
                        const float* gamma, const float* beta, const float* mean, const float* variance, float* dx,
                        float* dgamma, float* dbeta) {
   const double count = static_cast<double>(d.n * d.hw);
