@@ -201,7 +201,9 @@ class Conv2d : public StepLayer {
  private:
   // The passes of a convolution that FoldsBatchIntoOneGemm, with P pixels per map: X, as (N, C, P),
   // is staged channel-major, (C, N P), and so are dY, Y and dX; then Y = W X, dX = W^T dY and
-  // dW = dY X^T are one matmul each, and db sums dY over all but the channels.
+  // dW = dY X^T are one matmul each, and db sums dY over all but the channels. The bias is added to
+  // Y in NCHW by a binary primitive: oneDNN 2.6's matmul takes a bias per row only in its
+  // reference kernel, 40x slower.
   void BuildFoldedGemm(Tensor& w, Tensor* bias_t) {
     const Dims& x_dims = inputs_[0].dims;
     const int64_t n = x_dims[0], in = x_dims[1], out = output_.dims[1], pixels = x_dims[2] * x_dims[3];
@@ -212,25 +214,24 @@ class Conv2d : public StepLayer {
     const memory::desc w_md = Plain({out, in}), w_t({in, out}, f32, {1, in});
     const memory::desc x_mat = Plain({in, columns}), x_t({columns, in}, f32, {1, columns});
     const memory::desc y_mat = Plain({out, columns});
-    const memory::desc b_md = bias_t ? Plain({out, 1}) : memory::desc();
-    const auto matmul = [&](const memory::desc& a, const memory::desc& b, const memory::desc& bias,
-                            const memory::desc& c) {
-      return dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, b, bias, c), attr_, backend_.engine());
+    const auto matmul = [&](const memory::desc& a, const memory::desc& b, const memory::desc& c) {
+      return dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, b, c), attr_, backend_.engine());
     };
-    const auto fwd = matmul(w_md, x_mat, b_md, y_mat);
-    const auto data = matmul(w_t, y_mat, memory::desc(), x_mat);
-    const auto weights = matmul(y_mat, x_t, memory::desc(), w_md);
+    const auto fwd = matmul(w_md, x_mat, y_mat);
+    const auto data = matmul(w_t, y_mat, x_mat);
+    const auto weights = matmul(y_mat, x_t, w_md);
     StartStaging(std::max({fwd.scratchpad_desc().get_size(), data.scratchpad_desc().get_size(),
                            weights.scratchpad_desc().get_size()}));
     Tensor& x = inputs_[0];
     memory x_folded = StagedIn(forward_, x, plain(in), folded(in));
     memory y_folded = Staged(folded(out));
-    std::unordered_map<int, memory> fwd_args = {{DNNL_ARG_SRC, Mem(w, w_md)},
-                                                {DNNL_ARG_WEIGHTS, StagedView(x_folded, x_mat)},
-                                                {DNNL_ARG_DST, StagedView(y_folded, y_mat)}};
-    if (bias_t) fwd_args[DNNL_ARG_BIAS] = Mem(*bias_t, b_md);
-    Add(forward_, fwd, fwd_args);
+    Add(forward_, fwd,
+        {{DNNL_ARG_SRC, Mem(w, w_md)},
+         {DNNL_ARG_WEIGHTS, StagedView(x_folded, x_mat)},
+         {DNNL_ARG_DST, StagedView(y_folded, y_mat)}});
     CopyOut(forward_, y_folded, output_, plain(out));
+    const memory::desc per_channel = Plain({1, out, 1, 1});
+    if (bias_t) AddBinary(forward_, algorithm::binary_add, Mem(output_), Mem(*bias_t, per_channel), Mem(output_));
 
     StartStaging(0);
     memory dy_folded = StagedIn(backward_input_, grad_output_, plain(out), folded(out));
@@ -249,7 +250,6 @@ class Conv2d : public StepLayer {
          {DNNL_ARG_WEIGHTS, StagedView(x_again, x_t)},
          {DNNL_ARG_DST, Mem(*grad_params_[0], w_md)}});
     if (bias_t) {
-      const memory::desc per_channel = Plain({1, out, 1, 1});
       AddReduceSum(backward_weights_, Mem(grad_output_), Mem(*grad_params_[1], per_channel));
       AddReduceSum(backward_bias_, Mem(grad_output_), Mem(*grad_params_[1], per_channel));
     }
