@@ -252,9 +252,7 @@ class ReduceMean : public OpLayer {
     if (kept == x) {  // every reduced axis has extent 1 (a mean of one cell): a copy, which oneDNN's reduction refuses
       AddReorder(forward_, Mem(inputs_[0]), Mem(output_, Plain(kept)));
     } else {
-      dnnl::reduction::primitive_desc pd(
-          dnnl::reduction::desc(algorithm::reduction_mean, Plain(x), Plain(kept), 0.f, 0.f), attr_, backend_.engine());
-      Add(forward_, pd, {{DNNL_ARG_SRC, Mem(inputs_[0])}, {DNNL_ARG_DST, Mem(output_, Plain(kept))}});
+      AddReduction(forward_, algorithm::reduction_mean, Mem(inputs_[0]), Mem(output_, Plain(kept)));
     }
     Tensor& inverse = Own(x);
     std::fill(inverse.data.begin(), inverse.data.end(), 1.0f / static_cast<float>(n));

@@ -276,10 +276,68 @@ class StepLayer : public Layer {
       AddReorder(pass, src, dst);
       return;
     }
-    dnnl::reduction::primitive_desc pd(
-        dnnl::reduction::desc(algorithm::reduction_sum, src.get_desc(), dst.get_desc(), 0.f, 0.f), attr_,
-        backend_.engine());
-    Add(pass, pd, {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}});
+    AddReduction(pass, algorithm::reduction_sum, src, dst);
+  }
+  // dst = sum or mean (`alg`) of src over the axes where dst has extent 1, both plain. oneDNN 2.6 has
+  // JIT kernels for some reductions (trailing axes); for the others (a middle axis: the batch of a
+  // bias gradient on 1x1 maps, a transformer's mean over its tokens) it runs its reference kernel,
+  // 1 ms for 64K values, and ReduceRows runs instead.
+  void AddReduction(std::vector<Step>& pass, algorithm alg, memory src, memory dst) {
+    dnnl::reduction::primitive_desc pd(dnnl::reduction::desc(alg, src.get_desc(), dst.get_desc(), 0.f, 0.f), attr_,
+                                       backend_.engine());
+    if (std::string(pd.impl_info_str()).find("ref") == std::string::npos) {
+      Add(pass, pd, {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}});
+      return;
+    }
+    const memory::dims in = src.get_desc().dims(), out = dst.get_desc().dims();
+    const bool mean = alg == algorithm::reduction_mean;
+    pass.push_back({dnnl::primitive(), {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}}, nullptr,
+                    [in, out, mean](const std::unordered_map<int, memory>& a) {
+                      ReduceRows(in, out, static_cast<const float*>(a.at(DNNL_ARG_SRC).get_data_handle()),
+                                 static_cast<float*>(a.at(DNNL_ARG_DST).get_data_handle()), mean);
+                    }});
+  }
+  // The reduction of AddReduction, one row of src's last axis at a time, in src's order (the same
+  // sums whatever the thread count): a kept last axis adds the row into dst's, a reduced one sums it.
+  static void ReduceRows(const memory::dims& in, const memory::dims& out, const float* src, float* dst, bool mean) {
+    const size_t rank = in.size();
+    std::vector<int64_t> out_stride(rank, 0);  // 0 along reduced axes
+    int64_t out_elements = 1, reduced = 1;
+    for (size_t i = rank; i-- > 0;) {
+      if (out[i] == in[i]) {
+        out_stride[i] = out_elements;
+        out_elements *= out[i];
+      } else {
+        reduced *= in[i];
+      }
+    }
+    std::fill(dst, dst + out_elements, 0.0f);
+    const int64_t inner = in[rank - 1], rows = Elements(Dims(in.begin(), in.end())) / inner;
+    const bool inner_kept = out[rank - 1] == inner;
+    std::vector<int64_t> index(rank, 0);
+    for (int64_t row = 0; row < rows; ++row) {
+      int64_t at = 0;
+      for (size_t i = 0; i + 1 < rank; ++i) at += index[i] * out_stride[i];
+      const float* values = src + row * inner;
+      if (inner_kept) {
+        float* sums = dst + at;
+#pragma omp simd
+        for (int64_t k = 0; k < inner; ++k) sums[k] += values[k];
+      } else {
+        float sum = 0;
+#pragma omp simd reduction(+ : sum)
+        for (int64_t k = 0; k < inner; ++k) sum += values[k];
+        dst[at] += sum;
+      }
+      for (size_t i = rank - 1; i-- > 0;) {  // the next row's index
+        if (++index[i] < in[i]) break;
+        index[i] = 0;
+      }
+    }
+    if (mean) {
+      const float scale = 1.0f / static_cast<float>(reduced);
+      for (int64_t k = 0; k < out_elements; ++k) dst[k] *= scale;
+    }
   }
 
   Backend& backend_;
