@@ -59,6 +59,9 @@ struct Step {
   // A kernel of our own instead of the primitive, where oneDNN has only a slow one: it reads its
   // tensors from `args` (so that Bind rebinds them as any step's).
   std::function<void(const std::unordered_map<int, memory>&)> run;
+  // `args` as oneDNN's C API takes them, made once: the C++ execute builds this list on every call.
+  // The handles stay valid when a memory is rebound (set_data_handle changes the handle's data).
+  std::vector<dnnl_exec_arg_t> exec_args;
 };
 
 // Common machinery: owned tensors with stable addresses, the Backend's shared
@@ -79,7 +82,11 @@ class StepLayer : public Layer {
 
   void Bind(Tensor& t, float* data) override {
     if (bindings_.empty()) FindBindings();
-    for (const auto& [mem, offset] : bindings_[&t]) mem->set_data_handle(data + offset);
+    Binding& binding = bindings_[&t];
+    // A step's arena lays a node out where the last step did: most binds change nothing.
+    if (binding.data == data) return;
+    binding.data = data;
+    for (const auto& [mem, offset] : binding.mems) mem->set_data_handle(data + offset);
     if (!t.data.empty()) std::vector<float>().swap(t.data);
   }
   void Release(Tensor& t) override {
@@ -104,7 +111,7 @@ class StepLayer : public Layer {
           const auto* handle = static_cast<const float*>(mem.get_data_handle());
           for (Tensor* t : tensors) {
             if (!t->data.empty() && handle >= t->data.data() && handle < t->data.data() + t->data.size()) {
-              bindings_[t].push_back({&mem, handle - t->data.data()});
+              bindings_[t].mems.push_back({&mem, handle - t->data.data()});
             }
           }
         }
@@ -128,7 +135,9 @@ class StepLayer : public Layer {
         backend_.stream().wait();  // what the primitives before it write
         step.run(step.args);
       } else {
-        step.primitive.execute(backend_.stream(), step.args);
+        dnnl::error::wrap_c_api(dnnl_primitive_execute(step.primitive.get(), backend_.stream().get(),
+                                                       static_cast<int>(step.exec_args.size()), step.exec_args.data()),
+                                "could not execute a primitive");
       }
     }
     backend_.stream().wait();
@@ -189,7 +198,8 @@ class StepLayer : public Layer {
       args[DNNL_ARG_SCRATCHPAD] = memory(scratch, backend_.engine(), scratchpad);
       scratchpad_bytes_ = std::max<uint64_t>(scratchpad_bytes_, scratch.get_size());
     }
-    pass.push_back({dnnl::primitive(pd.get()), std::move(args), scratchpad});
+    Step& step = pass.emplace_back(Step{dnnl::primitive(pd.get()), std::move(args), scratchpad});
+    for (const auto& [arg, mem] : step.args) step.exec_args.push_back({arg, mem.get()});
   }
 
   // Staging: copies of tensors in the layout a primitive prefers (oneDNN's blocked layouts, where
@@ -346,7 +356,13 @@ class StepLayer : public Layer {
   std::deque<Tensor> owned_;
   std::vector<Step> forward_, backward_input_, backward_weights_, backward_bias_;
   std::vector<Step> inference_;  // empty: inference runs forward_
-  std::unordered_map<const Tensor*, std::vector<std::pair<memory*, ptrdiff_t>>> bindings_;
+  // Per bindable tensor, the step arguments over it (memory, offset in elements) and where they
+  // were last bound (null: the tensor's own storage).
+  struct Binding {
+    const float* data = nullptr;
+    std::vector<std::pair<memory*, ptrdiff_t>> mems;
+  };
+  std::unordered_map<const Tensor*, Binding> bindings_;
 
  private:
   static constexpr uint64_t kStagingAlign = 64;  // a cache line, as oneDNN aligns its buffers

@@ -72,7 +72,7 @@ Result<float*> Arena::Allocate(int node, uint64_t bytes, uint64_t headroom_bytes
   }
   ++allocations_[v];
   b = {reinterpret_cast<float*>(region_ + offset), bytes, offset, span};
-  live_nodes_.push_back(node);
+  live_nodes_.insert(std::upper_bound(live_nodes_.begin(), live_nodes_.end(), node), node);
   live_ += bytes;
   peak_ = std::max(peak_, live_);
   return b.data;
@@ -87,14 +87,9 @@ void Arena::Free(int node) {
   live_nodes_.erase(std::find(live_nodes_.begin(), live_nodes_.end(), node));
 }
 
-std::vector<int> Arena::LiveNodes() const {
-  std::vector<int> nodes;
-  {
-    std::lock_guard lock(mutex_);
-    nodes = live_nodes_;
-  }
-  std::sort(nodes.begin(), nodes.end());
-  return nodes;
+void Arena::LiveNodes(std::vector<int>& nodes) const {
+  std::lock_guard lock(mutex_);
+  nodes = live_nodes_;
 }
 
 float* Arena::Get(int node) const {

@@ -61,8 +61,8 @@ class Arena {
   float* Get(int node) const;  // nullptr when not live
   uint64_t Bytes(int node) const;
   bool Live(int node) const { return Get(node) != nullptr; }
-  // The nodes with a buffer now, in increasing order.
-  std::vector<int> LiveNodes() const;
+  // The nodes with a buffer now, in increasing order, into `nodes` (a vector reused every stage).
+  void LiveNodes(std::vector<int>& nodes) const;
 
   uint64_t live_bytes() const;
   uint64_t peak_bytes() const;
@@ -77,7 +77,7 @@ class Arena {
   };
   mutable std::mutex mutex_;
   std::vector<Buffer> buffers_;
-  std::vector<int> live_nodes_;
+  std::vector<int> live_nodes_;  // increasing
   std::vector<uint32_t> allocations_;  // per node: allocations so far in this step
   const ArenaLayout* layout_ = nullptr;
   char* region_ = nullptr;

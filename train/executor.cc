@@ -97,6 +97,15 @@ struct Executor::State {
   bool laid_out_pages = false;  // laid_out pages a node in or out
   PlannedMemory planned;
   ArenaLayout layout;
+  // The laid-out plan as lists, so that a step does not scan its n x n matrices: stage t computes
+  // `computes` in order and, after the j-th, frees `releases[j]`, the inputs no later computation
+  // of the stage reads and the next stage does not keep.
+  struct Stage {
+    std::vector<int> computes;
+    std::vector<std::vector<int>> releases;
+  };
+  std::vector<Stage> stages;
+  std::vector<int> live;  // the arena's live nodes at a stage's end (reused)
   Batch batch;
   std::vector<std::pair<int, int>> trained;  // (forward node, parameter index)
   // Updates as gradients arrive: by node, the trained parameters updated after it (indices in
@@ -821,6 +830,21 @@ Status Executor::LayOutPlan(const solver::Plan& plan) {
   s.planned = PlanMemory(bytes_, preds_, plan);
   s.layout = LayOut(bytes_, preds_, plan);
   s.laid_out = plan;
+  s.stages.assign(static_cast<size_t>(n), {});
+  for (int t = 0; t < n; ++t) {
+    State::Stage& stage = s.stages[static_cast<size_t>(t)];
+    for (int k = 0; k <= t; ++k) {
+      if (!plan.compute[t][k]) continue;
+      stage.computes.push_back(k);
+      std::vector<int>& released = stage.releases.emplace_back();
+      for (int u : preds_[static_cast<size_t>(k)]) {
+        if (t + 1 < n && plan.resident[t + 1][u]) continue;
+        bool used_later = false;
+        for (int v : s.succs[static_cast<size_t>(u)]) used_later = used_later || (v > k && v <= t && plan.compute[t][v]);
+        if (!used_later) released.push_back(u);
+      }
+    }
+  }
   s.laid_out_pages = false;
   for (int t = 0; t < n && !s.laid_out_pages; ++t) {
     for (int i = 0; i < n && !s.laid_out_pages; ++i) s.laid_out_pages = plan.page_in[t][i] || plan.page_out[t][i];
@@ -946,25 +970,18 @@ Result<StepStats> Executor::Run(const solver::Plan* plan_or_null, std::optional<
         if (plan.page_in[t][i]) s.pager->PageIn(i, t, static_cast<uint64_t>(bytes_[static_cast<size_t>(i)]));
       }
     }
-    size_t j = 0;
-    for (int k = 0; k <= t && status.ok(); ++k) {
-      if (!plan.compute[t][k]) continue;
+    const State::Stage& stage = s.stages[static_cast<size_t>(t)];
+    for (size_t j = 0; j < stage.computes.size() && status.ok(); ++j) {
+      const int k = stage.computes[j];
       if (s.pager) s.pager->SetReserve(static_cast<uint64_t>(rest[j]));
-      ++j;
       status = Compute(k, t, stats);
       if (!status.ok()) break;
       if (update_lr && s.update_stage[static_cast<size_t>(k)] == t) {
         ApplyUpdates(s.updates_after[static_cast<size_t>(k)], *update_lr, k, stats);
       }
-      for (int u : preds_[static_cast<size_t>(k)]) {
-        if (has_next && plan.resident[t + 1][u]) continue;
-        bool used_later = false;
-        for (int v : s.succs[static_cast<size_t>(u)])
-          used_later = used_later || (v > k && v <= t && plan.compute[t][v]);
-        if (!used_later) {
-          status = Release(u, stats);
-          if (!status.ok()) break;
-        }
+      for (int u : stage.releases[j]) {
+        status = Release(u, stats);
+        if (!status.ok()) break;
       }
     }
     // What the next stage does not keep. Without a pager only this thread allocates, so the live
@@ -974,7 +991,8 @@ Result<StepStats> Executor::Run(const solver::Plan* plan_or_null, std::optional<
         if (s.arena->Live(i) && !(has_next && plan.resident[t + 1][i])) status = Release(i, stats);
       }
     } else {
-      for (int i : s.arena->LiveNodes()) {
+      s.arena->LiveNodes(s.live);
+      for (int i : s.live) {
         if (!status.ok()) break;
         if (!(has_next && plan.resident[t + 1][i])) status = Release(i, stats);
       }
