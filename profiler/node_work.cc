@@ -67,6 +67,8 @@ const char* PassName(Pass pass) {
 
 }  // namespace
 
+double TeamWork(const v1::TrainingNode& node) { return node.flops() + static_cast<double>(node.output_bytes()); }
+
 Result<NodeWork> WorkForNode(const v1::TrainingGraph& graph, int index, int threads) {
   if (index < 0 || index >= graph.nodes_size()) return InvalidArgument("no node " + std::to_string(index));
   const v1::TrainingNode& node = graph.nodes(index);
@@ -124,7 +126,7 @@ Result<NodeWork> WorkForNode(const v1::TrainingGraph& graph, int index, int thre
   key << "/f32/onednn/t" << threads;
   sig.set_key(key.str());
   const bool repays_team =
-      node.flops() >= kTeamMinFlops &&
+      TeamWork(node) >= kTeamMinWork &&
       (work.pass != Pass::kBackwardWeights || kernels::WeightGradientRepaysTeam(work.spec, threads));
   work.team_threads = repays_team ? std::max(1, threads) : 1;
   return work;

@@ -34,9 +34,13 @@ struct NodeWork {
   int team_threads = 1;
 };
 
-// Below this many FLOPs an op runs on one thread, as a training runtime with a
-// grain size runs it.
-inline constexpr double kTeamMinFlops = 1e6;
+// What decides whether a node repays a team: its FLOPs plus the bytes it writes. Memory-bound ops
+// (batch norm, elementwise) do a few FLOPs per value but take as long per value written as a
+// convolution per few FLOPs: counted by FLOPs alone, MobileNetV2's batch norms at batch 8 ran on
+// one thread beside a free core.
+double TeamWork(const v1::TrainingNode& node);
+// Below this much TeamWork an op runs on one thread, as a training runtime with a grain size runs it.
+inline constexpr double kTeamMinWork = 1e6;
 
 // The work of node `index`; `threads` enters the signature (costs differ per thread count).
 Result<NodeWork> WorkForNode(const v1::TrainingGraph& graph, int index, int threads);

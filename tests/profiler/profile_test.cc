@@ -570,7 +570,7 @@ TEST(NodeWork, TinyOpsRunOnOneThreadAndLargeOnesOnTheTeam) {
     ASSERT_TRUE(work.ok());
     if (work->pass == Pass::kNone) continue;
     const bool slowed = work->pass == Pass::kBackwardWeights && !kernels::WeightGradientRepaysTeam(work->spec, 2);
-    EXPECT_EQ(work->team_threads, graph->nodes(i).flops() < kTeamMinFlops || slowed ? 1 : 2) << graph->nodes(i).name();
+    EXPECT_EQ(work->team_threads, TeamWork(graph->nodes(i)) < kTeamMinWork || slowed ? 1 : 2) << graph->nodes(i).name();
     (work->team_threads == 1 ? single : team)++;
   }
   EXPECT_GT(single, 0);
