@@ -96,9 +96,16 @@ TEST(LayerGradients, LinearRelu) { CheckLayer({"linear_relu", {}, {{3, 6}}, {3, 
 
 TEST(LayerGradients, QkvProjection) { CheckLayer({"qkv_projection", {}, {{4, 6}}, {12, 2, 2}}); }
 
-TEST(LayerGradients, BatchNorm2d) { CheckLayer({"batchnorm2d", {}, {{3, 2, 3, 3}}, {3, 2, 3, 3}}); }
-TEST(LayerGradients, BatchNormRelu) { CheckLayer({"batchnorm2d_relu", {}, {{3, 2, 3, 3}}, {3, 2, 3, 3}}); }
-TEST(LayerGradients, BatchNormRelu6) { CheckLayer({"batchnorm2d_relu6", {}, {{3, 2, 3, 3}}, {3, 2, 3, 3}}); }
+// Batch norm's loops: over whole channels on small maps (3x3 here), one channel at a time on larger ones (5x5).
+TEST(LayerGradients, BatchNorm2d) {
+  for (const Dims& shape : {Dims{3, 2, 3, 3}, Dims{2, 2, 5, 5}}) CheckLayer({"batchnorm2d", {}, {shape}, shape});
+}
+TEST(LayerGradients, BatchNormRelu) {
+  for (const Dims& shape : {Dims{3, 2, 3, 3}, Dims{2, 2, 5, 5}}) CheckLayer({"batchnorm2d_relu", {}, {shape}, shape});
+}
+TEST(LayerGradients, BatchNormRelu6) {
+  for (const Dims& shape : {Dims{3, 2, 3, 3}, Dims{2, 2, 5, 5}}) CheckLayer({"batchnorm2d_relu6", {}, {shape}, shape});
+}
 
 TEST(LayerGradients, Relu) { CheckLayer({"relu", {}, {{2, 3, 4}}, {2, 3, 4}}); }
 
@@ -571,44 +578,65 @@ TEST(Layers, LayersShareOneScratchpadTheSizeOfTheLargestNeed) {
 TEST(Layers, FusedBatchNormActivationIsBatchNormThenActivationBitForBit) {
   for (const auto& [fused_kind, activation_kind] :
        std::vector<std::pair<std::string, std::string>>{{"batchnorm2d_relu", "relu"}, {"batchnorm2d_relu6", "relu6"}}) {
-    SCOPED_TRACE(fused_kind);
-    const Dims shape = {4, 3, 5, 5};
-    Backend backend;
-    auto fused = MakeLayer(backend, {fused_kind, {}, {shape}, shape}, 3);
-    auto norm = MakeLayer(backend, {"batchnorm2d", {}, {shape}, shape}, 3);
-    auto activation = MakeLayer(backend, {activation_kind, {}, {shape}, shape}, 3);
-    ASSERT_TRUE(fused.ok() && norm.ok() && activation.ok());
-    Layer &f = **fused, &bn = **norm, &act = **activation;
-    for (Layer* layer : {&f, &bn}) std::fill(layer->params()[0]->data.begin(), layer->params()[0]->data.end(), 8.0f);
-    bn.inputs()[0].data = f.inputs()[0].data;
-    std::mt19937 rng(5);
-    std::normal_distribution<float> normal(0.0f, 1.0f);
-    for (float& g : f.grad_output().data) g = normal(rng);
-    act.grad_output().data = f.grad_output().data;
+    for (const Dims& shape : {Dims{4, 3, 5, 5}, Dims{4, 3, 2, 2}}) {  // both of batch norm's loops
+      SCOPED_TRACE(fused_kind + " on " + std::to_string(shape[2]) + "x" + std::to_string(shape[3]));
+      Backend backend;
+      auto fused = MakeLayer(backend, {fused_kind, {}, {shape}, shape}, 3);
+      auto norm = MakeLayer(backend, {"batchnorm2d", {}, {shape}, shape}, 3);
+      auto activation = MakeLayer(backend, {activation_kind, {}, {shape}, shape}, 3);
+      ASSERT_TRUE(fused.ok() && norm.ok() && activation.ok());
+      Layer &f = **fused, &bn = **norm, &act = **activation;
+      for (Layer* layer : {&f, &bn}) std::fill(layer->params()[0]->data.begin(), layer->params()[0]->data.end(), 8.0f);
+      bn.inputs()[0].data = f.inputs()[0].data;
+      std::mt19937 rng(5);
+      std::normal_distribution<float> normal(0.0f, 1.0f);
+      for (float& g : f.grad_output().data) g = normal(rng);
+      act.grad_output().data = f.grad_output().data;
 
-    f.Forward();
-    bn.Forward();
-    act.inputs()[0].data = bn.output().data;
-    act.Forward();
-    EXPECT_EQ(f.output().data, act.output().data);
-    int64_t clipped_above = 0;
-    for (float y : f.output().data) clipped_above += y == 6.0f;
-    if (activation_kind == "relu6") {
-      EXPECT_GT(clipped_above, 0);
+      f.Forward();
+      bn.Forward();
+      act.inputs()[0].data = bn.output().data;
+      act.Forward();
+      EXPECT_EQ(f.output().data, act.output().data);
+      int64_t clipped_above = 0;
+      for (float y : f.output().data) clipped_above += y == 6.0f;
+      if (activation_kind == "relu6") {
+        EXPECT_GT(clipped_above, 0);
+      }
+
+      f.BackwardInput();
+      act.BackwardInput();
+      bn.grad_output().data = act.grad_inputs()[0].data;
+      bn.BackwardInput();
+      EXPECT_EQ(f.grad_inputs()[0].data, bn.grad_inputs()[0].data);
+      EXPECT_EQ(f.grad_params()[0]->data, bn.grad_params()[0]->data);
+      EXPECT_EQ(f.grad_params()[1]->data, bn.grad_params()[1]->data);
+
+      const std::vector<float> dbeta = bn.grad_params()[1]->data;
+      std::fill(f.grad_params()[1]->data.begin(), f.grad_params()[1]->data.end(), 0.0f);
+      f.BackwardBias();
+      EXPECT_EQ(f.grad_params()[1]->data, dbeta);
     }
+  }
+}
 
-    f.BackwardInput();
-    act.BackwardInput();
-    bn.grad_output().data = act.grad_inputs()[0].data;
-    bn.BackwardInput();
-    EXPECT_EQ(f.grad_inputs()[0].data, bn.grad_inputs()[0].data);
-    EXPECT_EQ(f.grad_params()[0]->data, bn.grad_params()[0]->data);
-    EXPECT_EQ(f.grad_params()[1]->data, bn.grad_params()[1]->data);
-
-    const std::vector<float> dbeta = bn.grad_params()[1]->data;
-    std::fill(f.grad_params()[1]->data.begin(), f.grad_params()[1]->data.end(), 0.0f);
-    f.BackwardBias();
-    EXPECT_EQ(f.grad_params()[1]->data, dbeta);
+// Batch norm's sums run in an order fixed by the shape: a team of two gives one thread's bits.
+TEST(Layers, BatchNormGivesTheSameBitsOnOneThreadAndOnTwo) {
+  for (const Dims& shape : {Dims{2, 600, 2, 2}, Dims{4, 6, 9, 9}}) {  // three blocks of lanes; six channels
+    SCOPED_TRACE(std::to_string(shape[2]) + "x" + std::to_string(shape[3]));
+    std::vector<std::vector<float>> results[2];
+    for (int threads : {1, 2}) {
+      const TeamScope team(threads);
+      Backend backend;
+      auto made = MakeLayer(backend, {"batchnorm2d_relu6", {}, {shape}, shape}, 3);
+      ASSERT_TRUE(made.ok());
+      Layer& layer = **made;
+      layer.Forward();
+      layer.BackwardInput();
+      results[threads - 1] = {layer.output().data, layer.grad_inputs()[0].data, layer.grad_params()[0]->data,
+                              layer.grad_params()[1]->data};
+    }
+    EXPECT_EQ(results[0], results[1]);
   }
 }
 
