@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <sstream>
 #include <stdexcept>
 
@@ -15,6 +16,8 @@ namespace {
 
 // A count computed in double, saturated where int64 would overflow (Append refuses it).
 int64_t SaturatingCount(double count) { return count < 9e18 ? static_cast<int64_t>(count) : int64_t{1} << 62; }
+
+double UnaryFlopsPerElement(OpKind kind);
 
 }  // namespace
 
@@ -133,11 +136,16 @@ int ForwardGraph::BatchNorm2d(int x, double epsilon) {
 
 void ForwardGraph::FuseActivationIntoBatchNorm(int batch_norm, OpKind activation) {
   Layer& layer = layers_.at(static_cast<size_t>(batch_norm));
-  if (layer.kind != OpKind::kBatchNorm2d || (activation != OpKind::kRelu && activation != OpKind::kRelu6)) {
-    Fail("only a batch norm takes a fused ReLU or ReLU6");
+  const std::map<OpKind, OpKind> fused = {{OpKind::kRelu, OpKind::kBatchNormRelu},
+                                          {OpKind::kRelu6, OpKind::kBatchNormRelu6},
+                                          {OpKind::kSilu, OpKind::kBatchNormSilu}};
+  if (layer.kind != OpKind::kBatchNorm2d || !fused.contains(activation)) {
+    Fail("only a batch norm takes a fused ReLU, ReLU6 or SiLU");
   }
-  layer.kind = activation == OpKind::kRelu ? OpKind::kBatchNormRelu : OpKind::kBatchNormRelu6;
-  layer.flops += static_cast<double>(NumElements(layer.output_shape));  // a comparison each, as Relu and kRelu6 count
+  layer.kind = fused.at(activation);
+  // A comparison a value for ReLU, as Relu counts; the others as their own nodes count.
+  const double per_value = activation == OpKind::kRelu ? 1 : UnaryFlopsPerElement(activation);
+  layer.flops += per_value * static_cast<double>(NumElements(layer.output_shape));
 }
 
 int ForwardGraph::Relu(int x) {
@@ -306,6 +314,7 @@ double UnaryFlopsPerElement(OpKind kind) {
     case OpKind::kBatchNorm2d:
     case OpKind::kBatchNormRelu:
     case OpKind::kBatchNormRelu6:
+    case OpKind::kBatchNormSilu:
     case OpKind::kRelu:
     case OpKind::kMaxPool2d:
     case OpKind::kAvgPool2d:

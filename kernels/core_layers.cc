@@ -379,17 +379,50 @@ struct BatchNormShape {
   float epsilon;
 };
 
-// The kernels below with kActivation apply the activation a batch norm may have fused
-// (kBatchNormRelu, kBatchNormRelu6): y = min(max(z, 0), upper) of the normalized z, its gradient
-// passing where 0 < z < upper, as PyTorch's ReLU and ReLU6 (hardtanh) pass theirs. The backward
-// passes recompute z from X by the forward's very arithmetic (Normalized, ForwardScale), so the
-// mask is the forward's bit for bit. Without it, `upper` is unused and the loops are a plain
-// batch norm's.
+// The activation a batch norm applies to its normalized z when one is fused: kClip (kBatchNormRelu,
+// kBatchNormRelu6) gives y = min(max(z, 0), upper), its gradient passing where 0 < z < upper, as
+// PyTorch's ReLU and ReLU6 (hardtanh) pass theirs; kSilu (kBatchNormSilu) gives y = z sigmoid(z),
+// its gradient dY s (1 + z (1 - s)) with s = sigmoid(z), as PyTorch's SiLU. The backward passes
+// recompute z from X by the forward's very arithmetic (Normalized, ForwardScale), so the mask or
+// the sigmoid is the forward's bit for bit. `upper` is kClip's alone.
+enum class Fused { kNone, kClip, kSilu };
+
 inline float Normalized(float x, float mean, float scale, float shift) { return (x - mean) * scale + shift; }
+
+// e^x in arithmetic a loop vectorizes (std::exp is a call; a float-to-int conversion or a select on
+// floats beside it keeps GCC from vectorizing): Cephes' expf, x - n ln 2 in two parts and a
+// degree-6 polynomial, times 2^n built in the exponent's bits. n is rounded by adding 1.5 x 2^23
+// and clamped to a normal float's exponents, so e^x saturates below e^-87 and above e^88 (a sigmoid
+// is then 0 or 1); within 2 ulp of e^x between, for |x| < 4e6.
+inline float VectorExp(float x) {
+  constexpr float kRound = 12582912.0f;
+  const float shifted = x * 1.44269504f + kRound;
+  const float n = shifted - kRound;
+  const float r = x - n * 0.693359375f + n * 2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  int32_t k = std::bit_cast<int32_t>(shifted) - std::bit_cast<int32_t>(kRound);
+  k = k > -126 ? k : -126;
+  k = k < 127 ? k : 127;
+  return p * std::bit_cast<float>((k + 127) << 23);
+}
+inline float Sigmoid(float z) { return 1.0f / (1.0f + VectorExp(-z)); }
+
 // Selects on values, not std::min and std::max's references, so that the loops vectorize.
-inline float Activated(float z, float upper) {
-  const float positive = z > 0.0f ? z : 0.0f;
-  return positive < upper ? positive : upper;
+template <Fused kFused>
+float Activated(float z, float upper) {
+  if constexpr (kFused == Fused::kClip) {
+    const float positive = z > 0.0f ? z : 0.0f;
+    return positive < upper ? positive : upper;
+  } else if constexpr (kFused == Fused::kSilu) {
+    return z / (1.0f + VectorExp(-z));
+  }
+  return z;
 }
 inline float ForwardScale(float gamma, float variance, float epsilon) { return gamma / std::sqrt(variance + epsilon); }
 
@@ -428,7 +461,7 @@ void Spread(const BatchNormShape& d, const LaneBlock& b, PerChannel value, float
   for (int64_t c = 0; c < b.channels; ++c) std::fill_n(lanes + c * d.hw, d.hw, value(b.first_channel + c));
 }
 
-template <bool kActivation>
+template <Fused kFused>
 EDGECOST_VECTOR_CLONES void BatchNormForwardLanes(const BatchNormShape& d, float upper, const float* x,
                                                   const float* gamma, const float* beta, float* mean, float* variance,
                                                   float* y) {
@@ -472,13 +505,9 @@ EDGECOST_VECTOR_CLONES void BatchNormForwardLanes(const BatchNormShape& d, float
       for (int64_t n = 0; n < d.n; ++n) {
         const float* in = x + n * stride + at;
         float* out = y + n * stride + at;
-        if constexpr (kActivation) {
 #pragma omp simd
-          for (int64_t l = 0; l < b.lanes; ++l) out[l] = Activated(Normalized(in[l], m[l], scale[l], shift[l]), upper);
-        } else {
-#pragma omp simd
-          for (int64_t l = 0; l < b.lanes; ++l) out[l] = Normalized(in[l], m[l], scale[l], shift[l]);
-        }
+        for (int64_t l = 0; l < b.lanes; ++l)
+          out[l] = Activated<kFused>(Normalized(in[l], m[l], scale[l], shift[l]), upper);
       }
     }
   }
@@ -490,10 +519,10 @@ EDGECOST_VECTOR_CLONES void BatchNormForwardLanes(const BatchNormShape& d, float
 // in its batch norms, forward and backward, against 1.4 ms here.
 // Sums run in double, in a fixed order per channel whatever the thread count (reproducible).
 // The variance is the biased one (divided by N H W), as oneDNN's and as PyTorch normalizes with.
-template <bool kActivation>
+template <Fused kFused>
 EDGECOST_VECTOR_CLONES void BatchNormForward(const BatchNormShape& d, float upper, const float* x, const float* gamma,
-                      const float* beta, float* mean, float* variance, float* y) {
-  if (d.hw <= kLanesMaxValues) return BatchNormForwardLanes<kActivation>(d, upper, x, gamma, beta, mean, variance, y);
+                                             const float* beta, float* mean, float* variance, float* y) {
+  if (d.hw <= kLanesMaxValues) return BatchNormForwardLanes<kFused>(d, upper, x, gamma, beta, mean, variance, y);
   const double count = static_cast<double>(d.n * d.hw);
 #pragma omp parallel for schedule(static)
   for (int64_t c = 0; c < d.c; ++c) {
@@ -520,27 +549,26 @@ EDGECOST_VECTOR_CLONES void BatchNormForward(const BatchNormShape& d, float uppe
     for (int64_t n = 0; n < d.n; ++n) {
       const float* plane = x + (n * d.c + c) * d.hw;
       float* out = y + (n * d.c + c) * d.hw;
-      if constexpr (kActivation) {
 #pragma omp simd
-        for (int64_t k = 0; k < d.hw; ++k) out[k] = Activated(Normalized(plane[k], m, scale, shift), upper);
-      } else {
-#pragma omp simd
-        for (int64_t k = 0; k < d.hw; ++k) out[k] = Normalized(plane[k], m, scale, shift);
-      }
+      for (int64_t k = 0; k < d.hw; ++k) out[k] = Activated<kFused>(Normalized(plane[k], m, scale, shift), upper);
     }
   }
 }
 
-// dY where the fused activation passes the gradient (0 < z < upper), else 0; dY itself without one.
-template <bool kActivation>
+// dY through the fused activation's gradient at z; dY itself without one.
+template <Fused kFused>
 float Masked(float upper, float dy, float x, float mean, float scale, float shift) {
-  if constexpr (!kActivation) return dy;
+  if constexpr (kFused == Fused::kNone) return dy;
   const float z = Normalized(x, mean, scale, shift);
+  if constexpr (kFused == Fused::kSilu) {
+    const float s = Sigmoid(z);
+    return dy * (s * (1.0f + z * (1.0f - s)));
+  }
   return dy * static_cast<float>((z > 0.0f) & (z < upper));  // a product, not a branch: it vectorizes
 }
 
 // The backward on small maps, in lanes as BatchNormForwardLanes.
-template <bool kActivation>
+template <Fused kFused>
 EDGECOST_VECTOR_CLONES void BatchNormBackwardLanes(const BatchNormShape& d, float upper, const float* x,
                                                    const float* dy, const float* gamma, const float* beta,
                                                    const float* mean, const float* variance, float* dx, float* dgamma,
@@ -570,11 +598,11 @@ EDGECOST_VECTOR_CLONES void BatchNormBackwardLanes(const BatchNormShape& d, floa
       for (int64_t n = 0; n < d.n; ++n) {
         const float* in = x + n * stride + at;
         const float* grad = dy + n * stride + at;
-        if (kActivation && dx) {  // the masked dY kept in dX, as BatchNormBackward keeps it
+        if (kFused != Fused::kNone && dx) {  // the masked dY kept in dX, as BatchNormBackward keeps it
           float* masked = dx + n * stride + at;
 #pragma omp simd
           for (int64_t l = 0; l < b.lanes; ++l) {
-            const float g = Masked<kActivation>(upper, grad[l], in[l], m[l], forward_scale[l], shift[l]);
+            const float g = Masked<kFused>(upper, grad[l], in[l], m[l], forward_scale[l], shift[l]);
             masked[l] = g;
             sums_dy[l] += g;
             sums_centered[l] += static_cast<double>(g) * (in[l] - m[l]);
@@ -583,7 +611,7 @@ EDGECOST_VECTOR_CLONES void BatchNormBackwardLanes(const BatchNormShape& d, floa
         }
 #pragma omp simd
         for (int64_t l = 0; l < b.lanes; ++l) {
-          const float g = Masked<kActivation>(upper, grad[l], in[l], m[l], forward_scale[l], shift[l]);
+          const float g = Masked<kFused>(upper, grad[l], in[l], m[l], forward_scale[l], shift[l]);
           sums_dy[l] += g;
           sums_centered[l] += static_cast<double>(g) * (in[l] - m[l]);
         }
@@ -612,7 +640,7 @@ EDGECOST_VECTOR_CLONES void BatchNormBackwardLanes(const BatchNormShape& d, floa
       for (int64_t n = 0; n < d.n; ++n) {
         const float* in = x + n * stride + at;
         float* out = dx + n * stride + at;
-        const float* grad = kActivation ? out : dy + n * stride + at;
+        const float* grad = kFused != Fused::kNone ? out : dy + n * stride + at;
 #pragma omp simd
         for (int64_t l = 0; l < b.lanes; ++l) {
           out[l] = scale[l] * (grad[l] - mean_dy[l] - (in[l] - m[l]) * per_centered[l]);
@@ -625,12 +653,12 @@ EDGECOST_VECTOR_CLONES void BatchNormBackwardLanes(const BatchNormShape& d, floa
 // Its backward at the forward's batch statistics: with xhat = (x - mean) / sqrt(var + eps) and M = N H W,
 // dbeta = sum dY, dgamma = sum dY xhat, dX = gamma / sqrt(var + eps) (dY - dbeta / M - xhat dgamma / M),
 // dY masked by the fused activation's gradient.
-template <bool kActivation>
+template <Fused kFused>
 EDGECOST_VECTOR_CLONES void BatchNormBackward(const BatchNormShape& d, float upper, const float* x, const float* dy,
-                       const float* gamma, const float* beta, const float* mean, const float* variance, float* dx,
-                       float* dgamma, float* dbeta) {
+                                              const float* gamma, const float* beta, const float* mean,
+                                              const float* variance, float* dx, float* dgamma, float* dbeta) {
   if (d.hw <= kLanesMaxValues) {
-    return BatchNormBackwardLanes<kActivation>(d, upper, x, dy, gamma, beta, mean, variance, dx, dgamma, dbeta);
+    return BatchNormBackwardLanes<kFused>(d, upper, x, dy, gamma, beta, mean, variance, dx, dgamma, dbeta);
   }
   const double count = static_cast<double>(d.n * d.hw);
 #pragma omp parallel for schedule(static)
@@ -643,11 +671,11 @@ EDGECOST_VECTOR_CLONES void BatchNormBackward(const BatchNormShape& d, float upp
     for (int64_t n = 0; n < d.n; ++n) {
       const float* plane = x + (n * d.c + c) * d.hw;
       const float* grad = dy + (n * d.c + c) * d.hw;
-      if (kActivation && dx) {
+      if (kFused != Fused::kNone && dx) {
         float* masked = dx + (n * d.c + c) * d.hw;
 #pragma omp simd reduction(+ : sum_dy, sum_dy_centered)
         for (int64_t k = 0; k < d.hw; ++k) {
-          const float g = Masked<kActivation>(upper, grad[k], plane[k], m, forward_scale, shift);
+          const float g = Masked<kFused>(upper, grad[k], plane[k], m, forward_scale, shift);
           masked[k] = g;
           sum_dy += g;
           sum_dy_centered += static_cast<double>(g) * (plane[k] - m);
@@ -656,7 +684,7 @@ EDGECOST_VECTOR_CLONES void BatchNormBackward(const BatchNormShape& d, float upp
       }
 #pragma omp simd reduction(+ : sum_dy, sum_dy_centered)
       for (int64_t k = 0; k < d.hw; ++k) {
-        const float g = Masked<kActivation>(upper, grad[k], plane[k], m, forward_scale, shift);
+        const float g = Masked<kFused>(upper, grad[k], plane[k], m, forward_scale, shift);
         sum_dy += g;
         sum_dy_centered += static_cast<double>(g) * (plane[k] - m);
       }
@@ -671,7 +699,7 @@ EDGECOST_VECTOR_CLONES void BatchNormBackward(const BatchNormShape& d, float upp
     for (int64_t n = 0; n < d.n; ++n) {
       const float* plane = x + (n * d.c + c) * d.hw;
       float* out = dx + (n * d.c + c) * d.hw;
-      const float* grad = kActivation ? out : dy + (n * d.c + c) * d.hw;
+      const float* grad = kFused != Fused::kNone ? out : dy + (n * d.c + c) * d.hw;
 #pragma omp simd
       for (int64_t k = 0; k < d.hw; ++k) out[k] = scale * (grad[k] - mean_dy - (plane[k] - m) * per_centered);
     }
@@ -679,7 +707,7 @@ EDGECOST_VECTOR_CLONES void BatchNormBackward(const BatchNormShape& d, float upp
 }
 
 // Batch norm, `kind` kBatchNorm2d, or with the activation that follows it fused: kBatchNormRelu,
-// kBatchNormRelu6.
+// kBatchNormRelu6, kBatchNormSilu.
 class BatchNorm2d : public StepLayer {
  public:
   BatchNorm2d(Backend& b, const LayerSpec& spec, uint32_t seed, graph::OpKind kind) : StepLayer(b, seed) {
@@ -704,9 +732,13 @@ class BatchNorm2d : public StepLayer {
     // Training passes: our own loops, one channel at a time (see BatchNormForward); inference
     // (running statistics, one pass) stays oneDNN's.
     const BatchNormShape shape{x.dims[0], channels, values_per_channel_ / x.dims[0], kEpsilon};
-    const bool fused = kind != graph::OpKind::kBatchNorm2d;
+    const Fused fused = kind == graph::OpKind::kBatchNorm2d     ? Fused::kNone
+                        : kind == graph::OpKind::kBatchNormSilu ? Fused::kSilu
+                                                                : Fused::kClip;
     const float upper = kind == graph::OpKind::kBatchNormRelu6 ? 6.0f : std::numeric_limits<float>::infinity();
-    const auto forward = fused ? BatchNormForward<true> : BatchNormForward<false>;
+    const auto forward = fused == Fused::kNone   ? BatchNormForward<Fused::kNone>
+                         : fused == Fused::kClip ? BatchNormForward<Fused::kClip>
+                                                 : BatchNormForward<Fused::kSilu>;
     forward_.push_back({dnnl::primitive(),
                         {{DNNL_ARG_SRC, Mem(x)},
                          {DNNL_ARG_DST, Mem(output_)},
@@ -723,7 +755,9 @@ class BatchNorm2d : public StepLayer {
     // One kernel gives dX, dgamma and dbeta: the input and weight passes run it. Bias-only
     // training needs dbeta alone: the sum of dY over all but the channel axis, which reads no X
     // unless an activation's mask applies (then the kernel runs without dX).
-    const auto backward = fused ? BatchNormBackward<true> : BatchNormBackward<false>;
+    const auto backward = fused == Fused::kNone   ? BatchNormBackward<Fused::kNone>
+                          : fused == Fused::kClip ? BatchNormBackward<Fused::kClip>
+                                                  : BatchNormBackward<Fused::kSilu>;
     const auto add_backward = [&](std::vector<Step>& pass, bool dx) {
       pass.push_back({dnnl::primitive(),
                       {{DNNL_ARG_SRC, Mem(x)},
@@ -747,7 +781,7 @@ class BatchNorm2d : public StepLayer {
     add_backward(backward_weights_, true);
     std::vector<int64_t> per_channel(x.dims.size(), 1);  // (1, C, 1, ...) at the input's rank: 2-D inputs too
     per_channel[1] = channels;
-    if (fused) {
+    if (fused != Fused::kNone) {
       add_backward(backward_bias_, false);
     } else {
       AddReduceSum(backward_bias_, Mem(grad_output_), Mem(*grad_params_[1], Plain(per_channel)));
@@ -763,12 +797,14 @@ class BatchNorm2d : public StepLayer {
          {DNNL_ARG_SHIFT, Mem(*params_[1])},
          {DNNL_ARG_MEAN, Mem(*running_mean_)},
          {DNNL_ARG_VARIANCE, Mem(*running_variance_)}});
-    if (fused) {
-      const algorithm clip = algorithm::eltwise_clip_v2;
-      dnnl::eltwise_forward::primitive_desc act(
-          dnnl::eltwise_forward::desc(prop_kind::forward_inference, clip, Plain(output_.dims), 0.0f, upper), attr_,
-          backend_.engine());
-      Add(inference_, act, {{DNNL_ARG_SRC, Mem(output_)}, {DNNL_ARG_DST, Mem(output_)}});
+    if (fused != Fused::kNone) {
+      const auto act_desc = fused == Fused::kClip
+                                ? dnnl::eltwise_forward::desc(prop_kind::forward_inference, algorithm::eltwise_clip_v2,
+                                                              Plain(output_.dims), 0.0f, upper)
+                                : dnnl::eltwise_forward::desc(prop_kind::forward_inference, algorithm::eltwise_swish,
+                                                              Plain(output_.dims), 1.0f);
+      Add(inference_, dnnl::eltwise_forward::primitive_desc(act_desc, attr_, backend_.engine()),
+          {{DNNL_ARG_SRC, Mem(output_)}, {DNNL_ARG_DST, Mem(output_)}});
     }
     Forward();  // batch statistics for the backward pass
   }
@@ -1085,6 +1121,7 @@ std::unique_ptr<Layer> MakeCoreLayer(graph::OpKind kind, Backend& backend, const
     case OpKind::kBatchNorm2d:
     case OpKind::kBatchNormRelu:
     case OpKind::kBatchNormRelu6:
+    case OpKind::kBatchNormSilu:
       return std::make_unique<BatchNorm2d>(backend, spec, seed, kind);
     case OpKind::kRelu:
       return std::make_unique<Relu>(backend, spec, seed);

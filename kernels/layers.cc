@@ -69,6 +69,7 @@ Result<std::unique_ptr<Layer>> MakeLayer(Backend& backend, const LayerSpec& spec
       case OpKind::kBatchNorm2d:
       case OpKind::kBatchNormRelu:
       case OpKind::kBatchNormRelu6:
+      case OpKind::kBatchNormSilu:
       case OpKind::kRelu:
       case OpKind::kMaxPool2d:
       case OpKind::kAvgPool2d:

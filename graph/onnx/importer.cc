@@ -301,13 +301,18 @@ void Importer::SetModules(const onnx::NodeProto& node, size_t layers_before) {
   }
 }
 
-const onnx::NodeProto* Importer::SoleConsumer(const std::string& tensor, int* index) const {
-  auto it = consumers_.find(tensor);
-  if (it == consumers_.end() || it->second.size() != 1) return nullptr;
+std::vector<int> Importer::Consumers(const std::string& tensor) const {
   for (const onnx::ValueInfoProto& out : model_.graph().output()) {
-    if (out.name() == tensor) return nullptr;
+    if (out.name() == tensor) return {};
   }
-  *index = it->second[0];
+  auto it = consumers_.find(tensor);
+  return it == consumers_.end() ? std::vector<int>{} : it->second;
+}
+
+const onnx::NodeProto* Importer::SoleConsumer(const std::string& tensor, int* index) const {
+  const std::vector<int> consumers = Consumers(tensor);
+  if (consumers.size() != 1) return nullptr;
+  *index = consumers[0];
   return &model_.graph().node(*index);
 }
 

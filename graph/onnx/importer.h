@@ -86,6 +86,8 @@ class Importer {
   void SetActivation(const onnx::NodeProto& node, int layer) { SetOutput(node, 0, Value::Activation(layer)); }
   // Names the nn.Module of `node` on the layers added since there were `layers_before`.
   void SetModules(const onnx::NodeProto& node, size_t layers_before);
+  // The nodes consuming `tensor`, one entry per input that reads it; none for a graph output.
+  std::vector<int> Consumers(const std::string& tensor) const;
   // The one node consuming `tensor`, if it has exactly one consumer (and is not a graph output).
   const onnx::NodeProto* SoleConsumer(const std::string& tensor, int* index) const;
 

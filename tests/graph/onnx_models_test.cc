@@ -107,7 +107,7 @@ class OnnxModelsTest : public edgecost::testing::TempDirTest, public ::testing::
 const std::map<std::string, std::set<std::string>> kSignatureKinds = {
     {"mobilenet_v2", {"conv2d", "batchnorm2d_relu6", "batchnorm2d", "add"}},
     {"mobilenet_v3_small", {"conv2d", "hardswish", "hardsigmoid", "mul"}},
-    {"efficientnet_b0", {"conv2d", "silu", "sigmoid", "mul"}},
+    {"efficientnet_b0", {"conv2d", "batchnorm2d_silu", "silu", "sigmoid", "mul"}},
     {"shufflenet_v2_x0_5", {"concat", "transpose", "reshape", "slice", "reduce_mean"}},
     {"squeezenet1_1", {"concat", "maxpool2d"}},
     {"densenet121", {"concat", "batchnorm2d_relu", "avgpool2d", "maxpool2d"}},

@@ -103,6 +103,9 @@ TEST(LayerGradients, BatchNorm2d) {
 TEST(LayerGradients, BatchNormRelu) {
   for (const Dims& shape : {Dims{3, 2, 3, 3}, Dims{2, 2, 5, 5}}) CheckLayer({"batchnorm2d_relu", {}, {shape}, shape});
 }
+TEST(LayerGradients, BatchNormSilu) {
+  for (const Dims& shape : {Dims{3, 2, 3, 3}, Dims{2, 2, 5, 5}}) CheckLayer({"batchnorm2d_silu", {}, {shape}, shape});
+}
 TEST(LayerGradients, BatchNormRelu6) {
   for (const Dims& shape : {Dims{3, 2, 3, 3}, Dims{2, 2, 5, 5}}) CheckLayer({"batchnorm2d_relu6", {}, {shape}, shape});
 }
@@ -620,23 +623,64 @@ TEST(Layers, FusedBatchNormActivationIsBatchNormThenActivationBitForBit) {
   }
 }
 
+// A batch norm with SiLU fused computes what the batch norm then oneDNN's SiLU compute, to float
+// rounding: its exp is a polynomial of its own, so that the loop vectorizes.
+TEST(Layers, FusedBatchNormSiluIsBatchNormThenSilu) {
+  for (const Dims& shape : {Dims{4, 3, 5, 5}, Dims{4, 3, 2, 2}}) {
+    SCOPED_TRACE(std::to_string(shape[2]) + "x" + std::to_string(shape[3]));
+    Backend backend;
+    auto fused = MakeLayer(backend, {"batchnorm2d_silu", {}, {shape}, shape}, 3);
+    auto norm = MakeLayer(backend, {"batchnorm2d", {}, {shape}, shape}, 3);
+    auto silu = MakeLayer(backend, {"silu", {}, {shape}, shape}, 3);
+    ASSERT_TRUE(fused.ok() && norm.ok() && silu.ok());
+    Layer &f = **fused, &bn = **norm, &act = **silu;
+    for (Layer* layer : {&f, &bn}) std::fill(layer->params()[0]->data.begin(), layer->params()[0]->data.end(), 30.0f);
+    bn.inputs()[0].data = f.inputs()[0].data;
+    std::mt19937 rng(5);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (float& g : f.grad_output().data) g = normal(rng);
+    act.grad_output().data = f.grad_output().data;
+    f.Forward();
+    bn.Forward();
+    act.inputs()[0].data = bn.output().data;
+    act.Forward();
+    f.BackwardInput();
+    act.BackwardInput();
+    bn.grad_output().data = act.grad_inputs()[0].data;
+    bn.BackwardInput();
+    const auto near = [](const std::vector<float>& got, const std::vector<float>& want, const char* what) {
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < got.size(); ++i) {
+        EXPECT_NEAR(got[i], want[i], 1e-5f * std::max(1.0f, std::fabs(want[i]))) << what << " " << i;
+      }
+    };
+    near(f.output().data, act.output().data, "y");
+    near(f.grad_inputs()[0].data, bn.grad_inputs()[0].data, "dx");
+    near(f.grad_params()[0]->data, bn.grad_params()[0]->data, "dgamma");
+    near(f.grad_params()[1]->data, bn.grad_params()[1]->data, "dbeta");
+  }
+}
+
 // Batch norm's sums run in an order fixed by the shape: a team of two gives one thread's bits.
 TEST(Layers, BatchNormGivesTheSameBitsOnOneThreadAndOnTwo) {
   for (const Dims& shape : {Dims{2, 600, 2, 2}, Dims{4, 6, 9, 9}}) {  // three blocks of lanes; six channels
     SCOPED_TRACE(std::to_string(shape[2]) + "x" + std::to_string(shape[3]));
-    std::vector<std::vector<float>> results[2];
-    for (int threads : {1, 2}) {
-      const TeamScope team(threads);
-      Backend backend;
-      auto made = MakeLayer(backend, {"batchnorm2d_relu6", {}, {shape}, shape}, 3);
-      ASSERT_TRUE(made.ok());
-      Layer& layer = **made;
-      layer.Forward();
-      layer.BackwardInput();
-      results[threads - 1] = {layer.output().data, layer.grad_inputs()[0].data, layer.grad_params()[0]->data,
-                              layer.grad_params()[1]->data};
+    for (const char* kind : {"batchnorm2d_relu6", "batchnorm2d_silu"}) {
+      SCOPED_TRACE(kind);
+      std::vector<std::vector<float>> results[2];
+      for (int threads : {1, 2}) {
+        const TeamScope team(threads);
+        Backend backend;
+        auto made = MakeLayer(backend, {kind, {}, {shape}, shape}, 3);
+        ASSERT_TRUE(made.ok());
+        Layer& layer = **made;
+        layer.Forward();
+        layer.BackwardInput();
+        results[threads - 1] = {layer.output().data, layer.grad_inputs()[0].data, layer.grad_params()[0]->data,
+                                layer.grad_params()[1]->data};
+      }
+      EXPECT_EQ(results[0], results[1]);
     }
-    EXPECT_EQ(results[0], results[1]);
   }
 }
 
