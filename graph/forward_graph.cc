@@ -138,9 +138,10 @@ void ForwardGraph::FuseActivationIntoBatchNorm(int batch_norm, OpKind activation
   Layer& layer = layers_.at(static_cast<size_t>(batch_norm));
   const std::map<OpKind, OpKind> fused = {{OpKind::kRelu, OpKind::kBatchNormRelu},
                                           {OpKind::kRelu6, OpKind::kBatchNormRelu6},
-                                          {OpKind::kSilu, OpKind::kBatchNormSilu}};
+                                          {OpKind::kSilu, OpKind::kBatchNormSilu},
+                                          {OpKind::kHardSwish, OpKind::kBatchNormHardSwish}};
   if (layer.kind != OpKind::kBatchNorm2d || !fused.contains(activation)) {
-    Fail("only a batch norm takes a fused ReLU, ReLU6 or SiLU");
+    Fail("only a batch norm takes a fused ReLU, ReLU6, SiLU or HardSwish");
   }
   layer.kind = fused.at(activation);
   // A comparison a value for ReLU, as Relu counts; the others as their own nodes count.
@@ -315,6 +316,7 @@ double UnaryFlopsPerElement(OpKind kind) {
     case OpKind::kBatchNormRelu:
     case OpKind::kBatchNormRelu6:
     case OpKind::kBatchNormSilu:
+    case OpKind::kBatchNormHardSwish:
     case OpKind::kRelu:
     case OpKind::kMaxPool2d:
     case OpKind::kAvgPool2d:

@@ -80,9 +80,9 @@ class ForwardGraph {
   // `epsilon` other than PyTorch's default 1e-5 (MobileNet V3's 1e-3) is the attribute
   // "epsilon_e9", epsilon times 10^9.
   int BatchNorm2d(int x, double epsilon = kDefaultNormEpsilon);
-  // Fuses the activation `activation` (kRelu, kRelu6 or kSilu) into the batch norm `batch_norm`, whose
-  // output only it reads: the layer becomes kBatchNormRelu, kBatchNormRelu6 or kBatchNormSilu and gives
-  // the activation's output.
+  // Fuses the activation `activation` (kRelu, kRelu6, kSilu or kHardSwish) into the batch norm
+  // `batch_norm`, whose output only it reads: the layer becomes kBatchNormRelu, kBatchNormRelu6,
+  // kBatchNormSilu or kBatchNormHardSwish and gives the activation's output.
   void FuseActivationIntoBatchNorm(int batch_norm, OpKind activation);
   int Relu(int x);
   int MaxPool2d(int x, int64_t kernel, int64_t stride, int64_t padding = 0, bool ceil_mode = false);

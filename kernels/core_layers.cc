@@ -382,10 +382,12 @@ struct BatchNormShape {
 // The activation a batch norm applies to its normalized z when one is fused: kClip (kBatchNormRelu,
 // kBatchNormRelu6) gives y = min(max(z, 0), upper), its gradient passing where 0 < z < upper, as
 // PyTorch's ReLU and ReLU6 (hardtanh) pass theirs; kSilu (kBatchNormSilu) gives y = z sigmoid(z),
-// its gradient dY s (1 + z (1 - s)) with s = sigmoid(z), as PyTorch's SiLU. The backward passes
+// its gradient dY s (1 + z (1 - s)) with s = sigmoid(z), as PyTorch's SiLU; kHardSwish
+// (kBatchNormHardSwish) gives y = z min(max(z + 3, 0), 6) / 6, its gradient dY (z / 3 + 1/2) for
+// -3 <= z <= 3, dY above and 0 below, as PyTorch's Hardswish. The backward passes
 // recompute z from X by the forward's very arithmetic (Normalized, ForwardScale), so the mask or
 // the sigmoid is the forward's bit for bit. `upper` is kClip's alone.
-enum class Fused { kNone, kClip, kSilu };
+enum class Fused { kNone, kClip, kSilu, kHardSwish };
 
 inline float Normalized(float x, float mean, float scale, float shift) { return (x - mean) * scale + shift; }
 
@@ -421,6 +423,10 @@ float Activated(float z, float upper) {
     return positive < upper ? positive : upper;
   } else if constexpr (kFused == Fused::kSilu) {
     return z / (1.0f + VectorExp(-z));
+  } else if constexpr (kFused == Fused::kHardSwish) {
+    const float shifted = z + 3.0f;
+    const float positive = shifted > 0.0f ? shifted : 0.0f;
+    return z * (positive < 6.0f ? positive : 6.0f) / 6.0f;
   }
   return z;
 }
@@ -563,6 +569,10 @@ float Masked(float upper, float dy, float x, float mean, float scale, float shif
   if constexpr (kFused == Fused::kSilu) {
     const float s = Sigmoid(z);
     return dy * (s * (1.0f + z * (1.0f - s)));
+  } else if constexpr (kFused == Fused::kHardSwish) {
+    // Masks as products, not selects between computed values: the loop then vectorizes.
+    const float middle = static_cast<float>((z >= -3.0f) & (z <= 3.0f)), above = static_cast<float>(z > 3.0f);
+    return dy * ((z / 3.0f + 0.5f) * middle + above);
   }
   return dy * static_cast<float>((z > 0.0f) & (z < upper));  // a product, not a branch: it vectorizes
 }
@@ -732,13 +742,23 @@ class BatchNorm2d : public StepLayer {
     // Training passes: our own loops, one channel at a time (see BatchNormForward); inference
     // (running statistics, one pass) stays oneDNN's.
     const BatchNormShape shape{x.dims[0], channels, values_per_channel_ / x.dims[0], kEpsilon};
-    const Fused fused = kind == graph::OpKind::kBatchNorm2d     ? Fused::kNone
-                        : kind == graph::OpKind::kBatchNormSilu ? Fused::kSilu
-                                                                : Fused::kClip;
     const float upper = kind == graph::OpKind::kBatchNormRelu6 ? 6.0f : std::numeric_limits<float>::infinity();
-    const auto forward = fused == Fused::kNone   ? BatchNormForward<Fused::kNone>
-                         : fused == Fused::kClip ? BatchNormForward<Fused::kClip>
-                                                 : BatchNormForward<Fused::kSilu>;
+    Fused fused = Fused::kNone;
+    auto forward = BatchNormForward<Fused::kNone>;
+    auto backward = BatchNormBackward<Fused::kNone>;
+    if (kind == graph::OpKind::kBatchNormRelu || kind == graph::OpKind::kBatchNormRelu6) {
+      fused = Fused::kClip;
+      forward = BatchNormForward<Fused::kClip>;
+      backward = BatchNormBackward<Fused::kClip>;
+    } else if (kind == graph::OpKind::kBatchNormSilu) {
+      fused = Fused::kSilu;
+      forward = BatchNormForward<Fused::kSilu>;
+      backward = BatchNormBackward<Fused::kSilu>;
+    } else if (kind == graph::OpKind::kBatchNormHardSwish) {
+      fused = Fused::kHardSwish;
+      forward = BatchNormForward<Fused::kHardSwish>;
+      backward = BatchNormBackward<Fused::kHardSwish>;
+    }
     forward_.push_back({dnnl::primitive(),
                         {{DNNL_ARG_SRC, Mem(x)},
                          {DNNL_ARG_DST, Mem(output_)},
@@ -755,9 +775,6 @@ class BatchNorm2d : public StepLayer {
     // One kernel gives dX, dgamma and dbeta: the input and weight passes run it. Bias-only
     // training needs dbeta alone: the sum of dY over all but the channel axis, which reads no X
     // unless an activation's mask applies (then the kernel runs without dX).
-    const auto backward = fused == Fused::kNone   ? BatchNormBackward<Fused::kNone>
-                          : fused == Fused::kClip ? BatchNormBackward<Fused::kClip>
-                                                  : BatchNormBackward<Fused::kSilu>;
     const auto add_backward = [&](std::vector<Step>& pass, bool dx) {
       pass.push_back({dnnl::primitive(),
                       {{DNNL_ARG_SRC, Mem(x)},
@@ -798,12 +815,11 @@ class BatchNorm2d : public StepLayer {
          {DNNL_ARG_MEAN, Mem(*running_mean_)},
          {DNNL_ARG_VARIANCE, Mem(*running_variance_)}});
     if (fused != Fused::kNone) {
-      const auto act_desc = fused == Fused::kClip
-                                ? dnnl::eltwise_forward::desc(prop_kind::forward_inference, algorithm::eltwise_clip_v2,
-                                                              Plain(output_.dims), 0.0f, upper)
-                                : dnnl::eltwise_forward::desc(prop_kind::forward_inference, algorithm::eltwise_swish,
-                                                              Plain(output_.dims), 1.0f);
-      Add(inference_, dnnl::eltwise_forward::primitive_desc(act_desc, attr_, backend_.engine()),
+      const auto [alg, alpha, beta] = fused == Fused::kClip   ? std::tuple(algorithm::eltwise_clip_v2, 0.0f, upper)
+                                      : fused == Fused::kSilu ? std::tuple(algorithm::eltwise_swish, 1.0f, 0.0f)
+                                                              : std::tuple(algorithm::eltwise_hardswish, 0.0f, 0.0f);
+      const dnnl::eltwise_forward::desc act(prop_kind::forward_inference, alg, Plain(output_.dims), alpha, beta);
+      Add(inference_, dnnl::eltwise_forward::primitive_desc(act, attr_, backend_.engine()),
           {{DNNL_ARG_SRC, Mem(output_)}, {DNNL_ARG_DST, Mem(output_)}});
     }
     Forward();  // batch statistics for the backward pass
@@ -1122,6 +1138,7 @@ std::unique_ptr<Layer> MakeCoreLayer(graph::OpKind kind, Backend& backend, const
     case OpKind::kBatchNormRelu:
     case OpKind::kBatchNormRelu6:
     case OpKind::kBatchNormSilu:
+    case OpKind::kBatchNormHardSwish:
       return std::make_unique<BatchNorm2d>(backend, spec, seed, kind);
     case OpKind::kRelu:
       return std::make_unique<Relu>(backend, spec, seed);

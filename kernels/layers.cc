@@ -70,6 +70,7 @@ Result<std::unique_ptr<Layer>> MakeLayer(Backend& backend, const LayerSpec& spec
       case OpKind::kBatchNormRelu:
       case OpKind::kBatchNormRelu6:
       case OpKind::kBatchNormSilu:
+      case OpKind::kBatchNormHardSwish:
       case OpKind::kRelu:
       case OpKind::kMaxPool2d:
       case OpKind::kAvgPool2d:

@@ -17,7 +17,7 @@ Status Importer::ImportUnary(const onnx::NodeProto& node, int index, const Input
 }
 
 // x * f(x), where `node` computes f(x) and that product is its one consumer: one layer of `kind`.
-// SiLU of a batch norm that nothing else reads (only the sigmoid and the product) is fused into it.
+// SiLU or HardSwish of a batch norm that nothing else reads (only f and the product) is fused into it.
 bool Importer::TryFuseProductWithInput(const onnx::NodeProto& node, const Value* x, OpKind kind) {
   int mul_index = -1;
   const onnx::NodeProto* mul = SoleConsumer(node.output(0), &mul_index);
@@ -26,7 +26,7 @@ bool Importer::TryFuseProductWithInput(const onnx::NodeProto& node, const Value*
     return false;
   }
   consumed_.insert(mul_index);
-  if (kind == OpKind::kSilu && fuse_into_batch_norm_ &&
+  if (fuse_into_batch_norm_ &&
       graph_.layers().at(static_cast<size_t>(Act(x))).kind == OpKind::kBatchNorm2d &&
       Consumers(node.input(0)).size() == 2) {
     graph_.FuseActivationIntoBatchNorm(Act(x), kind);
@@ -126,6 +126,7 @@ Status Importer::ImportHardSigmoid(const onnx::NodeProto& node, int index, const
 }
 
 Status Importer::ImportHardSwish(const onnx::NodeProto& node, int index, const Inputs& in) {
+  if (TryFuseIntoBatchNorm(node, ActivationInput(in, 0), OpKind::kHardSwish)) return Status::Ok();
   return ImportUnary(node, index, in, OpKind::kHardSwish);
 }
 

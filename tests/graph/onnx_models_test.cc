@@ -106,7 +106,7 @@ class OnnxModelsTest : public edgecost::testing::TempDirTest, public ::testing::
 // What each model must contain: the op kinds that make it what it is.
 const std::map<std::string, std::set<std::string>> kSignatureKinds = {
     {"mobilenet_v2", {"conv2d", "batchnorm2d_relu6", "batchnorm2d", "add"}},
-    {"mobilenet_v3_small", {"conv2d", "hardswish", "hardsigmoid", "mul"}},
+    {"mobilenet_v3_small", {"conv2d", "batchnorm2d_hardswish", "hardswish", "hardsigmoid", "mul"}},
     {"efficientnet_b0", {"conv2d", "batchnorm2d_silu", "silu", "sigmoid", "mul"}},
     {"shufflenet_v2_x0_5", {"concat", "transpose", "reshape", "slice", "reduce_mean"}},
     {"squeezenet1_1", {"concat", "maxpool2d"}},

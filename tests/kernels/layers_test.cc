@@ -106,6 +106,11 @@ TEST(LayerGradients, BatchNormRelu) {
 TEST(LayerGradients, BatchNormSilu) {
   for (const Dims& shape : {Dims{3, 2, 3, 3}, Dims{2, 2, 5, 5}}) CheckLayer({"batchnorm2d_silu", {}, {shape}, shape});
 }
+TEST(LayerGradients, BatchNormHardSwish) {
+  for (const Dims& shape : {Dims{3, 2, 3, 3}, Dims{2, 2, 5, 5}}) {
+    CheckLayer({"batchnorm2d_hardswish", {}, {shape}, shape});
+  }
+}
 TEST(LayerGradients, BatchNormRelu6) {
   for (const Dims& shape : {Dims{3, 2, 3, 3}, Dims{2, 2, 5, 5}}) CheckLayer({"batchnorm2d_relu6", {}, {shape}, shape});
 }
@@ -623,41 +628,44 @@ TEST(Layers, FusedBatchNormActivationIsBatchNormThenActivationBitForBit) {
   }
 }
 
-// A batch norm with SiLU fused computes what the batch norm then oneDNN's SiLU compute, to float
-// rounding: its exp is a polynomial of its own, so that the loop vectorizes.
-TEST(Layers, FusedBatchNormSiluIsBatchNormThenSilu) {
-  for (const Dims& shape : {Dims{4, 3, 5, 5}, Dims{4, 3, 2, 2}}) {
-    SCOPED_TRACE(std::to_string(shape[2]) + "x" + std::to_string(shape[3]));
-    Backend backend;
-    auto fused = MakeLayer(backend, {"batchnorm2d_silu", {}, {shape}, shape}, 3);
-    auto norm = MakeLayer(backend, {"batchnorm2d", {}, {shape}, shape}, 3);
-    auto silu = MakeLayer(backend, {"silu", {}, {shape}, shape}, 3);
-    ASSERT_TRUE(fused.ok() && norm.ok() && silu.ok());
-    Layer &f = **fused, &bn = **norm, &act = **silu;
-    for (Layer* layer : {&f, &bn}) std::fill(layer->params()[0]->data.begin(), layer->params()[0]->data.end(), 30.0f);
-    bn.inputs()[0].data = f.inputs()[0].data;
-    std::mt19937 rng(5);
-    std::normal_distribution<float> normal(0.0f, 1.0f);
-    for (float& g : f.grad_output().data) g = normal(rng);
-    act.grad_output().data = f.grad_output().data;
-    f.Forward();
-    bn.Forward();
-    act.inputs()[0].data = bn.output().data;
-    act.Forward();
-    f.BackwardInput();
-    act.BackwardInput();
-    bn.grad_output().data = act.grad_inputs()[0].data;
-    bn.BackwardInput();
-    const auto near = [](const std::vector<float>& got, const std::vector<float>& want, const char* what) {
-      ASSERT_EQ(got.size(), want.size());
-      for (size_t i = 0; i < got.size(); ++i) {
-        EXPECT_NEAR(got[i], want[i], 1e-5f * std::max(1.0f, std::fabs(want[i]))) << what << " " << i;
-      }
-    };
-    near(f.output().data, act.output().data, "y");
-    near(f.grad_inputs()[0].data, bn.grad_inputs()[0].data, "dx");
-    near(f.grad_params()[0]->data, bn.grad_params()[0]->data, "dgamma");
-    near(f.grad_params()[1]->data, bn.grad_params()[1]->data, "dbeta");
+// A batch norm with SiLU or HardSwish fused computes what the batch norm then oneDNN's activation
+// compute, to float rounding: SiLU's exp is a polynomial of its own, so that the loop vectorizes.
+TEST(Layers, FusedBatchNormSiluAndHardSwishAreBatchNormThenTheActivation) {
+  for (const auto& [fused_kind, activation_kind] : std::vector<std::pair<std::string, std::string>>{
+           {"batchnorm2d_silu", "silu"}, {"batchnorm2d_hardswish", "hardswish"}}) {
+    for (const Dims& shape : {Dims{4, 3, 5, 5}, Dims{4, 3, 2, 2}}) {
+      SCOPED_TRACE(fused_kind + " on " + std::to_string(shape[2]) + "x" + std::to_string(shape[3]));
+      Backend backend;
+      auto fused = MakeLayer(backend, {fused_kind, {}, {shape}, shape}, 3);
+      auto norm = MakeLayer(backend, {"batchnorm2d", {}, {shape}, shape}, 3);
+      auto activation = MakeLayer(backend, {activation_kind, {}, {shape}, shape}, 3);
+      ASSERT_TRUE(fused.ok() && norm.ok() && activation.ok());
+      Layer &f = **fused, &bn = **norm, &act = **activation;
+      for (Layer* layer : {&f, &bn}) std::fill(layer->params()[0]->data.begin(), layer->params()[0]->data.end(), 30.0f);
+      bn.inputs()[0].data = f.inputs()[0].data;
+      std::mt19937 rng(5);
+      std::normal_distribution<float> normal(0.0f, 1.0f);
+      for (float& g : f.grad_output().data) g = normal(rng);
+      act.grad_output().data = f.grad_output().data;
+      f.Forward();
+      bn.Forward();
+      act.inputs()[0].data = bn.output().data;
+      act.Forward();
+      f.BackwardInput();
+      act.BackwardInput();
+      bn.grad_output().data = act.grad_inputs()[0].data;
+      bn.BackwardInput();
+      const auto near = [](const std::vector<float>& got, const std::vector<float>& want, const char* what) {
+        ASSERT_EQ(got.size(), want.size());
+        for (size_t i = 0; i < got.size(); ++i) {
+          EXPECT_NEAR(got[i], want[i], 1e-5f * std::max(1.0f, std::fabs(want[i]))) << what << " " << i;
+        }
+      };
+      near(f.output().data, act.output().data, "y");
+      near(f.grad_inputs()[0].data, bn.grad_inputs()[0].data, "dx");
+      near(f.grad_params()[0]->data, bn.grad_params()[0]->data, "dgamma");
+      near(f.grad_params()[1]->data, bn.grad_params()[1]->data, "dbeta");
+    }
   }
 }
 
@@ -665,7 +673,7 @@ TEST(Layers, FusedBatchNormSiluIsBatchNormThenSilu) {
 TEST(Layers, BatchNormGivesTheSameBitsOnOneThreadAndOnTwo) {
   for (const Dims& shape : {Dims{2, 600, 2, 2}, Dims{4, 6, 9, 9}}) {  // three blocks of lanes; six channels
     SCOPED_TRACE(std::to_string(shape[2]) + "x" + std::to_string(shape[3]));
-    for (const char* kind : {"batchnorm2d_relu6", "batchnorm2d_silu"}) {
+    for (const char* kind : {"batchnorm2d_relu6", "batchnorm2d_silu", "batchnorm2d_hardswish"}) {
       SCOPED_TRACE(kind);
       std::vector<std::vector<float>> results[2];
       for (int threads : {1, 2}) {
