@@ -391,11 +391,11 @@ enum class Fused { kNone, kClip, kSilu, kHardSwish };
 
 inline float Normalized(float x, float mean, float scale, float shift) { return (x - mean) * scale + shift; }
 
-// e^x in arithmetic a loop vectorizes (std::exp is a call; a float-to-int conversion or a select on
-// floats beside it keeps GCC from vectorizing): Cephes' expf, x - n ln 2 in two parts and a
-// degree-6 polynomial, times 2^n built in the exponent's bits. n is rounded by adding 1.5 x 2^23
-// and clamped to a normal float's exponents, so e^x saturates below e^-87 and above e^88 (a sigmoid
-// is then 0 or 1); within 2 ulp of e^x between, for |x| < 4e6.
+// e^x in arithmetic a loop vectorizes: Cephes' expf, x - n ln 2 in two parts and a degree-6
+// polynomial, times 2^n built in the exponent's bits. std::exp is a call, and GCC 12 vectorizes no
+// loop with a float-to-int conversion or a clamp of x beside this, so n is rounded by adding
+// 1.5 x 2^23 and clamped as an integer, to a normal float's exponents: e^x saturates below e^-87 and
+// above e^88 (a sigmoid is then 0 or 1), and is within 2 ulp between, for |x| < 4e6.
 inline float VectorExp(float x) {
   constexpr float kRound = 12582912.0f;
   const float shifted = x * 1.44269504f + kRound;

@@ -3,6 +3,7 @@
 // likewise for the parameters and BackwardWeights.
 #include "kernels/layers.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <random>
@@ -580,91 +581,84 @@ TEST(Layers, LayersShareOneScratchpadTheSizeOfTheLargestNeed) {
   }
 }
 
-// A batch norm with its activation fused computes what the batch norm then the activation compute,
+// A fused batch norm's results beside those of the batch norm then the activation, each as
+// {y, dX, dgamma, dbeta}, and the fused layer's bias-only dbeta. Every scale is `gamma`.
+struct FusedAndApart {
+  std::vector<std::vector<float>> fused, apart;
+  std::vector<float> fused_bias_only_dbeta;
+};
+FusedAndApart RunFusedAndApart(const std::string& fused_kind, const std::string& activation_kind, const Dims& shape,
+                               float gamma) {
+  Backend backend;
+  auto fused = MakeLayer(backend, {fused_kind, {}, {shape}, shape}, 3);
+  auto norm = MakeLayer(backend, {"batchnorm2d", {}, {shape}, shape}, 3);
+  auto activation = MakeLayer(backend, {activation_kind, {}, {shape}, shape}, 3);
+  if (!fused.ok() || !norm.ok() || !activation.ok()) {
+    ADD_FAILURE() << "cannot make " << fused_kind << " or " << activation_kind;
+    return {};
+  }
+  Layer &f = **fused, &bn = **norm, &act = **activation;
+  for (Layer* layer : {&f, &bn}) std::fill(layer->params()[0]->data.begin(), layer->params()[0]->data.end(), gamma);
+  bn.inputs()[0].data = f.inputs()[0].data;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (float& g : f.grad_output().data) g = normal(rng);
+  act.grad_output().data = f.grad_output().data;
+  f.Forward();
+  bn.Forward();
+  act.inputs()[0].data = bn.output().data;
+  act.Forward();
+  f.BackwardInput();
+  act.BackwardInput();
+  bn.grad_output().data = act.grad_inputs()[0].data;
+  bn.BackwardInput();
+  FusedAndApart result{
+      .fused = {f.output().data, f.grad_inputs()[0].data, f.grad_params()[0]->data, f.grad_params()[1]->data},
+      .apart = {act.output().data, bn.grad_inputs()[0].data, bn.grad_params()[0]->data, bn.grad_params()[1]->data}};
+  std::fill(f.grad_params()[1]->data.begin(), f.grad_params()[1]->data.end(), 0.0f);
+  f.BackwardBias();
+  result.fused_bias_only_dbeta = f.grad_params()[1]->data;
+  return result;
+}
+
+const std::vector<Dims> kBothBatchNormLoops = {{4, 3, 5, 5}, {4, 3, 2, 2}};  // one channel at a time; lanes
+
+// A batch norm with ReLU or ReLU6 fused computes what the batch norm then the activation compute,
 // bit for bit: its output, dX, dgamma and dbeta, and the bias-only pass's dbeta. The scale is large
 // enough that ReLU6's upper bound cuts too.
 TEST(Layers, FusedBatchNormActivationIsBatchNormThenActivationBitForBit) {
   for (const auto& [fused_kind, activation_kind] :
        std::vector<std::pair<std::string, std::string>>{{"batchnorm2d_relu", "relu"}, {"batchnorm2d_relu6", "relu6"}}) {
-    for (const Dims& shape : {Dims{4, 3, 5, 5}, Dims{4, 3, 2, 2}}) {  // both of batch norm's loops
+    for (const Dims& shape : kBothBatchNormLoops) {
       SCOPED_TRACE(fused_kind + " on " + std::to_string(shape[2]) + "x" + std::to_string(shape[3]));
-      Backend backend;
-      auto fused = MakeLayer(backend, {fused_kind, {}, {shape}, shape}, 3);
-      auto norm = MakeLayer(backend, {"batchnorm2d", {}, {shape}, shape}, 3);
-      auto activation = MakeLayer(backend, {activation_kind, {}, {shape}, shape}, 3);
-      ASSERT_TRUE(fused.ok() && norm.ok() && activation.ok());
-      Layer &f = **fused, &bn = **norm, &act = **activation;
-      for (Layer* layer : {&f, &bn}) std::fill(layer->params()[0]->data.begin(), layer->params()[0]->data.end(), 8.0f);
-      bn.inputs()[0].data = f.inputs()[0].data;
-      std::mt19937 rng(5);
-      std::normal_distribution<float> normal(0.0f, 1.0f);
-      for (float& g : f.grad_output().data) g = normal(rng);
-      act.grad_output().data = f.grad_output().data;
-
-      f.Forward();
-      bn.Forward();
-      act.inputs()[0].data = bn.output().data;
-      act.Forward();
-      EXPECT_EQ(f.output().data, act.output().data);
-      int64_t clipped_above = 0;
-      for (float y : f.output().data) clipped_above += y == 6.0f;
+      const FusedAndApart run = RunFusedAndApart(fused_kind, activation_kind, shape, 8.0f);
+      ASSERT_EQ(run.fused.size(), 4u);
+      EXPECT_EQ(run.fused, run.apart);
+      EXPECT_EQ(run.fused_bias_only_dbeta, run.apart[3]);
       if (activation_kind == "relu6") {
-        EXPECT_GT(clipped_above, 0);
+        EXPECT_GT(std::count(run.fused[0].begin(), run.fused[0].end(), 6.0f), 0);
       }
-
-      f.BackwardInput();
-      act.BackwardInput();
-      bn.grad_output().data = act.grad_inputs()[0].data;
-      bn.BackwardInput();
-      EXPECT_EQ(f.grad_inputs()[0].data, bn.grad_inputs()[0].data);
-      EXPECT_EQ(f.grad_params()[0]->data, bn.grad_params()[0]->data);
-      EXPECT_EQ(f.grad_params()[1]->data, bn.grad_params()[1]->data);
-
-      const std::vector<float> dbeta = bn.grad_params()[1]->data;
-      std::fill(f.grad_params()[1]->data.begin(), f.grad_params()[1]->data.end(), 0.0f);
-      f.BackwardBias();
-      EXPECT_EQ(f.grad_params()[1]->data, dbeta);
     }
   }
 }
 
-// A batch norm with SiLU or HardSwish fused computes what the batch norm then oneDNN's activation
-// compute, to float rounding: SiLU's exp is a polynomial of its own, so that the loop vectorizes.
+// With SiLU or HardSwish fused, to float rounding: SiLU's exp is a polynomial of its own, so that
+// the loop vectorizes. The scale reaches the saturated ends of both.
 TEST(Layers, FusedBatchNormSiluAndHardSwishAreBatchNormThenTheActivation) {
   for (const auto& [fused_kind, activation_kind] : std::vector<std::pair<std::string, std::string>>{
            {"batchnorm2d_silu", "silu"}, {"batchnorm2d_hardswish", "hardswish"}}) {
-    for (const Dims& shape : {Dims{4, 3, 5, 5}, Dims{4, 3, 2, 2}}) {
+    for (const Dims& shape : kBothBatchNormLoops) {
       SCOPED_TRACE(fused_kind + " on " + std::to_string(shape[2]) + "x" + std::to_string(shape[3]));
-      Backend backend;
-      auto fused = MakeLayer(backend, {fused_kind, {}, {shape}, shape}, 3);
-      auto norm = MakeLayer(backend, {"batchnorm2d", {}, {shape}, shape}, 3);
-      auto activation = MakeLayer(backend, {activation_kind, {}, {shape}, shape}, 3);
-      ASSERT_TRUE(fused.ok() && norm.ok() && activation.ok());
-      Layer &f = **fused, &bn = **norm, &act = **activation;
-      for (Layer* layer : {&f, &bn}) std::fill(layer->params()[0]->data.begin(), layer->params()[0]->data.end(), 30.0f);
-      bn.inputs()[0].data = f.inputs()[0].data;
-      std::mt19937 rng(5);
-      std::normal_distribution<float> normal(0.0f, 1.0f);
-      for (float& g : f.grad_output().data) g = normal(rng);
-      act.grad_output().data = f.grad_output().data;
-      f.Forward();
-      bn.Forward();
-      act.inputs()[0].data = bn.output().data;
-      act.Forward();
-      f.BackwardInput();
-      act.BackwardInput();
-      bn.grad_output().data = act.grad_inputs()[0].data;
-      bn.BackwardInput();
-      const auto near = [](const std::vector<float>& got, const std::vector<float>& want, const char* what) {
+      const FusedAndApart run = RunFusedAndApart(fused_kind, activation_kind, shape, 30.0f);
+      ASSERT_EQ(run.fused.size(), 4u);
+      for (size_t k = 0; k <= 4; ++k) {  // y, dX, dgamma, dbeta, then the bias-only dbeta
+        const std::vector<float>& want = run.apart[std::min<size_t>(k, 3)];
+        const std::vector<float>& got = k == 4 ? run.fused_bias_only_dbeta : run.fused[k];
         ASSERT_EQ(got.size(), want.size());
         for (size_t i = 0; i < got.size(); ++i) {
-          EXPECT_NEAR(got[i], want[i], 1e-5f * std::max(1.0f, std::fabs(want[i]))) << what << " " << i;
+          EXPECT_NEAR(got[i], want[i], 1e-5f * std::max(1.0f, std::fabs(want[i]))) << "result " << k << ", value " << i;
         }
-      };
-      near(f.output().data, act.output().data, "y");
-      near(f.grad_inputs()[0].data, bn.grad_inputs()[0].data, "dx");
-      near(f.grad_params()[0]->data, bn.grad_params()[0]->data, "dgamma");
-      near(f.grad_params()[1]->data, bn.grad_params()[1]->data, "dbeta");
+      }
     }
   }
 }
