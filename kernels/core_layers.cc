@@ -389,6 +389,20 @@ struct BatchNormShape {
 // the sigmoid is the forward's bit for bit. `upper` is kClip's alone.
 enum class Fused { kNone, kClip, kSilu, kHardSwish };
 
+Fused FusedActivation(graph::OpKind kind) {
+  switch (kind) {
+    case graph::OpKind::kBatchNormRelu:
+    case graph::OpKind::kBatchNormRelu6:
+      return Fused::kClip;
+    case graph::OpKind::kBatchNormSilu:
+      return Fused::kSilu;
+    case graph::OpKind::kBatchNormHardSwish:
+      return Fused::kHardSwish;
+    default:
+      return Fused::kNone;
+  }
+}
+
 inline float Normalized(float x, float mean, float scale, float shift) { return (x - mean) * scale + shift; }
 
 // e^x in arithmetic a loop vectorizes: Cephes' expf, x - n ln 2 in two parts and a degree-6
@@ -443,15 +457,14 @@ constexpr int64_t kLanesPerBlock = 1024;
 struct LaneBlock {
   int64_t first_channel, channels, lanes;
 };
+inline int64_t ChannelsPerLaneBlock(const BatchNormShape& d) { return std::max<int64_t>(1, kLanesPerBlock / d.hw); }
 inline LaneBlock LaneBlockOf(const BatchNormShape& d, int64_t block) {
-  const int64_t per_block = std::max<int64_t>(1, kLanesPerBlock / d.hw);
-  const int64_t first = block * per_block;
-  const int64_t channels = std::min(per_block, d.c - first);
+  const int64_t first = block * ChannelsPerLaneBlock(d);
+  const int64_t channels = std::min(ChannelsPerLaneBlock(d), d.c - first);
   return {first, channels, channels * d.hw};
 }
 inline int64_t LaneBlocks(const BatchNormShape& d) {
-  const int64_t per_block = std::max<int64_t>(1, kLanesPerBlock / d.hw);
-  return (d.c + per_block - 1) / per_block;
+  return (d.c + ChannelsPerLaneBlock(d) - 1) / ChannelsPerLaneBlock(d);
 }
 // Per channel of the block, the sum of its lanes.
 inline void SumLanes(const BatchNormShape& d, const LaneBlock& b, const double* lanes, double* per_channel) {
@@ -717,7 +730,7 @@ EDGECOST_VECTOR_CLONES void BatchNormBackward(const BatchNormShape& d, float upp
 }
 
 // Batch norm, `kind` kBatchNorm2d, or with the activation that follows it fused: kBatchNormRelu,
-// kBatchNormRelu6, kBatchNormSilu.
+// kBatchNormRelu6, kBatchNormSilu, kBatchNormHardSwish.
 class BatchNorm2d : public StepLayer {
  public:
   BatchNorm2d(Backend& b, const LayerSpec& spec, uint32_t seed, graph::OpKind kind) : StepLayer(b, seed) {
@@ -743,22 +756,14 @@ class BatchNorm2d : public StepLayer {
     // (running statistics, one pass) stays oneDNN's.
     const BatchNormShape shape{x.dims[0], channels, values_per_channel_ / x.dims[0], kEpsilon};
     const float upper = kind == graph::OpKind::kBatchNormRelu6 ? 6.0f : std::numeric_limits<float>::infinity();
-    Fused fused = Fused::kNone;
-    auto forward = BatchNormForward<Fused::kNone>;
-    auto backward = BatchNormBackward<Fused::kNone>;
-    if (kind == graph::OpKind::kBatchNormRelu || kind == graph::OpKind::kBatchNormRelu6) {
-      fused = Fused::kClip;
-      forward = BatchNormForward<Fused::kClip>;
-      backward = BatchNormBackward<Fused::kClip>;
-    } else if (kind == graph::OpKind::kBatchNormSilu) {
-      fused = Fused::kSilu;
-      forward = BatchNormForward<Fused::kSilu>;
-      backward = BatchNormBackward<Fused::kSilu>;
-    } else if (kind == graph::OpKind::kBatchNormHardSwish) {
-      fused = Fused::kHardSwish;
-      forward = BatchNormForward<Fused::kHardSwish>;
-      backward = BatchNormBackward<Fused::kHardSwish>;
-    }
+    const Fused fused = FusedActivation(kind);
+    // The passes' instances, in Fused's order.
+    const auto forward =
+        std::array{BatchNormForward<Fused::kNone>, BatchNormForward<Fused::kClip>, BatchNormForward<Fused::kSilu>,
+                   BatchNormForward<Fused::kHardSwish>}[static_cast<size_t>(fused)];
+    const auto backward =
+        std::array{BatchNormBackward<Fused::kNone>, BatchNormBackward<Fused::kClip>, BatchNormBackward<Fused::kSilu>,
+                   BatchNormBackward<Fused::kHardSwish>}[static_cast<size_t>(fused)];
     forward_.push_back({dnnl::primitive(),
                         {{DNNL_ARG_SRC, Mem(x)},
                          {DNNL_ARG_DST, Mem(output_)},

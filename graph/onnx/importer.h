@@ -95,7 +95,8 @@ class Importer {
   Status ImportUnary(const onnx::NodeProto& node, int index, const Inputs& in, OpKind kind,
                      std::map<std::string, int64_t> attributes = {});
   bool TryFuseProductWithInput(const onnx::NodeProto& node, const Value* x, OpKind kind);
-  bool TryFuseIntoBatchNorm(const onnx::NodeProto& node, const Value* x, OpKind activation);
+  bool TryFuseIntoBatchNorm(const onnx::NodeProto& node, const Value* x, OpKind activation,
+                            const onnx::NodeProto* product = nullptr);
   Status ImportAlias(const onnx::NodeProto& node, int index, const Inputs& in);
   Status ImportDropout(const onnx::NodeProto& node, int index, const Inputs& in);
   Status ImportRelu(const onnx::NodeProto& node, int index, const Inputs& in);

@@ -17,7 +17,7 @@ Status Importer::ImportUnary(const onnx::NodeProto& node, int index, const Input
 }
 
 // x * f(x), where `node` computes f(x) and that product is its one consumer: one layer of `kind`.
-// SiLU or HardSwish of a batch norm that nothing else reads (only f and the product) is fused into it.
+// SiLU or HardSwish of a batch norm that nothing else reads is fused into it (TryFuseIntoBatchNorm).
 bool Importer::TryFuseProductWithInput(const onnx::NodeProto& node, const Value* x, OpKind kind) {
   int mul_index = -1;
   const onnx::NodeProto* mul = SoleConsumer(node.output(0), &mul_index);
@@ -26,14 +26,7 @@ bool Importer::TryFuseProductWithInput(const onnx::NodeProto& node, const Value*
     return false;
   }
   consumed_.insert(mul_index);
-  if (fuse_into_batch_norm_ &&
-      graph_.layers().at(static_cast<size_t>(Act(x))).kind == OpKind::kBatchNorm2d &&
-      Consumers(node.input(0)).size() == 2) {
-    graph_.FuseActivationIntoBatchNorm(Act(x), kind);
-    SetOutput(*mul, 0, Value::Activation(Act(x)));
-    return true;
-  }
-  SetOutput(*mul, 0, Value::Activation(graph_.Unary(kind, Act(x))));
+  if (!TryFuseIntoBatchNorm(node, x, kind, mul)) SetOutput(*mul, 0, Value::Activation(graph_.Unary(kind, Act(x))));
   return true;
 }
 
@@ -70,16 +63,18 @@ Status Importer::ImportDropout(const onnx::NodeProto& node, int index, const Inp
   return Status::Ok();
 }
 
-// A batch norm whose output only `node` reads takes `node`'s activation into its own passes (the
-// layer keeps the batch norm's module), unless the model trains on PyTorch's kernels.
-bool Importer::TryFuseIntoBatchNorm(const onnx::NodeProto& node, const Value* x, OpKind activation) {
-  int consumer = -1;
+// A batch norm whose output x only the activation reads takes it into its own passes (the layer
+// keeps the batch norm's module), unless the model trains on PyTorch's kernels. The activation is
+// `node`, or with `product` the x * f(x) of `node`'s f(x): x then has those two readers.
+bool Importer::TryFuseIntoBatchNorm(const onnx::NodeProto& node, const Value* x, OpKind activation,
+                                    const onnx::NodeProto* product) {
+  const size_t readers = product ? 2 : 1;
   if (!fuse_into_batch_norm_ || !x || graph_.layers().at(static_cast<size_t>(Act(x))).kind != OpKind::kBatchNorm2d ||
-      SoleConsumer(node.input(0), &consumer) != &node) {
+      Consumers(node.input(0)).size() != readers) {
     return false;
   }
   graph_.FuseActivationIntoBatchNorm(Act(x), activation);
-  SetActivation(node, Act(x));
+  SetActivation(product ? *product : node, Act(x));
   return true;
 }
 
