@@ -922,29 +922,93 @@ class Flatten : public StepLayer {
   }
 };
 
+// A dropout mask's keep decisions as a pure function of (key, element): a counter-based draw, two
+// rounds of Wellons' lowbias32 integer hash (each a bijection on 32 bits). Nothing is stored or
+// drawn ahead: the forward pass, a recomputation and the backward pass hash the same elements to the
+// same decisions, on any number of threads, and the loop vectorizes.
+struct DropoutDraw {
+  uint32_t key0 = 0, key1 = 0;
+  uint32_t drop_below = 0;  // an element whose hash is below this is dropped: ratio x 2^32
+  float kept = 1.0f;        // 1 / (1 - ratio), the kept elements' scale
+
+  static uint32_t Hash(uint32_t x) {
+    x ^= x >> 16;
+    x *= 0x7feb352dU;
+    x ^= x >> 15;
+    x *= 0x846ca68bU;
+    x ^= x >> 16;
+    return x;
+  }
+  // The factor of element (or row) i, 0 or `kept`; indices past 2^32 add their high half to key1.
+  float Factor(uint64_t i) const {
+    const uint32_t h = Hash(Hash(static_cast<uint32_t>(i) ^ key0) + key1 + static_cast<uint32_t>(i >> 32));
+    return h >= drop_below ? kept : 0.0f;
+  }
+};
+
+// out[i] = in[i] x the factor of element i, or of its row (stochastic depth: `per_row` > 0).
+EDGECOST_VECTOR_CLONES void ApplyDropout(const DropoutDraw& draw, int64_t size, int64_t per_row, const float* in,
+                                         float* out) {
+  if (per_row > 0) {
+#pragma omp parallel for schedule(static)
+    for (int64_t row = 0; row < size / per_row; ++row) {
+      const float factor = draw.Factor(static_cast<uint64_t>(row));
+#pragma omp simd
+      for (int64_t i = row * per_row; i < (row + 1) * per_row; ++i) out[i] = in[i] * factor;
+    }
+    return;
+  }
+  constexpr int64_t kChunk = 1 << 14;  // divides 2^32: a chunk's indices share their high half
+  const int64_t chunks = (size + kChunk - 1) / kChunk;
+  const uint32_t key0 = draw.key0, drop_below = draw.drop_below;  // locals: `out` may not alias them
+  const float kept = draw.kept;
+#pragma omp parallel for schedule(static)
+  for (int64_t chunk = 0; chunk < chunks; ++chunk) {
+    const int64_t begin = chunk * kChunk, count = std::min(kChunk, size - begin);
+    const uint32_t first = static_cast<uint32_t>(begin), key1 = draw.key1 + static_cast<uint32_t>(begin >> 32);
+#pragma omp simd
+    for (int64_t j = 0; j < count; ++j) {  // Factor(begin + j), inlined
+      const uint32_t h = DropoutDraw::Hash(DropoutDraw::Hash((first + static_cast<uint32_t>(j)) ^ key0) + key1);
+      out[begin + j] = in[begin + j] * (h >= drop_below ? kept : 0.0f);
+    }
+  }
+}
+
 // Inverted dropout: Y = X * mask, mask in {0, 1/(1-p)}, p the attribute ratio_ppm in millionths
-// (0.1 without it). The mask is drawn for each training step from (seed, step): the layer's seed
+// (0.1 without it). The mask is a function of (seed, step, element) (DropoutDraw): the layer's seed
 // is the run's seed plus its node, so masks differ between nodes, steps and seeds, and every pass
-// of one step (a recomputed forward, the backward) multiplies by the same mask.
+// of one step (a recomputed forward, the backward) multiplies by the same mask, which no pass stores.
 class Dropout : public StepLayer {
  public:
-  Dropout(Backend& b, const LayerSpec& spec, uint32_t seed)
-      : StepLayer(b, seed),
-        seed_(seed),
-        ratio_(DropoutRatio(spec)),
-        rows_(spec.attributes.count("rows") && spec.attributes.at("rows") != 0),
-        mask_(Own(spec.output_shape)) {
+  Dropout(Backend& b, const LayerSpec& spec, uint32_t seed) : StepLayer(b, seed), seed_(seed) {
     InitInputs(spec.input_shapes);
     InitOutput(spec.output_shape);
-    DrawMask(0);
-    AddBinary(forward_, algorithm::binary_mul, Mem(inputs_[0]), Mem(mask_), Mem(output_));
-    AddBinary(backward_input_, algorithm::binary_mul, Mem(grad_output_), Mem(mask_), Mem(grad_inputs_[0]));
-    const memory::desc flat = Plain({output_.size()});
+    const double ratio = DropoutRatio(spec);
+    draw_.drop_below = static_cast<uint32_t>(std::min(ratio * 4294967296.0, 4294967295.0));
+    draw_.kept = static_cast<float>(1.0 / (1.0 - ratio));
+    SetTrainingStep(0);
+    // Stochastic depth draws once per sample, for all of its elements.
+    const bool rows = spec.attributes.count("rows") && spec.attributes.at("rows") != 0;
+    const int64_t size = output_.size();
+    const int64_t per_row = !rows ? 0 : output_.dims.empty() || output_.dims[0] == 0 ? size : size / output_.dims[0];
+    const auto add_pass = [&](std::vector<Step>& pass, Tensor& in, Tensor& out) {
+      pass.push_back({dnnl::primitive(),
+                      {{DNNL_ARG_SRC, Mem(in)}, {DNNL_ARG_DST, Mem(out)}},
+                      nullptr,
+                      [this, size, per_row](const std::unordered_map<int, memory>& a) {
+                        ApplyDropout(draw_, size, per_row, Data(a.at(DNNL_ARG_SRC)), Data(a.at(DNNL_ARG_DST)));
+                      }});
+    };
+    add_pass(forward_, inputs_[0], output_);
+    add_pass(backward_input_, grad_output_, grad_inputs_[0]);
+    const memory::desc flat = Plain({size});
     AddReorder(inference_, Mem(inputs_[0], flat), Mem(output_, flat));  // no dropout in inference
   }
 
   void SetTrainingStep(uint64_t step) override {
-    if (step != drawn_for_step_) DrawMask(step);
+    const uint64_t key = SplitMix64(SplitMix64(seed_) ^ step);
+    draw_.key0 = static_cast<uint32_t>(key);
+    draw_.key1 = static_cast<uint32_t>(key >> 32);
   }
 
  private:
@@ -952,27 +1016,15 @@ class Dropout : public StepLayer {
     auto it = spec.attributes.find(graph::kDropoutRatioAttribute);
     return it == spec.attributes.end() ? graph::kDefaultDropoutRatio : static_cast<double>(it->second) * 1e-6;
   }
-
-  void DrawMask(uint64_t step) {
-    std::seed_seq seq{seed_, static_cast<uint32_t>(step), static_cast<uint32_t>(step >> 32)};
-    std::mt19937 rng(seq);
-    std::bernoulli_distribution keep(1.0 - ratio_);
-    const auto kept = static_cast<float>(1.0 / (1.0 - ratio_));
-    if (rows_) {  // stochastic depth: one draw per sample, for all of its elements
-      const int64_t rows = mask_.dims.empty() ? 1 : mask_.dims[0];
-      const int64_t per_row = rows == 0 ? 0 : static_cast<int64_t>(mask_.data.size()) / rows;
-      for (int64_t r = 0; r < rows; ++r) std::fill_n(mask_.data.begin() + r * per_row, per_row, keep(rng) ? kept : 0.0f);
-    } else {
-      for (float& m : mask_.data) m = keep(rng) ? kept : 0.0f;
-    }
-    drawn_for_step_ = step;
+  static uint64_t SplitMix64(uint64_t x) {
+    x += 0x9e3779b97f4a7c15ULL;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
   }
 
   uint32_t seed_;
-  double ratio_;
-  bool rows_;  // stochastic depth (graph::ForwardGraph::RowDropout)
-  Tensor& mask_;
-  uint64_t drawn_for_step_ = 0;
+  DropoutDraw draw_;  // this step's keys
 };
 
 // Residual add. POET's ResNet-50 adds a smaller tensor into a larger one (zero padding):

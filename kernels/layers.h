@@ -2,7 +2,7 @@
 //
 // A Layer owns the tensors one op touches: its inputs X, output Y, parameters,
 // the forward intermediates its backward needs (batch statistics, pooling
-// workspace, dropout mask, softmax probabilities), the incoming gradient dY and
+// workspace, softmax probabilities), the incoming gradient dY and
 // the gradients it produces. The profiler times one method per training-graph
 // node: Forward, BackwardInput (dX), BackwardWeights (dW and db) or
 // BackwardBias (db only). Tests compare the backward methods with numerical
@@ -25,7 +25,7 @@ namespace edgecost::kernels {
 // The kernels' revision, part of a device's fingerprint: costs measured on other kernels are
 // stale (after issue 32's faster depthwise and batch-norm passes, the old costs predicted
 // resnet18_cifar's step 43% too slow). Raise it when a kernel's time or memory changes.
-inline constexpr uint32_t kKernelsRevision = 4;
+inline constexpr uint32_t kKernelsRevision = 5;
 
 using Dims = std::vector<int64_t>;
 

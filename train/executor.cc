@@ -944,12 +944,12 @@ Result<StepStats> Executor::Run(const solver::Plan* plan_or_null, std::optional<
   stats.node_s.assign(static_cast<size_t>(n), 0.0);
   stats.node_runs.assign(static_cast<size_t>(n), 0);
   s.loss = 0;
+  const double start = SteadyNowS();  // the step's own preparations count too
+  const double cpu_start = ThreadCpuS();
   for (const std::unique_ptr<kernels::Layer>& layer : s.layers) {
     if (layer) layer->SetTrainingStep(static_cast<uint64_t>(s.updates));
   }
   s.stats_updated.assign(static_cast<size_t>(n), false);
-  const double start = SteadyNowS();
-  const double cpu_start = ThreadCpuS();
   if (update_lr) s.optimizer->BeginStep();
   Status status = Status::Ok();
   for (int t = 0; t < n && status.ok(); ++t) {

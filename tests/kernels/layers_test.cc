@@ -187,6 +187,41 @@ TEST(Dropout, RowsKeepOrDropEachSampleWhole) {
   EXPECT_EQ(outputs[0], outputs[2]) << "a step drawn again gives the same rows";
 }
 
+// Element dropout: each step draws its own mask, about a ratio of elements dropped, independent of
+// the last step's; the backward pass and a recomputation use the forward's mask; a team of two
+// threads draws one thread's mask.
+TEST(Dropout, EachStepDrawsOneMaskForAllItsPasses) {
+  const Dims shape = {2, 50000};  // several chunks of the parallel loop
+  std::vector<float> masks[2][3];  // [threads - 1][draw]: step 7, step 8, step 7 again
+  for (int threads : {1, 2}) {
+    const TeamScope team(threads);
+    Backend backend;
+    auto made = MakeLayer(backend, {"dropout", {{"ratio_ppm", 100000}}, {shape}, shape}, 11);
+    ASSERT_TRUE(made.ok()) << made.status().message();
+    Layer& layer = **made;
+    std::fill(layer.inputs()[0].data.begin(), layer.inputs()[0].data.end(), 1.0f);
+    std::fill(layer.grad_output().data.begin(), layer.grad_output().data.end(), 1.0f);
+    const uint64_t steps[] = {7, 8, 7};
+    for (int draw = 0; draw < 3; ++draw) {
+      layer.SetTrainingStep(steps[draw]);
+      layer.Forward();
+      layer.BackwardInput();
+      EXPECT_EQ(layer.grad_inputs()[0].data, layer.output().data) << "dX = dY x the forward's mask";
+      masks[threads - 1][draw] = layer.output().data;
+    }
+  }
+  const std::vector<float>& mask = masks[0][0];
+  const auto kept = static_cast<double>(std::count(mask.begin(), mask.end(), 1.0f / 0.9f));
+  EXPECT_EQ(kept + static_cast<double>(std::count(mask.begin(), mask.end(), 0.0f)), mask.size());
+  EXPECT_NEAR(kept / mask.size(), 0.9, 0.01);
+  // Two independent masks agree where both keep or both drop: 0.9^2 + 0.1^2 of the elements.
+  int64_t agree = 0;
+  for (size_t i = 0; i < mask.size(); ++i) agree += mask[i] == masks[0][1][i];
+  EXPECT_NEAR(static_cast<double>(agree) / mask.size(), 0.82, 0.01);
+  EXPECT_EQ(masks[0][2], mask) << "a step drawn again gives the same mask";
+  for (int draw = 0; draw < 3; ++draw) EXPECT_EQ(masks[1][draw], masks[0][draw]) << "draw " << draw;
+}
+
 TEST(LayerGradients, AddSameShapes) { CheckLayer({"add", {}, {{2, 6}, {2, 6}}, {2, 6}}); }
 
 TEST(LayerGradients, AddSmallerIntoLarger) { CheckLayer({"add", {}, {{1, 8, 2, 2}, {1, 2, 2, 2}}, {1, 8, 2, 2}}); }
