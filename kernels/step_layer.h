@@ -17,13 +17,13 @@
 #include "graph/forward_graph.h"
 #include "kernels/layers.h"
 
-// Our own loops (batch norm's passes, the depthwise weight gradient) compiled twice on x86-64: for
-// the baseline (SSE2) and for x86-64-v3 (AVX2, FMA), chosen when the program loads by what the CPU
-// has. Other CPUs' baselines (aarch64's NEON) need no second copy. The kernels library compiles
-// with -ffp-contract=off, so both copies round alike and a loop that recomputes a forward value
-// (a fused activation's mask) gets the forward's bits.
+// Our own loops (batch norm's passes, dropout, the depthwise weight gradient) compiled three times on
+// x86-64: for the baseline (SSE2), x86-64-v3 (AVX2, FMA) and x86-64-v4 (AVX-512), chosen when the
+// program loads by what the CPU has. Other CPUs' baselines (aarch64's NEON) need no second copy. The
+// kernels library compiles with -ffp-contract=off, so every copy rounds each operation alike and a
+// loop that recomputes a forward value (a fused activation's mask) gets the forward's bits.
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define EDGECOST_VECTOR_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#define EDGECOST_VECTOR_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define EDGECOST_VECTOR_CLONES
 #endif
