@@ -107,25 +107,18 @@ class Binary : public OpLayer {
             AddEltwise(*pass, algorithm::eltwise_linear, -1.0f, 0.0f, Mem(*dbt), Mem(*dbt));
         }
         break;
-      case algorithm::binary_mul: {
-        Tensor& t = Own(full);
-        AddBinary(backward_input_, algorithm::binary_mul, dy, bcast(bb), Mem(t));
-        AddReduceTo(backward_input_, Mem(t), full, da, a.dims);
-        Tensor& u = Own(full);
-        AddBinary(db_pass, algorithm::binary_mul, dy, bcast(a), Mem(u));
-        AddReduceTo(db_pass, Mem(u), full, *dbt, bb.dims);
+      case algorithm::binary_mul:
+        // dA = dY B, dB = dY A.
+        AddProduct(backward_input_, algorithm::binary_mul, dy, bcast(bb), full, da, a.dims);
+        AddProduct(db_pass, algorithm::binary_mul, dy, bcast(a), full, *dbt, bb.dims);
         break;
-      }
       case algorithm::binary_div: {
-        Tensor& t = Own(full);
-        AddBinary(backward_input_, algorithm::binary_div, dy, bcast(bb), Mem(t));
-        AddReduceTo(backward_input_, Mem(t), full, da, a.dims);
-        // dB = -sum(dY * A / B^2)
-        Tensor& u = Own(full);
+        // dA = dY / B, dB = -sum(dY A / B^2).
+        AddProduct(backward_input_, algorithm::binary_div, dy, bcast(bb), full, da, a.dims);
+        Tensor& u = Temporary(full);
         AddBinary(db_pass, algorithm::binary_mul, dy, bcast(a), Mem(u));
         AddBinary(db_pass, algorithm::binary_div, Mem(u), bcast(bb), Mem(u));
-        AddBinary(db_pass, algorithm::binary_div, Mem(u), bcast(bb), Mem(u));
-        AddReduceTo(db_pass, Mem(u), full, *dbt, bb.dims);
+        AddProduct(db_pass, algorithm::binary_div, Mem(u), bcast(bb), full, *dbt, bb.dims);
         AddEltwise(db_pass, algorithm::eltwise_linear, -1.0f, 0.0f, Mem(*dbt), Mem(*dbt));
         break;
       }
@@ -133,6 +126,27 @@ class Binary : public OpLayer {
         throw std::logic_error("not a binary algorithm");
     }
   }
+
+ private:
+  // grad = src0 (op) src1 summed over the axes `grad_dims` broadcasts along `full`: written straight
+  // into grad where nothing is broadcast, else through the layer's one full-size temporary.
+  void AddProduct(std::vector<Step>& pass, algorithm op, memory src0, memory src1, const Dims& full, Tensor& grad,
+                  const Dims& grad_dims) {
+    if (Elements(grad_dims) == Elements(full)) {
+      AddBinary(pass, op, src0, src1, Mem(grad, Plain(full)));
+      return;
+    }
+    Tensor& t = Temporary(full);
+    AddBinary(pass, op, src0, src1, Mem(t));
+    AddReduceTo(pass, Mem(t), full, grad, grad_dims);
+  }
+  // A full-size buffer the backward passes share: each pass fills and reads it before the next runs.
+  Tensor& Temporary(const Dims& full) {
+    if (!temporary_) temporary_ = &Own(full);
+    return *temporary_;
+  }
+
+  Tensor* temporary_ = nullptr;
 };
 
 // Batched C = A B of two activations, batch axes broadcast. dA = dC B^T, dB = A^T dC, summed over

@@ -312,6 +312,35 @@ struct Executor::Builder {
                            ", which it does not hold");
   }
 
+  // Every node's kernel and bindings. A layer is built with its own copies of its tensors, which the
+  // arena replaces: so each forward layer is followed at once by the backward nodes that bind its
+  // tensors, and the copies bound are freed before the next layer is built. Building then holds about
+  // one layer's copies, not every layer's at once (four times the activations, the process's peak).
+  Status BindNodes(uint32_t seed) {
+    std::vector<std::vector<int>> backward_of(static_cast<size_t>(n));
+    for (int v = 0; v < n; ++v) {
+      const int f = graph.nodes(v).phase() == v1::PHASE_BACKWARD ? graph.nodes(v).forward_of() : -1;
+      if (f >= 0 && f < v) backward_of[static_cast<size_t>(f)].push_back(v);
+    }
+    std::vector<bool> done(static_cast<size_t>(n), false);
+    for (int v = 0; v < n; ++v) {
+      if (done[static_cast<size_t>(v)]) continue;
+      std::vector<int> group = {v};
+      if (graph.nodes(v).phase() != v1::PHASE_BACKWARD) {
+        group.insert(group.end(), backward_of[static_cast<size_t>(v)].begin(), backward_of[static_cast<size_t>(v)].end());
+      }
+      for (int u : group) {
+        EC_RETURN_IF_ERROR(BindNode(u, seed));
+        done[static_cast<size_t>(u)] = true;
+      }
+      for (int u : group) {
+        const NodeExec& exec = s.execs[static_cast<size_t>(u)];
+        for (const NodeExec::Binding& b : exec.binds) exec.layer->Release(*b.tensor);
+      }
+    }
+    return Status::Ok();
+  }
+
   Status BindNode(int v, uint32_t seed) {
     const v1::TrainingNode& node = graph.nodes(v);
     EC_ASSIGN_OR_RETURN(profiler::NodeWork work, profiler::WorkForNode(graph, v, omp_get_max_threads()));
@@ -573,7 +602,7 @@ struct Executor::Builder {
     }
     for (const NodeExec& exec : s.execs) {
       for (const NodeExec::Binding& b : exec.binds) {
-        if (bound.insert(b.tensor).second) exec.layer->Release(*b.tensor);  // the arena holds it from now on
+        bound.insert(b.tensor);  // the arena holds it (BindNodes freed the layer's copy)
       }
     }
     for (int v = 0; v < n; ++v) {
@@ -665,7 +694,7 @@ Result<std::unique_ptr<Executor>> Executor::Create(const v1::TrainingGraph& grap
   EC_RETURN_IF_ERROR(builder.ReadEdges());
   EC_RETURN_IF_ERROR(builder.FindTrainedLayers());
   EC_RETURN_IF_ERROR(builder.FindGradients());
-  for (int v = 0; v < builder.n; ++v) EC_RETURN_IF_ERROR(builder.BindNode(v, options.seed));
+  EC_RETURN_IF_ERROR(builder.BindNodes(options.seed));
   EC_RETURN_IF_ERROR(builder.CheckBindings());
   EC_RETURN_IF_ERROR(builder.CountLayerState());
   s.trained.assign(builder.trained.begin(), builder.trained.end());
