@@ -10,6 +10,7 @@
 
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+#include <onnx/onnx_pb.h>
 
 #include "base/hash.h"
 #include "graph/cost_source.h"
@@ -124,23 +125,27 @@ Result<v1::TrainingGraph> LoadTrainingGraph(const GraphSpec& spec) {
   return ZooTrainingGraph(spec.model_or_file, spec.batch_size, spec.derivation, spec.trainable);
 }
 
+// The model `bytes` hold, imported (in an isolated child, graph/onnx/isolation.cc) and parsed.
+static Result<std::optional<OnnxModel>> ParsedOnnxModel(const std::string& bytes, const std::string& origin,
+                                                       const std::string& name, const GraphSpec& spec) {
+  EC_ASSIGN_OR_RETURN(ForwardGraph forward, ImportOnnxBytes(bytes, origin, name, OnnxBatch(spec)));
+  auto model = std::make_shared<onnx::ModelProto>();
+  if (!model->ParseFromString(bytes)) return InvalidArgument(origin + " is not an ONNX model (protobuf parse failed)");
+  return std::optional<OnnxModel>(OnnxModel{std::move(model), origin, std::move(forward)});
+}
+
 Result<std::optional<OnnxModel>> LoadOnnxModel(const GraphSpec& spec) {
   if (spec.stored) {
     if (spec.stored->kind != StoredModelKind::kOnnx) return std::optional<OnnxModel>();
-    const std::string origin = "model '" + spec.stored->name + "'";
-    EC_ASSIGN_OR_RETURN(ForwardGraph forward,
-                        ImportOnnxBytes(spec.stored->bytes, origin, spec.stored->name, OnnxBatch(spec)));
-    return std::optional<OnnxModel>(OnnxModel{spec.stored->bytes, origin, std::move(forward)});
+    return ParsedOnnxModel(spec.stored->bytes, "model '" + spec.stored->name + "'", spec.stored->name, spec);
   }
   if (IsGraphFile(spec.model_or_file) || !IsOnnxModel(spec.model_or_file)) return std::optional<OnnxModel>();
   std::ifstream in(spec.model_or_file, std::ios::binary);
   if (!in) return NotFound("cannot read ONNX model '" + spec.model_or_file + "'");
-  std::ostringstream bytes;
-  bytes << in.rdbuf();
-  EC_ASSIGN_OR_RETURN(ForwardGraph forward,
-                      ImportOnnxBytes(bytes.str(), spec.model_or_file,
-                                      std::filesystem::path(spec.model_or_file).stem().string(), OnnxBatch(spec)));
-  return std::optional<OnnxModel>(OnnxModel{bytes.str(), spec.model_or_file, std::move(forward)});
+  std::ostringstream stream;
+  stream << in.rdbuf();
+  const std::string bytes = std::move(stream).str();  // C++20: the buffer itself, not a copy
+  return ParsedOnnxModel(bytes, spec.model_or_file, std::filesystem::path(spec.model_or_file).stem().string(), spec);
 }
 
 Result<v1::CostTable> LoadCostTable(const GraphSpec& spec, std::string_view platform, std::string_view source) {

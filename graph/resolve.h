@@ -13,6 +13,10 @@
 #include "graph/forward_graph.h"
 #include "proto/edgecost.pb.h"
 
+namespace onnx {
+class ModelProto;
+}
+
 namespace edgecost::graph {
 
 // A model imported into the cost database (`edgecost models add`): read from its
@@ -55,10 +59,12 @@ Status CheckModelName(std::string_view name);
 // The model name graphs and cost tables are stored under: the zoo name, or the ONNX file's stem.
 std::string ModelName(std::string_view model_or_file);
 
-// An ONNX model's bytes and imported forward graph (whose layers name their initializers), for
-// loading and writing its weights; nullopt for a zoo model or a graph file.
+// An ONNX model, parsed, and its imported forward graph (whose layers name their initializers), for
+// loading and writing its weights; nullopt for a zoo model or a graph file. Its bytes are not kept:
+// one copy of the weights is the parsed model's, whose initializers the trainer frees once their
+// values are in the layers and fills again when it writes the trained model (service/onnx_weights).
 struct OnnxModel {
-  std::string bytes;
+  std::shared_ptr<onnx::ModelProto> model;
   std::string origin;  // how errors name it
   ForwardGraph forward;
 };

@@ -53,14 +53,12 @@ const char* TypeName(int type) {
 }
 
 struct Initializers {
-  onnx::ModelProto model;
   std::map<std::string, onnx::TensorProto*> by_name;
 };
 
-Result<Initializers> Parse(const graph::OnnxModel& m) {
+Initializers IndexInitializers(const graph::OnnxModel& m) {
   Initializers out;
-  if (!out.model.ParseFromString(m.bytes)) return InvalidArgument(m.origin + " is not an ONNX model (protobuf parse failed)");
-  for (onnx::TensorProto& t : *out.model.mutable_graph()->mutable_initializer()) out.by_name[t.name()] = &t;
+  for (onnx::TensorProto& t : *m.model->mutable_graph()->mutable_initializer()) out.by_name[t.name()] = &t;
   return out;
 }
 
@@ -205,7 +203,7 @@ void PutLe16(std::string& s, uint32_t v) {
 }  // namespace
 
 Status LoadOnnxWeights(const graph::OnnxModel& model, train::Executor& executor, std::vector<std::string>& notes) {
-  EC_ASSIGN_OR_RETURN(Initializers init, Parse(model));
+  const Initializers init = IndexInitializers(model);
   EC_ASSIGN_OR_RETURN(std::vector<Binding> bindings, Bind(model, init, executor));
   size_t loaded = 0, stats = 0;
   for (const Binding& b : bindings) {
@@ -216,6 +214,14 @@ Status LoadOnnxWeights(const graph::OnnxModel& model, train::Executor& executor,
     if (b.batches_tracked) *b.batches_tracked = 0;
     ++(executor.LayerParameter(b.node, b.index) == b.tensor ? loaded : stats);
   }
+  // The layers hold these values now, and WriteTrainedOnnx writes them from the layers: the model
+  // keeps no second copy through training.
+  for (const Binding& b : bindings) {
+    if (!b.tensor) continue;
+    onnx::TensorProto& t = *init.by_name.at(b.name);
+    t.clear_raw_data();
+    t.clear_float_data();
+  }
   notes.push_back("weights: " + std::to_string(loaded) + " parameter tensors and " + std::to_string(stats) +
                   " batch-norm running statistics from " + model.origin +
                   "'s initializers (--init random draws them from the seed instead)");
@@ -224,7 +230,7 @@ Status LoadOnnxWeights(const graph::OnnxModel& model, train::Executor& executor,
 
 Status WriteTrainedOnnx(const graph::OnnxModel& model, train::Executor& executor, const std::string& onnx_path,
                         const std::string& npz_path, std::vector<std::string>& notes) {
-  EC_ASSIGN_OR_RETURN(Initializers init, Parse(model));
+  const Initializers init = IndexInitializers(model);
   EC_ASSIGN_OR_RETURN(std::vector<Binding> bindings, Bind(model, init, executor));
   std::vector<NpyArray> arrays;
   std::set<std::string> written;
@@ -257,7 +263,7 @@ Status WriteTrainedOnnx(const graph::OnnxModel& model, train::Executor& executor
     }
   }
   std::string bytes;
-  if (!init.model.SerializeToString(&bytes)) return Internal("cannot serialize the trained model");
+  if (!model.model->SerializeToString(&bytes)) return Internal("cannot serialize the trained model");
   if (!npz_path.empty()) {
     EC_ASSIGN_OR_RETURN(const std::string npz, NpzBytes(arrays));
     EC_RETURN_IF_ERROR(WriteFileAtomically(npz_path, npz));

@@ -27,10 +27,11 @@ namespace edgecost::service {
 
 // Copies the model's initializers into the executor's layers (node i is forward layer i).
 // InvalidArgument naming the initializer when one is missing, not float32, or of another shape,
-// and naming the node when the importer mapped none of a layer's parameters.
+// and naming the node when the importer mapped none of a layer's parameters. The initializers
+// loaded are then freed in `model` (the layers hold their values; WriteTrainedOnnx writes them back).
 Status LoadOnnxWeights(const graph::OnnxModel& model, train::Executor& executor, std::vector<std::string>& notes);
 
-// Writes the model with the executor's parameters as its initializers to `onnx_path` and, unless
+// Sets the model's initializers to the executor's parameters and writes it to `onnx_path` and, unless
 // empty, the .npz state dict to `npz_path`; each through a temporary file renamed into place.
 Status WriteTrainedOnnx(const graph::OnnxModel& model, train::Executor& executor, const std::string& onnx_path,
                         const std::string& npz_path, std::vector<std::string>& notes);

@@ -16,6 +16,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <onnx/onnx_pb.h>
 
 #include "graph/resolve.h"
 #include "service/onnx_weights.h"
@@ -81,9 +82,7 @@ class OnnxWeightsTest : public testing::TempDirTest {
     if (!executor.ok()) return executor.status();
     if (!into) into = executor->get();
     std::ifstream in(file, std::ios::binary);
-    std::ostringstream bytes;
-    bytes << in.rdbuf();
-    (*model)->bytes = bytes.str();
+    if (!(*model)->model->ParseFromIstream(&in)) return InvalidArgument(file + " does not parse");
     (*model)->origin = file;
     std::vector<std::string> notes;
     return LoadOnnxWeights(**model, *into, notes);
