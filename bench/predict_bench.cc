@@ -69,13 +69,17 @@ class BusyCore {
 Status RunEdgecost(const std::vector<std::string>& args, google::protobuf::Message* message, double* elapsed_s = nullptr) {
   std::vector<std::string> argv = {SelfExecutable()};
   argv.insert(argv.end(), args.begin(), args.end());
-  std::string error;
+  std::string error, last_line;
   const auto start = std::chrono::steady_clock::now();
   EC_ASSIGN_OR_RETURN(const ProcessResult result, RunProcess(argv, [&](const std::string& line) {
                         if (line.starts_with("edgecost: error: ")) error = line.substr(17);
+                        if (!line.empty()) last_line = line;
                       }));
   if (elapsed_s) *elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (result.exit_code != 0) return Internal(error.empty() ? "exit " + std::to_string(result.exit_code) : error);
+  if (result.exit_code != 0 && error.empty()) {
+    return Internal("exit " + std::to_string(result.exit_code) + ": " + last_line);
+  }
+  if (result.exit_code != 0) return Internal(error);
   return message ? proto::FromJson(result.stdout_text, message) : Status::Ok();
 }
 
@@ -153,7 +157,7 @@ Status RunPredictBenchmark(std::ostream& out, const PredictBenchOptions& options
                               (model.optimizer == "sgd" ? "" : " " + model.optimizer);
     std::string argument = model.model;
     if (!fs::exists(model.model)) {
-      Result<std::string> exported = bench::ModelArgument(model.model, options.python, scratch.dir);
+      Result<std::string> exported = bench::ModelArgument(model.model, options.python, scratch.dir, model.batch_size);
       if (!exported.ok()) {
         out << std::left << std::setw(26) << label << exported.status().message() << "\n";
         continue;
@@ -164,7 +168,9 @@ Status RunPredictBenchmark(std::ostream& out, const PredictBenchOptions& options
       const int threads = requested > 0 ? requested : static_cast<int>(std::thread::hardware_concurrency());
       double quiet_profile_s = 0, quiet_step_s = 0;
       for (const std::string& load : options.loads) {
-        const std::string db = (scratch.dir / (fs::path(argument).stem().string() + "-" + std::to_string(threads) +
+        // A fresh database per case: the same model at another batch is another case.
+        const std::string db = (scratch.dir / (fs::path(argument).stem().string() + "-b" +
+                                               std::to_string(model.batch_size) + "-" + std::to_string(threads) +
                                                "-" + load + ".db"))
                                    .string();
         const std::vector<std::string> common = {"--model", argument, "--batch-size", std::to_string(model.batch_size),
