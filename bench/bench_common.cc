@@ -45,8 +45,7 @@ Result<std::string> ExportModel(const std::string& model, const std::string& pyt
                      " and python3-torch installed (tests/graph/export_models.py --list names the models)");
 }
 
-Result<std::string> ModelArgument(const std::string& model, const std::string& python, const fs::path& dir,
-                                  int batch) {
+Result<std::string> ModelArgument(const std::string& model, const std::string& python, const fs::path& dir, int batch) {
   const auto& zoo = graph::ZooModels();
   if (std::any_of(zoo.begin(), zoo.end(), [&](const graph::ZooModel& z) { return z.name == model; })) return model;
   return ExportModel(model, python, dir, batch);

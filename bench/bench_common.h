@@ -34,8 +34,8 @@ Result<std::string> ExportModel(const std::string& model, const std::string& pyt
 // `model` as `train` and `profile` name it: a zoo name as is, or an ONNX file exported into
 // `dir` by tests/graph/export_models.py (run from the repository) with `python`, at `batch` (some
 // exports fix their batch).
-Result<std::string> ModelArgument(const std::string& model, const std::string& python,
-                                  const std::filesystem::path& dir, int batch);
+Result<std::string> ModelArgument(const std::string& model, const std::string& python, const std::filesystem::path& dir,
+                                  int batch);
 
 // The 1-minute load average; 0 when it cannot be read.
 double LoadAverage();

@@ -169,10 +169,10 @@ Status RunPredictBenchmark(std::ostream& out, const PredictBenchOptions& options
       double quiet_profile_s = 0, quiet_step_s = 0;
       for (const std::string& load : options.loads) {
         // A fresh database per case: the same model at another batch is another case.
-        const std::string db = (scratch.dir / (fs::path(argument).stem().string() + "-b" +
-                                               std::to_string(model.batch_size) + "-" + std::to_string(threads) +
-                                               "-" + load + ".db"))
-                                   .string();
+        const std::string db =
+            (scratch.dir / (fs::path(argument).stem().string() + "-b" + std::to_string(model.batch_size) + "-" +
+                            std::to_string(threads) + "-" + load + ".db"))
+                .string();
         const std::vector<std::string> common = {"--model", argument, "--batch-size", std::to_string(model.batch_size),
                                                  "--threads", std::to_string(threads)};
         auto fail = [&](const std::string& what, const Status& why) {

@@ -127,7 +127,7 @@ Result<v1::TrainingGraph> LoadTrainingGraph(const GraphSpec& spec) {
 
 // The model `bytes` hold, imported (in an isolated child, graph/onnx/isolation.cc) and parsed.
 static Result<std::optional<OnnxModel>> ParsedOnnxModel(const std::string& bytes, const std::string& origin,
-                                                       const std::string& name, const GraphSpec& spec) {
+                                                        const std::string& name, const GraphSpec& spec) {
   EC_ASSIGN_OR_RETURN(ForwardGraph forward, ImportOnnxBytes(bytes, origin, name, OnnxBatch(spec)));
   auto model = std::make_shared<onnx::ModelProto>();
   if (!model->ParseFromString(bytes)) return InvalidArgument(origin + " is not an ONNX model (protobuf parse failed)");

@@ -327,7 +327,8 @@ struct Executor::Builder {
       if (done[static_cast<size_t>(v)]) continue;
       std::vector<int> group = {v};
       if (graph.nodes(v).phase() != v1::PHASE_BACKWARD) {
-        group.insert(group.end(), backward_of[static_cast<size_t>(v)].begin(), backward_of[static_cast<size_t>(v)].end());
+        group.insert(group.end(), backward_of[static_cast<size_t>(v)].begin(),
+                     backward_of[static_cast<size_t>(v)].end());
       }
       for (int u : group) {
         EC_RETURN_IF_ERROR(BindNode(u, seed));

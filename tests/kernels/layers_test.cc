@@ -191,7 +191,7 @@ TEST(Dropout, RowsKeepOrDropEachSampleWhole) {
 // the last step's; the backward pass and a recomputation use the forward's mask; a team of two
 // threads draws one thread's mask.
 TEST(Dropout, EachStepDrawsOneMaskForAllItsPasses) {
-  const Dims shape = {2, 50000};  // several chunks of the parallel loop
+  const Dims shape = {2, 50000};   // several chunks of the parallel loop
   std::vector<float> masks[2][3];  // [threads - 1][draw]: step 7, step 8, step 7 again
   for (int threads : {1, 2}) {
     const TeamScope team(threads);

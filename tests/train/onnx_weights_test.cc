@@ -6,6 +6,8 @@
 // checker accepts the written model, and edgecost's loss from it is PyTorch's with the .npz. The
 // loader refuses float64 weights and a shape that is not the layer's, naming the initializer.
 // Skipped, with the reason, where Debian's PyTorch is missing.
+#include "service/onnx_weights.h"
+
 #include <unistd.h>
 
 #include <cmath>
@@ -19,13 +21,12 @@
 #include <onnx/onnx_pb.h>
 
 #include "graph/resolve.h"
-#include "service/onnx_weights.h"
-#include "train/numpy_files.h"
 #include "service/train_job.h"
 #include "tests/shell.h"
 #include "tests/temp_dir.h"
 #include "train/data.h"
 #include "train/executor.h"
+#include "train/numpy_files.h"
 
 namespace edgecost::service {
 namespace {
