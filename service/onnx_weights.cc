@@ -202,7 +202,8 @@ void PutLe16(std::string& s, uint32_t v) {
 
 }  // namespace
 
-Status LoadOnnxWeights(const graph::OnnxModel& model, train::Executor& executor, std::vector<std::string>& notes) {
+Status LoadOnnxWeights(const graph::OnnxModel& model, train::Executor& executor, std::vector<std::string>& notes,
+                       LoadedInitializers after) {
   const Initializers init = IndexInitializers(model);
   EC_ASSIGN_OR_RETURN(std::vector<Binding> bindings, Bind(model, init, executor));
   size_t loaded = 0, stats = 0;
@@ -215,9 +216,9 @@ Status LoadOnnxWeights(const graph::OnnxModel& model, train::Executor& executor,
     ++(executor.LayerParameter(b.node, b.index) == b.tensor ? loaded : stats);
   }
   // The layers hold these values now, and WriteTrainedOnnx writes them from the layers: the model
-  // keeps no second copy through training.
+  // need keep no second copy through training.
   for (const Binding& b : bindings) {
-    if (!b.tensor) continue;
+    if (!b.tensor || after == LoadedInitializers::kKeep) continue;
     onnx::TensorProto& t = *init.by_name.at(b.name);
     t.clear_raw_data();
     t.clear_float_data();

@@ -27,9 +27,12 @@ namespace edgecost::service {
 
 // Copies the model's initializers into the executor's layers (node i is forward layer i).
 // InvalidArgument naming the initializer when one is missing, not float32, or of another shape,
-// and naming the node when the importer mapped none of a layer's parameters. The initializers
-// loaded are then freed in `model` (the layers hold their values; WriteTrainedOnnx writes them back).
-Status LoadOnnxWeights(const graph::OnnxModel& model, train::Executor& executor, std::vector<std::string>& notes);
+// and naming the node when the importer mapped none of a layer's parameters. kFree frees the
+// initializers loaded in `model` (the layers hold their values, and WriteTrainedOnnx writes them
+// back), for a run that loads the model once; kKeep keeps them for another executor.
+enum class LoadedInitializers { kKeep, kFree };
+Status LoadOnnxWeights(const graph::OnnxModel& model, train::Executor& executor, std::vector<std::string>& notes,
+                       LoadedInitializers loaded = LoadedInitializers::kKeep);
 
 // Sets the model's initializers to the executor's parameters and writes it to `onnx_path` and, unless
 // empty, the .npz state dict to `npz_path`; each through a temporary file renamed into place.

@@ -1319,7 +1319,8 @@ Result<TrainJobResult> RunTrainJob(const TrainJobOptions& options, const std::at
   if (setup.onnx && options.init == "file") {
     // Weights the importer cannot map yet (behind a Transpose, in an embedding) leave the run on
     // weights from the seed, said loudly; a run that writes its weights (--out) needs the file's.
-    if (Status loaded = LoadOnnxWeights(*setup.onnx, *executor, result.notes); !loaded.ok()) {
+    if (Status loaded = LoadOnnxWeights(*setup.onnx, *executor, result.notes, LoadedInitializers::kFree);
+        !loaded.ok()) {
       if (!options.out_onnx.empty() || loaded.code() != ErrorCode::kInvalidArgument) return loaded;
       result.notes.push_back("WEIGHTS FROM --seed " + std::to_string(options.seed) + ", not the file's: " +
                              loaded.message() + " (times and memory are the same; --out refuses to write them)");
