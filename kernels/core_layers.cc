@@ -939,10 +939,13 @@ struct DropoutDraw {
     x ^= x >> 16;
     return x;
   }
-  // The factor of element (or row) i, 0 or `kept`; indices past 2^32 add their high half to key1.
+  // The factor, 0 or `kept`, of the element (or row) whose index has low half `low` and high half
+  // `high`, from the draw's fields passed as values (a loop's locals, which its output cannot alias).
+  static float FactorOf(uint32_t low, uint32_t high, uint32_t key0, uint32_t key1, uint32_t drop_below, float kept) {
+    return Hash(Hash(low ^ key0) + key1 + high) >= drop_below ? kept : 0.0f;
+  }
   float Factor(uint64_t i) const {
-    const uint32_t h = Hash(Hash(static_cast<uint32_t>(i) ^ key0) + key1 + static_cast<uint32_t>(i >> 32));
-    return h >= drop_below ? kept : 0.0f;
+    return FactorOf(static_cast<uint32_t>(i), static_cast<uint32_t>(i >> 32), key0, key1, drop_below, kept);
   }
 };
 
@@ -960,16 +963,17 @@ EDGECOST_VECTOR_CLONES void ApplyDropout(const DropoutDraw& draw, int64_t size, 
   }
   constexpr int64_t kChunk = 1 << 14;  // divides 2^32: a chunk's indices share their high half
   const int64_t chunks = (size + kChunk - 1) / kChunk;
-  const uint32_t key0 = draw.key0, drop_below = draw.drop_below;  // locals: `out` may not alias them
+  const uint32_t key0 = draw.key0, key1 = draw.key1, drop_below = draw.drop_below;
   const float kept = draw.kept;
 #pragma omp parallel for schedule(static)
   for (int64_t chunk = 0; chunk < chunks; ++chunk) {
     const int64_t begin = chunk * kChunk, count = std::min(kChunk, size - begin);
-    const uint32_t first = static_cast<uint32_t>(begin), key1 = draw.key1 + static_cast<uint32_t>(begin >> 32);
+    const auto low = static_cast<uint32_t>(begin), high = static_cast<uint32_t>(begin >> 32);
 #pragma omp simd
-    for (int64_t j = 0; j < count; ++j) {  // Factor(begin + j), inlined
-      const uint32_t h = DropoutDraw::Hash(DropoutDraw::Hash((first + static_cast<uint32_t>(j)) ^ key0) + key1);
-      out[begin + j] = in[begin + j] * (h >= drop_below ? kept : 0.0f);
+    for (int64_t j = 0; j < count; ++j) {
+      const float factor = DropoutDraw::FactorOf(low + static_cast<uint32_t>(j), high, key0, key1, drop_below,
+                                                 kept);  // Factor(begin + j)
+      out[begin + j] = in[begin + j] * factor;
     }
   }
 }

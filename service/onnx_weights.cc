@@ -217,11 +217,13 @@ Status LoadOnnxWeights(const graph::OnnxModel& model, train::Executor& executor,
   }
   // The layers hold these values now, and WriteTrainedOnnx writes them from the layers: the model
   // need keep no second copy through training.
-  for (const Binding& b : bindings) {
-    if (!b.tensor || after == LoadedInitializers::kKeep) continue;
-    onnx::TensorProto& t = *init.by_name.at(b.name);
-    t.clear_raw_data();
-    t.clear_float_data();
+  if (after == LoadedInitializers::kFree) {
+    for (const Binding& b : bindings) {
+      if (!b.tensor) continue;
+      onnx::TensorProto& t = *init.by_name.at(b.name);
+      t.clear_raw_data();
+      t.clear_float_data();
+    }
   }
   notes.push_back("weights: " + std::to_string(loaded) + " parameter tensors and " + std::to_string(stats) +
                   " batch-norm running statistics from " + model.origin +

@@ -32,7 +32,7 @@ namespace edgecost::service {
 // back), for a run that loads the model once; kKeep keeps them for another executor.
 enum class LoadedInitializers { kKeep, kFree };
 Status LoadOnnxWeights(const graph::OnnxModel& model, train::Executor& executor, std::vector<std::string>& notes,
-                       LoadedInitializers loaded = LoadedInitializers::kKeep);
+                       LoadedInitializers after = LoadedInitializers::kKeep);
 
 // Sets the model's initializers to the executor's parameters and writes it to `onnx_path` and, unless
 // empty, the .npz state dict to `npz_path`; each through a temporary file renamed into place.
