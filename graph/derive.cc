@@ -7,6 +7,7 @@
 #include <optional>
 #include <vector>
 
+#include "graph/layouts.h"
 #include "graph/zoo.h"
 
 namespace edgecost::graph {
@@ -119,6 +120,7 @@ class GraphWriter {
 
 void AddForwardNodes(const ForwardGraph& forward, GraphWriter& out, v1::TrainingGraph& graph) {
   uint64_t param_count = 0;
+  const std::vector<bool> channels_last = ChannelsLastOutputs(forward);
   for (int i = 0; i < forward.size(); ++i) {
     const Layer& layer = forward.layers()[i];
     const bool loss = layer.kind == OpKind::kCrossEntropyLoss;
@@ -127,7 +129,9 @@ void AddForwardNodes(const ForwardGraph& forward, GraphWriter& out, v1::Training
                 layer.output_shape, Bytes(layer.output_shape), layer.inputs, layer.flops);
     node.set_param_count(static_cast<uint64_t>(layer.param_count));
     node.set_module(layer.module);
-    for (const auto& [key, value] : layer.attributes) (*node.mutable_attributes())[key] = value;
+    std::map<std::string, int64_t> attributes = layer.attributes;
+    SetChannelsLastAttributes(layer, i, channels_last, attributes);
+    for (const auto& [key, value] : attributes) (*node.mutable_attributes())[key] = value;
     param_count += static_cast<uint64_t>(layer.param_count);
   }
   graph.set_param_bytes(param_count * kBytesPerElement);

@@ -12,6 +12,7 @@ struct OpKindRow {
   GradientForm gradient;
   bool partial_dx;
   ParameterLayout params;
+  ActivationLayouts layouts;
 };
 
 constexpr TensorReads NONE{}, X{.x = true}, Y{.y = true}, DY{.dy = true}, KEEP_X{.keep_x = true},
@@ -22,9 +23,10 @@ constexpr TensorReads operator|(TensorReads a, TensorReads b) {
 
 using enum GradientForm;
 using enum ParameterLayout;
+using enum ActivationLayouts;
 constexpr std::array<OpKindRow, kOpKindCount> kRows = {{
-#define OP_KIND(kind, name, poet_class, input, weights, bias, gradient, partial_dx, params) \
-  {name, poet_class, input, weights, bias, gradient, partial_dx, params},
+#define OP_KIND(kind, name, poet_class, input, weights, bias, gradient, partial_dx, params, layouts) \
+  {name, poet_class, input, weights, bias, gradient, partial_dx, params, layouts},
 #include "graph/op_kinds.def"
 #undef OP_KIND
 }};
@@ -81,6 +83,11 @@ bool BackwardWritesPart(OpKind kind) {
 ParameterLayout ParameterLayoutOf(OpKind kind) {
   const OpKindRow* row = RowOf(kind);
   return row ? row->params : kWeightThenBias;
+}
+
+ActivationLayouts ActivationLayoutsOf(OpKind kind) {
+  const OpKindRow* row = RowOf(kind);
+  return row ? row->layouts : kPlain;
 }
 
 bool GradOfSeveralInputs(OpKind kind, int activation_inputs) {

@@ -65,6 +65,9 @@ inline bool DxPassGivesParameterGradients(OpKind kind) {
 inline int FirstBiasParameter(OpKind kind) {
   return ParameterLayoutOf(kind) == ParameterLayout::kRecurrentWithDx ? 2 : 1;
 }
+// The layouts an op's kernels take for its 4-D activations (graph/op_kinds.def: LAYOUT).
+enum class ActivationLayouts { kPlain, kShared, kEach };
+ActivationLayouts ActivationLayoutsOf(OpKind kind);
 // One backward node gives the gradients of every activation input, one after another in the
 // order of the op's inputs.
 bool GradOfSeveralInputs(OpKind kind, int activation_inputs);

@@ -78,8 +78,7 @@ EDGECOST_VECTOR_CLONES void DepthwiseBackwardWeights(const DepthwiseShape& d, co
 class Conv2d : public StepLayer {
  public:
   Conv2d(Backend& b, const LayerSpec& spec, uint32_t seed) : StepLayer(b, seed) {
-    InitInputs(spec.input_shapes);
-    InitOutput(spec.output_shape);
+    InitTensors(spec);
     const auto attribute = [&](const char* name, int64_t fallback) {
       auto it = spec.attributes.find(name);
       return it == spec.attributes.end() ? fallback : it->second;
@@ -101,8 +100,15 @@ class Conv2d : public StepLayer {
         groups == 1 ? Plain(w.dims) : Plain({groups, out_channels / groups, in_channels / groups, kh, kw});
     const memory::desc b_md = bias ? Plain(bias_t->dims) : memory::desc();
     Tensor& x = inputs_[0];
-    if (updated == out_channels && FoldsBatchIntoOneGemm(x.dims[0], groups, kh * kw, s, std::max(ph, pw),
-                                                         spec.output_shape[2] * spec.output_shape[3])) {
+    const bool channels_last = x.channels_last || output_.channels_last;
+    const bool pointwise = groups == 1 && kh * kw == 1 && s == 1 && std::max(ph, pw) == 0;
+    if (channels_last && pointwise && updated == out_channels) {
+      BuildChannelsLastGemm(w, bias_t);
+      return;
+    }
+    if (!channels_last && updated == out_channels &&
+        FoldsBatchIntoOneGemm(x.dims[0], groups, kh * kw, s, std::max(ph, pw),
+                              spec.output_shape[2] * spec.output_shape[3])) {
       BuildFoldedGemm(w, bias_t);
       return;
     }
@@ -110,21 +116,25 @@ class Conv2d : public StepLayer {
     const memory::dims strides = {s, s}, pad_l = {ph, pw};
     const memory::dims pad_rr = {(spec.output_shape[2] - 1) * s + kh - x.dims[2] - ph,
                                  (spec.output_shape[3] - 1) * s + kw - x.dims[3] - pw};
-    const memory::desc x_md = Plain(x.dims), y_md = Plain(output_.dims);
+    const memory::desc x_md = Desc(x), y_md = Desc(output_);
     // oneDNN's JIT convolutions run on blocked layouts; on plain NCHW it falls back to GEMM over
     // im2col, which for a depthwise convolution is one tiny GEMM per channel (10x slower). Such a
     // layer lets oneDNN choose the layouts and reorders at the edges of each pass (staged copies).
-    const bool choose_layouts = PrefersBlocked(groups, kh * kw);
-    const auto any = [&](const memory::desc& md) {
+    // A channels-last layer runs its activations NHWC (a plain one reordered), oneDNN's fastest.
+    const bool choose_layouts = channels_last || PrefersBlocked(groups, kh * kw);
+    const auto choose = [&](const memory::desc& md) {
       return choose_layouts ? memory::desc(md.dims(), memory::data_type::f32, memory::format_tag::any) : md;
     };
+    const auto activation = [&](const memory::desc& md) {
+      return channels_last ? memory::desc(md.dims(), memory::data_type::f32, memory::format_tag::nhwc) : choose(md);
+    };
     dnnl::convolution_forward::primitive_desc fwd(
-        dnnl::convolution_forward::desc(prop_kind::forward_training, algorithm::convolution_direct, any(x_md),
-                                        any(w_md), b_md, any(y_md), strides, pad_l, pad_rr),
+        dnnl::convolution_forward::desc(prop_kind::forward_training, algorithm::convolution_direct, activation(x_md),
+                                        choose(w_md), b_md, activation(y_md), strides, pad_l, pad_rr),
         attr_, backend_.engine());
     dnnl::convolution_backward_data::primitive_desc data(
-        dnnl::convolution_backward_data::desc(algorithm::convolution_direct, any(x_md), any(w_md), any(y_md), strides,
-                                              pad_l, pad_rr),
+        dnnl::convolution_backward_data::desc(algorithm::convolution_direct, activation(x_md), choose(w_md),
+                                              activation(y_md), strides, pad_l, pad_rr),
         attr_, backend_.engine(), fwd);
     // oneDNN fixes a primitive's thread count when it is created: the weight gradient gets the
     // team its node runs on (NodeWork::team_threads), which may be smaller than the layer's.
@@ -132,8 +142,8 @@ class Conv2d : public StepLayer {
     const auto weights = [&] {
       const TeamScope team(WeightGradientRepaysTeam(spec, threads) ? threads : 1);
       return dnnl::convolution_backward_weights::primitive_desc(
-          dnnl::convolution_backward_weights::desc(algorithm::convolution_direct, any(x_md), any(w_md), b_md,
-                                                   any(y_md), strides, pad_l, pad_rr),
+          dnnl::convolution_backward_weights::desc(algorithm::convolution_direct, activation(x_md), choose(w_md),
+                                                   b_md, activation(y_md), strides, pad_l, pad_rr),
           attr_, backend_.engine(), fwd);
     }();
     StartStaging(std::max({fwd.scratchpad_desc().get_size(), data.scratchpad_desc().get_size(),
@@ -161,9 +171,9 @@ class Conv2d : public StepLayer {
     StartStaging(0);
     // oneDNN's JIT depthwise weight gradient takes only some windows and sizes (not 5x5, nor maps
     // smaller than the window: EfficientNet's late blocks); elsewhere it falls back to a GEMM per
-    // channel, ~50x slower than the direct loop below.
+    // channel (~50x slower than the direct loop below) or, on NHWC, to its grouped convolution (~20x).
     const bool depthwise = groups == in_channels && groups == out_channels;
-    if (depthwise && std::string(weights.impl_info_str()).find("gemm") != std::string::npos) {
+    if (depthwise && std::string(weights.impl_info_str()).find("jit_dw") == std::string::npos) {
       const DepthwiseShape shape{x.dims[0], in_channels, x.dims[2], x.dims[3], output_.dims[2], output_.dims[3],
                                  kh, kw, s, ph, pw};
       const memory::desc nhwc_x(x_md.dims(), memory::data_type::f32, memory::format_tag::nhwc);
@@ -183,8 +193,7 @@ class Conv2d : public StepLayer {
                                          bias ? Data(a.at(DNNL_ARG_DIFF_BIAS)) : nullptr);
                                    }});
       CopyOut(backward_weights_, staged_dw, *grad_params_[0], w_md);
-      const Dims& y = output_.dims;
-      if (bias) AddReduceSum(backward_bias_, Mem(grad_output_), Mem(*grad_params_[1], Plain({1, y[1], 1, 1})));
+      if (bias) AddChannelSums(backward_bias_, grad_output_, *grad_params_[1]);
       return;
     }
     std::unordered_map<int, memory> weight_args = {
@@ -194,8 +203,7 @@ class Conv2d : public StepLayer {
     if (bias) weight_args[DNNL_ARG_DIFF_BIAS] = Mem(*grad_params_[1]);
     Add(backward_weights_, weights, weight_args);
     CopyOut(backward_weights_, weight_args[DNNL_ARG_DIFF_WEIGHTS], *grad_params_[0], w_md);
-    const Dims& y = output_.dims;
-    if (bias) AddReduceSum(backward_bias_, Mem(grad_output_), Mem(*grad_params_[1], Plain({1, y[1], 1, 1})));
+    if (bias) AddChannelSums(backward_bias_, grad_output_, *grad_params_[1]);
   }
 
  private:
@@ -255,14 +263,71 @@ class Conv2d : public StepLayer {
     }
   }
 
+  // A 1x1 convolution (stride 1, no padding) over channels-last maps is one matmul over the batch's
+  // pixels as rows, (N H W, C): Y = X W^T, dX = dY W and dW = dY^T X, on the weights as they lie
+  // (oneDNN's 1x1 convolution reorders them into blocks in each pass, and back for dW). A plain
+  // input or output is staged NHWC.
+  void BuildChannelsLastGemm(Tensor& w, Tensor* bias_t) {
+    Tensor& x = inputs_[0];
+    const int64_t rows = x.dims[0] * x.dims[2] * x.dims[3], in = x.dims[1], out = output_.dims[1];
+    const auto f32 = memory::data_type::f32;
+    const auto nhwc = [&](const Dims& d) {
+      return memory::desc(memory::dims(d.begin(), d.end()), f32, memory::format_tag::nhwc);
+    };
+    const memory::desc x_mat = Plain({rows, in}), y_mat = Plain({rows, out}), w_mat = Plain({out, in});
+    const memory::desc w_t({in, out}, f32, {1, in}), y_t({out, rows}, f32, {1, out});
+    const memory::desc bias_md = bias_t ? Plain({1, out}) : memory::desc();
+    const auto matmul = [&](const memory::desc& a, const memory::desc& b, const memory::desc& bias,
+                            const memory::desc& c) {
+      return dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, b, bias, c), attr_, backend_.engine());
+    };
+    const auto fwd = matmul(x_mat, w_t, bias_md, y_mat);
+    const auto data = matmul(y_mat, w_mat, memory::desc(), x_mat);
+    const auto weights = matmul(y_t, x_mat, memory::desc(), w_mat);
+    StartStaging(std::max({fwd.scratchpad_desc().get_size(), data.scratchpad_desc().get_size(),
+                           weights.scratchpad_desc().get_size()}));
+    // `m` (over `t`, or a staged copy of it) seen as the matrix `md`.
+    const auto as = [&](const memory& m, Tensor& t, const memory::desc& md) {
+      return IsStaged(m) ? StagedView(m, md) : Mem(t, md);
+    };
+    memory x_in = StagedIn(forward_, x, Desc(x), nhwc(x.dims));
+    memory y_out = StagedOut(output_, Desc(output_), nhwc(output_.dims));
+    std::unordered_map<int, memory> fwd_args = {{DNNL_ARG_SRC, as(x_in, x, x_mat)},
+                                                {DNNL_ARG_WEIGHTS, Mem(w, w_t)},
+                                                {DNNL_ARG_DST, as(y_out, output_, y_mat)}};
+    if (bias_t) fwd_args[DNNL_ARG_BIAS] = Mem(*bias_t, bias_md);
+    Add(forward_, fwd, fwd_args);
+    CopyOut(forward_, y_out, output_, Desc(output_));
+
+    StartStaging(0);
+    memory dy_in = StagedIn(backward_input_, grad_output_, Desc(grad_output_), nhwc(output_.dims));
+    memory dx_out = StagedOut(grad_inputs_[0], Desc(grad_inputs_[0]), nhwc(x.dims));
+    Add(backward_input_, data,
+        {{DNNL_ARG_SRC, as(dy_in, grad_output_, y_mat)},
+         {DNNL_ARG_WEIGHTS, Mem(w, w_mat)},
+         {DNNL_ARG_DST, as(dx_out, grad_inputs_[0], x_mat)}});
+    CopyOut(backward_input_, dx_out, grad_inputs_[0], Desc(grad_inputs_[0]));
+
+    StartStaging(0);
+    memory x_again = StagedIn(backward_weights_, x, Desc(x), nhwc(x.dims));
+    memory dy_again = StagedIn(backward_weights_, grad_output_, Desc(grad_output_), nhwc(output_.dims));
+    Add(backward_weights_, weights,
+        {{DNNL_ARG_SRC, as(dy_again, grad_output_, y_t)},
+         {DNNL_ARG_WEIGHTS, as(x_again, x, x_mat)},
+         {DNNL_ARG_DST, Mem(*grad_params_[0], w_mat)}});
+    if (bias_t) {
+      AddChannelSums(backward_weights_, grad_output_, *grad_params_[1]);
+      AddChannelSums(backward_bias_, grad_output_, *grad_params_[1]);
+    }
+  }
+
   // The weights pass of a sparse tensor update: dW (and the bias's) of the first `updated` output
-  // channels from dY's first channels, read in place (N, updated, H, W inside N, C, H, W). Only
+  // channels from dY's first channels, read in place (N, updated, H, W inside dY). Only
   // --trainable layers: updates a share, so there is no bias-only pass.
   void AddPartialWeightsPass(Tensor& x, const memory::desc& x_md, bool bias, const memory::dims& strides,
                              const memory::dims& pad_l, const memory::dims& pad_r, int64_t updated) {
     const Dims& y = output_.dims;
-    const memory::desc dy_md({y[0], updated, y[2], y[3]}, memory::data_type::f32,
-                             {y[1] * y[2] * y[3], y[2] * y[3], y[3], 1});
+    const memory::desc dy_md = Desc(grad_output_).submemory_desc({y[0], updated, y[2], y[3]}, {0, 0, 0, 0});
     const memory::desc dw_md = Plain(grad_params_[0]->dims);
     const memory::desc db_md = bias ? Plain(grad_params_[1]->dims) : memory::desc();
     const auto any = [](const memory::desc& md) {
@@ -729,13 +794,163 @@ EDGECOST_VECTOR_CLONES void BatchNormBackward(const BatchNormShape& d, float upp
   }
 }
 
+// Batch norm on channels-last maps: N H W rows of C channels, each loop vectorized across the
+// channels. The rows are summed in chunks fixed by the shape alone, then the chunks in order, so
+// the sums are the same whatever the thread count.
+constexpr int64_t kRowChunkValues = 8192;  // 32 KB of floats: a chunk's second pass reads L1 or L2
+
+struct RowChunks {
+  int64_t rows, per_chunk, count;
+  RowChunks(const BatchNormShape& d)
+      : rows(d.n * d.hw), per_chunk(std::max<int64_t>(1, kRowChunkValues / d.c)),
+        count((rows + per_chunk - 1) / per_chunk) {}
+  int64_t begin(int64_t chunk) const { return chunk * per_chunk; }
+  int64_t end(int64_t chunk) const { return std::min(rows, (chunk + 1) * per_chunk); }
+};
+
+// y = act(normalized x) row by row, from per-channel mean, scale and shift.
+template <Fused kFused>
+EDGECOST_VECTOR_CLONES void NormalizeRows(const BatchNormShape& d, const RowChunks& chunks, float upper, const float* x, const float* m,
+                   const float* scale, const float* shift, float* y) {
+  const int64_t c = d.c;
+#pragma omp parallel for schedule(static)
+  for (int64_t chunk = 0; chunk < chunks.count; ++chunk) {
+    for (int64_t r = chunks.begin(chunk); r < chunks.end(chunk); ++r) {
+      const float* in = x + r * c;
+      float* out = y + r * c;
+#pragma omp simd
+      for (int64_t k = 0; k < c; ++k) out[k] = Activated<kFused>(Normalized(in[k], m[k], scale[k], shift[k]), upper);
+    }
+  }
+}
+
+// Each chunk's sum and its sum of squares about its own mean `chunk_mean` (rounded to float, as the
+// NCHW passes centre), then the batch's: sum (x - mean)^2 over a chunk is its squares about
+// chunk_mean + 2 (chunk_mean - mean)(sum - n chunk_mean) + n (chunk_mean - mean)^2, exactly.
+template <Fused kFused>
+EDGECOST_VECTOR_CLONES void BatchNormForwardRows(const BatchNormShape& d, float upper, const float* x,
+                                                 const float* gamma, const float* beta, float* mean, float* variance,
+                                                 float* y) {
+  const RowChunks chunks(d);
+  const int64_t c = d.c;
+  std::vector<double> sums(static_cast<size_t>(chunks.count * c)), squares(sums.size());
+  std::vector<float> chunk_means(sums.size());
+#pragma omp parallel for schedule(static)
+  for (int64_t chunk = 0; chunk < chunks.count; ++chunk) {
+    double* sum = sums.data() + chunk * c;
+    double* square = squares.data() + chunk * c;
+    float* m = chunk_means.data() + chunk * c;
+    for (int64_t r = chunks.begin(chunk); r < chunks.end(chunk); ++r) {
+      const float* in = x + r * c;
+#pragma omp simd
+      for (int64_t k = 0; k < c; ++k) sum[k] += in[k];
+    }
+    const double values = static_cast<double>(chunks.end(chunk) - chunks.begin(chunk));
+    for (int64_t k = 0; k < c; ++k) m[k] = static_cast<float>(sum[k] / values);
+    for (int64_t r = chunks.begin(chunk); r < chunks.end(chunk); ++r) {
+      const float* in = x + r * c;
+#pragma omp simd
+      for (int64_t k = 0; k < c; ++k) {
+        const float centered = in[k] - m[k];
+        square[k] += static_cast<double>(centered) * centered;
+      }
+    }
+  }
+  const double count = static_cast<double>(chunks.rows);
+  std::vector<float> scale(static_cast<size_t>(c));
+  for (int64_t k = 0; k < c; ++k) {
+    double sum = 0;
+    for (int64_t chunk = 0; chunk < chunks.count; ++chunk) sum += sums[chunk * c + k];
+    const double batch_mean = sum / count;
+    double centered = 0;
+    for (int64_t chunk = 0; chunk < chunks.count; ++chunk) {
+      const double values = static_cast<double>(chunks.end(chunk) - chunks.begin(chunk));
+      const double offset = chunk_means[chunk * c + k] - batch_mean;
+      centered += squares[chunk * c + k] + 2 * offset * (sums[chunk * c + k] - values * chunk_means[chunk * c + k]) +
+                  values * offset * offset;
+    }
+    mean[k] = static_cast<float>(batch_mean);
+    variance[k] = static_cast<float>(centered / count);
+    scale[k] = ForwardScale(gamma[k], variance[k], d.epsilon);
+  }
+  NormalizeRows<kFused>(d, chunks, upper, x, mean, scale.data(), beta, y);
+}
+
+// The backward on channels-last maps, the sums in chunks as BatchNormForwardRows.
+template <Fused kFused>
+EDGECOST_VECTOR_CLONES void BatchNormBackwardRows(const BatchNormShape& d, float upper, const float* x,
+                                                  const float* dy, const float* gamma, const float* beta,
+                                                  const float* mean, const float* variance, float* dx, float* dgamma,
+                                                  float* dbeta) {
+  const RowChunks chunks(d);
+  const int64_t c = d.c;
+  std::vector<float> forward_scale(static_cast<size_t>(c));
+  for (int64_t k = 0; k < c; ++k) forward_scale[k] = ForwardScale(gamma[k], variance[k], d.epsilon);
+  std::vector<double> sums_dy(static_cast<size_t>(chunks.count * c)), sums_centered(sums_dy.size());
+#pragma omp parallel for schedule(static)
+  for (int64_t chunk = 0; chunk < chunks.count; ++chunk) {
+    double* sum_dy = sums_dy.data() + chunk * c;
+    double* sum_centered = sums_centered.data() + chunk * c;
+    const float* fs = forward_scale.data();
+    for (int64_t r = chunks.begin(chunk); r < chunks.end(chunk); ++r) {
+      const float* in = x + r * c;
+      const float* grad = dy + r * c;
+      if (kFused != Fused::kNone && dx) {  // the masked dY kept in dX for the second pass
+        float* masked = dx + r * c;
+#pragma omp simd
+        for (int64_t k = 0; k < c; ++k) {
+          const float g = Masked<kFused>(upper, grad[k], in[k], mean[k], fs[k], beta[k]);
+          masked[k] = g;
+          sum_dy[k] += g;
+          sum_centered[k] += static_cast<double>(g) * (in[k] - mean[k]);
+        }
+        continue;
+      }
+#pragma omp simd
+      for (int64_t k = 0; k < c; ++k) {
+        const float g = Masked<kFused>(upper, grad[k], in[k], mean[k], fs[k], beta[k]);
+        sum_dy[k] += g;
+        sum_centered[k] += static_cast<double>(g) * (in[k] - mean[k]);
+      }
+    }
+  }
+  const double count = static_cast<double>(chunks.rows);
+  std::vector<float> scale(static_cast<size_t>(c)), mean_dy(scale.size()), per_centered(scale.size());
+  for (int64_t k = 0; k < c; ++k) {
+    double channel_dy = 0, channel_centered = 0;
+    for (int64_t chunk = 0; chunk < chunks.count; ++chunk) {
+      channel_dy += sums_dy[chunk * c + k];
+      channel_centered += sums_centered[chunk * c + k];
+    }
+    const float inv_std = 1.0f / std::sqrt(variance[k] + d.epsilon);
+    dbeta[k] = static_cast<float>(channel_dy);
+    if (!dx) continue;  // the bias's gradient alone
+    dgamma[k] = static_cast<float>(channel_centered) * inv_std;
+    scale[k] = gamma[k] * inv_std;
+    mean_dy[k] = static_cast<float>(channel_dy / count);
+    per_centered[k] = static_cast<float>(channel_centered / count) * inv_std * inv_std;
+  }
+  if (!dx) return;
+#pragma omp parallel for schedule(static)
+  for (int64_t chunk = 0; chunk < chunks.count; ++chunk) {
+    for (int64_t r = chunks.begin(chunk); r < chunks.end(chunk); ++r) {
+      const float* in = x + r * c;
+      float* out = dx + r * c;
+      const float* grad = kFused != Fused::kNone ? out : dy + r * c;
+#pragma omp simd
+      for (int64_t k = 0; k < c; ++k) {
+        out[k] = scale[k] * (grad[k] - mean_dy[k] - (in[k] - mean[k]) * per_centered[k]);
+      }
+    }
+  }
+}
+
 // Batch norm, `kind` kBatchNorm2d, or with the activation that follows it fused: kBatchNormRelu,
 // kBatchNormRelu6, kBatchNormSilu, kBatchNormHardSwish.
 class BatchNorm2d : public StepLayer {
  public:
   BatchNorm2d(Backend& b, const LayerSpec& spec, uint32_t seed, graph::OpKind kind) : StepLayer(b, seed) {
-    InitInputs(spec.input_shapes);
-    InitOutput(spec.output_shape);
+    InitTensors(spec);
     const int64_t channels = spec.input_shapes[0][1];
     Tensor& scale = Param({channels}, 0.1f);
     for (float& g : scale.data) g += 1.0f;
@@ -757,13 +972,21 @@ class BatchNorm2d : public StepLayer {
     const BatchNormShape shape{x.dims[0], channels, values_per_channel_ / x.dims[0], kEpsilon};
     const float upper = kind == graph::OpKind::kBatchNormRelu6 ? 6.0f : std::numeric_limits<float>::infinity();
     const Fused fused = FusedActivation(kind);
-    // The passes' instances, in Fused's order.
+    // The passes' instances, in Fused's order, for NCHW and for channels-last maps.
     const auto forward =
-        std::array{BatchNormForward<Fused::kNone>, BatchNormForward<Fused::kClip>, BatchNormForward<Fused::kSilu>,
-                   BatchNormForward<Fused::kHardSwish>}[static_cast<size_t>(fused)];
+        x.channels_last
+            ? std::array{BatchNormForwardRows<Fused::kNone>, BatchNormForwardRows<Fused::kClip>,
+                         BatchNormForwardRows<Fused::kSilu>,
+                         BatchNormForwardRows<Fused::kHardSwish>}[static_cast<size_t>(fused)]
+            : std::array{BatchNormForward<Fused::kNone>, BatchNormForward<Fused::kClip>, BatchNormForward<Fused::kSilu>,
+                         BatchNormForward<Fused::kHardSwish>}[static_cast<size_t>(fused)];
     const auto backward =
-        std::array{BatchNormBackward<Fused::kNone>, BatchNormBackward<Fused::kClip>, BatchNormBackward<Fused::kSilu>,
-                   BatchNormBackward<Fused::kHardSwish>}[static_cast<size_t>(fused)];
+        x.channels_last
+            ? std::array{BatchNormBackwardRows<Fused::kNone>, BatchNormBackwardRows<Fused::kClip>,
+                         BatchNormBackwardRows<Fused::kSilu>,
+                         BatchNormBackwardRows<Fused::kHardSwish>}[static_cast<size_t>(fused)]
+            : std::array{BatchNormBackward<Fused::kNone>, BatchNormBackward<Fused::kClip>,
+                         BatchNormBackward<Fused::kSilu>, BatchNormBackward<Fused::kHardSwish>}[static_cast<size_t>(fused)];
     forward_.push_back({dnnl::primitive(),
                         {{DNNL_ARG_SRC, Mem(x)},
                          {DNNL_ARG_DST, Mem(output_)},
@@ -801,15 +1024,13 @@ class BatchNorm2d : public StepLayer {
     };
     add_backward(backward_input_, true);
     add_backward(backward_weights_, true);
-    std::vector<int64_t> per_channel(x.dims.size(), 1);  // (1, C, 1, ...) at the input's rank: 2-D inputs too
-    per_channel[1] = channels;
     if (fused != Fused::kNone) {
       add_backward(backward_bias_, false);
     } else {
-      AddReduceSum(backward_bias_, Mem(grad_output_), Mem(*grad_params_[1], Plain(per_channel)));
+      AddChannelSums(backward_bias_, grad_output_, *grad_params_[1]);
     }
     dnnl::batch_normalization_forward::primitive_desc inference(
-        dnnl::batch_normalization_forward::desc(prop_kind::forward_inference, Plain(x.dims), kEpsilon,
+        dnnl::batch_normalization_forward::desc(prop_kind::forward_inference, Desc(x), kEpsilon,
                                                 flags | dnnl::normalization_flags::use_global_stats),
         attr_, backend_.engine());
     Add(inference_, inference,
@@ -823,7 +1044,7 @@ class BatchNorm2d : public StepLayer {
       const auto [alg, alpha, beta] = fused == Fused::kClip   ? std::tuple(algorithm::eltwise_clip_v2, 0.0f, upper)
                                       : fused == Fused::kSilu ? std::tuple(algorithm::eltwise_swish, 1.0f, 0.0f)
                                                               : std::tuple(algorithm::eltwise_hardswish, 0.0f, 0.0f);
-      const dnnl::eltwise_forward::desc act(prop_kind::forward_inference, alg, Plain(output_.dims), alpha, beta);
+      const dnnl::eltwise_forward::desc act(prop_kind::forward_inference, alg, Desc(output_), alpha, beta);
       Add(inference_, dnnl::eltwise_forward::primitive_desc(act, attr_, backend_.engine()),
           {{DNNL_ARG_SRC, Mem(output_)}, {DNNL_ARG_DST, Mem(output_)}});
     }
@@ -856,9 +1077,8 @@ class BatchNorm2d : public StepLayer {
 class Relu : public StepLayer {
  public:
   Relu(Backend& b, const LayerSpec& spec, uint32_t seed) : StepLayer(b, seed) {
-    InitInputs(spec.input_shapes);
-    InitOutput(spec.output_shape);
-    const memory::desc md = Plain(output_.dims);
+    InitTensors(spec);
+    const memory::desc md = Desc(output_);
     dnnl::eltwise_forward::primitive_desc fwd(
         dnnl::eltwise_forward::desc(prop_kind::forward_training, algorithm::eltwise_relu_use_dst_for_bwd, md), attr_,
         backend_.engine());
@@ -876,8 +1096,7 @@ class Relu : public StepLayer {
 class Pool2d : public StepLayer {
  public:
   Pool2d(Backend& b, const LayerSpec& spec, uint32_t seed, bool max) : StepLayer(b, seed) {
-    InitInputs(spec.input_shapes);
-    InitOutput(spec.output_shape);
+    InitTensors(spec);
     const int64_t k = spec.attributes.at("kernel"), s = spec.attributes.at("stride");
     const auto padding = spec.attributes.find("padding");
     const int64_t p = padding == spec.attributes.end() ? 0 : padding->second;
@@ -890,8 +1109,8 @@ class Pool2d : public StepLayer {
                           : include_padding ? algorithm::pooling_avg_include_padding
                                             : algorithm::pooling_avg_exclude_padding;
     dnnl::pooling_forward::primitive_desc fwd(
-        dnnl::pooling_forward::desc(prop_kind::forward_training, alg, Plain(x), Plain(output_.dims), strides, kernel,
-                                    pad_l, pad_r),
+        dnnl::pooling_forward::desc(prop_kind::forward_training, alg, Desc(inputs_[0]), Desc(output_), strides,
+                                    kernel, pad_l, pad_r),
         attr_, backend_.engine());
     std::unordered_map<int, memory> fwd_args = {{DNNL_ARG_SRC, Mem(inputs_[0])}, {DNNL_ARG_DST, Mem(output_)}};
     std::unordered_map<int, memory> bwd_args = {{DNNL_ARG_DIFF_DST, Mem(grad_output_)},
@@ -903,7 +1122,7 @@ class Pool2d : public StepLayer {
     }
     Add(forward_, fwd, fwd_args);
     dnnl::pooling_backward::primitive_desc bwd(
-        dnnl::pooling_backward::desc(alg, Plain(x), Plain(output_.dims), strides, kernel, pad_l, pad_r), attr_,
+        dnnl::pooling_backward::desc(alg, Desc(inputs_[0]), Desc(output_), strides, kernel, pad_l, pad_r), attr_,
         backend_.engine(), fwd);
     Add(backward_input_, bwd, bwd_args);
     Forward();  // the argmax workspace for the backward pass
@@ -985,8 +1204,7 @@ EDGECOST_VECTOR_CLONES void ApplyDropout(const DropoutDraw& draw, int64_t size, 
 class Dropout : public StepLayer {
  public:
   Dropout(Backend& b, const LayerSpec& spec, uint32_t seed) : StepLayer(b, seed), seed_(seed) {
-    InitInputs(spec.input_shapes);
-    InitOutput(spec.output_shape);
+    InitTensors(spec);
     const double ratio = DropoutRatio(spec);
     draw_.drop_below = static_cast<uint32_t>(std::min(ratio * 4294967296.0, 4294967295.0));
     draw_.kept = static_cast<float>(1.0 / (1.0 - ratio));
@@ -1036,8 +1254,7 @@ class Dropout : public StepLayer {
 class Add2 : public StepLayer {
  public:
   Add2(Backend& b, const LayerSpec& spec, uint32_t seed) : StepLayer(b, seed) {
-    InitInputs(spec.input_shapes);
-    InitOutput(spec.output_shape);
+    InitTensors(spec);
     const int64_t n0 = inputs_[0].size(), n1 = inputs_[1].size();
     if (n0 == n1) {
       AddBinary(forward_, algorithm::binary_add, Mem(inputs_[0]), Mem(inputs_[1]), Mem(output_));

@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "graph/forward_graph.h"
+#include "graph/layouts.h"
 #include "kernels/families.h"
 #include "kernels/step_layer.h"
 
@@ -56,9 +57,43 @@ std::string Backend::Isa() {
   }
 }
 
+namespace {
+
+// A spec's channels-last attributes (graph/layouts.h) name 4-D tensors of a kind whose kernels take
+// them, in one layout for every tensor where the kind shares one.
+Status CheckChannelsLast(graph::OpKind kind, const LayerSpec& spec) {
+  const auto attribute = [&](const char* name) {
+    const auto it = spec.attributes.find(name);
+    return it == spec.attributes.end() ? int64_t{0} : it->second;
+  };
+  const int64_t inputs = attribute(graph::kChannelsLastInputsAttribute);
+  const int64_t output = attribute(graph::kChannelsLastOutputAttribute);
+  if (inputs == 0 && output == 0) return Status::Ok();
+  const auto layouts = graph::ActivationLayoutsOf(kind);
+  const auto refuse = [&](const std::string& why) {
+    return InvalidArgument("op kind '" + spec.kind + "' with channels-last tensors: " + why);
+  };
+  if (layouts == graph::ActivationLayouts::kPlain) return refuse("its kernels take NCHW alone");
+  if (inputs < 0 || inputs >= (int64_t{1} << spec.input_shapes.size()) || (output != 0 && output != 1)) {
+    return refuse("the attributes name tensors it does not have");
+  }
+  if (output && spec.output_shape.size() != 4) return refuse("its output is not 4-D");
+  for (size_t i = 0; i < spec.input_shapes.size(); ++i) {
+    const bool input = (inputs >> i) & 1;
+    if (input && spec.input_shapes[i].size() != 4) return refuse("input " + std::to_string(i) + " is not 4-D");
+    if (layouts == graph::ActivationLayouts::kShared && input != (output != 0)) {
+      return refuse("its inputs and its output must lie alike");
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Layer>> MakeLayer(Backend& backend, const LayerSpec& spec, uint32_t seed) {
   try {
     const Result<graph::OpKind> kind = graph::ParseOpKind(spec.kind);
+    if (kind.ok()) EC_RETURN_IF_ERROR(CheckChannelsLast(*kind, spec));
     using graph::OpKind;
     switch (kind.ok() ? *kind
                       : OpKind::kInput) {  // no default: a new op kind does not compile until a family builds it

@@ -25,13 +25,15 @@ namespace edgecost::kernels {
 // The kernels' revision, part of a device's fingerprint: costs measured on other kernels are
 // stale (after issue 32's faster depthwise and batch-norm passes, the old costs predicted
 // resnet18_cifar's step 43% too slow). Raise it when a kernel's time or memory changes.
-inline constexpr uint32_t kKernelsRevision = 5;
+inline constexpr uint32_t kKernelsRevision = 6;
 
 using Dims = std::vector<int64_t>;
 
 struct Tensor {
   Dims dims;
   std::vector<float> data;
+  // A 4-D tensor's dims are NCHW's; its elements lie channels-last (NHWC) when set (graph/layouts.h).
+  bool channels_last = false;
 
   explicit Tensor(Dims d = {});
   int64_t size() const { return static_cast<int64_t>(data.size()); }

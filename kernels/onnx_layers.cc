@@ -19,8 +19,7 @@ struct EltwiseSpec {
 class Unary : public OpLayer {
  public:
   Unary(Backend& b, const LayerSpec& spec, uint32_t seed, const EltwiseSpec& e) : OpLayer(b, seed) {
-    InitInputs(spec.input_shapes);
-    InitOutput(spec.output_shape);
+    InitTensors(spec);
     if (e.positive_input) Positive(inputs_[0]);
     AddEltwise(forward_, e.alg, e.alpha, e.beta, Mem(inputs_[0]), Mem(output_));
     // The affine op's derivative is a constant: its backward is given dY as the point, so that it

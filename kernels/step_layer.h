@@ -15,6 +15,7 @@
 #include <unordered_map>
 
 #include "graph/forward_graph.h"
+#include "graph/layouts.h"
 #include "kernels/layers.h"
 
 // Our own loops (batch norm's passes, dropout, the depthwise weight gradient) compiled three times on
@@ -43,6 +44,12 @@ inline memory::desc Plain(const Dims& dims) {
   memory::dims strides(dims.size(), 1);
   for (int i = static_cast<int>(dims.size()) - 2; i >= 0; --i) strides[i] = strides[i + 1] * dims[i + 1];
   return memory::desc(memory::dims(dims.begin(), dims.end()), memory::data_type::f32, strides);
+}
+
+// How a tensor's elements lie: plain, or a feature map channels-last (NHWC).
+inline memory::desc Desc(const Tensor& t) {
+  if (!t.channels_last) return Plain(t.dims);
+  return memory::desc(memory::dims(t.dims.begin(), t.dims.end()), memory::data_type::f32, memory::format_tag::nhwc);
 }
 
 // The last two axes of a row-major 3-D tensor, swapped without copying.
@@ -147,7 +154,7 @@ class StepLayer : public Layer {
   memory Mem(Tensor& t, const memory::desc& md, int64_t offset = 0) {
     return memory(md, backend_.engine(), t.data.data() + offset);
   }
-  memory Mem(Tensor& t) { return Mem(t, Plain(t.dims)); }
+  memory Mem(Tensor& t) { return Mem(t, Desc(t)); }
 
   Tensor& Own(Dims dims) {
     Tensor& t = owned_.emplace_back(std::move(dims));
@@ -172,6 +179,33 @@ class StepLayer : public Layer {
     output_ = Tensor(shape);
     grad_output_ = Tensor(shape);
     Normal(grad_output_, 0.01f);
+  }
+  // The inputs and the output of a layer whose kernels take channels-last feature maps
+  // (graph/op_kinds.def: LAYOUT), each in the layout the spec's attributes say; a gradient lies as
+  // its tensor does.
+  void InitTensors(const LayerSpec& spec) {
+    InitInputs(spec.input_shapes);
+    InitOutput(spec.output_shape);
+    const auto attribute = [&](const char* name) {
+      const auto it = spec.attributes.find(name);
+      return it == spec.attributes.end() ? int64_t{0} : it->second;
+    };
+    const int64_t inputs = attribute(graph::kChannelsLastInputsAttribute);
+    for (size_t i = 0; i < inputs_.size(); ++i) {
+      inputs_[i].channels_last = grad_inputs_[i].channels_last = ((inputs >> i) & 1) != 0;
+    }
+    output_.channels_last = grad_output_.channels_last = attribute(graph::kChannelsLastOutputAttribute) != 0;
+  }
+  // sums (C) = the sum of t (N, C, ...) over every axis but the channels' (a bias's gradient).
+  void AddChannelSums(std::vector<Step>& pass, Tensor& t, Tensor& sums) {
+    const Dims& d = t.dims;
+    if (t.channels_last) {  // (N H W, C) rows
+      AddReduceSum(pass, Mem(t, Plain({d[0] * d[2] * d[3], d[1]})), Mem(sums, Plain({1, d[1]})));
+      return;
+    }
+    Dims per_channel(d.size(), 1);  // (1, C, 1, ...) at t's rank: 2-D tensors too
+    per_channel[1] = d[1];
+    AddReduceSum(pass, Mem(t), Mem(sums, Plain(per_channel)));
   }
   // A parameter and its gradient; a sparse tensor update's gradient covers the first `grad_rows`
   // rows (output channels) alone.

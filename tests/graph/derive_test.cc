@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include "graph/layouts.h"
 #include "graph/zoo.h"
 
 namespace edgecost::graph {
@@ -67,6 +68,56 @@ TEST(ExactDerivation, ConvReluLinearReadWhatTheirBackwardNeeds) {
   EXPECT_EQ(Inputs(*conv_dw), (std::vector<uint32_t>{0, relu_grad->index()}));
   // The input image needs no gradient.
   EXPECT_EQ(Find(*graph, "layer1_Conv2dLayer.grad_input"), nullptr);
+}
+
+// input -> depthwise conv -> batch norm + ReLU6 -> 1x1 conv -> add (of the two) -> global average
+// pool -> flatten -> linear -> loss
+ForwardGraph SmallMobileNet(bool grouped) {
+  ForwardGraph g("small_mobilenet", 2);
+  const int x = g.Input({2, 8, 4, 4});
+  const int dw = g.Conv2d(x, 8, 8, 3, 1, 1, grouped ? 8 : 1, false);
+  const int bn = g.BatchNorm2d(dw);
+  g.FuseActivationIntoBatchNorm(bn, OpKind::kRelu6);
+  const int pw = g.Conv2d(bn, 8, 8, 1, 1, 0, 1, false);
+  const int pooled = g.AvgPool2d(g.Add(pw, bn), 4, 4);
+  g.CrossEntropyLoss(g.Linear(g.Flatten(pooled), 8, 3), 3);
+  return g;
+}
+
+TEST(ChannelsLast, FeatureMapsOfAModelWithGroupedConvolutionsAreChannelsLast) {
+  const std::vector<bool> nhwc = ChannelsLastOutputs(SmallMobileNet(true));
+  // input, depthwise, batch norm, 1x1, add, pool, flatten, linear, loss
+  EXPECT_EQ(nhwc, (std::vector<bool>{false, true, true, true, true, true, false, false, false}));
+  const auto graph = DeriveTrainingGraph(SmallMobileNet(true), Derivation::kExact);
+  ASSERT_TRUE(graph.ok()) << graph.status().message();
+  const auto attributes = [&](int node) { return graph->nodes(node).attributes(); };
+  EXPECT_FALSE(attributes(1).contains(kChannelsLastInputsAttribute));  // reads the NCHW input
+  EXPECT_EQ(attributes(1).at(kChannelsLastOutputAttribute), 1);
+  EXPECT_EQ(attributes(4).at(kChannelsLastInputsAttribute), 0b11);  // the add, both inputs
+  // The pool's 1x1 output is the same bytes in either layout: flatten reads it as NCHW.
+  EXPECT_EQ(attributes(5).at(kChannelsLastOutputAttribute), 1);
+  EXPECT_TRUE(attributes(6).empty());
+}
+
+TEST(ChannelsLast, AModelWithoutGroupedConvolutionsKeepsNchw) {
+  const std::vector<bool> nhwc = ChannelsLastOutputs(SmallMobileNet(false));
+  EXPECT_EQ(std::count(nhwc.begin(), nhwc.end(), true), 0);
+}
+
+TEST(ChannelsLast, AMapAKernelTakesAsNchwAloneKeepsNchwWithTheMapsSharingItsLayout) {
+  ForwardGraph g("squeeze_excite", 2);
+  const int x = g.Input({2, 4, 4, 4});
+  const int dw = g.Conv2d(x, 4, 4, 3, 1, 1, 4, false);
+  const int act = g.Unary(OpKind::kSilu, dw);
+  const int scaled = g.Binary(OpKind::kMul, act, g.AvgPool2d(act, 4, 4));  // Mul takes NCHW alone
+  const int pw = g.Conv2d(scaled, 4, 4, 1, 1, 0, 1, false);
+  const int out = g.Unary(OpKind::kRelu6, pw);
+  g.CrossEntropyLoss(g.Linear(g.Flatten(g.AvgPool2d(out, 4, 4)), 4, 2), 2);
+  const std::vector<bool> nhwc = ChannelsLastOutputs(g);
+  EXPECT_FALSE(nhwc[static_cast<size_t>(act)]);  // Mul reads it
+  EXPECT_FALSE(nhwc[static_cast<size_t>(dw)]);   // SiLU shares its layout
+  EXPECT_TRUE(nhwc[static_cast<size_t>(pw)]);
+  EXPECT_TRUE(nhwc[static_cast<size_t>(out)]);
 }
 
 TEST(ExactDerivation, AddPassesGradientsAndFanOutIsSummed) {

@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "graph/forward_graph.h"
+#include "graph/layouts.h"
 
 namespace edgecost::kernels {
 namespace {
@@ -719,6 +720,142 @@ TEST(Layers, BatchNormGivesTheSameBitsOnOneThreadAndOnTwo) {
       EXPECT_EQ(results[0], results[1]);
     }
   }
+}
+
+
+// ---- Channels-last feature maps (graph/layouts.h) ------------------------------------------------
+
+// t (dims N, C, H, W) with its elements moved between NCHW and NHWC order.
+std::vector<float> Permuted(const Tensor& t, bool to_channels_last) {
+  const int64_t n = t.dims[0], c = t.dims[1], hw = t.dims[2] * t.dims[3];
+  std::vector<float> out(t.data.size());
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t k = 0; k < c; ++k) {
+      for (int64_t p = 0; p < hw; ++p) {
+        const int64_t nchw = (i * c + k) * hw + p, nhwc = (i * hw + p) * c + k;
+        if (to_channels_last) {
+          out[nhwc] = t.data[nchw];
+        } else {
+          out[nchw] = t.data[nhwc];
+        }
+      }
+    }
+  }
+  return out;
+}
+
+void ExpectSame(const Tensor& nchw, const Tensor& other, const std::string& what) {
+  const std::vector<float> got = other.channels_last ? Permuted(other, false) : other.data;
+  ASSERT_EQ(got.size(), nchw.data.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_NEAR(got[i], nchw.data[i], 1e-4 * std::max(1.0f, std::fabs(nchw.data[i]))) << what << " element " << i;
+  }
+}
+
+// The layer `spec` with channels-last tensors (its attributes nhwc_inputs and nhwc_output) computes
+// what the same layer on NCHW does: the same output, input gradients and parameter gradients, each
+// pass run on inputs, dY and parameters that are the NCHW layer's, moved to their layout.
+void ExpectSameAsNchw(const LayerSpec& spec) {
+  SCOPED_TRACE(spec.kind);
+  LayerSpec plain = spec;
+  plain.attributes.erase(graph::kChannelsLastInputsAttribute);
+  plain.attributes.erase(graph::kChannelsLastOutputAttribute);
+  Backend backend;
+  auto a = MakeLayer(backend, plain, 3);
+  auto b = MakeLayer(backend, spec, 3);
+  ASSERT_TRUE(a.ok()) << a.status().message();
+  ASSERT_TRUE(b.ok()) << b.status().message();
+  Layer& nchw = **a;
+  Layer& other = **b;
+  const auto copy = [](const Tensor& from, Tensor& to) { to.data = to.channels_last ? Permuted(from, true) : from.data; };
+  for (size_t k = 0; k < nchw.inputs().size(); ++k) copy(nchw.inputs()[k], other.inputs()[k]);
+  copy(nchw.grad_output(), other.grad_output());
+  for (size_t k = 0; k < nchw.params().size(); ++k) other.params()[k]->data = nchw.params()[k]->data;
+  for (Layer* layer : {&nchw, &other}) {
+    layer->Forward();
+    layer->BackwardInput();
+  }
+  ExpectSame(nchw.output(), other.output(), "output");
+  for (size_t k = 0; k < nchw.inputs().size(); ++k) {
+    ExpectSame(nchw.grad_inputs()[k], other.grad_inputs()[k], "input gradient " + std::to_string(k));
+  }
+  if (!nchw.HasParameters()) return;
+  for (Layer* layer : {&nchw, &other}) layer->BackwardWeights();
+  for (size_t k = 0; k < nchw.params().size(); ++k) {
+    ExpectSame(*nchw.grad_params()[k], *other.grad_params()[k], "parameter gradient " + std::to_string(k));
+  }
+  for (Layer* layer : {&nchw, &other}) {  // the bias-only pass
+    for (Tensor* g : layer->grad_params()) std::fill(g->data.begin(), g->data.end(), 0.0f);
+    layer->BackwardBias();
+  }
+  ExpectSame(*nchw.grad_params().back(), *other.grad_params().back(), "bias-only gradient");
+}
+
+LayerSpec ChannelsLast(LayerSpec spec, int64_t inputs = 1, int64_t output = 1) {
+  if (inputs) spec.attributes[graph::kChannelsLastInputsAttribute] = inputs;
+  if (output) spec.attributes[graph::kChannelsLastOutputAttribute] = output;
+  return spec;
+}
+
+TEST(ChannelsLast, ConvolutionsMatchNchw) {
+  // Depthwise, 18 channels (a block of 16 and part of one), stride 2.
+  ExpectSameAsNchw(ChannelsLast(
+      {"conv2d", {{"kernel", 3}, {"stride", 2}, {"padding", 1}, {"groups", 18}}, {{2, 18, 6, 6}}, {2, 18, 3, 3}}));
+  // Depthwise 5x5 on a 2x2 map: the layer's own weight gradient.
+  ExpectSameAsNchw(ChannelsLast(
+      {"conv2d", {{"kernel", 5}, {"stride", 1}, {"padding", 2}, {"groups", 6}}, {{2, 6, 2, 2}}, {2, 6, 2, 2}}));
+  // 1x1: one matmul over the pixels, with a bias; then with a plain input or a plain output staged.
+  const LayerSpec pointwise{"conv2d", {{"kernel", 1}, {"stride", 1}, {"padding", 0}}, {{2, 8, 3, 3}}, {2, 12, 3, 3}};
+  ExpectSameAsNchw(ChannelsLast(pointwise));
+  ExpectSameAsNchw(ChannelsLast(pointwise, 0, 1));
+  ExpectSameAsNchw(ChannelsLast(pointwise, 1, 0));
+  // A dense 3x3 with its input channels-last and its output NCHW.
+  ExpectSameAsNchw(ChannelsLast(
+      {"conv2d", {{"kernel", 3}, {"stride", 1}, {"padding", 1}, {"no_bias", 1}}, {{2, 5, 4, 4}}, {2, 7, 4, 4}}, 1, 0));
+}
+
+TEST(ChannelsLast, SparseUpdateOfAConvolutionMatchesNchw) {
+  ExpectSameAsNchw(ChannelsLast({"conv2d",
+                                 {{"kernel", 3}, {"stride", 1}, {"padding", 1}, {"groups", 1}, {"update_channels", 3}},
+                                 {{2, 4, 4, 4}},
+                                 {2, 8, 4, 4}}));
+}
+
+TEST(ChannelsLast, BatchNormsMatchNchw) {
+  for (const char* kind : {"batchnorm2d", "batchnorm2d_relu", "batchnorm2d_relu6", "batchnorm2d_silu",
+                           "batchnorm2d_hardswish"}) {
+    ExpectSameAsNchw(ChannelsLast({kind, {}, {{2, 20, 5, 5}}, {2, 20, 5, 5}}));
+    ExpectSameAsNchw(ChannelsLast({kind, {}, {{3, 24, 2, 2}}, {3, 24, 2, 2}}));  // NCHW's lanes on small maps
+  }
+  // Enough rows for several chunks of the sums, summed in a fixed order.
+  ExpectSameAsNchw(ChannelsLast({"batchnorm2d_relu6", {}, {{2, 8, 32, 40}}, {2, 8, 32, 40}}));
+}
+
+TEST(ChannelsLast, ElementwisePoolingAndAddMatchNchw) {
+  for (const char* kind : {"relu", "relu6", "hardswish", "sigmoid", "silu"}) {
+    ExpectSameAsNchw(ChannelsLast({kind, {}, {{2, 3, 4, 4}}, {2, 3, 4, 4}}));
+  }
+  ExpectSameAsNchw(ChannelsLast({"maxpool2d", {{"kernel", 3}, {"stride", 2}, {"padding", 1}}, {{2, 5, 6, 6}}, {2, 5, 3, 3}}));
+  ExpectSameAsNchw(ChannelsLast({"avgpool2d", {{"kernel", 4}, {"stride", 4}}, {{2, 5, 4, 4}}, {2, 5, 1, 1}}));
+  ExpectSameAsNchw(ChannelsLast({"add", {}, {{2, 3, 4, 4}, {2, 3, 4, 4}}, {2, 3, 4, 4}}, 0b11, 1));
+}
+
+TEST(ChannelsLast, ANumericalGradientAgreesInTheLayout) {
+  CheckLayer(ChannelsLast({"batchnorm2d_silu", {}, {{2, 6, 3, 3}}, {2, 6, 3, 3}}));
+  CheckLayer(ChannelsLast({"conv2d", {{"kernel", 1}, {"stride", 1}, {"padding", 0}}, {{2, 4, 3, 3}}, {2, 5, 3, 3}}));
+}
+
+TEST(ChannelsLast, KindsThatTakeNchwAloneRefuseIt) {
+  Backend backend;
+  const auto refused = [&](const LayerSpec& spec, const std::string& why) {
+    auto made = MakeLayer(backend, spec);
+    ASSERT_FALSE(made.ok()) << spec.kind;
+    EXPECT_NE(made.status().message().find(why), std::string::npos) << made.status().message();
+  };
+  refused(ChannelsLast({"flatten", {}, {{2, 2, 2, 2}}, {2, 8}}, 1, 0), "NCHW alone");
+  refused(ChannelsLast({"relu", {}, {{2, 3, 4, 4}}, {2, 3, 4, 4}}, 1, 0), "alike");
+  refused(ChannelsLast({"relu", {}, {{2, 3}}, {2, 3}}), "not 4-D");
+  refused(ChannelsLast({"relu", {}, {{2, 3, 4, 4}}, {2, 3, 4, 4}}, 0b10, 1), "does not have");
 }
 
 }  // namespace
