@@ -130,7 +130,7 @@ void AddForwardNodes(const ForwardGraph& forward, GraphWriter& out, v1::Training
     node.set_param_count(static_cast<uint64_t>(layer.param_count));
     node.set_module(layer.module);
     std::map<std::string, int64_t> attributes = layer.attributes;
-    SetChannelsLastAttributes(layer, i, channels_last, attributes);
+    SetChannelsLastAttributes(forward, i, channels_last, attributes);
     for (const auto& [key, value] : attributes) (*node.mutable_attributes())[key] = value;
     param_count += static_cast<uint64_t>(layer.param_count);
   }

@@ -16,19 +16,33 @@ bool HasGroupedConvolution(const ForwardGraph& forward) {
 bool FeatureMap(const Shape& shape) { return shape.size() == 4; }
 bool OnePixel(const Shape& shape) { return FeatureMap(shape) && shape[2] * shape[3] == 1; }
 
-// The layer's kernels take channels-last activations (POET's residual add of a smaller tensor into a
-// larger one adds flat prefixes, which only NCHW lines up).
+// The layer's kernels take channels-last activations. POET's residual add of a smaller tensor into a
+// larger one adds flat prefixes, which only NCHW lines up; a product takes them for squeeze-excite's
+// X times a scale per channel and image, (N, C, 1, 1), or of two maps alike.
 bool TakesChannelsLast(const ForwardGraph& forward, const Layer& layer) {
   if (ActivationLayoutsOf(layer.kind) == ActivationLayouts::kPlain) return false;
-  if (layer.kind != OpKind::kAdd) return true;
-  for (int input : layer.inputs) {
-    if (forward.layers()[static_cast<size_t>(input)].output_shape != layer.output_shape) return false;
+  const auto shape = [&](size_t k) -> const Shape& {
+    return forward.layers()[static_cast<size_t>(layer.inputs[k])].output_shape;
+  };
+  const Shape& out = layer.output_shape;
+  switch (layer.kind) {
+    case OpKind::kAdd:
+      return shape(0) == out && shape(1) == out;
+    case OpKind::kMul: {
+      if (layer.inputs.size() != 2 || !FeatureMap(out)) return false;
+      const auto fits = [&](const Shape& in) { return in == out || in == Shape{out[0], out[1], 1, 1}; };
+      return (shape(0) == out || shape(1) == out) && fits(shape(0)) && fits(shape(1));
+    }
+    default:
+      return true;
   }
-  return true;
 }
 
 int Root(std::vector<int>& parent, int i) {
-  while (parent[static_cast<size_t>(i)] != i) i = parent[static_cast<size_t>(i)] = parent[static_cast<size_t>(parent[static_cast<size_t>(i)])];
+  while (parent[static_cast<size_t>(i)] != i) {
+    parent[static_cast<size_t>(i)] = parent[static_cast<size_t>(parent[static_cast<size_t>(i)])];  // halving
+    i = parent[static_cast<size_t>(i)];
+  }
   return i;
 }
 
@@ -43,7 +57,10 @@ std::vector<bool> ChannelsLastOutputs(const ForwardGraph& forward) {
   std::vector<int> parent(n);
   std::iota(parent.begin(), parent.end(), 0);
   std::vector<bool> may(n);
-  for (size_t i = 0; i < n; ++i) may[i] = FeatureMap(layers[i].output_shape) && (OnePixel(layers[i].output_shape) || TakesChannelsLast(forward, layers[i]));
+  for (size_t i = 0; i < n; ++i) {
+    may[i] = FeatureMap(layers[i].output_shape) &&
+             (OnePixel(layers[i].output_shape) || TakesChannelsLast(forward, layers[i]));
+  }
   for (size_t i = 0; i < n; ++i) {
     const Layer& layer = layers[i];
     const bool takes = TakesChannelsLast(forward, layer);
@@ -63,9 +80,10 @@ std::vector<bool> ChannelsLastOutputs(const ForwardGraph& forward) {
   return channels_last;
 }
 
-void SetChannelsLastAttributes(const Layer& layer, int index, const std::vector<bool>& channels_last,
+void SetChannelsLastAttributes(const ForwardGraph& forward, int index, const std::vector<bool>& channels_last,
                                std::map<std::string, int64_t>& attributes) {
-  if (ActivationLayoutsOf(layer.kind) == ActivationLayouts::kPlain) return;
+  const Layer& layer = forward.layers()[static_cast<size_t>(index)];
+  if (!TakesChannelsLast(forward, layer)) return;
   int64_t inputs = 0;
   for (size_t k = 0; k < layer.inputs.size(); ++k) {
     if (channels_last[static_cast<size_t>(layer.inputs[k])]) inputs |= int64_t{1} << k;

@@ -24,8 +24,9 @@ inline constexpr char kChannelsLastOutputAttribute[] = "nhwc_output";
 // either layout and never stands in the way.
 std::vector<bool> ChannelsLastOutputs(const ForwardGraph& forward);
 
-// Sets the two attributes above on a layer's attribute map, from ChannelsLastOutputs' answer.
-void SetChannelsLastAttributes(const Layer& layer, int index, const std::vector<bool>& channels_last,
+// Sets the two attributes above on the attributes of layer `index`, from ChannelsLastOutputs'
+// answer, where its kernels take channels-last maps (a kernel of NCHW alone reads a 1x1 map as NCHW).
+void SetChannelsLastAttributes(const ForwardGraph& forward, int index, const std::vector<bool>& channels_last,
                                std::map<std::string, int64_t>& attributes);
 
 }  // namespace edgecost::graph

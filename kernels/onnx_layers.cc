@@ -61,12 +61,7 @@ class Binary : public OpLayer {
   Binary(Backend& b, const LayerSpec& spec, uint32_t seed, algorithm alg) : OpLayer(b, seed) {
     const bool with_param = spec.input_shapes.size() == 1;
     const Dims& full = spec.output_shape;
-    if (with_param) {
-      InitInputs({spec.input_shapes[0]});
-    } else {
-      InitInputs({spec.input_shapes[0], spec.input_shapes[1]});
-    }
-    InitOutput(full);
+    InitTensors(spec);  // channels-last: a product of maps of `full`, or of one by (N, C, 1, 1)
     Tensor* bt = nullptr;
     Tensor* dbt = nullptr;
     if (with_param) {
@@ -89,7 +84,7 @@ class Binary : public OpLayer {
     if (alg == algorithm::binary_mul && with_param) {
       for (float& v : bb.data) v += 1.0f;  // a scale near one
     }
-    auto bcast = [&](Tensor& t) { return Mem(t, Plain(Padded(t.dims, full.size()))); };
+    auto bcast = [&](Tensor& t) { return t.dims == full ? Mem(t) : Mem(t, Plain(Padded(t.dims, full.size()))); };
     AddBinary(forward_, alg, Expand(forward_, a, full), bcast(bb), Mem(output_));
 
     // Gradients: dA and dB, each summed over the axes it was broadcast along.
@@ -132,16 +127,24 @@ class Binary : public OpLayer {
   void AddProduct(std::vector<Step>& pass, algorithm op, memory src0, memory src1, const Dims& full, Tensor& grad,
                   const Dims& grad_dims) {
     if (Elements(grad_dims) == Elements(full)) {
-      AddBinary(pass, op, src0, src1, Mem(grad, Plain(full)));
+      AddBinary(pass, op, src0, src1, grad.channels_last ? Mem(grad) : Mem(grad, Plain(full)));
       return;
     }
     Tensor& t = Temporary(full);
     AddBinary(pass, op, src0, src1, Mem(t));
+    if (t.channels_last) {  // to (N, C, 1, 1): the sum over each image's rows of (H W, C)
+      AddReduceSum(pass, Mem(t, Plain({full[0], full[2] * full[3], full[1]})), Mem(grad, Plain({full[0], 1, full[1]})));
+      return;
+    }
     AddReduceTo(pass, Mem(t), full, grad, grad_dims);
   }
-  // A full-size buffer the backward passes share: each pass fills and reads it before the next runs.
+  // A full-size buffer the backward passes share, laid out as the output: each pass fills and reads
+  // it before the next runs.
   Tensor& Temporary(const Dims& full) {
-    if (!temporary_) temporary_ = &Own(full);
+    if (!temporary_) {
+      temporary_ = &Own(full);
+      temporary_->channels_last = output_.channels_last;
+    }
     return *temporary_;
   }
 

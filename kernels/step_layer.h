@@ -471,11 +471,13 @@ class OpLayer : public StepLayer {
     AddReduceSum(pass, from, Mem(to, Plain(Padded(to_dims, full.size()))));
   }
 
-  // A full-size copy of `t` broadcast to `full` (oneDNN broadcasts only the second operand).
+  // A full-size copy of `t` broadcast to `full` (oneDNN broadcasts only the second operand), laid
+  // out as the output.
   memory Expand(std::vector<Step>& pass, Tensor& t, const Dims& full) {
     if (t.dims == full) return Mem(t);
     Tensor& zeros = Own(full);
     Tensor& out = Own(full);
+    zeros.channels_last = out.channels_last = output_.channels_last;
     AddBinary(pass, algorithm::binary_add, Mem(zeros), Mem(t, Plain(Padded(t.dims, full.size()))), Mem(out));
     return Mem(out);
   }

@@ -99,6 +99,18 @@ TEST(ChannelsLast, FeatureMapsOfAModelWithGroupedConvolutionsAreChannelsLast) {
   EXPECT_TRUE(attributes(6).empty());
 }
 
+TEST(ChannelsLast, SqueezeExciteScalesAChannelsLastMap) {
+  ForwardGraph g("squeeze_excite", 2);
+  const int x = g.Input({2, 4, 4, 4});
+  const int act = g.Unary(OpKind::kSilu, g.Conv2d(x, 4, 4, 3, 1, 1, 4, false));
+  const int scale = g.Unary(OpKind::kSigmoid, g.Conv2d(g.AvgPool2d(act, 4, 4), 4, 4, 1, 1, 0));
+  const int scaled = g.Binary(OpKind::kMul, act, scale);
+  g.CrossEntropyLoss(g.Linear(g.Flatten(g.AvgPool2d(g.Conv2d(scaled, 4, 4, 1, 1, 0), 4, 4)), 4, 2), 2);
+  const std::vector<bool> nhwc = ChannelsLastOutputs(g);
+  EXPECT_TRUE(nhwc[static_cast<size_t>(act)]);
+  EXPECT_TRUE(nhwc[static_cast<size_t>(scaled)]);
+}
+
 TEST(ChannelsLast, AModelWithoutGroupedConvolutionsKeepsNchw) {
   const std::vector<bool> nhwc = ChannelsLastOutputs(SmallMobileNet(false));
   EXPECT_EQ(std::count(nhwc.begin(), nhwc.end(), true), 0);
@@ -109,12 +121,12 @@ TEST(ChannelsLast, AMapAKernelTakesAsNchwAloneKeepsNchwWithTheMapsSharingItsLayo
   const int x = g.Input({2, 4, 4, 4});
   const int dw = g.Conv2d(x, 4, 4, 3, 1, 1, 4, false);
   const int act = g.Unary(OpKind::kSilu, dw);
-  const int scaled = g.Binary(OpKind::kMul, act, g.AvgPool2d(act, 4, 4));  // Mul takes NCHW alone
+  const int scaled = g.Binary(OpKind::kSub, act, g.AvgPool2d(act, 4, 4));  // Sub takes NCHW alone
   const int pw = g.Conv2d(scaled, 4, 4, 1, 1, 0, 1, false);
   const int out = g.Unary(OpKind::kRelu6, pw);
   g.CrossEntropyLoss(g.Linear(g.Flatten(g.AvgPool2d(out, 4, 4)), 4, 2), 2);
   const std::vector<bool> nhwc = ChannelsLastOutputs(g);
-  EXPECT_FALSE(nhwc[static_cast<size_t>(act)]);  // Mul reads it
+  EXPECT_FALSE(nhwc[static_cast<size_t>(act)]);  // Sub reads it
   EXPECT_FALSE(nhwc[static_cast<size_t>(dw)]);   // SiLU shares its layout
   EXPECT_TRUE(nhwc[static_cast<size_t>(pw)]);
   EXPECT_TRUE(nhwc[static_cast<size_t>(out)]);

@@ -838,6 +838,10 @@ TEST(ChannelsLast, ElementwisePoolingAndAddMatchNchw) {
   ExpectSameAsNchw(ChannelsLast({"maxpool2d", {{"kernel", 3}, {"stride", 2}, {"padding", 1}}, {{2, 5, 6, 6}}, {2, 5, 3, 3}}));
   ExpectSameAsNchw(ChannelsLast({"avgpool2d", {{"kernel", 4}, {"stride", 4}}, {{2, 5, 4, 4}}, {2, 5, 1, 1}}));
   ExpectSameAsNchw(ChannelsLast({"add", {}, {{2, 3, 4, 4}, {2, 3, 4, 4}}, {2, 3, 4, 4}}, 0b11, 1));
+  // Squeeze-excite's product by a scale per channel and image, and a product of two maps.
+  ExpectSameAsNchw(ChannelsLast({"mul", {}, {{2, 5, 3, 3}, {2, 5, 1, 1}}, {2, 5, 3, 3}}, 0b11, 1));
+  ExpectSameAsNchw(ChannelsLast({"mul", {}, {{2, 5, 3, 3}, {2, 5, 3, 3}}, {2, 5, 3, 3}}, 0b11, 1));
+  ExpectSameAsNchw(ChannelsLast({"mul", {}, {{2, 5, 1, 1}, {2, 5, 3, 3}}, {2, 5, 3, 3}}, 0b11, 1));  // the scale first
 }
 
 TEST(ChannelsLast, ANumericalGradientAgreesInTheLayout) {
