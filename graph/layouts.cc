@@ -16,67 +16,61 @@ bool HasGroupedConvolution(const ForwardGraph& forward) {
 bool FeatureMap(const Shape& shape) { return shape.size() == 4; }
 bool OnePixel(const Shape& shape) { return FeatureMap(shape) && shape[2] * shape[3] == 1; }
 
-// The layer's kernels take channels-last activations. POET's residual add of a smaller tensor into a
-// larger one adds flat prefixes, which only NCHW lines up; a product takes them for squeeze-excite's
-// X times a scale per channel and image, (N, C, 1, 1), or of two maps alike.
 bool TakesChannelsLast(const ForwardGraph& forward, const Layer& layer) {
-  if (ActivationLayoutsOf(layer.kind) == ActivationLayouts::kPlain) return false;
-  const auto shape = [&](size_t k) -> const Shape& {
-    return forward.layers()[static_cast<size_t>(layer.inputs[k])].output_shape;
-  };
-  const Shape& out = layer.output_shape;
-  switch (layer.kind) {
+  std::vector<Shape> inputs;
+  for (int input : layer.inputs) inputs.push_back(forward.layers()[static_cast<size_t>(input)].output_shape);
+  return TakesChannelsLast(layer.kind, inputs, layer.output_shape);
+}
+
+}  // namespace
+
+bool TakesChannelsLast(OpKind kind, const std::vector<Shape>& inputs, const Shape& output) {
+  if (ActivationLayoutsOf(kind) == ActivationLayouts::kPlain) return false;
+  switch (kind) {
     case OpKind::kAdd:
-      return shape(0) == out && shape(1) == out;
+      return inputs.size() == 2 && inputs[0] == output && inputs[1] == output;
     case OpKind::kMul: {
-      if (layer.inputs.size() != 2 || !FeatureMap(out)) return false;
-      const auto fits = [&](const Shape& in) { return in == out || in == Shape{out[0], out[1], 1, 1}; };
-      return (shape(0) == out || shape(1) == out) && fits(shape(0)) && fits(shape(1));
+      if (inputs.size() != 2 || !FeatureMap(output)) return false;
+      const auto fits = [&](const Shape& in) { return in == output || in == Shape{output[0], output[1], 1, 1}; };
+      return (inputs[0] == output || inputs[1] == output) && fits(inputs[0]) && fits(inputs[1]);
     }
     default:
       return true;
   }
 }
 
-int Root(std::vector<int>& parent, int i) {
-  while (parent[static_cast<size_t>(i)] != i) {
-    parent[static_cast<size_t>(i)] = parent[static_cast<size_t>(parent[static_cast<size_t>(i)])];  // halving
-    i = parent[static_cast<size_t>(i)];
-  }
-  return i;
-}
-
-}  // namespace
-
 std::vector<bool> ChannelsLastOutputs(const ForwardGraph& forward) {
-  const auto n = static_cast<size_t>(forward.size());
-  std::vector<bool> channels_last(n, false);
-  if (!HasGroupedConvolution(forward)) return channels_last;
   const std::vector<Layer>& layers = forward.layers();
-  // Tensors (layer outputs) that must share a layout, as sets; and whether each tensor may be NHWC.
-  std::vector<int> parent(n);
-  std::iota(parent.begin(), parent.end(), 0);
+  const size_t n = layers.size();
+  if (!HasGroupedConvolution(forward)) return std::vector<bool>(n, false);
+  // Whether each tensor (a layer's output) may lie channels-last, and the sets of tensors that must
+  // lie alike (a union-find forest).
   std::vector<bool> may(n);
+  std::vector<size_t> parent(n);
+  std::iota(parent.begin(), parent.end(), size_t{0});
+  const auto root = [&](size_t i) {
+    while (parent[i] != i) i = parent[i] = parent[parent[i]];
+    return i;
+  };
   for (size_t i = 0; i < n; ++i) {
-    may[i] = FeatureMap(layers[i].output_shape) &&
-             (OnePixel(layers[i].output_shape) || TakesChannelsLast(forward, layers[i]));
+    const Shape& shape = layers[i].output_shape;
+    may[i] = FeatureMap(shape) && (OnePixel(shape) || TakesChannelsLast(forward, layers[i]));
   }
   for (size_t i = 0; i < n; ++i) {
-    const Layer& layer = layers[i];
-    const bool takes = TakesChannelsLast(forward, layer);
-    for (int input : layer.inputs) {
+    const bool takes = TakesChannelsLast(forward, layers[i]);
+    const bool shares = takes && ActivationLayoutsOf(layers[i].kind) == ActivationLayouts::kShared;
+    for (int input : layers[i].inputs) {
       const auto in = static_cast<size_t>(input);
       if (!takes && !OnePixel(layers[in].output_shape)) may[in] = false;
-      if (takes && ActivationLayoutsOf(layer.kind) == ActivationLayouts::kShared && FeatureMap(layers[in].output_shape)) {
-        parent[static_cast<size_t>(Root(parent, input))] = Root(parent, static_cast<int>(i));
-      }
+      if (shares && FeatureMap(layers[in].output_shape)) parent[root(in)] = root(i);
     }
   }
   std::vector<bool> set_may(n, true);
   for (size_t i = 0; i < n; ++i) {
-    if (!may[i]) set_may[static_cast<size_t>(Root(parent, static_cast<int>(i)))] = false;
+    if (!may[i]) set_may[root(i)] = false;
   }
-  for (size_t i = 0; i < n; ++i) channels_last[i] = may[i] && set_may[static_cast<size_t>(Root(parent, static_cast<int>(i)))];
+  std::vector<bool> channels_last(n);
+  for (size_t i = 0; i < n; ++i) channels_last[i] = may[i] && set_may[root(i)];
   return channels_last;
 }
 

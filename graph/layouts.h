@@ -18,6 +18,12 @@ namespace edgecost::graph {
 inline constexpr char kChannelsLastInputsAttribute[] = "nhwc_inputs";
 inline constexpr char kChannelsLastOutputAttribute[] = "nhwc_output";
 
+// Whether the kernels of a layer of `kind` with these shapes take channels-last maps: its kind's
+// LAYOUT is not kPlain, and for POET's residual add of a smaller tensor into a larger one (flat
+// prefixes, which only NCHW lines up) and products the shapes say so: squeeze-excite's map times a
+// scale per channel and image, (N, C, 1, 1), or two maps alike.
+bool TakesChannelsLast(OpKind kind, const std::vector<Shape>& inputs, const Shape& output);
+
 // Per layer, whether its output is stored channels-last. A tensor is, when the model has a grouped
 // convolution and every layer that shares its layout (joined through kShared kinds) is a 4-D tensor
 // whose producer and consumers all take channels-last; a map of 1x1 pixels is the same bytes in

@@ -801,7 +801,7 @@ constexpr int64_t kRowChunkValues = 8192;  // 32 KB of floats: a chunk's second 
 
 struct RowChunks {
   int64_t rows, per_chunk, count;
-  RowChunks(const BatchNormShape& d)
+  explicit RowChunks(const BatchNormShape& d)
       : rows(d.n * d.hw), per_chunk(std::max<int64_t>(1, kRowChunkValues / d.c)),
         count((rows + per_chunk - 1) / per_chunk) {}
   int64_t begin(int64_t chunk) const { return chunk * per_chunk; }

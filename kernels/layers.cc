@@ -69,11 +69,13 @@ Status CheckChannelsLast(graph::OpKind kind, const LayerSpec& spec) {
   const int64_t inputs = attribute(graph::kChannelsLastInputsAttribute);
   const int64_t output = attribute(graph::kChannelsLastOutputAttribute);
   if (inputs == 0 && output == 0) return Status::Ok();
-  const auto layouts = graph::ActivationLayoutsOf(kind);
   const auto refuse = [&](const std::string& why) {
     return InvalidArgument("op kind '" + spec.kind + "' with channels-last tensors: " + why);
   };
-  if (layouts == graph::ActivationLayouts::kPlain) return refuse("its kernels take NCHW alone");
+  if (!graph::TakesChannelsLast(kind, spec.input_shapes, spec.output_shape)) {
+    return refuse("its kernels take NCHW alone at these shapes");
+  }
+  const auto layouts = graph::ActivationLayoutsOf(kind);
   if (inputs < 0 || inputs >= (int64_t{1} << spec.input_shapes.size()) || (output != 0 && output != 1)) {
     return refuse("the attributes name tensors it does not have");
   }

@@ -857,6 +857,7 @@ TEST(ChannelsLast, KindsThatTakeNchwAloneRefuseIt) {
     EXPECT_NE(made.status().message().find(why), std::string::npos) << made.status().message();
   };
   refused(ChannelsLast({"flatten", {}, {{2, 2, 2, 2}}, {2, 8}}, 1, 0), "NCHW alone");
+  refused(ChannelsLast({"mul", {}, {{2, 1, 3, 3}, {2, 5, 3, 3}}, {2, 5, 3, 3}}, 0b11, 1), "NCHW alone");
   refused(ChannelsLast({"relu", {}, {{2, 3, 4, 4}}, {2, 3, 4, 4}}, 1, 0), "alike");
   refused(ChannelsLast({"relu", {}, {{2, 3}}, {2, 3}}), "not 4-D");
   refused(ChannelsLast({"relu", {}, {{2, 3, 4, 4}}, {2, 3, 4, 4}}, 0b10, 1), "does not have");
