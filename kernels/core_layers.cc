@@ -655,6 +655,30 @@ float Masked(float upper, float dy, float x, float mean, float scale, float shif
   return dy * static_cast<float>((z > 0.0f) & (z < upper));  // a product, not a branch: it vectorizes
 }
 
+// Over `count` values with a mean, a forward scale and a shift each: g = dY through the fused
+// activation's gradient, summed into sum_dy and, times x - mean, into sum_centered; g is kept in
+// `masked` where given (a fused activation's first pass, for the second to read).
+template <Fused kFused>
+inline void MaskedSums(int64_t count, float upper, const float* x, const float* dy, const float* mean,
+                       const float* scale, const float* shift, float* masked, double* sum_dy, double* sum_centered) {
+  if (kFused != Fused::kNone && masked) {
+#pragma omp simd
+    for (int64_t k = 0; k < count; ++k) {
+      const float g = Masked<kFused>(upper, dy[k], x[k], mean[k], scale[k], shift[k]);
+      masked[k] = g;
+      sum_dy[k] += g;
+      sum_centered[k] += static_cast<double>(g) * (x[k] - mean[k]);
+    }
+    return;
+  }
+#pragma omp simd
+  for (int64_t k = 0; k < count; ++k) {
+    const float g = Masked<kFused>(upper, dy[k], x[k], mean[k], scale[k], shift[k]);
+    sum_dy[k] += g;
+    sum_centered[k] += static_cast<double>(g) * (x[k] - mean[k]);
+  }
+}
+
 // The backward on small maps, in lanes as BatchNormForwardLanes.
 template <Fused kFused>
 EDGECOST_VECTOR_CLONES void BatchNormBackwardLanes(const BatchNormShape& d, float upper, const float* x,
@@ -684,25 +708,9 @@ EDGECOST_VECTOR_CLONES void BatchNormBackwardLanes(const BatchNormShape& d, floa
       std::fill_n(sums_dy.data(), b.lanes, 0.0);
       std::fill_n(sums_centered.data(), b.lanes, 0.0);
       for (int64_t n = 0; n < d.n; ++n) {
-        const float* in = x + n * stride + at;
-        const float* grad = dy + n * stride + at;
-        if (kFused != Fused::kNone && dx) {  // the masked dY kept in dX, as BatchNormBackward keeps it
-          float* masked = dx + n * stride + at;
-#pragma omp simd
-          for (int64_t l = 0; l < b.lanes; ++l) {
-            const float g = Masked<kFused>(upper, grad[l], in[l], m[l], forward_scale[l], shift[l]);
-            masked[l] = g;
-            sums_dy[l] += g;
-            sums_centered[l] += static_cast<double>(g) * (in[l] - m[l]);
-          }
-          continue;
-        }
-#pragma omp simd
-        for (int64_t l = 0; l < b.lanes; ++l) {
-          const float g = Masked<kFused>(upper, grad[l], in[l], m[l], forward_scale[l], shift[l]);
-          sums_dy[l] += g;
-          sums_centered[l] += static_cast<double>(g) * (in[l] - m[l]);
-        }
+        const int64_t image = n * stride + at;
+        MaskedSums<kFused>(b.lanes, upper, x + image, dy + image, m.data(), forward_scale.data(), shift.data(),
+                           dx ? dx + image : nullptr, sums_dy.data(), sums_centered.data());
       }
       SumLanes(d, b, sums_dy.data(), channel_dy.data());
       SumLanes(d, b, sums_centered.data(), channel_centered.data());
@@ -893,25 +901,8 @@ EDGECOST_VECTOR_CLONES void BatchNormBackwardRows(const BatchNormShape& d, float
     double* sum_centered = sums_centered.data() + chunk * c;
     const float* fs = forward_scale.data();
     for (int64_t r = chunks.begin(chunk); r < chunks.end(chunk); ++r) {
-      const float* in = x + r * c;
-      const float* grad = dy + r * c;
-      if (kFused != Fused::kNone && dx) {  // the masked dY kept in dX for the second pass
-        float* masked = dx + r * c;
-#pragma omp simd
-        for (int64_t k = 0; k < c; ++k) {
-          const float g = Masked<kFused>(upper, grad[k], in[k], mean[k], fs[k], beta[k]);
-          masked[k] = g;
-          sum_dy[k] += g;
-          sum_centered[k] += static_cast<double>(g) * (in[k] - mean[k]);
-        }
-        continue;
-      }
-#pragma omp simd
-      for (int64_t k = 0; k < c; ++k) {
-        const float g = Masked<kFused>(upper, grad[k], in[k], mean[k], fs[k], beta[k]);
-        sum_dy[k] += g;
-        sum_centered[k] += static_cast<double>(g) * (in[k] - mean[k]);
-      }
+      MaskedSums<kFused>(c, upper, x + r * c, dy + r * c, mean, fs, beta, dx ? dx + r * c : nullptr, sum_dy,
+                         sum_centered);
     }
   }
   const double count = static_cast<double>(chunks.rows);
