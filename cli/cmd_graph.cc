@@ -7,6 +7,7 @@
 #include "cli/table.h"
 #include "graph/forward_graph.h"
 #include "graph/graph_io.h"
+#include "graph/layouts.h"
 #include "service/models.h"
 
 namespace edgecost::cli {
@@ -41,6 +42,7 @@ void PrintText(const v1::TrainingGraph& graph) {
                {"op", Table::Align::kLeft},
                {"role", Table::Align::kLeft},
                {"shape", Table::Align::kLeft},
+               {"layout", Table::Align::kLeft},
                {"output"},
                {"GFLOP"},
                {"inputs", Table::Align::kLeft}});
@@ -51,9 +53,13 @@ void PrintText(const v1::TrainingGraph& graph) {
     gflop.precision(4);
     gflop << node.flops() / 1e9;
     graph::Shape shape(node.output_shape().dims().begin(), node.output_shape().dims().end());
+    // A forward node's output lies channels-last where derivation says so (graph/layouts.h); its
+    // gradient lies alike.
+    const auto nhwc = node.attributes().find(graph::kChannelsLastOutputAttribute);
+    const std::string layout = nhwc != node.attributes().end() && nhwc->second != 0 ? "NHWC" : "";
     table.AddRow({std::to_string(node.index()), node.name(), PhaseName(node.phase()), node.op_kind(), node.role(),
-                  graph::ShapeToString(shape), FormatBytes(static_cast<double>(node.output_bytes())), gflop.str(),
-                  inputs.str()});
+                  graph::ShapeToString(shape), layout, FormatBytes(static_cast<double>(node.output_bytes())),
+                  gflop.str(), inputs.str()});
   }
   table.Print(std::cout);
 }
