@@ -1451,6 +1451,9 @@ bool WeightGradientRepaysTeam(const LayerSpec& spec, int threads) {
   const int64_t kh = attribute("kernel", 1), kernel_pixels = kh * attribute("kernel_w", kh);
   const int64_t groups = attribute("groups", 1);
   if (detail::PrefersBlocked(groups, kernel_pixels)) return true;
+  if (attribute(graph::kChannelsLastInputsAttribute, 0) != 0 || attribute(graph::kChannelsLastOutputAttribute, 0) != 0) {
+    return true;  // one matmul over the batch's pixels (BuildChannelsLastGemm), which splits its output
+  }
   const Dims& y = spec.output_shape;
   const int64_t padding = std::max(attribute("padding", 0), attribute("padding_w", 0));
   if (detail::FoldsBatchIntoOneGemm(y[0], groups, kernel_pixels, attribute("stride", 1), padding, y[2] * y[3])) {

@@ -163,7 +163,7 @@ Result<std::unique_ptr<Layer>> MakeLayer(Backend& backend, const LayerSpec& spec
 // ungrouped convolution's is one GEMM over NCHW (see PrefersBlocked) that oneDNN splits by the
 // minibatch, summing a weight-sized buffer per thread: on maps of a few pixels the sum costs more
 // than the split saves. Other layers' weight gradients, and a 1x1 convolution's over a batch of
-// small maps (one matmul, FoldsBatchIntoOneGemm), split their output.
+// small maps or over channels-last maps (one matmul each), split their output.
 bool WeightGradientRepaysTeam(const LayerSpec& spec, int threads);
 
 // The sum of k gradients of the same shape (grad_sum nodes): inputs() are the parts.
