@@ -142,8 +142,8 @@ class Conv2d : public StepLayer {
     const auto weights = [&] {
       const TeamScope team(WeightGradientRepaysTeam(spec, threads) ? threads : 1);
       return dnnl::convolution_backward_weights::primitive_desc(
-          dnnl::convolution_backward_weights::desc(algorithm::convolution_direct, activation(x_md), choose(w_md),
-                                                   b_md, activation(y_md), strides, pad_l, pad_rr),
+          dnnl::convolution_backward_weights::desc(algorithm::convolution_direct, activation(x_md), choose(w_md), b_md,
+                                                   activation(y_md), strides, pad_l, pad_rr),
           attr_, backend_.engine(), fwd);
     }();
     StartStaging(std::max({fwd.scratchpad_desc().get_size(), data.scratchpad_desc().get_size(),
@@ -284,17 +284,16 @@ class Conv2d : public StepLayer {
     const auto fwd = matmul(x_mat, w_t, bias_md, y_mat);
     const auto data = matmul(y_mat, w_mat, memory::desc(), x_mat);
     const auto weights = matmul(y_t, x_mat, memory::desc(), w_mat);
-    StartStaging(std::max({fwd.scratchpad_desc().get_size(), data.scratchpad_desc().get_size(),
-                           weights.scratchpad_desc().get_size()}));
+    StartStaging(std::max(
+        {fwd.scratchpad_desc().get_size(), data.scratchpad_desc().get_size(), weights.scratchpad_desc().get_size()}));
     // `m` (over `t`, or a staged copy of it) seen as the matrix `md`.
     const auto as = [&](const memory& m, Tensor& t, const memory::desc& md) {
       return IsStaged(m) ? StagedView(m, md) : Mem(t, md);
     };
     memory x_in = StagedIn(forward_, x, Desc(x), nhwc(x.dims));
     memory y_out = StagedOut(output_, Desc(output_), nhwc(output_.dims));
-    std::unordered_map<int, memory> fwd_args = {{DNNL_ARG_SRC, as(x_in, x, x_mat)},
-                                                {DNNL_ARG_WEIGHTS, Mem(w, w_t)},
-                                                {DNNL_ARG_DST, as(y_out, output_, y_mat)}};
+    std::unordered_map<int, memory> fwd_args = {
+        {DNNL_ARG_SRC, as(x_in, x, x_mat)}, {DNNL_ARG_WEIGHTS, Mem(w, w_t)}, {DNNL_ARG_DST, as(y_out, output_, y_mat)}};
     if (bias_t) fwd_args[DNNL_ARG_BIAS] = Mem(*bias_t, bias_md);
     Add(forward_, fwd, fwd_args);
     CopyOut(forward_, y_out, output_, Desc(output_));
@@ -810,7 +809,8 @@ constexpr int64_t kRowChunkValues = 8192;  // 32 KB of floats: a chunk's second 
 struct RowChunks {
   int64_t rows, per_chunk, count;
   explicit RowChunks(const BatchNormShape& d)
-      : rows(d.n * d.hw), per_chunk(std::max<int64_t>(1, kRowChunkValues / d.c)),
+      : rows(d.n * d.hw),
+        per_chunk(std::max<int64_t>(1, kRowChunkValues / d.c)),
         count((rows + per_chunk - 1) / per_chunk) {}
   int64_t begin(int64_t chunk) const { return chunk * per_chunk; }
   int64_t end(int64_t chunk) const { return std::min(rows, (chunk + 1) * per_chunk); }
@@ -818,8 +818,8 @@ struct RowChunks {
 
 // y = act(normalized x) row by row, from per-channel mean, scale and shift.
 template <Fused kFused>
-EDGECOST_VECTOR_CLONES void NormalizeRows(const BatchNormShape& d, const RowChunks& chunks, float upper, const float* x, const float* m,
-                   const float* scale, const float* shift, float* y) {
+EDGECOST_VECTOR_CLONES void NormalizeRows(const BatchNormShape& d, const RowChunks& chunks, float upper, const float* x,
+                                          const float* m, const float* scale, const float* shift, float* y) {
   const int64_t c = d.c;
 #pragma omp parallel for schedule(static)
   for (int64_t chunk = 0; chunk < chunks.count; ++chunk) {
@@ -886,10 +886,9 @@ EDGECOST_VECTOR_CLONES void BatchNormForwardRows(const BatchNormShape& d, float 
 
 // The backward on channels-last maps, the sums in chunks as BatchNormForwardRows.
 template <Fused kFused>
-EDGECOST_VECTOR_CLONES void BatchNormBackwardRows(const BatchNormShape& d, float upper, const float* x,
-                                                  const float* dy, const float* gamma, const float* beta,
-                                                  const float* mean, const float* variance, float* dx, float* dgamma,
-                                                  float* dbeta) {
+EDGECOST_VECTOR_CLONES void BatchNormBackwardRows(const BatchNormShape& d, float upper, const float* x, const float* dy,
+                                                  const float* gamma, const float* beta, const float* mean,
+                                                  const float* variance, float* dx, float* dgamma, float* dbeta) {
   const RowChunks chunks(d);
   const int64_t c = d.c;
   std::vector<float> forward_scale(static_cast<size_t>(c));
@@ -971,13 +970,13 @@ class BatchNorm2d : public StepLayer {
                          BatchNormForwardRows<Fused::kHardSwish>}[static_cast<size_t>(fused)]
             : std::array{BatchNormForward<Fused::kNone>, BatchNormForward<Fused::kClip>, BatchNormForward<Fused::kSilu>,
                          BatchNormForward<Fused::kHardSwish>}[static_cast<size_t>(fused)];
-    const auto backward =
-        x.channels_last
-            ? std::array{BatchNormBackwardRows<Fused::kNone>, BatchNormBackwardRows<Fused::kClip>,
-                         BatchNormBackwardRows<Fused::kSilu>,
-                         BatchNormBackwardRows<Fused::kHardSwish>}[static_cast<size_t>(fused)]
-            : std::array{BatchNormBackward<Fused::kNone>, BatchNormBackward<Fused::kClip>,
-                         BatchNormBackward<Fused::kSilu>, BatchNormBackward<Fused::kHardSwish>}[static_cast<size_t>(fused)];
+    const auto backward = x.channels_last
+                              ? std::array{BatchNormBackwardRows<Fused::kNone>, BatchNormBackwardRows<Fused::kClip>,
+                                           BatchNormBackwardRows<Fused::kSilu>,
+                                           BatchNormBackwardRows<Fused::kHardSwish>}[static_cast<size_t>(fused)]
+                              : std::array{BatchNormBackward<Fused::kNone>, BatchNormBackward<Fused::kClip>,
+                                           BatchNormBackward<Fused::kSilu>,
+                                           BatchNormBackward<Fused::kHardSwish>}[static_cast<size_t>(fused)];
     forward_.push_back({dnnl::primitive(),
                         {{DNNL_ARG_SRC, Mem(x)},
                          {DNNL_ARG_DST, Mem(output_)},
@@ -1100,8 +1099,8 @@ class Pool2d : public StepLayer {
                           : include_padding ? algorithm::pooling_avg_include_padding
                                             : algorithm::pooling_avg_exclude_padding;
     dnnl::pooling_forward::primitive_desc fwd(
-        dnnl::pooling_forward::desc(prop_kind::forward_training, alg, Desc(inputs_[0]), Desc(output_), strides,
-                                    kernel, pad_l, pad_r),
+        dnnl::pooling_forward::desc(prop_kind::forward_training, alg, Desc(inputs_[0]), Desc(output_), strides, kernel,
+                                    pad_l, pad_r),
         attr_, backend_.engine());
     std::unordered_map<int, memory> fwd_args = {{DNNL_ARG_SRC, Mem(inputs_[0])}, {DNNL_ARG_DST, Mem(output_)}};
     std::unordered_map<int, memory> bwd_args = {{DNNL_ARG_DIFF_DST, Mem(grad_output_)},
@@ -1451,7 +1450,8 @@ bool WeightGradientRepaysTeam(const LayerSpec& spec, int threads) {
   const int64_t kh = attribute("kernel", 1), kernel_pixels = kh * attribute("kernel_w", kh);
   const int64_t groups = attribute("groups", 1);
   if (detail::PrefersBlocked(groups, kernel_pixels)) return true;
-  if (attribute(graph::kChannelsLastInputsAttribute, 0) != 0 || attribute(graph::kChannelsLastOutputAttribute, 0) != 0) {
+  if (attribute(graph::kChannelsLastInputsAttribute, 0) != 0 ||
+      attribute(graph::kChannelsLastOutputAttribute, 0) != 0) {
     return true;  // one matmul over the batch's pixels (BuildChannelsLastGemm), which splits its output
   }
   const Dims& y = spec.output_shape;

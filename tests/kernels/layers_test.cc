@@ -722,7 +722,6 @@ TEST(Layers, BatchNormGivesTheSameBitsOnOneThreadAndOnTwo) {
   }
 }
 
-
 // ---- Channels-last feature maps (graph/layouts.h) ------------------------------------------------
 
 // t (dims N, C, H, W) with its elements moved between NCHW and NHWC order.
@@ -767,7 +766,9 @@ void ExpectSameAsNchw(const LayerSpec& spec) {
   ASSERT_TRUE(b.ok()) << b.status().message();
   Layer& nchw = **a;
   Layer& other = **b;
-  const auto copy = [](const Tensor& from, Tensor& to) { to.data = to.channels_last ? Permuted(from, true) : from.data; };
+  const auto copy = [](const Tensor& from, Tensor& to) {
+    to.data = to.channels_last ? Permuted(from, true) : from.data;
+  };
   for (size_t k = 0; k < nchw.inputs().size(); ++k) copy(nchw.inputs()[k], other.inputs()[k]);
   copy(nchw.grad_output(), other.grad_output());
   for (size_t k = 0; k < nchw.params().size(); ++k) other.params()[k]->data = nchw.params()[k]->data;
@@ -822,8 +823,8 @@ TEST(ChannelsLast, SparseUpdateOfAConvolutionMatchesNchw) {
 }
 
 TEST(ChannelsLast, BatchNormsMatchNchw) {
-  for (const char* kind : {"batchnorm2d", "batchnorm2d_relu", "batchnorm2d_relu6", "batchnorm2d_silu",
-                           "batchnorm2d_hardswish"}) {
+  for (const char* kind :
+       {"batchnorm2d", "batchnorm2d_relu", "batchnorm2d_relu6", "batchnorm2d_silu", "batchnorm2d_hardswish"}) {
     ExpectSameAsNchw(ChannelsLast({kind, {}, {{2, 20, 5, 5}}, {2, 20, 5, 5}}));
     ExpectSameAsNchw(ChannelsLast({kind, {}, {{3, 24, 2, 2}}, {3, 24, 2, 2}}));  // NCHW's lanes on small maps
   }
@@ -835,7 +836,8 @@ TEST(ChannelsLast, ElementwisePoolingAndAddMatchNchw) {
   for (const char* kind : {"relu", "relu6", "hardswish", "sigmoid", "silu"}) {
     ExpectSameAsNchw(ChannelsLast({kind, {}, {{2, 3, 4, 4}}, {2, 3, 4, 4}}));
   }
-  ExpectSameAsNchw(ChannelsLast({"maxpool2d", {{"kernel", 3}, {"stride", 2}, {"padding", 1}}, {{2, 5, 6, 6}}, {2, 5, 3, 3}}));
+  ExpectSameAsNchw(
+      ChannelsLast({"maxpool2d", {{"kernel", 3}, {"stride", 2}, {"padding", 1}}, {{2, 5, 6, 6}}, {2, 5, 3, 3}}));
   ExpectSameAsNchw(ChannelsLast({"avgpool2d", {{"kernel", 4}, {"stride", 4}}, {{2, 5, 4, 4}}, {2, 5, 1, 1}}));
   ExpectSameAsNchw(ChannelsLast({"add", {}, {{2, 3, 4, 4}, {2, 3, 4, 4}}, {2, 3, 4, 4}}, 0b11, 1));
   // Squeeze-excite's product by a scale per channel and image, and a product of two maps.
