@@ -76,10 +76,9 @@ Status RunEdgecost(const std::vector<std::string>& args, google::protobuf::Messa
                         if (!line.empty()) last_line = line;
                       }));
   if (elapsed_s) *elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (result.exit_code != 0 && error.empty()) {
-    return Internal("exit " + std::to_string(result.exit_code) + ": " + last_line);
+  if (result.exit_code != 0) {
+    return Internal(!error.empty() ? error : "exit " + std::to_string(result.exit_code) + ": " + last_line);
   }
-  if (result.exit_code != 0) return Internal(error);
   return message ? proto::FromJson(result.stdout_text, message) : Status::Ok();
 }
 

@@ -45,7 +45,7 @@ std::vector<bool> ChannelsLastOutputs(const ForwardGraph& forward) {
   if (!HasGroupedConvolution(forward)) return std::vector<bool>(n, false);
   // Whether each tensor (a layer's output) may lie channels-last, and the sets of tensors that must
   // lie alike (a union-find forest).
-  std::vector<bool> may(n);
+  std::vector<bool> takes(n), may(n);
   std::vector<size_t> parent(n);
   std::iota(parent.begin(), parent.end(), size_t{0});
   const auto root = [&](size_t i) {
@@ -54,14 +54,14 @@ std::vector<bool> ChannelsLastOutputs(const ForwardGraph& forward) {
   };
   for (size_t i = 0; i < n; ++i) {
     const Shape& shape = layers[i].output_shape;
-    may[i] = FeatureMap(shape) && (OnePixel(shape) || TakesChannelsLast(forward, layers[i]));
+    takes[i] = TakesChannelsLast(forward, layers[i]);
+    may[i] = FeatureMap(shape) && (OnePixel(shape) || takes[i]);
   }
   for (size_t i = 0; i < n; ++i) {
-    const bool takes = TakesChannelsLast(forward, layers[i]);
-    const bool shares = takes && ActivationLayoutsOf(layers[i].kind) == ActivationLayouts::kShared;
+    const bool shares = takes[i] && ActivationLayoutsOf(layers[i].kind) == ActivationLayouts::kShared;
     for (int input : layers[i].inputs) {
       const auto in = static_cast<size_t>(input);
-      if (!takes && !OnePixel(layers[in].output_shape)) may[in] = false;
+      if (!takes[i] && !OnePixel(layers[in].output_shape)) may[in] = false;
       if (shares && FeatureMap(layers[in].output_shape)) parent[root(in)] = root(i);
     }
   }

@@ -215,8 +215,8 @@ Status LoadOnnxWeights(const graph::OnnxModel& model, train::Executor& executor,
     if (b.batches_tracked) *b.batches_tracked = 0;
     ++(executor.LayerParameter(b.node, b.index) == b.tensor ? loaded : stats);
   }
-  // The layers hold these values now, and WriteTrainedOnnx writes them from the layers: the model
-  // need keep no second copy through training.
+  // The layers hold these values now, and WriteTrainedOnnx writes them from the layers: a run that
+  // loads the model once keeps no second copy through training.
   if (after == LoadedInitializers::kFree) {
     for (const Binding& b : bindings) {
       if (!b.tensor) continue;
